@@ -1,0 +1,76 @@
+"""Making environments from the names people type (``gym_Reacher-v2``, ...).
+
+An :class:`EnvSpec` is the picklable recipe for one env: the main process resolves and checks
+the name once (before any worker starts), and every worker builds its envs from the spec.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+GYM_PREFIX = "gym_"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one environment.
+
+    Attributes:
+        name: the name as typed (``gym_Reacher-v2``).
+        gym_id: the gymnasium id it resolved to (``Reacher-v5``).
+        gym_packages: modules imported before ``gym.make`` so that custom ids are registered.
+        kwargs: keyword arguments for ``gym.make``.
+        notice: one line for the user when the name was mapped (empty otherwise).
+    """
+
+    name: str
+    gym_id: str
+    gym_packages: tuple[str, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    notice: str = ""
+
+
+def import_gym_packages(packages: tuple[str, ...]) -> None:
+    """Import modules that register envs, as rl-zoo's ``--gym-packages`` does."""
+    for module in packages:
+        importlib.import_module(module)
+
+
+def _newest_version(spec: gym.envs.registration.EnvSpec) -> str | None:
+    """The newest registered id of the same env family that gymnasium can still make."""
+    candidates = [
+        s
+        for s in gym.registry.values()
+        if s.namespace == spec.namespace and s.name == spec.name and isinstance(s.entry_point, str) and s.version is not None
+    ]
+    return max(candidates, key=lambda s: s.version).id if candidates else None
+
+
+def resolve_env_name(name: str, gym_packages: tuple[str, ...] = ()) -> EnvSpec:
+    """Check ``name`` and return its spec, or raise with gymnasium's own "Did you mean" text.
+
+    MuJoCo ids that gymnasium 1.x only registers to raise (``Reacher-v2``, ``-v3``: they need
+    mujoco-py) map to the newest version gymnasium makes, with a notice saying so.
+    """
+    import_gym_packages(gym_packages)
+    if not name.startswith(GYM_PREFIX):
+        raise ValueError(f"unknown environment family; write gym_<gymnasium id>, e.g. gym_Reacher-v2 (got {name!r})")
+    gym_id = name[len(GYM_PREFIX) :]
+    spec = gym.spec(gym_id)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
+    notice = ""
+    if not isinstance(spec.entry_point, str):
+        newest = _newest_version(spec)
+        if newest is None:
+            raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
+        notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
+        gym_id = newest
+    return EnvSpec(name=name, gym_id=gym_id, gym_packages=tuple(gym_packages), notice=notice)
+
+
+def make_env(spec: EnvSpec) -> gym.Env:
+    """Build one env from its spec (in the main process or in a worker)."""
+    import_gym_packages(spec.gym_packages)
+    return gym.make(spec.gym_id, **spec.kwargs)

@@ -1,0 +1,387 @@
+"""One frozen dataclass holds every setting; the command line is generated from it.
+
+Names and defaults are Stable-Baselines3's (``PPO.__init__``, ``ActorCriticPolicy``,
+``VecNormalize``); schedules are written as rl-zoo writes them (``lin_3e-4``).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+from ppo_dict.errors import ConfigError
+
+NetArch = Union[list[int], dict[str, list[int]]]
+
+ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
+MODELS = ("mlp", "cnn")
+MP_METHODS = ("forkserver", "spawn", "fork")
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (distinct (package, core) pairs in /proc/cpuinfo), else os.cpu_count()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            pairs, package = set(), None
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name == "physical id":
+                    package = value.strip()
+                elif name == "core id":
+                    pairs.add((package, value.strip()))
+        if pairs:
+            return len(pairs)
+    except OSError:
+        pass
+    return os.cpu_count() or 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Value parsers: each turns what a person or a wandb agent types into a typed value.
+
+
+def parse_bool(text: Union[str, bool]) -> bool:
+    """``True/False``, ``true/false``, ``1/0``, ``yes/no`` (what a wandb sweep agent sends)."""
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "1", "yes", "y", "on"):
+        return True
+    if lowered in ("false", "0", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {text!r}")
+
+
+def _none_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_optional(text: Any) -> Any:
+        if text is None or str(text).strip() in ("None", "none", "null", ""):
+            return None
+        return parse(text)
+
+    parse_optional.__name__ = getattr(parse, "__name__", "value")
+    return parse_optional
+
+
+def parse_schedule(text: Union[str, float]) -> Union[float, str]:
+    """A float, or rl-zoo's ``lin_<initial>`` linear schedule (kept as its string)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    text = str(text).strip()
+    if text.startswith("lin_"):
+        float(text[4:])  # raises ValueError if the initial value is not a number
+        return text
+    return float(text)
+
+
+def make_schedule(value: Union[float, str]) -> Callable[[float], float]:
+    """``progress_remaining -> value``: rl-zoo's ``linear_schedule`` for ``lin_<x>``, else a constant."""
+    if isinstance(value, str):
+        initial = float(value[len("lin_") :])
+        return lambda progress_remaining: progress_remaining * initial
+    constant = float(value)
+    return lambda progress_remaining: constant
+
+
+def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
+    """``64,64``, ``pi=256,256;vf=128,128``, ``[256, 256]`` or ``dict(pi=[..], vf=[..])``.
+
+    Parsed with ``ast.literal_eval`` (never ``eval``).
+    """
+    if isinstance(text, (list, dict)):
+        return _check_net_arch(text)
+    text = str(text).strip()
+    if text.startswith("dict(") and text.endswith(")"):
+        body = text[len("dict(") : -1]
+        call = ast.parse(f"f({body})", mode="eval").body
+        keywords = call.keywords if isinstance(call, ast.Call) else []
+        return _check_net_arch({kw.arg: ast.literal_eval(kw.value) for kw in keywords})
+    if text.startswith(("[", "{")):
+        value = ast.literal_eval(text)
+        # sb3 < 1.8 wrote [dict(pi=..., vf=...)]; sb3 unwraps it the same way.
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+            value = value[0]
+        return _check_net_arch(value)
+    if "=" in text:
+        arch: dict[str, list[int]] = {}
+        for part in text.split(";"):
+            key, _, sizes = part.partition("=")
+            arch[key.strip()] = [int(s) for s in sizes.split(",") if s.strip()]
+        return _check_net_arch(arch)
+    if text in ("", "[]"):
+        return []
+    return _check_net_arch([int(s) for s in text.split(",") if s.strip()])
+
+
+def _check_net_arch(value: Any) -> NetArch:
+    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
+        return list(value)
+    if isinstance(value, dict) and set(value) <= {"pi", "vf"}:
+        return {k: _check_net_arch(list(v)) for k, v in value.items()}  # type: ignore[misc]
+    raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
+
+
+def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
+    if isinstance(text, (list, tuple)):
+        return tuple(text)
+    return tuple(p for p in str(text).replace(",", " ").split() if p)
+
+
+# ----------------------------------------------------------------------------------------------
+# The configuration
+
+
+def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str) -> Any:
+    return field(default=default, metadata={"help": help, "parse": parse, "group": group})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of a run. Flags are ``--<field name>``; defaults are sb3's.
+
+    Attributes are documented in their ``help`` text, which is also ``--help``.
+    """
+
+    # Environment
+    env: str = _opt("gym_Reacher-v2", "environment: gym_<gymnasium id>, e.g. gym_Reacher-v2, gym_CartPole-v1", str, "env")
+    gym_packages: tuple[str, ...] = _opt((), "modules to import that register custom envs (as rl-zoo's --gym-packages)", parse_packages, "env")
+    n_envs: Optional[int] = _opt(None, "environments stepped in parallel (None: num_workers x envs_per_worker, or 1)", _none_or(int), "env")
+    seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", _none_or(int), "env")
+    total_timesteps: int = _opt(1_000_000, "environment steps to train for (summed over envs)", lambda s: int(float(s)), "env")
+
+    # Policy (sb3 ActorCriticPolicy keyword arguments)
+    model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)}", str, "policy")
+    net_arch: Optional[NetArch] = _opt(None, "hidden layers: 64,64 | pi=256,256;vf=256,256 | [256, 256] (default: sb3's)", _none_or(parse_net_arch), "policy")
+    activation_fn: str = _opt("tanh", f"activation: {' | '.join(ACTIVATIONS)}", lambda s: str(s).lower().removeprefix("nn."), "policy")
+    ortho_init: bool = _opt(True, "orthogonal initialisation with sb3's gains", parse_bool, "policy")
+    log_std_init: float = _opt(0.0, "initial log standard deviation of Gaussian actions", float, "policy")
+    share_features_extractor: bool = _opt(True, "one features extractor for actor and critic", parse_bool, "policy")
+    normalize_images: bool = _opt(True, "divide uint8 images by 255 in the forward pass", parse_bool, "policy")
+
+    # PPO (sb3 PPO keyword arguments)
+    learning_rate: Union[float, str] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo")
+    n_steps: int = _opt(2048, "steps per env per rollout", int, "ppo")
+    batch_size: int = _opt(64, "minibatch size", int, "ppo")
+    num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", _none_or(int), "ppo")
+    n_epochs: int = _opt(10, "epochs over the rollout per update", int, "ppo")
+    gamma: float = _opt(0.99, "discount factor", float, "ppo")
+    gae_lambda: float = _opt(0.95, "GAE lambda", float, "ppo")
+    clip_range: Union[float, str] = _opt(0.2, "PPO clip range, or lin_<initial>", parse_schedule, "ppo")
+    clip_range_vf: Optional[Union[float, str]] = _opt(None, "value clip range, or lin_<initial> (None: no value clipping)", _none_or(parse_schedule), "ppo")
+    normalize_advantage: bool = _opt(True, "normalise advantages per minibatch", parse_bool, "ppo")
+    ent_coef: float = _opt(0.0, "entropy coefficient", float, "ppo")
+    vf_coef: float = _opt(0.5, "value loss coefficient", float, "ppo")
+    max_grad_norm: float = _opt(0.5, "gradient norm clip", float, "ppo")
+    target_kl: Optional[float] = _opt(None, "stop the epochs early when approx_kl > 1.5*target_kl (None: never)", _none_or(float), "ppo")
+
+    # Normalisation (sb3 VecNormalize)
+    normalize: bool = _opt(False, "VecNormalize observations and rewards (rl-zoo's normalize: true)", parse_bool, "normalize")
+    norm_obs: bool = _opt(True, "with --normalize: normalise observations", parse_bool, "normalize")
+    norm_reward: bool = _opt(True, "with --normalize: normalise rewards by the return's std", parse_bool, "normalize")
+    clip_obs: float = _opt(10.0, "clip normalised observations to +-clip_obs", float, "normalize")
+    clip_reward: float = _opt(10.0, "clip normalised rewards to +-clip_reward", float, "normalize")
+    norm_gamma: Optional[float] = _opt(None, "discount of the normalised return (None: --gamma, as rl-zoo does)", _none_or(float), "normalize")
+    norm_epsilon: float = _opt(1e-8, "VecNormalize epsilon", float, "normalize")
+
+    # Worker processes
+    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", _none_or(int), "workers")
+    envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", _none_or(int), "workers")
+    mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers")
+    step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers")
+
+    # System and output
+    device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N", str, "system")
+    torch_threads: int = _opt(1, "torch threads in the main process (1 keeps results bit-exact with sb3)", int, "system")
+    log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system")
+    verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
+    save_path: Optional[str] = _opt(None, "directory to write the trained model into", _none_or(str), "system")
+    export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads", _none_or(str), "system")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def worker_layout(self) -> tuple[int, int, int]:
+        """``(n_envs, num_workers, envs_per_worker)``; num_workers 0 means in-process.
+
+        Unset values are derived: W defaults to the largest divisor of n_envs not above the
+        physical core count; n_envs defaults to W x E (or 1). Inconsistent values are reported by
+        :func:`validate`, which checks ``n_envs == W x E`` for worker layouts.
+        """
+        n, w, e = self.n_envs, self.num_workers, self.envs_per_worker
+        if w == 0:
+            return (n or 1), 0, 0
+        if w is None:
+            if n is None and e is None:
+                n = 1
+            if n is None:
+                w = physical_cores()
+            else:
+                w = max(d for d in range(1, min(n, physical_cores()) + 1) if n % d == 0)
+        if n is None:
+            n = w * (e or 1)
+        if e is None:
+            e = max(1, n // max(w, 1))
+        return n, w, e
+
+    @property
+    def num_envs(self) -> int:
+        return self.worker_layout[0]
+
+    @property
+    def rollout_size(self) -> int:
+        """Transitions per rollout: ``n_steps * n_envs``."""
+        return self.n_steps * self.num_envs
+
+    @property
+    def minibatch_size(self) -> int:
+        if self.num_batches is not None:
+            return max(1, self.rollout_size // self.num_batches)
+        return self.batch_size
+
+    @property
+    def vecnorm_gamma(self) -> float:
+        return self.gamma if self.norm_gamma is None else self.norm_gamma
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation: every problem is collected, then one ConfigError lists them all.
+
+
+def _in_range(problems: list[str], name: str, value: Any, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and math.isfinite(value)
+    if ok:
+        ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        lo_b, hi_b = ("(" if lo_open else "["), (")" if hi_open else "]")
+        problems.append(f"{name}={value!r}: must be in {lo_b}{lo}, {hi}{hi_b}")
+
+
+def _schedule_start(value: Union[float, str]) -> float:
+    return float(value[4:]) if isinstance(value, str) else float(value)
+
+
+def validate(cfg: Config) -> None:
+    """Raise one :class:`ConfigError` listing every invalid setting; warn where sb3 warns.
+
+    Runs before any environment or process is created. Uses no ``assert`` (safe under ``python -O``).
+    """
+    from envs import resolve_env_name  # imported here: envs imports gymnasium, slow to import
+
+    p: list[str] = []
+    inf = math.inf
+    if cfg.n_envs is not None:
+        _in_range(p, "n_envs", cfg.n_envs, 1, inf)
+    if cfg.num_workers is not None:
+        _in_range(p, "num_workers", cfg.num_workers, 0, inf)
+    if cfg.envs_per_worker is not None:
+        _in_range(p, "envs_per_worker", cfg.envs_per_worker, 1, inf)
+    if not p:
+        n, w, e = cfg.worker_layout
+        if w > 0 and n != w * e:
+            p.append(f"n_envs={n}: must equal num_workers x envs_per_worker = {w} x {e}; choose n_envs divisible by num_workers={w}")
+    if cfg.mp_method not in MP_METHODS:
+        p.append(f"mp_method={cfg.mp_method!r}: must be one of {', '.join(MP_METHODS)}")
+    _in_range(p, "step_timeout", cfg.step_timeout, 0.0, inf, lo_open=True)
+    _in_range(p, "n_steps", cfg.n_steps, 1, inf)
+    _in_range(p, "batch_size", cfg.batch_size, 1, inf)
+    _in_range(p, "n_epochs", cfg.n_epochs, 1, inf)
+    _in_range(p, "total_timesteps", cfg.total_timesteps, 1, inf)
+    _in_range(p, "gamma", cfg.gamma, 0.0, 1.0)
+    _in_range(p, "gae_lambda", cfg.gae_lambda, 0.0, 1.0)
+    _in_range(p, "learning_rate", _schedule_start(cfg.learning_rate), 0.0, inf, lo_open=True, hi_open=True)
+    _in_range(p, "clip_range", _schedule_start(cfg.clip_range), 0.0, inf, lo_open=True, hi_open=True)
+    if cfg.clip_range_vf is not None:
+        _in_range(p, "clip_range_vf", _schedule_start(cfg.clip_range_vf), 0.0, inf, lo_open=True, hi_open=True)
+    _in_range(p, "ent_coef", cfg.ent_coef, 0.0, inf, hi_open=True)
+    _in_range(p, "vf_coef", cfg.vf_coef, 0.0, inf, hi_open=True)
+    _in_range(p, "max_grad_norm", cfg.max_grad_norm, 0.0, inf, lo_open=True, hi_open=True)
+    if cfg.target_kl is not None:
+        _in_range(p, "target_kl", cfg.target_kl, 0.0, inf, lo_open=True, hi_open=True)
+    _in_range(p, "log_std_init", cfg.log_std_init, -inf, inf, lo_open=True, hi_open=True)
+    _in_range(p, "clip_obs", cfg.clip_obs, 0.0, inf, lo_open=True, hi_open=True)
+    _in_range(p, "clip_reward", cfg.clip_reward, 0.0, inf, lo_open=True, hi_open=True)
+    _in_range(p, "norm_epsilon", cfg.norm_epsilon, 0.0, inf, lo_open=True, hi_open=True)
+    if cfg.norm_gamma is not None:
+        _in_range(p, "norm_gamma", cfg.norm_gamma, 0.0, 1.0)
+    _in_range(p, "torch_threads", cfg.torch_threads, 1, inf)
+    _in_range(p, "log_interval", cfg.log_interval, 1, inf)
+    if cfg.seed is not None:
+        _in_range(p, "seed", cfg.seed, 0, 2**32 - 1)
+    if cfg.model not in MODELS:
+        p.append(f"model={cfg.model!r}: must be one of {', '.join(MODELS)}")
+    if cfg.activation_fn not in ACTIVATIONS:
+        p.append(f"activation_fn={cfg.activation_fn!r}: must be one of {', '.join(ACTIVATIONS)}")
+    if not (cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:")):
+        p.append(f"device={cfg.device!r}: must be auto, cpu, cuda or cuda:N")
+    if cfg.num_batches is not None:
+        _in_range(p, "num_batches", cfg.num_batches, 1, max(1, cfg.rollout_size))
+    # sb3 PPO.__init__ asserts these two; we report them with the rest.
+    if cfg.normalize_advantage and cfg.minibatch_size <= 1:
+        p.append(f"batch_size={cfg.minibatch_size}: must be > 1 when normalize_advantage is True (sb3 issue #440)")
+    if cfg.normalize_advantage and cfg.rollout_size <= 1:
+        p.append(f"n_steps*n_envs={cfg.rollout_size}: must be > 1 when normalize_advantage is True")
+    if cfg.save_path is not None and os.path.isfile(cfg.save_path):
+        p.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
+    try:
+        resolve_env_name(cfg.env, cfg.gym_packages)
+    except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
+        p.append(f"env={cfg.env!r}: {exc}")
+    if p:
+        raise ConfigError(p)
+    if cfg.rollout_size % cfg.minibatch_size > 0:
+        warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
+
+
+def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:
+    """sb3's warning, word for word (``PPO.__init__``); training then uses the short minibatch."""
+    buffer_size = n_envs * n_steps
+    warnings.warn(
+        f"You have specified a mini-batch size of {batch_size},"
+        f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {buffer_size}`,"
+        f" after every {buffer_size // batch_size} untruncated mini-batches,"
+        f" there will be a truncated mini-batch of size {buffer_size % batch_size}\n"
+        f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
+        f"Info: (n_steps={n_steps} and n_envs={n_envs})",
+        stacklevel=2,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser(prog: str = "python -m ppo_dict.main_ppo") -> argparse.ArgumentParser:
+    """An argparse parser with one ``--flag`` per :class:`Config` field.
+
+    Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``.
+    Unknown flags are an argparse error (no abbreviations: ``--bacth`` is refused).
+    """
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in dataclasses.fields(Config):
+        group = groups.setdefault(f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
+        kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
+        if f.metadata["parse"] is parse_bool:
+            kwargs.update(nargs="?", const=True, metavar="True|False")
+        elif f.metadata["parse"] is parse_packages:
+            kwargs.update(nargs="*", type=str, metavar="MODULE")
+        group.add_argument(f"--{f.name}", **kwargs)
+    return parser
+
+
+def config_from_args(argv: Optional[list[str]] = None) -> Config:
+    """Parse a command line into a :class:`Config` (not yet validated)."""
+    ns = build_parser().parse_args(argv)
+    values = vars(ns)
+    values["gym_packages"] = parse_packages(values["gym_packages"])
+    return Config(**values)

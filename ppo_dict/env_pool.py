@@ -1,0 +1,109 @@
+"""Stepping environments into rollout storage, with sb3's ``DummyVecEnv`` + ``Monitor`` semantics.
+
+:class:`EnvRunner` steps a block of envs and writes their results into storage arrays; it is the
+one piece of code that both the in-process pool here and each worker process run.
+:class:`InProcessEnvPool` steps every env in the main process (``--num_workers 0``, debugging).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from envs import EnvSpec, make_env
+from ppo_dict.storage import OBS_KEY, RolloutStorage
+
+
+class EnvRunner:
+    """Steps envs ``env_ids[j]`` (global indices) held in ``envs[j]``, writing into ``storage``.
+
+    sb3 semantics: env i is first reset with ``seed + i``; an episode end (terminated or
+    truncated) stores the last obs in ``terminal_obs`` and auto-resets (without a seed), so
+    ``obs[t+1]`` holds the new episode's first obs; rewards are float32; episode return and
+    length are Monitor's (return summed in float64, rounded to 6 decimals).
+    """
+
+    def __init__(self, envs: Sequence[gym.Env], env_ids: Sequence[int], storage: RolloutStorage):
+        self.envs, self.env_ids, self.storage = list(envs), list(env_ids), storage
+        self.is_dict_obs = storage.is_dict_obs
+        self._returns = [0.0] * len(self.envs)
+        self._lengths = [0] * len(self.envs)
+
+    def _write_obs(self, target: dict[str, np.ndarray], row: int, obs) -> None:
+        if self.is_dict_obs:
+            for key, arr in target.items():
+                arr[row] = obs[key]
+        else:
+            target[OBS_KEY][row] = obs
+
+    def reset(self, seed: Optional[int]) -> None:
+        """Reset every env (env i with ``seed + i``) and write ``obs[0]``."""
+        obs0 = self.storage.obs_at(0)
+        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            self._write_obs(obs0, i, obs)
+            self._returns[j], self._lengths[j] = 0.0, 0
+
+    def step(self, t: int) -> None:
+        """Apply ``env_actions`` and write ``obs[t+1]``, ``rewards[t]``, ``terminated[t]``, ``truncated[t]``."""
+        s = self.storage
+        next_obs = s.obs_at(t + 1)
+        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+            obs, reward, terminated, truncated, _ = env.step(s.env_actions[i].copy())
+            self._returns[j] += float(reward)
+            self._lengths[j] += 1
+            s.rewards[t, i] = reward
+            s.terminated[t, i] = terminated
+            s.truncated[t, i] = truncated
+            if terminated or truncated:
+                self._write_obs(s.terminal_obs, i, obs)
+                s.episode_return[i] = round(self._returns[j], 6)
+                s.episode_length[i] = self._lengths[j]
+                self._returns[j], self._lengths[j] = 0.0, 0
+                obs, _ = env.reset()
+            self._write_obs(next_obs, i, obs)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class InProcessEnvPool:
+    """All ``n_envs`` envs stepped in the calling process, in env order (sb3 ``DummyVecEnv``)."""
+
+    def __init__(self, spec: EnvSpec, n_envs: int, n_steps: int):
+        envs = [make_env(spec) for _ in range(n_envs)]
+        self.spec, self.num_envs = spec, n_envs
+        self.observation_space, self.action_space = envs[0].observation_space, envs[0].action_space
+        self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs)
+        self._runner = EnvRunner(envs, range(n_envs), self.storage)
+        self.closed = False
+
+    def reset(self, seed: Optional[int]) -> None:
+        self._runner.reset(seed)
+
+    def step(self, t: int) -> None:
+        self._runner.step(t)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._runner.close()
+
+
+def make_env_pool(cfg: "Config", spec: EnvSpec):  # noqa: F821 (Config: ppo_dict.config)
+    """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``."""
+    n_envs, num_workers, envs_per_worker = cfg.worker_layout
+    if num_workers == 0:
+        return InProcessEnvPool(spec, n_envs, cfg.n_steps)
+    from ppo_dict.workers import ShmEnvPool
+
+    return ShmEnvPool(
+        spec,
+        num_workers=num_workers,
+        envs_per_worker=envs_per_worker,
+        n_steps=cfg.n_steps,
+        mp_method=cfg.mp_method,
+        step_timeout=cfg.step_timeout,
+    )

@@ -1,0 +1,294 @@
+"""Actor-critic networks, built exactly as sb3's ``ActorCriticPolicy`` builds them.
+
+Bit-exactness with sb3 depends on three things this module reproduces (sb3_parity.md section 1):
+modules are created in sb3's order (each creation draws from the torch RNG), the orthogonal
+re-initialisation visits modules in sb3's order, and ``parameters()`` yields ``log_std`` first.
+Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unchanged.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from ppo_dict.config import NetArch
+
+TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
+
+ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "leaky_relu": nn.LeakyReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "selu": nn.SELU,
+    "sigmoid": nn.Sigmoid,
+}
+
+
+def is_image_space(space: spaces.Space) -> bool:
+    """sb3 ``is_image_space``: a 3-d uint8 Box with bounds exactly [0, 255]."""
+    return (
+        isinstance(space, spaces.Box)
+        and len(space.shape) == 3
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
+def flat_dim(space: spaces.Space) -> int:
+    """Features one space contributes after preprocessing (sb3 ``get_flattened_obs_dim``)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    return int(np.prod(space.shape))
+
+
+def preprocess(obs: torch.Tensor, space: spaces.Space, normalize_images: bool) -> torch.Tensor:
+    """sb3 ``preprocess_obs`` for one space: ``/ 255.0`` for images (not ``* (1/255)``: not bit-exact)."""
+    if isinstance(space, spaces.Box):
+        if normalize_images and is_image_space(space):
+            return obs.float() / 255.0
+        return obs.float()
+    if isinstance(space, spaces.Discrete):
+        return nn.functional.one_hot(obs.long(), num_classes=int(space.n)).float()
+    raise ValueError(f"observation space {space} is not supported")
+
+
+# ----------------------------------------------------------------------------------------------
+# Features extractors (sb3 torch_layers.py)
+
+
+class FlattenExtractor(nn.Module):
+    def __init__(self, space: spaces.Space):
+        super().__init__()
+        self.features_dim = flat_dim(space)
+        self.flatten = nn.Flatten()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.flatten(obs)
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015's CNN on a channel-first image, then ``Linear(n_flatten, features_dim)`` + ReLU."""
+
+    def __init__(self, space: spaces.Box, features_dim: int = 512):
+        super().__init__()
+        self.features_dim = features_dim
+        n_input_channels = space.shape[0]
+        self.cnn = nn.Sequential(
+            nn.Conv2d(n_input_channels, 32, kernel_size=8, stride=4, padding=0),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2, padding=0),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1, padding=0),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        # sb3 runs a sample through the CNN for the size; zeros give the same shape without any RNG.
+        with torch.no_grad():
+            n_flatten = self.cnn(torch.zeros((1, *space.shape))).shape[1]
+        self.linear = nn.Sequential(nn.Linear(n_flatten, features_dim), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(obs))
+
+
+class CombinedExtractor(nn.Module):
+    """sb3 ``CombinedExtractor``: NatureCNN per image key, flatten for the rest, concatenated in key order."""
+
+    def __init__(self, space: spaces.Dict, cnn_output_dim: int = 256, normalized_image: bool = False):
+        super().__init__()
+        extractors: dict[str, nn.Module] = {}
+        total = 0
+        for key, sub in space.spaces.items():
+            if is_image_space(sub) or (normalized_image and isinstance(sub, spaces.Box) and len(sub.shape) == 3):
+                extractors[key] = NatureCNN(sub, features_dim=cnn_output_dim)
+                total += cnn_output_dim
+            else:
+                extractors[key] = nn.Flatten()
+                total += flat_dim(sub)
+        self.extractors = nn.ModuleDict(extractors)
+        self.features_dim = total
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([extractor(obs[key]) for key, extractor in self.extractors.items()], dim=1)
+
+
+class MlpExtractor(nn.Module):
+    """Separate policy and value MLPs; all policy layers are created before any value layer."""
+
+    def __init__(self, feature_dim: int, net_arch: NetArch, activation_fn: type[nn.Module]):
+        super().__init__()
+        pi_dims, vf_dims = (net_arch.get("pi", []), net_arch.get("vf", [])) if isinstance(net_arch, dict) else (net_arch, net_arch)
+        self.policy_net, self.latent_dim_pi = self._mlp(feature_dim, pi_dims, activation_fn)
+        self.value_net, self.latent_dim_vf = self._mlp(feature_dim, vf_dims, activation_fn)
+
+    @staticmethod
+    def _mlp(in_dim: int, dims: list[int], activation_fn: type[nn.Module]) -> tuple[nn.Sequential, int]:
+        layers: list[nn.Module] = []
+        for dim in dims:
+            layers += [nn.Linear(in_dim, dim), activation_fn()]
+            in_dim = dim
+        return nn.Sequential(*layers), in_dim
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        return self.policy_net(features)
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_net(features)
+
+
+# ----------------------------------------------------------------------------------------------
+# The actor-critic
+
+
+class ActorCritic(nn.Module):
+    """sb3's ``ActorCriticPolicy`` (MlpPolicy / CnnPolicy / MultiInputPolicy) without the optimizer.
+
+    Args:
+        observation_space: one env's observation space (images channel-first).
+        action_space: Box (diagonal Gaussian) or Discrete (categorical).
+        model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
+            CombinedExtractor for Dict spaces).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        model: str = "mlp",
+        net_arch: Optional[NetArch] = None,
+        activation_fn: str = "tanh",
+        ortho_init: bool = True,
+        log_std_init: float = 0.0,
+        share_features_extractor: bool = True,
+        normalize_images: bool = True,
+    ):
+        super().__init__()
+        self.observation_space, self.action_space = observation_space, action_space
+        self.normalize_images = normalize_images
+        self.share_features_extractor = share_features_extractor
+        uses_nature_cnn = model == "cnn" and not isinstance(observation_space, spaces.Dict)
+        if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
+            net_arch = [] if uses_nature_cnn else dict(pi=[64, 64], vf=[64, 64])
+        self.net_arch = net_arch
+        act_cls = ACTIVATION_CLASSES[activation_fn]
+
+        def make_features_extractor() -> nn.Module:
+            if isinstance(observation_space, spaces.Dict):
+                return CombinedExtractor(observation_space, normalized_image=not normalize_images)
+            if uses_nature_cnn:
+                return NatureCNN(observation_space, features_dim=512)
+            return FlattenExtractor(observation_space)
+
+        # Creation order = torch RNG consumption order (sb3 ActorCriticPolicy.__init__ and _build).
+        self.features_extractor = make_features_extractor()
+        self.features_dim = self.features_extractor.features_dim
+        self.pi_features_extractor = self.features_extractor
+        self.vf_features_extractor = self.features_extractor if share_features_extractor else make_features_extractor()
+        self.mlp_extractor = MlpExtractor(self.features_dim, net_arch, act_cls)
+        if isinstance(action_space, spaces.Box):
+            self.action_dim = int(np.prod(action_space.shape))
+            self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.action_dim)
+            self.log_std = nn.Parameter(torch.ones(self.action_dim) * log_std_init, requires_grad=True)
+        elif isinstance(action_space, spaces.Discrete):
+            self.action_dim = int(action_space.n)
+            self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.action_dim)
+        else:
+            raise ValueError(f"action space {action_space} is not supported: use Box or Discrete")
+        self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
+
+        if ortho_init:
+            gains: dict[nn.Module, float] = {
+                self.features_extractor: np.sqrt(2),
+                self.mlp_extractor: np.sqrt(2),
+                self.action_net: 0.01,
+                self.value_net: 1,
+            }
+            if not share_features_extractor:
+                # sb3 moves the extractors to the end here (GH#1148); the order is part of the RNG stream.
+                del gains[self.features_extractor]
+                gains[self.pi_features_extractor] = np.sqrt(2)
+                gains[self.vf_features_extractor] = np.sqrt(2)
+            for module, gain in gains.items():
+                module.apply(partial(self._init_weights, gain=gain))
+
+    @staticmethod
+    def _init_weights(module: nn.Module, gain: float = 1) -> None:
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            nn.init.orthogonal_(module.weight, gain=gain)
+            if module.bias is not None:
+                module.bias.data.fill_(0.0)
+
+    # ------------------------------------------------------------------ forward passes
+    def _preprocess(self, obs: TensorObs) -> TensorObs:
+        if isinstance(self.observation_space, spaces.Dict):
+            return {key: preprocess(obs[key], sub, self.normalize_images) for key, sub in self.observation_space.spaces.items()}
+        return preprocess(obs, self.observation_space, self.normalize_images)  # type: ignore[arg-type]
+
+    def _latents(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self._preprocess(obs)
+        pi_features = self.pi_features_extractor(features)
+        vf_features = pi_features if self.share_features_extractor else self.vf_features_extractor(features)
+        return self.mlp_extractor.forward_actor(pi_features), self.mlp_extractor.forward_critic(vf_features)
+
+    def distribution(self, latent_pi: torch.Tensor) -> Union[Normal, Categorical]:
+        mean_actions = self.action_net(latent_pi)
+        if isinstance(self.action_space, spaces.Box):
+            return Normal(mean_actions, torch.ones_like(mean_actions) * self.log_std.exp())
+        return Categorical(logits=mean_actions)
+
+    def _log_prob(self, dist: Union[Normal, Categorical], actions: torch.Tensor) -> torch.Tensor:
+        log_prob = dist.log_prob(actions)
+        return log_prob.sum(dim=1) if isinstance(dist, Normal) else log_prob
+
+    def forward(self, obs: TensorObs, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions for a batch: ``(actions [B, *action_shape], values [B, 1], log_probs [B])``.
+
+        The one torch-RNG draw per step is ``dist.sample()`` over the whole batch, as in sb3.
+        """
+        latent_pi, latent_vf = self._latents(obs)
+        values = self.value_net(latent_vf)
+        dist = self.distribution(latent_pi)
+        if deterministic:
+            actions = dist.mean if isinstance(dist, Normal) else torch.argmax(dist.probs, dim=1)
+        else:
+            actions = dist.rsample() if isinstance(dist, Normal) else dist.sample()
+        log_prob = self._log_prob(dist, actions)
+        return actions.reshape((-1, *self.action_space.shape)), values, log_prob
+
+    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [B, 1], log_prob [B], entropy [B])`` of given actions (sb3 ``evaluate_actions``)."""
+        latent_pi, latent_vf = self._latents(obs)
+        dist = self.distribution(latent_pi)
+        log_prob = self._log_prob(dist, actions)
+        values = self.value_net(latent_vf)
+        entropy = dist.entropy()
+        return values, log_prob, entropy.sum(dim=1) if isinstance(dist, Normal) else entropy
+
+    def predict_values(self, obs: TensorObs) -> torch.Tensor:
+        """Critic only: ``values [B, 1]``."""
+        features = self.vf_features_extractor(self._preprocess(obs))
+        return self.value_net(self.mlp_extractor.forward_critic(features))
+
+
+def build_policy(cfg: "Config", observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:  # noqa: F821
+    """The policy a :class:`~ppo_dict.config.Config` describes."""
+    return ActorCritic(
+        observation_space,
+        action_space,
+        model=cfg.model,
+        net_arch=cfg.net_arch,
+        activation_fn=cfg.activation_fn,
+        ortho_init=cfg.ortho_init,
+        log_std_init=cfg.log_std_init,
+        share_features_extractor=cfg.share_features_extractor,
+        normalize_images=cfg.normalize_images,
+    )

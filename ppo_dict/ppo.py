@@ -1,0 +1,221 @@
+"""PPO: collect a rollout into storage, compute GAE, update; bit-exact with sb3's ``PPO.learn``.
+
+One iteration reads top to bottom in :meth:`PPO.learn`. The envs behind ``pool`` may run in this
+process or in worker processes that write straight into ``pool.storage``; this module only sees
+the storage arrays.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections import deque
+from typing import Optional, Protocol
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from ppo_dict.config import Config, make_schedule
+from ppo_dict.errors import NonFiniteError
+from ppo_dict.logger import Logger
+from ppo_dict.normalize import Normalizer
+from ppo_dict.policy import ActorCritic, build_policy
+from ppo_dict.storage import RolloutStorage, obs_to_tensor
+from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
+
+
+class EnvPool(Protocol):
+    """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``."""
+
+    num_envs: int
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    storage: RolloutStorage
+
+    def reset(self, seed: Optional[int]) -> None: ...  # writes obs[0]; env i reset with seed + i
+
+    def step(self, t: int) -> None: ...  # writes obs[t+1], rewards[t], terminated[t], truncated[t]
+
+    def close(self) -> None: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def set_random_seed(seed: int, using_cuda: bool = False) -> None:
+    """sb3 ``set_random_seed``: python, numpy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if using_cuda:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
+def safe_mean(values: list) -> float:
+    return np.nan if len(values) == 0 else float(np.mean(values))
+
+
+class PPO:
+    """Proximal Policy Optimisation with sb3's numbers.
+
+    Construction follows sb3's order, which fixes the torch RNG stream: the envs exist first,
+    then the seeds are set, then the policy and Adam are built. ``cfg.seed=None`` seeds nothing
+    (as in sb3); the command line always passes a seed.
+    """
+
+    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None):
+        self.cfg, self.pool, self.storage = cfg, pool, pool.storage
+        self.n_envs = pool.num_envs
+        self.device = resolve_device(cfg.device)
+        self.logger = logger or Logger(verbose=cfg.verbose)
+        self.lr_schedule = make_schedule(cfg.learning_rate)
+        self.clip_schedule = make_schedule(cfg.clip_range)
+        self.clip_vf_schedule = None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf)
+        if cfg.seed is not None:
+            set_random_seed(cfg.seed, using_cuda=self.device.type == "cuda")
+        self.policy: ActorCritic = build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
+        # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
+        self.normalizer: Optional[Normalizer] = None
+        if cfg.normalize:
+            vector_keys = {k: shape for k, (shape, dtype) in self.storage.obs_layout.items() if dtype != np.uint8}
+            self.normalizer = Normalizer(
+                vector_keys, self.n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon
+            )
+        self.num_timesteps = 0
+        self.iteration = 0
+        self.n_updates = 0
+        self.ep_info_buffer: deque[dict[str, float]] = deque(maxlen=100)
+        self._last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
+        self._envs_started = False
+        self._box_actions = isinstance(pool.action_space, spaces.Box)
+
+    # ------------------------------------------------------------------ the iteration
+    def learn(self, total_timesteps: Optional[int] = None) -> "PPO":
+        """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``)."""
+        total = total_timesteps or self.cfg.total_timesteps
+        self._start_envs()
+        self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
+        while self.num_timesteps < total:
+            self.collect_rollout()
+            self.iteration += 1
+            # After the rollout: the first update uses 1 - n_steps*n_envs/total, never 1.0.
+            progress_remaining = 1.0 - float(self.num_timesteps) / float(total)
+            if self.iteration % self.cfg.log_interval == 0:
+                self._record_rollout_logs()
+                self.logger.dump(step=self.num_timesteps)
+            self.train(progress_remaining)
+        return self
+
+    def _start_envs(self) -> None:
+        if self._envs_started:
+            return
+        self.pool.reset(self.cfg.seed)
+        if self.normalizer is not None:
+            self.normalizer.reset(self.storage.obs_at(0))
+        self._envs_started = True
+        self._rollout_ready = False
+
+    @torch.no_grad()
+    def collect_rollout(self) -> None:
+        """``n_steps`` steps of every env into storage, then GAE (sb3 ``collect_rollouts``)."""
+        s, cfg = self.storage, self.cfg
+        if self._rollout_ready:
+            s.carry_over()
+        self.policy.eval()
+        for t in range(s.n_steps):
+            actions, values, log_probs = self.policy(obs_to_tensor(s.as_policy_input(s.obs_at(t)), self.device))
+            actions = actions.cpu().numpy()
+            # The env gets clipped actions; the buffer keeps the unclipped ones (re-scored in train).
+            s.env_actions[...] = np.clip(actions, self.pool.action_space.low, self.pool.action_space.high) if self._box_actions else actions
+            self.pool.step(t)
+            self.num_timesteps += self.n_envs
+
+            dones = s.dones_at(t)
+            self._check_finite(t, dones)
+            for i in np.flatnonzero(dones):
+                self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
+            if self.normalizer is not None:
+                self.normalizer.step(s.obs_at(t + 1), s.rewards[t], dones, s.terminal_obs)
+            self._bootstrap_truncated(s.rewards[t], s.truncated[t] & ~s.terminated[t])
+
+            s.actions[t] = actions.reshape(self.n_envs, s.action_dim)
+            s.episode_starts[t] = self._last_dones
+            s.values[t] = values.clone().cpu().numpy().flatten()
+            s.log_probs[t] = log_probs.clone().cpu().numpy()
+            self._last_dones = dones
+
+        last_values = self.policy.predict_values(obs_to_tensor(s.as_policy_input(s.obs_at(s.n_steps)), self.device))
+        s.advantages[...], s.returns[...] = compute_gae(
+            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self._last_dones, cfg.gamma, cfg.gae_lambda
+        )
+        self._rollout_ready = True
+
+    def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray) -> None:
+        """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
+
+        One env at a time, in env order, in torch float32 arithmetic, as sb3 does: batching the
+        terminal observations changes the rounding (1.2e-7).
+        """
+        for idx in np.flatnonzero(truncated):
+            terminal = {key: arr[idx : idx + 1] for key, arr in self.storage.terminal_obs.items()}
+            terminal_value = self.policy.predict_values(obs_to_tensor(self.storage.as_policy_input(terminal), self.device))[0]
+            rewards[idx] += self.cfg.gamma * terminal_value
+
+    def _check_finite(self, t: int, dones: np.ndarray) -> None:
+        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser."""
+        s = self.storage
+        checks = [("reward", s.rewards[t])]
+        checks += [(f"observation[{key!r}]", arr[t + 1]) for key, arr in s.obs.items() if arr.dtype.kind == "f"]
+        checks += [(f"terminal observation[{key!r}]", arr) for key, arr in s.terminal_obs.items() if arr.dtype.kind == "f"]
+        for what, arr in checks:
+            bad = ~np.isfinite(arr.reshape(self.n_envs, -1)).all(axis=1)
+            if what.startswith("terminal"):
+                bad &= dones
+            if bad.any():
+                env = int(np.flatnonzero(bad)[0])
+                raise NonFiniteError(
+                    f"non-finite {what} from env {env} ({self.pool.spec.name}) at rollout step {t} "
+                    f"(total steps {self.num_timesteps}); statistics were not updated with it"
+                )
+
+    def train(self, progress_remaining: float) -> dict[str, float]:
+        """One PPO update over the stored rollout; logs ``train/*``."""
+        settings = UpdateSettings(
+            learning_rate=self.lr_schedule(progress_remaining),
+            clip_range=self.clip_schedule(progress_remaining),
+            clip_range_vf=None if self.clip_vf_schedule is None else self.clip_vf_schedule(progress_remaining),
+            n_epochs=self.cfg.n_epochs,
+            batch_size=self.cfg.minibatch_size,
+            normalize_advantage=self.cfg.normalize_advantage,
+            ent_coef=self.cfg.ent_coef,
+            vf_coef=self.cfg.vf_coef,
+            max_grad_norm=self.cfg.max_grad_norm,
+            target_kl=self.cfg.target_kl,
+        )
+        logs, self.n_updates = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+        self.logger.record("train/learning_rate", settings.learning_rate)
+        self.logger.record_many(logs)
+        return logs
+
+    def _record_rollout_logs(self) -> None:
+        time_elapsed = max((time.time_ns() - self._start_time) / 1e9, sys.float_info.epsilon)
+        self.logger.record("time/iterations", self.iteration)
+        if self.ep_info_buffer:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([e["r"] for e in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([e["l"] for e in self.ep_info_buffer]))
+        self.logger.record("time/fps", int((self.num_timesteps - self._start_steps) / time_elapsed))
+        self.logger.record("time/time_elapsed", int(time_elapsed))
+        self.logger.record("time/total_timesteps", self.num_timesteps)
+
+    @property
+    def ep_rew_mean(self) -> float:
+        return safe_mean([e["r"] for e in self.ep_info_buffer])
+
+    def close(self) -> None:
+        self.pool.close()

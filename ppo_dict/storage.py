@@ -1,0 +1,132 @@
+"""Rollout storage: one array per field and per dict-observation key, shaped ``[T(+1), N, ...]``.
+
+The fields that environments write (observations, rewards, episode ends, terminal observations,
+episode statistics) and the actions they read come from an ``alloc`` function, so that the same
+layout can live in ordinary memory (envs stepped in-process) or in shared memory (worker
+processes write straight into it). The learner-only fields (values, log-probs, advantages, ...)
+are ordinary arrays. Layout and dtypes follow sb3's ``RolloutBuffer`` / ``DictRolloutBuffer``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+Obs = Union[np.ndarray, dict[str, np.ndarray]]
+
+#: The key of the single observation array when the observation space is not a Dict.
+OBS_KEY = "obs"
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.zeros(shape, dtype=dtype)
+
+
+def obs_layout(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{key: (shape, dtype)}`` of one env's observation, as sb3's buffers store it.
+
+    A Dict space gives one entry per key (in the space's order, which gymnasium sorts); any
+    other space gives the single key :data:`OBS_KEY`. Discrete observations are stored as ``(1,)``.
+    """
+    subspaces = space.spaces if isinstance(space, spaces.Dict) else {OBS_KEY: space}
+    layout = {}
+    for key, sub in subspaces.items():
+        if isinstance(sub, spaces.Discrete):
+            layout[key] = ((1,), np.dtype(sub.dtype))
+        elif isinstance(sub, spaces.Box):
+            layout[key] = (tuple(sub.shape), np.dtype(sub.dtype))
+        else:
+            raise ValueError(f"observation space {sub} (key {key!r}) is not supported: use Box, Discrete or a Dict of them")
+    return layout
+
+
+def action_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 does."""
+    if isinstance(space, spaces.Box):
+        return tuple(space.shape), np.dtype(space.dtype), int(np.prod(space.shape))
+    if isinstance(space, spaces.Discrete):
+        return (), np.dtype(space.dtype), 1
+    raise ValueError(f"action space {space} is not supported: use Box or Discrete")
+
+
+class RolloutStorage:
+    """Everything one rollout of ``n_steps`` x ``n_envs`` transitions needs.
+
+    Written by environments (through ``alloc``):
+        obs[key]: [n_steps+1, n_envs, *shape], the space's dtype. ``obs[t]`` is what the policy saw
+            at step t; envs write ``obs[t+1]`` (the reset obs for envs whose episode ended).
+        terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended.
+        rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
+        episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
+    Read by environments:
+        env_actions: [n_envs, *action_shape], the (clipped) actions to apply.
+    Learner only:
+        actions: [n_steps, n_envs, action_dim] (unclipped, action dtype), episode_starts, values,
+        log_probs, advantages, returns: float32[n_steps, n_envs].
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros):
+        self.observation_space, self.action_space = observation_space, action_space
+        self.n_steps, self.n_envs = n_steps, n_envs
+        self.is_dict_obs = isinstance(observation_space, spaces.Dict)
+        self.obs_layout = obs_layout(observation_space)
+        act_shape, act_dtype, self.action_dim = action_layout(action_space)
+        T, N = n_steps, n_envs
+        self.obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        self.terminal_obs = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        self.rewards = alloc((T, N), np.dtype(np.float32))
+        self.terminated = alloc((T, N), np.dtype(np.bool_))
+        self.truncated = alloc((T, N), np.dtype(np.bool_))
+        self.episode_return = alloc((N,), np.dtype(np.float64))
+        self.episode_length = alloc((N,), np.dtype(np.int64))
+        self.env_actions = alloc((N, *act_shape), act_dtype)
+        self.actions = np.zeros((T, N, self.action_dim), dtype=act_dtype)
+        self.episode_starts = np.zeros((T, N), dtype=np.float32)
+        self.values = np.zeros((T, N), dtype=np.float32)
+        self.log_probs = np.zeros((T, N), dtype=np.float32)
+        self.advantages = np.zeros((T, N), dtype=np.float32)
+        self.returns = np.zeros((T, N), dtype=np.float32)
+
+    # ------------------------------------------------------------------ views
+    def obs_at(self, t: int) -> dict[str, np.ndarray]:
+        """``{key: [n_envs, ...]}`` views of the observations at step ``t`` (writable)."""
+        return {key: arr[t] for key, arr in self.obs.items()}
+
+    def dones_at(self, t: int) -> np.ndarray:
+        return self.terminated[t] | self.truncated[t]
+
+    def as_policy_input(self, obs: dict[str, np.ndarray]) -> Obs:
+        """The policy's input form: the single array, or the dict for Dict spaces."""
+        return obs if self.is_dict_obs else obs[OBS_KEY]
+
+    def carry_over(self) -> None:
+        """Start the next rollout from the last observation of this one."""
+        for arr in self.obs.values():
+            arr[0] = arr[self.n_steps]
+
+    # ------------------------------------------------------------------ sb3 RolloutBuffer.get
+    def flat_samples(self) -> dict[str, Obs]:
+        """Env-major flattened copies (``flat index = env * n_steps + step``), as sb3's swap_and_flatten."""
+        def flat(arr: np.ndarray) -> np.ndarray:
+            shape = arr.shape if arr.ndim >= 3 else (*arr.shape, 1)
+            return arr.swapaxes(0, 1).reshape(shape[0] * shape[1], *shape[2:])
+
+        obs = {key: flat(arr[: self.n_steps]) for key, arr in self.obs.items()}
+        return {
+            "observations": self.as_policy_input(obs),
+            "actions": flat(self.actions),
+            "values": flat(self.values),
+            "log_probs": flat(self.log_probs),
+            "advantages": flat(self.advantages),
+            "returns": flat(self.returns),
+        }
+
+
+def obs_to_tensor(obs: Obs, device: torch.device) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+    """``th.as_tensor`` per key, keeping the numpy dtype (sb3 ``obs_as_tensor``); no copy on CPU."""
+    if isinstance(obs, dict):
+        return {key: torch.as_tensor(value, device=device) for key, value in obs.items()}
+    return torch.as_tensor(obs, device=device)

@@ -1,0 +1,180 @@
+"""The learning half of PPO: GAE and the clipped-surrogate update, as sb3 computes them.
+
+Both are sb3's arithmetic expression for expression (``RolloutBuffer.compute_returns_and_advantage``
+and ``PPO.train``); the comments name the details that bit-exactness depends on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from ppo_dict.errors import NonFiniteError
+from ppo_dict.policy import ActorCritic
+from ppo_dict.storage import RolloutStorage, obs_to_tensor
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    episode_starts: np.ndarray,
+    last_values: np.ndarray,
+    last_dones: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE(lambda) advantages and TD(lambda) returns, all float32, in sb3's evaluation order.
+
+    rewards, values, episode_starts: float32[T, N]; last_values: float32[N] (V of the obs after
+    the last step); last_dones: bool[N] (episode ends of the last step). A float64 GAE cast back
+    to float32 differs from sb3 by ~1e-6, so the loop stays float32 like sb3's.
+    Returns ``(advantages, returns)``, float32[T, N].
+    """
+    n_steps = rewards.shape[0]
+    advantages = np.zeros_like(rewards)
+    last_gae_lam = 0
+    for step in reversed(range(n_steps)):
+        if step == n_steps - 1:
+            next_non_terminal = 1.0 - last_dones.astype(np.float32)
+            next_values = last_values
+        else:
+            next_non_terminal = 1.0 - episode_starts[step + 1]
+            next_values = values[step + 1]
+        delta = rewards[step] + gamma * next_values * next_non_terminal - values[step]
+        last_gae_lam = delta + gamma * gae_lambda * next_non_terminal * last_gae_lam
+        advantages[step] = last_gae_lam
+    return advantages, advantages + values
+
+
+def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    """``1 - Var[y - y_pred] / Var[y]`` (nan when Var[y] == 0), sb3's ``explained_variance``."""
+    var_y = np.var(y_true)
+    return np.nan if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The hyper-parameters of one ``train()`` call, schedules already evaluated."""
+
+    learning_rate: float
+    clip_range: float
+    clip_range_vf: Optional[float]
+    n_epochs: int
+    batch_size: int
+    normalize_advantage: bool
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: Optional[float]
+
+
+def ppo_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    storage: RolloutStorage,
+    s: UpdateSettings,
+    n_updates: int,
+    device: torch.device,
+) -> tuple[dict[str, float], int]:
+    """``n_epochs`` passes of minibatch PPO over the rollout (sb3 ``PPO.train``).
+
+    Draws one ``np.random.permutation`` per started epoch from the global numpy RNG, exactly as
+    sb3 does; an early stop (target_kl) draws no further permutations. Returns the ``train/*``
+    logs and the updated epoch counter ``n_updates``.
+    """
+    policy.train()
+    for group in optimizer.param_groups:
+        group["lr"] = s.learning_rate
+    discrete = policy.action_space.__class__.__name__ == "Discrete"
+    data = storage.flat_samples()
+    buffer_size = storage.n_steps * storage.n_envs
+
+    entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
+    continue_training = True
+    for epoch in range(s.n_epochs):
+        approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
+        indices = np.random.permutation(buffer_size)
+        for start in range(0, buffer_size, s.batch_size):
+            idx = indices[start : start + s.batch_size]
+            obs = obs_to_tensor(_take(data["observations"], idx), device)  # fancy indexing already copied
+            actions = torch.tensor(data["actions"][idx].astype(np.float32, copy=False), device=device)
+            old_values, old_log_prob, advantages, returns = (
+                torch.tensor(data[name][idx].flatten(), device=device) for name in ("values", "log_probs", "advantages", "returns")
+            )
+            if discrete:
+                actions = actions.long().flatten()
+
+            values, log_prob, entropy = policy.evaluate_actions(obs, actions)
+            values = values.flatten()
+            # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
+            if s.normalize_advantage and len(advantages) > 1:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+            ratio = torch.exp(log_prob - old_log_prob)
+            policy_loss_1 = advantages * ratio
+            policy_loss_2 = advantages * torch.clamp(ratio, 1 - s.clip_range, 1 + s.clip_range)
+            policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
+            pg_losses.append(policy_loss.item())
+            clip_fractions.append(torch.mean((torch.abs(ratio - 1) > s.clip_range).float()).item())
+
+            if s.clip_range_vf is None:
+                values_pred = values
+            else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
+                values_pred = old_values + torch.clamp(values - old_values, -s.clip_range_vf, s.clip_range_vf)
+            value_loss = F.mse_loss(returns, values_pred)
+            value_losses.append(value_loss.item())
+            entropy_loss = -torch.mean(entropy)
+            entropy_losses.append(entropy_loss.item())
+            loss = policy_loss + s.ent_coef * entropy_loss + s.vf_coef * value_loss
+
+            with torch.no_grad():
+                log_ratio = log_prob - old_log_prob
+                approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+                approx_kl_divs.append(approx_kl_div)
+            if s.target_kl is not None and approx_kl_div > 1.5 * s.target_kl:
+                continue_training = False  # before the step: this minibatch is logged, not applied
+                break
+
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), s.max_grad_norm)
+            _check_finite(n_updates, epoch, start // s.batch_size, loss=loss, grad_norm=grad_norm)
+            optimizer.step()
+
+        n_updates += 1  # once per epoch, the early-stopped one included
+        if not continue_training:
+            break
+
+    logs = {
+        "train/entropy_loss": np.mean(entropy_losses),
+        "train/policy_gradient_loss": np.mean(pg_losses),
+        "train/value_loss": np.mean(value_losses),
+        "train/approx_kl": np.mean(approx_kl_divs),
+        "train/clip_fraction": np.mean(clip_fractions),
+        "train/loss": loss.item(),
+        "train/explained_variance": explained_variance(data["values"].flatten(), data["returns"].flatten()),
+    }
+    if hasattr(policy, "log_std"):
+        logs["train/std"] = torch.exp(policy.log_std).mean().item()
+    logs["train/n_updates"] = n_updates
+    logs["train/clip_range"] = s.clip_range
+    if s.clip_range_vf is not None:
+        logs["train/clip_range_vf"] = s.clip_range_vf
+    return logs, n_updates
+
+
+def _take(obs, idx: np.ndarray):
+    return {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+
+
+def _check_finite(n_updates: int, epoch: int, minibatch: int, **quantities: torch.Tensor) -> None:
+    """Refuse to apply an update whose loss or gradient norm is NaN/inf (sb3 would step and fail later)."""
+    for name, value in quantities.items():
+        if not bool(torch.isfinite(value).all()):
+            raise NonFiniteError(
+                f"non-finite {name} ({value.item()}) at update {n_updates + 1}, epoch {epoch}, minibatch {minibatch}; "
+                "no optimizer step was taken. Lower the learning rate or check observations and rewards."
+            )
