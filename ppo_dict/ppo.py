@@ -10,12 +10,13 @@ import random
 import sys
 import time
 from collections import deque
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
+from envs import EnvSpec
 from ppo_dict.config import Config, make_schedule
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
@@ -28,6 +29,7 @@ from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 class EnvPool(Protocol):
     """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``."""
 
+    spec: EnvSpec
     num_envs: int
     observation_space: spaces.Space
     action_space: spaces.Space
@@ -96,8 +98,11 @@ class PPO:
         self._box_actions = isinstance(pool.action_space, spaces.Box)
 
     # ------------------------------------------------------------------ the iteration
-    def learn(self, total_timesteps: Optional[int] = None) -> "PPO":
-        """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``)."""
+    def learn(self, total_timesteps: Optional[int] = None, should_stop: Callable[[], bool] = lambda: False) -> "PPO":
+        """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``).
+
+        ``should_stop`` is asked after each update; returning True ends training there (Ctrl-C).
+        """
         total = total_timesteps or self.cfg.total_timesteps
         self._start_envs()
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
@@ -110,6 +115,8 @@ class PPO:
                 self._record_rollout_logs()
                 self.logger.dump(step=self.num_timesteps)
             self.train(progress_remaining)
+            if should_stop():
+                break
         return self
 
     def _start_envs(self) -> None:

@@ -1,0 +1,29 @@
+# `make train` and `make test` install everything they need first (idempotent, fast when done).
+PYTHON ?= python3
+# The CPU build: a bare `torch` would pull several GB of CUDA packages on a machine without a GPU.
+TORCH ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: install train test test-all bench clean
+
+install:
+	$(PYTHON) -m pip install -q "$(TORCH)"
+	$(PYTHON) -m pip install -q -e ".[test]"
+
+# The main job: Reacher (gymnasium MuJoCo) with the MLP policy, a few minutes on 2 cores.
+train: install
+	$(PYTHON) -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp \
+		--total_timesteps 200000 --n_envs 8 --n_steps 256 --batch_size 256 --n_epochs 10 \
+		--gamma 0.9 --gae_lambda 0.95 --learning_rate 3e-4 --normalize True --seed 0 --log_interval 10
+
+test: install
+	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PYTHON) benchmarks/bench.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

@@ -1,0 +1,206 @@
+"""Run sb3 and ppo_dict side by side on the same settings and record what each did.
+
+Each side returns a :class:`Record`: per rollout, the buffer arrays ``[n_steps, n_envs, ...]``
+(captured after GAE, before training flattens them); per log dump, the logged values; and the
+final parameters, Adam state and RNG states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from stable_baselines3 import PPO as SB3PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import KVWriter, Logger as SB3Logger
+from stable_baselines3.common.vec_env import VecNormalize
+
+from envs import resolve_env_name
+from ppo_dict.config import Config, make_schedule
+from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.ppo import PPO
+
+BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
+#: wall-clock keys differ between any two runs
+UNTIMED = ("time/fps", "time/time_elapsed")
+
+
+@dataclass
+class Record:
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
+    dumps: list[dict[str, Any]] = field(default_factory=list)
+    last_logs: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+    torch_rng: Optional[torch.Tensor] = None
+    numpy_rng: Any = None
+    normalizer: Optional[dict[str, Any]] = None
+
+
+def _untimed(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in UNTIMED}
+
+
+class _Capture(KVWriter):
+    def __init__(self, dumps: list):
+        self.dumps = dumps
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
+        self.dumps.append(_untimed(dict(key_values)))
+
+
+class _RolloutCapture(BaseCallback):
+    def __init__(self, rollouts: list):
+        super().__init__()
+        self.rollouts = rollouts
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        buf = self.model.rollout_buffer
+        self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
+
+
+def sb3_kwargs(cfg: Config) -> dict[str, Any]:
+    """The sb3 PPO arguments that mean what ``cfg`` means."""
+    from ppo_dict.policy import ACTIVATION_CLASSES
+
+    policy_kwargs: dict[str, Any] = dict(
+        activation_fn=ACTIVATION_CLASSES[cfg.activation_fn],
+        ortho_init=cfg.ortho_init,
+        log_std_init=cfg.log_std_init,
+        share_features_extractor=cfg.share_features_extractor,
+    )
+    if cfg.net_arch is not None:
+        policy_kwargs["net_arch"] = cfg.net_arch
+    return dict(
+        learning_rate=make_schedule(cfg.learning_rate),
+        n_steps=cfg.n_steps,
+        batch_size=cfg.minibatch_size,
+        n_epochs=cfg.n_epochs,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=make_schedule(cfg.clip_range),
+        clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
+        normalize_advantage=cfg.normalize_advantage,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        seed=cfg.seed,
+        device="cpu",
+        policy_kwargs=policy_kwargs,
+    )
+
+
+def make_sb3(cfg: Config) -> SB3PPO:
+    spec = resolve_env_name(cfg.env)
+    venv = make_vec_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed)
+    if cfg.normalize:
+        venv = VecNormalize(
+            venv, norm_obs=cfg.norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward, gamma=cfg.vecnorm_gamma
+        )
+    return SB3PPO("MlpPolicy", venv, verbose=0, **sb3_kwargs(cfg))
+
+
+def run_sb3(cfg: Config) -> Record:
+    rec = Record()
+    model = make_sb3(cfg)
+    logger = SB3Logger(folder=None, output_formats=[_Capture(rec.dumps)])
+    model.set_logger(logger)
+    model.learn(cfg.total_timesteps, callback=_RolloutCapture(rec.rollouts), log_interval=cfg.log_interval)
+    rec.last_logs = _untimed(dict(logger.name_to_value))
+    rec.params = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    rec.optimizer = model.policy.optimizer.state_dict()
+    rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
+    if cfg.normalize:
+        venv = model.get_env()
+        rec.normalizer = {"obs_mean": venv.obs_rms.mean, "obs_var": venv.obs_rms.var, "obs_count": venv.obs_rms.count,
+                          "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count, "returns": venv.returns}
+    model.get_env().close()
+    return rec
+
+
+class RecordingPPO(PPO):
+    """ppo_dict's PPO, recording each rollout as sb3's buffer holds it."""
+
+    rollouts: list
+
+    def collect_rollout(self) -> None:
+        super().collect_rollout()
+        s = self.storage
+        obs = s.as_policy_input({k: v[: s.n_steps].copy() for k, v in s.obs.items()})
+        self.rollouts.append({
+            "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(), "episode_starts": s.episode_starts.copy(),
+            "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
+        })
+
+
+def make_ours(cfg: Config, pool=None) -> RecordingPPO:
+    pool = pool or InProcessEnvPool(resolve_env_name(cfg.env), cfg.num_envs, cfg.n_steps)
+    model = RecordingPPO(cfg.replace(verbose=0), pool)
+    model.rollouts = []
+    return model
+
+
+def run_ours(cfg: Config, pool=None) -> Record:
+    rec = Record()
+    model = make_ours(cfg, pool)
+    model.logger.writers.append(lambda values, step: rec.dumps.append(_untimed(values)))
+    try:
+        model.learn()
+    finally:
+        model.close()
+    rec.rollouts = model.rollouts
+    rec.last_logs = _untimed(dict(model.logger.current))
+    rec.params = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    rec.optimizer = model.optimizer.state_dict()
+    rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
+    if model.normalizer is not None:
+        n = model.normalizer
+        rec.normalizer = {"obs_mean": n.obs_rms["obs"].mean, "obs_var": n.obs_rms["obs"].var, "obs_count": n.obs_rms["obs"].count,
+                          "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count, "returns": n.returns}
+    return rec
+
+
+# ------------------------------------------------------------------------------------- comparisons
+def assert_same_value(a: Any, b: Any, what: str) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), f"{what} differs"
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), f"{what}: keys {list(a)} != {list(b)}"
+        for k in a:
+            assert_same_value(a[k], b[k], f"{what}[{k!r}]")
+    elif isinstance(a, (list, tuple)) and not isinstance(a, str):
+        assert len(a) == len(b), f"{what}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_value(x, y, f"{what}[{i}]")
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        assert np.array_equal(a, b, equal_nan=True), f"{what}: max abs diff {np.nanmax(np.abs(a.astype(float) - b.astype(float)))}"
+    elif isinstance(a, float) and np.isnan(a):
+        assert isinstance(b, float) and np.isnan(b), f"{what}: {a!r} != {b!r}"
+    else:
+        assert a == b, f"{what}: {a!r} != {b!r}"
+
+
+def assert_same_record(sb3: Record, ours: Record) -> None:
+    """Exact equality of everything recorded (no tolerance)."""
+    assert len(sb3.rollouts) == len(ours.rollouts) > 0
+    for i, (a, b) in enumerate(zip(sb3.rollouts, ours.rollouts)):
+        for name in BUFFER_FIELDS:
+            assert_same_value(a[name], b[name], f"rollout {i} {name}")
+    assert len(sb3.dumps) == len(ours.dumps) > 0
+    for i, (a, b) in enumerate(zip(sb3.dumps, ours.dumps)):
+        assert_same_value(dict(sorted(a.items())), dict(sorted(b.items())), f"log dump {i}")
+    assert_same_value(dict(sorted(sb3.last_logs.items())), dict(sorted(ours.last_logs.items())), "last train logs")
+    assert_same_value(sb3.params, ours.params, "final parameters")
+    assert_same_value(sb3.optimizer, ours.optimizer, "final Adam state")
+    assert_same_value(sb3.torch_rng, ours.torch_rng, "torch RNG state")
+    assert_same_value(list(sb3.numpy_rng), list(ours.numpy_rng), "numpy RNG state")
+    if sb3.normalizer is not None or ours.normalizer is not None:
+        assert_same_value(sb3.normalizer, ours.normalizer, "VecNormalize statistics")
