@@ -88,21 +88,40 @@ def make_schedule(value: Union[float, str]) -> Callable[[float], float]:
     return lambda progress_remaining: constant
 
 
+def safe_literal(text: str) -> Any:
+    """Evaluate a Python literal that may contain ``dict(k=v)`` calls, as rl-zoo writes them.
+
+    Numbers, strings, lists, tuples, dicts, ``True/False/None`` and ``dict(...)`` with keyword
+    arguments; bare names such as ``nn.ReLU`` become their dotted string. Nothing is executed.
+    """
+
+    def convert(node: ast.AST) -> Any:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            return {kw.arg: convert(kw.value) for kw in node.keywords}
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [convert(e) for e in node.elts]
+            return items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Dict):
+            return {convert(k): convert(v) for k, v in zip(node.keys, node.values) if k is not None}
+        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(node.ctx, ast.Store):
+            if isinstance(node, ast.Name) and node.id in ("True", "False", "None"):
+                return {"True": True, "False": False, "None": None}[node.id]
+            return ast.unparse(node)
+        return ast.literal_eval(node)  # constants and signed numbers; raises ValueError on anything else
+
+    return convert(ast.parse(text.strip(), mode="eval").body)
+
+
 def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
     """``64,64``, ``pi=256,256;vf=128,128``, ``[256, 256]`` or ``dict(pi=[..], vf=[..])``.
 
-    Parsed with ``ast.literal_eval`` (never ``eval``).
+    Parsed with :func:`safe_literal` (never ``eval``).
     """
     if isinstance(text, (list, dict)):
         return _check_net_arch(text)
     text = str(text).strip()
-    if text.startswith("dict(") and text.endswith(")"):
-        body = text[len("dict(") : -1]
-        call = ast.parse(f"f({body})", mode="eval").body
-        keywords = call.keywords if isinstance(call, ast.Call) else []
-        return _check_net_arch({kw.arg: ast.literal_eval(kw.value) for kw in keywords})
-    if text.startswith(("[", "{")):
-        value = ast.literal_eval(text)
+    if text.startswith(("[", "{", "dict(")):
+        value = safe_literal(text)
         # sb3 < 1.8 wrote [dict(pi=..., vf=...)]; sb3 unwraps it the same way.
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
             value = value[0]
@@ -113,7 +132,7 @@ def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
             key, _, sizes = part.partition("=")
             arch[key.strip()] = [int(s) for s in sizes.split(",") if s.strip()]
         return _check_net_arch(arch)
-    if text in ("", "[]"):
+    if text == "":
         return []
     return _check_net_arch([int(s) for s in text.split(",") if s.strip()])
 

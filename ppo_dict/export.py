@@ -49,8 +49,8 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
 
 def _to_tensors(value: Any) -> Any:
     """numpy arrays -> tensors, recursively, so the file loads with ``weights_only=True``."""
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
+    if isinstance(value, (np.ndarray, np.generic)):  # 0-d statistics are numpy scalars
+        return torch.from_numpy(np.array(value))
     if isinstance(value, dict):
         return {k: _to_tensors(v) for k, v in value.items()}
     return value
