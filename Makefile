@@ -13,7 +13,7 @@ install:
 # The main job: Reacher (gymnasium MuJoCo) with the MLP policy, a few minutes on 2 cores.
 train: install
 	$(PYTHON) -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp \
-		--total_timesteps 200000 --n_envs 8 --n_steps 256 --batch_size 256 --n_epochs 10 \
+		--total_timesteps 500000 --n_envs 8 --n_steps 256 --batch_size 256 --n_epochs 10 \
 		--gamma 0.9 --gae_lambda 0.95 --learning_rate 3e-4 --normalize True --seed 0 --log_interval 10
 
 test: install
