@@ -6,7 +6,7 @@ one piece of code that both the in-process pool here and each worker process run
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -15,18 +15,34 @@ from envs import EnvSpec, make_env
 from ppo_dict.storage import OBS_KEY, RolloutStorage
 
 
+def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
+    """sb3 ``VecEnv.seed``: env i is first reset with ``seed + i`` (all ``None`` for no seed)."""
+    return [None if seed is None else seed + i for i in range(n_envs)]
+
+
 class EnvRunner:
     """Steps envs ``env_ids[j]`` (global indices) held in ``envs[j]``, writing into ``storage``.
 
-    sb3 semantics: env i is first reset with ``seed + i``; an episode end (terminated or
-    truncated) stores the last obs in ``terminal_obs`` and auto-resets (without a seed), so
-    ``obs[t+1]`` holds the new episode's first obs; rewards are float32; episode return and
-    length are Monitor's (return summed in float64, rounded to 6 decimals).
+    sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
+    (terminated or truncated) stores the last obs in ``terminal_obs`` and auto-resets (without a
+    seed), so ``obs[t+1]`` holds the new episode's first obs; rewards are float32; episode return
+    and length are Monitor's (return summed in float64, rounded to 6 decimals).
+
+    With ``record_infos`` the runner also keeps what sb3's ``DummyVecEnv`` returns besides the
+    arrays: ``infos[j]`` of the last step (with ``"TimeLimit.truncated"`` and, at an episode end,
+    ``"terminal_observation"``, the raw obs) and ``reset_infos[j]``.
+
+    ``active`` is ``(global env index, call)`` of the env call in progress or last made
+    (``"reset"`` or ``"step"``), so that a worker can say which env failed.
     """
 
-    def __init__(self, envs: Sequence[gym.Env], env_ids: Sequence[int], storage: RolloutStorage):
+    def __init__(self, envs: Sequence[gym.Env], env_ids: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
         self.envs, self.env_ids, self.storage = list(envs), list(env_ids), storage
         self.is_dict_obs = storage.is_dict_obs
+        self.record_infos = record_infos
+        self.infos: list[dict[str, Any]] = [{} for _ in self.envs]
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in self.envs]
+        self.active: tuple[int, str] = (-1, "")
         self._returns = [0.0] * len(self.envs)
         self._lengths = [0] * len(self.envs)
 
@@ -37,11 +53,16 @@ class EnvRunner:
         else:
             target[OBS_KEY][row] = obs
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset every env (env i with ``seed + i``) and write ``obs[0]``."""
+    def reset(self, seeds: Sequence[Optional[int]], options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """Reset every env (env i with ``seeds[i]``, global index) and write ``obs[0]``.
+
+        ``options[i]`` is passed only when non-empty, as sb3's ``DummyVecEnv.reset`` does.
+        """
         obs0 = self.storage.obs_at(0)
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            self.active = (i, "reset")
+            maybe_options = {"options": options[i]} if options is not None and options[i] else {}
+            obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
             self._returns[j], self._lengths[j] = 0.0, 0
 
@@ -50,18 +71,26 @@ class EnvRunner:
         s = self.storage
         next_obs = s.obs_at(t + 1)
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
-            obs, reward, terminated, truncated, _ = env.step(s.env_actions[i].copy())
+            self.active = (i, "step")
+            obs, reward, terminated, truncated, info = env.step(s.env_actions[i].copy())
             self._returns[j] += float(reward)
             self._lengths[j] += 1
             s.rewards[t, i] = reward
             s.terminated[t, i] = terminated
             s.truncated[t, i] = truncated
+            if self.record_infos:
+                # sb3 DummyVecEnv.step_wait: set on every step, not only at episode ends.
+                info["TimeLimit.truncated"] = truncated and not terminated
+                self.infos[j] = info
             if terminated or truncated:
                 self._write_obs(s.terminal_obs, i, obs)
+                if self.record_infos:
+                    info["terminal_observation"] = obs
                 s.episode_return[i] = round(self._returns[j], 6)
                 s.episode_length[i] = self._lengths[j]
                 self._returns[j], self._lengths[j] = 0.0, 0
-                obs, _ = env.reset()
+                self.active = (i, "reset")
+                obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
 
     def close(self) -> None:
@@ -81,7 +110,7 @@ class InProcessEnvPool:
         self.closed = False
 
     def reset(self, seed: Optional[int]) -> None:
-        self._runner.reset(seed)
+        self._runner.reset(env_seeds(seed, self.num_envs))
 
     def step(self, t: int) -> None:
         self._runner.step(t)
