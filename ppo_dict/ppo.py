@@ -22,7 +22,7 @@ from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.storage import RolloutStorage, obs_to_tensor
+from ppo_dict.storage import RolloutStorage, StepObsToDevice, obs_to_tensor
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 
 
@@ -96,6 +96,7 @@ class PPO:
         self._last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
         self._envs_started = False
         self._box_actions = isinstance(pool.action_space, spaces.Box)
+        self._step_obs = StepObsToDevice(self.storage, self.device)
 
     # ------------------------------------------------------------------ the iteration
     def learn(self, total_timesteps: Optional[int] = None, should_stop: Callable[[], bool] = lambda: False) -> "PPO":
@@ -136,7 +137,7 @@ class PPO:
             s.carry_over()
         self.policy.eval()
         for t in range(s.n_steps):
-            actions, values, log_probs = self.policy(obs_to_tensor(s.as_policy_input(s.obs_at(t)), self.device))
+            actions, values, log_probs = self.policy(self._step_obs(t))
             actions = actions.cpu().numpy()
             # The env gets clipped actions; the buffer keeps the unclipped ones (re-scored in train).
             s.env_actions[...] = np.clip(actions, self.pool.action_space.low, self.pool.action_space.high) if self._box_actions else actions
@@ -157,7 +158,7 @@ class PPO:
             s.log_probs[t] = log_probs.clone().cpu().numpy()
             self._last_dones = dones
 
-        last_values = self.policy.predict_values(obs_to_tensor(s.as_policy_input(s.obs_at(s.n_steps)), self.device))
+        last_values = self.policy.predict_values(self._step_obs(s.n_steps))
         s.advantages[...], s.returns[...] = compute_gae(
             s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self._last_dones, cfg.gamma, cfg.gae_lambda
         )

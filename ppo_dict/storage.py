@@ -130,3 +130,32 @@ def obs_to_tensor(obs: Obs, device: torch.device) -> Union[torch.Tensor, dict[st
     if isinstance(obs, dict):
         return {key: torch.as_tensor(value, device=device) for key, value in obs.items()}
     return torch.as_tensor(obs, device=device)
+
+
+class StepObsToDevice:
+    """The observations of one rollout step as policy input on ``device``.
+
+    CPU: ``torch.from_numpy`` views of the storage itself, no copy. CUDA: one pinned staging
+    buffer per key, one copy into it and one non-blocking host-to-device copy per step; uint8
+    images travel as uint8 and are scaled on the GPU. Reusing the staging buffer is safe because
+    every step synchronises on ``actions.cpu()`` before the next copy.
+    """
+
+    def __init__(self, storage: RolloutStorage, device: torch.device):
+        self.storage, self.device = storage, device
+        self.pinned: dict[str, torch.Tensor] = {}
+        if device.type == "cuda":
+            for key, (shape, dtype) in storage.obs_layout.items():
+                torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+                self.pinned[key] = torch.empty((storage.n_envs, *shape), dtype=torch_dtype).pin_memory()
+
+    def __call__(self, t: int) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+        obs = self.storage.obs_at(t)
+        if not self.pinned:
+            return obs_to_tensor(self.storage.as_policy_input(obs), self.device)
+        on_device = {}
+        for key, arr in obs.items():
+            staging = self.pinned[key]
+            staging.copy_(torch.from_numpy(arr))
+            on_device[key] = staging.to(self.device, non_blocking=True)
+        return self.storage.as_policy_input(on_device)
