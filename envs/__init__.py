@@ -7,11 +7,24 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import gymnasium as gym
 
 GYM_PREFIX = "gym_"
+#: The dummy pixel env for benchmarking and testing the pipeline (``envs/dummy.py``).
+TEST_DUMMY = "test_dummy"
+
+
+@dataclass(frozen=True)
+class PixelOptions:
+    """Observe rendered frames: ``image_size`` square, optional grey, ``frame_stack`` frames on the
+    channel axis, and with ``keep_state`` the state vector under its own key."""
+
+    image_size: int = 84
+    grayscale: bool = False
+    frame_stack: int = 1
+    keep_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -24,6 +37,7 @@ class EnvSpec:
         gym_packages: modules imported before ``gym.make`` so that custom ids are registered.
         kwargs: keyword arguments for ``gym.make``.
         notice: one line for the user when the name was mapped (empty otherwise).
+        pixel: render frames as the observation (None: the env's own observation).
     """
 
     name: str
@@ -31,6 +45,7 @@ class EnvSpec:
     gym_packages: tuple[str, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     notice: str = ""
+    pixel: Optional[PixelOptions] = None
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:
@@ -49,15 +64,26 @@ def _newest_version(spec: gym.envs.registration.EnvSpec) -> str | None:
     return max(candidates, key=lambda s: s.version).id if candidates else None
 
 
-def resolve_env_name(name: str, gym_packages: tuple[str, ...] = ()) -> EnvSpec:
+def resolve_env_name(
+    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None
+) -> EnvSpec:
     """Check ``name`` and return its spec, or raise with gymnasium's own "Did you mean" text.
 
     MuJoCo ids that gymnasium 1.x only registers to raise (``Reacher-v2``, ``-v3``: they need
     mujoco-py) map to the newest version gymnasium makes, with a notice saying so.
+    ``test_dummy`` is the dummy pixel env; its ``kwargs`` are checked here.
     """
+    kwargs = dict(kwargs or {})
     import_gym_packages(gym_packages)
+    if name == TEST_DUMMY:
+        from envs.dummy import GYM_ID, check_kwargs
+
+        check_kwargs(kwargs)
+        if pixel is not None:
+            raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper")
+        return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs)
     if not name.startswith(GYM_PREFIX):
-        raise ValueError(f"unknown environment family; write gym_<gymnasium id>, e.g. gym_Reacher-v2 (got {name!r})")
+        raise ValueError(f"unknown environment {name!r}: write gym_<gymnasium id> (e.g. gym_Reacher-v2) or {TEST_DUMMY}")
     gym_id = name[len(GYM_PREFIX) :]
     spec = gym.spec(gym_id)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
@@ -67,10 +93,20 @@ def resolve_env_name(name: str, gym_packages: tuple[str, ...] = ()) -> EnvSpec:
             raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
         notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
         gym_id = newest
-    return EnvSpec(name=name, gym_id=gym_id, gym_packages=tuple(gym_packages), notice=notice)
+    if pixel is not None:
+        from envs.pixels import check_pixel_env
+
+        check_pixel_env(gym.spec(gym_id))
+    return EnvSpec(name=name, gym_id=gym_id, gym_packages=tuple(gym_packages), kwargs=kwargs, notice=notice, pixel=pixel)
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
     """Build one env from its spec (in the main process or in a worker)."""
     import_gym_packages(spec.gym_packages)
-    return gym.make(spec.gym_id, **spec.kwargs)
+    if spec.name == TEST_DUMMY:
+        import envs.dummy  # noqa: F401  (registers the gymnasium id)
+    if spec.pixel is None:
+        return gym.make(spec.gym_id, **spec.kwargs)
+    from envs.pixels import make_pixel_env
+
+    return make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)

@@ -156,7 +156,18 @@ def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
 
 
 def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str) -> Any:
-    return field(default=default, metadata={"help": help, "parse": parse, "group": group})
+    metadata = {"help": help, "parse": parse, "group": group}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def parse_kwargs(text: Union[str, dict]) -> dict[str, Any]:
+    """``dict(image_size=64, continuous=True)`` or ``{'image_size': 64}`` (parsed safely)."""
+    value = text if isinstance(text, dict) else safe_literal(str(text)) if str(text).strip() else {}
+    if not isinstance(value, dict):
+        raise ValueError(f"expected dict(...) of keyword arguments, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -172,6 +183,14 @@ class Config:
     n_envs: Optional[int] = _opt(None, "environments stepped in parallel (None: num_workers x envs_per_worker, or 1)", _none_or(int), "env")
     seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", _none_or(int), "env")
     total_timesteps: int = _opt(1_000_000, "environment steps to train for (summed over envs)", lambda s: int(float(s)), "env")
+    env_kwargs: dict[str, Any] = _opt({}, "keyword arguments for making the env, e.g. dict(image_size=64)", parse_kwargs, "env")
+
+    # Pixel observations (MuJoCo envs rendered in each worker)
+    pixel_obs_wrapper: bool = _opt(False, "observe rendered frames instead of the state (dict observation)", parse_bool, "pixels")
+    image_size: int = _opt(84, "rendered frame height and width", int, "pixels")
+    grayscale: bool = _opt(False, "convert frames to one grey channel", parse_bool, "pixels")
+    frame_stack: int = _opt(1, "stack the last K frames on the channel axis (sb3 VecFrameStack)", int, "pixels")
+    pixel_keep_state: bool = _opt(False, "also observe the state vector, under its own key", parse_bool, "pixels")
 
     # Policy (sb3 ActorCriticPolicy keyword arguments)
     model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)}", str, "policy")
@@ -265,6 +284,13 @@ class Config:
     def vecnorm_gamma(self) -> float:
         return self.gamma if self.norm_gamma is None else self.norm_gamma
 
+    def env_spec(self) -> "EnvSpec":  # noqa: F821 (envs.EnvSpec)
+        """The checked recipe for this run's envs (raises gymnasium's error for an unknown id)."""
+        from envs import PixelOptions, resolve_env_name  # imported here: envs imports gymnasium
+
+        pixel = PixelOptions(self.image_size, self.grayscale, self.frame_stack, self.pixel_keep_state) if self.pixel_obs_wrapper else None
+        return resolve_env_name(self.env, self.gym_packages, kwargs=self.env_kwargs, pixel=pixel)
+
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
@@ -294,8 +320,6 @@ def validate(cfg: Config) -> None:
 
     Runs before any environment or process is created. Uses no ``assert`` (safe under ``python -O``).
     """
-    from envs import resolve_env_name  # imported here: envs imports gymnasium, slow to import
-
     p: list[str] = []
     inf = math.inf
     if cfg.n_envs is not None:
@@ -351,8 +375,10 @@ def validate(cfg: Config) -> None:
         p.append(f"n_steps*n_envs={cfg.rollout_size}: must be > 1 when normalize_advantage is True")
     if cfg.save_path is not None and os.path.isfile(cfg.save_path):
         p.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
+    _in_range(p, "image_size", cfg.image_size, 36, 4096)  # NatureCNN's kernels need at least 36 pixels
+    _in_range(p, "frame_stack", cfg.frame_stack, 1, 64)
     try:
-        resolve_env_name(cfg.env, cfg.gym_packages)
+        cfg.env_spec()
     except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
         p.append(f"env={cfg.env!r}: {exc}")
     if p:
@@ -390,6 +416,8 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo") -> argparse.Argument
     for f in dataclasses.fields(Config):
         group = groups.setdefault(f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
         kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
+        if kwargs["default"] is dataclasses.MISSING:
+            kwargs["default"] = f.default_factory()  # type: ignore[misc]
         if f.metadata["parse"] is parse_bool:
             kwargs.update(nargs="?", const=True, metavar="True|False")
         elif f.metadata["parse"] is parse_packages:

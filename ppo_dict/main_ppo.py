@@ -16,7 +16,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from envs import resolve_env_name
 from ppo_dict.config import Config, config_from_args, validate
 from ppo_dict.env_pool import make_env_pool
 from ppo_dict.errors import ConfigError
@@ -66,7 +65,7 @@ def run(cfg: Config) -> int:
     stop = StopFlag()
     stop.install()
     torch.set_num_threads(cfg.torch_threads)
-    spec = resolve_env_name(cfg.env, cfg.gym_packages)
+    spec = cfg.env_spec()
     if spec.notice:
         print(spec.notice, flush=True)
     start = time.time()
