@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import gymnasium as gym
+import numpy as np
 
 GYM_PREFIX = "gym_"
 #: The dummy pixel env for benchmarking and testing the pipeline (``envs/dummy.py``).
@@ -46,6 +47,17 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     notice: str = ""
     pixel: Optional[PixelOptions] = None
+
+
+def is_image_space(space: gym.Space) -> bool:
+    """sb3's ``is_image_space``: a 3-d uint8 Box with bounds exactly [0, 255]."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) == 3
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:
@@ -105,8 +117,21 @@ def make_env(spec: EnvSpec) -> gym.Env:
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         import envs.dummy  # noqa: F401  (registers the gymnasium id)
-    if spec.pixel is None:
-        return gym.make(spec.gym_id, **spec.kwargs)
-    from envs.pixels import make_pixel_env
+    from envs.pixels import ChannelFirst, make_pixel_env
 
-    return make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
+    env = gym.make(spec.gym_id, **spec.kwargs) if spec.pixel is None else make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
+    # Our CNNs read [C, H, W]; sb3 wraps channel-last envs in VecTransposeImage for the same reason.
+    return ChannelFirst(env) if ChannelFirst.needed(env.observation_space) else env
+
+
+def observes_images(spec: EnvSpec) -> bool:
+    """Whether the env's observation is (or contains) an image; builds one env unless it is known."""
+    if spec.pixel is not None or spec.name == TEST_DUMMY:
+        return True
+    env = make_env(spec)
+    try:
+        space = env.observation_space
+        subspaces = space.spaces.values() if isinstance(space, gym.spaces.Dict) else [space]
+        return any(is_image_space(sub) for sub in subspaces)
+    finally:
+        env.close()

@@ -21,6 +21,8 @@ NetArch = Union[list[int], dict[str, list[int]]]
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn")
 MP_METHODS = ("forkserver", "spawn", "fork")
+PROGRESS_MODES = ("auto", "bar", "lines", "none")
+WANDB_MODES = ("online", "offline", "disabled")
 
 
 def physical_cores() -> int:
@@ -238,7 +240,31 @@ class Config:
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system")
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", _none_or(str), "system")
-    export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads", _none_or(str), "system")
+    export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", _none_or(str), "system")
+    hyperparams: Optional[str] = _opt(None, "rl-zoo hyperparameter file (e.g. ppo.yml); the env's entry sets defaults, explicit flags win", _none_or(str), "system")
+    progress: str = _opt("auto", f"progress display: {' | '.join(PROGRESS_MODES)} (auto: a bar on a terminal, plain lines otherwise)", str, "system")
+
+    # Run directory, checkpoints and resume
+    run_dir: Optional[str] = _opt(None, "where this run writes config, CSV log, checkpoints, evaluations, videos, plots (None: runs/<env>__<seed>__<time>)", _none_or(str), "run")
+    save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", lambda s: int(float(s)), "run")
+    keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run")
+    resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file", _none_or(str), "run")
+    plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")
+    tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", _none_or(str), "run")
+
+    # Evaluation and video
+    eval_freq: int = _opt(0, "evaluate every this many env steps, checked after each update (0: never)", lambda s: int(float(s)), "eval")
+    eval_episodes: int = _opt(5, "deterministic episodes per evaluation, on a separate env with frozen normalisation", int, "eval")
+    video: bool = _opt(False, "record the first episode of each evaluation to an mp4 (MuJoCo needs MUJOCO_GL=egl or osmesa)", parse_bool, "eval")
+    video_length: int = _opt(1000, "at most this many frames per video", int, "eval")
+
+    # Experiment tracking (Weights & Biases)
+    project: Optional[str] = _opt(None, "wandb project: logging to wandb is on when set", _none_or(str), "tracking")
+    entity: Optional[str] = _opt(None, "wandb entity (user or team)", _none_or(str), "tracking")
+    group: Optional[str] = _opt(None, "wandb group (e.g. one per experiment, seeds within it)", _none_or(str), "tracking")
+    tags: tuple[str, ...] = _opt((), "wandb tags", parse_packages, "tracking")
+    run_name: Optional[str] = _opt(None, "wandb run name (None: the run directory's name)", _none_or(str), "tracking")
+    wandb_mode: Optional[str] = _opt(None, f"{' | '.join(WANDB_MODES)} (None: $WANDB_MODE, else online if an API key is configured, else offline)", _none_or(str), "tracking")
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -296,6 +322,21 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Config":
+        """A config from :meth:`to_dict`'s output (e.g. read back from a checkpoint or JSON).
+
+        Each value goes through its flag's parser (lists become tuples, ``"lin_1e-3"`` stays a
+        schedule); keys that are not fields (written by another version) are ignored.
+        """
+        return cls(**parse_values(values))
+
+
+def parse_values(values: dict[str, Any]) -> dict[str, Any]:
+    """``{field: parsed value}`` for the keys of ``values`` that are Config fields."""
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    return {k: (None if v is None else fields[k].metadata["parse"](v)) for k, v in values.items() if k in fields}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,12 +416,34 @@ def validate(cfg: Config) -> None:
         p.append(f"n_steps*n_envs={cfg.rollout_size}: must be > 1 when normalize_advantage is True")
     if cfg.save_path is not None and os.path.isfile(cfg.save_path):
         p.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
+    if cfg.progress not in PROGRESS_MODES:
+        p.append(f"progress={cfg.progress!r}: must be one of {', '.join(PROGRESS_MODES)}")
+    if cfg.wandb_mode is not None and cfg.wandb_mode not in WANDB_MODES:
+        p.append(f"wandb_mode={cfg.wandb_mode!r}: must be one of {', '.join(WANDB_MODES)} or None")
+    _in_range(p, "save_freq", cfg.save_freq, 0, inf)
+    _in_range(p, "keep_checkpoints", cfg.keep_checkpoints, 1, inf)
+    _in_range(p, "eval_freq", cfg.eval_freq, 0, inf)
+    _in_range(p, "eval_episodes", cfg.eval_episodes, 1, inf)
+    _in_range(p, "video_length", cfg.video_length, 1, inf)
+    if cfg.video and cfg.eval_freq == 0:
+        p.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
+    if cfg.resume is not None and not os.path.exists(cfg.resume):
+        p.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
+    if cfg.hyperparams is not None:
+        from ppo_dict.hyperparams import load_hyperparams  # rl-zoo interop, only when asked for
+
+        p.extend(load_hyperparams(cfg.hyperparams, cfg.env)[1])
     _in_range(p, "image_size", cfg.image_size, 36, 4096)  # NatureCNN's kernels need at least 36 pixels
     _in_range(p, "frame_stack", cfg.frame_stack, 1, 64)
     try:
-        cfg.env_spec()
+        spec = cfg.env_spec()
+        if cfg.model in MODELS:
+            from ppo_dict.policy import model_problem
+
+            p.append(model_problem(cfg.model, spec))
     except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
         p.append(f"env={cfg.env!r}: {exc}")
+    p = [problem for problem in p if problem]
     if p:
         raise ConfigError(p)
     if cfg.rollout_size % cfg.minibatch_size > 0:
@@ -405,11 +468,12 @@ def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None
 # Command line
 
 
-def build_parser(prog: str = "python -m ppo_dict.main_ppo") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:
     """An argparse parser with one ``--flag`` per :class:`Config` field.
 
     Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``.
     Unknown flags are an argparse error (no abbreviations: ``--bacth`` is refused).
+    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart).
     """
     parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups: dict[str, argparse._ArgumentGroup] = {}
@@ -421,14 +485,35 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo") -> argparse.Argument
         if f.metadata["parse"] is parse_bool:
             kwargs.update(nargs="?", const=True, metavar="True|False")
         elif f.metadata["parse"] is parse_packages:
-            kwargs.update(nargs="*", type=str, metavar="MODULE")
+            kwargs.update(nargs="*", type=str, metavar="NAME")
+        if suppress_defaults:
+            kwargs["default"] = argparse.SUPPRESS
         group.add_argument(f"--{f.name}", **kwargs)
     return parser
 
 
-def config_from_args(argv: Optional[list[str]] = None) -> Config:
-    """Parse a command line into a :class:`Config` (not yet validated)."""
-    ns = build_parser().parse_args(argv)
-    values = vars(ns)
-    values["gym_packages"] = parse_packages(values["gym_packages"])
+def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
+    """``{field: value}`` for the flags actually given on the command line (parsed)."""
+    ns = build_parser(suppress_defaults=True).parse_args(argv)
+    return {k: parse_packages(v) if k in ("gym_packages", "tags") else v for k, v in vars(ns).items()}
+
+
+def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None) -> Config:
+    """Parse a command line into a :class:`Config` (not yet validated).
+
+    Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config), the
+    ``--hyperparams`` file's entry for the env, then the flags actually typed.
+    """
+    values = vars(build_parser().parse_args(argv))  # argparse exits 2 on unknown flags or bad values
+    given = explicit_flags(argv)
+    layered: dict[str, Any] = dict(base or {})
+    hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
+    if hyperparams_file and "resume" not in given:
+        from ppo_dict.hyperparams import load_hyperparams  # rl-zoo interop, only when asked for
+
+        env = given.get("env", layered.get("env", values["env"]))
+        layered.update(load_hyperparams(hyperparams_file, env)[0])
+    layered.update(given)
+    values.update(layered)
+    values["gym_packages"], values["tags"] = parse_packages(values["gym_packages"]), parse_packages(values["tags"])
     return Config(**values)

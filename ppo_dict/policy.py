@@ -16,6 +16,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from envs import EnvSpec, is_image_space, observes_images
 from ppo_dict.config import NetArch
 
 TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
@@ -30,17 +31,6 @@ ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {
     "selu": nn.SELU,
     "sigmoid": nn.Sigmoid,
 }
-
-
-def is_image_space(space: spaces.Space) -> bool:
-    """sb3 ``is_image_space``: a 3-d uint8 Box with bounds exactly [0, 255]."""
-    return (
-        isinstance(space, spaces.Box)
-        and len(space.shape) == 3
-        and space.dtype == np.uint8
-        and bool(np.all(space.low == 0))
-        and bool(np.all(space.high == 255))
-    )
 
 
 def flat_dim(space: spaces.Space) -> int:
@@ -277,6 +267,16 @@ class ActorCritic(nn.Module):
         """Critic only: ``values [B, 1]``."""
         features = self.vf_features_extractor(self._preprocess(obs))
         return self.value_net(self.mlp_extractor.forward_critic(features))
+
+
+def model_problem(model: str, spec: EnvSpec) -> str:
+    """Why ``model`` cannot take the env's observation, or ``""`` when it can."""
+    images = observes_images(spec)
+    if model == "mlp" and images:
+        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
+    if model == "cnn" and not images:
+        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
+    return ""
 
 
 def build_policy(cfg: "Config", observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:  # noqa: F821

@@ -1,0 +1,112 @@
+"""Rendered frames as the observation (``--pixel_obs_wrapper True``).
+
+Each worker renders its own envs (``render_mode="rgb_array"``) straight at ``image_size`` where the
+env can (MuJoCo takes ``width``/``height``), else resizes with OpenCV. Frames are uint8,
+channel-first (what sb3's ``VecTransposeImage`` gives its CNN), optionally grey, and the last
+``frame_stack`` frames are stacked on the channel axis, oldest first, zero-filled after a reset
+(sb3 ``VecFrameStack``). The observation is a Dict: ``pixels`` and, with ``keep_state``, ``state``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import cv2
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs import PixelOptions, is_image_space
+
+PIXELS, STATE = "pixels", "state"
+
+
+def is_channel_last(space: spaces.Space) -> bool:
+    """sb3 ``is_image_space_channels_first`` negated: the smallest axis is not the first."""
+    return is_image_space(space) and int(np.argmin(space.shape)) != 0
+
+
+class ChannelFirst(gym.ObservationWrapper):
+    """Transpose channel-last images to [C, H, W], as sb3's ``VecTransposeImage`` does (also Dict keys)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        subspaces = space.spaces if isinstance(space, spaces.Dict) else {None: space}
+        self._keys = [k for k, sub in subspaces.items() if is_channel_last(sub)]
+
+        def transposed(sub: spaces.Box) -> spaces.Box:
+            h, w, c = sub.shape
+            return spaces.Box(0, 255, (c, h, w), sub.dtype)
+
+        if isinstance(space, spaces.Dict):
+            self.observation_space = spaces.Dict({k: transposed(s) if k in self._keys else s for k, s in space.spaces.items()})
+        else:
+            self.observation_space = transposed(space)
+
+    @staticmethod
+    def needed(space: spaces.Space) -> bool:
+        subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
+        return any(is_channel_last(sub) for sub in subspaces)
+
+    def observation(self, obs: Any) -> Any:
+        if isinstance(obs, dict):
+            return {k: np.ascontiguousarray(np.transpose(v, (2, 0, 1))) if k in self._keys else v for k, v in obs.items()}
+        return np.ascontiguousarray(np.transpose(obs, (2, 0, 1)))
+
+
+def check_pixel_env(spec: gym.envs.registration.EnvSpec) -> None:
+    """Refuse, before any process starts, envs that cannot render frames for us."""
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    if not entry.startswith("gymnasium.envs.mujoco"):
+        raise ValueError(f"--pixel_obs_wrapper renders MuJoCo envs; {spec.id} is not one ({entry or spec.entry_point})")
+
+
+def make_pixel_env(gym_id: str, kwargs: dict[str, Any], opts: PixelOptions) -> gym.Env:
+    from envs.render import select_mujoco_gl
+
+    select_mujoco_gl()
+    cv2.setNumThreads(0)  # several workers share few cores: no OpenCV thread pool per worker
+    kwargs = {"width": opts.image_size, "height": opts.image_size, **kwargs}
+    return PixelObservation(gym.make(gym_id, render_mode="rgb_array", **kwargs), opts)
+
+
+class PixelObservation(gym.Wrapper):
+    """Replace the observation by rendered frames (and optionally keep the state)."""
+
+    def __init__(self, env: gym.Env, opts: PixelOptions):
+        super().__init__(env)
+        self.opts = opts
+        channels = 1 if opts.grayscale else 3
+        self._channels = channels
+        self._stack = np.zeros((channels * opts.frame_stack, opts.image_size, opts.image_size), dtype=np.uint8)
+        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, self._stack.shape, np.uint8)}
+        if opts.keep_state:
+            obs_spaces[STATE] = env.observation_space
+        self.observation_space = spaces.Dict(obs_spaces)
+
+    def _frame(self) -> np.ndarray:
+        frame = self.env.render()  # [H, W, 3] uint8
+        size = self.opts.image_size
+        if frame.shape[0] != size or frame.shape[1] != size:
+            frame = cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
+        if self.opts.grayscale:
+            return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)[None]
+        return frame.transpose(2, 0, 1)
+
+    def _observe(self, state: Any) -> dict[str, np.ndarray]:
+        obs = {PIXELS: self._stack.copy()}
+        if self.opts.keep_state:
+            obs[STATE] = state
+        return obs
+
+    def reset(self, **kwargs: Any):
+        state, info = self.env.reset(**kwargs)
+        self._stack[...] = 0
+        self._stack[-self._channels :] = self._frame()
+        return self._observe(state), info
+
+    def step(self, action: Any):
+        state, reward, terminated, truncated, info = self.env.step(action)
+        self._stack = np.roll(self._stack, -self._channels, axis=0)
+        self._stack[-self._channels :] = self._frame()
+        return self._observe(state), reward, terminated, truncated, info
