@@ -60,6 +60,21 @@ def is_image_space(space: gym.Space) -> bool:
     )
 
 
+def is_channel_last(space: gym.Space) -> bool:
+    """An image whose smallest axis is not the first (sb3's ``is_image_space_channels_first`` negated)."""
+    return is_image_space(space) and int(np.argmin(space.shape)) != 0
+
+
+def channel_first_space(space: gym.Space) -> gym.Space:
+    """The space the CNN sees: channel-last image (sub)spaces as [C, H, W] (sb3 ``VecTransposeImage``)."""
+    if isinstance(space, gym.spaces.Dict):
+        return gym.spaces.Dict({k: channel_first_space(sub) for k, sub in space.spaces.items()})
+    if is_channel_last(space):
+        h, w, c = space.shape
+        return gym.spaces.Box(0, 255, (c, h, w), space.dtype)
+    return space
+
+
 def import_gym_packages(packages: tuple[str, ...]) -> None:
     """Import modules that register envs, as rl-zoo's ``--gym-packages`` does."""
     for module in packages:
@@ -117,11 +132,11 @@ def make_env(spec: EnvSpec) -> gym.Env:
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         import envs.dummy  # noqa: F401  (registers the gymnasium id)
-    from envs.pixels import ChannelFirst, make_pixel_env
+    if spec.pixel is None:
+        return gym.make(spec.gym_id, **spec.kwargs)
+    from envs.pixels import make_pixel_env
 
-    env = gym.make(spec.gym_id, **spec.kwargs) if spec.pixel is None else make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
-    # Our CNNs read [C, H, W]; sb3 wraps channel-last envs in VecTransposeImage for the same reason.
-    return ChannelFirst(env) if ChannelFirst.needed(env.observation_space) else env
+    return make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
 
 
 def observes_images(spec: EnvSpec) -> bool:

@@ -15,43 +15,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs import PixelOptions, is_image_space
+from envs import PixelOptions
 
 PIXELS, STATE = "pixels", "state"
-
-
-def is_channel_last(space: spaces.Space) -> bool:
-    """sb3 ``is_image_space_channels_first`` negated: the smallest axis is not the first."""
-    return is_image_space(space) and int(np.argmin(space.shape)) != 0
-
-
-class ChannelFirst(gym.ObservationWrapper):
-    """Transpose channel-last images to [C, H, W], as sb3's ``VecTransposeImage`` does (also Dict keys)."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        space = env.observation_space
-        subspaces = space.spaces if isinstance(space, spaces.Dict) else {None: space}
-        self._keys = [k for k, sub in subspaces.items() if is_channel_last(sub)]
-
-        def transposed(sub: spaces.Box) -> spaces.Box:
-            h, w, c = sub.shape
-            return spaces.Box(0, 255, (c, h, w), sub.dtype)
-
-        if isinstance(space, spaces.Dict):
-            self.observation_space = spaces.Dict({k: transposed(s) if k in self._keys else s for k, s in space.spaces.items()})
-        else:
-            self.observation_space = transposed(space)
-
-    @staticmethod
-    def needed(space: spaces.Space) -> bool:
-        subspaces = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
-        return any(is_channel_last(sub) for sub in subspaces)
-
-    def observation(self, obs: Any) -> Any:
-        if isinstance(obs, dict):
-            return {k: np.ascontiguousarray(np.transpose(v, (2, 0, 1))) if k in self._keys else v for k, v in obs.items()}
-        return np.ascontiguousarray(np.transpose(obs, (2, 0, 1)))
 
 
 def check_pixel_env(spec: gym.envs.registration.EnvSpec) -> None:

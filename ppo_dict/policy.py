@@ -16,7 +16,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from envs import EnvSpec, is_image_space, observes_images
+from envs import EnvSpec, channel_first_space, is_image_space, observes_images
 from ppo_dict.config import NetArch
 
 TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
@@ -280,9 +280,9 @@ def model_problem(model: str, spec: EnvSpec) -> str:
 
 
 def build_policy(cfg: "Config", observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:  # noqa: F821
-    """The policy a :class:`~ppo_dict.config.Config` describes."""
+    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W])."""
     return ActorCritic(
-        observation_space,
+        channel_first_space(observation_space),
         action_space,
         model=cfg.model,
         net_arch=cfg.net_arch,

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from envs import is_channel_last
+
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 Obs = Union[np.ndarray, dict[str, np.ndarray]]
 
@@ -73,6 +75,9 @@ class RolloutStorage:
         self.n_steps, self.n_envs = n_steps, n_envs
         self.is_dict_obs = isinstance(observation_space, spaces.Dict)
         self.obs_layout = obs_layout(observation_space)
+        subspaces = observation_space.spaces if self.is_dict_obs else {OBS_KEY: observation_space}
+        #: images stored as the env gives them, [H, W, C]; the policy sees them as [C, H, W]
+        self.channel_last_keys = frozenset(k for k, sub in subspaces.items() if is_channel_last(sub))
         act_shape, act_dtype, self.action_dim = action_layout(action_space)
         T, N = n_steps, n_envs
         self.obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
@@ -99,7 +104,29 @@ class RolloutStorage:
         return self.terminated[t] | self.truncated[t]
 
     def as_policy_input(self, obs: dict[str, np.ndarray]) -> Obs:
-        """The policy's input form: the single array, or the dict for Dict spaces."""
+        """The policy's input form (the single array, or the dict for Dict spaces) of ``[B, ...]`` batches.
+
+        Channel-last images become transposed *views* ``[B, C, H, W]``: sb3's VecTransposeImage
+        hands its policy the same non-contiguous view during rollouts, and a convolution rounds
+        differently on another memory layout (3.7e-9 in the actions).
+        """
+        if self.channel_last_keys:
+            obs = {k: np.moveaxis(v, -1, -3) if k in self.channel_last_keys else v for k, v in obs.items()}
+        return obs if self.is_dict_obs else obs[OBS_KEY]
+
+    def terminal_input(self, env: int) -> Obs:
+        """Env ``env``'s terminal observation as a batch of one, built as sb3's ``obs_to_tensor`` builds it.
+
+        Channel-last images: ``np.transpose(obs, (2, 0, 1)).reshape(-1, C, H, W)``, a view whose
+        batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
+        """
+        obs = {}
+        for key, arr in self.terminal_obs.items():
+            one = arr[env]
+            if key in self.channel_last_keys:
+                obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
+            else:
+                obs[key] = one.reshape((-1, *one.shape))
         return obs if self.is_dict_obs else obs[OBS_KEY]
 
     def carry_over(self) -> None:
@@ -114,9 +141,11 @@ class RolloutStorage:
             shape = arr.shape if arr.ndim >= 3 else (*arr.shape, 1)
             return arr.swapaxes(0, 1).reshape(shape[0] * shape[1], *shape[2:])
 
+        # sb3's buffer holds transposed images contiguously, so training minibatches are contiguous [C, H, W]
         obs = {key: flat(arr[: self.n_steps]) for key, arr in self.obs.items()}
+        obs = {k: np.ascontiguousarray(np.moveaxis(v, -1, -3)) if k in self.channel_last_keys else v for k, v in obs.items()}
         return {
-            "observations": self.as_policy_input(obs),
+            "observations": obs if self.is_dict_obs else obs[OBS_KEY],
             "actions": flat(self.actions),
             "values": flat(self.values),
             "log_probs": flat(self.log_probs),
@@ -158,4 +187,6 @@ class StepObsToDevice:
             staging = self.pinned[key]
             staging.copy_(torch.from_numpy(arr))
             on_device[key] = staging.to(self.device, non_blocking=True)
-        return self.storage.as_policy_input(on_device)
+            if key in self.storage.channel_last_keys:
+                on_device[key] = on_device[key].permute(0, 3, 1, 2)
+        return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]

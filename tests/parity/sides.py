@@ -17,9 +17,12 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger as SB3Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
-from envs import resolve_env_name
+from gymnasium import spaces as gym_spaces
+
+from envs import make_env
 from ppo_dict.config import Config, make_schedule
 from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.export import sb3_policy_name
 from ppo_dict.ppo import PPO
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
@@ -97,13 +100,20 @@ def sb3_kwargs(cfg: Config) -> dict[str, Any]:
 
 
 def make_sb3(cfg: Config) -> SB3PPO:
-    spec = resolve_env_name(cfg.env)
-    venv = make_vec_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed)
+    """sb3's PPO on the same envs. Plain gymnasium envs are made by sb3 itself (so channel-last
+    images take sb3's VecTransposeImage path); pixel envs come from our renderer."""
+    spec = cfg.env_spec()
+    env_id = spec.gym_id if spec.pixel is None else (lambda: make_env(spec))
+    venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=spec.kwargs if spec.pixel is None else None)
     if cfg.normalize:
+        space = venv.observation_space
+        # ppo_dict normalises the vector keys and leaves uint8 images alone
+        keys = [k for k, sub in space.spaces.items() if sub.dtype != np.uint8] if isinstance(space, gym_spaces.Dict) else None
         venv = VecNormalize(
-            venv, norm_obs=cfg.norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward, gamma=cfg.vecnorm_gamma
+            venv, norm_obs=cfg.norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
+            gamma=cfg.vecnorm_gamma, norm_obs_keys=keys,
         )
-    return SB3PPO("MlpPolicy", venv, verbose=0, **sb3_kwargs(cfg))
+    return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_kwargs(cfg))
 
 
 def run_sb3(cfg: Config) -> Record:
@@ -118,7 +128,8 @@ def run_sb3(cfg: Config) -> Record:
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
     if cfg.normalize:
         venv = model.get_env()
-        rec.normalizer = {"obs_mean": venv.obs_rms.mean, "obs_var": venv.obs_rms.var, "obs_count": venv.obs_rms.count,
+        rms = venv.obs_rms["state"] if isinstance(venv.obs_rms, dict) else venv.obs_rms
+        rec.normalizer = {"obs_mean": rms.mean, "obs_var": rms.var, "obs_count": rms.count,
                           "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count, "returns": venv.returns}
     model.get_env().close()
     return rec
@@ -140,7 +151,7 @@ class RecordingPPO(PPO):
 
 
 def make_ours(cfg: Config, pool=None) -> RecordingPPO:
-    pool = pool or InProcessEnvPool(resolve_env_name(cfg.env), cfg.num_envs, cfg.n_steps)
+    pool = pool or InProcessEnvPool(cfg.env_spec(), cfg.num_envs, cfg.n_steps)
     model = RecordingPPO(cfg.replace(verbose=0), pool)
     model.rollouts = []
     return model
@@ -161,7 +172,8 @@ def run_ours(cfg: Config, pool=None) -> Record:
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
     if model.normalizer is not None:
         n = model.normalizer
-        rec.normalizer = {"obs_mean": n.obs_rms["obs"].mean, "obs_var": n.obs_rms["obs"].var, "obs_count": n.obs_rms["obs"].count,
+        rms = n.obs_rms.get("obs") or n.obs_rms.get("state")
+        rec.normalizer = {"obs_mean": rms.mean, "obs_var": rms.var, "obs_count": rms.count,
                           "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count, "returns": n.returns}
     return rec
 

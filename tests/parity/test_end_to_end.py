@@ -35,6 +35,21 @@ CONFIGS = {
         env="gym_CartPole-v1", n_envs=1, n_steps=129, batch_size=64, n_epochs=2, normalize_advantage=False,
         seed=5, total_timesteps=2 * 129, num_workers=0,
     ),
+    # test 18: images, CnnPolicy (NatureCNN), shared extractor
+    "cnn_discrete": Config(
+        env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1), n_envs=2, n_steps=32, batch_size=32, n_epochs=2,
+        seed=6, total_timesteps=2 * 64, num_workers=0,
+    ),
+    # test 18: channel-last images (sb3 adds VecTransposeImage), separate extractors, continuous actions
+    "cnn_separate_channel_last": Config(
+        env="test_dummy", model="cnn", env_kwargs=dict(image_size=40, continuous=True, channel_last=True, episode_length=20),
+        share_features_extractor=False, n_envs=2, n_steps=32, batch_size=32, n_epochs=2, seed=7, total_timesteps=2 * 64, num_workers=0,
+    ),
+    # test 19: Dict observation (rendered frames + state), MultiInputPolicy, state normalised, images not
+    "multi_input_pixels": Config(
+        env="gym_Reacher-v2", model="cnn", pixel_obs_wrapper=True, pixel_keep_state=True, grayscale=True, frame_stack=2, image_size=36,
+        normalize=True, n_envs=2, n_steps=40, batch_size=40, n_epochs=2, seed=8, total_timesteps=2 * 80, num_workers=0,
+    ),
 }
 
 
