@@ -30,7 +30,7 @@ def check_kwargs(kwargs: dict[str, Any]) -> None:
         raise ValueError(f"test_dummy n_targets={merged['n_targets']!r}: must be an int in [2, image_size]")
 
 
-class TestDummyEnv(gym.Env):
+class DummyPixelEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, image_size: int = 84, channels: int = 3, n_targets: int = 4, continuous: bool = False,
@@ -75,4 +75,4 @@ class TestDummyEnv(gym.Env):
 
 
 if GYM_ID not in gym.registry:
-    gym.register(id=GYM_ID, entry_point="envs.dummy:TestDummyEnv")
+    gym.register(id=GYM_ID, entry_point="envs.dummy:DummyPixelEnv")

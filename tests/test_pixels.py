@@ -1,0 +1,117 @@
+"""Pixel observations: the test_dummy env, rendered MuJoCo frames, GL backend choice, real runs."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from envs import PixelOptions, make_env, resolve_env_name
+from envs.dummy import DummyPixelEnv
+from envs.pixels import PIXELS, STATE
+from tests.conftest import ROOT
+
+
+def test_dummy_shows_the_target_and_rewards_naming_it() -> None:
+    env = DummyPixelEnv(image_size=12, channels=2, n_targets=3, episode_length=5)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 12, 12) and obs.dtype == np.uint8
+    total = 0.0
+    for t in range(5):
+        band = int(np.argmax(obs[0].sum(axis=0) > 0) * 3 // 12)  # the lit band is the target
+        obs, reward, terminated, truncated, _ = env.step(band)
+        total += reward
+        assert not terminated and truncated == (t == 4)
+    assert total == 5.0
+    assert env.step((band + 1) % 3)[1] == 0.0
+
+
+def test_dummy_continuous_and_channel_last() -> None:
+    env = DummyPixelEnv(image_size=16, n_targets=4, continuous=True, channel_last=True)
+    obs, _ = env.reset(seed=1)
+    assert obs.shape == (16, 16, 3)
+    code = np.where(np.arange(4) == env._target, 1.0, -1.0)
+    assert env.step(code)[1] == 1.0 and env.step(-code)[1] < 1.0
+
+
+def test_dummy_options_are_checked_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match=r"test_dummy has no option\(s\) \['colour'\]"):
+        resolve_env_name("test_dummy", kwargs={"colour": 1})
+
+
+def test_pixel_observation_layout_and_frame_stack() -> None:
+    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, frame_stack=3, keep_state=True))
+    env = make_env(spec)
+    try:
+        assert list(env.observation_space.spaces) == [PIXELS, STATE]
+        assert env.observation_space[PIXELS].shape == (3, 40, 40) and env.observation_space[STATE].shape == (10,)
+        obs, _ = env.reset(seed=0)
+        assert not obs[PIXELS][:2].any() and obs[PIXELS][2].any()  # zero-filled older frames after reset
+        newest = obs[PIXELS][2].copy()
+        obs, *_ = env.step(env.action_space.sample())
+        assert np.array_equal(obs[PIXELS][1], newest)  # frames shift toward the front, oldest first
+        assert obs[STATE].dtype == np.float64
+    finally:
+        env.close()
+
+
+def test_pixel_wrapper_refuses_envs_it_cannot_render() -> None:
+    with pytest.raises(ValueError, match="renders MuJoCo envs; CartPole-v1 is not one"):
+        resolve_env_name("gym_CartPole-v1", pixel=PixelOptions())
+
+
+def test_no_working_backend_names_the_packages(monkeypatch) -> None:
+    from envs import render
+
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.setattr(render, "backend_works", lambda backend, timeout=60.0: False)
+    with pytest.raises(render.RenderBackendError, match=r"tried egl, osmesa.*apt-get install libegl1 libgl1-mesa-dri.*libosmesa6.*xvfb-run -a"):
+        render.select_mujoco_gl()
+
+
+def _run(*args: str, env_overrides: dict, prefix: tuple = ()) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY", "PYOPENGL_PLATFORM")}
+    env.update(PYTHONPATH=ROOT, **env_overrides)
+    return subprocess.run([*prefix, sys.executable, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=env)
+
+
+PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--model", "cnn", "--num_workers", "2", "--n_envs", "2",
+             "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "400", "--seed", "0", "--verbose", "0")
+
+
+@pytest.mark.parametrize("backend", ["egl", "osmesa", None])
+def test_rendered_mujoco_run_through_the_worker_pool(backend, tmp_path) -> None:
+    proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), env_overrides={} if backend is None else {"MUJOCO_GL": backend})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["env_steps"] == 400 and summary["ep_rew_mean"] < 0
+    if backend is None:  # picked automatically, and said so
+        assert "rendering with MUJOCO_GL=egl" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="xvfb-run not installed (Debian package xvfb)")
+def test_rendered_run_under_xvfb_run_uses_glfw(tmp_path) -> None:
+    proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), "--mp_method", "forkserver", env_overrides={},
+                prefix=("xvfb-run", "-a", "-s", "-screen 0 1400x900x24"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rendering with MUJOCO_GL=glfw" in proc.stdout
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] == 400
+
+
+def test_mlp_on_images_is_refused_with_the_model_that_fits() -> None:
+    proc = _run("--env", "test_dummy", "--model", "mlp", env_overrides={})
+    assert proc.returncode == 2 and "the observation holds images; use --model cnn" in proc.stderr
+
+
+def test_dummy_cnn_learns(tmp_path) -> None:
+    """Random play scores 5 (1 in 4, 20 steps); the CNN must read the image: >= 18 within 12288 steps."""
+    proc = _run("--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=36, channels=1, episode_length=20)",
+                "--n_envs", "8", "--num_workers", "2", "--n_steps", "64", "--batch_size", "128", "--n_epochs", "4",
+                "--learning_rate", "1e-3", "--total_timesteps", "12288", "--seed", "0", "--verbose", "0", "--run_dir", str(tmp_path),
+                env_overrides={})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["ep_rew_mean"] >= 18.0
