@@ -20,9 +20,16 @@ from ppo_dict.errors import CheckpointError
 from ppo_dict.policy import ACTIVATION_CLASSES
 
 if TYPE_CHECKING:
+    from ppo_dict.config import Config
     from ppo_dict.ppo import PPO
 
 MODEL_FILE = "model.pt"
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it; set straight back
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
@@ -35,6 +42,7 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the permissions open() would
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -56,29 +64,57 @@ def _to_tensors(value: Any) -> Any:
     return value
 
 
-def _config_dict(model: "PPO") -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in model.cfg.to_dict().items()}
+
+
+def config_values(cfg: "Config") -> dict[str, Any]:
+    """The config as plain values (tuples as lists): what JSON, YAML and ``weights_only`` files hold."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()}
 
 
 def model_state(model: "PPO") -> dict[str, Any]:
-    """Everything a trained model is: weights, optimizer, normaliser statistics, counters, config."""
+    """Everything a trained model is, so that training can resume from it bit for bit.
+
+    Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
+    ``n_updates``), the episode-info buffer behind ``rollout/ep_rew_mean`` (``ep_r: float64[k]``,
+    ``ep_l: int64[k]``, k <= 100), the RNG states of torch, numpy's global generator and python's
+    ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
+    Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
+    """
+    from ppo_dict.ppo import rng_state  # ppo imports this module's users, not this module
+
     return {
         "format": "ppo_dict/1",
         "policy": model.policy.state_dict(),
         "optimizer": model.optimizer.state_dict(),
         "normalizer": None if model.normalizer is None else _to_tensors(model.normalizer.state_dict()),
         "num_timesteps": model.num_timesteps,
+        "iteration": model.iteration,
         "n_updates": model.n_updates,
-        "config": _config_dict(model),
+        "ep_r": torch.tensor([e["r"] for e in model.ep_info_buffer], dtype=torch.float64),
+        "ep_l": torch.tensor([e["l"] for e in model.ep_info_buffer], dtype=torch.int64),
+        "rng": rng_state(),
+        "observation_space": str(model.pool.observation_space),
+        "action_space": str(model.pool.action_space),
+        "config": config_values(model.cfg),
     }
+
+
+def write_model_file(model: "PPO", path: str) -> str:
+    """Write :func:`model_state` to ``path`` atomically; returns ``path``."""
+    atomic_write(path, lambda f: torch.save(model_state(model), f))
+    return path
+
+
+def write_config(cfg: "Config", path: str) -> str:
+    """The resolved config as JSON (lists for tuples), atomically; returns ``path``."""
+    atomic_write(path, lambda f: json.dump(config_values(cfg), f, indent=2), mode="w")
+    return path
 
 
 def save_model(model: "PPO", directory: str) -> str:
     """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
-    path = os.path.join(directory, MODEL_FILE)
-    atomic_write(path, lambda f: torch.save(model_state(model), f))
-    atomic_write(os.path.join(directory, "config.json"), lambda f: json.dump(_config_dict(model), f, indent=2), mode="w")
-    return path
+    write_config(model.cfg, os.path.join(directory, "config.json"))
+    return write_model_file(model, os.path.join(directory, MODEL_FILE))
 
 
 def load_model_state(path: str) -> dict[str, Any]:
@@ -147,6 +183,49 @@ def export_sb3(model: "PPO", path: str) -> str:
         sb3_model.policy.optimizer.load_state_dict(model.optimizer.state_dict())
         sb3_model.num_timesteps = model.num_timesteps
         atomic_write(path, sb3_model.save)
+        if model.normalizer is not None:
+            export_vecnormalize(model, vec_env, vecnormalize_path(path))
     finally:
         vec_env.close()
+    return path
+
+
+def vecnormalize_path(zip_path: str) -> str:
+    """rl-zoo's layout: ``logs/.../<name>.zip`` has its statistics in ``logs/.../<name>/vecnormalize.pkl``."""
+    return os.path.join(zip_path[: -len(".zip")], "vecnormalize.pkl")
+
+
+def export_vecnormalize(model: "PPO", vec_env: Any, path: str) -> str:
+    """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does.
+
+    ``VecNormalize.load(path, venv)`` (and so rl-zoo's ``enjoy``) restores it; its ``obs_rms``
+    (a ``RunningMeanStd``, or a dict of them for Dict observations) equals ours exactly.
+    """
+    import pickle
+
+    from stable_baselines3.common.running_mean_std import RunningMeanStd as SB3RunningMeanStd
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from ppo_dict.storage import OBS_KEY
+
+    norm, cfg = model.normalizer, model.cfg
+    if norm is None:
+        raise ValueError("export_vecnormalize: the model was trained without --normalize")
+    vec_normalize = VecNormalize(vec_env, training=False, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward,
+                                 clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon)
+
+    def to_sb3(rms: Any) -> SB3RunningMeanStd:
+        out = SB3RunningMeanStd(shape=rms.mean.shape)
+        out.mean, out.var, out.count = rms.mean.copy(), rms.var.copy(), rms.count
+        return out
+
+    if isinstance(vec_normalize.obs_rms, dict):
+        vec_normalize.obs_rms = {key: to_sb3(rms) for key, rms in norm.obs_rms.items()}
+    else:
+        vec_normalize.obs_rms = to_sb3(norm.obs_rms[OBS_KEY])
+    vec_normalize.ret_rms = to_sb3(norm.ret_rms)
+    atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
+    atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
+        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(model.policy.observation_space, cfg.model)}\n"),
+        mode="w")
     return path

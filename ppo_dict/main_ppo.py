@@ -4,23 +4,35 @@ Parses flags into one :class:`~ppo_dict.config.Config`, refuses a bad config bef
 process exists (exit 2, every problem listed), trains, saves what was asked, and prints one JSON
 summary line last. Ctrl-C / SIGTERM finish the current update, save, close the workers and exit
 130 / 143; a second signal stops at once without writing anything.
+
+A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
+``config.json`` (resolved), ``progress.csv`` (every logged value), ``checkpoints/``,
+``evaluations.npz`` and ``best_model.pt`` (with ``--eval_freq``), ``videos/`` (``--video``) and
+``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint.
 """
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
-from ppo_dict.config import Config, config_from_args, validate
+from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, load_for_resume, restore
+from ppo_dict.config import Config, config_from_args, explicit_flags, validate
 from ppo_dict.env_pool import make_env_pool
-from ppo_dict.errors import ConfigError
-from ppo_dict.export import export_sb3, save_model
+from ppo_dict.errors import CheckpointError, ConfigError
+from ppo_dict.export import export_sb3, save_model, write_config
+from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
+from ppo_dict.progress import Progress
+from ppo_dict.tracking import CSVWriter, scalars
+
+RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
 
 
 class StopFlag:
@@ -46,48 +58,164 @@ class StopFlag:
         return 0 if self.signum is None else 128 + self.signum
 
 
-def summary(model: PPO, cfg: Config, wall_seconds: float, interrupted: bool) -> dict[str, Any]:
+def summary(model: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0) -> dict[str, Any]:
+    """The last stdout line: counters, speed (of this process), the last value of every ``rollout/*``/``eval/*`` key."""
     rew = model.ep_rew_mean
+    metrics: dict[str, Any] = {}
+    for values in model.logger.history:
+        metrics.update({k: v for k, v in scalars(values).items() if k.startswith(("rollout/", "eval/"))})
     return {
         "env": cfg.env,
         "seed": cfg.seed,
         "env_steps": model.num_timesteps,
         "iterations": model.iteration,
         "wall_seconds": round(wall_seconds, 3),
-        "fps": round(model.num_timesteps / max(wall_seconds, 1e-9), 1),
+        "fps": round((model.num_timesteps - start_steps) / max(wall_seconds, 1e-9), 1),
         "ep_rew_mean": None if np.isnan(rew) else rew,
         "interrupted": interrupted,
+        "run_dir": cfg.run_dir,
+        "checkpoint": checkpoint,
+        "metrics": metrics,
     }
 
 
-def run(cfg: Config) -> int:
-    """Train with a validated config; returns the process exit code."""
+def default_run_dir(cfg: Config, root: str = "runs") -> str:
+    """``runs/<env>__<seed>__<YYYYmmdd-HHMMSS>``, with ``_2``, ``_3``... if that exists already."""
+    base = os.path.join(root, f"{cfg.env}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}_{n}"
+    return path
+
+
+class Every:
+    """True once each time ``num_timesteps`` crosses a multiple of ``freq`` (never for freq 0)."""
+
+    def __init__(self, freq: int, start: int):
+        self.freq, self.last = freq, start
+
+    def __call__(self, num_timesteps: int) -> bool:
+        if self.freq <= 0 or num_timesteps // self.freq <= self.last // self.freq:
+            return False
+        self.last = num_timesteps
+        return True
+
+
+def run(cfg: Config, resumed: Optional[RESUMED] = None) -> int:
+    """Train with a validated config (resuming from ``resumed``); returns the process exit code."""
     stop = StopFlag()
     stop.install()
     torch.set_num_threads(cfg.torch_threads)
     spec = cfg.env_spec()
     if spec.notice:
         print(spec.notice, flush=True)
+    run_dir = cfg.run_dir or default_run_dir(cfg)
+    cfg = cfg.replace(run_dir=run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    write_config(cfg, os.path.join(run_dir, "config.json"))
+    resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
+    logger = Logger(verbose=cfg.verbose)
+    logger.writers.append(CSVWriter(os.path.join(run_dir, "progress.csv"), resume_step))
+    closers: list[Callable[[], None]] = []
+    tracker = None
+    if cfg.project is not None:
+        from ppo_dict.tracking import WandbTracker
+
+        tracker = WandbTracker(cfg, run_dir, resuming=resumed is not None)
+        logger.writers.append(tracker)
+    if cfg.tensorboard_log is not None:
+        from ppo_dict.tracking import TensorBoardWriter
+
+        board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
+        logger.writers.append(board)
+        closers.append(board.close)
     start = time.time()
+    exit_code, last_checkpoint = 1, None
     pool = make_env_pool(cfg, spec)
     try:
-        model = PPO(cfg, pool)
-        model.learn(should_stop=lambda: stop.signum is not None)
+        model = PPO(cfg, pool, logger)
+        if resumed is not None:
+            restore(model, resumed[1], resumed[0])
+            print(f"resumed from {resumed[0]} at {model.num_timesteps} steps (envs reset with seed {model.env_seed})", flush=True)
+        checkpoints = CheckpointManager(os.path.join(run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
+        save_due, eval_due = Every(cfg.save_freq, model.num_timesteps), Every(cfg.eval_freq, model.num_timesteps)
+        evaluator = None
+        if cfg.eval_freq > 0:
+            from ppo_dict.evaluation import Evaluator
+
+            evaluator = Evaluator(cfg, spec, run_dir)
+            evaluator.load_history(model.num_timesteps)
+            if tracker is not None:
+                evaluator.on_video.append(tracker.log_video)
+            closers.append(evaluator.close)
+        progress = Progress(cfg.total_timesteps, model.num_timesteps, cfg.progress)
+        closers.append(progress.close)
+
+        def after_update(m: PPO) -> None:
+            progress.update(m.num_timesteps, m.ep_rew_mean)
+            if evaluator is not None and eval_due(m.num_timesteps):
+                evaluator.evaluate(m)
+            if save_due(m.num_timesteps):
+                checkpoints.save(m)
+
+        model.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
+        last_checkpoint = checkpoints.save(model)  # at the end, and after a first Ctrl-C/SIGTERM
+        print(f"checkpoint {last_checkpoint}", flush=True)
         if cfg.save_path:
             print(f"saved {save_model(model, cfg.save_path)}", flush=True)
         if cfg.export_sb3:
             print(f"exported {export_sb3(model, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
+        if cfg.plot:
+            from ppo_dict.plot import plot_run
+
+            try:
+                print(f"plotted {plot_run(run_dir)}", flush=True)
+            except ValueError as exc:  # e.g. no episode finished yet: nothing to draw, the run itself is fine
+                print(f"no learning curve: {exc}", file=sys.stderr, flush=True)
+        exit_code = stop.exit_code
     except KeyboardInterrupt:
         print("interrupted twice: stopped without saving", file=sys.stderr, flush=True)
-        return 128 + (stop.signum or signal.SIGINT)
+        exit_code = 128 + (stop.signum or signal.SIGINT)
+        return exit_code
     finally:
         pool.close()
-    print(json.dumps(summary(model, cfg, time.time() - start, stop.signum is not None)), flush=True)
-    return stop.exit_code
+        for close in reversed(closers):
+            close()
+        if tracker is not None:
+            tracker.finish(exit_code)
+    print(json.dumps(summary(model, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step or 0)), flush=True)
+    return exit_code
+
+
+def resume_source(argv: Optional[list[str]]) -> Optional[RESUMED]:
+    """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
+
+    The run directory is the one the checkpoint belongs to, so the resumed run continues its
+    CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
+    """
+    path = explicit_flags(argv).get("resume")
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        return None  # validate() reports it with the other problems
+    file, state = load_for_resume(path)
+    folder = os.path.dirname(os.path.abspath(file))
+    state["config"]["run_dir"] = os.path.dirname(folder) if os.path.basename(folder) == CHECKPOINT_DIR else folder
+    return file, state
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    cfg = config_from_args(argv)  # argparse exits 2 on unknown flags or unparsable values
+    try:
+        resumed = resume_source(argv)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cfg = config_from_args(argv, base=None if resumed is None else resumed[1]["config"])  # argparse exits 2 on bad flags
+    if cfg.video:
+        from envs.render import select_mujoco_gl
+
+        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     try:
         validate(cfg)
     except ConfigError as exc:
@@ -96,7 +224,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if cfg.seed is None:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
-    return run(cfg)
+    try:
+        return run(cfg, resumed)
+    except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import random
 import sys
 import time
 from collections import deque
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.storage import RolloutStorage, StepObsToDevice, obs_to_tensor
+from ppo_dict.storage import RolloutStorage, StepObsToDevice, obs_layout, obs_to_tensor
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 
 
@@ -58,6 +58,44 @@ def set_random_seed(seed: int, using_cuda: bool = False) -> None:
         torch.backends.cudnn.benchmark = False
 
 
+def rng_state() -> dict[str, Any]:
+    """The global RNG states training draws from (sb3_parity.md section 5), as tensors and plain values.
+
+    torch (CPU, and every CUDA device if present), numpy's global MT19937 (keys as int64[624])
+    and python's ``random`` (int64[625]); loadable with ``torch.load(weights_only=True)``.
+    """
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": np_name, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64), "gauss_next": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured, bit for bit."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
+    """sb3 ``VecNormalize`` statistics for every vector key (uint8 images are left alone), or None."""
+    if not cfg.normalize:
+        return None
+    vector_keys = {k: shape for k, (shape, dtype) in obs_layout(observation_space).items() if dtype != np.uint8}
+    return Normalizer(vector_keys, n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
+
+
 def safe_mean(values: list) -> float:
     return np.nan if len(values) == 0 else float(np.mean(values))
 
@@ -83,26 +121,29 @@ class PPO:
         self.policy: ActorCritic = build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
-        self.normalizer: Optional[Normalizer] = None
-        if cfg.normalize:
-            vector_keys = {k: shape for k, (shape, dtype) in self.storage.obs_layout.items() if dtype != np.uint8}
-            self.normalizer = Normalizer(
-                vector_keys, self.n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon
-            )
+        self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
         self.ep_info_buffer: deque[dict[str, float]] = deque(maxlen=100)
+        self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
         self._last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
         self._envs_started = False
         self._box_actions = isinstance(pool.action_space, spaces.Box)
         self._step_obs = StepObsToDevice(self.storage, self.device)
 
     # ------------------------------------------------------------------ the iteration
-    def learn(self, total_timesteps: Optional[int] = None, should_stop: Callable[[], bool] = lambda: False) -> "PPO":
+    def learn(
+        self,
+        total_timesteps: Optional[int] = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        after_update: Optional[Callable[["PPO"], None]] = None,
+    ) -> "PPO":
         """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``).
 
-        ``should_stop`` is asked after each update; returning True ends training there (Ctrl-C).
+        ``after_update(self)`` runs after each update (progress, evaluation, checkpoints); it must
+        leave the RNG streams as it found them. ``should_stop`` is asked next; True ends training
+        there (Ctrl-C). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
         """
         total = total_timesteps or self.cfg.total_timesteps
         self._start_envs()
@@ -116,6 +157,8 @@ class PPO:
                 self._record_rollout_logs()
                 self.logger.dump(step=self.num_timesteps)
             self.train(progress_remaining)
+            if after_update is not None:
+                after_update(self)
             if should_stop():
                 break
         return self
@@ -123,8 +166,9 @@ class PPO:
     def _start_envs(self) -> None:
         if self._envs_started:
             return
-        self.pool.reset(self.cfg.seed)
+        self.pool.reset(self.env_seed)
         if self.normalizer is not None:
+            self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
             self.normalizer.reset(self.storage.obs_at(0))
         self._envs_started = True
         self._rollout_ready = False
@@ -171,8 +215,7 @@ class PPO:
         terminal observations changes the rounding (1.2e-7).
         """
         for idx in np.flatnonzero(truncated):
-            terminal = {key: arr[idx : idx + 1] for key, arr in self.storage.terminal_obs.items()}
-            terminal_value = self.policy.predict_values(obs_to_tensor(self.storage.as_policy_input(terminal), self.device))[0]
+            terminal_value = self.policy.predict_values(obs_to_tensor(self.storage.terminal_input(idx), self.device))[0]
             rewards[idx] += self.cfg.gamma * terminal_value
 
     def _check_finite(self, t: int, dones: np.ndarray) -> None:

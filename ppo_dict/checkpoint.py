@@ -1,0 +1,152 @@
+"""Checkpoints: written atomically, rotated, verified, and resumed from bit for bit.
+
+A checkpoint is :func:`ppo_dict.export.model_state` (weights, Adam, normaliser, counters, RNG
+states, spaces, config) in ``RUN_DIR/checkpoints/checkpoint_<num_timesteps>.pt``, written with
+:func:`~ppo_dict.export.atomic_write` (temp file, fsync, rename, fsync of the directory), so a
+crash leaves the previous files as they were. A new checkpoint is loaded back before older ones
+are deleted.
+
+What a resumed run does with the envs: their states live in the worker processes and are not
+saved, so a resumed run resets every env, env i with ``resume_env_seed(seed, num_timesteps) + i``
+(through the normaliser's reset, as sb3's ``learn(reset_num_timesteps=False)`` on a loaded model
+does). Everything saved (parameters, Adam, normaliser, counters, RNG streams) continues bit for
+bit; episodes in flight are cut, so env trajectories after a resume differ from an uninterrupted
+run's, while two resumes from the same checkpoint are identical.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Optional, TextIO
+
+import numpy as np
+import torch
+
+from ppo_dict.errors import CheckpointError
+from ppo_dict.export import load_model_state, write_model_file
+
+if TYPE_CHECKING:
+    from ppo_dict.ppo import PPO
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+def checkpoint_name(num_timesteps: int) -> str:
+    return f"checkpoint_{num_timesteps:012d}.pt"  # zero-padded: names sort as steps do
+
+
+def list_checkpoints(directory: str) -> list[str]:
+    """Checkpoint files in ``directory``, oldest first (by the step count in the name)."""
+    if not os.path.isdir(directory):
+        return []
+    names = [n for n in os.listdir(directory) if _NAME.match(n)]
+    return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
+
+
+def remove_stale_temp_files(directory: str, log: TextIO = sys.stderr) -> list[str]:
+    """Delete temp files left by a write that was killed (``.checkpoint_*.pt.*.tmp``); returns them."""
+    stale = sorted(glob.glob(os.path.join(directory, ".checkpoint_*.tmp")))
+    for path in stale:
+        os.unlink(path)
+        print(f"removed {path}: a partial checkpoint from an interrupted write", file=log, flush=True)
+    return stale
+
+
+class CheckpointManager:
+    """Writes ``checkpoint_<steps>.pt`` into ``directory`` and keeps the newest ``keep``."""
+
+    def __init__(self, directory: str, keep: int, log: TextIO = sys.stderr):
+        self.directory, self.keep, self.log = directory, keep, log
+        os.makedirs(directory, exist_ok=True)
+        remove_stale_temp_files(directory, log)
+        self.last_saved_step: Optional[int] = None
+
+    def save(self, model: "PPO") -> str:
+        """Write, verify, then rotate; returns the new file. Saving twice at one step writes once."""
+        path = os.path.join(self.directory, checkpoint_name(model.num_timesteps))
+        if self.last_saved_step == model.num_timesteps and os.path.exists(path):
+            return path
+        write_model_file(model, path)
+        saved = load_model_state(path)  # raises CheckpointError: then nothing older is deleted
+        if saved["num_timesteps"] != model.num_timesteps:
+            raise CheckpointError(f"{path}: read back num_timesteps={saved['num_timesteps']}, wrote {model.num_timesteps}")
+        self.last_saved_step = model.num_timesteps
+        for old in list_checkpoints(self.directory)[: -self.keep]:
+            os.unlink(old)
+        return path
+
+
+def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str, Any]]:
+    """``(file, state)`` to resume from: a checkpoint file, or a run directory's newest valid one.
+
+    A file named by the user must load, or :class:`CheckpointError` says why. In a run directory
+    an unreadable newest checkpoint is renamed to ``*.corrupt`` (kept for inspection, out of the
+    rotation) and the next older one is used, with a warning; if none loads, the error lists each
+    file with its reason. Nothing is ever deleted here, and there is no silent fresh start.
+    """
+    if os.path.isfile(path):
+        return path, load_model_state(path)
+    directory = os.path.join(path, CHECKPOINT_DIR) if os.path.isdir(os.path.join(path, CHECKPOINT_DIR)) else path
+    remove_stale_temp_files(directory, log)
+    candidates = list_checkpoints(directory)
+    if not candidates:
+        raise CheckpointError(f"no checkpoint_*.pt in {directory} to resume from")
+    failures: list[str] = []
+    for candidate in reversed(candidates):
+        try:
+            state = load_model_state(candidate)
+        except CheckpointError as exc:
+            failures.append(str(exc))
+            os.replace(candidate, candidate + ".corrupt")
+            print(f"warning: {exc}; renamed it to {os.path.basename(candidate)}.corrupt and trying the previous checkpoint",
+                  file=log, flush=True)
+            continue
+        return candidate, state
+    raise CheckpointError(f"no loadable checkpoint in {directory}:\n" + "\n".join(f"  - {f}" for f in failures))
+
+
+def to_numpy(value: Any) -> Any:
+    """Tensors -> numpy arrays, recursively (the inverse of ``export._to_tensors``; dtypes kept)."""
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        return {k: to_numpy(v) for k, v in value.items()}
+    return value
+
+
+def resume_env_seed(seed: Optional[int], num_timesteps: int) -> Optional[int]:
+    """The env seed of a run resumed at ``num_timesteps``: fixed by both, drawn from no global RNG."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, num_timesteps]).generate_state(1)[0] >> 1)  # < 2**31: seed + i stays valid
+
+
+def restore(model: "PPO", state: dict[str, Any], source: str) -> None:
+    """Load ``state`` into a freshly built ``model``; every mismatch is a :class:`CheckpointError`.
+
+    After this, ``model_state(model)`` equals ``state`` exactly (the test checks every tensor).
+    """
+    from ppo_dict.ppo import set_rng_state
+
+    for what, saved, current in (("Observation", state["observation_space"], str(model.pool.observation_space)),
+                                 ("Action", state["action_space"], str(model.pool.action_space))):
+        if saved != current:  # sb3's check_for_correct_spaces wording
+            raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current} (env {model.cfg.env})")
+    if (state["normalizer"] is None) != (model.normalizer is None):
+        raise CheckpointError(f"{source}: saved with normalize={state['normalizer'] is not None}, "
+                              f"but this run has normalize={model.normalizer is not None}")
+    try:
+        model.policy.load_state_dict(state["policy"])
+        model.optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{source}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
+    if model.normalizer is not None:
+        model.normalizer.load_state_dict(to_numpy(state["normalizer"]))
+    model.num_timesteps, model.iteration, model.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
+    model.ep_info_buffer.clear()
+    model.ep_info_buffer.extend({"r": float(r), "l": int(n)} for r, n in zip(state["ep_r"].tolist(), state["ep_l"].tolist()))
+    set_rng_state(state["rng"])
+    model.env_seed = resume_env_seed(model.cfg.seed, model.num_timesteps)

@@ -1,0 +1,93 @@
+"""Replay a trained run: ``python -m ppo_dict.enjoy RUN_DIR [--video] [--episodes 5]``.
+
+Loads ``best_model.pt`` (if the run evaluated), else the newest checkpoint, else ``model.pt``;
+plays deterministic episodes with the saved normalisation statistics frozen (as rl-zoo's
+``enjoy`` does with ``vecnormalize.pkl``), prints each return and a JSON line last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ppo_dict.checkpoint import CHECKPOINT_DIR, list_checkpoints, to_numpy
+from ppo_dict.config import Config
+from ppo_dict.errors import CheckpointError
+from ppo_dict.evaluation import BEST_MODEL, VideoWriter, render_spec, run_episodes
+from ppo_dict.export import MODEL_FILE, load_model_state
+from ppo_dict.policy import build_policy
+from ppo_dict.ppo import build_normalizer
+
+
+def model_file(run_dir: str, which: str) -> str:
+    """The file ``which`` (best | last | a path) names in ``run_dir``."""
+    if which not in ("best", "last"):
+        return which
+    candidates = [os.path.join(run_dir, BEST_MODEL)] if which == "best" else []
+    candidates += list(reversed(list_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)))) + [os.path.join(run_dir, MODEL_FILE)]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(f"no {BEST_MODEL}, checkpoint or {MODEL_FILE} in {run_dir}")
+
+
+def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None) -> dict[str, Any]:
+    """Play ``episodes`` with the model in ``path``; returns returns, lengths and the video path."""
+    from envs import make_env
+
+    state = load_model_state(path)
+    cfg = Config.from_dict(state["config"])
+    spec = cfg.env_spec()
+    env = make_env(render_spec(spec) if video else spec)
+    try:
+        if str(env.observation_space) != state["observation_space"]:
+            raise CheckpointError(f"{path}: Observation spaces do not match: {state['observation_space']} != {env.observation_space}")
+        policy = build_policy(cfg, env.observation_space, env.action_space)
+        policy.load_state_dict(state["policy"])
+        normalizer = build_normalizer(cfg, env.observation_space, 1)
+        if normalizer is not None:
+            normalizer.load_state_dict(to_numpy(state["normalizer"]))
+        writer = None
+        if video:
+            out = video_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "videos")
+            writer = VideoWriter(os.path.join(out, f"enjoy-{state['num_timesteps']:012d}.mp4"), env.metadata.get("render_fps", 30))
+        returns, lengths = run_episodes(policy, env, normalizer, episodes, seed, torch.device("cpu"), writer, cfg.video_length)
+        video_path = writer.close() if writer is not None else None
+    finally:
+        env.close()
+    return {"model": path, "env": cfg.env, "num_timesteps": state["num_timesteps"], "returns": returns, "lengths": lengths,
+            "mean_reward": float(np.mean(returns)), "video": video_path}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ppo_dict.enjoy", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--model", default="best", help="best | last | a model or checkpoint file")
+    parser.add_argument("--episodes", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first reset")
+    parser.add_argument("--video", action="store_true", help="record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4")
+    args = parser.parse_args(argv)
+    if args.video:
+        from envs.render import select_mujoco_gl
+
+        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
+    torch.set_num_threads(1)
+    try:
+        result = enjoy(model_file(args.run_dir, args.model), args.episodes, args.video, args.seed,
+                       os.path.join(args.run_dir, "videos"))
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for i, (ret, length) in enumerate(zip(result["returns"], result["lengths"])):
+        print(f"episode {i}: return {ret:.3f}, length {length}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

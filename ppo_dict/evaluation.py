@@ -1,0 +1,199 @@
+"""Evaluation: deterministic episodes on a separate env, frozen normalisation, best model, videos.
+
+As rl-zoo's ``EvalCallback`` setup: the eval env is its own (in this process), observations are
+normalised with the training statistics without updating them, rewards are reported raw. An
+evaluation draws nothing from the training RNG streams: their states are saved before and put
+back after (see :func:`preserved_rng`), so a run with evaluation trains bit for bit as without.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from envs import EnvSpec, make_env
+from ppo_dict.export import atomic_write, write_model_file
+from ppo_dict.normalize import Normalizer
+from ppo_dict.policy import ActorCritic
+from ppo_dict.ppo import rng_state, set_rng_state
+from ppo_dict.storage import OBS_KEY, obs_layout, obs_to_tensor
+
+if TYPE_CHECKING:
+    from ppo_dict.ppo import PPO
+
+#: offset of the eval env's seed from the training seed (rl-zoo seeds its eval env differently too)
+EVAL_SEED_OFFSET = 1_000_000
+BEST_MODEL = "best_model.pt"
+EVALUATIONS = "evaluations.npz"
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block without moving the torch, numpy-global and python RNG streams."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
+
+
+def render_spec(spec: EnvSpec) -> EnvSpec:
+    """The same env, rendering ``rgb_array`` frames (state envs; pixel envs render already)."""
+    if spec.pixel is not None or "render_mode" in spec.kwargs:
+        return spec
+    return dataclasses.replace(spec, kwargs={**spec.kwargs, "render_mode": "rgb_array"})
+
+
+class VideoWriter:
+    """RGB frames ``uint8[H, W, 3]`` -> an mp4 (OpenCV, codec mp4v), renamed into place when closed."""
+
+    def __init__(self, path: str, fps: float):
+        self.path, self.fps = path, fps
+        self.tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp.mp4")
+        self._writer: Any = None
+        self.frames = 0
+
+    def add(self, frame: np.ndarray) -> None:
+        import cv2  # opencv-python-headless, a dependency; imported only when recording
+
+        if self._writer is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            height, width = frame.shape[:2]
+            self._writer = cv2.VideoWriter(self.tmp, cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
+        self._writer.write(np.ascontiguousarray(frame[..., ::-1]))  # OpenCV wants BGR
+        self.frames += 1
+
+    def close(self) -> Optional[str]:
+        """Finish the file; returns its path, or None when no frame was written."""
+        if self._writer is None:
+            return None
+        self._writer.release()
+        self._writer = None
+        os.replace(self.tmp, self.path)
+        return self.path
+
+
+def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
+    """One env's observation as ``{key: [1, *shape]}`` arrays in the storage's dtypes."""
+    layout = obs_layout(space)
+    parts = obs if isinstance(space, spaces.Dict) else {OBS_KEY: obs}
+    return {key: np.asarray(parts[key], dtype=dtype).reshape(1, *shape) for key, (shape, dtype) in layout.items()}
+
+
+@torch.no_grad()
+def run_episodes(
+    policy: ActorCritic,
+    env: Any,
+    normalizer: Optional[Normalizer],
+    n_episodes: int,
+    seed: Optional[int],
+    device: torch.device,
+    video: Optional[VideoWriter] = None,
+    video_length: int = 1000,
+    deterministic: bool = True,
+) -> tuple[list[float], list[int]]:
+    """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64).
+
+    The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
+    normalised with ``normalizer``'s statistics, which are not updated. The first episode's
+    frames go to ``video`` (at most ``video_length``).
+    """
+    dict_obs = isinstance(env.observation_space, spaces.Dict)
+    box_actions = isinstance(env.action_space, spaces.Box)
+    returns, lengths = [], []
+    obs, _ = env.reset(seed=seed)
+    for episode in range(n_episodes):
+        total, length, done = 0.0, 0, False
+        while not done:
+            if video is not None and episode == 0 and video.frames < video_length:
+                frame = env.render()
+                if frame is not None:
+                    video.add(np.asarray(frame, dtype=np.uint8))
+            batch = _as_storage_obs(obs, env.observation_space)
+            if normalizer is not None:
+                normalizer.normalize_obs_(batch)  # frozen: a pure function of the statistics
+            policy_input = batch if dict_obs else batch[OBS_KEY]
+            actions, _, _ = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)
+            action = actions.cpu().numpy()[0]
+            if box_actions:
+                action = np.clip(action, env.action_space.low, env.action_space.high)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            length += 1
+            done = terminated or truncated
+        returns.append(total)
+        lengths.append(length)
+        obs, _ = env.reset()
+    return returns, lengths
+
+
+class Evaluator:
+    """Evaluates a model on its own env; keeps ``best_model.pt`` and ``evaluations.npz``.
+
+    ``evaluations.npz`` has sb3 ``EvalCallback``'s arrays: ``timesteps: int64[k]``,
+    ``results: float64[k, eval_episodes]``, ``ep_lengths: int64[k, eval_episodes]``.
+    ``on_video(path, num_timesteps)`` is called for each recorded video (wandb uploads it).
+    """
+
+    def __init__(self, cfg: Any, spec: EnvSpec, run_dir: str, log: Any = sys.stderr):
+        self.cfg, self.run_dir, self.log = cfg, run_dir, log
+        self.video = cfg.video
+        self.env = make_env(render_spec(spec) if cfg.video else spec)
+        self.seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
+        self.on_video: list[Callable[[str, int], None]] = []
+        self.timesteps: list[int] = []
+        self.results: list[list[float]] = []
+        self.ep_lengths: list[list[int]] = []
+        self.best_mean_reward = -np.inf
+
+    def load_history(self, up_to_step: int) -> None:
+        """Continue a resumed run's ``evaluations.npz`` (rows after the checkpoint are dropped)."""
+        path = os.path.join(self.run_dir, EVALUATIONS)
+        if not os.path.exists(path):
+            return
+        with np.load(path) as data:
+            keep = data["timesteps"] <= up_to_step
+            self.timesteps = data["timesteps"][keep].tolist()
+            self.results = data["results"][keep].tolist()
+            self.ep_lengths = data["ep_lengths"][keep].tolist()
+        if self.results:
+            self.best_mean_reward = max(float(np.mean(r)) for r in self.results)
+
+    def evaluate(self, model: "PPO") -> dict[str, float]:
+        """Run the episodes, log ``eval/*`` and dump (as sb3's ``EvalCallback``), keep the best model."""
+        step = model.num_timesteps
+        writer = None
+        if self.video:
+            writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
+        with preserved_rng():
+            returns, lengths = run_episodes(model.policy, self.env, model.normalizer, self.cfg.eval_episodes, self.seed,
+                                            model.device, writer, self.cfg.video_length)
+        mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
+        self.timesteps.append(step)
+        self.results.append(returns)
+        self.ep_lengths.append(lengths)
+        atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
+            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64)))
+        model.logger.record("eval/mean_reward", mean_reward)
+        model.logger.record("eval/mean_ep_length", mean_length)
+        if mean_reward > self.best_mean_reward:
+            self.best_mean_reward = mean_reward
+            write_model_file(model, os.path.join(self.run_dir, BEST_MODEL))
+            print(f"eval at {step} steps: new best mean reward {mean_reward:.3f}", file=self.log, flush=True)
+        model.logger.dump(step=step)
+        video_path = writer.close() if writer is not None else None
+        if video_path is not None:
+            for callback in self.on_video:
+                callback(video_path, step)
+        elif writer is not None:
+            print(f"warning: {self.cfg.env} rendered no frame; no video written", file=self.log, flush=True)
+        return {"eval/mean_reward": mean_reward, "eval/mean_ep_length": mean_length}
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,118 @@
+"""Reading rl-zoo hyperparameter files (``hyperparams/ppo.yml``) into Config values.
+
+An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` keyword arguments
+plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
+``policy_kwargs``). String values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are
+parsed with :func:`~ppo_dict.config.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from envs import GYM_PREFIX
+from ppo_dict.config import parse_values, safe_literal
+
+#: rl-zoo key -> Config field, where the names differ
+RENAMED = {"n_timesteps": "total_timesteps"}
+#: sb3 PPO keyword arguments that are Config fields under the same name
+SAME_NAME = (
+    "learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
+    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "n_envs", "seed",
+)
+#: VecNormalize keyword arguments (rl-zoo's ``normalize: "dict(...)"``) -> Config field
+NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_obs": "clip_obs", "clip_reward": "clip_reward",
+                    "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
+#: ActorCriticPolicy keyword arguments that are Config fields under the same name
+POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images")
+POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp"}
+#: keys rl-zoo knows that ppo_dict does not implement, with the reason
+UNSUPPORTED = {
+    "use_sde": "gSDE is not implemented",
+    "sde_sample_freq": "gSDE is not implemented",
+    "env_wrapper": "env wrappers from the file are not applied",
+    "vec_env_wrapper": "vec env wrappers from the file are not applied",
+    "frame_stack": "use --pixel_obs_wrapper --frame_stack",
+    "callback": "callbacks from the file are not run",
+    "normalize_kwargs": "write normalize: \"dict(...)\" instead",
+}
+
+
+def _entry_names(env: str) -> list[str]:
+    """The keys an env may have in the file: ``gym_Reacher-v2`` -> ``gym_Reacher-v2``, ``Reacher-v2``."""
+    names = [env]
+    if env.startswith(GYM_PREFIX):
+        names.append(env[len(GYM_PREFIX) :])
+    return names
+
+
+def _as_dict(value: Any, what: str) -> dict[str, Any]:
+    parsed = safe_literal(value) if isinstance(value, str) else value
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{what} must be a dict, got {value!r}")
+    return parsed
+
+
+def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """One rl-zoo entry -> ``(raw Config values, problems)``."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in entry.items():
+        try:
+            if key in RENAMED:
+                values[RENAMED[key]] = value
+            elif key in SAME_NAME:
+                values[key] = value
+            elif key == "normalize":
+                if isinstance(value, bool):
+                    values["normalize"] = value
+                else:  # rl-zoo: a string of VecNormalize kwargs means normalize=True with those kwargs
+                    values["normalize"] = True
+                    for name, kwarg in _as_dict(value, "normalize").items():
+                        if name not in NORMALIZE_KWARGS:
+                            problems.append(f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows ({', '.join(NORMALIZE_KWARGS)})")
+                        else:
+                            values[NORMALIZE_KWARGS[name]] = kwarg
+            elif key == "policy":
+                if value not in POLICIES:
+                    problems.append(f"{where}: policy={value!r}: must be one of {', '.join(POLICIES)}")
+                else:
+                    values["model"] = POLICIES[value]
+            elif key == "policy_kwargs":
+                for name, kwarg in _as_dict(value, "policy_kwargs").items():
+                    if name not in POLICY_KWARGS:
+                        problems.append(f"{where}: policy_kwargs: {name!r} is not supported (supported: {', '.join(POLICY_KWARGS)})")
+                    else:
+                        values[name] = kwarg
+            elif key in UNSUPPORTED:
+                problems.append(f"{where}: {key!r} is not supported: {UNSUPPORTED[key]}")
+            else:
+                problems.append(f"{where}: {key!r} is not an rl-zoo PPO hyperparameter")
+        except (ValueError, SyntaxError) as exc:
+            problems.append(f"{where}: {key}={value!r}: {exc}")
+    parsed: dict[str, Any] = {}
+    for name, value in values.items():  # one value at a time, so that each bad one is named
+        try:
+            parsed.update(parse_values({name: value}))
+        except (ValueError, TypeError) as exc:
+            problems.append(f"{where}: {name}={value!r}: {exc}")
+    return parsed, problems
+
+
+def load_hyperparams(path: str, env: str) -> tuple[dict[str, Any], list[str]]:
+    """``(Config values, problems)`` from ``path``'s entry for ``env``; problems name the file and key."""
+    import yaml  # PyYAML comes with wandb and gymnasium; imported only for this feature
+
+    try:
+        with open(path) as f:
+            document = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        return {}, [f"hyperparams={path!r}: cannot read: {exc}"]
+    if not isinstance(document, dict):
+        return {}, [f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"]
+    for name in _entry_names(env):
+        if name in document:
+            entry = document[name]
+            if not isinstance(entry, dict):
+                return {}, [f"hyperparams={path!r}: entry {name!r} is not a mapping"]
+            return translate(entry, f"hyperparams {path}[{name}]")
+    return {}, [f"hyperparams={path!r}: no entry for {' or '.join(_entry_names(env))} (entries: {', '.join(map(str, document))})"]

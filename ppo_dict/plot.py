@@ -1,0 +1,111 @@
+"""Learning curves from run directories: ``python -m ppo_dict.plot RUN_DIR [RUN_DIR ...]``.
+
+Reads each run's ``progress.csv`` (and ``evaluations.npz`` if present). Runs of the same env
+(several seeds) are drawn as their mean with a band of one standard deviation, each run's curve
+interpolated onto a common step grid over the steps all of them reached.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from typing import Optional
+
+import numpy as np
+
+from ppo_dict.export import atomic_write
+from ppo_dict.tracking import STEP, read_csv
+
+KEY = "rollout/ep_rew_mean"
+EVAL_KEY = "eval/mean_reward"
+CURVE_FILE = "learning_curve.png"
+
+
+def load_curve(run_dir: str, key: str = KEY) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps: int64[k], values: float64[k])`` of ``key`` in ``run_dir/progress.csv`` (rows that have it)."""
+    rows = [r for r in read_csv(os.path.join(run_dir, "progress.csv")) if key in r and STEP in r]
+    return np.array([r[STEP] for r in rows], dtype=np.int64), np.array([r[key] for r in rows], dtype=np.float64)
+
+
+def run_label(run_dir: str) -> str:
+    """The env of a run (from its ``config.json``), else the directory's name."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return str(json.load(f)["env"])
+    except (OSError, ValueError, KeyError):
+        return os.path.basename(os.path.normpath(run_dir))
+
+
+def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(grid, mean, std)`` over runs, on ``points`` steps from the latest first step to the earliest last step."""
+    lo = max(int(steps[0]) for steps, _ in curves)
+    hi = min(int(steps[-1]) for steps, _ in curves)
+    grid = np.linspace(lo, hi, points) if hi > lo else np.array([float(lo)])
+    stacked = np.stack([np.interp(grid, steps, values) for steps, values in curves])
+    return grid, stacked.mean(axis=0), stacked.std(axis=0)
+
+
+def plot_runs(run_dirs: list[str], out: str, key: str = KEY, title: Optional[str] = None) -> str:
+    """Write a PNG of ``key`` against env steps, one mean-and-band line per env; returns ``out``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global figure state
+    from matplotlib.figure import Figure
+
+    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for run_dir in run_dirs:
+        steps, values = load_curve(run_dir, key)
+        if len(steps):
+            groups[run_label(run_dir)].append((steps, values))
+    if not groups:
+        raise ValueError(f"no {key} values in {', '.join(run_dirs)} (progress.csv)")
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for label, curves in sorted(groups.items()):
+        if len(curves) == 1:
+            ax.plot(*curves[0], label=label)
+        else:
+            grid, mean, std = mean_and_spread(curves)
+            ax.plot(grid, mean, label=f"{label} (mean of {len(curves)} runs, band: ±1 std)")
+            ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+    if len(run_dirs) == 1:
+        evaluations = os.path.join(run_dirs[0], "evaluations.npz")
+        if os.path.exists(evaluations):
+            with np.load(evaluations) as data:
+                ax.plot(data["timesteps"], data["results"].mean(axis=1), "o--", label=EVAL_KEY)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(key)
+    ax.set_title(title or ", ".join(sorted(groups)))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=100))
+    return out
+
+
+def plot_run(run_dir: str) -> str:
+    """``run_dir/learning_curve.png`` for one run."""
+    return plot_runs([run_dir], os.path.join(run_dir, CURVE_FILE))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ppo_dict.plot", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--out", default="learning_curves.png", help="PNG file to write")
+    parser.add_argument("--key", default=KEY, help="logged key to plot (e.g. eval/mean_reward, train/value_loss)")
+    args = parser.parse_args(argv)
+    missing = [d for d in args.run_dirs if not os.path.isfile(os.path.join(d, "progress.csv"))]
+    if missing:
+        print(f"error: no progress.csv in {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        print(plot_runs(args.run_dirs, args.out, args.key))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Checkpoints and resume: bit-exact state, what a resumed run matches, corrupt files, faults.
+
+Fault cases (shared/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout.
+"""
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from ppo_dict.checkpoint import CheckpointManager, list_checkpoints, restore
+from ppo_dict.config import Config
+from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.export import load_model_state, model_state
+from ppo_dict.ppo import PPO
+from tests.conftest import ROOT
+from tests.test_cli import run_cli, summary_line
+
+SMALL = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
+         "--n_epochs", "2", "--seed", "0", "--normalize", "True", "--verbose", "0", "--plot", "False"]
+
+
+def assert_same(a, b, where: str = "") -> None:
+    """Exact equality of nested checkpoint values (tensors with torch.equal)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def without_config(state: dict) -> dict:
+    return {k: v for k, v in state.items() if k != "config"}
+
+
+def test_restored_state_is_bit_identical_to_the_saved_one(tmp_path) -> None:
+    cfg = Config(env="gym_CartPole-v1", n_envs=2, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, total_timesteps=256,
+                 seed=3, verbose=0, normalize=True)
+    model = PPO(cfg, InProcessEnvPool(cfg.env_spec(), 2, 64))
+    model.learn()
+    path = CheckpointManager(str(tmp_path), keep=2).save(model)
+    saved = torch.load(path, map_location="cpu", weights_only=True)  # weights only: no code unpickled
+    assert saved["num_timesteps"] == 256 and saved["iteration"] == 2 and saved["n_updates"] == 4
+    assert len(saved["ep_r"]) == len(model.ep_info_buffer) > 0
+    torch.manual_seed(123)  # move every stream, so that the restore has something to undo
+    fresh = PPO(cfg, InProcessEnvPool(cfg.env_spec(), 2, 64))
+    restore(fresh, load_model_state(path), path)
+    assert_same(model_state(fresh), saved)  # params, Adam, normaliser, counters, ep infos, RNG states, config
+    model.pool.close()
+    fresh.pool.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A: 1024 steps uninterrupted (checkpoint every 256). B: 512 steps, then resumed to 1024; C: B resumed again."""
+    root = tmp_path_factory.mktemp("runs")
+    a, b, c = root / "a", root / "b", root / "c"
+    proc = run_cli(*SMALL, "--total_timesteps", "1024", "--save_freq", "256", "--keep_checkpoints", "5", "--run_dir", str(a))
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(*SMALL, "--total_timesteps", "512", "--run_dir", str(b))
+    assert proc.returncode == 0, proc.stderr
+    shutil.copytree(b, c)
+    shutil.copytree(b, root / "b_at_512")
+    for run_dir in (b, c):
+        proc = run_cli("--resume", str(run_dir), "--total_timesteps", "1024", "--save_freq", "256", "--keep_checkpoints", "2")
+        assert proc.returncode == 0, proc.stderr
+        assert f"resumed from {run_dir}/checkpoints/checkpoint_000000000512.pt at 512 steps" in proc.stdout
+        assert summary_line(proc.stdout)["env_steps"] == 1024
+    return root
+
+
+def test_resume_continues_everything_saved_and_says_what_it_does_with_envs(runs) -> None:
+    a = {os.path.basename(p): load_model_state(p) for p in list_checkpoints(str(runs / "a" / "checkpoints"))}
+    assert sorted(a) == [f"checkpoint_{s:012d}.pt" for s in (256, 512, 768, 1024)]
+    b512 = load_model_state(str(runs / "b_at_512" / "checkpoints" / "checkpoint_000000000512.pt"))
+    # What B saved at 512 steps is what the uninterrupted run had at 512 steps, bit for bit.
+    assert_same(without_config(b512), without_config(a["checkpoint_000000000512.pt"]))
+    b_files = [os.path.basename(p) for p in list_checkpoints(str(runs / "b" / "checkpoints"))]
+    assert b_files == ["checkpoint_000000000768.pt", "checkpoint_000000001024.pt"]  # keep_checkpoints=2
+    b_end = load_model_state(str(runs / "b" / "checkpoints" / "checkpoint_000000001024.pt"))
+    c_end = load_model_state(str(runs / "c" / "checkpoints" / "checkpoint_000000001024.pt"))
+    assert_same(without_config(b_end), without_config(c_end))  # a resume is deterministic
+    a_end = a["checkpoint_000000001024.pt"]
+    for key in ("num_timesteps", "iteration", "n_updates"):
+        assert b_end[key] == a_end[key]
+    # Envs were re-seeded and reset at the resume, so the trajectories (and so the weights) differ.
+    assert not torch.equal(b_end["policy"]["action_net.weight"], a_end["policy"]["action_net.weight"])
+    # The CSV log continues: rows up to 512 from the first part, then the resumed rows.
+    steps = [line.split(",")[0] for line in (runs / "b" / "progress.csv").read_text().splitlines()[1:]]
+    assert steps == ["256", "512", "768", "1024"]
+
+
+def test_corrupt_newest_checkpoint_falls_back_loudly(runs, tmp_path) -> None:
+    run_dir = tmp_path / "a"
+    shutil.copytree(runs / "a", run_dir)
+    newest = run_dir / "checkpoints" / "checkpoint_000000001024.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated
+    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "1024")
+    assert proc.returncode == 0, proc.stderr
+    assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr
+    assert "renamed it to checkpoint_000000001024.pt.corrupt and trying the previous checkpoint" in proc.stderr
+    assert "at 768 steps" in proc.stdout
+    assert (run_dir / "checkpoints" / "checkpoint_000000001024.pt.corrupt").exists()
+
+
+def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) -> None:
+    run_dir = tmp_path / "b"
+    shutil.copytree(runs / "b", run_dir)
+    for path in list_checkpoints(str(run_dir / "checkpoints")):
+        with open(path, "r+b") as f:
+            f.truncate(10)
+    proc = run_cli("--resume", str(run_dir))
+    assert proc.returncode == 2 and f"error: no loadable checkpoint in {run_dir}/checkpoints:" in proc.stderr
+    assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
+    named = run_dir / "checkpoints" / "checkpoint_000000000768.pt.corrupt"
+    proc = run_cli("--resume", str(named))
+    assert proc.returncode == 2 and f"error: cannot load {named}: RuntimeError" in proc.stderr
+
+
+def test_checkpoint_for_other_spaces_is_refused(runs) -> None:
+    ckpt = runs / "b_at_512" / "checkpoints" / "checkpoint_000000000512.pt"
+    proc = run_cli("--resume", str(ckpt), "--env", "gym_Acrobot-v1", "--run_dir", str(runs / "acrobot"))
+    assert proc.returncode == 2
+    assert f"error: {ckpt}: Observation spaces do not match: Box(" in proc.stderr
+    assert "(4,), float32) != Box(" in proc.stderr and "(6,), float32) (env gym_Acrobot-v1)" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------ faults
+
+SLOW_WRITER = """
+import sys, time, io, torch
+import ppo_dict.checkpoint as ck, ppo_dict.main_ppo as mp
+from ppo_dict.export import atomic_write, model_state
+signalled = []
+handler = mp.StopFlag.__call__
+def record(self, signum, frame):
+    signalled.append(signum)
+    handler(self, signum, frame)
+mp.StopFlag.__call__ = record
+writes = []
+def slow_write(model, path):
+    writes.append(path)
+    if (MODE == "second" and len(writes) == 2) or (MODE == "signal" and signalled):
+        def write(f):
+            buf = io.BytesIO(); torch.save(model_state(model), buf); data = buf.getvalue()
+            f.write(data[: len(data) // 2]); f.flush()
+            print("WRITING", path, flush=True)
+            time.sleep(600)
+        atomic_write(path, write)
+        return path
+    return ck_write(model, path)
+ck_write = ck.write_model_file
+ck.write_model_file = slow_write
+sys.exit(mp.main(sys.argv[1:]))
+"""
+
+
+class Lines:
+    """A process's stdout lines, read in a thread so that waits can time out."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.queue: "queue.Queue[str]" = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=lambda: [self.queue.put(line) for line in proc.stdout], daemon=True).start()
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                line = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"{text!r} not printed within {timeout} s; got {self.seen[-5:]}")
+
+
+def start_slow(mode: str, run_dir, *flags: str) -> tuple[subprocess.Popen, Lines]:
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", f"MODE = {mode!r}\n" + SLOW_WRITER, *SMALL, "--run_dir", str(run_dir), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    return proc, Lines(proc)
+
+
+def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    proc, lines = start_slow("second", run_dir, "--total_timesteps", "1024", "--save_freq", "256")
+    try:
+        lines.wait_for("WRITING", timeout=90)
+        first = run_dir / "checkpoints" / "checkpoint_000000000256.pt"
+        before = first.read_bytes()
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    names = sorted(os.listdir(run_dir / "checkpoints"), key=lambda n: n.lstrip("."))
+    assert names[0] == "checkpoint_000000000256.pt" and len(names) == 2  # no file with the final name for 512
+    assert names[1].startswith(".checkpoint_000000000512.pt.") and names[1].endswith(".tmp")
+    assert first.read_bytes() == before and load_model_state(str(first))["num_timesteps"] == 256
+    # The next start ignores and removes the partial file, and resumes from the intact checkpoint.
+    done = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
+    assert done.returncode == 0, done.stderr
+    assert f"removed {run_dir / 'checkpoints' / names[1]}: a partial checkpoint from an interrupted write" in done.stderr
+    assert "at 256 steps" in done.stdout and summary_line(done.stdout)["env_steps"] == 512
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["checkpoint_000000000256.pt", "checkpoint_000000000512.pt"]
+
+
+def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    proc, lines = start_slow("signal", run_dir, "--total_timesteps", "100000000", "--save_freq", "256")
+    try:
+        deadline = time.time() + 90
+        first = run_dir / "checkpoints" / "checkpoint_000000000256.pt"
+        while not first.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        before = first.read_bytes()
+        proc.send_signal(signal.SIGINT)
+        lines.wait_for("WRITING", timeout=60)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted twice: stopped without saving" in err and "Traceback" not in err
+    names = os.listdir(run_dir / "checkpoints")
+    assert not [n for n in names if n.endswith(".tmp")], names  # the partial file was removed
+    assert first.read_bytes() == before
+    for name in names:  # every checkpoint left is whole
+        load_model_state(str(run_dir / "checkpoints" / name))
