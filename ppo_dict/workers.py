@@ -344,6 +344,7 @@ class WorkerGroup:
 
         self._procs: list = []
         self._conns: list = []
+        self.pids: list[int] = []  # kept after close, for checks that they are gone
         # Registered before the first start, so a failure half-way still stops what started.
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, CLOSE_GRACE)
         try:
@@ -355,6 +356,7 @@ class WorkerGroup:
                 self._conns.append(parent_conn)
                 proc.start()
                 self._procs.append(proc)
+                self.pids.append(proc.pid)
                 child_conn.close()  # only the worker holds its end: its death reads as EOF here
             self._poller = select.poll()
             self._fd_owner: dict[int, tuple[int, str]] = {}
@@ -467,10 +469,6 @@ class WorkerGroup:
         return err
 
     # ------------------------------------------------------------------ lifetime
-    @property
-    def pids(self) -> list[Optional[int]]:
-        return [p.pid for p in self._procs]
-
     def close(self, grace: float = CLOSE_GRACE) -> None:
         """Stop the workers: idempotent, never waits for a pending reply."""
         if self.closed:
@@ -548,7 +546,7 @@ class ShmEnvPool:
         self._group.gather()
 
     @property
-    def pids(self) -> list[Optional[int]]:
+    def pids(self) -> list[int]:
         return self._group.pids
 
     @property

@@ -1,0 +1,88 @@
+"""Test-only envs that fail on purpose, registered with gymnasium on import so that workers
+can build them (``EnvSpec.gym_packages = ("tests.faults.fault_envs",)``).
+
+An env learns which env index it is from its first reset seed (env i is reset with seed + i),
+so a fault can be aimed at one env in one worker while its siblings behave.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import replace
+from typing import Any, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs import EnvSpec, resolve_env_name
+
+ENV_ID = "FaultEnv-v0"
+PACKAGE = __name__
+#: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "nan_obs", "nan_reward")
+
+
+class FaultEnv(gym.Env):
+    """obs float32[2] = (episode step, env seed); action float32[1] in [-1, 1]; reward = action.
+
+    Episodes terminate after ``episode_len`` steps. The env whose first reset seed is
+    ``bad_seed`` misbehaves as ``mode`` says; ``init_raise`` raises in the constructor of the
+    worker process named ``bad_process`` (never in the main process, which builds one env to
+    read the spaces).
+    """
+
+    def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1"):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}: one of {MODES}")
+        if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
+            raise ValueError(f"bad kwarg for {bad_process}")
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.mode, self.bad_seed, self.at_step, self.episode_len, self.hang_s = mode, bad_seed, at_step, episode_len, hang_s
+        self.first_seed: Optional[int] = None
+        self.resets = 0
+        self.t = 0
+        self.total = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, -1 if self.first_seed is None else self.first_seed], dtype=np.float32)
+
+    @property
+    def aimed(self) -> bool:
+        return self.first_seed == self.bad_seed
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.first_seed is None and seed is not None:
+            self.first_seed = seed
+        self.resets += 1
+        if self.aimed and (self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2):
+            raise RuntimeError(f"reset boom (seed={seed})")
+        self.t = 0
+        return self._obs(), {"resets": self.resets}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        self.total += 1
+        obs, reward = self._obs(), float(action[0])
+        if self.aimed and self.total == self.at_step:
+            if self.mode == "step_raise":
+                raise RuntimeError("boom")
+            if self.mode == "hang":
+                time.sleep(self.hang_s)
+            if self.mode == "nan_obs":
+                obs[0] = np.nan
+            if self.mode == "nan_reward":
+                reward = float("nan")
+        return obs, reward, self.t >= self.episode_len, False, {"t": self.t}
+
+
+def fault_spec(**kwargs: Any) -> EnvSpec:
+    """The EnvSpec of FaultEnv with these constructor kwargs."""
+    return replace(resolve_env_name(f"gym_{ENV_ID}", gym_packages=(PACKAGE,)), kwargs=kwargs)
+
+
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=f"{__name__}:FaultEnv")

@@ -1,0 +1,225 @@
+"""Fault scenarios, each run as ``python -m tests.faults.scenarios NAME ARGS...`` in its own
+process (and session) by ``test_worker_faults.py``, which kills it if it hangs.
+
+A scenario prints one JSON line: what was raised (type, message), how long the failing call
+and ``close()`` took, and which processes of this session outlived ``close()``. Scenarios that
+the test kills from outside print their worker pids first and then block.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from envs import EnvSpec, resolve_env_name
+from ppo_dict.workers import ShmEnvPool
+from tests.faults.fault_envs import fault_spec
+
+#: FaultEnv runs are reset with this seed, so env i has seed 10 + i; env 3 is in worker 1 (2 x 2).
+SEED = 10
+AIMED_ENV = 3
+HELPER_MARKERS = ("forkserver import main", "resource_tracker import main")
+
+
+def proc_stat(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` fields after the command name: state, ppid, pgrp, session, ..."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def session_processes(session: int) -> list[int]:
+    """Live (non-zombie) processes of a session."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = proc_stat(int(name))
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+def is_helper(pid: int) -> bool:
+    """multiprocessing's per-process forkserver and resource tracker (they exit with us)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return any(marker in cmdline for marker in HELPER_MARKERS)
+
+
+def strays() -> list[int]:
+    """Processes of this session, other than this one and multiprocessing's helpers."""
+    return [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and not is_helper(pid)]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return proc_stat(pid)[0] != "Z"
+    except OSError:
+        return False
+
+
+def fault_pool(mode: str, mp_method: str = "forkserver", step_timeout: float = 60.0, **kwargs: Any) -> ShmEnvPool:
+    spec = fault_spec(mode=mode, bad_seed=SEED + AIMED_ENV, **kwargs)
+    return ShmEnvPool(spec, num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method, step_timeout=step_timeout)
+
+
+def capture(call: Callable[[], Any]) -> dict[str, Any]:
+    """Run ``call``; report the exception it raised and how long it took."""
+    start = time.monotonic()
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 (reporting it is the point)
+        return {"error": type(exc).__name__, "message": str(exc), "call_s": time.monotonic() - start}
+    return {"error": None, "message": "", "call_s": time.monotonic() - start}
+
+
+def close_twice(pool: ShmEnvPool, result: dict[str, Any]) -> dict[str, Any]:
+    start = time.monotonic()
+    pool.close()
+    pool.close()
+    result["close_s"] = time.monotonic() - start
+    result["after_close"] = capture(lambda: pool.step(0))
+    result["alive_workers"] = [pid for pid in pool.pids if alive(pid)]
+    result["strays"] = strays()
+    return result
+
+
+def step_until_error(pool: ShmEnvPool, steps: int = 8) -> None:
+    pool.reset(SEED)
+    for t in range(steps):
+        pool.storage.env_actions[...] = 0.5
+        pool.step(t)
+
+
+# ------------------------------------------------------------------------------ scenarios
+def env_error(mode: str) -> dict[str, Any]:
+    """Cases 1-3: an env raises in step, reset, auto-reset or (in worker 1) its constructor."""
+    if mode == "init_raise":
+        result = capture(lambda: fault_pool(mode))
+        result.update(alive_workers=[], strays=strays())
+        return result
+    pool = fault_pool(mode)
+    return close_twice(pool, capture(lambda: step_until_error(pool)))
+
+
+def unknown_id(name: str) -> dict[str, Any]:
+    """Case 4: refused in this process, before any process starts."""
+    result = capture(lambda: resolve_env_name(name))
+    gym_id = name.removeprefix("gym_")
+    result["pool"] = capture(lambda: ShmEnvPool(EnvSpec(name=name, gym_id=gym_id), 2, 2, n_steps=8))
+    result["children"] = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid()]
+    return result
+
+
+def kill_worker(when: str) -> dict[str, Any]:
+    """Cases 5-6: SIGKILL worker 1 while idle, or while main waits for a step."""
+    pool = fault_pool("hang" if when == "mid_step" else "none", at_step=1)
+    pool.reset(SEED)
+    victim = pool.pids[1]
+    if when == "idle":
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.3)
+        result = capture(lambda: pool.step(0))
+        result["since_kill_s"] = result["call_s"]
+    else:
+        killed_at: list[float] = []
+        threading.Timer(0.5, lambda: (killed_at.append(time.monotonic()), os.kill(victim, signal.SIGKILL))).start()
+        result = capture(lambda: pool.step(0))
+        result["since_kill_s"] = time.monotonic() - killed_at[0]
+    result["victim"] = victim
+    return close_twice(pool, result)
+
+
+def hang(step_timeout: str) -> dict[str, Any]:
+    """Case 7: an env sleeps in step; the step times out and close() escalates."""
+    pool = fault_pool("hang", step_timeout=float(step_timeout), at_step=1)
+    pool.reset(SEED)
+    result = capture(lambda: pool.step(0))
+    return close_twice(pool, result)
+
+
+def serve_then_block(mp_method: str, busy: str) -> dict[str, Any]:
+    """Cases 8-9: print the worker pids, then block idle or in a step whose env 3 sleeps 4 s,
+    until the test SIGKILLs this process (or its group)."""
+    pool = fault_pool("hang" if busy == "hung" else "none", mp_method=mp_method, at_step=1, hang_s=4.0)
+    pool.reset(SEED)
+    print(json.dumps({"pids": pool.pids, "shm": sorted(os.listdir("/dev/shm"))}), flush=True)
+    if busy == "hung":
+        pool.step(0)
+    time.sleep(600)
+    return {}
+
+
+def shm_too_small() -> dict[str, Any]:
+    """Case 14: the buffer does not fit in /dev/shm nor the temp dir (free space faked)."""
+    import ppo_dict.workers as workers
+
+    workers.free_bytes = lambda path: 1 << 20
+    result = capture(lambda: ShmEnvPool(resolve_env_name("gym_Pendulum-v1"), 2, 2, n_steps=100_000))
+    result["children"] = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid()]
+    return result
+
+
+def non_finite(mode: str) -> dict[str, Any]:
+    """Cases 15-16: NaN obs / reward from env 3 at its 4th step, caught before the normaliser."""
+    from ppo_dict.config import Config
+    from ppo_dict.ppo import PPO
+
+    torch.set_num_threads(1)
+    cfg = Config(env="gym_FaultEnv-v0", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, envs_per_worker=2,
+                 n_steps=8, batch_size=16, seed=SEED, normalize=True, verbose=0, total_timesteps=64)
+    pool = fault_pool(mode, at_step=4)
+    model = PPO(cfg, pool)
+    result = capture(model.learn)
+    obs_rms = model.normalizer.obs_rms["obs"]
+    result["obs_count"], result["obs_mean_finite"] = float(obs_rms.count), bool(np.isfinite(obs_rms.mean).all() and np.isfinite(obs_rms.var).all())
+    result["ret_count"], result["ret_finite"] = float(model.normalizer.ret_rms.count), bool(np.isfinite(model.normalizer.ret_rms.var).all())
+    return close_twice(pool, result)
+
+
+def resource_counts() -> dict[str, Any]:
+    return {"shm": sorted(os.listdir("/dev/shm")), "fds": len(os.listdir("/proc/self/fd")), "threads": threading.active_count()}
+
+
+def cycles(mp_method: str, count: str) -> dict[str, Any]:
+    """Case 13: create, step and close the pool ``count`` times; nothing may grow."""
+    spec = resolve_env_name("gym_CartPole-v1")
+
+    def cycle() -> None:
+        pool = ShmEnvPool(spec, 2, 2, n_steps=8, mp_method=mp_method)
+        pool.reset(0)
+        pool.step(0)
+        pool.close()
+
+    cycle()  # the first one starts the forkserver / resource tracker and the RawArray heap
+    before = resource_counts()
+    start = time.monotonic()
+    for _ in range(int(count)):
+        cycle()
+    return {"before": before, "after": resource_counts(), "strays": strays(), "seconds": time.monotonic() - start}
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "env_error": env_error,
+    "unknown_id": unknown_id,
+    "kill_worker": kill_worker,
+    "hang": hang,
+    "serve_then_block": serve_then_block,
+    "shm_too_small": shm_too_small,
+    "non_finite": non_finite,
+    "cycles": cycles,
+}
+
+if __name__ == "__main__":
+    print(json.dumps(SCENARIOS[sys.argv[1]](*sys.argv[2:])), flush=True)

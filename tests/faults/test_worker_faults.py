@@ -1,0 +1,218 @@
+"""faults.md cases 1-9, 13-16 for the worker pool: each scenario runs in its own process and
+session with a hard timeout; every test also asserts that the session leaves no process behind
+and that /dev/shm gains no entry."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import pytest
+
+from tests.faults.scenarios import alive, proc_stat, session_processes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: what multiprocessing / SharedMemory could leave in /dev/shm
+SHM_PREFIXES = ("sem.mp-", "psm_", "pym-", "mp-")
+
+
+def shm_entries() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith(SHM_PREFIXES)}
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def start(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.scenarios", *args], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
+def assert_session_gone(session: int, seconds: float = 2.0) -> None:
+    assert wait_until(lambda: not session_processes(session), seconds), f"left behind: {session_processes(session)}"
+
+
+def run_scenario(*args: str, timeout: float = 30.0) -> dict[str, Any]:
+    """Run a scenario to its end; fail if it hangs, errs, or leaves processes or /dev/shm entries."""
+    shm_before = shm_entries()
+    proc = start(*args)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"scenario {args} hung for more than {timeout} s")
+    assert proc.returncode == 0, err
+    assert_session_gone(proc.pid)
+    assert shm_entries() <= shm_before, shm_entries() - shm_before
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def assert_closed_cleanly(r: dict[str, Any]) -> None:
+    """close() after the failure: at once, twice, later calls refused, no process left."""
+    assert r["close_s"] < 0.1
+    assert r["after_close"]["error"] == "PoolClosedError"
+    assert r["after_close"]["message"] == "the env workers (gym_FaultEnv-v0) are closed; create a new pool"
+    assert r["alive_workers"] == [] and r["strays"] == []
+
+
+# ------------------------------------------------------------------------------ cases 1-3
+ENV_ERRORS = {
+    "step_raise": ("worker 1, env 3 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n", 'raise RuntimeError("boom")'),
+    "reset_raise": (
+        "worker 1, env 3 (gym_FaultEnv-v0) raised in reset (seed=13): RuntimeError: reset boom (seed=13)\n",
+        "obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)",
+    ),
+    "autoreset_raise": (
+        "worker 1, env 3 (gym_FaultEnv-v0) raised in reset (auto-reset after an episode end, no seed): RuntimeError: reset boom (seed=None)\n",
+        "obs, self.reset_infos[j] = env.reset()",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", list(ENV_ERRORS))
+def test_env_error_names_worker_env_command_and_keeps_the_traceback(mode: str) -> None:
+    head, traceback_line = ENV_ERRORS[mode]
+    r = run_scenario("env_error", mode)
+    assert r["error"] == "EnvWorkerError"
+    assert r["message"].startswith(head + "--- worker 1 traceback ---\nTraceback (most recent call last):\n")
+    assert traceback_line in r["message"] and 'fault_envs.py", line' in r["message"]
+    assert r["call_s"] < 1.0, r
+    assert_closed_cleanly(r)
+
+
+def test_constructor_error_in_a_worker_is_an_env_worker_error() -> None:
+    r = run_scenario("env_error", "init_raise")
+    assert r["error"] == "EnvWorkerError"
+    assert r["message"].startswith(
+        "worker 1, env 2 (gym_FaultEnv-v0) raised in constructor: ValueError: bad kwarg for ppo_dict-env-worker-1\n--- worker 1 traceback ---\n"
+    )
+    assert r["strays"] == []
+
+
+# ------------------------------------------------------------------------------ case 4
+@pytest.mark.parametrize(
+    "name, error, message",
+    [
+        ("gym_Hoper-v5", "NameNotFound", "Environment `Hoper` doesn't exist. Did you mean: `Hopper`?"),
+        ("gym_Hopper-v9", "VersionNotFound", "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, `v3`, `v4`, `v5` ]."),
+    ],
+)
+def test_unknown_env_id_is_refused_before_any_process_starts(name: str, error: str, message: str) -> None:
+    r = run_scenario("unknown_id", name)
+    assert (r["error"], r["message"]) == (error, message)
+    assert (r["pool"]["error"], r["pool"]["message"]) == (error, message)
+    assert r["children"] == []
+
+
+# ------------------------------------------------------------------------------ cases 5-7
+@pytest.mark.parametrize("when", ["idle", "mid_step"])
+def test_sigkilled_worker_is_reported_with_its_exit_code(when: str) -> None:
+    r = run_scenario("kill_worker", when)
+    assert r["error"] == "WorkerDiedError"
+    assert r["message"] == (
+        f"worker 1 (envs 2..3, gym_FaultEnv-v0, pid {r['victim']}) died with exit code -9 (SIGKILL) during 'step' "
+        "without reporting an error; all workers were stopped"
+    )
+    assert r["since_kill_s"] < 1.0
+    assert_closed_cleanly(r)
+
+
+def test_hung_worker_times_out_and_is_stopped() -> None:
+    r = run_scenario("hang", "2")
+    assert r["error"] == "WorkerTimeoutError"
+    assert r["message"].startswith("worker 1 (envs 2..3, pid ")
+    assert r["message"].endswith(
+        ") did not answer 'step' at rollout step 0 within 2 s (gym_FaultEnv-v0); an env is probably hung "
+        "(raise step_timeout if it is only slow); all workers were stopped"
+    )
+    assert 2.0 <= r["call_s"] < 2.0 + 0.2 + 1.0  # timeout, then the failure path's grace and terminate
+    assert_closed_cleanly(r)
+
+
+# ------------------------------------------------------------------------------ cases 8-9
+def cpu_ticks(pid: int) -> int:
+    fields = proc_stat(pid)
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def start_blocking(mp_method: str, busy: str) -> tuple[subprocess.Popen, list[int]]:
+    proc = start("serve_then_block", mp_method, busy)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    if not ready:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the pool did not start within 30 s")
+    return proc, json.loads(proc.stdout.readline())["pids"]
+
+
+@pytest.mark.parametrize("mp_method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("target", ["process", "group"])
+def test_main_sigkilled_while_workers_idle(mp_method: str, target: str) -> None:
+    shm_before = shm_entries()
+    proc, pids = start_blocking(mp_method, "idle")
+    (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=5)
+    assert wait_until(lambda: not any(alive(pid) for pid in pids), 2.0), [pid for pid in pids if alive(pid)]
+    assert_session_gone(proc.pid)
+    assert shm_entries() <= shm_before, shm_entries() - shm_before
+
+
+def test_main_sigkilled_while_a_worker_is_hung() -> None:
+    """Worker 0 exits at once; worker 1 sleeps (no CPU) until its env call returns, then exits."""
+    proc, pids = start_blocking("forkserver", "hung")
+    time.sleep(1.0)  # main now waits in step(0); env 3 in worker 1 sleeps 4 s
+    os.kill(proc.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    proc.wait(timeout=5)  # not communicate(): the workers hold stdout open until they exit
+    assert wait_until(lambda: not alive(pids[0]), 2.0)
+    assert alive(pids[1])
+    ticks = cpu_ticks(pids[1])
+    time.sleep(0.5)
+    assert cpu_ticks(pids[1]) - ticks <= 2, "the hung worker must not spin"
+    assert wait_until(lambda: not alive(pids[1]), 3.0 + 2.0)
+    assert time.monotonic() - killed > 2.0, "it exited only once its env call returned"
+    assert_session_gone(proc.pid)
+    proc.communicate()
+
+
+# ------------------------------------------------------------------------------ cases 13-16
+@pytest.mark.parametrize("mp_method", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_fifty_create_close_cycles(mp_method: str) -> None:
+    r = run_scenario("cycles", mp_method, "50", timeout=300)
+    assert r["after"] == r["before"]  # /dev/shm entries, open fds, threads
+    assert r["strays"] == []
+
+
+def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
+    r = run_scenario("shm_too_small")
+    assert r["error"] == "RuntimeError"
+    assert r["message"] == (
+        "rollout storage needs 6.9 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
+        "use docker run --shm-size=1g, or fewer n_steps x n_envs"
+    )
+    assert r["children"] == []
+
+
+@pytest.mark.parametrize("mode, what", [("nan_obs", "observation['obs']"), ("nan_reward", "reward")])
+def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what: str) -> None:
+    r = run_scenario("non_finite", mode)
+    assert r["error"] == "NonFiniteError"
+    assert r["message"] == f"non-finite {what} from env 3 (gym_FaultEnv-v0) at rollout step 3 (total steps 16); statistics were not updated with it"
+    # count = 1e-4 + 4 envs x (reset + 3 good steps): the bad step never reached the statistics
+    assert r["obs_count"] == pytest.approx(1e-4 + 16, abs=1e-9) and r["obs_mean_finite"]
+    assert r["ret_count"] == pytest.approx(1e-4 + 12, abs=1e-9) and r["ret_finite"]
+    assert_closed_cleanly(r)
