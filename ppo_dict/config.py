@@ -148,8 +148,9 @@ def _check_net_arch(value: Any) -> NetArch:
 
 
 def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
+    """Names separated by commas or spaces, in one string or several (``a,b`` and ``a b`` alike)."""
     if isinstance(text, (list, tuple)):
-        return tuple(text)
+        return tuple(name for item in text for name in parse_packages(str(item)))
     return tuple(p for p in str(text).replace(",", " ").split() if p)
 
 

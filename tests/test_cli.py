@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 import torch
@@ -14,8 +15,8 @@ from tests.conftest import ROOT
 QUICK = ["--n_steps", "128", "--batch_size", "64", "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0"]
 
 
-def run_cli(*args: str, timeout: float = 180, python_flags: tuple = ()) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT}
+def run_cli(*args: str, timeout: float = 180, python_flags: tuple = (), env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": ROOT, **(env_extra or {})}.items() if v is not None}  # None: unset
     return subprocess.run([sys.executable, *python_flags, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
 

@@ -1,0 +1,76 @@
+"""Evaluation: no effect on training (RNG streams untouched), eval logs, best model, videos, enjoy."""
+import json
+import os
+
+import cv2
+import numpy as np
+import torch
+
+from ppo_dict.config import Config
+from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.evaluation import Evaluator
+from ppo_dict.export import load_model_state
+from ppo_dict.ppo import PPO
+from tests.conftest import ROOT
+from tests.test_checkpoint import assert_same
+from tests.test_cli import run_cli, summary_line
+
+import subprocess
+import sys
+
+
+def train(cfg: Config, evaluator=None) -> PPO:
+    model = PPO(cfg, InProcessEnvPool(cfg.env_spec(), cfg.num_envs, cfg.n_steps))
+    model.learn(after_update=None if evaluator is None else evaluator.evaluate)
+    model.pool.close()
+    return model
+
+
+def test_evaluation_does_not_change_training(tmp_path) -> None:
+    cfg = Config(env="gym_Reacher-v2", n_envs=2, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, total_timesteps=512,
+                 seed=0, verbose=0, normalize=True, eval_freq=128, eval_episodes=2)
+    plain = train(cfg)
+    plain_rng = (torch.get_rng_state(), np.random.get_state()[1].copy())
+    evaluator = Evaluator(cfg, cfg.env_spec(), str(tmp_path))
+    evaluated = train(cfg, evaluator)  # evaluates after every update (4 times)
+    evaluator.close()
+    assert_same(evaluated.policy.state_dict(), plain.policy.state_dict())
+    assert_same(evaluated.optimizer.state_dict(), plain.optimizer.state_dict())
+    for key in ("mean", "var"):
+        assert np.array_equal(evaluated.normalizer.obs_rms["obs"].__dict__[key], plain.normalizer.obs_rms["obs"].__dict__[key])
+    assert torch.equal(torch.get_rng_state(), plain_rng[0]) and np.array_equal(np.random.get_state()[1], plain_rng[1])
+    with np.load(tmp_path / "evaluations.npz") as data:
+        assert data["timesteps"].tolist() == [128, 256, 384, 512]
+        assert data["results"].shape == (4, 2) and data["ep_lengths"].tolist() == [[50, 50]] * 4  # Reacher: 50-step episodes
+        best = max(data["results"].mean(axis=1))
+    dumped = [d for d in evaluated.logger.history if "eval/mean_reward" in d]
+    assert len(dumped) == 4 and dumped[-1]["eval/mean_ep_length"] == 50.0
+    assert max(d["eval/mean_reward"] for d in dumped) == best
+    assert load_model_state(str(tmp_path / "best_model.pt"))["format"] == "ppo_dict/1"
+
+
+def count_frames(path: str) -> int:
+    capture = cv2.VideoCapture(path)
+    frames = 0
+    while capture.read()[0]:
+        frames += 1
+    capture.release()
+    return frames
+
+
+def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_cli("--env", "gym_Reacher-v2", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
+                   "--n_epochs", "1", "--total_timesteps", "512", "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir),
+                   "--eval_freq", "512", "--eval_episodes", "1", "--video", "--video_length", "20")
+    assert proc.returncode == 0, proc.stderr
+    video = run_dir / "videos" / "eval-000000000512.mp4"
+    assert count_frames(str(video)) == 20
+    assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] == 50.0
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "2", "--video"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert enjoy.returncode == 0, enjoy.stderr
+    result = json.loads(enjoy.stdout.strip().splitlines()[-1])
+    assert result["model"] == str(run_dir / "best_model.pt") and result["lengths"] == [50, 50]
+    assert count_frames(result["video"]) == 20  # --video_length from the run's config
