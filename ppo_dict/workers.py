@@ -23,6 +23,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import select
 import signal
 import sys
@@ -191,6 +192,20 @@ def _call_envs(runner: EnvRunner, kind: str, env_ids: Sequence[int], name: str, 
     return results
 
 
+def _answer_call(runner: EnvRunner, call: tuple) -> tuple[str, Any]:
+    """``("ok", results)``, or ``("raised", exception)`` for the caller to re-raise: a missing
+    attribute is the caller's mistake (sb3's VecEnv probes with get_attr), not a broken env."""
+    try:
+        return ("ok", _call_envs(runner, *call))
+    except Exception as exc:  # noqa: BLE001 (handed to the caller, who re-raises it)
+        exc.add_note(f"(in env {runner.active[0]}, inside its worker process)")
+        try:
+            pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 (an unpicklable exception still deserves its message)
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return ("raised", exc)
+
+
 def _is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
     """sb3 ``env_util.is_wrapped`` without importing sb3 here."""
     while isinstance(env, gym.Wrapper):
@@ -235,7 +250,7 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
                 runner.reset(msg[1], msg[2])
                 conn.send(("ok", runner.reset_infos if a.record_infos else None))
             elif command == "call":
-                conn.send(("ok", _call_envs(runner, *msg[1:])))
+                conn.send(_answer_call(runner, msg[1:]))
             elif command == "close":
                 return
             else:
@@ -376,13 +391,17 @@ class WorkerGroup:
 
     def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None) -> None:
         """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers."""
+        workers = range(self.num_workers) if workers is None else workers
+        self.send_each({w: msg for w in workers}, detail)
+
+    def send_each(self, messages: dict[int, tuple], detail: Any = None) -> None:
+        """Send ``messages[w]`` to each worker w; ``detail`` (step index, reset seeds) goes into errors."""
         if self.closed:
             raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")
         if self._awaiting is not None:
             self.gather()  # replies of an interrupted command: drain them so none is read as ours
-        workers = range(self.num_workers) if workers is None else workers
-        self._awaiting = (msg[0], set(workers), detail)
-        for w in workers:
+        self._awaiting = (next(iter(messages.values()))[0], set(messages), detail)
+        for w, msg in messages.items():
             try:
                 self._conns[w].send(msg)
             except OSError:
@@ -391,7 +410,8 @@ class WorkerGroup:
     def gather(self, timeout: Optional[float] = None) -> dict[int, Any]:
         """Wait for every pending worker's answer: ``{worker: payload}``.
 
-        Raises (after stopping every worker) :class:`EnvWorkerError` for an env failure,
+        An exception raised by a ``call`` command (get_attr, env_method...) is re-raised here once
+        every worker has answered; the workers stay usable. Raises (after stopping every worker) :class:`EnvWorkerError` for an env failure,
         :class:`WorkerDiedError` when a worker exits, :class:`WorkerTimeoutError` after
         ``timeout`` (default ``step_timeout``) seconds without all answers.
         """
@@ -401,6 +421,7 @@ class WorkerGroup:
         timeout = self.step_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         answers: dict[int, Any] = {}
+        raised: list[Exception] = []  # exceptions of get_attr/env_method calls, re-raised here
         while pending:
             remaining = deadline - time.monotonic()
             events = self._poller.poll(max(0, math.ceil(remaining * 1000))) if remaining > 0 else []
@@ -419,10 +440,14 @@ class WorkerGroup:
                     self._fail(self._died(w, command))
                 if msg[0] == "error":
                     self._fail(self._env_error(msg, command, detail))
+                if msg[0] == "raised":
+                    raised.append(msg[1])
                 if w in pending:
                     pending.discard(w)
                     answers[w] = msg[1] if len(msg) > 1 else None
         self._awaiting = None
+        if raised:
+            raise raised[0]
         return answers
 
     def _fail(self, error: Exception) -> None:

@@ -210,6 +210,46 @@ def cycles(mp_method: str, count: str) -> dict[str, Any]:
     return {"before": before, "after": resource_counts(), "strays": strays(), "seconds": time.monotonic() - start}
 
 
+def vec_env_misuse() -> dict[str, Any]:
+    """Cases 19-20: bad action batches are refused before any worker steps, the next good step is
+    current (compared with DummyVecEnv), and protocol misuse gets specific errors."""
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from ppo_dict.shm_vec_env import ShmVecEnv
+
+    env_fns = [lambda: gym.make("FaultEnv-v0") for _ in range(4)]
+    shm, ref = ShmVecEnv(env_fns, num_workers=2), DummyVecEnv(env_fns)
+    result: dict[str, Any] = {}
+    for venv in (shm, ref):
+        venv.seed(SEED)
+        venv.reset()
+    good = np.array([[0.1], [0.2], [0.3], [0.4]], dtype=np.float32)
+    bad = {
+        "rows": good[:3],
+        "dim": np.zeros((4, 2), np.float32),
+        "dtype": good.astype(np.float64),
+        "nan": np.where(np.arange(4)[:, None] == 2, np.nan, good).astype(np.float32),
+    }
+    for name, actions in bad.items():
+        result[name] = capture(lambda: shm.step(actions))
+    result["steps_taken"] = shm.get_attr("total")
+    result["wait_without_async"] = capture(shm.step_wait)
+    wide = np.zeros((4, 2), np.float32)
+    wide[:, 1] = good[:, 0]
+    for k in range(2):  # a non-contiguous batch is fine: it is copied into shared memory
+        batch = wide[:, 1:] if k else good
+        got, want = shm.step(batch), ref.step(batch)
+        result[f"step{k}_equal"] = all(np.array_equal(a, b) for a, b in zip(got[:3], want[:3])) and got[3] == want[3]
+    result["steps_after"] = shm.get_attr("total")
+    shm.close()
+    shm.close()
+    result["after_close"] = capture(lambda: shm.step(good))
+    result["alive_workers"] = [pid for pid in shm.pids if alive(pid)]
+    result["strays"] = strays()
+    return result
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "env_error": env_error,
     "unknown_id": unknown_id,
@@ -219,6 +259,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "shm_too_small": shm_too_small,
     "non_finite": non_finite,
     "cycles": cycles,
+    "vec_env_misuse": vec_env_misuse,
 }
 
 if __name__ == "__main__":
