@@ -136,6 +136,40 @@ def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:
     return "CnnPolicy" if model == "cnn" else "MlpPolicy"
 
 
+def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:  # noqa: F821 (ppo_dict.config.Config)
+    """The ``stable_baselines3.PPO`` keyword arguments that mean what ``cfg`` means.
+
+    ``net_arch`` is passed only when set: sb3 then picks the same default ppo_dict does.
+    """
+    policy_kwargs: dict[str, Any] = dict(
+        activation_fn=ACTIVATION_CLASSES[cfg.activation_fn],
+        ortho_init=cfg.ortho_init,
+        log_std_init=cfg.log_std_init,
+        share_features_extractor=cfg.share_features_extractor,
+        normalize_images=cfg.normalize_images,
+    )
+    if cfg.net_arch is not None:
+        policy_kwargs["net_arch"] = cfg.net_arch
+    return dict(
+        learning_rate=make_schedule(cfg.learning_rate),
+        n_steps=cfg.n_steps,
+        batch_size=cfg.minibatch_size,
+        n_epochs=cfg.n_epochs,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=make_schedule(cfg.clip_range),
+        clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
+        normalize_advantage=cfg.normalize_advantage,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        seed=cfg.seed,
+        device="cpu",
+        policy_kwargs=policy_kwargs,
+    )
+
+
 def export_sb3(model: "PPO", path: str) -> str:
     """Write an sb3 ``PPO`` zip whose policy parameters equal ours exactly.
 
@@ -152,33 +186,7 @@ def export_sb3(model: "PPO", path: str) -> str:
         path += ".zip"
     vec_env = DummyVecEnv([lambda: make_env(model.pool.spec)])
     try:
-        sb3_model = SB3PPO(
-            sb3_policy_name(policy.observation_space, cfg.model),
-            vec_env,
-            learning_rate=make_schedule(cfg.learning_rate),
-            n_steps=cfg.n_steps,
-            batch_size=cfg.minibatch_size,
-            n_epochs=cfg.n_epochs,
-            gamma=cfg.gamma,
-            gae_lambda=cfg.gae_lambda,
-            clip_range=make_schedule(cfg.clip_range),
-            clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
-            normalize_advantage=cfg.normalize_advantage,
-            ent_coef=cfg.ent_coef,
-            vf_coef=cfg.vf_coef,
-            max_grad_norm=cfg.max_grad_norm,
-            target_kl=cfg.target_kl,
-            seed=cfg.seed,
-            device="cpu",
-            policy_kwargs=dict(
-                net_arch=policy.net_arch,
-                activation_fn=ACTIVATION_CLASSES[cfg.activation_fn],
-                ortho_init=cfg.ortho_init,
-                log_std_init=cfg.log_std_init,
-                share_features_extractor=cfg.share_features_extractor,
-                normalize_images=cfg.normalize_images,
-            ),
-        )
+        sb3_model = SB3PPO(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_ppo_kwargs(cfg))
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
         sb3_model.policy.optimizer.load_state_dict(model.optimizer.state_dict())
         sb3_model.num_timesteps = model.num_timesteps

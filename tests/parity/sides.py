@@ -20,9 +20,9 @@ from stable_baselines3.common.vec_env import VecNormalize
 from gymnasium import spaces as gym_spaces
 
 from envs import make_env
-from ppo_dict.config import Config, make_schedule
+from ppo_dict.config import Config
 from ppo_dict.env_pool import InProcessEnvPool
-from ppo_dict.export import sb3_policy_name
+from ppo_dict.export import sb3_policy_name, sb3_ppo_kwargs
 from ppo_dict.ppo import PPO
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
@@ -67,38 +67,6 @@ class _RolloutCapture(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
 
 
-def sb3_kwargs(cfg: Config) -> dict[str, Any]:
-    """The sb3 PPO arguments that mean what ``cfg`` means."""
-    from ppo_dict.policy import ACTIVATION_CLASSES
-
-    policy_kwargs: dict[str, Any] = dict(
-        activation_fn=ACTIVATION_CLASSES[cfg.activation_fn],
-        ortho_init=cfg.ortho_init,
-        log_std_init=cfg.log_std_init,
-        share_features_extractor=cfg.share_features_extractor,
-    )
-    if cfg.net_arch is not None:
-        policy_kwargs["net_arch"] = cfg.net_arch
-    return dict(
-        learning_rate=make_schedule(cfg.learning_rate),
-        n_steps=cfg.n_steps,
-        batch_size=cfg.minibatch_size,
-        n_epochs=cfg.n_epochs,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        clip_range=make_schedule(cfg.clip_range),
-        clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
-        normalize_advantage=cfg.normalize_advantage,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        max_grad_norm=cfg.max_grad_norm,
-        target_kl=cfg.target_kl,
-        seed=cfg.seed,
-        device="cpu",
-        policy_kwargs=policy_kwargs,
-    )
-
-
 def make_sb3(cfg: Config) -> SB3PPO:
     """sb3's PPO on the same envs. Plain gymnasium envs are made by sb3 itself (so channel-last
     images take sb3's VecTransposeImage path); pixel envs come from our renderer."""
@@ -113,7 +81,7 @@ def make_sb3(cfg: Config) -> SB3PPO:
             venv, norm_obs=cfg.norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
             gamma=cfg.vecnorm_gamma, norm_obs_keys=keys,
         )
-    return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_kwargs(cfg))
+    return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_ppo_kwargs(cfg))
 
 
 def run_sb3(cfg: Config) -> Record:
