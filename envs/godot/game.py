@@ -24,7 +24,7 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from gymnasium import spaces
