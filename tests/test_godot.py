@@ -478,3 +478,62 @@ def test_ppo_learns_the_demo(no_leftover_godot):
         pool.close()
     assert before["return"] < 2.0 and before["success"] < 0.1, before
     assert after["return"] > 10.0 and after["success"] > 0.5, after
+
+
+PLUGIN_STYLE_GAME = '''#!{python}
+"""Replies as a Godot RL Agents plugin game does: one space dict for all agents, no "truncated",
+no "terminal_obs", done every 3rd step (the game resets the agent on a later frame)."""
+import json, socket, struct, sys
+port = int([a for a in sys.argv if a.startswith("--port=")][0].split("=")[1])
+conn = socket.create_connection(("127.0.0.1", port))
+def recv():
+    def exact(n):
+        data = b""
+        while len(data) < n:
+            data += conn.recv(n - len(data))
+        return data
+    return json.loads(exact(struct.unpack("<I", exact(4))[0]))
+def send(message):
+    body = json.dumps(message).encode()
+    conn.sendall(struct.pack("<I", len(body)) + body)
+assert recv()["type"] == "handshake"
+assert recv()["type"] == "env_info"
+send({{"type": "env_info", "n_agents": 2, "observation_space": {{"obs": {{"space": "box", "size": [1]}}}},
+      "action_space": {{"jump": {{"action_type": "discrete", "size": 2}}, "move": {{"action_type": "continuous", "size": 1}}}}}})
+steps = 0
+while True:
+    message = recv()
+    if message["type"] == "reset":
+        steps = 0
+        send({{"type": "reset", "obs": [{{"obs": [0.0]}}, {{"obs": [0.5]}}]}})
+    elif message["type"] == "action":
+        steps += 1
+        a = message["action"]
+        send({{"type": "step", "obs": [{{"obs": [a[i]["move"][0] + a[i]["jump"]]}} for i in range(2)], "reward": [1.0, 2.0],
+              "done": [steps % 3 == 0, False], "info": [{{}}, {{"TimeLimit.truncated": steps % 3 == 0}}]}})
+    elif message["type"] == "close":
+        sys.exit(0)
+'''
+
+
+def test_plugin_style_exported_game(tmp_path, no_leftover_godot):
+    """An exported game (--env_path) that replies as plugin games do; needs no Godot engine."""
+    game_path = tmp_path / "plugin_game.x86_64"
+    game_path.write_text(PLUGIN_STYLE_GAME.format(python=sys.executable))
+    game_path.chmod(0o755)
+    with GodotGame(env_path=game_path) as game:
+        assert game.n_agents == 2 and game.action_space == spaces.Box(-1, 1, (2,), np.float32)  # jump (binary) + move
+        game.reset(seed=1)
+        for step in range(1, 7):
+            reply = game.step(np.array([[0.5, 0.25], [-0.5, -0.25]], np.float32))
+            # "jump" > 0 -> 1; obs = move + jump
+            np.testing.assert_allclose(reply.obs["obs"][:, 0], [1.25, -0.25])
+            ended = step % 3 == 0
+            # a plugin game's done is terminated; its info can mark a time limit
+            assert reply.terminated.tolist() == [ended, False] and reply.truncated.tolist() == [False, ended]
+            if ended:  # no terminal_obs sent: the reported obs is the episode's last
+                np.testing.assert_array_equal(reply.terminal_obs["obs"], reply.obs["obs"])
+            else:
+                assert reply.terminal_obs is None
+        pid = game.pid
+    assert process_state(pid) is None
