@@ -40,11 +40,12 @@ import numpy as np
 from gymnasium import spaces
 
 from envs import EnvSpec, make_env
+from ppo_dict.config import MP_METHODS
 from ppo_dict.env_pool import EnvRunner, env_seeds
 from ppo_dict.errors import EnvWorkerError, WorkerDiedError, WorkerTimeoutError
 from ppo_dict.storage import Alloc, RolloutStorage
 
-MP_METHODS = ("forkserver", "spawn", "fork")
+
 #: Field offsets in the shared buffer are rounded up to a cache line.
 ALIGN = 64
 #: Seconds workers get to exit after "close" before they are terminated, then killed.
