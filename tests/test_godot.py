@@ -24,11 +24,13 @@ from gymnasium import spaces
 from envs.godot import protocol
 from envs.godot.errors import GodotCrashedError, GodotNotFoundError, GodotProtocolError, GodotTimeoutError
 from envs.godot.game import DEFAULT_BINARY, DEMO_PROJECT, GodotGame
-from envs.godot.pool import GodotInProcessPool, godot_spec
+from envs.godot.pool import GodotInProcessPool, GodotRunner, godot_spec, launch_games
 from envs.godot.protocol import ActionMapping, ConnectionClosed, EnvInfo
 from ppo_dict.config import Config
+from ppo_dict.env_pool import env_seeds
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
+from ppo_dict.storage import RolloutStorage
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_godot = pytest.mark.skipif(
@@ -426,7 +428,7 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
 
 @needs_godot
 def test_pool_rejects_n_envs_that_split_a_game(no_leftover_godot):
-    with pytest.raises(ValueError, match="n_envs=6 for godot_demo: each Godot process runs 4 agents, so n_envs must be a positive multiple of 4"):
+    with pytest.raises(ValueError, match=r"6 envs for godot_demo: each Godot process runs 4 agents, so the envs of a pool \(or of one worker\) must be a positive multiple of 4"):
         GodotInProcessPool(godot_spec(), n_envs=6, n_steps=8)
 
 
@@ -537,3 +539,27 @@ def test_plugin_style_exported_game(tmp_path, no_leftover_godot):
                 assert reply.terminal_obs is None
         pid = game.pid
     assert process_state(pid) is None
+
+
+@needs_godot
+def test_runner_writes_only_its_block_of_columns(no_leftover_godot):
+    """A worker's view: one game behind columns 4..7 of 8, seeded as the in-process pool seeds them."""
+    spec = godot_spec()
+    pool = GodotInProcessPool(spec, n_envs=8, n_steps=4)
+    storage = RolloutStorage(pool.observation_space, pool.action_space, n_steps=4, n_envs=8)
+    runner = GodotRunner(launch_games(spec, range(4, 8)), range(4, 8), storage)
+    try:
+        pool.reset(seed=2)
+        runner.reset(env_seeds(2, 8))
+        storage.obs["obs"][:, :4] = np.nan
+        for t in range(4):
+            pool.storage.env_actions[...] = storage.env_actions[...] = np.full((8, 2), 0.3 * (t - 1), np.float32)
+            pool.step(t)
+            runner.step(t)
+        np.testing.assert_array_equal(storage.obs["obs"][:, 4:], pool.storage.obs["obs"][:, 4:])
+        np.testing.assert_array_equal(storage.rewards[:, 4:], pool.storage.rewards[:, 4:])
+        assert np.isnan(storage.obs["obs"][:, :4]).all() and not storage.rewards[:, :4].any()
+        assert runner.active == (4, "step")
+    finally:
+        pool.close()
+        runner.close()

@@ -1,21 +1,25 @@
-"""Godot games stepped from the training process into rollout storage (before the worker pool runs them).
+"""Godot games stepped into rollout storage: a runner for a block of columns, and an in-process pool.
+
+:class:`GodotRunner` is the Godot counterpart of ``ppo_dict.env_pool.EnvRunner``: it steps the games
+behind env columns ``env_ids`` (contiguous, whole games) and writes their results into storage; a
+worker process can run one over :func:`launch_games` exactly as it runs an ``EnvRunner``.
 
 :class:`GodotInProcessPool` has the interface of ``ppo_dict.env_pool.InProcessEnvPool`` (and of
 ``ppo_dict.ppo.EnvPool``), so ``PPO(cfg, GodotInProcessPool(spec, n_envs, n_steps))`` trains a
 Godot game. Its ``n_envs`` env columns are ``n_games`` Godot processes x ``n_agents`` agents:
-column ``g * n_agents + a`` is agent ``a`` of game ``g``. Each step sends every game its actions
-before reading any reply, so the games step in parallel while this process waits.
+column ``g * n_agents + a`` is agent ``a`` of game ``g``.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
 from envs import EnvSpec
 from envs.godot.game import DEMO_PROJECT, GodotGame
 from envs.godot.protocol import Obs
+from ppo_dict.env_pool import env_seeds
 from ppo_dict.storage import RolloutStorage
 
 #: The name the demo game goes by (``--env godot_demo`` once ppo_dict's env names know Godot).
@@ -33,13 +37,123 @@ def godot_spec(name: str = DEMO_NAME, project: Union[str, os.PathLike, None] = D
     return EnvSpec(name=name, gym_id=GODOT_ID, kwargs={"project": None if project is None else str(project), **game_kwargs})
 
 
-class GodotInProcessPool:
-    """``n_envs`` env columns from ``n_envs / n_agents`` Godot games, written into ``storage``.
+def launch_games(spec: EnvSpec, env_ids: Sequence[int]) -> list[GodotGame]:
+    """Start ``len(env_ids) / n_agents`` games from ``spec`` for columns ``env_ids`` (a pool's or a worker's block).
 
-    Semantics are ``EnvRunner``'s (sb3 ``DummyVecEnv`` + ``Monitor``): column i is first reset with
-    ``seed + i`` (game g gets the reset seed ``seed + g * n_agents``; the demo reseeds agent a with
-    that + a); an ended episode stores its last obs in ``terminal_obs`` and ``obs[t+1]`` holds the
-    next episode's first; rewards float32; episode return summed in float64, rounded to 6 decimals.
+    Game g's launch ``--env_seed`` is ``spec.kwargs["seed"]`` (default 0) plus its first column.
+    Raises ``ValueError`` if the columns do not split into whole games or the games differ.
+    """
+    kwargs = dict(spec.kwargs)
+    launch_seed = int(kwargs.pop("seed", 0))
+    games: list[GodotGame] = []
+    try:
+        games.append(GodotGame(seed=launch_seed + env_ids[0], **kwargs))
+        n_agents = games[0].n_agents
+        if len(env_ids) % n_agents:
+            raise ValueError(
+                f"{len(env_ids)} envs for {spec.name}: each Godot process runs {n_agents} agents, so the envs of a "
+                f"pool (or of one worker) must be a positive multiple of {n_agents} (one process per {n_agents} envs)"
+            )
+        for g in range(1, len(env_ids) // n_agents):
+            game = GodotGame(seed=launch_seed + env_ids[0] + g * n_agents, **kwargs)
+            games.append(game)
+            if (game.n_agents, game.observation_space, game.action_space) != (n_agents, games[0].observation_space, games[0].action_space):
+                raise ValueError(f"{game.describe()} has other agents or spaces than {games[0].describe()}")
+        return games
+    except BaseException:
+        for game in games:
+            game.close()
+        raise
+
+
+class GodotRunner:
+    """Steps the games behind env columns ``env_ids`` and writes into ``storage`` (``EnvRunner``'s interface).
+
+    Column ``env_ids[0] + g * n_agents + a`` is agent ``a`` of ``games[g]``. Semantics are
+    ``EnvRunner``'s (sb3 ``DummyVecEnv`` + ``Monitor``): column i is first reset with ``seeds[i]``
+    (a game gets the seed of its first column; the demo reseeds agent a with that + a); an ended
+    episode stores its last obs in ``terminal_obs`` and ``obs[t+1]`` holds the next episode's
+    first; rewards float32; episode return summed in float64, rounded to 6 decimals.
+
+    Attributes:
+        games, env_ids, storage; n_agents: agents per game; active: ``(global env index, call)``
+            of the call in progress or last made, as ``EnvRunner.active`` (the game's first column).
+    """
+
+    def __init__(self, games: Sequence[GodotGame], env_ids: Sequence[int], storage: RolloutStorage):
+        self.games, self.env_ids, self.storage = list(games), list(env_ids), storage
+        self.n_agents = self.games[0].n_agents
+        if list(env_ids) != list(range(env_ids[0], env_ids[0] + len(self.games) * self.n_agents)):
+            raise ValueError(f"env_ids {list(env_ids)} must be {len(self.games)} games x {self.n_agents} agents of contiguous columns")
+        self.first = env_ids[0]
+        self.active: tuple[int, str] = (-1, "")
+        self._returns = np.zeros(len(self.env_ids), dtype=np.float64)
+        self._lengths = np.zeros(len(self.env_ids), dtype=np.int64)
+
+    def _columns(self, g: int) -> slice:
+        """Global storage columns of game g."""
+        return slice(self.first + g * self.n_agents, self.first + (g + 1) * self.n_agents)
+
+    @staticmethod
+    def _write(target: dict[str, np.ndarray], cols: Union[slice, np.ndarray], obs: Obs, rows: Union[slice, np.ndarray] = slice(None)) -> None:
+        for key, arr in target.items():
+            arr[cols] = obs[key][rows]
+
+    def reset(self, seeds: Sequence[Optional[int]], options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """Reset every game (with the seed of its first column, global index) and write ``obs[0]``.
+
+        ``options`` are not supported (the protocol's reset has none) and must be empty.
+        """
+        if options is not None and any(options[i] for i in self.env_ids):
+            raise ValueError("Godot games take no reset options")
+        obs0 = self.storage.obs_at(0)
+        for g, game in enumerate(self.games):
+            cols = self._columns(g)
+            self.active = (cols.start, "reset")
+            self._write(obs0, cols, game.reset(seeds[cols.start]))
+        self._returns[:], self._lengths[:] = 0.0, 0
+
+    def step(self, t: int) -> None:
+        """Apply ``storage.env_actions``; write ``obs[t+1]``, ``rewards[t]``, ``terminated[t]``, ``truncated[t]``.
+
+        Every game gets its actions before any reply is read, so the Godot processes step in parallel.
+        """
+        s = self.storage
+        for g, game in enumerate(self.games):
+            self.active = (self._columns(g).start, "step")
+            game.send_actions(s.env_actions[self._columns(g)])
+        next_obs = s.obs_at(t + 1)
+        for g, game in enumerate(self.games):
+            cols = self._columns(g)
+            self.active = (cols.start, "step")
+            reply = game.receive_step()
+            s.rewards[t, cols] = reply.rewards
+            s.terminated[t, cols] = reply.terminated
+            s.truncated[t, cols] = reply.truncated
+            self._write(next_obs, cols, reply.obs)
+            local = slice(cols.start - self.first, cols.stop - self.first)
+            # Monitor: float(reward) summed in python floats (float64), rounded when reported.
+            self._returns[local] += reply.rewards.astype(np.float64)
+            self._lengths[local] += 1
+            for a in np.flatnonzero(reply.terminated | reply.truncated):
+                i, j = cols.start + a, local.start + a
+                for key, arr in s.terminal_obs.items():
+                    arr[i] = reply.terminal_obs[key][a]
+                s.episode_return[i] = round(float(self._returns[j]), 6)  # python's round, as Monitor
+                s.episode_length[i] = self._lengths[j]
+                self._returns[j], self._lengths[j] = 0.0, 0
+
+    def close(self) -> None:
+        """Close every game (each kills and reaps its process). Idempotent."""
+        for game in self.games:
+            game.close()
+
+
+class GodotInProcessPool:
+    """``n_envs`` env columns from ``n_envs / n_agents`` Godot games stepped in this process.
+
+    The envs of ``ppo_dict.env_pool.InProcessEnvPool``, for Godot: a :class:`GodotRunner` over
+    every column (its docstring gives the semantics).
 
     Args:
         spec: from :func:`godot_spec`; ``spec.kwargs`` go to every :class:`GodotGame`.
@@ -52,80 +166,27 @@ class GodotInProcessPool:
     """
 
     def __init__(self, spec: EnvSpec, n_envs: int, n_steps: int):
+        if n_envs < 1:
+            raise ValueError(f"n_envs={n_envs} for {spec.name}: must be at least 1")
         self.spec, self.num_envs = spec, n_envs
         self.closed = False
-        self.games: list[GodotGame] = []
-        kwargs = dict(spec.kwargs)
-        launch_seed = int(kwargs.pop("seed", 0))
-        try:
-            self.games.append(GodotGame(seed=launch_seed, **kwargs))
-            self.n_agents = self.games[0].n_agents
-            if n_envs < 1 or n_envs % self.n_agents:
-                raise ValueError(
-                    f"n_envs={n_envs} for {spec.name}: each Godot process runs {self.n_agents} agents, so n_envs must be "
-                    f"a positive multiple of {self.n_agents} (one process per {self.n_agents} envs)"
-                )
-            for g in range(1, n_envs // self.n_agents):
-                game = GodotGame(seed=launch_seed + g * self.n_agents, **kwargs)
-                self.games.append(game)
-                if (game.n_agents, game.observation_space, game.action_space) != (
-                    self.n_agents, self.games[0].observation_space, self.games[0].action_space
-                ):
-                    raise ValueError(f"{game.describe()} has other agents or spaces than {self.games[0].describe()}")
-        except BaseException:
-            self.close()
-            raise
+        self.games = launch_games(spec, range(n_envs))
+        self.n_agents = self.games[0].n_agents
         self.observation_space = self.games[0].observation_space
         self.action_space = self.games[0].action_space
         self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs)
-        self._returns = np.zeros(n_envs, dtype=np.float64)
-        self._lengths = np.zeros(n_envs, dtype=np.int64)
-
-    def _columns(self, g: int) -> slice:
-        return slice(g * self.n_agents, (g + 1) * self.n_agents)
-
-    @staticmethod
-    def _write(target: dict[str, np.ndarray], cols: Union[slice, np.ndarray], obs: Obs, rows: Union[slice, np.ndarray] = slice(None)) -> None:
-        for key, arr in target.items():
-            arr[cols] = obs[key][rows]
+        self._runner = GodotRunner(self.games, range(n_envs), self.storage)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset every game and write ``obs[0]``; column i's episode starts from ``seed + i``."""
-        obs0 = self.storage.obs_at(0)
-        for g, game in enumerate(self.games):
-            self._write(obs0, self._columns(g), game.reset(None if seed is None else seed + g * self.n_agents))
-        self._returns[:], self._lengths[:] = 0.0, 0
+        self._runner.reset(env_seeds(seed, self.num_envs))
 
     def step(self, t: int) -> None:
         """Apply ``storage.env_actions``; write ``obs[t+1]``, ``rewards[t]``, ``terminated[t]``, ``truncated[t]``."""
-        s = self.storage
-        for g, game in enumerate(self.games):
-            game.send_actions(s.env_actions[self._columns(g)])
-        next_obs = s.obs_at(t + 1)
-        for g, game in enumerate(self.games):
-            reply = game.receive_step()
-            cols = self._columns(g)
-            s.rewards[t, cols] = reply.rewards
-            s.terminated[t, cols] = reply.terminated
-            s.truncated[t, cols] = reply.truncated
-            self._write(next_obs, cols, reply.obs)
-            # Monitor: float(reward) summed in python floats (float64), rounded when reported.
-            self._returns[cols] += reply.rewards.astype(np.float64)
-            self._lengths[cols] += 1
-            ended = np.flatnonzero(reply.terminated | reply.truncated)
-            if ended.size:
-                env_ids = cols.start + ended
-                self._write(s.terminal_obs, env_ids, reply.terminal_obs, ended)
-                for i in env_ids:
-                    # python's round, as Monitor (np.round can differ in the last bit)
-                    s.episode_return[i] = round(float(self._returns[i]), 6)
-                    s.episode_length[i] = self._lengths[i]
-                self._returns[env_ids], self._lengths[env_ids] = 0.0, 0
+        self._runner.step(t)
 
     def close(self) -> None:
         """Close every game (each kills and reaps its process). Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        for game in self.games:
-            game.close()
+        if not self.closed:
+            self.closed = True
+            self._runner.close()
