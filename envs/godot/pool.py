@@ -19,7 +19,7 @@ import numpy as np
 from envs import EnvSpec
 from envs.godot.game import DEMO_PROJECT, GodotGame
 from envs.godot.protocol import Obs
-from ppo_dict.env_pool import env_seeds
+from ppo_dict.env_pool import InProcessEnvPool
 from ppo_dict.storage import RolloutStorage
 
 #: The name the demo game goes by (``--env godot_demo`` once ppo_dict's env names know Godot).
@@ -149,11 +149,11 @@ class GodotRunner:
             game.close()
 
 
-class GodotInProcessPool:
+class GodotInProcessPool(InProcessEnvPool):
     """``n_envs`` env columns from ``n_envs / n_agents`` Godot games stepped in this process.
 
-    The envs of ``ppo_dict.env_pool.InProcessEnvPool``, for Godot: a :class:`GodotRunner` over
-    every column (its docstring gives the semantics).
+    ``InProcessEnvPool`` with a :class:`GodotRunner` over every column in place of its
+    ``EnvRunner`` (the runner's docstring gives the semantics); reset, step and close are inherited.
 
     Args:
         spec: from :func:`godot_spec`; ``spec.kwargs`` go to every :class:`GodotGame`.
@@ -176,17 +176,3 @@ class GodotInProcessPool:
         self.action_space = self.games[0].action_space
         self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs)
         self._runner = GodotRunner(self.games, range(n_envs), self.storage)
-
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset every game and write ``obs[0]``; column i's episode starts from ``seed + i``."""
-        self._runner.reset(env_seeds(seed, self.num_envs))
-
-    def step(self, t: int) -> None:
-        """Apply ``storage.env_actions``; write ``obs[t+1]``, ``rewards[t]``, ``terminated[t]``, ``truncated[t]``."""
-        self._runner.step(t)
-
-    def close(self) -> None:
-        """Close every game (each kills and reaps its process). Idempotent."""
-        if not self.closed:
-            self.closed = True
-            self._runner.close()
