@@ -131,7 +131,7 @@ def ours_rollout_rate(n_envs: int, repeats: int) -> float:
     pool = make_env_pool(cfg, cfg.env_spec())
     try:
         model = PPO(cfg, pool)
-        model._start_envs()
+        model.start_envs()
 
         def run() -> int:
             model.collect_rollout()

@@ -36,7 +36,7 @@ def cnn_rollout_vs_inference(n_envs: int, n_steps: int, repeats: int) -> dict[st
     pool = make_env_pool(cfg, cfg.env_spec())
     try:
         model = PPO(cfg, pool)
-        model._start_envs()
+        model.start_envs()
         model.collect_rollout()  # warm-up
         start = time.perf_counter()
         for _ in range(repeats):

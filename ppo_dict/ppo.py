@@ -146,7 +146,7 @@ class PPO:
         there (Ctrl-C). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
         """
         total = total_timesteps or self.cfg.total_timesteps
-        self._start_envs()
+        self.start_envs()
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
         while self.num_timesteps < total:
             self.collect_rollout()
@@ -163,7 +163,8 @@ class PPO:
                 break
         return self
 
-    def _start_envs(self) -> None:
+    def start_envs(self) -> None:
+        """First reset of every env (env i with ``env_seed + i``) and of the normaliser; idempotent."""
         if self._envs_started:
             return
         self.pool.reset(self.env_seed)

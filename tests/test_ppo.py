@@ -31,7 +31,7 @@ def test_two_runs_in_one_process_are_identical() -> None:
 
 def test_env_i_is_first_reset_with_seed_plus_i() -> None:
     model = make(CFG)
-    model._start_envs()
+    model.start_envs()
     for i in range(CFG.n_envs):
         expected, _ = gym.make("Pendulum-v1").reset(seed=CFG.seed + i)
         assert np.array_equal(model.storage.obs["obs"][0, i], expected)
@@ -51,7 +51,7 @@ def test_out_of_bounds_actions_are_clipped_for_the_env_but_stored_unclipped() ->
     model = make(CFG)
     with torch.no_grad():
         model.policy.action_net.bias.fill_(1e6)  # mean action far outside [-2, 2]
-    model._start_envs()
+    model.start_envs()
     model.collect_rollout()
     s = model.storage
     assert np.all(s.env_actions == 2.0)  # the last actions the envs received
