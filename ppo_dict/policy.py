@@ -231,9 +231,11 @@ class ActorCritic(nn.Module):
 
     def distribution(self, latent_pi: torch.Tensor) -> Union[Normal, Categorical]:
         mean_actions = self.action_net(latent_pi)
+        # No argument validation: it changes no value but costs several ops per step; NaN losses,
+        # gradients, observations and rewards are refused by ppo_dict's own checks instead.
         if isinstance(self.action_space, spaces.Box):
-            return Normal(mean_actions, torch.ones_like(mean_actions) * self.log_std.exp())
-        return Categorical(logits=mean_actions)
+            return Normal(mean_actions, torch.ones_like(mean_actions) * self.log_std.exp(), validate_args=False)
+        return Categorical(logits=mean_actions, validate_args=False)
 
     def _log_prob(self, dist: Union[Normal, Categorical], actions: torch.Tensor) -> torch.Tensor:
         log_prob = dist.log_prob(actions)
