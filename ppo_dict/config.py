@@ -442,6 +442,12 @@ def validate(cfg: Config) -> None:
             from ppo_dict.policy import model_problem
 
             p.append(model_problem(cfg.model, spec))
+        from envs import is_godot
+
+        if is_godot(spec):  # whole games per worker, timeouts; may launch the game once, briefly
+            from envs.godot.pool import config_problems
+
+            p.extend(config_problems(spec, cfg))
     except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
         p.append(f"env={cfg.env!r}: {exc}")
     p = [problem for problem in p if problem]

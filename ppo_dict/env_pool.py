@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import gymnasium as gym
 import numpy as np
 
-from envs import EnvSpec, make_env
+from envs import EnvSpec, is_godot, make_env
 from ppo_dict.storage import OBS_KEY, RolloutStorage
 
 
@@ -122,8 +122,18 @@ class InProcessEnvPool:
 
 
 def make_env_pool(cfg: "Config", spec: EnvSpec):  # noqa: F821 (Config: ppo_dict.config)
-    """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``."""
+    """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
+
+    A Godot game's pools launch whole games per block of columns (``envs.godot.pool.spec_for_pool``:
+    the demo runs one Godot process per worker, or one in-process).
+    """
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
+    if is_godot(spec):
+        from envs.godot.pool import GodotInProcessPool, spec_for_pool
+
+        spec = spec_for_pool(spec, envs_per_worker or n_envs, cfg.step_timeout, in_workers=num_workers > 0)
+        if num_workers == 0:
+            return GodotInProcessPool(spec, n_envs, cfg.n_steps)
     if num_workers == 0:
         return InProcessEnvPool(spec, n_envs, cfg.n_steps)
     from ppo_dict.workers import ShmEnvPool

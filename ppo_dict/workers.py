@@ -1,7 +1,9 @@
 """Env worker processes that write straight into shared-memory rollout storage.
 
 Worker w owns envs ``[w*E, (w+1)*E)`` and steps them in turn with :class:`EnvRunner`, the same
-code the in-process pool runs, so both pools give identical numbers. The env-written storage
+code the in-process pool runs, so both pools give identical numbers. For a Godot game the worker
+launches and owns the game processes whose agents are its columns and steps them with
+``envs.godot.pool.GodotRunner`` (EnvRunner's interface); they die with it (``PR_SET_PDEATHSIG``). The env-written storage
 fields live in one ``ctx.RawArray`` (an unlinked file under /dev/shm on Linux: nothing can leak,
 even after SIGKILL), handed to each worker when it starts; the worker rebuilds the same numpy views.
 
@@ -39,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs import EnvSpec, make_env
+from envs import EnvSpec, is_godot, make_env
 from ppo_dict.config import MP_METHODS
 from ppo_dict.env_pool import EnvRunner, env_seeds
 from ppo_dict.errors import EnvWorkerError, WorkerDiedError, WorkerTimeoutError
@@ -173,6 +175,8 @@ class WorkerArgs:
 
 def _call_envs(runner: EnvRunner, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
     """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` on this worker's envs."""
+    if not isinstance(runner, EnvRunner):
+        raise NotImplementedError(f"{kind}({name!r}): a Godot game's agents are not gymnasium envs, so they have no attributes or methods to call")
     local = {i: env for i, env in zip(runner.env_ids, runner.envs)}
     results = []
     for i in env_ids:
@@ -224,11 +228,18 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
     command, env_idx = "constructor", -1
     try:
         storage = RolloutStorage(a.observation_space, a.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout))
-        envs = []
-        for env_idx in a.env_ids:
-            envs.append(a.factory(env_idx))
-        _limit_threads()  # again: env constructors may have imported torch or cv2
-        runner = EnvRunner(envs, a.env_ids, storage, record_infos=a.record_infos)
+        spec = getattr(a.factory, "spec", None)
+        if spec is not None and is_godot(spec):
+            from envs.godot.pool import GodotRunner, launch_games
+
+            env_idx = a.env_ids[0]
+            runner = GodotRunner(launch_games(spec, a.env_ids), a.env_ids, storage)
+        else:
+            envs = []
+            for env_idx in a.env_ids:
+                envs.append(a.factory(env_idx))
+            _limit_threads()  # again: env constructors may have imported torch or cv2
+            runner = EnvRunner(envs, a.env_ids, storage, record_infos=a.record_infos)
         conn.send(("ready",))
         parent = multiprocessing.parent_process()
         poller = select.poll()
@@ -273,9 +284,10 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
 
 
 def _close_envs(runner: EnvRunner) -> None:
-    for env in runner.envs:
+    """Close every env (a Godot runner: kill and reap its games), ignoring errors."""
+    for close in [env.close for env in runner.envs] if isinstance(runner, EnvRunner) else [runner.close]:
         try:
-            env.close()
+            close()
         except Exception:  # noqa: BLE001 (closing after a failure must not hide it)
             pass
 
@@ -302,7 +314,13 @@ def _stop(procs: list, conns: list, grace: float) -> None:
         for p in alive:
             if escalate is not None:
                 getattr(p, escalate)()
-        multiprocessing.connection.wait([p.sentinel for p in alive], timeout=wait_s)
+        # Until every one has exited or wait_s is up: connection.wait returns when the first
+        # sentinel is ready, and a worker still closing its envs (reaping a Godot game) must not
+        # be terminated half-way because another was quicker.
+        deadline = time.monotonic() + wait_s
+        while alive and time.monotonic() < deadline:
+            multiprocessing.connection.wait([p.sentinel for p in alive], timeout=deadline - time.monotonic())
+            alive = [p for p in alive if p.is_alive()]
     for p in procs:
         p.join(0.1)
         if p.exitcode is not None:
@@ -522,7 +540,10 @@ def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, 
 
 
 class SpecFactory:
-    """Picklable ``env index -> env`` from an :class:`EnvSpec` (imports its gym_packages)."""
+    """Picklable ``env index -> env`` from an :class:`EnvSpec` (imports its gym_packages).
+
+    A worker given a Godot spec's factory launches games from ``spec`` instead of calling it.
+    """
 
     def __init__(self, spec: EnvSpec):
         self.spec = spec
@@ -551,8 +572,15 @@ class ShmEnvPool:
     ):
         self.spec = spec
         # Unknown ids and bad kwargs fail here, in this process, before any worker starts.
-        self.observation_space, self.action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
-        label = spec.name if spec.name.endswith(spec.gym_id) else f"{spec.name} = {spec.gym_id}"
+        if is_godot(spec):  # one short-lived game; each worker then launches its own
+            from envs.godot.pool import describe, probe_game
+
+            game = probe_game(spec)
+            self.observation_space, self.action_space = game.observation_space, game.action_space
+            label = describe(spec)
+        else:
+            self.observation_space, self.action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
+            label = spec.name if spec.name.endswith(spec.gym_id) else f"{spec.name} = {spec.gym_id}"
         self._group = WorkerGroup(
             SpecFactory(spec), self.observation_space, self.action_space, num_workers, envs_per_worker, n_steps, label,
             mp_method=mp_method, step_timeout=step_timeout, start_timeout=start_timeout,

@@ -116,6 +116,29 @@ def _exit_description(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def check_program(
+    project: Union[str, os.PathLike, None] = DEMO_PROJECT, env_path: Union[str, os.PathLike, None] = None, binary: str = DEFAULT_BINARY
+) -> list[str]:
+    """The argv of a game before its flags, or a :class:`GodotNotFoundError` that says how to get it.
+
+    Launches nothing: the trainer checks a game's files with it before any process starts.
+    """
+    if env_path is not None:
+        path = Path(env_path)
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise GodotNotFoundError(f"exported Godot game {str(path)!r} does not exist or is not executable (--env_path)")
+        return [str(path.resolve())]
+    found = shutil.which(binary)
+    if found is None:
+        raise GodotNotFoundError(
+            f"Godot binary {binary!r} not found on PATH: install Godot 3's headless engine, the Debian package "
+            "godot3-server (apt-get install godot3-server), or pass an exported game with --env_path"
+        )
+    if project is None or not (Path(project) / "project.godot").is_file():
+        raise GodotNotFoundError(f"{str(project)!r} is not a Godot project directory (it has no project.godot)")
+    return [found, "--path", str(Path(project).resolve())]
+
+
 class GodotGame:
     """One headless Godot process; its ``n_agents`` agents are env columns.
 
@@ -153,7 +176,7 @@ class GodotGame:
     ):
         self.step_timeout = step_timeout
         self.closed = False
-        argv = self._program(project, env_path, binary)
+        argv = check_program(project, env_path, binary)
         self._res = _Process()
         self._finalizer = weakref.finalize(self, self._res.shutdown)
         try:
@@ -185,24 +208,6 @@ class GodotGame:
         self._awaiting_step = False
 
     # ------------------------------------------------------------------ launching
-    @staticmethod
-    def _program(project: Union[str, os.PathLike, None], env_path: Union[str, os.PathLike, None], binary: str) -> list[str]:
-        """The argv before the flags, or a :class:`GodotNotFoundError` that says how to get it."""
-        if env_path is not None:
-            path = Path(env_path)
-            if not path.is_file() or not os.access(path, os.X_OK):
-                raise GodotNotFoundError(f"exported Godot game {str(path)!r} does not exist or is not executable (--env_path)")
-            return [str(path.resolve())]
-        found = shutil.which(binary)
-        if found is None:
-            raise GodotNotFoundError(
-                f"Godot binary {binary!r} not found on PATH: install Godot 3's headless engine, the Debian package "
-                "godot3-server (apt-get install godot3-server), or pass an exported game with --env_path"
-            )
-        if project is None or not (Path(project) / "project.godot").is_file():
-            raise GodotNotFoundError(f"{str(project)!r} is not a Godot project directory (it has no project.godot)")
-        return [found, "--path", str(Path(project).resolve())]
-
     def _launch(self) -> None:
         env = dict(os.environ)
         if env.get("LANG", "C") in ("C", "POSIX", ""):

@@ -11,21 +11,26 @@ column ``g * n_agents + a`` is agent ``a`` of game ``g``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
+from gymnasium import spaces
 
-from envs import EnvSpec
+from envs import GODOT_DEMO, GODOT_PREFIX, EnvSpec
 from envs.godot.game import DEMO_PROJECT, GodotGame
 from envs.godot.protocol import Obs
 from ppo_dict.env_pool import InProcessEnvPool
 from ppo_dict.storage import RolloutStorage
 
-#: The name the demo game goes by (``--env godot_demo`` once ppo_dict's env names know Godot).
-DEMO_NAME = "godot_demo"
-#: The ``gym_id`` of Godot specs: they are not gymnasium envs, this marks them for readers.
-GODOT_ID = "godot"
+#: The name the demo game goes by (``--env godot_demo``).
+DEMO_NAME = GODOT_DEMO
+#: The ``gym_id`` of Godot specs: they are not gymnasium envs, this marks them (``envs.is_godot``).
+GODOT_ID = GODOT_PREFIX
+#: In the worker pool a game's own reply timeout is this share of the worker's ``step_timeout``:
+#: a hung game then fails in its worker with its own output, before main declares the worker hung.
+GAME_TIMEOUT_SHARE = 0.9
 
 
 def godot_spec(name: str = DEMO_NAME, project: Union[str, os.PathLike, None] = DEMO_PROJECT, **game_kwargs: Any) -> EnvSpec:
@@ -35,6 +40,78 @@ def godot_spec(name: str = DEMO_NAME, project: Union[str, os.PathLike, None] = D
     action_repeat, framerate, game_args, connect_timeout, step_timeout.
     """
     return EnvSpec(name=name, gym_id=GODOT_ID, kwargs={"project": None if project is None else str(project), **game_kwargs})
+
+
+@dataclasses.dataclass(frozen=True)
+class GameFacts:
+    """What the trainer must know of a game before any worker starts: agents per process and one agent's spaces."""
+
+    n_agents: int
+    observation_space: spaces.Dict
+    action_space: spaces.Space
+
+
+def probe_game(spec: EnvSpec) -> GameFacts:
+    """Launch one short-lived game from ``spec`` (about 0.1 s for the demo) and read its facts."""
+    with GodotGame(**spec.kwargs) as game:
+        return GameFacts(game.n_agents, game.observation_space, game.action_space)
+
+
+def describe(spec: EnvSpec) -> str:
+    """The game's name for messages: ``godot_demo``, or ``godot (<exported game or project>)``."""
+    if spec.name == DEMO_NAME:
+        return spec.name
+    return f"{spec.name} ({spec.kwargs.get('env_path') or spec.kwargs.get('project')})"
+
+
+def agents_per_game(spec: EnvSpec, envs_per_block: int) -> int:
+    """Agents per Godot process: the demo's ``game_args`` ``n_agents``, by default ``envs_per_block``
+    (one game per worker, or one in-process); another game is asked (:func:`probe_game`)."""
+    if spec.name == DEMO_NAME:
+        return int((spec.kwargs.get("game_args") or {}).get("n_agents", envs_per_block))
+    return probe_game(spec).n_agents
+
+
+def spec_for_pool(spec: EnvSpec, envs_per_block: int, step_timeout: float, in_workers: bool) -> EnvSpec:
+    """``spec`` as one pool block launches it: the demo with ``n_agents`` set (:func:`agents_per_game`),
+    and the game's ``step_timeout``, unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` in workers)."""
+    kwargs = dict(spec.kwargs)
+    if spec.name == DEMO_NAME:
+        kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": agents_per_game(spec, envs_per_block)}
+    kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE if in_workers else step_timeout)
+    return dataclasses.replace(spec, kwargs=kwargs)
+
+
+def config_problems(spec: EnvSpec, cfg: "Config") -> list[str]:  # noqa: F821 (ppo_dict.config.Config)
+    """What a config asks of a Godot game that cannot work (``config.validate`` lists them with the rest).
+
+    Each worker (or the in-process pool) must own whole games; the game's own reply timeout must
+    fire before the worker's; evaluation, video and the sb3 export build gymnasium envs, which a
+    Godot game is not.
+    """
+    n_envs, num_workers, envs_per_worker = cfg.worker_layout
+    if num_workers > 0 and n_envs != num_workers * envs_per_worker:
+        return []  # validate reports the layout itself
+    problems = []
+    block = envs_per_worker if num_workers > 0 else n_envs
+    agents = agents_per_game(spec, block)
+    if block % agents:
+        name = "envs_per_worker" if num_workers > 0 else "n_envs"
+        owner = "each worker owns" if num_workers > 0 else "the in-process pool (num_workers 0) runs"
+        problems.append(
+            f"{name}={block}: {describe(spec)} runs {agents} agents (n_agents) per Godot process and {owner} whole "
+            f"processes, so {name} must be a multiple of {agents}"
+        )
+    game_timeout = spec.kwargs.get("step_timeout")
+    if num_workers > 0 and game_timeout is not None and not game_timeout < cfg.step_timeout:
+        problems.append(
+            f"env_kwargs step_timeout={game_timeout!r} (the game's own reply timeout) must be below step_timeout="
+            f"{cfg.step_timeout!r} (the worker's), so that a hung game is reported with its output before its worker is declared hung"
+        )
+    unsupported = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
+    for flag in (k for k, asked in unsupported.items() if asked):
+        problems.append(f"{flag}: not supported for Godot games yet (it builds gymnasium envs); envs.godot.train_demo evaluates the demo")
+    return problems
 
 
 def launch_games(spec: EnvSpec, env_ids: Sequence[int]) -> list[GodotGame]:

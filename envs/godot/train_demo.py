@@ -1,15 +1,19 @@
-"""Train PPO on the Godot demo game, envs stepped from this process (before the worker pool runs Godot).
+"""Train PPO on the Godot demo game through the worker pool (or in this process) and measure it.
 
-    PYTHONPATH=. python -m envs.godot.train_demo --total_timesteps 150000
+    PYTHONPATH=. python -m envs.godot.train_demo --total_timesteps 150000 [--perf_log]
 
 Prints the deterministic evaluation return of the untrained and the trained policy (on games
 seeded apart from training), how often it reaches the goal, and agent steps per second for the
-env alone and for training. One Godot process runs ``--n_agents`` agents; ``--n_envs`` of them
-train, so ``n_envs / n_agents`` processes.
+env alone and for training; ``--perf_log`` appends them to perf_log.md. ``--n_envs`` agents train
+in ``--num_workers`` workers, each owning whole Godot processes of ``--n_agents`` agents (default:
+one process per worker); ``--num_workers 0`` steps the games in this process.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -17,9 +21,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from envs.godot.game import GodotGame
-from envs.godot.pool import GodotInProcessPool, godot_spec
+from envs.godot.game import DEFAULT_BINARY, GodotGame
 from ppo_dict.config import Config
+from ppo_dict.env_pool import make_env_pool
 from ppo_dict.logger import Logger
 from ppo_dict.policy import ActorCritic
 from ppo_dict.ppo import PPO
@@ -54,7 +58,7 @@ def evaluate(policy: ActorCritic, game_kwargs: dict[str, Any], episodes: int, se
     return {"return": float(np.mean(returns)), "success": float(np.mean(successes)), "length": float(np.mean(lengths))}
 
 
-def env_steps_per_second(pool: GodotInProcessPool, steps: int = 500) -> float:
+def env_steps_per_second(pool: "EnvPool", steps: int = 500) -> float:  # noqa: F821 (ppo_dict.ppo.EnvPool)
     """Agent steps per second of the pool alone, with random actions (no policy)."""
     rng = np.random.default_rng(0)
     pool.reset(seed=123)
@@ -70,20 +74,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--total_timesteps", type=int, default=150_000, help="agent steps to train for")
     p.add_argument("--n_envs", type=int, default=8, help="agents trained (a multiple of --n_agents)")
-    p.add_argument("--n_agents", type=int, default=4, help="agents per Godot process")
+    p.add_argument("--num_workers", type=int, default=2, help="env worker processes (0: step the games in this process)")
+    p.add_argument("--n_agents", type=int, default=None, help="agents per Godot process (default: n_envs / num_workers)")
     p.add_argument("--action_type", default="continuous", choices=("continuous", "discrete"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval_episodes", type=int, default=200)
+    p.add_argument("--perf_log", action="store_true", help="append the measurements to perf_log.md")
     args = p.parse_args()
 
     torch.set_num_threads(1)
-    game_kwargs = {"game_args": {"n_agents": args.n_agents, "action_type": args.action_type}}
+    game_args = {"action_type": args.action_type, **({} if args.n_agents is None else {"n_agents": args.n_agents})}
     cfg = Config(
-        env="godot_demo", n_envs=args.n_envs, num_workers=0, seed=args.seed, total_timesteps=args.total_timesteps,
-        n_steps=128, batch_size=256, n_epochs=10, learning_rate=3e-4, gamma=0.98, gae_lambda=0.95, ent_coef=0.0,
-        device="cpu", verbose=0,
+        env="godot_demo", env_kwargs={"seed": args.seed, "game_args": game_args}, n_envs=args.n_envs, num_workers=args.num_workers,
+        seed=args.seed, total_timesteps=args.total_timesteps, n_steps=128, batch_size=256, n_epochs=10, learning_rate=3e-4,
+        gamma=0.98, gae_lambda=0.95, ent_coef=0.0, device="cpu", verbose=0,
     )
-    pool = GodotInProcessPool(godot_spec(seed=args.seed, **game_kwargs), cfg.n_envs, cfg.n_steps)
+    game_kwargs = {"game_args": {"action_type": args.action_type}}
+    pool = make_env_pool(cfg, cfg.env_spec())
     try:
         env_rate = env_steps_per_second(pool)
         model = PPO(cfg, pool, Logger(verbose=0))
@@ -95,12 +102,41 @@ def main() -> None:
         after = evaluate(model.policy, game_kwargs, args.eval_episodes, eval_seed)
     finally:
         pool.close()
-    print(f"godot_demo ({args.action_type}), {len(pool.games)} Godot processes x {pool.n_agents} agents, seed {args.seed}")
-    print(f"env alone (random actions):  {env_rate:,.0f} agent steps/s")
-    print(f"training:                     {model.num_timesteps:,} agent steps in {seconds:.1f} s = {model.num_timesteps / seconds:,.0f} agent steps/s")
-    for name, result in (("before", before), ("after", after)):
-        print(f"{name:>6}: return {result['return']:7.3f}  reached goal {result['success']:6.1%}  "
-              f"episode length {result['length']:5.1f}  ({args.eval_episodes} deterministic episodes)")
+    n_agents = pool.spec.kwargs["game_args"]["n_agents"]
+    where = f"{args.num_workers} workers" if args.num_workers else "this process"
+    setting = (f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x {n_agents}, "
+               f"in {where}, seed {args.seed}")
+    rows = [
+        (setting, "env alone, random actions", f"{env_rate:.0f} agent steps/s"),
+        (setting, "training fps, n_steps 128, batch 256, 10 epochs", f"{model.num_timesteps / seconds:.0f} agent steps/s "
+         f"({model.num_timesteps} in {seconds:.1f} s)"),
+    ]
+    rows += [(setting, f"deterministic return {name} training ({args.eval_episodes} episodes)",
+              f"{result['return']:.3f}, reached goal {result['success']:.1%}, episode length {result['length']:.1f}")
+             for name, result in (("before", before), ("after", after))]
+    table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n"
+    table += "".join(f"| {a} | {b} | {c} |  |  |\n" for a, b, c in rows)
+    print(table)
+    if args.perf_log:
+        append_perf_log(table, " ".join(["python -m envs.godot.train_demo", *sys.argv[1:]]))
+
+
+def append_perf_log(table: str, command: str) -> None:
+    """Append ``table`` under a header naming date, commit, CPU and versions (perf_log.md's format)."""
+    import gymnasium
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
+    godot = subprocess.run([DEFAULT_BINARY, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    header = (
+        f"\n### godot demo: {time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, {os.cpu_count()} cpus | torch {torch.__version__}, "
+        f"gymnasium {gymnasium.__version__}, numpy {np.__version__}, godot {godot}, python {sys.version.split()[0]}\n\n"
+        f"command: `{command}` (machine load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())})\n\n"
+    )
+    with open(os.path.join(root, "perf_log.md"), "a") as f:
+        f.write(header + table)
 
 
 if __name__ == "__main__":
