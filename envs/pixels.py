@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs import PixelOptions
+from envs.render import render_frame
 
 PIXELS, STATE = "pixels", "state"
 
@@ -51,7 +52,7 @@ class PixelObservation(gym.Wrapper):
         self.observation_space = spaces.Dict(obs_spaces)
 
     def _frame(self) -> np.ndarray:
-        frame = self.env.render()  # [H, W, 3] uint8
+        frame = render_frame(self.env)  # [H, W, 3] uint8
         size = self.opts.image_size
         if frame.shape[0] != size or frame.shape[1] != size:
             frame = cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)

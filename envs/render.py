@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 PACKAGES = {
     "glfw": "libglfw3 and a display (xvfb-run -a; packages xvfb xauth)",
@@ -26,6 +27,20 @@ _PROBE = (
     "with mujoco.Renderer(model, 16, 16) as renderer:\n"
     "    renderer.render()\n"
 )
+
+
+def render_frame(env: Any) -> Any:
+    """``env.render()`` with the env's own GL context made current first.
+
+    gymnasium switches contexts only between the viewers of one env, so with several rendering
+    envs in one process (in-process pools, several envs per worker, an evaluation env beside a
+    training one) a frame would be drawn with whichever context was created last.
+    """
+    renderer = getattr(env.unwrapped, "mujoco_renderer", None)
+    viewer = getattr(renderer, "viewer", None)
+    if viewer is not None and hasattr(viewer, "make_context_current"):
+        viewer.make_context_current()
+    return env.render()
 
 
 class RenderBackendError(RuntimeError):

@@ -18,6 +18,7 @@ import torch
 from gymnasium import spaces
 
 from envs import EnvSpec, make_env
+from envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
@@ -112,7 +113,7 @@ def run_episodes(
         total, length, done = 0.0, 0, False
         while not done:
             if video is not None and episode == 0 and video.frames < video_length:
-                frame = env.render()
+                frame = render_frame(env)
                 if frame is not None:
                     video.add(np.asarray(frame, dtype=np.uint8))
             batch = _as_storage_obs(obs, env.observation_space)
