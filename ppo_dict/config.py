@@ -181,7 +181,7 @@ class Config:
     """
 
     # Environment
-    env: str = _opt("gym_Reacher-v2", "environment: gym_<gymnasium id>, e.g. gym_Reacher-v2, gym_CartPole-v1", str, "env")
+    env: str = _opt("gym_Reacher-v2", "environment: gym_<gymnasium id> (gym_Reacher-v2, gym_CartPole-v1), test_dummy, godot_demo, or godot with --env_kwargs dict(env_path=...)", str, "env")
     gym_packages: tuple[str, ...] = _opt((), "modules to import that register custom envs (as rl-zoo's --gym-packages)", parse_packages, "env")
     n_envs: Optional[int] = _opt(None, "environments stepped in parallel (None: num_workers x envs_per_worker, or 1)", _none_or(int), "env")
     seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", _none_or(int), "env")
