@@ -233,6 +233,7 @@ class Config:
     num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", _none_or(int), "workers")
     envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", _none_or(int), "workers")
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers")
+    main_steps_envs: bool = _opt(True, "the main process steps worker 0's envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers")
 
     # System and output

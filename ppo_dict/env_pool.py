@@ -145,4 +145,5 @@ def make_env_pool(cfg: "Config", spec: EnvSpec):  # noqa: F821 (Config: ppo_dict
         n_steps=cfg.n_steps,
         mp_method=cfg.mp_method,
         step_timeout=cfg.step_timeout,
+        main_steps_envs=cfg.main_steps_envs,
     )

@@ -21,6 +21,7 @@ command, or :data:`ErrorReport` and exit.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -348,7 +349,10 @@ class WorkerGroup:
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
         record_infos: bool = False,
+        first_env: int = 0,
     ):
+        """``first_env`` leading env columns belong to the storage but to no worker: the caller
+        steps them itself (:class:`ShmEnvPool` with ``main_steps_envs``)."""
         problems = []
         if not (isinstance(num_workers, int) and num_workers >= 1):
             problems.append(f"num_workers={num_workers!r}: must be an int >= 1")
@@ -360,8 +364,8 @@ class WorkerGroup:
             problems.append(f"step_timeout={step_timeout!r}: must be > 0 seconds")
         if problems:
             raise ValueError("; ".join(problems))
-        self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
-        self.num_envs = num_workers * envs_per_worker
+        self.num_workers, self.envs_per_worker, self.first_env = num_workers, envs_per_worker, first_env
+        self.num_envs = first_env + num_workers * envs_per_worker
         self.label, self.step_timeout = label, step_timeout
         self.closed = False
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
@@ -383,7 +387,7 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, CLOSE_GRACE)
         try:
             for w in range(num_workers):
-                ids = tuple(range(w * envs_per_worker, (w + 1) * envs_per_worker))
+                ids = tuple(self.worker_envs(w))
                 args = WorkerArgs(w, ids, factory, self._buffer, layout, observation_space, action_space, n_steps, self.num_envs, record_infos)
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=worker_main, args=(args, child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
@@ -406,7 +410,8 @@ class WorkerGroup:
 
     # ------------------------------------------------------------------ talking to workers
     def worker_envs(self, w: int) -> range:
-        return range(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
+        start = self.first_env + w * self.envs_per_worker
+        return range(start, start + self.envs_per_worker)
 
     def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None) -> None:
         """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers."""
@@ -497,6 +502,7 @@ class WorkerGroup:
 
     def _env_error(self, report: ErrorReport, pending_command: str, detail: Any) -> EnvWorkerError:
         _, w, env_idx, command, exc_type, message, tb = report
+        who = "the main process" if w < 0 else f"worker {w}"  # w = -1: envs the main process steps
         where = f"env {env_idx}" if env_idx >= 0 else "outside env code"
         seed = ""
         if command == "reset":
@@ -505,8 +511,8 @@ class WorkerGroup:
             else:
                 seed = " (auto-reset after an episode end, no seed)"
         err = EnvWorkerError(
-            f"worker {w}, {where} ({self.label}) raised in {command}{seed}: {exc_type}: {message}\n"
-            f"--- worker {w} traceback ---\n{tb.rstrip()}"
+            f"{who}, {where} ({self.label}) raised in {command}{seed}: {exc_type}: {message}\n"
+            f"--- {who} traceback ---\n{tb.rstrip()}"
         )
         err.worker, err.env_index, err.command = w, env_idx, command
         err.exc_type, err.exc_message, err.worker_traceback = exc_type, message, tb
@@ -539,6 +545,15 @@ def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, 
         env.close()
 
 
+def _main_process_runner(spec: EnvSpec, env_ids: range, storage: RolloutStorage) -> EnvRunner:
+    """The runner for the env columns the main process steps itself (the same code as a worker's)."""
+    if is_godot(spec):
+        from envs.godot.pool import GodotRunner, launch_games
+
+        return GodotRunner(launch_games(spec, env_ids), env_ids, storage)
+    return EnvRunner([make_env(spec) for _ in env_ids], env_ids, storage)
+
+
 class SpecFactory:
     """Picklable ``env index -> env`` from an :class:`EnvSpec` (imports its gym_packages).
 
@@ -569,6 +584,7 @@ class ShmEnvPool:
         mp_method: str = "forkserver",
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
+        main_steps_envs: bool = False,
     ):
         self.spec = spec
         # Unknown ids and bad kwargs fail here, in this process, before any worker starts.
@@ -581,23 +597,56 @@ class ShmEnvPool:
         else:
             self.observation_space, self.action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
             label = spec.name if spec.name.endswith(spec.gym_id) else f"{spec.name} = {spec.gym_id}"
+        # The main process steps worker 0's envs itself: it would only wait while the workers
+        # step, and one process fewer competes for the cores (faster on few cores, same numbers).
+        in_main = envs_per_worker if main_steps_envs and num_workers > 1 else 0
         self._group = WorkerGroup(
-            SpecFactory(spec), self.observation_space, self.action_space, num_workers, envs_per_worker, n_steps, label,
-            mp_method=mp_method, step_timeout=step_timeout, start_timeout=start_timeout,
+            SpecFactory(spec), self.observation_space, self.action_space, num_workers - (in_main > 0), envs_per_worker, n_steps, label,
+            mp_method=mp_method, step_timeout=step_timeout, start_timeout=start_timeout, first_env=in_main,
         )
         self.num_envs = self._group.num_envs
         self.storage = self._group.storage
+        self._main_runner: Optional[EnvRunner] = None
+        if in_main:
+            try:
+                self._main_runner = _main_process_runner(spec, range(in_main), self.storage)
+            except BaseException:
+                self._group.close()
+                raise
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``obs[0]``."""
         seeds = env_seeds(seed, self.num_envs)
         self._group.send(("reset", seeds, None), detail=seeds)
+        self._in_main("reset", lambda runner: runner.reset(seeds, None), detail=seeds)
         self._group.gather()
 
     def step(self, t: int) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
         self._group.send(("step", t), detail=t)
+        self._in_main("step", lambda runner: runner.step(t), detail=t)
         self._group.gather()
+
+    def _in_main(self, command: str, call: Callable[[EnvRunner], None], detail: Any) -> None:
+        """Run ``call`` on the envs this process steps, while the workers step theirs.
+
+        An env failure here is reported like a worker's (:class:`EnvWorkerError` naming the env,
+        the command and the original exception with its traceback), after the workers answer.
+        """
+        runner = self._main_runner
+        if runner is None:
+            return
+        try:
+            call(runner)
+        except Exception as exc:
+            env_idx, active_command = runner.active
+            report = ("error", -1, env_idx, active_command or command, type(exc).__name__, str(exc), traceback.format_exc())
+            with contextlib.suppress(Exception):
+                self._group.gather()  # the workers' answers to this command, so none is left pending
+            self.close()
+            raise self._group._env_error(report, command, detail) from exc
+        finally:
+            runner.active = (-1, "")
 
     @property
     def pids(self) -> list[int]:
@@ -608,4 +657,7 @@ class ShmEnvPool:
         return self._group.closed
 
     def close(self) -> None:
+        if self._main_runner is not None:
+            runner, self._main_runner = self._main_runner, None
+            _close_envs(runner)
         self._group.close()

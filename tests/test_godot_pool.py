@@ -200,7 +200,7 @@ def game_pids_of(worker_pid: int) -> list[int]:
 
 @needs_godot
 def test_sigkilled_worker_gives_worker_died_error_and_kills_its_game(tag):
-    cfg = demo_config(tag)
+    cfg = demo_config(tag, main_steps_envs=False)  # two worker processes, each owning one game
     pool = make_env_pool(cfg, cfg.env_spec())
     try:
         pool.reset(seed=0)

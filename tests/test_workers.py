@@ -18,13 +18,15 @@ from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
-    return ShmEnvPool(resolve_env_name(cfg.env), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method)
+    return ShmEnvPool(resolve_env_name(cfg.env), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method,
+                      main_steps_envs=cfg.main_steps_envs)
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:
     """sb3_parity.md test 8 on CartPole (terminations only)."""
     return Config(
         env="gym_CartPole-v1", n_envs=num_workers * envs_per_worker, num_workers=num_workers, envs_per_worker=envs_per_worker,
+        main_steps_envs=False,
         n_steps=32, batch_size=64, n_epochs=2, seed=0, total_timesteps=3 * 32 * num_workers * envs_per_worker,
     )
 
@@ -33,7 +35,7 @@ def continuous(num_workers: int, envs_per_worker: int) -> Config:
     """sb3_parity.md test 16 on Pendulum: every episode ends by a 200-step time limit."""
     n_envs = num_workers * envs_per_worker
     return Config(
-        env="gym_Pendulum-v1", n_envs=n_envs, num_workers=num_workers, envs_per_worker=envs_per_worker,
+        env="gym_Pendulum-v1", n_envs=n_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, main_steps_envs=False,
         n_steps=128, batch_size=64, n_epochs=2, ent_coef=0.01, log_std_init=-0.3, seed=1, total_timesteps=3 * 128 * n_envs,
     )
 
@@ -44,6 +46,9 @@ LAYOUTS = {
     "discrete-1x3": discrete(1, 3),
     "continuous-2x1": continuous(2, 1),
     "continuous-2x3": continuous(2, 3),
+    # the main process steps worker 0's envs itself (the CLI's default)
+    "discrete-3x2-main-steps": discrete(3, 2).replace(main_steps_envs=True),
+    "continuous-2x3-main-steps": continuous(2, 3).replace(main_steps_envs=True),
 }
 
 
@@ -279,3 +284,43 @@ def test_importing_ppo_dict_does_not_import_sb3() -> None:
 
     code = "import sys, ppo_dict, ppo_dict.workers; assert 'stable_baselines3' not in sys.modules; ppo_dict.ShmVecEnv; assert 'stable_baselines3' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_main_steps_worker_zeros_envs_in_one_process_fewer() -> None:
+    cfg = discrete(2, 2).replace(main_steps_envs=True)
+    pool = shm_pool(cfg)
+    try:
+        assert len(pool.pids) == 1 and pool.num_envs == 4
+        pool.reset(0)
+        import gymnasium as gym
+
+        for i in range(4):  # envs 0-1 in this process, 2-3 in the worker: all reset with seed + i
+            assert np.array_equal(pool.storage.obs["obs"][0, i], gym.make("CartPole-v1").reset(seed=i)[0])
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("mode, head", [
+    ("step_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"),
+    ("reset_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in reset (seed=0): RuntimeError: reset boom (seed=0)\n"),
+])
+def test_env_error_in_the_main_process_envs_is_reported_like_a_workers(mode: str, head: str) -> None:
+    from ppo_dict.errors import EnvWorkerError
+    from tests.faults.fault_envs import fault_spec
+
+    pool = ShmEnvPool(fault_spec(mode=mode, bad_seed=0), 2, 1, n_steps=8, main_steps_envs=True)
+    worker_pids = list(pool.pids)
+    with pytest.raises(EnvWorkerError) as exc:
+        pool.reset(0)
+        for t in range(5):
+            pool.step(t)
+    message = str(exc.value)
+    assert message.startswith(head + "--- the main process traceback ---\nTraceback (most recent call last):\n"), message
+    assert 'fault_envs.py", line' in message
+    assert pool.closed
+    for pid in worker_pids:  # the worker was stopped too (a zombie awaiting its parent counts as gone)
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                assert "State:\tZ" in f.read()
+        except FileNotFoundError:
+            pass
