@@ -24,6 +24,7 @@ test-all: install
 
 bench: install
 	$(PYTHON) benchmarks/bench.py
+	$(PYTHON) benchmarks/bench_pixels.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

@@ -8,7 +8,7 @@ In one process on one machine (torch single-threaded in this process for every s
      ``PPO.collect_rollout`` on ShmEnvPool (2 workers);
   3. end-to-end training fps at n_steps 256, batch = rollout/4, 10 epochs: sb3 with its fastest
      vec env from (2) against ppo_dict;
-  4. pure env stepping through ShmEnvPool with 1 and 2 workers (16 envs each): scaling.
+  4. pure env stepping through ShmEnvPool with 1 and 2 worker processes (16 envs each): scaling.
 Prints the ratios against the targets and appends the table to perf_log.md.
 
     python benchmarks/bench.py [--quick] [--no_log]
@@ -126,8 +126,10 @@ def ours_config(n_envs: int, total_timesteps: int = 10**9) -> Config:
     )
 
 
-def ours_rollout_rate(n_envs: int, repeats: int) -> float:
+def ours_rollout_rate(n_envs: int, repeats: int, in_process: bool = False) -> float:
     cfg = ours_config(n_envs)
+    if in_process:
+        cfg = cfg.replace(num_workers=0, envs_per_worker=None)
     pool = make_env_pool(cfg, cfg.env_spec())
     try:
         model = PPO(cfg, pool)
@@ -167,7 +169,7 @@ def ours_training_fps(n_envs: int, iterations: int) -> float:
 def pool_stepping_rate(num_workers: int, envs_per_worker: int, steps: int) -> float:
     """Env steps/s through ShmEnvPool with fixed actions, no policy: the workers' ceiling."""
     cfg = Config(env=f"gym_{ENV_ID}", n_envs=num_workers * envs_per_worker, num_workers=num_workers, envs_per_worker=envs_per_worker,
-                 n_steps=steps, seed=0, verbose=0)
+                 n_steps=steps, seed=0, verbose=0, main_steps_envs=False)  # worker processes only: their scaling
     pool = make_env_pool(cfg, cfg.env_spec())
     try:
         pool.reset(0)
@@ -213,13 +215,15 @@ def main() -> None:
             "sb3 SubprocVecEnv": sb3_rollout_rate(SubprocVecEnv, n_envs, repeats),
             "gymnasium AsyncVectorEnv(shared_memory)": gym_async_rollout_rate(n_envs, repeats),
             f"ppo_dict ShmEnvPool, {NUM_WORKERS} workers": ours_rollout_rate(n_envs, repeats),
+            "ppo_dict in-process (--num_workers 0)": ours_rollout_rate(n_envs, repeats, in_process=True),
         }
         ours = rates.pop(f"ppo_dict ShmEnvPool, {NUM_WORKERS} workers")
         for name, rate in rates.items():
             row(f"{ENV_ID}, {n_envs} envs, MLP 64x64", f"rollout, {name}", f"{rate:.0f} steps/s", f"ppo_dict / this: {ours / rate:.2f}x")
         dummy = rates["sb3 DummyVecEnv"]
         ceiling = NUM_WORKERS * raw
-        row(f"{ENV_ID}, {n_envs} envs, MLP 64x64", f"rollout, ppo_dict ShmEnvPool ({NUM_WORKERS} workers)", f"{ours:.0f} steps/s",
+        row(f"{ENV_ID}, {n_envs} envs, MLP 64x64", f"rollout, ppo_dict ShmEnvPool ({NUM_WORKERS} workers, main steps worker 0's envs)",
+            f"{ours:.0f} steps/s",
             f"vs sb3 DummyVecEnv: {verdict(ours / dummy, 2.0) if n_envs == 32 else f'{ours / dummy:.2f}x'}",
             f"vs {NUM_WORKERS} cores x raw: {verdict(ours / ceiling, 0.75) if n_envs == 32 else f'{ours / ceiling:.2f}x'}")
         sb3_rates = {"DummyVecEnv": (rates["sb3 DummyVecEnv"], DummyVecEnv), "SubprocVecEnv": (rates["sb3 SubprocVecEnv"], SubprocVecEnv)}
