@@ -6,17 +6,26 @@ Names and defaults are Stable-Baselines3's (``PPO.__init__``, ``ActorCriticPolic
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import math
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from ppo_dict.errors import ConfigError
+from ppo_dict.parse import (
+    NetArch,
+    none_or,
+    parse_bool,
+    parse_kwargs,
+    parse_net_arch,
+    parse_packages,
+    parse_schedule,
+)
 
-NetArch = Union[list[int], dict[str, list[int]]]
+if TYPE_CHECKING:
+    from envs import EnvSpec
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn")
@@ -45,116 +54,6 @@ def physical_cores() -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Value parsers: each turns what a person or a wandb agent types into a typed value.
-
-
-def parse_bool(text: Union[str, bool]) -> bool:
-    """``True/False``, ``true/false``, ``1/0``, ``yes/no`` (what a wandb sweep agent sends)."""
-    if isinstance(text, bool):
-        return text
-    lowered = str(text).strip().lower()
-    if lowered in ("true", "1", "yes", "y", "on"):
-        return True
-    if lowered in ("false", "0", "no", "n", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {text!r}")
-
-
-def _none_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse_optional(text: Any) -> Any:
-        if text is None or str(text).strip() in ("None", "none", "null", ""):
-            return None
-        return parse(text)
-
-    parse_optional.__name__ = getattr(parse, "__name__", "value")
-    return parse_optional
-
-
-def parse_schedule(text: Union[str, float]) -> Union[float, str]:
-    """A float, or rl-zoo's ``lin_<initial>`` linear schedule (kept as its string)."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    text = str(text).strip()
-    if text.startswith("lin_"):
-        float(text[4:])  # raises ValueError if the initial value is not a number
-        return text
-    return float(text)
-
-
-def make_schedule(value: Union[float, str]) -> Callable[[float], float]:
-    """``progress_remaining -> value``: rl-zoo's ``linear_schedule`` for ``lin_<x>``, else a constant."""
-    if isinstance(value, str):
-        initial = float(value[len("lin_") :])
-        return lambda progress_remaining: progress_remaining * initial
-    constant = float(value)
-    return lambda progress_remaining: constant
-
-
-def safe_literal(text: str) -> Any:
-    """Evaluate a Python literal that may contain ``dict(k=v)`` calls, as rl-zoo writes them.
-
-    Numbers, strings, lists, tuples, dicts, ``True/False/None`` and ``dict(...)`` with keyword
-    arguments; bare names such as ``nn.ReLU`` become their dotted string. Nothing is executed.
-    """
-
-    def convert(node: ast.AST) -> Any:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-            return {kw.arg: convert(kw.value) for kw in node.keywords}
-        if isinstance(node, (ast.List, ast.Tuple)):
-            items = [convert(e) for e in node.elts]
-            return items if isinstance(node, ast.List) else tuple(items)
-        if isinstance(node, ast.Dict):
-            return {convert(k): convert(v) for k, v in zip(node.keys, node.values) if k is not None}
-        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(node.ctx, ast.Store):
-            if isinstance(node, ast.Name) and node.id in ("True", "False", "None"):
-                return {"True": True, "False": False, "None": None}[node.id]
-            return ast.unparse(node)
-        return ast.literal_eval(node)  # constants and signed numbers; raises ValueError on anything else
-
-    return convert(ast.parse(text.strip(), mode="eval").body)
-
-
-def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
-    """``64,64``, ``pi=256,256;vf=128,128``, ``[256, 256]`` or ``dict(pi=[..], vf=[..])``.
-
-    Parsed with :func:`safe_literal` (never ``eval``).
-    """
-    if isinstance(text, (list, dict)):
-        return _check_net_arch(text)
-    text = str(text).strip()
-    if text.startswith(("[", "{", "dict(")):
-        value = safe_literal(text)
-        # sb3 < 1.8 wrote [dict(pi=..., vf=...)]; sb3 unwraps it the same way.
-        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
-            value = value[0]
-        return _check_net_arch(value)
-    if "=" in text:
-        arch: dict[str, list[int]] = {}
-        for part in text.split(";"):
-            key, _, sizes = part.partition("=")
-            arch[key.strip()] = [int(s) for s in sizes.split(",") if s.strip()]
-        return _check_net_arch(arch)
-    if text == "":
-        return []
-    return _check_net_arch([int(s) for s in text.split(",") if s.strip()])
-
-
-def _check_net_arch(value: Any) -> NetArch:
-    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
-        return list(value)
-    if isinstance(value, dict) and set(value) <= {"pi", "vf"}:
-        return {k: _check_net_arch(list(v)) for k, v in value.items()}  # type: ignore[misc]
-    raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
-
-
-def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
-    """Names separated by commas or spaces, in one string or several (``a,b`` and ``a b`` alike)."""
-    if isinstance(text, (list, tuple)):
-        return tuple(name for item in text for name in parse_packages(str(item)))
-    return tuple(p for p in str(text).replace(",", " ").split() if p)
-
-
-# ----------------------------------------------------------------------------------------------
 # The configuration
 
 
@@ -163,14 +62,6 @@ def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str) -> An
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-def parse_kwargs(text: Union[str, dict]) -> dict[str, Any]:
-    """``dict(image_size=64, continuous=True)`` or ``{'image_size': 64}`` (parsed safely)."""
-    value = text if isinstance(text, dict) else safe_literal(str(text)) if str(text).strip() else {}
-    if not isinstance(value, dict):
-        raise ValueError(f"expected dict(...) of keyword arguments, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -183,8 +74,8 @@ class Config:
     # Environment
     env: str = _opt("gym_Reacher-v2", "environment: gym_<gymnasium id> (gym_Reacher-v2, gym_CartPole-v1), test_dummy, godot_demo, or godot with --env_kwargs dict(env_path=...)", str, "env")
     gym_packages: tuple[str, ...] = _opt((), "modules to import that register custom envs (as rl-zoo's --gym-packages)", parse_packages, "env")
-    n_envs: Optional[int] = _opt(None, "environments stepped in parallel (None: num_workers x envs_per_worker, or 1)", _none_or(int), "env")
-    seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", _none_or(int), "env")
+    n_envs: Optional[int] = _opt(None, "environments stepped in parallel (None: num_workers x envs_per_worker, or 1)", none_or(int), "env")
+    seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", none_or(int), "env")
     total_timesteps: int = _opt(1_000_000, "environment steps to train for (summed over envs)", lambda s: int(float(s)), "env")
     env_kwargs: dict[str, Any] = _opt({}, "keyword arguments for making the env, e.g. dict(image_size=64)", parse_kwargs, "env")
 
@@ -197,7 +88,7 @@ class Config:
 
     # Policy (sb3 ActorCriticPolicy keyword arguments)
     model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)}", str, "policy")
-    net_arch: Optional[NetArch] = _opt(None, "hidden layers: 64,64 | pi=256,256;vf=256,256 | [256, 256] (default: sb3's)", _none_or(parse_net_arch), "policy")
+    net_arch: Optional[NetArch] = _opt(None, "hidden layers: 64,64 | pi=256,256;vf=256,256 | [256, 256] (default: sb3's)", none_or(parse_net_arch), "policy")
     activation_fn: str = _opt("tanh", f"activation: {' | '.join(ACTIVATIONS)}", lambda s: str(s).lower().removeprefix("nn."), "policy")
     ortho_init: bool = _opt(True, "orthogonal initialisation with sb3's gains", parse_bool, "policy")
     log_std_init: float = _opt(0.0, "initial log standard deviation of Gaussian actions", float, "policy")
@@ -208,17 +99,17 @@ class Config:
     learning_rate: Union[float, str] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo")
     n_steps: int = _opt(2048, "steps per env per rollout", int, "ppo")
     batch_size: int = _opt(64, "minibatch size", int, "ppo")
-    num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", _none_or(int), "ppo")
+    num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", none_or(int), "ppo")
     n_epochs: int = _opt(10, "epochs over the rollout per update", int, "ppo")
     gamma: float = _opt(0.99, "discount factor", float, "ppo")
     gae_lambda: float = _opt(0.95, "GAE lambda", float, "ppo")
     clip_range: Union[float, str] = _opt(0.2, "PPO clip range, or lin_<initial>", parse_schedule, "ppo")
-    clip_range_vf: Optional[Union[float, str]] = _opt(None, "value clip range, or lin_<initial> (None: no value clipping)", _none_or(parse_schedule), "ppo")
+    clip_range_vf: Optional[Union[float, str]] = _opt(None, "value clip range, or lin_<initial> (None: no value clipping)", none_or(parse_schedule), "ppo")
     normalize_advantage: bool = _opt(True, "normalise advantages per minibatch", parse_bool, "ppo")
     ent_coef: float = _opt(0.0, "entropy coefficient", float, "ppo")
     vf_coef: float = _opt(0.5, "value loss coefficient", float, "ppo")
     max_grad_norm: float = _opt(0.5, "gradient norm clip", float, "ppo")
-    target_kl: Optional[float] = _opt(None, "stop the epochs early when approx_kl > 1.5*target_kl (None: never)", _none_or(float), "ppo")
+    target_kl: Optional[float] = _opt(None, "stop the epochs early when approx_kl > 1.5*target_kl (None: never)", none_or(float), "ppo")
 
     # Normalisation (sb3 VecNormalize)
     normalize: bool = _opt(False, "VecNormalize observations and rewards (rl-zoo's normalize: true)", parse_bool, "normalize")
@@ -226,12 +117,12 @@ class Config:
     norm_reward: bool = _opt(True, "with --normalize: normalise rewards by the return's std", parse_bool, "normalize")
     clip_obs: float = _opt(10.0, "clip normalised observations to +-clip_obs", float, "normalize")
     clip_reward: float = _opt(10.0, "clip normalised rewards to +-clip_reward", float, "normalize")
-    norm_gamma: Optional[float] = _opt(None, "discount of the normalised return (None: --gamma, as rl-zoo does)", _none_or(float), "normalize")
+    norm_gamma: Optional[float] = _opt(None, "discount of the normalised return (None: --gamma, as rl-zoo does)", none_or(float), "normalize")
     norm_epsilon: float = _opt(1e-8, "VecNormalize epsilon", float, "normalize")
 
     # Worker processes
-    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", _none_or(int), "workers")
-    envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", _none_or(int), "workers")
+    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", none_or(int), "workers")
+    envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", none_or(int), "workers")
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers")
     main_steps_envs: bool = _opt(True, "the main process steps worker 0's envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers")
@@ -241,18 +132,18 @@ class Config:
     torch_threads: int = _opt(1, "torch threads in the main process (1 keeps results bit-exact with sb3)", int, "system")
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system")
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
-    save_path: Optional[str] = _opt(None, "directory to write the trained model into", _none_or(str), "system")
-    export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", _none_or(str), "system")
-    hyperparams: Optional[str] = _opt(None, "rl-zoo hyperparameter file (e.g. ppo.yml); the env's entry sets defaults, explicit flags win", _none_or(str), "system")
+    save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
+    export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", none_or(str), "system")
+    hyperparams: Optional[str] = _opt(None, "rl-zoo hyperparameter file (e.g. ppo.yml); the env's entry sets defaults, explicit flags win", none_or(str), "system")
     progress: str = _opt("auto", f"progress display: {' | '.join(PROGRESS_MODES)} (auto: a bar on a terminal, plain lines otherwise)", str, "system")
 
     # Run directory, checkpoints and resume
-    run_dir: Optional[str] = _opt(None, "where this run writes config, CSV log, checkpoints, evaluations, videos, plots (None: runs/<env>__<seed>__<time>)", _none_or(str), "run")
+    run_dir: Optional[str] = _opt(None, "where this run writes config, CSV log, checkpoints, evaluations, videos, plots (None: runs/<env>__<seed>__<time>)", none_or(str), "run")
     save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", lambda s: int(float(s)), "run")
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run")
-    resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file", _none_or(str), "run")
+    resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file", none_or(str), "run")
     plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")
-    tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", _none_or(str), "run")
+    tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", none_or(str), "run")
 
     # Evaluation and video
     eval_freq: int = _opt(0, "evaluate every this many env steps, checked after each update (0: never)", lambda s: int(float(s)), "eval")
@@ -261,12 +152,12 @@ class Config:
     video_length: int = _opt(1000, "at most this many frames per video", int, "eval")
 
     # Experiment tracking (Weights & Biases)
-    project: Optional[str] = _opt(None, "wandb project: logging to wandb is on when set", _none_or(str), "tracking")
-    entity: Optional[str] = _opt(None, "wandb entity (user or team)", _none_or(str), "tracking")
-    group: Optional[str] = _opt(None, "wandb group (e.g. one per experiment, seeds within it)", _none_or(str), "tracking")
+    project: Optional[str] = _opt(None, "wandb project: logging to wandb is on when set", none_or(str), "tracking")
+    entity: Optional[str] = _opt(None, "wandb entity (user or team)", none_or(str), "tracking")
+    group: Optional[str] = _opt(None, "wandb group (e.g. one per experiment, seeds within it)", none_or(str), "tracking")
     tags: tuple[str, ...] = _opt((), "wandb tags", parse_packages, "tracking")
-    run_name: Optional[str] = _opt(None, "wandb run name (None: the run directory's name)", _none_or(str), "tracking")
-    wandb_mode: Optional[str] = _opt(None, f"{' | '.join(WANDB_MODES)} (None: $WANDB_MODE, else online if an API key is configured, else offline)", _none_or(str), "tracking")
+    run_name: Optional[str] = _opt(None, "wandb run name (None: the run directory's name)", none_or(str), "tracking")
+    wandb_mode: Optional[str] = _opt(None, f"{' | '.join(WANDB_MODES)} (None: $WANDB_MODE, else online if an API key is configured, else offline)", none_or(str), "tracking")
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -312,7 +203,7 @@ class Config:
     def vecnorm_gamma(self) -> float:
         return self.gamma if self.norm_gamma is None else self.norm_gamma
 
-    def env_spec(self) -> "EnvSpec":  # noqa: F821 (envs.EnvSpec)
+    def env_spec(self) -> EnvSpec:
         """The checked recipe for this run's envs (raises gymnasium's error for an unknown id)."""
         from envs import PixelOptions, resolve_env_name  # imported here: envs imports gymnasium
 

@@ -6,13 +6,16 @@ one piece of code that both the in-process pool here and each worker process run
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from envs import EnvSpec, is_godot, make_env
 from ppo_dict.storage import OBS_KEY, RolloutStorage
+
+if TYPE_CHECKING:
+    from ppo_dict.config import Config
 
 
 def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
@@ -121,7 +124,7 @@ class InProcessEnvPool:
             self._runner.close()
 
 
-def make_env_pool(cfg: "Config", spec: EnvSpec):  # noqa: F821 (Config: ppo_dict.config)
+def make_env_pool(cfg: Config, spec: EnvSpec):
     """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
 
     A Godot game's pools launch whole games per block of columns (``envs.godot.pool.spec_for_pool``:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.config import make_schedule
+from ppo_dict.parse import make_schedule
 from ppo_dict.errors import CheckpointError
 from ppo_dict.policy import ACTIVATION_CLASSES
 

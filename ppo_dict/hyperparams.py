@@ -3,14 +3,15 @@
 An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` keyword arguments
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
 ``policy_kwargs``). String values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are
-parsed with :func:`~ppo_dict.config.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from envs import GYM_PREFIX
-from ppo_dict.config import parse_values, safe_literal
+from ppo_dict.config import parse_values
+from ppo_dict.parse import safe_literal
 
 #: rl-zoo key -> Config field, where the names differ
 RENAMED = {"n_timesteps": "total_timesteps"}

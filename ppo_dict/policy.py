@@ -8,7 +8,7 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 import torch
@@ -17,7 +17,10 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from envs import EnvSpec, channel_first_space, is_image_space, observes_images
-from ppo_dict.config import NetArch
+from ppo_dict.parse import NetArch
+
+if TYPE_CHECKING:
+    from ppo_dict.config import Config
 
 TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
@@ -281,7 +284,7 @@ def model_problem(model: str, spec: EnvSpec) -> str:
     return ""
 
 
-def build_policy(cfg: "Config", observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:  # noqa: F821
+def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
     """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W])."""
     return ActorCritic(
         channel_first_space(observation_space),

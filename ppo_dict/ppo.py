@@ -17,7 +17,8 @@ import torch
 from gymnasium import spaces
 
 from envs import EnvSpec
-from ppo_dict.config import Config, make_schedule
+from ppo_dict.config import Config
+from ppo_dict.parse import make_schedule
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer

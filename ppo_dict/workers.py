@@ -30,27 +30,23 @@ import pickle
 import select
 import signal
 import sys
-import tempfile
 import time
 import traceback
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
 from envs import EnvSpec, is_godot, make_env
 from ppo_dict.config import MP_METHODS
 from ppo_dict.env_pool import EnvRunner, env_seeds
 from ppo_dict.errors import EnvWorkerError, WorkerDiedError, WorkerTimeoutError
-from ppo_dict.storage import Alloc, RolloutStorage
+from ppo_dict.shared_memory import SharedLayout, check_shared_memory, plan_layout, view_alloc
+from ppo_dict.storage import RolloutStorage
 
 
-#: Field offsets in the shared buffer are rounded up to a cache line.
-ALIGN = 64
 #: Seconds workers get to exit after "close" before they are terminated, then killed.
 CLOSE_GRACE = 1.0
 #: ``("error", worker_idx, env_idx, command, exc_type, message, traceback_text)``; env_idx is -1
@@ -61,87 +57,6 @@ EnvFactory = Callable[[int], gym.Env]
 
 class PoolClosedError(RuntimeError):
     """The pool was closed (by ``close()`` or after a worker failure) and cannot be used."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared memory: one buffer, laid out by RolloutStorage's own allocation order
-
-
-@dataclass(frozen=True)
-class SharedLayout:
-    """Where each env-written storage field lives in the shared buffer.
-
-    ``fields[k] = (byte offset, shape, dtype string)`` of the k-th ``alloc`` call that
-    :class:`RolloutStorage` makes; ``nbytes`` is the buffer size.
-    """
-
-    fields: tuple[tuple[int, tuple[int, ...], str], ...]
-    nbytes: int
-
-
-def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int) -> SharedLayout:
-    """Measure the env-written fields by building a storage whose ``alloc`` hands out
-    zero-memory placeholders, so the layout can never disagree with :class:`RolloutStorage`."""
-    fields: list[tuple[int, tuple[int, ...], str]] = []
-    offset = 0
-
-    def measure(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        nonlocal offset
-        dtype = np.dtype(dtype)
-        fields.append((offset, tuple(shape), dtype.str))
-        offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
-        return np.broadcast_to(np.zeros((), dtype), shape)
-
-    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure)
-    return SharedLayout(tuple(fields), max(offset, ALIGN))
-
-
-def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
-    """An ``alloc`` that returns the layout's views of ``buffer`` (a RawArray), in order."""
-    memory = memoryview(buffer).cast("B")
-    entries = iter(layout.fields)
-
-    def alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        offset, planned_shape, planned_dtype = next(entries)
-        if (tuple(shape), np.dtype(dtype).str) != (planned_shape, planned_dtype):
-            raise RuntimeError(f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked {tuple(shape)} {np.dtype(dtype)}")
-        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
-
-    return alloc
-
-
-def free_bytes(path: str) -> int:
-    """Free bytes for an unprivileged writer on the filesystem holding ``path``."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def check_shared_memory(nbytes: int, shm_dir: str = "/dev/shm") -> None:
-    """Refuse (or warn about) a buffer that does not fit where ``RawArray`` will put it.
-
-    On Linux ``multiprocessing`` backs a RawArray with an unlinked file in /dev/shm when /dev/shm
-    has room for it and otherwise, silently, with one in the temp dir (disk-backed page cache:
-    slower, but no SIGBUS). The buffer is zero-filled at allocation, so its pages are committed then.
-    """
-    if not os.path.isdir(shm_dir):
-        return
-    mb = nbytes / 2**20
-    shm_free = free_bytes(shm_dir)
-    if nbytes <= shm_free:
-        return
-    tmp = tempfile.gettempdir()
-    advice = f"use docker run --shm-size={max(1, math.ceil(nbytes * 1.25 / 2**30))}g, or fewer n_steps x n_envs"
-    if nbytes > free_bytes(tmp):
-        raise RuntimeError(
-            f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free "
-            f"and {tmp} has {free_bytes(tmp) / 2**20:.1f} MB; {advice}"
-        )
-    warnings.warn(
-        f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free; "
-        f"multiprocessing will back it with a file in {tmp} instead (slower); {advice}",
-        RuntimeWarning,
-        stacklevel=3,
-    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ import warnings
 
 import pytest
 
-from ppo_dict.config import Config, ConfigError, config_from_args, make_schedule, parse_net_arch, validate
+from ppo_dict.config import Config, ConfigError, config_from_args, validate
+from ppo_dict.parse import make_schedule, parse_net_arch
 
 
 @pytest.mark.parametrize("argv, expected", [

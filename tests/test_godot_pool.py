@@ -16,12 +16,10 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from envs import EnvSpec, is_godot, make_env, observes_images, resolve_env_name
-from envs.godot.game import DEFAULT_BINARY
+from envs import is_godot, make_env, observes_images, resolve_env_name
 from envs.godot.pool import GodotInProcessPool, godot_spec, spec_for_pool
 from ppo_dict.config import Config, validate
 from ppo_dict.env_pool import make_env_pool

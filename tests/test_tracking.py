@@ -3,14 +3,13 @@ import io
 import json
 import os
 import struct
-import zlib
 
 import pytest
 
 from ppo_dict.plot import main as plot_main, mean_and_spread
 from ppo_dict.progress import Progress, format_duration
 from ppo_dict.tracking import CSVWriter, read_csv, resolve_wandb_mode
-from tests.test_cli import run_cli, summary_line
+from tests.test_cli import run_cli
 
 import numpy as np
 

@@ -12,7 +12,8 @@ import pytest
 from envs import resolve_env_name
 from ppo_dict.config import Config
 from ppo_dict.env_pool import InProcessEnvPool
-from ppo_dict.workers import ShmEnvPool, check_shared_memory, plan_layout
+from ppo_dict.shared_memory import check_shared_memory, plan_layout
+from ppo_dict.workers import ShmEnvPool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 
@@ -116,12 +117,12 @@ def test_layout_covers_every_env_written_field() -> None:
 
 
 def test_shared_memory_check_names_sizes_and_the_fix(monkeypatch) -> None:
-    import ppo_dict.workers as workers
+    import ppo_dict.shared_memory as shared_memory
 
-    monkeypatch.setattr(workers, "free_bytes", lambda path: 10 * 2**20 if path == "/dev/shm" else 2**40)
+    monkeypatch.setattr(shared_memory, "free_bytes", lambda path: 10 * 2**20 if path == "/dev/shm" else 2**40)
     with pytest.warns(RuntimeWarning, match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free; .* use docker run --shm-size=1g"):
         check_shared_memory(100 * 2**20)
-    monkeypatch.setattr(workers, "free_bytes", lambda path: 10 * 2**20)
+    monkeypatch.setattr(shared_memory, "free_bytes", lambda path: 10 * 2**20)
     with pytest.raises(RuntimeError, match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free and .* has 10\.0 MB"):
         check_shared_memory(100 * 2**20)
     check_shared_memory(5 * 2**20)

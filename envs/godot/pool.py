@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -23,6 +23,9 @@ from envs.godot.game import DEMO_PROJECT, GodotGame
 from envs.godot.protocol import Obs
 from ppo_dict.env_pool import InProcessEnvPool
 from ppo_dict.storage import RolloutStorage
+
+if TYPE_CHECKING:
+    from ppo_dict.config import Config
 
 #: The name the demo game goes by (``--env godot_demo``).
 DEMO_NAME = GODOT_DEMO
@@ -82,7 +85,7 @@ def spec_for_pool(spec: EnvSpec, envs_per_block: int, step_timeout: float, in_wo
     return dataclasses.replace(spec, kwargs=kwargs)
 
 
-def config_problems(spec: EnvSpec, cfg: "Config") -> list[str]:  # noqa: F821 (ppo_dict.config.Config)
+def config_problems(spec: EnvSpec, cfg: Config) -> list[str]:
     """What a config asks of a Godot game that cannot work (``config.validate`` lists them with the rest).
 
     Each worker (or the in-process pool) must own whole games; the game's own reply timeout must

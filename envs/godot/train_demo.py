@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from ppo_dict.logger import Logger
 from ppo_dict.policy import ActorCritic
 from ppo_dict.ppo import PPO
 from ppo_dict.storage import obs_to_tensor
+
+if TYPE_CHECKING:
+    from ppo_dict.ppo import EnvPool
 
 #: Evaluation games are seeded this far from training (as ppo_dict's EVAL_SEED_OFFSET).
 EVAL_SEED_OFFSET = 1_000_000
@@ -58,7 +61,7 @@ def evaluate(policy: ActorCritic, game_kwargs: dict[str, Any], episodes: int, se
     return {"return": float(np.mean(returns)), "success": float(np.mean(successes)), "length": float(np.mean(lengths))}
 
 
-def env_steps_per_second(pool: "EnvPool", steps: int = 500) -> float:  # noqa: F821 (ppo_dict.ppo.EnvPool)
+def env_steps_per_second(pool: EnvPool, steps: int = 500) -> float:
     """Agent steps per second of the pool alone, with random actions (no policy)."""
     rng = np.random.default_rng(0)
     pool.reset(seed=123)

@@ -163,9 +163,9 @@ def serve_then_block(mp_method: str, busy: str) -> dict[str, Any]:
 
 def shm_too_small() -> dict[str, Any]:
     """Case 14: the buffer does not fit in /dev/shm nor the temp dir (free space faked)."""
-    import ppo_dict.workers as workers
+    import ppo_dict.shared_memory as shared_memory
 
-    workers.free_bytes = lambda path: 1 << 20
+    shared_memory.free_bytes = lambda path: 1 << 20
     result = capture(lambda: ShmEnvPool(resolve_env_name("gym_Pendulum-v1"), 2, 2, n_steps=100_000))
     result["children"] = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid()]
     return result

@@ -1,5 +1,4 @@
 """Network construction and sampling against sb3's policies, exact (sb3_parity.md tests 1-6)."""
-from functools import partial
 
 import numpy as np
 import pytest

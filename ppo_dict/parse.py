@@ -1,0 +1,126 @@
+"""Value parsers: each turns what a person, a YAML file or a wandb agent writes into a typed value.
+
+Nothing here evaluates code: ``dict(...)`` strings as rl-zoo writes them go through
+:func:`safe_literal`, which builds literals from the syntax tree.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+from typing import Any, Callable, Union
+
+NetArch = Union[list[int], dict[str, list[int]]]
+
+
+def parse_bool(text: Union[str, bool]) -> bool:
+    """``True/False``, ``true/false``, ``1/0``, ``yes/no`` (what a wandb sweep agent sends)."""
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "1", "yes", "y", "on"):
+        return True
+    if lowered in ("false", "0", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (True/False), got {text!r}")
+
+
+def none_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_optional(text: Any) -> Any:
+        if text is None or str(text).strip() in ("None", "none", "null", ""):
+            return None
+        return parse(text)
+
+    parse_optional.__name__ = getattr(parse, "__name__", "value")
+    return parse_optional
+
+
+def parse_schedule(text: Union[str, float]) -> Union[float, str]:
+    """A float, or rl-zoo's ``lin_<initial>`` linear schedule (kept as its string)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    text = str(text).strip()
+    if text.startswith("lin_"):
+        float(text[4:])  # raises ValueError if the initial value is not a number
+        return text
+    return float(text)
+
+
+def make_schedule(value: Union[float, str]) -> Callable[[float], float]:
+    """``progress_remaining -> value``: rl-zoo's ``linear_schedule`` for ``lin_<x>``, else a constant."""
+    if isinstance(value, str):
+        initial = float(value[len("lin_") :])
+        return lambda progress_remaining: progress_remaining * initial
+    constant = float(value)
+    return lambda progress_remaining: constant
+
+
+def safe_literal(text: str) -> Any:
+    """Evaluate a Python literal that may contain ``dict(k=v)`` calls, as rl-zoo writes them.
+
+    Numbers, strings, lists, tuples, dicts, ``True/False/None`` and ``dict(...)`` with keyword
+    arguments; bare names such as ``nn.ReLU`` become their dotted string. Nothing is executed.
+    """
+
+    def convert(node: ast.AST) -> Any:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            return {kw.arg: convert(kw.value) for kw in node.keywords}
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [convert(e) for e in node.elts]
+            return items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Dict):
+            return {convert(k): convert(v) for k, v in zip(node.keys, node.values) if k is not None}
+        if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(node.ctx, ast.Store):
+            if isinstance(node, ast.Name) and node.id in ("True", "False", "None"):
+                return {"True": True, "False": False, "None": None}[node.id]
+            return ast.unparse(node)
+        return ast.literal_eval(node)  # constants and signed numbers; raises ValueError on anything else
+
+    return convert(ast.parse(text.strip(), mode="eval").body)
+
+
+def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
+    """``64,64``, ``pi=256,256;vf=128,128``, ``[256, 256]`` or ``dict(pi=[..], vf=[..])``.
+
+    Parsed with :func:`safe_literal` (never ``eval``).
+    """
+    if isinstance(text, (list, dict)):
+        return _check_net_arch(text)
+    text = str(text).strip()
+    if text.startswith(("[", "{", "dict(")):
+        value = safe_literal(text)
+        # sb3 < 1.8 wrote [dict(pi=..., vf=...)]; sb3 unwraps it the same way.
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+            value = value[0]
+        return _check_net_arch(value)
+    if "=" in text:
+        arch: dict[str, list[int]] = {}
+        for part in text.split(";"):
+            key, _, sizes = part.partition("=")
+            arch[key.strip()] = [int(s) for s in sizes.split(",") if s.strip()]
+        return _check_net_arch(arch)
+    if text == "":
+        return []
+    return _check_net_arch([int(s) for s in text.split(",") if s.strip()])
+
+
+def _check_net_arch(value: Any) -> NetArch:
+    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
+        return list(value)
+    if isinstance(value, dict) and set(value) <= {"pi", "vf"}:
+        return {k: _check_net_arch(list(v)) for k, v in value.items()}  # type: ignore[misc]
+    raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
+
+
+def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
+    """Names separated by commas or spaces, in one string or several (``a,b`` and ``a b`` alike)."""
+    if isinstance(text, (list, tuple)):
+        return tuple(name for item in text for name in parse_packages(str(item)))
+    return tuple(p for p in str(text).replace(",", " ").split() if p)
+
+
+def parse_kwargs(text: Union[str, dict]) -> dict[str, Any]:
+    """``dict(image_size=64, continuous=True)`` or ``{'image_size': 64}`` (parsed safely)."""
+    value = text if isinstance(text, dict) else safe_literal(str(text)) if str(text).strip() else {}
+    if not isinstance(value, dict):
+        raise ValueError(f"expected dict(...) of keyword arguments, got {text!r}")
+    return value
