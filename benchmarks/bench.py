@@ -8,7 +8,8 @@ In one process on one machine (torch single-threaded in this process for every s
      ``PPO.collect_rollout`` on ShmEnvPool (2 workers);
   3. end-to-end training fps at n_steps 256, batch = rollout/4, 10 epochs: sb3 with its fastest
      vec env from (2) against ppo_dict;
-  4. pure env stepping through ShmEnvPool with 1 and 2 worker processes (16 envs each): scaling.
+  4. pure env stepping through ShmEnvPool with 1 and 2 worker processes (16 envs each): scaling;
+  5. a soak: 1M env steps of rollouts, resident memory and open fds of main + workers along the way.
 Prints the ratios against the targets and appends the table to perf_log.md.
 
     python benchmarks/bench.py [--quick] [--no_log]
@@ -186,6 +187,37 @@ def pool_stepping_rate(num_workers: int, envs_per_worker: int, steps: int) -> fl
         pool.close()
 
 
+# ------------------------------------------------------------------------------ 5. soak
+def process_footprint(pids: list[int]) -> tuple[float, int]:
+    """(resident MB, open fds) summed over ``pids`` (this process and the workers)."""
+    rss_kb, fds = 0, 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            rss_kb += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        fds += len(os.listdir(f"/proc/{pid}/fd"))
+    return rss_kb / 1024, fds
+
+
+def soak(total_steps: int, n_envs: int = 32) -> list[tuple[int, float, int]]:
+    """Rollouts (the per-step path) for ``total_steps`` env steps: ``(steps, RSS MB, fds)`` along the way."""
+    cfg = ours_config(n_envs)
+    pool = make_env_pool(cfg, cfg.env_spec())
+    try:
+        model = PPO(cfg, pool)
+        model.start_envs()
+        model.collect_rollout()  # warm-up: caches and allocator pools fill once
+        samples = []
+        pids = [os.getpid(), *pool.pids]
+        for i in range(total_steps // (N_STEPS * n_envs)):
+            model.collect_rollout()
+            if i % 20 == 0:
+                samples.append((model.num_timesteps, *process_footprint(pids)))
+        samples.append((model.num_timesteps, *process_footprint(pids)))
+        return samples
+    finally:
+        pool.close()
+
+
 # ------------------------------------------------------------------------------ report
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,6 +273,12 @@ def main() -> None:
     one, two = pool_stepping_rate(1, 16, steps), pool_stepping_rate(2, 16, steps)
     row(f"{ENV_ID}, 16 envs per worker", "pure env stepping through ShmEnvPool", f"1 worker {one:.0f}, 2 workers {two:.0f} steps/s",
         f"per worker vs raw: {one / raw:.2f}, {two / 2 / raw:.2f}", f"1->2 workers {verdict(two / one, 1.8)}")
+
+    samples = soak(100_000 if args.quick else 1_000_000)
+    (steps0, rss0, fds0), (steps1, rss1, fds1) = samples[0], samples[-1]
+    row(f"{ENV_ID}, 32 envs, rollouts only", f"RSS and open fds (main + workers) over {steps1 - steps0:,} env steps",
+        f"RSS {rss0:.0f} -> {rss1:.0f} MB, fds {fds0} -> {fds1}", f"max RSS {max(r for _, r, _ in samples):.0f} MB",
+        f"RSS growth {rss1 - rss0:+.1f} MB, fds {fds1 - fds0:+d}")
 
     command = f"python benchmarks/bench.py{' --quick' if args.quick else ''}"
     header = (
