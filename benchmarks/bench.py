@@ -35,7 +35,7 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
-from benchmarks.bench_pixels import machine_line  # noqa: E402
+from benchmarks.bench_pixels import cpu_times, machine_line, steal_share  # noqa: E402
 from ppo_dict.config import Config  # noqa: E402
 from ppo_dict.env_pool import make_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
@@ -227,7 +227,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     repeats, iterations = (1, 2) if args.quick else (3, 3)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), cpu_times()
     rows: list[str] = []
 
     def row(setting: str, what: str, measured: str, compared: str = "", ratio: str = "") -> None:
@@ -284,7 +284,7 @@ def main() -> None:
     header = (
         f"\n### bench: {machine_line()}, stable-baselines3 {stable_baselines3.__version__}, python {sys.version.split()[0]}\n\n"
         f"command: `{command}` ({time.perf_counter() - started:.0f} s; machine load average at the end: "
-        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())})\n\n"
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}; {steal_share(started_cpu)})\n\n"
     )
     table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
     print(header + table)

@@ -94,6 +94,18 @@ def backend_rows(backend: str, steps: int) -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def cpu_times() -> list[int]:
+    """The machine's cumulative CPU ticks: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def steal_share(start: list[int]) -> str:
+    """Share of CPU time the hypervisor took from this machine since ``start`` (noisy neighbours)."""
+    delta = [b - a for a, b in zip(start, cpu_times())]
+    return f"CPU steal during the run: {100 * delta[7] / max(1, sum(delta)):.1f}%"
+
+
 def machine_line() -> str:
     cpu = "unknown CPU"
     try:
@@ -117,6 +129,7 @@ def main() -> None:
     torch.set_num_threads(1)
     repeats, steps = (2, 100) if args.quick else (8, 400)
 
+    started = cpu_times()
     cnn = cnn_rollout_vs_inference(n_envs=8, n_steps=64, repeats=repeats)
     rows = [
         "| test_dummy 84x84x3 + cnn, 8 envs, 2 workers (main steps worker 0's envs) | rollout (collect_rollout) | "
@@ -133,7 +146,8 @@ def main() -> None:
             f"1 worker x 2 envs: {r['w1']:.0f} steps/s | 2 workers x 2 envs: {r['w2']:.0f} steps/s | "
             f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x** |"
         )
-    header = f"\n### bench_pixels: {machine_line()}\n\ncommand: `python benchmarks/bench_pixels.py{' --quick' if args.quick else ''}`\n\n"
+    header = (f"\n### bench_pixels: {machine_line()}\n\ncommand: `python benchmarks/bench_pixels.py{' --quick' if args.quick else ''}` "
+              f"({steal_share(started)})\n\n")
     table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
     print(header + table)
     if not args.no_log:
