@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from ppo_dict.parse import make_schedule
 from ppo_dict.errors import CheckpointError
-from ppo_dict.policy import ACTIVATION_CLASSES
+from ppo_dict.policy import ACTIVATION_CLASSES, policy_settings
 
 if TYPE_CHECKING:
     from ppo_dict.config import Config
@@ -141,15 +141,8 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:  # noqa: F821 (ppo_dict.con
 
     ``net_arch`` is passed only when set: sb3 then picks the same default ppo_dict does.
     """
-    policy_kwargs: dict[str, Any] = dict(
-        activation_fn=ACTIVATION_CLASSES[cfg.activation_fn],
-        ortho_init=cfg.ortho_init,
-        log_std_init=cfg.log_std_init,
-        share_features_extractor=cfg.share_features_extractor,
-        normalize_images=cfg.normalize_images,
-    )
-    if cfg.net_arch is not None:
-        policy_kwargs["net_arch"] = cfg.net_arch
+    policy_kwargs = {k: v for k, v in policy_settings(cfg).items() if v is not None}
+    policy_kwargs["activation_fn"] = ACTIVATION_CLASSES[cfg.activation_fn]
     return dict(
         learning_rate=make_schedule(cfg.learning_rate),
         n_steps=cfg.n_steps,

@@ -8,7 +8,7 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 import torch
@@ -284,12 +284,9 @@ def model_problem(model: str, spec: EnvSpec) -> str:
     return ""
 
 
-def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
-    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W])."""
-    return ActorCritic(
-        channel_first_space(observation_space),
-        action_space,
-        model=cfg.model,
+def policy_settings(cfg: Config) -> dict[str, Any]:
+    """The config's policy settings, named as :class:`ActorCritic` and sb3's policy kwargs name them."""
+    return dict(
         net_arch=cfg.net_arch,
         activation_fn=cfg.activation_fn,
         ortho_init=cfg.ortho_init,
@@ -297,3 +294,8 @@ def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spa
         share_features_extractor=cfg.share_features_extractor,
         normalize_images=cfg.normalize_images,
     )
+
+
+def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
+    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W])."""
+    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, **policy_settings(cfg))

@@ -186,7 +186,10 @@ class PPO:
             actions, values, log_probs = self.policy(self._step_obs(t))
             actions = actions.cpu().numpy()
             # The env gets clipped actions; the buffer keeps the unclipped ones (re-scored in train).
-            s.env_actions[...] = np.clip(actions, self.pool.action_space.low, self.pool.action_space.high) if self._box_actions else actions
+            if self._box_actions:
+                np.clip(actions, self.pool.action_space.low, self.pool.action_space.high, out=s.env_actions)
+            else:
+                s.env_actions[...] = actions
             self.pool.step(t)
             self.num_timesteps += self.n_envs
 
@@ -200,8 +203,8 @@ class PPO:
 
             s.actions[t] = actions.reshape(self.n_envs, s.action_dim)
             s.episode_starts[t] = self._last_dones
-            s.values[t] = values.clone().cpu().numpy().flatten()
-            s.log_probs[t] = log_probs.clone().cpu().numpy()
+            s.values[t] = values.cpu().numpy().ravel()  # sb3 clones first; the storage write copies anyway
+            s.log_probs[t] = log_probs.cpu().numpy()
             self._last_dones = dones
 
         last_values = self.policy.predict_values(self._step_obs(s.n_steps))
@@ -221,21 +224,26 @@ class PPO:
             rewards[idx] += self.cfg.gamma * terminal_value
 
     def _check_finite(self, t: int, dones: np.ndarray) -> None:
-        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser."""
+        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
+
+        Per step this is one ``isfinite().all()`` per float array (terminal observations only when
+        an episode ended); the offending env is looked for only once something is not finite.
+        """
         s = self.storage
-        checks = [("reward", s.rewards[t])]
-        checks += [(f"observation[{key!r}]", arr[t + 1]) for key, arr in s.obs.items() if arr.dtype.kind == "f"]
-        checks += [(f"terminal observation[{key!r}]", arr) for key, arr in s.terminal_obs.items() if arr.dtype.kind == "f"]
-        for what, arr in checks:
-            bad = ~np.isfinite(arr.reshape(self.n_envs, -1)).all(axis=1)
-            if what.startswith("terminal"):
-                bad &= dones
-            if bad.any():
-                env = int(np.flatnonzero(bad)[0])
-                raise NonFiniteError(
-                    f"non-finite {what} from env {env} ({self.pool.spec.name}) at rollout step {t} "
-                    f"(total steps {self.num_timesteps}); statistics were not updated with it"
-                )
+        checks = [("reward", s.rewards[t], None)]
+        checks += [(f"observation[{key!r}]", arr[t + 1], None) for key, arr in s.obs.items() if arr.dtype.kind == "f"]
+        if dones.any():
+            checks += [(f"terminal observation[{key!r}]", arr[dones], np.flatnonzero(dones))
+                       for key, arr in s.terminal_obs.items() if arr.dtype.kind == "f"]
+        for what, arr, rows in checks:
+            if np.isfinite(arr).all():
+                continue
+            bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
+            env = int(bad if rows is None else rows[bad])
+            raise NonFiniteError(
+                f"non-finite {what} from env {env} ({self.pool.spec.name}) at rollout step {t} "
+                f"(total steps {self.num_timesteps}); statistics were not updated with it"
+            )
 
     def train(self, progress_remaining: float) -> dict[str, float]:
         """One PPO update over the stored rollout; logs ``train/*``."""

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
@@ -88,7 +89,7 @@ def ppo_update(
     policy.train()
     for group in optimizer.param_groups:
         group["lr"] = s.learning_rate
-    discrete = policy.action_space.__class__.__name__ == "Discrete"
+    discrete = isinstance(policy.action_space, spaces.Discrete)
     data = storage.flat_samples()
     buffer_size = storage.n_steps * storage.n_envs
 
