@@ -37,7 +37,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa:
 
 from benchmarks.bench_pixels import cpu_times, machine_line, steal_share  # noqa: E402
 from ppo_dict.config import Config  # noqa: E402
-from ppo_dict.env_pool import make_env_pool  # noqa: E402
+from ppo_dict.vec import make_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
 
 ENV_ID = "Reacher-v5"
@@ -131,7 +131,7 @@ def ours_rollout_rate(n_envs: int, repeats: int, in_process: bool = False) -> fl
     cfg = ours_config(n_envs)
     if in_process:
         cfg = cfg.replace(num_workers=0, envs_per_worker=None)
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         model = PPO(cfg, pool)
         model.start_envs()
@@ -158,7 +158,7 @@ def sb3_training_fps(vec_env_cls, n_envs: int, iterations: int) -> float:
 
 def ours_training_fps(n_envs: int, iterations: int) -> float:
     cfg = ours_config(n_envs, total_timesteps=iterations * N_STEPS * n_envs)
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         model = PPO(cfg, pool)
         return best_rate(lambda: model.learn().num_timesteps, 1)
@@ -171,7 +171,7 @@ def pool_stepping_rate(num_workers: int, envs_per_worker: int, steps: int) -> fl
     """Env steps/s through ShmEnvPool with fixed actions, no policy: the workers' ceiling."""
     cfg = Config(env=f"gym_{ENV_ID}", n_envs=num_workers * envs_per_worker, num_workers=num_workers, envs_per_worker=envs_per_worker,
                  n_steps=steps, seed=0, verbose=0, main_steps_envs=False)  # worker processes only: their scaling
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         pool.reset(0)
         pool.storage.env_actions[...] = 0.1
@@ -201,7 +201,7 @@ def process_footprint(pids: list[int]) -> tuple[float, int]:
 def soak(total_steps: int, n_envs: int = 32) -> list[tuple[int, float, int]]:
     """Rollouts (the per-step path) for ``total_steps`` env steps: ``(steps, RSS MB, fds)`` along the way."""
     cfg = ours_config(n_envs)
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         model = PPO(cfg, pool)
         model.start_envs()

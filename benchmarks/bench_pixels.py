@@ -26,14 +26,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from ppo_dict.config import Config  # noqa: E402
-from ppo_dict.env_pool import make_env_pool  # noqa: E402
+from ppo_dict.vec import make_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
 
 
 def cnn_rollout_vs_inference(n_envs: int, n_steps: int, repeats: int) -> dict[str, float]:
     """Steps/s of collect_rollout (workers stepping test_dummy) vs the policy's forward alone."""
     cfg = Config(env="test_dummy", model="cnn", n_envs=n_envs, num_workers=2, n_steps=n_steps, seed=0, verbose=0)
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         model = PPO(cfg, pool)
         model.start_envs()
@@ -59,7 +59,7 @@ def pixel_env_stepping(num_workers: int, envs_per_worker: int, steps: int) -> fl
     """Rendered Reacher env steps/s through the pool, random actions, no policy."""
     cfg = Config(env="gym_Reacher-v2", pixel_obs_wrapper=True, model="cnn", num_workers=num_workers, envs_per_worker=envs_per_worker,
                  n_steps=64, seed=0, verbose=0, main_steps_envs=False)  # worker processes only: their scaling
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         s = pool.storage
         rng = np.random.default_rng(0)

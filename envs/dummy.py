@@ -75,4 +75,4 @@ class DummyPixelEnv(gym.Env):
 
 
 if GYM_ID not in gym.registry:
-    gym.register(id=GYM_ID, entry_point="envs.dummy:DummyPixelEnv")
+    gym.register(id=GYM_ID, entry_point="ppo_dict.envs.dummy:DummyPixelEnv")

@@ -15,8 +15,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs import PixelOptions
-from envs.render import render_frame
+from .render import render_frame, select_mujoco_gl
+from .spec import PixelOptions
 
 PIXELS, STATE = "pixels", "state"
 
@@ -29,8 +29,6 @@ def check_pixel_env(spec: gym.envs.registration.EnvSpec) -> None:
 
 
 def make_pixel_env(gym_id: str, kwargs: dict[str, Any], opts: PixelOptions) -> gym.Env:
-    from envs.render import select_mujoco_gl
-
     select_mujoco_gl()
     cv2.setNumThreads(0)  # several workers share few cores: no OpenCV thread pool per worker
     kwargs = {"width": opts.image_size, "height": opts.image_size, **kwargs}

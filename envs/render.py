@@ -16,6 +16,8 @@ import subprocess
 import sys
 from typing import Any
 
+from .errors import RenderBackendError
+
 PACKAGES = {
     "glfw": "libglfw3 and a display (xvfb-run -a; packages xvfb xauth)",
     "egl": "libegl1 libgl1-mesa-dri",
@@ -41,10 +43,6 @@ def render_frame(env: Any) -> Any:
     if viewer is not None and hasattr(viewer, "make_context_current"):
         viewer.make_context_current()
     return env.render()
-
-
-class RenderBackendError(RuntimeError):
-    """No OpenGL backend can render MuJoCo here."""
 
 
 def backend_works(backend: str, timeout: float = 60.0) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "ShmVecEnv":
-        from ppo_dict.shm_vec_env import ShmVecEnv
+        from ppo_dict.vec.shm_vec_env import ShmVecEnv
 
         return ShmVecEnv
     raise AttributeError(f"module 'ppo_dict' has no attribute {name!r}")

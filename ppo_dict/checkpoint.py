@@ -26,6 +26,7 @@ import torch
 
 from ppo_dict.errors import CheckpointError
 from ppo_dict.export import load_model_state, write_model_file
+from ppo_dict.seeding import set_rng_state
 
 if TYPE_CHECKING:
     from ppo_dict.ppo import PPO
@@ -129,8 +130,6 @@ def restore(model: "PPO", state: dict[str, Any], source: str) -> None:
 
     After this, ``model_state(model)`` equals ``state`` exactly (the test checks every tensor).
     """
-    from ppo_dict.ppo import set_rng_state
-
     for what, saved, current in (("Observation", state["observation_space"], str(model.pool.observation_space)),
                                  ("Action", state["action_space"], str(model.pool.action_space))):
         if saved != current:  # sb3's check_for_correct_spaces wording

@@ -17,11 +17,13 @@ import torch
 
 from ppo_dict.checkpoint import CHECKPOINT_DIR, list_checkpoints, to_numpy
 from ppo_dict.config import Config
+from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError
 from ppo_dict.evaluation import BEST_MODEL, VideoWriter, render_spec, run_episodes
 from ppo_dict.export import MODEL_FILE, load_model_state
 from ppo_dict.policy import build_policy
 from ppo_dict.ppo import build_normalizer
+from ppo_dict.vec import env_spec
 
 
 def model_file(run_dir: str, which: str) -> str:
@@ -38,11 +40,9 @@ def model_file(run_dir: str, which: str) -> str:
 
 def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None) -> dict[str, Any]:
     """Play ``episodes`` with the model in ``path``; returns returns, lengths and the video path."""
-    from envs import make_env
-
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
-    spec = cfg.env_spec()
+    spec = env_spec(cfg)
     env = make_env(render_spec(spec) if video else spec)
     try:
         if str(env.observation_space) != state["observation_space"]:
@@ -73,7 +73,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--video", action="store_true", help="record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4")
     args = parser.parse_args(argv)
     if args.video:
-        from envs.render import select_mujoco_gl
+        from ppo_dict.envs.render import select_mujoco_gl
 
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     torch.set_num_threads(1)

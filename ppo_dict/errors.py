@@ -1,12 +1,21 @@
-"""Every error ppo_dict raises on purpose, in one place.
+"""Every error the trainer raises on purpose.
 
-Each message says who (worker, env index, env id), what (expected vs got) and what to do.
+The root class :class:`PPODictError` and the errors of making envs (Godot games, GL backends)
+live one layer down, in ``envs/errors.py`` (``envs`` never imports the trainer); they are
+re-exported here, so this module names every error class ppo_dict has. Each message says who
+(worker, env index, env id), what (expected vs got) and what to do.
 """
 from __future__ import annotations
 
-
-class PPODictError(Exception):
-    """Base class of the errors below."""
+from ppo_dict.envs.errors import (  # noqa: F401  (re-exported)
+    GodotCrashedError,
+    GodotError,
+    GodotNotFoundError,
+    GodotProtocolError,
+    GodotTimeoutError,
+    PPODictError,
+    RenderBackendError,
+)
 
 
 class ConfigError(PPODictError, ValueError):
@@ -19,7 +28,11 @@ class ConfigError(PPODictError, ValueError):
 
 
 class EnvWorkerError(PPODictError, RuntimeError):
-    """An environment raised inside a worker (constructor, reset or step)."""
+    """An environment raised inside a worker (constructor, reset or step).
+
+    Attributes: ``worker`` (-1: envs the main process steps), ``env_index``, ``command``,
+    ``exc_type``, ``exc_message`` and ``worker_traceback`` of the original exception.
+    """
 
 
 class WorkerDiedError(PPODictError, RuntimeError):
@@ -28,6 +41,14 @@ class WorkerDiedError(PPODictError, RuntimeError):
 
 class WorkerTimeoutError(PPODictError, TimeoutError):
     """A worker did not answer within the step timeout."""
+
+
+class PoolClosedError(PPODictError, RuntimeError):
+    """The env pool was closed (by ``close()`` or after a worker failure) and cannot be used."""
+
+
+class NoAsyncCallError(PPODictError, RuntimeError):
+    """``step_wait()`` without a pending ``step_async()``, or ``step_async()`` twice (gymnasium's name)."""
 
 
 class NonFiniteError(PPODictError, FloatingPointError):

@@ -7,22 +7,21 @@ back after (see :func:`preserved_rng`), so a run with evaluation trains bit for 
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from envs import EnvSpec, make_env
-from envs.render import render_frame
+from ppo_dict.envs import EnvSpec, make_env
+from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
-from ppo_dict.ppo import rng_state, set_rng_state
+from ppo_dict.seeding import preserved_rng
 from ppo_dict.storage import OBS_KEY, obs_layout, obs_to_tensor
 
 if TYPE_CHECKING:
@@ -32,16 +31,6 @@ if TYPE_CHECKING:
 EVAL_SEED_OFFSET = 1_000_000
 BEST_MODEL = "best_model.pt"
 EVALUATIONS = "evaluations.npz"
-
-
-@contextlib.contextmanager
-def preserved_rng() -> Iterator[None]:
-    """Run a block without moving the torch, numpy-global and python RNG streams."""
-    state = rng_state()
-    try:
-        yield
-    finally:
-        set_rng_state(state)
 
 
 def render_spec(spec: EnvSpec) -> EnvSpec:
@@ -118,7 +107,7 @@ def run_episodes(
                     video.add(np.asarray(frame, dtype=np.uint8))
             batch = _as_storage_obs(obs, env.observation_space)
             if normalizer is not None:
-                normalizer.normalize_obs_(batch)  # frozen: a pure function of the statistics
+                batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
             policy_input = batch if dict_obs else batch[OBS_KEY]
             actions, _, _ = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)
             action = actions.cpu().numpy()[0]

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.parse import make_schedule
 from ppo_dict.errors import CheckpointError
+from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ACTIVATION_CLASSES, policy_settings
+from ppo_dict.seeding import rng_state
 
 if TYPE_CHECKING:
     from ppo_dict.config import Config
@@ -64,8 +65,6 @@ def _to_tensors(value: Any) -> Any:
     return value
 
 
-
-
 def config_values(cfg: "Config") -> dict[str, Any]:
     """The config as plain values (tuples as lists): what JSON, YAML and ``weights_only`` files hold."""
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()}
@@ -80,8 +79,6 @@ def model_state(model: "PPO") -> dict[str, Any]:
     ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
     Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
     """
-    from ppo_dict.ppo import rng_state  # ppo imports this module's users, not this module
-
     return {
         "format": "ppo_dict/1",
         "policy": model.policy.state_dict(),
@@ -136,7 +133,7 @@ def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:
     return "CnnPolicy" if model == "cnn" else "MlpPolicy"
 
 
-def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:  # noqa: F821 (ppo_dict.config.Config)
+def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     """The ``stable_baselines3.PPO`` keyword arguments that mean what ``cfg`` means.
 
     ``net_arch`` is passed only when set: sb3 then picks the same default ppo_dict does.
@@ -172,12 +169,14 @@ def export_sb3(model: "PPO", path: str) -> str:
     from stable_baselines3 import PPO as SB3PPO  # optional dependency of this feature only
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs import make_env
+    from ppo_dict.envs import make_env
+    from ppo_dict.vec import env_spec
 
     cfg, policy = model.cfg, model.policy
     if not path.endswith(".zip"):
         path += ".zip"
-    vec_env = DummyVecEnv([lambda: make_env(model.pool.spec)])
+    spec = env_spec(cfg)
+    vec_env = DummyVecEnv([lambda: make_env(spec)])
     try:
         sb3_model = SB3PPO(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_ppo_kwargs(cfg))
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs import GYM_PREFIX
+from ppo_dict.envs import GYM_PREFIX
 from ppo_dict.config import parse_values
 from ppo_dict.parse import safe_literal
 
@@ -94,7 +94,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
     for name, value in values.items():  # one value at a time, so that each bad one is named
         try:
             parsed.update(parse_values({name: value}))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, SyntaxError) as exc:
             problems.append(f"{where}: {name}={value!r}: {exc}")
     return parsed, problems
 

@@ -23,14 +23,17 @@ import numpy as np
 import torch
 
 from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, load_for_resume, restore
-from ppo_dict.config import Config, config_from_args, explicit_flags, validate
-from ppo_dict.env_pool import make_env_pool
+from ppo_dict.checks import validate
+from ppo_dict.cli import config_from_args, explicit_flags
+from ppo_dict.config import Config
 from ppo_dict.errors import CheckpointError, ConfigError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
 from ppo_dict.progress import Progress
 from ppo_dict.tracking import CSVWriter, scalars
+from ppo_dict.vec import env_spec, make_env_pool
+from ppo_dict.vec.backend import EnvBackend
 
 RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
 
@@ -102,14 +105,11 @@ class Every:
         return True
 
 
-def run(cfg: Config, resumed: Optional[RESUMED] = None) -> int:
-    """Train with a validated config (resuming from ``resumed``); returns the process exit code."""
-    stop = StopFlag()
-    stop.install()
-    torch.set_num_threads(cfg.torch_threads)
-    spec = cfg.env_spec()
-    if spec.notice:
-        print(spec.notice, flush=True)
+def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logger, Any, list[Callable[[], None]]]:
+    """The run directory with its ``config.json``, and the logger with its writers (CSV, wandb, TensorBoard).
+
+    Returns ``(cfg with run_dir set, logger, wandb tracker or None, closers)``.
+    """
     run_dir = cfg.run_dir or default_run_dir(cfg)
     cfg = cfg.replace(run_dir=run_dir)
     os.makedirs(run_dir, exist_ok=True)
@@ -130,49 +130,73 @@ def run(cfg: Config, resumed: Optional[RESUMED] = None) -> int:
         board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
         logger.writers.append(board)
         closers.append(board.close)
+    return cfg, logger, tracker, closers
+
+
+def after_update_services(model: PPO, cfg: Config, tracker: Any, closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+    """Checkpoints, evaluation and progress, run after each update: ``(checkpoints, after_update)``."""
+    checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
+    save_due, eval_due = Every(cfg.save_freq, model.num_timesteps), Every(cfg.eval_freq, model.num_timesteps)
+    evaluator = None
+    if cfg.eval_freq > 0:
+        from ppo_dict.evaluation import Evaluator
+
+        evaluator = Evaluator(cfg, env_spec(cfg), cfg.run_dir)
+        evaluator.load_history(model.num_timesteps)
+        if tracker is not None:
+            evaluator.on_video.append(tracker.log_video)
+        closers.append(evaluator.close)
+    progress = Progress(cfg.total_timesteps, model.num_timesteps, cfg.progress)
+    closers.append(progress.close)
+
+    def after_update(m: PPO) -> None:
+        progress.update(m.num_timesteps, m.ep_rew_mean)
+        if evaluator is not None and eval_due(m.num_timesteps):
+            evaluator.evaluate(m)
+        if save_due(m.num_timesteps):
+            checkpoints.save(m)
+
+    return checkpoints, after_update
+
+
+def write_outputs(model: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
+    """At the end (and after a first Ctrl-C/SIGTERM): checkpoint, model file, sb3 export, learning curve."""
+    last_checkpoint = checkpoints.save(model)
+    print(f"checkpoint {last_checkpoint}", flush=True)
+    if cfg.save_path:
+        print(f"saved {save_model(model, cfg.save_path)}", flush=True)
+    if cfg.export_sb3:
+        print(f"exported {export_sb3(model, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
+    if cfg.plot:
+        from ppo_dict.plot import plot_run
+
+        try:
+            print(f"plotted {plot_run(cfg.run_dir)}", flush=True)
+        except ValueError as exc:  # e.g. no episode finished yet: nothing to draw, the run itself is fine
+            print(f"no learning curve: {exc}", file=sys.stderr, flush=True)
+    return last_checkpoint
+
+
+def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> int:
+    """Train with a validated config on its probed env (resuming from ``resumed``); returns the exit code."""
+    stop = StopFlag()
+    stop.install()
+    torch.set_num_threads(cfg.torch_threads)
+    spec = env_spec(cfg)
+    if spec.notice:
+        print(spec.notice, flush=True)
+    cfg, logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None
-    pool = make_env_pool(cfg, spec)
+    pool = make_env_pool(cfg, backend)
     try:
         model = PPO(cfg, pool, logger)
         if resumed is not None:
             restore(model, resumed[1], resumed[0])
             print(f"resumed from {resumed[0]} at {model.num_timesteps} steps (envs reset with seed {model.env_seed})", flush=True)
-        checkpoints = CheckpointManager(os.path.join(run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
-        save_due, eval_due = Every(cfg.save_freq, model.num_timesteps), Every(cfg.eval_freq, model.num_timesteps)
-        evaluator = None
-        if cfg.eval_freq > 0:
-            from ppo_dict.evaluation import Evaluator
-
-            evaluator = Evaluator(cfg, spec, run_dir)
-            evaluator.load_history(model.num_timesteps)
-            if tracker is not None:
-                evaluator.on_video.append(tracker.log_video)
-            closers.append(evaluator.close)
-        progress = Progress(cfg.total_timesteps, model.num_timesteps, cfg.progress)
-        closers.append(progress.close)
-
-        def after_update(m: PPO) -> None:
-            progress.update(m.num_timesteps, m.ep_rew_mean)
-            if evaluator is not None and eval_due(m.num_timesteps):
-                evaluator.evaluate(m)
-            if save_due(m.num_timesteps):
-                checkpoints.save(m)
-
+        checkpoints, after_update = after_update_services(model, cfg, tracker, closers)
         model.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
-        last_checkpoint = checkpoints.save(model)  # at the end, and after a first Ctrl-C/SIGTERM
-        print(f"checkpoint {last_checkpoint}", flush=True)
-        if cfg.save_path:
-            print(f"saved {save_model(model, cfg.save_path)}", flush=True)
-        if cfg.export_sb3:
-            print(f"exported {export_sb3(model, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
-        if cfg.plot:
-            from ppo_dict.plot import plot_run
-
-            try:
-                print(f"plotted {plot_run(run_dir)}", flush=True)
-            except ValueError as exc:  # e.g. no episode finished yet: nothing to draw, the run itself is fine
-                print(f"no learning curve: {exc}", file=sys.stderr, flush=True)
+        last_checkpoint = write_outputs(model, cfg, checkpoints)
         exit_code = stop.exit_code
     except KeyboardInterrupt:
         print("interrupted twice: stopped without saving", file=sys.stderr, flush=True)
@@ -184,7 +208,8 @@ def run(cfg: Config, resumed: Optional[RESUMED] = None) -> int:
             close()
         if tracker is not None:
             tracker.finish(exit_code)
-    print(json.dumps(summary(model, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step or 0)), flush=True)
+    resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
+    print(json.dumps(summary(model, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
     return exit_code
 
 
@@ -213,11 +238,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     cfg = config_from_args(argv, base=None if resumed is None else resumed[1]["config"])  # argparse exits 2 on bad flags
     if cfg.video:
-        from envs.render import select_mujoco_gl
+        from ppo_dict.envs.render import select_mujoco_gl
 
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     try:
-        validate(cfg)
+        backend = validate(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -225,7 +250,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     try:
-        return run(cfg, resumed)
+        return run(cfg, backend, resumed)
     except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Command line for Godot games: ``python -m ppo_dict.main_ppo_godot`` trains the demo through the worker pool.
 
-It is ``python -m ppo_dict.main_ppo`` with the Godot demo's tuned settings as defaults (those of
-``envs.godot.train_demo``: 2 workers x 4 agents, each worker owning one headless Godot process).
+It is ``python -m ppo_dict.main_ppo`` with the Godot demo's tuned settings as defaults (2 workers x
+4 agents, each worker owning one headless Godot process; ``benchmarks/bench_godot.py`` uses them too).
 Every main_ppo flag works and a flag typed here wins over these defaults; ``--env_path PATH``
 trains another game instead (an exported game binary, or a Godot project folder), as
 ``--env godot --env_kwargs "dict(env_path=PATH)"`` (or ``dict(project=PATH)``) does from main_ppo.
@@ -17,11 +17,11 @@ import os
 import sys
 from typing import Any, Optional
 
-from envs import GODOT_DEMO, GODOT_PREFIX
 from ppo_dict import main_ppo
-from ppo_dict.config import explicit_flags
+from ppo_dict.cli import explicit_flags
+from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
 
-#: The demo's tuned hyperparameters (envs/godot/train_demo.py), as main_ppo flags.
+#: The demo's tuned hyperparameters, as main_ppo flags (``benchmarks/bench_godot.py`` trains with them too).
 DEMO_DEFAULTS: dict[str, Any] = {
     "env": GODOT_DEMO,
     "total_timesteps": 150_000,

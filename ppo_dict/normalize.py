@@ -1,8 +1,8 @@
 """Running observation and return normalisation with sb3 ``VecNormalize`` semantics, bit for bit.
 
 The arithmetic is sb3's expression for expression (``running_mean_std.py``, ``vec_normalize.py``):
-statistics in float64, batch moments in the data's dtype, outputs cast to float32. Normalised
-values are written back in place into the rollout storage, so no per-step arrays are kept.
+statistics in float64, batch moments in the data's dtype, outputs cast to float32. It returns
+normalised arrays; the caller keeps them apart from what the env wrote (``RolloutStorage.obs``).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class RunningMeanStd:
 class Normalizer:
     """Observation (per dict key) and reward normalisation for ``n_envs`` parallel envs.
 
-    ``keys`` are the observation keys to normalise (all vector keys; uint8 images are left alone).
+    ``obs_shapes`` are the observation keys to normalise (all vector keys; uint8 images are left alone).
     """
 
     def __init__(
@@ -66,44 +66,49 @@ class Normalizer:
         self.ret_rms = RunningMeanStd(shape=())
         self.returns = np.zeros(n_envs)
 
+    @property
+    def normalized_keys(self) -> tuple[str, ...]:
+        """The observation keys whose values this normaliser changes."""
+        return tuple(self.obs_rms) if self.norm_obs else ()
+
     # -------------------------------------------------------------- sb3 VecNormalize.reset / step_wait
-    def reset(self, obs: dict[str, np.ndarray]) -> None:
-        """After ``env.reset()``: ``obs[key]: [n_envs, ...]`` raw, normalised in place."""
+    def reset(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """After ``env.reset()``: ``obs[key]: [n_envs, ...]`` raw; returns the normalised keys."""
         self.returns = np.zeros(len(self.returns))
         if self.training and self.norm_obs:
             for key, rms in self.obs_rms.items():
                 rms.update(obs[key])
-        self.normalize_obs_(obs)
+        return self.normalize_obs(obs)
 
-    def step(self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, terminal_obs: dict[str, np.ndarray]) -> None:
-        """After ``env.step()``, in sb3's order; every array is normalised in place.
+    def step(
+        self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, terminal_obs: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
+        """After ``env.step()``, in sb3's order: ``(obs, rewards, terminal_obs)`` normalised.
 
-        obs[key]: [n_envs, ...] (done envs hold their reset obs), rewards: float32[n_envs],
-        dones: bool[n_envs], terminal_obs[key]: [n_envs, ...] (only rows of done envs are used).
+        obs[key]: [n_envs, ...] raw (done envs hold their reset obs), rewards: float32[n_envs],
+        dones: bool[n_envs], terminal_obs[key]: [n_done, ...] raw, the done envs' last
+        observations in env order. Returned observations hold the normalised keys only.
         """
         if self.training and self.norm_obs:
             for key, rms in self.obs_rms.items():
                 rms.update(obs[key])
-        self.normalize_obs_(obs)
+        normalized = self.normalize_obs(obs)
         if self.training:
             self.returns = self.returns * self.gamma + rewards
             self.ret_rms.update(self.returns)
-        rewards[...] = self.normalize_reward(rewards)
-        done_rows = np.flatnonzero(dones)
-        if len(done_rows):
-            terminal = {key: terminal_obs[key][done_rows] for key in terminal_obs}
-            self.normalize_obs_(terminal)
-            for key in terminal_obs:
-                terminal_obs[key][done_rows] = terminal[key]
+        normalized_rewards = self.normalize_reward(rewards)
+        terminal = self.normalize_obs(terminal_obs) if dones.any() else {}
         self.returns[dones] = 0
+        return normalized, normalized_rewards, terminal
 
     # -------------------------------------------------------------- pure functions of the statistics
-    def normalize_obs_(self, obs: dict[str, np.ndarray]) -> None:
-        """Normalise the vector keys of ``obs`` in place (float32 values, stored in obs's dtype)."""
-        if not self.norm_obs:
-            return
-        for key, rms in self.obs_rms.items():
-            obs[key][...] = np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs, self.clip_obs).astype(np.float32)
+    def normalize_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """float32 ``{key: clip((obs - mean) / sqrt(var + eps))}`` for the normalised keys of ``obs``."""
+        return {
+            key: np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs, self.clip_obs).astype(np.float32)
+            for key, rms in self.obs_rms.items()
+            if self.norm_obs
+        }
 
     def normalize_reward(self, reward: np.ndarray) -> np.ndarray:
         if self.norm_reward:

@@ -1,6 +1,6 @@
 """Actor-critic networks, built exactly as sb3's ``ActorCriticPolicy`` builds them.
 
-Bit-exactness with sb3 depends on three things this module reproduces (sb3_parity.md section 1):
+Bit-exactness with sb3 depends on three things this module reproduces (sb3's ``policies.py``):
 modules are created in sb3's order (each creation draws from the torch RNG), the orthogonal
 re-initialisation visits modules in sb3's order, and ``parameters()`` yields ``log_std`` first.
 Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unchanged.
@@ -16,13 +16,12 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from envs import EnvSpec, channel_first_space, is_image_space, observes_images
+from ppo_dict.envs import channel_first_space, is_image_space
 from ppo_dict.parse import NetArch
+from ppo_dict.storage import TensorObs
 
 if TYPE_CHECKING:
     from ppo_dict.config import Config
-
-TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -272,16 +271,6 @@ class ActorCritic(nn.Module):
         """Critic only: ``values [B, 1]``."""
         features = self.vf_features_extractor(self._preprocess(obs))
         return self.value_net(self.mlp_extractor.forward_critic(features))
-
-
-def model_problem(model: str, spec: EnvSpec) -> str:
-    """Why ``model`` cannot take the env's observation, or ``""`` when it can."""
-    images = observes_images(spec)
-    if model == "mlp" and images:
-        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
-    if model == "cnn" and not images:
-        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
-    return ""
 
 
 def policy_settings(cfg: Config) -> dict[str, Any]:

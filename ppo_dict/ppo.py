@@ -1,92 +1,36 @@
-"""PPO: collect a rollout into storage, compute GAE, update; bit-exact with sb3's ``PPO.learn``.
+"""PPO with sb3's numbers: collect a rollout into storage, bootstrap, GAE, log, update.
 
-One iteration reads top to bottom in :meth:`PPO.learn`. The envs behind ``pool`` may run in this
-process or in worker processes that write straight into ``pool.storage``; this module only sees
-the storage arrays.
+One iteration reads top to bottom in :meth:`PPO.learn`, as CleanRL's loop does. The envs behind
+``pool`` run in this process or in worker processes that write straight into ``pool.storage``;
+this module sees only the storage arrays.
 """
 from __future__ import annotations
 
-import random
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Optional, Protocol
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from envs import EnvSpec
 from ppo_dict.config import Config
-from ppo_dict.parse import make_schedule
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
+from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.storage import RolloutStorage, StepObsToDevice, obs_layout, obs_to_tensor
+from ppo_dict.seeding import set_random_seed
+from ppo_dict.storage import StepObsToDevice, obs_layout, obs_to_tensor
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
-
-
-class EnvPool(Protocol):
-    """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``."""
-
-    spec: EnvSpec
-    num_envs: int
-    observation_space: spaces.Space
-    action_space: spaces.Space
-    storage: RolloutStorage
-
-    def reset(self, seed: Optional[int]) -> None: ...  # writes obs[0]; env i reset with seed + i
-
-    def step(self, t: int) -> None: ...  # writes obs[t+1], rewards[t], terminated[t], truncated[t]
-
-    def close(self) -> None: ...
+from ppo_dict.vec import EnvPool
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def set_random_seed(seed: int, using_cuda: bool = False) -> None:
-    """sb3 ``set_random_seed``: python, numpy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if using_cuda:
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-
-
-def rng_state() -> dict[str, Any]:
-    """The global RNG states training draws from (sb3_parity.md section 5), as tensors and plain values.
-
-    torch (CPU, and every CUDA device if present), numpy's global MT19937 (keys as int64[624])
-    and python's ``random`` (int64[625]); loadable with ``torch.load(weights_only=True)``.
-    """
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
-    py_version, py_internal, py_gauss = random.getstate()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {"name": np_name, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
-                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
-        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64), "gauss_next": py_gauss},
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured, bit for bit."""
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
@@ -106,10 +50,12 @@ class PPO:
 
     Construction follows sb3's order, which fixes the torch RNG stream: the envs exist first,
     then the seeds are set, then the policy and Adam are built. ``cfg.seed=None`` seeds nothing
-    (as in sb3); the command line always passes a seed.
+    (as in sb3); the command line always passes a seed. A config with a bad setting is refused
+    here (:meth:`Config.check`), however it was built.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None):
+        cfg.check()
         self.cfg, self.pool, self.storage = cfg, pool, pool.storage
         self.n_envs = pool.num_envs
         self.device = resolve_device(cfg.device)
@@ -123,6 +69,8 @@ class PPO:
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
         self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
+        if self.normalizer is not None:
+            self.storage.own_obs_stage(self.normalizer.normalized_keys)
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
@@ -139,25 +87,31 @@ class PPO:
         total_timesteps: Optional[int] = None,
         should_stop: Callable[[], bool] = lambda: False,
         after_update: Optional[Callable[["PPO"], None]] = None,
+        on_rollout: Optional[Callable[["PPO"], None]] = None,
     ) -> "PPO":
         """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``).
 
-        ``after_update(self)`` runs after each update (progress, evaluation, checkpoints); it must
-        leave the RNG streams as it found them. ``should_stop`` is asked next; True ends training
-        there (Ctrl-C). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
+        ``on_rollout(self)`` sees each finished rollout in storage (after GAE, before the update);
+        ``after_update(self)`` runs after each update (progress, evaluation, checkpoints); both
+        must leave the RNG streams as they found them. ``should_stop`` is asked next; True ends
+        training there (Ctrl-C). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
         """
         total = total_timesteps or self.cfg.total_timesteps
         self.start_envs()
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
         while self.num_timesteps < total:
-            self.collect_rollout()
+            self.collect_rollout()  # n_steps of every env; time-limit truncations bootstrapped on the way
+            self.compute_advantages()  # V(last obs), then GAE in float32 as sb3
             self.iteration += 1
+            if on_rollout is not None:
+                on_rollout(self)
             # After the rollout: the first update uses 1 - n_steps*n_envs/total, never 1.0.
             progress_remaining = 1.0 - float(self.num_timesteps) / float(total)
             if self.iteration % self.cfg.log_interval == 0:
                 self._record_rollout_logs()
                 self.logger.dump(step=self.num_timesteps)
             self.train(progress_remaining)
+            self.storage.carry_over()  # the last observation starts the next rollout
             if after_update is not None:
                 after_update(self)
             if should_stop():
@@ -171,16 +125,21 @@ class PPO:
         self.pool.reset(self.env_seed)
         if self.normalizer is not None:
             self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
-            self.normalizer.reset(self.storage.obs_at(0))
+            self._write_obs(0, self.normalizer.reset(self.storage.env_obs_at(0)))
         self._envs_started = True
-        self._rollout_ready = False
+
+    def _write_obs(self, t: int, normalized: dict[str, np.ndarray]) -> None:
+        for key, values in normalized.items():
+            self.storage.obs[key][t] = values
 
     @torch.no_grad()
     def collect_rollout(self) -> None:
-        """``n_steps`` steps of every env into storage, then GAE (sb3 ``collect_rollouts``)."""
-        s, cfg = self.storage, self.cfg
-        if self._rollout_ready:
-            s.carry_over()
+        """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).
+
+        Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
+        (:meth:`RolloutStorage.carry_over`).
+        """
+        s = self.storage
         self.policy.eval()
         for t in range(s.n_steps):
             actions, values, log_probs = self.policy(self._step_obs(t))
@@ -192,26 +151,30 @@ class PPO:
                 s.env_actions[...] = actions
             self.pool.step(t)
             self.num_timesteps += self.n_envs
-
-            dones = s.dones_at(t)
-            self._check_finite(t, dones)
-            for i in np.flatnonzero(dones):
-                self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
-            if self.normalizer is not None:
-                self.normalizer.step(s.obs_at(t + 1), s.rewards[t], dones, s.terminal_obs)
-            self._bootstrap_truncated(s.rewards[t], s.truncated[t] & ~s.terminated[t])
-
+            self._after_env_step(t)
             s.actions[t] = actions.reshape(self.n_envs, s.action_dim)
-            s.episode_starts[t] = self._last_dones
             s.values[t] = values.cpu().numpy().ravel()  # sb3 clones first; the storage write copies anyway
             s.log_probs[t] = log_probs.cpu().numpy()
-            self._last_dones = dones
 
-        last_values = self.policy.predict_values(self._step_obs(s.n_steps))
-        s.advantages[...], s.returns[...] = compute_gae(
-            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self._last_dones, cfg.gamma, cfg.gae_lambda
-        )
-        self._rollout_ready = True
+    def _after_env_step(self, t: int) -> None:
+        """What sb3 does between ``env.step`` and ``rollout_buffer.add``: episode statistics,
+        normalisation (sb3's VecNormalize sits in the vec env), the time-limit bootstrap."""
+        s = self.storage
+        dones = s.dones_at(t)
+        self._check_finite(t, dones)
+        for i in np.flatnonzero(dones):
+            self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
+        s.rewards[t] = s.env_rewards[t]
+        if self.normalizer is not None:
+            done_rows = np.flatnonzero(dones)
+            terminal = {key: arr[done_rows] for key, arr in s.env_terminal_obs.items()}
+            obs, s.rewards[t], terminal = self.normalizer.step(s.env_obs_at(t + 1), s.env_rewards[t], dones, terminal)
+            self._write_obs(t + 1, obs)
+            for key, values in terminal.items():
+                s.terminal_obs[key][done_rows] = values
+        self._bootstrap_truncated(s.rewards[t], s.truncated[t] & ~s.terminated[t])
+        s.episode_starts[t] = self._last_dones
+        self._last_dones = dones
 
     def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray) -> None:
         """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
@@ -223,6 +186,16 @@ class PPO:
             terminal_value = self.policy.predict_values(obs_to_tensor(self.storage.terminal_input(idx), self.device))[0]
             rewards[idx] += self.cfg.gamma * terminal_value
 
+    @torch.no_grad()
+    def compute_advantages(self) -> None:
+        """``V(obs[n_steps])`` and GAE over the stored rollout (sb3 ``compute_returns_and_advantage``)."""
+        s = self.storage
+        last_values = self.policy.predict_values(self._step_obs(s.n_steps))
+        s.advantages[...], s.returns[...] = compute_gae(
+            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self._last_dones,
+            self.cfg.gamma, self.cfg.gae_lambda,
+        )
+
     def _check_finite(self, t: int, dones: np.ndarray) -> None:
         """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
 
@@ -230,18 +203,18 @@ class PPO:
         an episode ended); the offending env is looked for only once something is not finite.
         """
         s = self.storage
-        checks = [("reward", s.rewards[t], None)]
-        checks += [(f"observation[{key!r}]", arr[t + 1], None) for key, arr in s.obs.items() if arr.dtype.kind == "f"]
+        checks = [("reward", s.env_rewards[t], None)]
+        checks += [(f"observation[{key!r}]", arr[t + 1], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
         if dones.any():
             checks += [(f"terminal observation[{key!r}]", arr[dones], np.flatnonzero(dones))
-                       for key, arr in s.terminal_obs.items() if arr.dtype.kind == "f"]
+                       for key, arr in s.env_terminal_obs.items() if arr.dtype.kind == "f"]
         for what, arr, rows in checks:
             if np.isfinite(arr).all():
                 continue
             bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
             env = int(bad if rows is None else rows[bad])
             raise NonFiniteError(
-                f"non-finite {what} from env {env} ({self.pool.spec.name}) at rollout step {t} "
+                f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
                 f"(total steps {self.num_timesteps}); statistics were not updated with it"
             )
 

@@ -1,23 +1,33 @@
 """Rollout storage: one array per field and per dict-observation key, shaped ``[T(+1), N, ...]``.
 
-The fields that environments write (observations, rewards, episode ends, terminal observations,
-episode statistics) and the actions they read come from an ``alloc`` function, so that the same
-layout can live in ordinary memory (envs stepped in-process) or in shared memory (worker
-processes write straight into it). The learner-only fields (values, log-probs, advantages, ...)
-are ordinary arrays. Layout and dtypes follow sb3's ``RolloutBuffer`` / ``DictRolloutBuffer``.
+Each array has one meaning, named by its prefix:
+
+* ``env_*`` and the episode fields are written (or, ``env_actions``, read) by the envs. They come
+  from an ``alloc`` function, so the same layout lives in ordinary memory (envs stepped
+  in-process) or in shared memory (worker processes write straight into it). Nothing rewrites
+  them later: they hold what the env gave.
+* ``obs``, ``terminal_obs`` and ``rewards`` are what the learner uses: observations as the policy
+  sees them and rewards as GAE uses them. Until normalisation is asked for, ``obs[key]`` *is*
+  ``env_obs[key]`` (the same array, no copy); :meth:`RolloutStorage.own_obs_stage` gives the keys
+  that get normalised arrays of their own. ``rewards`` is always the learner's own (normalised,
+  plus the time-limit bootstrap).
+* The rest (actions, values, log-probs, advantages, ...) is the learner's, as sb3's
+  ``RolloutBuffer`` / ``DictRolloutBuffer`` lay it out.
 """
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Callable, Iterable, Union
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from envs import is_channel_last
+from ppo_dict.envs import is_channel_last
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
-Obs = Union[np.ndarray, dict[str, np.ndarray]]
+#: A batch as the policy takes it: the single array, or one array per key for Dict spaces.
+PolicyObs = Union[np.ndarray, dict[str, np.ndarray]]
+TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 #: The key of the single observation array when the observation space is not a Dict.
 OBS_KEY = "obs"
@@ -58,14 +68,16 @@ class RolloutStorage:
     """Everything one rollout of ``n_steps`` x ``n_envs`` transitions needs.
 
     Written by environments (through ``alloc``):
-        obs[key]: [n_steps+1, n_envs, *shape], the space's dtype. ``obs[t]`` is what the policy saw
-            at step t; envs write ``obs[t+1]`` (the reset obs for envs whose episode ended).
-        terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended.
-        rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
+        env_obs[key]: [n_steps+1, n_envs, *shape], the space's dtype: the env's observation after
+            step t-1 is ``env_obs[t]`` (the reset obs for envs whose episode ended).
+        env_terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended.
+        env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
         episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
     Read by environments:
         env_actions: [n_envs, *action_shape], the (clipped) actions to apply.
     Learner only:
+        obs[key], terminal_obs[key]: the observations as the policy sees them (see the module doc).
+        rewards: float32[n_steps, n_envs], normalised and bootstrapped: what GAE uses.
         actions: [n_steps, n_envs, action_dim] (unclipped, action dtype), episode_starts, values,
         log_probs, advantages, returns: float32[n_steps, n_envs].
     """
@@ -80,14 +92,18 @@ class RolloutStorage:
         self.channel_last_keys = frozenset(k for k, sub in subspaces.items() if is_channel_last(sub))
         act_shape, act_dtype, self.action_dim = action_layout(action_space)
         T, N = n_steps, n_envs
-        self.obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        self.terminal_obs = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        self.rewards = alloc((T, N), np.dtype(np.float32))
+        # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
+        self.env_obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        self.env_terminal_obs = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        self.env_rewards = alloc((T, N), np.dtype(np.float32))
         self.terminated = alloc((T, N), np.dtype(np.bool_))
         self.truncated = alloc((T, N), np.dtype(np.bool_))
         self.episode_return = alloc((N,), np.dtype(np.float64))
         self.episode_length = alloc((N,), np.dtype(np.int64))
         self.env_actions = alloc((N, *act_shape), act_dtype)
+        self.obs = dict(self.env_obs)
+        self.terminal_obs = dict(self.env_terminal_obs)
+        self.rewards = np.zeros((T, N), dtype=np.float32)
         self.actions = np.zeros((T, N, self.action_dim), dtype=act_dtype)
         self.episode_starts = np.zeros((T, N), dtype=np.float32)
         self.values = np.zeros((T, N), dtype=np.float32)
@@ -95,15 +111,25 @@ class RolloutStorage:
         self.advantages = np.zeros((T, N), dtype=np.float32)
         self.returns = np.zeros((T, N), dtype=np.float32)
 
+    def own_obs_stage(self, keys: Iterable[str]) -> None:
+        """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
+        for key in keys:
+            self.obs[key] = np.zeros_like(self.env_obs[key])
+            self.terminal_obs[key] = np.zeros_like(self.env_terminal_obs[key])
+
     # ------------------------------------------------------------------ views
     def obs_at(self, t: int) -> dict[str, np.ndarray]:
-        """``{key: [n_envs, ...]}`` views of the observations at step ``t`` (writable)."""
+        """``{key: [n_envs, ...]}`` views of the observations the policy sees at step ``t``."""
         return {key: arr[t] for key, arr in self.obs.items()}
+
+    def env_obs_at(self, t: int) -> dict[str, np.ndarray]:
+        """``{key: [n_envs, ...]}`` views of the observations the envs wrote for step ``t``."""
+        return {key: arr[t] for key, arr in self.env_obs.items()}
 
     def dones_at(self, t: int) -> np.ndarray:
         return self.terminated[t] | self.truncated[t]
 
-    def as_policy_input(self, obs: dict[str, np.ndarray]) -> Obs:
+    def as_policy_input(self, obs: dict[str, np.ndarray]) -> PolicyObs:
         """The policy's input form (the single array, or the dict for Dict spaces) of ``[B, ...]`` batches.
 
         Channel-last images become transposed *views* ``[B, C, H, W]``: sb3's VecTransposeImage
@@ -114,8 +140,9 @@ class RolloutStorage:
             obs = {k: np.moveaxis(v, -1, -3) if k in self.channel_last_keys else v for k, v in obs.items()}
         return obs if self.is_dict_obs else obs[OBS_KEY]
 
-    def terminal_input(self, env: int) -> Obs:
-        """Env ``env``'s terminal observation as a batch of one, built as sb3's ``obs_to_tensor`` builds it.
+    def terminal_input(self, env: int) -> PolicyObs:
+        """Env ``env``'s terminal observation as the policy sees it, a batch of one built as sb3's
+        ``obs_to_tensor`` builds it.
 
         Channel-last images: ``np.transpose(obs, (2, 0, 1)).reshape(-1, C, H, W)``, a view whose
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
@@ -130,12 +157,13 @@ class RolloutStorage:
         return obs if self.is_dict_obs else obs[OBS_KEY]
 
     def carry_over(self) -> None:
-        """Start the next rollout from the last observation of this one."""
-        for arr in self.obs.values():
-            arr[0] = arr[self.n_steps]
+        """Start the next rollout from the last observation of this one (both stages)."""
+        for arrays in (self.env_obs, self.obs):
+            for arr in arrays.values():
+                arr[0] = arr[self.n_steps]
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
-    def flat_samples(self) -> dict[str, Obs]:
+    def flat_samples(self) -> dict[str, PolicyObs]:
         """Env-major flattened copies (``flat index = env * n_steps + step``), as sb3's swap_and_flatten."""
         def flat(arr: np.ndarray) -> np.ndarray:
             shape = arr.shape if arr.ndim >= 3 else (*arr.shape, 1)
@@ -154,7 +182,7 @@ class RolloutStorage:
         }
 
 
-def obs_to_tensor(obs: Obs, device: torch.device) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+def obs_to_tensor(obs: PolicyObs, device: torch.device) -> TensorObs:
     """``th.as_tensor`` per key, keeping the numpy dtype (sb3 ``obs_as_tensor``); no copy on CPU."""
     if isinstance(obs, dict):
         return {key: torch.as_tensor(value, device=device) for key, value in obs.items()}
@@ -178,7 +206,7 @@ class StepObsToDevice:
                 torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
                 self.pinned[key] = torch.empty((storage.n_envs, *shape), dtype=torch_dtype).pin_memory()
 
-    def __call__(self, t: int) -> Union[torch.Tensor, dict[str, torch.Tensor]]:
+    def __call__(self, t: int) -> TensorObs:
         obs = self.storage.obs_at(t)
         if not self.pinned:
             return obs_to_tensor(self.storage.as_policy_input(obs), self.device)

@@ -5,8 +5,8 @@ and ``PPO.train``); the comments name the details that bit-exactness depends on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.policy import ActorCritic
-from ppo_dict.storage import RolloutStorage, obs_to_tensor
+from ppo_dict.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
 def compute_gae(
@@ -72,90 +72,131 @@ class UpdateSettings:
     target_kl: Optional[float]
 
 
+@dataclass
+class Minibatch:
+    """One minibatch as tensors: observations, actions (long and flat for Discrete), and the
+    rollout-time values, log-probs, advantages and returns, ``[B]`` each."""
+
+    obs: TensorObs
+    actions: torch.Tensor
+    old_values: torch.Tensor
+    old_log_prob: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+@dataclass
+class UpdateLog:
+    """What ``train()`` logs: per-minibatch losses over the update, approx_kl over the last epoch."""
+
+    pg_losses: list[float] = field(default_factory=list)
+    value_losses: list[float] = field(default_factory=list)
+    entropy_losses: list[float] = field(default_factory=list)
+    clip_fractions: list[float] = field(default_factory=list)
+    approx_kl_divs: list[np.ndarray] = field(default_factory=list)
+    loss: Optional[torch.Tensor] = None
+
+
+def take_minibatch(data: dict[str, Any], idx: np.ndarray, discrete: bool, device: torch.device) -> Minibatch:
+    """Rows ``idx`` of the flattened rollout, as sb3's ``RolloutBuffer._get_samples`` hands them over."""
+    obs = data["observations"]
+    obs = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+    actions = torch.tensor(data["actions"][idx].astype(np.float32, copy=False), device=device)
+    old_values, old_log_prob, advantages, returns = (
+        torch.tensor(data[name][idx].flatten(), device=device) for name in ("values", "log_probs", "advantages", "returns")
+    )
+    return Minibatch(obs_to_tensor(obs, device), actions.long().flatten() if discrete else actions, old_values, old_log_prob, advantages, returns)
+
+
+def minibatch_loss(policy: ActorCritic, batch: Minibatch, s: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+    """sb3 ``PPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
+
+    Returns ``(loss, approx_kl)``.
+    """
+    values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions)
+    values = values.flatten()
+    advantages = batch.advantages
+    # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
+    if s.normalize_advantage and len(advantages) > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    ratio = torch.exp(log_prob - batch.old_log_prob)
+    policy_loss_1 = advantages * ratio
+    policy_loss_2 = advantages * torch.clamp(ratio, 1 - s.clip_range, 1 + s.clip_range)
+    policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
+    log.pg_losses.append(policy_loss.item())
+    log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > s.clip_range).float()).item())
+
+    if s.clip_range_vf is None:
+        values_pred = values
+    else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
+        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -s.clip_range_vf, s.clip_range_vf)
+    value_loss = F.mse_loss(batch.returns, values_pred)
+    log.value_losses.append(value_loss.item())
+    entropy_loss = -torch.mean(entropy)
+    log.entropy_losses.append(entropy_loss.item())
+    loss = policy_loss + s.ent_coef * entropy_loss + s.vf_coef * value_loss
+    log.loss = loss
+
+    with torch.no_grad():
+        log_ratio = log_prob - batch.old_log_prob
+        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+    return loss, approx_kl_div
+
+
 def ppo_update(
     policy: ActorCritic,
     optimizer: torch.optim.Optimizer,
     storage: RolloutStorage,
-    s: UpdateSettings,
+    settings: UpdateSettings,
     n_updates: int,
     device: torch.device,
 ) -> tuple[dict[str, float], int]:
     """``n_epochs`` passes of minibatch PPO over the rollout (sb3 ``PPO.train``).
 
     Draws one ``np.random.permutation`` per started epoch from the global numpy RNG, exactly as
-    sb3 does; an early stop (target_kl) draws no further permutations. Returns the ``train/*``
-    logs and the updated epoch counter ``n_updates``.
+    sb3 does; an early stop (target_kl) draws no further permutations and skips the optimizer
+    step of the minibatch that triggered it. Returns the ``train/*`` logs and the updated epoch
+    counter ``n_updates``.
     """
     policy.train()
     for group in optimizer.param_groups:
-        group["lr"] = s.learning_rate
+        group["lr"] = settings.learning_rate
     discrete = isinstance(policy.action_space, spaces.Discrete)
     data = storage.flat_samples()
-    buffer_size = storage.n_steps * storage.n_envs
-
-    entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
-    continue_training = True
-    for epoch in range(s.n_epochs):
-        approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
+    buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
+    log = UpdateLog()
+    for epoch in range(settings.n_epochs):
+        log.approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
         indices = np.random.permutation(buffer_size)
-        for start in range(0, buffer_size, s.batch_size):
-            idx = indices[start : start + s.batch_size]
-            obs = obs_to_tensor(_take(data["observations"], idx), device)  # fancy indexing already copied
-            actions = torch.tensor(data["actions"][idx].astype(np.float32, copy=False), device=device)
-            old_values, old_log_prob, advantages, returns = (
-                torch.tensor(data[name][idx].flatten(), device=device) for name in ("values", "log_probs", "advantages", "returns")
-            )
-            if discrete:
-                actions = actions.long().flatten()
-
-            values, log_prob, entropy = policy.evaluate_actions(obs, actions)
-            values = values.flatten()
-            # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
-            if s.normalize_advantage and len(advantages) > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-            ratio = torch.exp(log_prob - old_log_prob)
-            policy_loss_1 = advantages * ratio
-            policy_loss_2 = advantages * torch.clamp(ratio, 1 - s.clip_range, 1 + s.clip_range)
-            policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
-            pg_losses.append(policy_loss.item())
-            clip_fractions.append(torch.mean((torch.abs(ratio - 1) > s.clip_range).float()).item())
-
-            if s.clip_range_vf is None:
-                values_pred = values
-            else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
-                values_pred = old_values + torch.clamp(values - old_values, -s.clip_range_vf, s.clip_range_vf)
-            value_loss = F.mse_loss(returns, values_pred)
-            value_losses.append(value_loss.item())
-            entropy_loss = -torch.mean(entropy)
-            entropy_losses.append(entropy_loss.item())
-            loss = policy_loss + s.ent_coef * entropy_loss + s.vf_coef * value_loss
-
-            with torch.no_grad():
-                log_ratio = log_prob - old_log_prob
-                approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
-                approx_kl_divs.append(approx_kl_div)
-            if s.target_kl is not None and approx_kl_div > 1.5 * s.target_kl:
-                continue_training = False  # before the step: this minibatch is logged, not applied
+        stopped = False
+        for start in range(0, buffer_size, batch_size):
+            batch = take_minibatch(data, indices[start : start + batch_size], discrete, device)
+            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log)
+            log.approx_kl_divs.append(approx_kl_div)
+            if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
+                stopped = True  # before the step: this minibatch is logged, not applied
                 break
-
             optimizer.zero_grad()
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), s.max_grad_norm)
-            _check_finite(n_updates, epoch, start // s.batch_size, loss=loss, grad_norm=grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+            _check_finite(n_updates, epoch, start // batch_size, loss=loss, grad_norm=grad_norm)
             optimizer.step()
-
         n_updates += 1  # once per epoch, the early-stopped one included
-        if not continue_training:
+        if stopped:
             break
+    return update_logs(policy, log, data, settings, n_updates), n_updates
 
+
+def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], s: UpdateSettings, n_updates: int) -> dict[str, float]:
+    """sb3's ``train/*`` record, in its order."""
     logs = {
-        "train/entropy_loss": np.mean(entropy_losses),
-        "train/policy_gradient_loss": np.mean(pg_losses),
-        "train/value_loss": np.mean(value_losses),
-        "train/approx_kl": np.mean(approx_kl_divs),
-        "train/clip_fraction": np.mean(clip_fractions),
-        "train/loss": loss.item(),
+        "train/entropy_loss": np.mean(log.entropy_losses),
+        "train/policy_gradient_loss": np.mean(log.pg_losses),
+        "train/value_loss": np.mean(log.value_losses),
+        "train/approx_kl": np.mean(log.approx_kl_divs),
+        "train/clip_fraction": np.mean(log.clip_fractions),
+        "train/loss": log.loss.item(),
         "train/explained_variance": explained_variance(data["values"].flatten(), data["returns"].flatten()),
     }
     if hasattr(policy, "log_std"):
@@ -164,11 +205,7 @@ def ppo_update(
     logs["train/clip_range"] = s.clip_range
     if s.clip_range_vf is not None:
         logs["train/clip_range_vf"] = s.clip_range_vf
-    return logs, n_updates
-
-
-def _take(obs, idx: np.ndarray):
-    return {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
+    return logs
 
 
 def _check_finite(n_updates: int, epoch: int, minibatch: int, **quantities: torch.Tensor) -> None:

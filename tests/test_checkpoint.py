@@ -1,6 +1,6 @@
 """Checkpoints and resume: bit-exact state, what a resumed run matches, corrupt files, faults.
 
-Fault cases (shared/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout.
+Fault cases (docs/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout.
 """
 import os
 import queue
@@ -16,7 +16,8 @@ import torch
 
 from ppo_dict.checkpoint import CheckpointManager, list_checkpoints, restore
 from ppo_dict.config import Config
-from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import load_model_state, model_state
 from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
@@ -49,14 +50,14 @@ def without_config(state: dict) -> dict:
 def test_restored_state_is_bit_identical_to_the_saved_one(tmp_path) -> None:
     cfg = Config(env="gym_CartPole-v1", n_envs=2, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, total_timesteps=256,
                  seed=3, verbose=0, normalize=True)
-    model = PPO(cfg, InProcessEnvPool(cfg.env_spec(), 2, 64))
+    model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 2, 64))
     model.learn()
     path = CheckpointManager(str(tmp_path), keep=2).save(model)
     saved = torch.load(path, map_location="cpu", weights_only=True)  # weights only: no code unpickled
     assert saved["num_timesteps"] == 256 and saved["iteration"] == 2 and saved["n_updates"] == 4
     assert len(saved["ep_r"]) == len(model.ep_info_buffer) > 0
     torch.manual_seed(123)  # move every stream, so that the restore has something to undo
-    fresh = PPO(cfg, InProcessEnvPool(cfg.env_spec(), 2, 64))
+    fresh = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 2, 64))
     restore(fresh, load_model_state(path), path)
     assert_same(model_state(fresh), saved)  # params, Adam, normaliser, counters, ep infos, RNG states, config
     model.pool.close()

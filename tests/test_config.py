@@ -3,7 +3,10 @@ import warnings
 
 import pytest
 
-from ppo_dict.config import Config, ConfigError, config_from_args, validate
+from ppo_dict.checks import validate
+from ppo_dict.cli import config_from_args
+from ppo_dict.config import Config
+from ppo_dict.errors import ConfigError
 from ppo_dict.parse import make_schedule, parse_net_arch
 
 
@@ -88,7 +91,7 @@ def test_truncated_minibatch_warns_like_sb3() -> None:
 
 
 def test_old_mujoco_ids_map_to_the_newest_version() -> None:
-    from envs import resolve_env_name
+    from ppo_dict.envs import resolve_env_name
 
     spec = resolve_env_name("gym_Reacher-v2")
     assert spec.gym_id == "Reacher-v5" and "using Reacher-v5" in spec.notice

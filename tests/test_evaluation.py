@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from ppo_dict.config import Config
-from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.evaluation import Evaluator
 from ppo_dict.export import load_model_state
 from ppo_dict.ppo import PPO
@@ -20,7 +21,7 @@ import sys
 
 
 def train(cfg: Config, evaluator=None) -> PPO:
-    model = PPO(cfg, InProcessEnvPool(cfg.env_spec(), cfg.num_envs, cfg.n_steps))
+    model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), cfg.num_envs, cfg.n_steps))
     model.learn(after_update=None if evaluator is None else evaluator.evaluate)
     model.pool.close()
     return model
@@ -31,7 +32,7 @@ def test_evaluation_does_not_change_training(tmp_path) -> None:
                  seed=0, verbose=0, normalize=True, eval_freq=128, eval_episodes=2)
     plain = train(cfg)
     plain_rng = (torch.get_rng_state(), np.random.get_state()[1].copy())
-    evaluator = Evaluator(cfg, cfg.env_spec(), str(tmp_path))
+    evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
     evaluated = train(cfg, evaluator)  # evaluates after every update (4 times)
     evaluator.close()
     assert_same(evaluated.policy.state_dict(), plain.policy.state_dict())

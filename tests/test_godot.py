@@ -21,16 +21,18 @@ import torch
 import pytest
 from gymnasium import spaces
 
-from envs.godot import protocol
-from envs.godot.errors import GodotCrashedError, GodotNotFoundError, GodotProtocolError, GodotTimeoutError
-from envs.godot.game import DEFAULT_BINARY, DEMO_PROJECT, GodotGame
-from envs.godot.pool import GodotInProcessPool, GodotRunner, godot_spec, launch_games
-from envs.godot.protocol import ActionMapping, ConnectionClosed, EnvInfo
+from ppo_dict.envs.godot import protocol
+from ppo_dict.envs.errors import GodotCrashedError, GodotNotFoundError, GodotProtocolError, GodotTimeoutError
+from ppo_dict.envs.godot.game import DEFAULT_BINARY, DEMO_PROJECT, GodotGame
+from ppo_dict.envs.godot.spec import godot_spec
+from ppo_dict.envs.godot.protocol import ActionMapping, ConnectionClosed, EnvInfo
 from ppo_dict.config import Config
-from ppo_dict.env_pool import env_seeds
+from ppo_dict.vec.runner import env_seeds
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
 from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.godot import GodotBackend, GodotRunner
+from ppo_dict.vec.in_process import InProcessEnvPool
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_godot = pytest.mark.skipif(
@@ -39,6 +41,11 @@ needs_godot = pytest.mark.skipif(
 
 
 # ---------------------------------------------------------------------------------------- helpers
+def godot_pool(spec, n_envs: int, n_steps: int) -> InProcessEnvPool:
+    """``n_envs`` columns of the games ``spec`` describes, stepped in this process."""
+    return InProcessEnvPool(GodotBackend.probe(spec), n_envs, n_steps)
+
+
 def process_state(pid: int) -> str | None:
     """The /proc state letter of ``pid`` (``Z``: zombie), or None when no such process exists."""
     try:
@@ -369,7 +376,7 @@ def test_owner_death_kills_godot(no_leftover_godot):
     code = textwrap.dedent(
         """
         import os, sys, time
-        from envs.godot.game import GodotGame
+        from ppo_dict.envs.godot.game import GodotGame
         game = GodotGame()
         print(game.pid, flush=True)
         time.sleep(60)
@@ -392,14 +399,14 @@ def test_owner_death_kills_godot(no_leftover_godot):
 def test_pool_writes_storage_like_the_games(no_leftover_godot):
     """Two games x 4 agents into storage, against the same games stepped directly."""
     spec = godot_spec(game_args={"max_steps": 12})
-    pool = GodotInProcessPool(spec, n_envs=8, n_steps=30)
+    pool = godot_pool(spec, n_envs=8, n_steps=30)
     s = pool.storage
-    assert pool.num_envs == 8 and len(pool.games) == 2 and pool.observation_space == spaces.Dict({"obs": spaces.Box(-1, 1, (4,), np.float32)})
+    assert pool.num_envs == 8 and len(pool.runner.games) == 2 and pool.observation_space == spaces.Dict({"obs": spaces.Box(-1, 1, (4,), np.float32)})
     references = [GodotGame(game_args={"max_steps": 12}), GodotGame(game_args={"max_steps": 12})]
     try:
         pool.reset(seed=10)
         ref_obs = np.concatenate([g.reset(seed=10 + 4 * i)["obs"] for i, g in enumerate(references)])
-        np.testing.assert_array_equal(s.obs["obs"][0], ref_obs)
+        np.testing.assert_array_equal(s.env_obs["obs"][0], ref_obs)
         rng = np.random.default_rng(1)
         returns = np.zeros(8)
         ends = 0
@@ -407,18 +414,18 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
             s.env_actions[...] = rng.uniform(-1, 1, (8, 2))
             pool.step(t)
             replies = [g.step(s.env_actions[4 * i : 4 * i + 4]) for i, g in enumerate(references)]
-            np.testing.assert_array_equal(s.obs["obs"][t + 1], np.concatenate([r.obs["obs"] for r in replies]))
-            np.testing.assert_array_equal(s.rewards[t], np.concatenate([r.rewards for r in replies]))
+            np.testing.assert_array_equal(s.env_obs["obs"][t + 1], np.concatenate([r.obs["obs"] for r in replies]))
+            np.testing.assert_array_equal(s.env_rewards[t], np.concatenate([r.rewards for r in replies]))
             np.testing.assert_array_equal(s.truncated[t], np.concatenate([r.truncated for r in replies]))
-            returns += s.rewards[t]
+            returns += s.env_rewards[t]
             for i in np.flatnonzero(s.dones_at(t)):
                 ends += 1
                 terminal = replies[i // 4].terminal_obs["obs"][i % 4]
-                np.testing.assert_array_equal(s.terminal_obs["obs"][i], terminal)
+                np.testing.assert_array_equal(s.env_terminal_obs["obs"][i], terminal)
                 assert s.episode_return[i] == pytest.approx(returns[i], abs=1e-5)
                 returns[i] = 0
         assert ends >= 16  # every column hits the 12-step limit at least twice in 30 steps
-        pids = [g.pid for g in pool.games]
+        pids = [g.pid for g in pool.runner.games]
     finally:
         pool.close()
         for g in references:
@@ -429,7 +436,7 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
 @needs_godot
 def test_pool_rejects_n_envs_that_split_a_game(no_leftover_godot):
     with pytest.raises(ValueError, match=r"6 envs for godot_demo: each Godot process runs 4 agents, so the envs of a pool \(or of one worker\) must be a positive multiple of 4"):
-        GodotInProcessPool(godot_spec(), n_envs=6, n_steps=8)
+        godot_pool(godot_spec(), n_envs=6, n_steps=8)
 
 
 def small_config(seed: int, total_timesteps: int, **overrides: object) -> Config:
@@ -442,11 +449,11 @@ def small_config(seed: int, total_timesteps: int, **overrides: object) -> Config
 
 @needs_godot
 def test_ppo_trains_on_the_pool_and_is_deterministic(no_leftover_godot):
-    """PPO(cfg, GodotInProcessPool) runs, sees episodes end, and two runs with one seed agree bit for bit."""
+    """PPO on a Godot in-process pool runs, sees episodes end, and two runs with one seed agree bit for bit."""
 
     def run() -> tuple[PPO, list[torch.Tensor]]:
         cfg = small_config(seed=3, total_timesteps=2 * 8 * 32, n_steps=32, batch_size=64, n_epochs=2)
-        pool = GodotInProcessPool(godot_spec(seed=3, game_args={"max_steps": 20}), cfg.n_envs, cfg.n_steps)
+        pool = godot_pool(godot_spec(seed=3, game_args={"max_steps": 20}), cfg.n_envs, cfg.n_steps)
         try:
             model = PPO(cfg, pool, Logger(verbose=0)).learn()
         finally:
@@ -465,7 +472,8 @@ def test_ppo_trains_on_the_pool_and_is_deterministic(no_leftover_godot):
 def assert_learns_the_demo(cfg: Config, pool) -> None:
     """Train on ``pool`` (closed after); the deterministic return on 100 evaluation episodes (games seeded
     apart from training) must go from ~0 (< 2, reaching the goal < 10%) to > 10 (reaching it > 50%)."""
-    from envs.godot.train_demo import EVAL_SEED_OFFSET, evaluate
+    from benchmarks.bench_godot import evaluate
+    from ppo_dict.evaluation import EVAL_SEED_OFFSET
 
     try:
         model = PPO(cfg, pool, Logger(verbose=0))
@@ -483,7 +491,7 @@ def assert_learns_the_demo(cfg: Config, pool) -> None:
 def test_ppo_learns_the_demo(no_leftover_godot):
     """About 40 s: 150k agent steps take the deterministic return from ~0 to ~12 (the greedy optimum)."""
     cfg = small_config(seed=0, total_timesteps=150_000)
-    assert_learns_the_demo(cfg, GodotInProcessPool(godot_spec(seed=0), cfg.n_envs, cfg.n_steps))
+    assert_learns_the_demo(cfg, godot_pool(godot_spec(seed=0), cfg.n_envs, cfg.n_steps))
 
 
 PLUGIN_STYLE_GAME = '''#!{python}
@@ -549,20 +557,21 @@ def test_plugin_style_exported_game(tmp_path, no_leftover_godot):
 def test_runner_writes_only_its_block_of_columns(no_leftover_godot):
     """A worker's view: one game behind columns 4..7 of 8, seeded as the in-process pool seeds them."""
     spec = godot_spec()
-    pool = GodotInProcessPool(spec, n_envs=8, n_steps=4)
+    pool = godot_pool(spec, n_envs=8, n_steps=4)
     storage = RolloutStorage(pool.observation_space, pool.action_space, n_steps=4, n_envs=8)
-    runner = GodotRunner(launch_games(spec, range(4, 8)), range(4, 8), storage)
+    runner = GodotRunner(spec, range(4, 8), storage)
     try:
+        runner.open()
         pool.reset(seed=2)
         runner.reset(env_seeds(2, 8))
-        storage.obs["obs"][:, :4] = np.nan
+        storage.env_obs["obs"][:, :4] = np.nan
         for t in range(4):
             pool.storage.env_actions[...] = storage.env_actions[...] = np.full((8, 2), 0.3 * (t - 1), np.float32)
             pool.step(t)
             runner.step(t)
-        np.testing.assert_array_equal(storage.obs["obs"][:, 4:], pool.storage.obs["obs"][:, 4:])
-        np.testing.assert_array_equal(storage.rewards[:, 4:], pool.storage.rewards[:, 4:])
-        assert np.isnan(storage.obs["obs"][:, :4]).all() and not storage.rewards[:, :4].any()
+        np.testing.assert_array_equal(storage.env_obs["obs"][:, 4:], pool.storage.env_obs["obs"][:, 4:])
+        np.testing.assert_array_equal(storage.env_rewards[:, 4:], pool.storage.env_rewards[:, 4:])
+        assert np.isnan(storage.env_obs["obs"][:, :4]).all() and not storage.env_rewards[:, :4].any()
         assert runner.active == (4, "step")
     finally:
         pool.close()

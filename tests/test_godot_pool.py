@@ -19,14 +19,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from envs import is_godot, make_env, observes_images, resolve_env_name
-from envs.godot.pool import GodotInProcessPool, godot_spec, spec_for_pool
-from ppo_dict.config import Config, validate
-from ppo_dict.env_pool import make_env_pool
+from ppo_dict.envs import make_env, resolve_env_name
+from ppo_dict.envs.godot.spec import godot_spec
+from ppo_dict.checks import validate
+from ppo_dict.config import Config
+from ppo_dict.vec import env_spec, make_env_pool
+from ppo_dict.vec.godot import GodotBackend
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.errors import ConfigError, WorkerDiedError
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
-from ppo_dict.workers import ShmEnvPool
+from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.test_godot import PLUGIN_STYLE_GAME, assert_learns_the_demo, needs_godot, process_state, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,8 +87,8 @@ def train(cfg: Config, pool) -> tuple[PPO, list[torch.Tensor]]:
 # ---------------------------------------------------------------------------------------- names and config, no engine needed
 def test_godot_names_resolve_and_refuse_clearly():
     spec = resolve_env_name("godot_demo", kwargs={"speedup": 100})
-    assert is_godot(spec) and spec.name == "godot_demo" and spec.kwargs["speedup"] == 100
-    assert not is_godot(resolve_env_name("gym_CartPole-v1"))
+    assert spec.is_godot and spec.name == "godot_demo" and spec.kwargs["speedup"] == 100
+    assert not resolve_env_name("gym_CartPole-v1").is_godot
     with pytest.raises(ValueError, match=r"^unknown env_kwargs bogus, n_agents: a Godot game takes project, env_path, binary, seed, "):
         resolve_env_name("godot_demo", kwargs={"bogus": 1, "n_agents": 4})
     with pytest.raises(ValueError, match=r"--env godot needs a game: --env_kwargs \"dict\(env_path='game.x86_64'\)\""):
@@ -96,11 +99,12 @@ def test_godot_names_resolve_and_refuse_clearly():
         resolve_env_name("godot_pong")
     with pytest.raises(ValueError, match=r"write gym_<gymnasium id> \(e.g. gym_Reacher-v2\), test_dummy, godot_demo \(the Godot demo game\) or godot"):
         resolve_env_name("pong")
-    with pytest.raises(ValueError, match="godot_demo is a Godot game: its agents are env columns stepped by envs.godot.pool.GodotRunner"):
+    with pytest.raises(ValueError, match=r"godot_demo is a Godot game: its agents are env columns of one Godot process, stepped by "
+                                         r"the trainer's Godot runner \(ppo_dict.vec.godot\)"):
         make_env(godot_spec())
-    assert not observes_images(godot_spec()) and observes_images(godot_spec(game_args={"image_size": 8}))
 
 
+@needs_godot
 def test_validate_names_agents_per_process_and_timeouts():
     cfg = Config(env="godot_demo", env_kwargs={"step_timeout": 60.0, "game_args": {"n_agents": 3}}, n_envs=8, num_workers=2, eval_freq=1000)
     with pytest.raises(ConfigError) as err:
@@ -111,11 +115,14 @@ def test_validate_names_agents_per_process_and_timeouts():
         "so envs_per_worker must be a multiple of 3",
         "  - env_kwargs step_timeout=60.0 (the game's own reply timeout) must be below step_timeout=60.0 (the worker's), so that "
         "a hung game is reported with its output before its worker is declared hung",
-        "  - eval_freq: not supported for Godot games yet (it builds gymnasium envs); envs.godot.train_demo evaluates the demo",
+        "  - eval_freq: not supported for godot_demo yet (it builds the env alone as a gymnasium env, which this one is not)",
     ]
-    validate(Config(env="godot_demo", n_envs=12, num_workers=2))  # 6 agents per worker: one game each
-    spec = spec_for_pool(godot_spec(), envs_per_block=6, step_timeout=10.0, in_workers=True)
+    backend = validate(Config(env="godot_demo", n_envs=12, num_workers=2))  # 6 agents per worker: one game each
+    spec = backend.for_blocks(envs_per_block=6, step_timeout=10.0, in_workers=True).spec
     assert spec.kwargs["game_args"] == {"n_agents": 6} and spec.kwargs["step_timeout"] == 9.0
+    # the demo observes an image only when its game_args ask for one: the model check follows the probed space
+    with pytest.raises(ConfigError, match="model='mlp': the observation holds images; use --model cnn"):
+        validate(Config(env="godot_demo", env_kwargs={"game_args": {"image_size": 8}}, n_envs=4, num_workers=0))
 
 
 def test_missing_game_is_refused_before_any_process_starts(tmp_path):
@@ -167,14 +174,14 @@ def test_cli_trains_the_demo_through_the_worker_pool(tmp_path, tag):
 def test_worker_pool_equals_in_process_pool_bit_for_bit(tag):
     """2 workers x (one game of 4 agents) == the same two games in this process == one game of 8 agents here."""
     cfg = demo_config(tag)
-    workers = make_env_pool(cfg, cfg.env_spec())
-    assert isinstance(workers, ShmEnvPool) and workers.spec.kwargs["game_args"]["n_agents"] == 4
+    workers = make_env_pool(cfg)
+    assert isinstance(workers, ShmEnvPool) and workers.backend.spec.kwargs["game_args"]["n_agents"] == 4
     pooled, pooled_params = train(cfg, workers)
-    two_games = GodotInProcessPool(spec_for_pool(cfg.env_spec(), 4, cfg.step_timeout, in_workers=False), cfg.n_envs, cfg.n_steps)
-    assert len(two_games.games) == 2
+    two_games = InProcessEnvPool(GodotBackend.probe(env_spec(cfg)).for_blocks(4, cfg.step_timeout, in_workers=False), cfg.n_envs, cfg.n_steps)
+    assert len(two_games.runner.games) == 2
     here, here_params = train(cfg.replace(num_workers=0), two_games)
-    one_game_pool = make_env_pool(cfg.replace(num_workers=0), cfg.env_spec())
-    assert len(one_game_pool.games) == 1
+    one_game_pool = make_env_pool(cfg.replace(num_workers=0))
+    assert len(one_game_pool.runner.games) == 1
     one_game, one_game_params = train(cfg.replace(num_workers=0), one_game_pool)
     assert pooled.num_timesteps == 512 and len(pooled.ep_info_buffer) >= 16
     for other, params in ((here, here_params), (one_game, one_game_params)):
@@ -199,7 +206,7 @@ def game_pids_of(worker_pid: int) -> list[int]:
 @needs_godot
 def test_sigkilled_worker_gives_worker_died_error_and_kills_its_game(tag):
     cfg = demo_config(tag, main_steps_envs=False)  # two worker processes, each owning one game
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         pool.reset(seed=0)
         pool.step(0)
@@ -223,5 +230,5 @@ def test_demo_learns_through_the_worker_pool(tag):
     cfg = demo_config(tag, env_kwargs={"game_args": {"pool_test_tag": tag}}, seed=0, total_timesteps=150_000, n_steps=128,
                       batch_size=256, n_epochs=10)
     start = time.perf_counter()
-    assert_learns_the_demo(cfg, make_env_pool(cfg, cfg.env_spec()))
+    assert_learns_the_demo(cfg, make_env_pool(cfg))
     assert time.perf_counter() - start < 150

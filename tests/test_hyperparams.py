@@ -4,7 +4,8 @@ import pickle
 import numpy as np
 import pytest
 
-from ppo_dict.config import config_from_args, validate
+from ppo_dict.checks import validate
+from ppo_dict.cli import config_from_args
 from ppo_dict.errors import ConfigError
 from ppo_dict.export import load_model_state
 from tests.test_cli import QUICK, run_cli
@@ -66,7 +67,7 @@ def test_unsupported_keys_are_reported_with_the_other_problems(tmp_path) -> None
 def test_export_sb3_writes_vecnormalize_pkl_that_sb3_loads(tmp_path) -> None:
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from envs import make_env, resolve_env_name
+    from ppo_dict.envs import make_env, resolve_env_name
 
     zip_path, save_dir = tmp_path / "CartPole-v1.zip", tmp_path / "model"
     proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK, "--normalize", "True",

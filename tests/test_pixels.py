@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from envs import PixelOptions, make_env, resolve_env_name
-from envs.dummy import DummyPixelEnv
-from envs.pixels import PIXELS, STATE
+from ppo_dict.envs import PixelOptions, make_env, resolve_env_name
+from ppo_dict.envs.dummy import DummyPixelEnv
+from ppo_dict.envs.pixels import PIXELS, STATE
 from tests.conftest import ROOT
 
 
@@ -63,7 +63,7 @@ def test_pixel_wrapper_refuses_envs_it_cannot_render() -> None:
 
 
 def test_no_working_backend_names_the_packages(monkeypatch) -> None:
-    from envs import render
+    from ppo_dict.envs import render
 
     monkeypatch.delenv("MUJOCO_GL", raising=False)
     monkeypatch.delenv("DISPLAY", raising=False)
@@ -123,7 +123,7 @@ def test_each_env_renders_with_its_own_gl_context() -> None:
     created context current; this test saw a pixel difference of 154 without the fix)."""
     code = (
         "import gc, numpy as np\n"
-        "from envs import PixelOptions, make_env, resolve_env_name\n"
+        "from ppo_dict.envs import PixelOptions, make_env, resolve_env_name\n"
         "spec = resolve_env_name('gym_Reacher-v5', pixel=PixelOptions(image_size=48))\n"
         "a = make_env(spec); first, _ = a.reset(seed=0)\n"
         "b = make_env(spec); b.reset(seed=1); b.close(); del b; gc.collect()\n"

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from envs import resolve_env_name
+from ppo_dict.envs import resolve_env_name
 from ppo_dict.config import Config
-from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.vec import probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.ppo import PPO
 
@@ -16,7 +17,7 @@ CFG = Config(env="gym_Pendulum-v1", n_envs=3, num_workers=0, n_steps=64, batch_s
 
 
 def make(cfg: Config) -> PPO:
-    return PPO(cfg, InProcessEnvPool(resolve_env_name(cfg.env), cfg.num_envs, cfg.n_steps))
+    return PPO(cfg, InProcessEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_envs, cfg.n_steps))
 
 
 def test_two_runs_in_one_process_are_identical() -> None:

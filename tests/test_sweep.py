@@ -4,7 +4,8 @@ import os
 
 import yaml
 
-from ppo_dict.config import config_from_args, validate
+from ppo_dict.checks import validate
+from ppo_dict.cli import config_from_args
 from ppo_dict.sweep import agent_command, main as sweep_main
 from tests.conftest import ROOT
 

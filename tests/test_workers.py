@@ -9,22 +9,23 @@ import warnings
 import numpy as np
 import pytest
 
-from envs import resolve_env_name
+from ppo_dict.envs import resolve_env_name
 from ppo_dict.config import Config
-from ppo_dict.env_pool import InProcessEnvPool
-from ppo_dict.shared_memory import check_shared_memory, plan_layout
-from ppo_dict.workers import ShmEnvPool
+from ppo_dict.vec import probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
+from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout
+from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
-    return ShmEnvPool(resolve_env_name(cfg.env), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method,
+    return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method,
                       main_steps_envs=cfg.main_steps_envs)
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:
-    """sb3_parity.md test 8 on CartPole (terminations only)."""
+    """docs/sb3_parity.md test 8 on CartPole (terminations only)."""
     return Config(
         env="gym_CartPole-v1", n_envs=num_workers * envs_per_worker, num_workers=num_workers, envs_per_worker=envs_per_worker,
         main_steps_envs=False,
@@ -33,7 +34,7 @@ def discrete(num_workers: int, envs_per_worker: int) -> Config:
 
 
 def continuous(num_workers: int, envs_per_worker: int) -> Config:
-    """sb3_parity.md test 16 on Pendulum: every episode ends by a 200-step time limit."""
+    """docs/sb3_parity.md test 16 on Pendulum: every episode ends by a 200-step time limit."""
     n_envs = num_workers * envs_per_worker
     return Config(
         env="gym_Pendulum-v1", n_envs=n_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, main_steps_envs=False,
@@ -59,7 +60,7 @@ def test_shm_pool_is_bit_exact_with_sb3_and_in_process(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sb3 = run_sb3(cfg)
-        in_process = run_ours(cfg, InProcessEnvPool(resolve_env_name(cfg.env), cfg.num_envs, cfg.n_steps))
+        in_process = run_ours(cfg, InProcessEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_envs, cfg.n_steps))
         shm = run_ours(cfg, shm_pool(cfg))
     assert_same_record(sb3, shm)
     assert_same_record(in_process, shm)
@@ -73,7 +74,7 @@ def test_other_start_methods_give_the_same_numbers(mp_method: str) -> None:
     cfg = discrete(2, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = run_ours(cfg, InProcessEnvPool(resolve_env_name(cfg.env), cfg.num_envs, cfg.n_steps))
+        ref = run_ours(cfg, InProcessEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_envs, cfg.n_steps))
         shm = run_ours(cfg, shm_pool(cfg, mp_method))
     assert_same_record(ref, shm)
 
@@ -81,22 +82,22 @@ def test_other_start_methods_give_the_same_numbers(mp_method: str) -> None:
 def test_storage_is_shared_memory_written_by_workers() -> None:
     """The env-written fields are views of one RawArray buffer; learner fields are private."""
     spec = resolve_env_name("gym_Pendulum-v1")
-    pool = ShmEnvPool(spec, 2, 1, n_steps=4)
+    pool = ShmEnvPool(probe_env(spec), 2, 1, n_steps=4)
     try:
         s = pool.storage
         buffer = np.frombuffer(memoryview(pool._group._buffer).cast("B"), dtype=np.uint8)
-        for arr in (s.obs["obs"], s.rewards, s.terminated, s.env_actions, s.terminal_obs["obs"]):
+        for arr in (s.env_obs["obs"], s.env_rewards, s.terminated, s.env_actions, s.env_terminal_obs["obs"]):
             assert np.shares_memory(arr, buffer)
-        assert not np.shares_memory(s.values, buffer)
+        assert not np.shares_memory(s.values, buffer) and not np.shares_memory(s.rewards, buffer)
         pool.reset(seed=7)
         expected = [spec_env_reset_obs(spec, 7 + i) for i in range(2)]
-        np.testing.assert_array_equal(s.obs["obs"][0], np.stack(expected))
+        np.testing.assert_array_equal(s.env_obs["obs"][0], np.stack(expected))
     finally:
         pool.close()
 
 
 def spec_env_reset_obs(spec, seed: int) -> np.ndarray:
-    from envs import make_env
+    from ppo_dict.envs import make_env
 
     env = make_env(spec)
     obs, _ = env.reset(seed=seed)
@@ -117,7 +118,7 @@ def test_layout_covers_every_env_written_field() -> None:
 
 
 def test_shared_memory_check_names_sizes_and_the_fix(monkeypatch) -> None:
-    import ppo_dict.shared_memory as shared_memory
+    import ppo_dict.vec.shared_memory as shared_memory
 
     monkeypatch.setattr(shared_memory, "free_bytes", lambda path: 10 * 2**20 if path == "/dev/shm" else 2**40)
     with pytest.warns(RuntimeWarning, match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free; .* use docker run --shm-size=1g"):
@@ -153,7 +154,7 @@ def test_fifty_create_close_cycles_leak_nothing(mp_method: str = "forkserver") -
     spec = resolve_env_name("gym_CartPole-v1")
 
     def cycle() -> list[int]:
-        pool = ShmEnvPool(spec, 2, 2, n_steps=8, mp_method=mp_method)
+        pool = ShmEnvPool(probe_env(spec), 2, 2, n_steps=8, mp_method=mp_method)
         pool.reset(0)
         pool.step(0)
         pids = pool.pids
@@ -283,7 +284,7 @@ def test_importing_ppo_dict_does_not_import_sb3() -> None:
     import subprocess
     import sys
 
-    code = "import sys, ppo_dict, ppo_dict.workers; assert 'stable_baselines3' not in sys.modules; ppo_dict.ShmVecEnv; assert 'stable_baselines3' in sys.modules"
+    code = "import sys, ppo_dict, ppo_dict.vec; assert 'stable_baselines3' not in sys.modules; ppo_dict.ShmVecEnv; assert 'stable_baselines3' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -309,7 +310,7 @@ def test_env_error_in_the_main_process_envs_is_reported_like_a_workers(mode: str
     from ppo_dict.errors import EnvWorkerError
     from tests.faults.fault_envs import fault_spec
 
-    pool = ShmEnvPool(fault_spec(mode=mode, bad_seed=0), 2, 1, n_steps=8, main_steps_envs=True)
+    pool = ShmEnvPool(probe_env(fault_spec(mode=mode, bad_seed=0)), 2, 1, n_steps=8, main_steps_envs=True)
     worker_pids = list(pool.pids)
     with pytest.raises(EnvWorkerError) as exc:
         pool.reset(0)

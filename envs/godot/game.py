@@ -29,9 +29,9 @@ from typing import Any, Optional, Union
 import numpy as np
 from gymnasium import spaces
 
-from envs.godot import protocol
-from envs.godot.errors import GodotCrashedError, GodotNotFoundError, GodotProtocolError, GodotTimeoutError
-from envs.godot.protocol import EnvInfo, Obs, StepReply
+from ..errors import GodotCrashedError, GodotNotFoundError, GodotProtocolError, GodotTimeoutError
+from . import protocol
+from .protocol import AgentsObs, EnvInfo, StepReply
 
 #: The headless Godot 3 engine of Debian's ``godot3-server`` package.
 DEFAULT_BINARY = "godot3-server"
@@ -301,7 +301,7 @@ class GodotGame:
         return error
 
     # ------------------------------------------------------------------ the env interface
-    def reset(self, seed: Optional[int] = None) -> Obs:
+    def reset(self, seed: Optional[int] = None) -> AgentsObs:
         """Reset every agent; returns ``{key: [n_agents, ...]}``.
 
         With ``seed``, games that read ppo_dict's reset seed (the demo) reseed agent i with
@@ -358,10 +358,6 @@ class GodotGame:
         """Apply ``actions`` ([n_agents, ...]) for ``action_repeat`` frames; see :meth:`receive_step`."""
         self.send_actions(actions)
         return self.receive_step()
-
-    @property
-    def pid_alive(self) -> bool:
-        return self._res.proc is not None and self._res.proc.poll() is None
 
     def close(self, graceful: bool = True) -> None:
         """Send "close" (when ``graceful``), kill the process group if still there, reap it. Idempotent."""

@@ -65,7 +65,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from envs.godot.errors import GodotProtocolError
+from ..errors import GodotProtocolError
 
 MAJOR_VERSION = "0"
 MINOR_VERSION = "7"
@@ -76,7 +76,8 @@ MAX_JOINT_ACTIONS = 4096
 IMAGE_KEY_MARK = "2d"
 
 _HEADER = struct.Struct("<I")
-Obs = dict[str, np.ndarray]
+#: One observation array per key, ``{key: [n_agents, ...]}``.
+AgentsObs = dict[str, np.ndarray]
 
 
 class ConnectionClosed(EOFError):
@@ -280,14 +281,14 @@ class EnvInfo:
 
 
 # ---------------------------------------------------------------------------------------- observations
-def decode_obs(agent_obs: Sequence[Any], space: spaces.Dict, context: str) -> Obs:
+def decode_obs(agent_obs: Sequence[Any], space: spaces.Dict, context: str) -> AgentsObs:
     """Per-agent observation dicts -> ``{key: [n_agents, *shape]}`` arrays in the space's dtypes.
 
     Box keys: float32 [n, *shape]; "2d" keys: uint8 [n, *shape] from hex; Discrete keys: int64
     [n, 1] (ppo_dict's storage layout for a Discrete observation).
     """
     n = len(agent_obs)
-    out: Obs = {}
+    out: AgentsObs = {}
     for key, sub in space.spaces.items():
         if isinstance(sub, spaces.Discrete):
             arr = np.empty((n, 1), dtype=sub.dtype)
@@ -321,11 +322,11 @@ class StepReply:
             (plugin games: then ``obs`` itself is the episode's last observation).
     """
 
-    obs: Obs
+    obs: AgentsObs
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
-    terminal_obs: Optional[Obs]
+    terminal_obs: Optional[AgentsObs]
 
 
 def _flags(values: Any, n: int, what: str, context: str) -> np.ndarray:

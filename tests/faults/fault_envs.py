@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs import EnvSpec, resolve_env_name
+from ppo_dict.envs import EnvSpec, resolve_env_name
 
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__

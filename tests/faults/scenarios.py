@@ -18,8 +18,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from envs import EnvSpec, resolve_env_name
-from ppo_dict.workers import ShmEnvPool
+from ppo_dict.envs import EnvSpec, resolve_env_name
+from ppo_dict.vec import probe_env
+from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.faults.fault_envs import fault_spec
 
 #: FaultEnv runs are reset with this seed, so env i has seed 10 + i; env 3 is in worker 1 (2 x 2).
@@ -71,7 +72,7 @@ def alive(pid: int) -> bool:
 
 def fault_pool(mode: str, mp_method: str = "forkserver", step_timeout: float = 60.0, **kwargs: Any) -> ShmEnvPool:
     spec = fault_spec(mode=mode, bad_seed=SEED + AIMED_ENV, **kwargs)
-    return ShmEnvPool(spec, num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method, step_timeout=step_timeout)
+    return ShmEnvPool(probe_env(spec), num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method, step_timeout=step_timeout)
 
 
 def capture(call: Callable[[], Any]) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def unknown_id(name: str) -> dict[str, Any]:
     """Case 4: refused in this process, before any process starts."""
     result = capture(lambda: resolve_env_name(name))
     gym_id = name.removeprefix("gym_")
-    result["pool"] = capture(lambda: ShmEnvPool(EnvSpec(name=name, gym_id=gym_id), 2, 2, n_steps=8))
+    result["pool"] = capture(lambda: ShmEnvPool(probe_env(EnvSpec(name=name, gym_id=gym_id)), 2, 2, n_steps=8))
     result["children"] = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid()]
     return result
 
@@ -163,10 +164,10 @@ def serve_then_block(mp_method: str, busy: str) -> dict[str, Any]:
 
 def shm_too_small() -> dict[str, Any]:
     """Case 14: the buffer does not fit in /dev/shm nor the temp dir (free space faked)."""
-    import ppo_dict.shared_memory as shared_memory
+    import ppo_dict.vec.shared_memory as shared_memory
 
     shared_memory.free_bytes = lambda path: 1 << 20
-    result = capture(lambda: ShmEnvPool(resolve_env_name("gym_Pendulum-v1"), 2, 2, n_steps=100_000))
+    result = capture(lambda: ShmEnvPool(probe_env(resolve_env_name("gym_Pendulum-v1")), 2, 2, n_steps=100_000))
     result["children"] = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid()]
     return result
 
@@ -197,7 +198,7 @@ def cycles(mp_method: str, count: str) -> dict[str, Any]:
     spec = resolve_env_name("gym_CartPole-v1")
 
     def cycle() -> None:
-        pool = ShmEnvPool(spec, 2, 2, n_steps=8, mp_method=mp_method)
+        pool = ShmEnvPool(probe_env(spec), 2, 2, n_steps=8, mp_method=mp_method)
         pool.reset(0)
         pool.step(0)
         pool.close()
@@ -216,7 +217,7 @@ def vec_env_misuse() -> dict[str, Any]:
     import gymnasium as gym
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from ppo_dict.shm_vec_env import ShmVecEnv
+    from ppo_dict.vec.shm_vec_env import ShmVecEnv
 
     env_fns = [lambda: gym.make("FaultEnv-v0") for _ in range(4)]
     shm, ref = ShmVecEnv(env_fns, num_workers=2), DummyVecEnv(env_fns)

@@ -1,4 +1,4 @@
-"""faults.md cases 1-9, 13-16 for the worker pool: each scenario runs in its own process and
+"""docs/faults.md cases 1-9, 13-16 for the worker pool: each scenario runs in its own process and
 session with a hard timeout; every test also asserts that the session leaves no process behind
 and that /dev/shm gains no entry."""
 from __future__ import annotations

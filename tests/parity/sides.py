@@ -19,9 +19,10 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from gymnasium import spaces as gym_spaces
 
-from envs import make_env
+from ppo_dict.envs import make_env
 from ppo_dict.config import Config
-from ppo_dict.env_pool import InProcessEnvPool
+from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import sb3_policy_name, sb3_ppo_kwargs
 from ppo_dict.ppo import PPO
 
@@ -70,7 +71,7 @@ class _RolloutCapture(BaseCallback):
 def make_sb3(cfg: Config) -> SB3PPO:
     """sb3's PPO on the same envs. Plain gymnasium envs are made by sb3 itself (so channel-last
     images take sb3's VecTransposeImage path); pixel envs come from our renderer."""
-    spec = cfg.env_spec()
+    spec = env_spec(cfg)
     env_id = spec.gym_id if spec.pixel is None else (lambda: make_env(spec))
     venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=spec.kwargs if spec.pixel is None else None)
     if cfg.normalize:
@@ -104,12 +105,11 @@ def run_sb3(cfg: Config) -> Record:
 
 
 class RecordingPPO(PPO):
-    """ppo_dict's PPO, recording each rollout as sb3's buffer holds it."""
+    """ppo_dict's PPO, recording each rollout as sb3's buffer holds it (after GAE, before the update)."""
 
     rollouts: list
 
-    def collect_rollout(self) -> None:
-        super().collect_rollout()
+    def record_rollout(self, model: PPO) -> None:
         s = self.storage
         obs = s.as_policy_input({k: v[: s.n_steps].copy() for k, v in s.obs.items()})
         self.rollouts.append({
@@ -117,9 +117,12 @@ class RecordingPPO(PPO):
             "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
         })
 
+    def learn(self, *args, **kwargs) -> "RecordingPPO":
+        return super().learn(*args, on_rollout=self.record_rollout, **kwargs)
+
 
 def make_ours(cfg: Config, pool=None) -> RecordingPPO:
-    pool = pool or InProcessEnvPool(cfg.env_spec(), cfg.num_envs, cfg.n_steps)
+    pool = pool or InProcessEnvPool(probe_env(env_spec(cfg)), cfg.num_envs, cfg.n_steps)
     model = RecordingPPO(cfg.replace(verbose=0), pool)
     model.rollouts = []
     return model

@@ -8,7 +8,7 @@ from ppo_dict.config import Config
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 CONFIGS = {
-    # sb3_parity.md test 8: discrete, CartPole
+    # docs/sb3_parity.md test 8: discrete, CartPole
     "discrete": Config(env="gym_CartPole-v1", n_envs=4, n_steps=32, batch_size=64, n_epochs=2, seed=0, total_timesteps=4 * 128, num_workers=0),
     # test 16: continuous with time-limit truncations (Pendulum truncates at 200 steps)
     "continuous_timeouts": Config(

@@ -1,4 +1,4 @@
-"""Network construction and sampling against sb3's policies, exact (sb3_parity.md tests 1-6)."""
+"""Network construction and sampling against sb3's policies, exact (docs/sb3_parity.md tests 1-6)."""
 
 import numpy as np
 import pytest

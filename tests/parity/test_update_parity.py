@@ -1,4 +1,4 @@
-"""GAE and one PPO update, teacher-forced from identical state (sb3_parity.md tests 3, 9-14)."""
+"""GAE and one PPO update, teacher-forced from identical state (docs/sb3_parity.md tests 3, 9-14)."""
 import warnings
 
 import numpy as np
@@ -57,7 +57,7 @@ def test_one_train_teacher_forced(variant: str) -> None:
     ours.policy.load_state_dict(sb3.policy.state_dict())
     ours.optimizer.load_state_dict(sb3.policy.optimizer.state_dict())
     buf, s = sb3.rollout_buffer, ours.storage
-    s.obs["obs"][: cfg.n_steps] = buf.observations
+    s.obs["obs"][: cfg.n_steps] = buf.observations  # what the policy saw (no normalisation here: the env's own array)
     for name in ("actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"):
         getattr(s, name)[...] = getattr(buf, name)
     np_state = np.random.get_state()

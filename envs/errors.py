@@ -1,10 +1,18 @@
-"""The errors a Godot game raises, each a :class:`ppo_dict.errors.PPODictError`.
+"""The errors of making and running environments, and the root of every ppo_dict error.
 
-Every message names the game (binary, project, port) and says what to do.
+``envs`` is the bottom layer (it never imports the trainer), so the root class lives here and
+``ppo_dict.errors`` re-exports it with the trainer's own errors: ``except PPODictError`` catches
+both. Each message names the env (id, game, binary) and says what to do.
 """
 from __future__ import annotations
 
-from ppo_dict.errors import PPODictError
+
+class PPODictError(Exception):
+    """Base class of every error ppo_dict raises on purpose."""
+
+
+class RenderBackendError(PPODictError, RuntimeError):
+    """No OpenGL backend can render MuJoCo here."""
 
 
 class GodotError(PPODictError):

@@ -6,8 +6,8 @@ rewards, ``infos`` with ``"TimeLimit.truncated"`` on every step and ``"terminal_
 (the raw obs) at episode ends. Like both sb3 vec envs it adds no ``Monitor``: ``make_vec_env``
 wraps each env in one (that is where ``info["episode"]`` comes from), a bare ``env_fn`` gets none.
 
-Observations, rewards and dones travel through a one-step shared storage (``obs[0]`` is written
-by reset, ``obs[1]`` by step); only the info dicts are pickled back. This is the only module that
+Observations, rewards and dones travel through a one-step shared storage (``env_obs[0]`` is
+written by reset, ``env_obs[1]`` by step); only the info dicts are pickled back. This is the only module that
 imports stable_baselines3 (an optional dependency).
 """
 from __future__ import annotations
@@ -21,12 +21,10 @@ import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from ppo_dict.config import physical_cores
-from ppo_dict.workers import PoolClosedError, WorkerGroup, probe_spaces
-
-
-class NoAsyncCallError(RuntimeError):
-    """``step_wait()`` without a pending ``step_async()``, or ``step_async()`` twice."""
+from ppo_dict.config import default_num_workers
+from ppo_dict.errors import NoAsyncCallError, PoolClosedError
+from ppo_dict.vec.backend import GymBackend, probe_spaces
+from ppo_dict.vec.group import WorkerGroup
 
 
 class EnvFns:
@@ -41,11 +39,6 @@ class EnvFns:
 
     def __call__(self, env_idx: int) -> gym.Env:
         return _patch_env(self.fns[env_idx].var())  # as DummyVecEnv / SubprocVecEnv do
-
-
-def default_num_workers(n_envs: int) -> int:
-    """The largest divisor of ``n_envs`` not above the physical core count."""
-    return max(d for d in range(1, min(n_envs, physical_cores()) + 1) if n_envs % d == 0)
 
 
 class ShmVecEnv(VecEnv):
@@ -75,10 +68,8 @@ class ShmVecEnv(VecEnv):
             raise ValueError(f"num_workers={num_workers!r} must divide the number of envs ({n_envs})")
         start_method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         observation_space, action_space, env_id = probe_spaces(lambda: _patch_env(env_fns[0]()), "env from env_fns[0]")
-        self._group = WorkerGroup(
-            EnvFns(env_fns), observation_space, action_space, num_workers, n_envs // num_workers, n_steps=1,
-            label=env_id or "env_fns", mp_method=start_method, step_timeout=step_timeout, record_infos=True,
-        )
+        backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
+        self._group = WorkerGroup(backend, num_workers, n_envs // num_workers, n_steps=1, mp_method=start_method, step_timeout=step_timeout)
         self.storage = self._group.storage
         self.waiting = False
         super().__init__(n_envs, observation_space, action_space)
@@ -118,13 +109,13 @@ class ShmVecEnv(VecEnv):
             self.reset_infos[w * self._group.envs_per_worker : (w + 1) * self._group.envs_per_worker] = reset_infos
         s = self.storage
         dones = s.terminated[0] | s.truncated[0]
-        return self._obs(1), s.rewards[0].copy(), dones, infos
+        return self._obs(1), s.env_rewards[0].copy(), dones, infos
 
     def _obs(self, row: int) -> VecEnvObs:
-        """Copies of ``obs[row]`` shaped ``(n_envs, *space shape)`` (Discrete: ``(n_envs,)``)."""
+        """Copies of ``env_obs[row]`` shaped ``(n_envs, *space shape)`` (Discrete: ``(n_envs,)``)."""
         spaces_by_key = self.observation_space.spaces if self.storage.is_dict_obs else None
         obs = {}
-        for key, arr in self.storage.obs.items():
+        for key, arr in self.storage.env_obs.items():
             space = spaces_by_key[key] if spaces_by_key is not None else self.observation_space
             obs[key] = arr[row].reshape(self.num_envs, *space.shape).copy()
         return self.storage.as_policy_input(obs)

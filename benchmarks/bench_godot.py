@@ -1,6 +1,6 @@
 """Train PPO on the Godot demo game through the worker pool (or in this process) and measure it.
 
-    PYTHONPATH=. python -m envs.godot.train_demo --total_timesteps 150000 [--perf_log]
+    python benchmarks/bench_godot.py --total_timesteps 150000 [--perf_log]
 
 Prints the deterministic evaluation return of the untrained and the trained policy (on games
 seeded apart from training), how often it reaches the goal, and agent steps per second for the
@@ -15,25 +15,24 @@ import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from envs.godot.game import DEFAULT_BINARY, GodotGame
-from ppo_dict.config import Config
-from ppo_dict.env_pool import make_env_pool
-from ppo_dict.logger import Logger
-from ppo_dict.policy import ActorCritic
-from ppo_dict.ppo import PPO
-from ppo_dict.storage import obs_to_tensor
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-if TYPE_CHECKING:
-    from ppo_dict.ppo import EnvPool
-
-#: Evaluation games are seeded this far from training (as ppo_dict's EVAL_SEED_OFFSET).
-EVAL_SEED_OFFSET = 1_000_000
+from ppo_dict.config import Config  # noqa: E402
+from ppo_dict.envs.godot.game import DEFAULT_BINARY, GodotGame  # noqa: E402
+from ppo_dict.evaluation import EVAL_SEED_OFFSET  # noqa: E402
+from ppo_dict.logger import Logger  # noqa: E402
+from ppo_dict.main_ppo_godot import DEMO_DEFAULTS, DEMO_LAYOUT  # noqa: E402
+from ppo_dict.policy import ActorCritic  # noqa: E402
+from ppo_dict.ppo import PPO  # noqa: E402
+from ppo_dict.storage import obs_to_tensor  # noqa: E402
+from ppo_dict.vec import EnvPool, make_env_pool  # noqa: E402
 
 
 @torch.no_grad()
@@ -75,9 +74,9 @@ def env_steps_per_second(pool: EnvPool, steps: int = 500) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--total_timesteps", type=int, default=150_000, help="agent steps to train for")
-    p.add_argument("--n_envs", type=int, default=8, help="agents trained (a multiple of --n_agents)")
-    p.add_argument("--num_workers", type=int, default=2, help="env worker processes (0: step the games in this process)")
+    p.add_argument("--total_timesteps", type=int, default=DEMO_DEFAULTS["total_timesteps"], help="agent steps to train for")
+    p.add_argument("--n_envs", type=int, default=DEMO_LAYOUT["n_envs"], help="agents trained (a multiple of --n_agents)")
+    p.add_argument("--num_workers", type=int, default=DEMO_LAYOUT["num_workers"], help="env worker processes (0: step the games in this process)")
     p.add_argument("--n_agents", type=int, default=None, help="agents per Godot process (default: n_envs / num_workers)")
     p.add_argument("--action_type", default="continuous", choices=("continuous", "discrete"))
     p.add_argument("--seed", type=int, default=0)
@@ -87,13 +86,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     game_args = {"action_type": args.action_type, **({} if args.n_agents is None else {"n_agents": args.n_agents})}
-    cfg = Config(
-        env="godot_demo", env_kwargs={"seed": args.seed, "game_args": game_args}, n_envs=args.n_envs, num_workers=args.num_workers,
-        seed=args.seed, total_timesteps=args.total_timesteps, n_steps=128, batch_size=256, n_epochs=10, learning_rate=3e-4,
-        gamma=0.98, gae_lambda=0.95, ent_coef=0.0, device="cpu", verbose=0,
-    )
+    cfg = Config(**{
+        **DEMO_DEFAULTS, "env_kwargs": {"seed": args.seed, "game_args": game_args}, "n_envs": args.n_envs,
+        "num_workers": args.num_workers, "seed": args.seed, "total_timesteps": args.total_timesteps, "verbose": 0,
+    })
     game_kwargs = {"game_args": {"action_type": args.action_type}}
-    pool = make_env_pool(cfg, cfg.env_spec())
+    pool = make_env_pool(cfg)
     try:
         env_rate = env_steps_per_second(pool)
         model = PPO(cfg, pool, Logger(verbose=0))
@@ -105,7 +103,7 @@ def main() -> None:
         after = evaluate(model.policy, game_kwargs, args.eval_episodes, eval_seed)
     finally:
         pool.close()
-    n_agents = pool.spec.kwargs["game_args"]["n_agents"]
+    n_agents = pool.backend.spec.kwargs["game_args"]["n_agents"]
     where = f"{args.num_workers} workers" if args.num_workers else "this process"
     setting = (f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x {n_agents}, "
                f"in {where}, seed {args.seed}")
@@ -121,15 +119,14 @@ def main() -> None:
     table += "".join(f"| {a} | {b} | {c} |  |  |\n" for a, b, c in rows)
     print(table)
     if args.perf_log:
-        append_perf_log(table, " ".join(["python -m envs.godot.train_demo", *sys.argv[1:]]))
+        append_perf_log(table, " ".join(["python benchmarks/bench_godot.py", *sys.argv[1:]]))
 
 
 def append_perf_log(table: str, command: str) -> None:
     """Append ``table`` under a header naming date, commit, CPU and versions (perf_log.md's format)."""
     import gymnasium
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     with open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
     godot = subprocess.run([DEFAULT_BINARY, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -138,7 +135,7 @@ def append_perf_log(table: str, command: str) -> None:
         f"gymnasium {gymnasium.__version__}, numpy {np.__version__}, godot {godot}, python {sys.version.split()[0]}\n\n"
         f"command: `{command}` (machine load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())})\n\n"
     )
-    with open(os.path.join(root, "perf_log.md"), "a") as f:
+    with open(os.path.join(ROOT, "perf_log.md"), "a") as f:
         f.write(header + table)
 
 

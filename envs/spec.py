@@ -1,0 +1,63 @@
+"""What an environment is before it exists: the names people type and the picklable recipe.
+
+An :class:`EnvSpec` is resolved and checked once in the main process (``envs.make``) and handed to
+every worker, which builds its envs from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+GYM_PREFIX = "gym_"
+#: ``godot_demo`` is the demo game; ``godot`` with ``env_kwargs`` ``dict(env_path=...)`` or
+#: ``dict(project=...)`` is any other game. Also the ``gym_id`` of every Godot spec.
+GODOT_PREFIX = "godot"
+#: The demo Godot game shipped in ``envs/godot/demo``.
+GODOT_DEMO = "godot_demo"
+#: The dummy pixel env for benchmarking and testing the pipeline (``envs/dummy.py``).
+TEST_DUMMY = "test_dummy"
+
+
+@dataclass(frozen=True)
+class PixelOptions:
+    """Observe rendered frames: ``image_size`` square, optional grey, ``frame_stack`` frames on the
+    channel axis, and with ``keep_state`` the state vector under its own key."""
+
+    image_size: int = 84
+    grayscale: bool = False
+    frame_stack: int = 1
+    keep_state: bool = False
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one environment.
+
+    Attributes:
+        name: the name as typed (``gym_Reacher-v2``).
+        gym_id: the gymnasium id it resolved to (``Reacher-v5``); :data:`GODOT_PREFIX` for a Godot game.
+        gym_packages: modules imported before ``gym.make`` so that custom ids are registered.
+        kwargs: keyword arguments for ``gym.make`` (a Godot game: ``GodotGame``'s).
+        notice: one line for the user when the name was mapped (empty otherwise).
+        pixel: render frames as the observation (None: the env's own observation).
+    """
+
+    name: str
+    gym_id: str
+    gym_packages: tuple[str, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    notice: str = ""
+    pixel: Optional[PixelOptions] = None
+
+    @property
+    def is_godot(self) -> bool:
+        """A Godot game: its agents are env columns of one process, not gymnasium envs."""
+        return self.gym_id == GODOT_PREFIX
+
+    @property
+    def label(self) -> str:
+        """The env's name in messages: ``gym_Reacher-v2 = Reacher-v5``, ``godot (game.x86_64)``."""
+        if self.is_godot:
+            game = self.kwargs.get("env_path") or self.kwargs.get("project")
+            return self.name if self.name == GODOT_DEMO else f"{self.name} ({game})"
+        return self.name if self.name.endswith(self.gym_id) else f"{self.name} = {self.gym_id}"

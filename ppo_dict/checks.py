@@ -1,0 +1,88 @@
+"""The whole check of a run's config, before any process starts: every problem in one error.
+
+:meth:`Config.problems` knows the values alone; here they meet what they name: the env (resolved
+and probed once, so that the model can be matched to its observation and the backend can judge
+the worker layout), rl-zoo files, and the paths to write or resume. :func:`validate` returns the
+probed env backend, which ``ppo_dict.vec.make_env_pool`` then uses without probing again.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Optional
+
+from ppo_dict.config import MODELS, Config
+from ppo_dict.envs import contains_image
+from ppo_dict.errors import ConfigError
+from ppo_dict.hyperparams import load_hyperparams
+from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec.backend import EnvBackend
+
+
+def model_problem(model: str, observation_space) -> str:
+    """Why ``model`` cannot take the observation, or ``""`` when it can."""
+    images = contains_image(observation_space)
+    if model == "mlp" and images:
+        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
+    if model == "cnn" and not images:
+        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
+    return ""
+
+
+def path_problems(cfg: Config) -> list[str]:
+    problems = []
+    if cfg.save_path is not None and os.path.isfile(cfg.save_path):
+        problems.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
+    if cfg.resume is not None and not os.path.exists(cfg.resume):
+        problems.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
+    if cfg.hyperparams is not None:
+        problems += load_hyperparams(cfg.hyperparams, cfg.env)[1]
+    return problems
+
+
+def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
+    """What the config asks of the env that it cannot do: the model, the worker layout, gymnasium-only features."""
+    problems = [model_problem(cfg.model, backend.observation_space)] if cfg.model in MODELS else []
+    n_envs, num_workers, envs_per_worker = cfg.worker_layout
+    if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
+        problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
+    if not backend.makes_gym_envs:
+        asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
+        problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
+                     "which this one is not)" for flag, on in asked.items() if on]
+    return [p for p in problems if p]
+
+
+def validate(cfg: Config) -> EnvBackend:
+    """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend.
+
+    Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
+    (safe under ``python -O``).
+    """
+    problems = cfg.problems() + path_problems(cfg)
+    backend: Optional[EnvBackend] = None
+    try:
+        backend = probe_env(env_spec(cfg))
+    except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
+        problems.append(f"env={cfg.env!r}: {exc}")
+    if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):
+        problems += env_problems(cfg, backend)
+    if problems:
+        raise ConfigError(problems)
+    if cfg.rollout_size % cfg.minibatch_size > 0:
+        warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
+    return backend
+
+
+def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:
+    """sb3's warning, word for word (``PPO.__init__``); training then uses the short minibatch."""
+    buffer_size = n_envs * n_steps
+    warnings.warn(
+        f"You have specified a mini-batch size of {batch_size},"
+        f" but because the `RolloutBuffer` is of size `n_steps * n_envs = {buffer_size}`,"
+        f" after every {buffer_size // batch_size} untruncated mini-batches,"
+        f" there will be a truncated mini-batch of size {buffer_size % batch_size}\n"
+        f"We recommend using a `batch_size` that is a factor of `n_steps * n_envs`.\n"
+        f"Info: (n_steps={n_steps} and n_envs={n_envs})",
+        stacklevel=2,
+    )

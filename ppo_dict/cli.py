@@ -1,0 +1,60 @@
+"""The command line generated from :class:`~ppo_dict.config.Config`'s fields: one ``--flag`` each.
+
+Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``: exactly
+what a wandb sweep agent sends. Unknown and abbreviated flags are argparse errors (exit 2).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Optional
+
+from ppo_dict.config import Config
+from ppo_dict.hyperparams import load_hyperparams
+from ppo_dict.parse import parse_bool, parse_packages
+
+
+def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are.
+
+    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart).
+    """
+    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in dataclasses.fields(Config):
+        group = groups.setdefault(f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
+        kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
+        if kwargs["default"] is dataclasses.MISSING:
+            kwargs["default"] = f.default_factory()  # type: ignore[misc]
+        if f.metadata["parse"] is parse_bool:
+            kwargs.update(nargs="?", const=True, metavar="True|False")
+        elif f.metadata["parse"] is parse_packages:
+            kwargs.update(nargs="*", type=str, metavar="NAME")
+        if suppress_defaults:
+            kwargs["default"] = argparse.SUPPRESS
+        group.add_argument(f"--{f.name}", **kwargs)
+    return parser
+
+
+def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
+    """``{field: value}`` for the flags actually given on the command line (parsed)."""
+    ns = build_parser(suppress_defaults=True).parse_args(argv)
+    return {k: parse_packages(v) if k in ("gym_packages", "tags") else v for k, v in vars(ns).items()}
+
+
+def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None) -> Config:
+    """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.checks.validate``).
+
+    Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config), the
+    ``--hyperparams`` file's entry for the env, then the flags actually typed.
+    """
+    values = vars(build_parser().parse_args(argv))  # argparse exits 2 on unknown flags or bad values
+    given = explicit_flags(argv)
+    layered: dict[str, Any] = dict(base or {})
+    hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
+    if hyperparams_file and "resume" not in given:
+        env = given.get("env", layered.get("env", values["env"]))
+        layered.update(load_hyperparams(hyperparams_file, env)[0])
+    layered.update(given)
+    values.update(layered)
+    return Config(**values)

@@ -1,0 +1,63 @@
+"""The global RNG streams training draws from, seeded, saved and restored as sb3 uses them.
+
+torch (parameter init, one action sample per rollout step), numpy's global generator (one
+permutation per epoch) and python's ``random`` (seeded, unused); each env has its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+
+def set_random_seed(seed: int, using_cuda: bool = False) -> None:
+    """sb3 ``set_random_seed``: python, numpy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if using_cuda:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states, as tensors and plain values (loadable with ``torch.load(weights_only=True)``).
+
+    torch (CPU, and every CUDA device if present), numpy's global MT19937 (keys as int64[624])
+    and python's ``random`` (int64[625]).
+    """
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state(legacy=True)
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": np_name, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64), "gauss_next": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured, bit for bit."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Run a block without moving the torch, numpy-global and python RNG streams."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)

@@ -1,0 +1,70 @@
+"""Vectorisation: env columns stepped into rollout storage, in this process or in worker processes.
+
+* :mod:`.runner`: the :class:`~.runner.Runner` interface and the gymnasium runner.
+* :mod:`.backend`: the :class:`~.backend.EnvBackend` interface and the gymnasium backend;
+  :mod:`.godot`: the Godot backend.
+* :mod:`.in_process`: every env in this process. :mod:`.shm_pool`: the worker pool, over
+  :mod:`.group` (the main side), :mod:`.worker` (a worker process) and :mod:`.shared_memory`.
+* :mod:`.shm_vec_env`: ``ShmVecEnv``, an sb3 ``VecEnv`` on the same workers.
+
+Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.config.Config` asks for.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional, Protocol, Union
+
+from gymnasium import spaces
+
+from ppo_dict.envs import EnvSpec, PixelOptions, resolve_env_name
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.backend import EnvBackend, GymBackend
+from ppo_dict.vec.godot import GodotBackend
+from ppo_dict.vec.in_process import InProcessEnvPool
+from ppo_dict.vec.shm_pool import ShmEnvPool
+
+if TYPE_CHECKING:
+    from ppo_dict.config import Config
+
+
+class EnvPool(Protocol):
+    """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``."""
+
+    backend: EnvBackend
+    num_envs: int
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    storage: RolloutStorage
+
+    def reset(self, seed: Optional[int]) -> None: ...  # writes env_obs[0]; env i reset with seed + i
+
+    def step(self, t: int) -> None: ...  # writes env_obs[t+1], env_rewards[t], terminated[t], truncated[t]
+
+    def close(self) -> None: ...
+
+
+def env_spec(cfg: "Config") -> EnvSpec:
+    """The checked recipe for a run's envs (raises gymnasium's error for an unknown id)."""
+    pixel = PixelOptions(cfg.image_size, cfg.grayscale, cfg.frame_stack, cfg.pixel_keep_state) if cfg.pixel_obs_wrapper else None
+    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel)
+
+
+def probe_env(spec: EnvSpec) -> EnvBackend:
+    """The backend of ``spec``, probed once in this process (one env built, or one game launched, briefly)."""
+    return GodotBackend.probe(spec) if spec.is_godot else GymBackend.probe(spec)
+
+
+def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+    """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
+
+    ``backend``: the env as ``ppo_dict.checks.validate`` probed it (probed here when not given).
+    A config with a bad setting is refused first (:meth:`Config.check`), however it was built.
+    """
+    cfg.check()
+    n_envs, num_workers, envs_per_worker = cfg.worker_layout
+    backend = (backend or probe_env(env_spec(cfg))).for_blocks(envs_per_worker or n_envs, cfg.step_timeout, num_workers > 0)
+    if num_workers == 0:
+        return InProcessEnvPool(backend, n_envs, cfg.n_steps)
+    return ShmEnvPool(
+        backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
+        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs,
+    )

@@ -1,0 +1,99 @@
+"""Env backends: what the pools need from a kind of environment, behind one interface.
+
+A backend is picklable (a worker process receives it once, when it starts). It carries the spaces
+probed once in the main process (the storage is sized before any worker starts) and makes the
+:class:`~ppo_dict.vec.runner.Runner` of a block of env columns. The pools and the workers see
+only this interface; :func:`ppo_dict.vec.probe_env` picks the backend of an
+:class:`~ppo_dict.envs.EnvSpec` (gymnasium here, Godot in ``ppo_dict.vec.godot``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from ppo_dict.envs import EnvSpec, make_env
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.runner import GymRunner, Runner
+
+EnvFactory = Callable[[int], gym.Env]
+
+
+class EnvBackend(Protocol):
+    """One kind of environment, probed: its spaces, and runners for blocks of its env columns.
+
+    Attributes:
+        label: the env's name in messages (``gym_Reacher-v2 = Reacher-v5``).
+        observation_space, action_space: one env column's spaces.
+        makes_gym_envs: whether one env column can also be built alone as a gymnasium env
+            (evaluation, videos and the sb3 export need that).
+    """
+
+    label: str
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    makes_gym_envs: bool
+
+    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> Runner:
+        """The runner of columns ``env_ids``; its ``open()`` builds their envs (in the calling process)."""
+
+    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "EnvBackend":
+        """This backend as a pool runs it: blocks of ``envs_per_block`` columns, in worker processes or not."""
+
+    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
+        """What a layout asks of this backend that cannot work (empty when it can)."""
+
+
+class SpecFactory:
+    """Picklable ``env index -> env`` from an :class:`EnvSpec` (imports its gym_packages)."""
+
+    def __init__(self, spec: EnvSpec):
+        self.spec = spec
+
+    def __call__(self, env_idx: int) -> gym.Env:
+        return make_env(self.spec)
+
+
+def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, spaces.Space, Optional[str]]:
+    """Build one env in this process to read its spaces: ``(observation_space, action_space, env id or None)``."""
+    try:
+        env = make()
+    except Exception as exc:
+        exc.add_note(f"while building one {what} in the main process to read its spaces (before any worker started)")
+        raise
+    try:
+        return env.observation_space, env.action_space, getattr(env.spec, "id", None)
+    finally:
+        env.close()
+
+
+@dataclass(frozen=True)
+class GymBackend:
+    """Gymnasium envs, built by ``factory(env index)`` and stepped by :class:`GymRunner`.
+
+    ``record_infos``: runners also keep sb3's infos (``ShmVecEnv`` hands them to sb3).
+    """
+
+    factory: EnvFactory
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    label: str
+    record_infos: bool = False
+    makes_gym_envs: bool = True
+
+    @classmethod
+    def probe(cls, spec: EnvSpec) -> "GymBackend":
+        """Build one env of ``spec`` here to read its spaces (an unknown id or bad kwargs fail here)."""
+        observation_space, action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
+        return cls(SpecFactory(spec), observation_space, action_space, spec.label)
+
+    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> GymRunner:
+        return GymRunner(self.factory, env_ids, storage, record_infos=self.record_infos)
+
+    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GymBackend":
+        return self
+
+    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
+        return []

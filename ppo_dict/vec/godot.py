@@ -1,0 +1,194 @@
+"""The Godot backend: games whose agents are env columns, stepped into rollout storage.
+
+A Godot process runs ``n_agents`` agents, so a block of columns (a worker's, the main process's,
+or the in-process pool's) owns whole games: column ``first + g * n_agents + a`` is agent ``a`` of
+game ``g``. :class:`GodotBackend` is probed once (one short-lived game) and hands the pools a
+:class:`GodotRunner` per block, like the gymnasium backend's runner.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+from gymnasium import spaces
+
+from ppo_dict.envs import GODOT_DEMO, EnvSpec
+from ppo_dict.envs.godot.game import GodotGame
+from ppo_dict.envs.godot.protocol import AgentsObs
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.runner import Seeds
+
+#: In the worker pool a game's own reply timeout is this share of the worker's ``step_timeout``:
+#: a hung game then fails in its worker with its own output, before main declares the worker hung.
+GAME_TIMEOUT_SHARE = 0.9
+
+
+class GodotRunner:
+    """Steps the games behind env columns ``env_ids`` and writes into ``storage`` (a :class:`Runner`).
+
+    ``open`` launches ``len(env_ids) / n_agents`` games from ``spec``; game g's launch
+    ``--env_seed`` is ``spec.kwargs["seed"]`` (default 0) plus its first column. Semantics are
+    the gymnasium runner's (sb3 ``DummyVecEnv`` + ``Monitor``): column i is first reset with
+    ``seeds[i]`` (a game gets the seed of its first column; the demo reseeds agent a with that
+    + a); an ended episode stores its last obs in ``env_terminal_obs`` and ``env_obs[t+1]`` holds
+    the next episode's first; rewards float32; episode return summed in float64, rounded to 6
+    decimals. Godot's protocol has no reset options.
+
+    Attributes:
+        games, env_ids, storage; n_agents: agents per game; active: ``(global env index, call)``
+            of the call in progress or last made (the game's first column).
+    """
+
+    def __init__(self, spec: EnvSpec, env_ids: Sequence[int], storage: RolloutStorage):
+        self.spec, self.env_ids, self.storage = spec, list(env_ids), storage
+        self.first = self.env_ids[0]
+        self.games: list[GodotGame] = []
+        self.n_agents = 0
+        self.active: tuple[int, str] = (-1, "")
+        self._returns = np.zeros(len(self.env_ids), dtype=np.float64)
+        self._lengths = np.zeros(len(self.env_ids), dtype=np.int64)
+
+    def open(self) -> None:
+        """Launch the games; raises ``ValueError`` if the columns do not split into whole games or the games differ."""
+        if self.env_ids != list(range(self.first, self.first + len(self.env_ids))):
+            raise ValueError(f"env_ids {self.env_ids} must be contiguous columns")
+        kwargs = dict(self.spec.kwargs)
+        launch_seed = int(kwargs.pop("seed", 0)) + self.first
+        self.active = (self.first, "constructor")
+        first = GodotGame(seed=launch_seed, **kwargs)
+        self.games.append(first)
+        self.n_agents = first.n_agents
+        if len(self.env_ids) % self.n_agents:
+            raise ValueError(
+                f"{len(self.env_ids)} envs for {self.spec.name}: each Godot process runs {self.n_agents} agents, so the envs of a "
+                f"pool (or of one worker) must be a positive multiple of {self.n_agents} (one process per {self.n_agents} envs)"
+            )
+        for g in range(1, len(self.env_ids) // self.n_agents):
+            self.active = (self.first + g * self.n_agents, "constructor")
+            game = GodotGame(seed=launch_seed + g * self.n_agents, **kwargs)
+            self.games.append(game)
+            if (game.n_agents, game.observation_space, game.action_space) != (self.n_agents, first.observation_space, first.action_space):
+                raise ValueError(f"{game.describe()} has other agents or spaces than {first.describe()}")
+        self.active = (-1, "")
+
+    def _columns(self, g: int) -> slice:
+        """Global storage columns of game g."""
+        return slice(self.first + g * self.n_agents, self.first + (g + 1) * self.n_agents)
+
+    @staticmethod
+    def _write(target: dict[str, np.ndarray], cols: Union[slice, np.ndarray], obs: AgentsObs) -> None:
+        for key, arr in target.items():
+            arr[cols] = obs[key]
+
+    def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """Reset every game (with the seed of its first column, global index) and write ``env_obs[0]``."""
+        obs0 = self.storage.env_obs_at(0)
+        for g, game in enumerate(self.games):
+            cols = self._columns(g)
+            self.active = (cols.start, "reset")
+            self._write(obs0, cols, game.reset(seeds[cols.start]))
+        self._returns[:], self._lengths[:] = 0.0, 0
+
+    def step(self, t: int) -> None:
+        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``.
+
+        Every game gets its actions before any reply is read, so the Godot processes step in parallel.
+        """
+        s = self.storage
+        for g, game in enumerate(self.games):
+            self.active = (self._columns(g).start, "step")
+            game.send_actions(s.env_actions[self._columns(g)])
+        next_obs = s.env_obs_at(t + 1)
+        for g, game in enumerate(self.games):
+            cols = self._columns(g)
+            self.active = (cols.start, "step")
+            reply = game.receive_step()
+            s.env_rewards[t, cols] = reply.rewards
+            s.terminated[t, cols] = reply.terminated
+            s.truncated[t, cols] = reply.truncated
+            self._write(next_obs, cols, reply.obs)
+            local = slice(cols.start - self.first, cols.stop - self.first)
+            # Monitor: float(reward) summed in python floats (float64), rounded when reported.
+            self._returns[local] += reply.rewards.astype(np.float64)
+            self._lengths[local] += 1
+            for a in np.flatnonzero(reply.terminated | reply.truncated):
+                i, j = cols.start + a, local.start + a
+                for key, arr in s.env_terminal_obs.items():
+                    arr[i] = reply.terminal_obs[key][a]
+                s.episode_return[i] = round(float(self._returns[j]), 6)  # python's round, as Monitor
+                s.episode_length[i] = self._lengths[j]
+                self._returns[j], self._lengths[j] = 0.0, 0
+
+    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+        raise NotImplementedError(f"{kind}({name!r}): a Godot game's agents are not gymnasium envs; they have no attributes or methods")
+
+    def close(self) -> None:
+        """Close every game (each kills and reaps its process). Idempotent."""
+        for game in self.games:
+            game.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class GodotBackend:
+    """A Godot game, probed once: agents per process and one agent's spaces.
+
+    ``spec.kwargs`` go to every :class:`GodotGame`; :meth:`for_blocks` sets what depends on the
+    pool (the demo's ``n_agents``, the game's own reply timeout).
+    """
+
+    spec: EnvSpec
+    n_agents: int
+    observation_space: spaces.Dict
+    action_space: spaces.Space
+    makes_gym_envs: bool = False
+
+    @classmethod
+    def probe(cls, spec: EnvSpec) -> "GodotBackend":
+        """Launch one short-lived game from ``spec`` (about 0.1 s for the demo) and read its facts."""
+        with GodotGame(**spec.kwargs) as game:
+            return cls(spec, game.n_agents, game.observation_space, game.action_space)
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    def agents_per_game(self, envs_per_block: int) -> int:
+        """Agents per Godot process in a pool: the demo's ``game_args`` ``n_agents``, by default
+        ``envs_per_block`` (one game per worker, or one in-process); another game's own count."""
+        if self.spec.name == GODOT_DEMO:
+            return int((self.spec.kwargs.get("game_args") or {}).get("n_agents", envs_per_block))
+        return self.n_agents
+
+    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GodotBackend":
+        """The demo with ``n_agents`` set (:meth:`agents_per_game`), and the game's ``step_timeout``,
+        unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` in workers)."""
+        kwargs = dict(self.spec.kwargs)
+        if self.spec.name == GODOT_DEMO:
+            kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": self.agents_per_game(envs_per_block)}
+        kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE if in_workers else step_timeout)
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs))
+
+    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
+        """Each worker (or the in-process pool) must own whole games; the game's own reply
+        timeout must fire before the worker's."""
+        problems = []
+        block = envs_per_worker if num_workers > 0 else n_envs
+        agents = self.agents_per_game(block)
+        if block % agents:
+            name = "envs_per_worker" if num_workers > 0 else "n_envs"
+            owner = "each worker owns" if num_workers > 0 else "the in-process pool (num_workers 0) runs"
+            problems.append(
+                f"{name}={block}: {self.label} runs {agents} agents (n_agents) per Godot process and {owner} whole "
+                f"processes, so {name} must be a multiple of {agents}"
+            )
+        game_timeout = self.spec.kwargs.get("step_timeout")
+        if num_workers > 0 and game_timeout is not None and not game_timeout < step_timeout:
+            problems.append(
+                f"env_kwargs step_timeout={game_timeout!r} (the game's own reply timeout) must be below step_timeout="
+                f"{step_timeout!r} (the worker's), so that a hung game is reported with its output before its worker is declared hung"
+            )
+        return problems
+
+    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> GodotRunner:
+        return GodotRunner(self.spec, env_ids, storage)

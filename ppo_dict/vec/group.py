@@ -1,0 +1,253 @@
+"""The main process's side of the worker processes: start W of them, talk to them, stop them.
+
+Worker w owns env columns ``[first_env + w*E, first_env + (w+1)*E)`` of one shared
+:class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
+under /dev/shm on Linux: nothing can leak, even after SIGKILL). Control is a tiny pickled message
+per worker per command over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them). The main process
+blocks in ``poll(2)`` on every pipe and every worker's process sentinel, with a timeout; there are
+no ``ctx.Queue``/``Lock``/``Event``: under forkserver/spawn their named semaphores outlive a
+SIGKILLed process group in /dev/shm.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import multiprocessing.connection
+import select
+import signal
+import time
+import weakref
+from typing import Any, Optional, Sequence
+
+from ppo_dict.config import MP_METHODS
+from ppo_dict.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
+from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
+
+#: Seconds workers get to exit after "close" before they are terminated, then killed.
+CLOSE_GRACE = 1.0
+
+
+def stop_workers(procs: list, conns: list, grace: float) -> None:
+    """Send close, wait ``grace``, terminate, wait 1 s, kill, reap; close the pipes.
+
+    Never reads a reply, so a worker still busy with a step cannot block it. Module-level so
+    that ``weakref.finalize`` holds no reference to the group.
+    """
+    for conn in conns:
+        try:
+            conn.send(("close",))
+        except (OSError, ValueError):
+            pass
+    for escalate, wait_s in ((None, grace), ("terminate", 1.0), ("kill", 1.0)):
+        alive = [p for p in procs if p.is_alive()]
+        if not alive:
+            break
+        for p in alive:
+            if escalate is not None:
+                getattr(p, escalate)()
+        # Until every one has exited or wait_s is up: connection.wait returns when the first
+        # sentinel is ready, and a worker still closing its envs (reaping a Godot game) must not
+        # be terminated half-way because another was quicker.
+        deadline = time.monotonic() + wait_s
+        while alive and time.monotonic() < deadline:
+            multiprocessing.connection.wait([p.sentinel for p in alive], timeout=deadline - time.monotonic())
+            alive = [p for p in alive if p.is_alive()]
+    for p in procs:
+        p.join(0.1)
+        if p.exitcode is not None:
+            p.close()
+    for conn in conns:
+        conn.close()
+
+
+def layout_problems(num_workers: Any, envs_per_worker: Any, mp_method: Any, step_timeout: Any) -> list[str]:
+    """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
+    problems = []
+    if not (isinstance(num_workers, int) and num_workers >= 1):
+        problems.append(f"num_workers={num_workers!r}: must be an int >= 1")
+    if not (isinstance(envs_per_worker, int) and envs_per_worker >= 1):
+        problems.append(f"envs_per_worker={envs_per_worker!r}: must be an int >= 1")
+    if mp_method not in MP_METHODS:
+        problems.append(f"mp_method={mp_method!r}: must be one of {', '.join(MP_METHODS)}")
+    if not step_timeout > 0:
+        problems.append(f"step_timeout={step_timeout!r}: must be > 0 seconds")
+    return problems
+
+
+class WorkerGroup:
+    """W worker processes stepping env columns of ``backend`` into one shared :class:`RolloutStorage`.
+
+    ``first_env`` leading env columns belong to the storage but to no worker: the caller steps
+    them itself (:class:`~ppo_dict.vec.shm_pool.ShmEnvPool` with ``main_steps_envs``).
+    """
+
+    def __init__(
+        self,
+        backend: EnvBackend,
+        num_workers: int,
+        envs_per_worker: int,
+        n_steps: int,
+        mp_method: Optional[str] = "forkserver",
+        step_timeout: float = 60.0,
+        start_timeout: float = 120.0,
+        first_env: int = 0,
+    ):
+        problems = layout_problems(num_workers, envs_per_worker, mp_method, step_timeout)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.num_workers, self.envs_per_worker, self.first_env = num_workers, envs_per_worker, first_env
+        self.num_envs = first_env + num_workers * envs_per_worker
+        self.label, self.step_timeout = backend.label, step_timeout
+        self.closed = False
+        self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
+        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs)
+        check_shared_memory(layout.nbytes)
+        ctx = multiprocessing.get_context(mp_method)
+        if mp_method == "forkserver":
+            # Workers fork from a server that has already imported torch, gymnasium and us
+            # (no effect if this process's forkserver is already running).
+            ctx.set_forkserver_preload(["__main__", worker_main.__module__])
+        self._buffer = ctx.RawArray("b", layout.nbytes)
+        alloc = view_alloc(self._buffer, layout)
+        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc)
+        self._procs: list = []
+        self._conns: list = []
+        self.pids: list[int] = []  # kept after close, for checks that they are gone
+        # Registered before the first start, so a failure half-way still stops what started.
+        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns, CLOSE_GRACE)
+        try:
+            self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs))
+            self._awaiting = ("constructor", set(range(num_workers)), None)
+            self.gather(timeout=start_timeout)
+        except BaseException:
+            self.close(grace=0.2)
+            raise
+
+    def _start(self, ctx: Any, args_of: Any) -> None:
+        """Start every worker, and watch each one's pipe and process sentinel."""
+        for w in range(self.num_workers):
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
+            self._conns.append(parent_conn)
+            proc.start()
+            self._procs.append(proc)
+            self.pids.append(proc.pid)
+            child_conn.close()  # only the worker holds its end: its death reads as EOF here
+        self._poller = select.poll()
+        self._fd_owner: dict[int, tuple[int, str]] = {}
+        for w, (proc, conn) in enumerate(zip(self._procs, self._conns)):
+            for fd, kind in ((conn.fileno(), "pipe"), (proc.sentinel, "sentinel")):
+                self._poller.register(fd, select.POLLIN)
+                self._fd_owner[fd] = (w, kind)
+
+    # ------------------------------------------------------------------ talking to workers
+    def worker_envs(self, w: int) -> range:
+        start = self.first_env + w * self.envs_per_worker
+        return range(start, start + self.envs_per_worker)
+
+    def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None) -> None:
+        """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers."""
+        workers = range(self.num_workers) if workers is None else workers
+        self.send_each({w: msg for w in workers}, detail)
+
+    def send_each(self, messages: dict[int, tuple], detail: Any = None) -> None:
+        """Send ``messages[w]`` to each worker w; ``detail`` (step index, reset seeds) goes into errors."""
+        if self.closed:
+            raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")
+        if self._awaiting is not None:
+            self.gather()  # replies of an interrupted command: drain them so none is read as ours
+        self._awaiting = (next(iter(messages.values()))[0], set(messages), detail)
+        for w, msg in messages.items():
+            try:
+                self._conns[w].send(msg)
+            except OSError:
+                pass  # the worker is dead; gather() reports it with its exit code
+
+    def gather(self, timeout: Optional[float] = None) -> dict[int, Any]:
+        """Wait for every pending worker's answer: ``{worker: payload}``.
+
+        An exception raised by a ``call`` command (get_attr, env_method...) is re-raised here once
+        every worker has answered; the workers stay usable. Raises (after stopping every worker)
+        :class:`EnvWorkerError` for an env failure, :class:`WorkerDiedError` when a worker exits,
+        :class:`WorkerTimeoutError` after ``timeout`` (default ``step_timeout``) seconds without all answers.
+        """
+        if self._awaiting is None:
+            return {}
+        command, pending, detail = self._awaiting
+        timeout = self.step_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        answers: dict[int, Any] = {}
+        raised: list[Exception] = []  # exceptions of get_attr/env_method calls, re-raised here
+        while pending:
+            remaining = deadline - time.monotonic()
+            events = self._poller.poll(max(0, math.ceil(remaining * 1000))) if remaining > 0 else []
+            if not events:
+                self._fail(WorkerTimeoutError(self._timeout_message(command, sorted(pending), timeout, detail)))
+            for fd, _ in sorted(events, key=lambda e: self._fd_owner[e[0]][1] != "pipe"):  # pipes before sentinels
+                w, kind = self._fd_owner[fd]
+                msg = self._receive(w, kind, command, pending)
+                if msg is None:
+                    continue
+                if msg[0] == "error":
+                    self._fail(env_worker_error(msg, self.label, command, detail))
+                if msg[0] == "raised":
+                    raised.append(msg[1])
+                if w in pending:
+                    pending.discard(w)
+                    answers[w] = msg[1] if len(msg) > 1 else None
+        self._awaiting = None
+        if raised:
+            raise raised[0]
+        return answers
+
+    def _receive(self, w: int, kind: str, command: str, pending: set[int]) -> Optional[tuple]:
+        """Worker w's message behind a poll event, None when there is none to read; a dead worker fails the group."""
+        conn = self._conns[w]
+        if kind == "sentinel" and not conn.poll(0):
+            self._fail(self._died(w, command))
+        if w not in pending and kind == "pipe" and not conn.poll(0):
+            return None
+        try:
+            return conn.recv()
+        except (EOFError, OSError):
+            self._fail(self._died(w, command))
+        return None  # unreachable: _fail raises
+
+    def _fail(self, error: Exception) -> None:
+        """Stop every worker (no grace for a hung one: it will not answer) and raise ``error``."""
+        self.close(grace=0.2)
+        raise error
+
+    def _died(self, w: int, command: str) -> WorkerDiedError:
+        proc = self._procs[w]
+        proc.join(1.0)
+        code = proc.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how += f" ({signal.Signals(-code).name})"
+        envs = self.worker_envs(w)
+        return WorkerDiedError(
+            f"worker {w} (envs {envs.start}..{envs.stop - 1}, {self.label}, pid {proc.pid}) died with {how} during {command!r} "
+            f"without reporting an error; all workers were stopped"
+        )
+
+    def _timeout_message(self, command: str, workers: list[int], timeout: float, detail: Any) -> str:
+        names = ", ".join(f"worker {w} (envs {self.worker_envs(w).start}..{self.worker_envs(w).stop - 1}, pid {self._procs[w].pid})" for w in workers)
+        at = f" at rollout step {detail}" if command == "step" and detail is not None else ""
+        return (
+            f"{names} did not answer {command!r}{at} within {timeout:g} s ({self.label}); an env is probably hung "
+            f"(raise step_timeout if it is only slow); all workers were stopped"
+        )
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Stop the workers: idempotent, never waits for a pending reply."""
+        if self.closed:
+            return
+        self.closed = True
+        self._awaiting = None
+        self._finalizer.detach()
+        stop_workers(self._procs, self._conns, grace)

@@ -1,0 +1,42 @@
+"""Every env column stepped in the calling process, in env order (sb3 ``DummyVecEnv``): ``--num_workers 0``."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.runner import env_seeds
+
+
+class InProcessEnvPool:
+    """``n_envs`` env columns of ``backend`` in one runner, in this process.
+
+    Attributes: backend, num_envs, observation_space, action_space, storage (ordinary memory), runner.
+    """
+
+    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int):
+        if n_envs < 1:
+            raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
+        self.backend, self.num_envs = backend, n_envs
+        self.observation_space, self.action_space = backend.observation_space, backend.action_space
+        self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs)
+        self.runner = backend.make_runner(range(n_envs), self.storage)
+        try:
+            self.runner.open()
+        except BaseException:
+            self.runner.close()
+            raise
+        self.closed = False
+
+    def reset(self, seed: Optional[int]) -> None:
+        """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
+        self.runner.reset(env_seeds(seed, self.num_envs))
+
+    def step(self, t: int) -> None:
+        """Step every env with ``storage.env_actions``; results land in storage at step t."""
+        self.runner.step(t)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.runner.close()

@@ -1,0 +1,169 @@
+"""Runners: the one piece of code that steps a block of env columns into rollout storage.
+
+Every env backend hands the pools a runner with the interface :class:`Runner`; the in-process
+pool, each worker process and the main process's own block run the same runner code, so every
+layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's runner, with sb3's
+``DummyVecEnv`` + ``Monitor`` semantics; ``ppo_dict.vec.godot.GodotRunner`` is the Godot one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from ppo_dict.storage import OBS_KEY, RolloutStorage
+
+Seeds = Sequence[Optional[int]]
+
+
+def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
+    """sb3 ``VecEnv.seed``: env i is first reset with ``seed + i`` (all ``None`` for no seed)."""
+    return [None if seed is None else seed + i for i in range(n_envs)]
+
+
+class Runner(Protocol):
+    """Steps env columns ``env_ids`` (global indices) of a storage.
+
+    ``open`` builds the envs (a failure leaves ``active`` naming the env being built); ``reset``
+    writes ``env_obs[0]``; ``step(t)`` applies ``env_actions`` and writes
+    ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``, the terminal
+    observations and the episode statistics. Both return what the caller asked the runner to
+    record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
+    ``active`` is ``(global env index, call)`` of the env call in progress or last made, so that
+    a failure can name its env.
+    """
+
+    env_ids: Sequence[int]
+    active: tuple[int, str]
+
+    def open(self) -> None: ...
+
+    def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> Any: ...
+
+    def step(self, t: int) -> Any: ...
+
+    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    """sb3 ``env_util.is_wrapped`` without importing sb3 here."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
+
+
+class GymRunner:
+    """Steps gymnasium envs in columns ``env_ids``, writing into ``storage``; ``open`` builds env
+    ``env_ids[j]`` as ``factory(env_ids[j])``.
+
+    sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
+    (terminated or truncated) stores the last obs in ``env_terminal_obs`` and auto-resets
+    (without a seed), so ``env_obs[t+1]`` holds the new episode's first obs; rewards are float32;
+    episode return and length are Monitor's (return summed in float64, rounded to 6 decimals).
+
+    With ``record_infos`` the runner also keeps what sb3's ``DummyVecEnv`` returns besides the
+    arrays: ``infos[j]`` of the last step (with ``"TimeLimit.truncated"`` and, at an episode end,
+    ``"terminal_observation"``, the raw obs) and ``reset_infos[j]``; ``step`` returns
+    ``(infos, reset_infos)`` and ``reset`` returns ``reset_infos``.
+    """
+
+    def __init__(self, factory: Callable[[int], gym.Env], env_ids: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
+        self.factory, self.env_ids, self.storage = factory, list(env_ids), storage
+        self.envs: list[gym.Env] = []
+        self.is_dict_obs = storage.is_dict_obs
+        self.record_infos = record_infos
+        self.infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
+        self.active: tuple[int, str] = (-1, "")
+        self._returns = [0.0] * len(self.env_ids)
+        self._lengths = [0] * len(self.env_ids)
+
+    def open(self) -> None:
+        """Build the envs, in column order."""
+        for i in self.env_ids[len(self.envs) :]:
+            self.active = (i, "constructor")
+            self.envs.append(self.factory(i))
+        self.active = (-1, "")
+
+    def _write_obs(self, target: dict[str, np.ndarray], row: int, obs: Any) -> None:
+        if self.is_dict_obs:
+            for key, arr in target.items():
+                arr[row] = obs[key]
+        else:
+            target[OBS_KEY][row] = obs
+
+    def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> Optional[list[dict[str, Any]]]:
+        """Reset every env (env i with ``seeds[i]``, global index) and write ``env_obs[0]``.
+
+        ``options[i]`` is passed only when non-empty, as sb3's ``DummyVecEnv.reset`` does.
+        """
+        obs0 = self.storage.env_obs_at(0)
+        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+            self.active = (i, "reset")
+            maybe_options = {"options": options[i]} if options is not None and options[i] else {}
+            obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
+            self._write_obs(obs0, i, obs)
+            self._returns[j], self._lengths[j] = 0.0, 0
+        return self.reset_infos if self.record_infos else None
+
+    def step(self, t: int) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``."""
+        s = self.storage
+        next_obs = s.env_obs_at(t + 1)
+        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+            self.active = (i, "step")
+            obs, reward, terminated, truncated, info = env.step(s.env_actions[i].copy())
+            self._returns[j] += float(reward)
+            self._lengths[j] += 1
+            s.env_rewards[t, i] = reward
+            s.terminated[t, i] = terminated
+            s.truncated[t, i] = truncated
+            if self.record_infos:
+                # sb3 DummyVecEnv.step_wait: set on every step, not only at episode ends.
+                info["TimeLimit.truncated"] = truncated and not terminated
+                self.infos[j] = info
+            if terminated or truncated:
+                self._write_obs(s.env_terminal_obs, i, obs)
+                if self.record_infos:
+                    info["terminal_observation"] = obs
+                s.episode_return[i] = round(self._returns[j], 6)
+                s.episode_length[i] = self._lengths[j]
+                self._returns[j], self._lengths[j] = 0.0, 0
+                self.active = (i, "reset")
+                obs, self.reset_infos[j] = env.reset()
+            self._write_obs(next_obs, i, obs)
+        return (self.infos, self.reset_infos) if self.record_infos else None
+
+    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+        """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""
+        local = dict(zip(self.env_ids, self.envs))
+        results = []
+        for i in env_ids:
+            self.active = (i, kind)
+            env = local[i]
+            if kind == "get_attr":
+                results.append(env.get_wrapper_attr(name))
+            elif kind == "set_attr":
+                results.append(setattr(env, name, args[0]))
+            elif kind == "env_method":
+                results.append(env.get_wrapper_attr(name)(*args, **kwargs))
+            elif kind == "has_attr":
+                results.append(env.has_wrapper_attr(name))
+            elif kind == "env_is_wrapped":
+                results.append(is_wrapped(env, args[0]))
+            else:
+                raise ValueError(f"unknown env call {kind!r}")
+        return results
+
+    def close(self) -> None:
+        """Close every env, ignoring errors (closing after a failure must not hide it)."""
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,156 @@
+"""A worker process, and the messages it exchanges with the main process.
+
+A worker receives :class:`WorkerArgs` once (the shared buffer by fd passing, the env backend
+pickled), rebuilds the storage's numpy views of the shared buffer, builds its block's runner and
+serves commands until "close" or until the main process dies.
+
+Messages, main -> worker: ``("step", t)``, ``("reset", seeds, options)``,
+``("call", kind, env_ids, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
+``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
+command, ``("raised", exception)`` when a call's caller erred (the worker stays usable), or an
+:data:`ErrorReport`, after which the worker exits.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import select
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ppo_dict.errors import EnvWorkerError
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.runner import Runner
+from ppo_dict.vec.shared_memory import SharedLayout, view_alloc
+
+#: ``("error", worker_idx, env_idx, command, exc_type, message, traceback_text)``; env_idx is -1
+#: when the failure was not inside an env call; worker_idx is -1 for envs the main process steps.
+ErrorReport = tuple[str, int, int, str, str, str, str]
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """Everything a worker needs, pickled once at process start (the RawArray by fd passing)."""
+
+    worker_idx: int
+    env_ids: tuple[int, ...]
+    backend: EnvBackend
+    buffer: Any
+    layout: SharedLayout
+    n_steps: int
+    n_envs: int
+
+
+def limit_threads() -> None:
+    """One thread per worker for every numeric library: W workers already fill the cores."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    if "cv2" in sys.modules:
+        sys.modules["cv2"].setNumThreads(1)
+
+
+def error_report(worker_idx: int, runner: Optional[Runner], command: str, exc: BaseException) -> ErrorReport:
+    """What failed, where: the env call in progress (``runner.active``) when there was one."""
+    env_idx, active_command = runner.active if runner is not None else (-1, "")
+    return ("error", worker_idx, env_idx, active_command or command, type(exc).__name__, str(exc), traceback.format_exc())
+
+
+def env_worker_error(report: ErrorReport, label: str, pending_command: str, detail: Any) -> EnvWorkerError:
+    """The :class:`EnvWorkerError` of an :data:`ErrorReport`; ``detail`` holds the reset seeds of a reset."""
+    _, w, env_idx, command, exc_type, message, tb = report
+    who = "the main process" if w < 0 else f"worker {w}"
+    where = f"env {env_idx}" if env_idx >= 0 else "outside env code"
+    seed = ""
+    if command == "reset":
+        if pending_command == "reset" and detail is not None and env_idx >= 0:
+            seed = f" (seed={detail[env_idx]})"
+        else:
+            seed = " (auto-reset after an episode end, no seed)"
+    err = EnvWorkerError(f"{who}, {where} ({label}) raised in {command}{seed}: {exc_type}: {message}\n--- {who} traceback ---\n{tb.rstrip()}")
+    err.worker, err.env_index, err.command = w, env_idx, command
+    err.exc_type, err.exc_message, err.worker_traceback = exc_type, message, tb
+    return err
+
+
+def answer_call(runner: Runner, call: tuple) -> tuple[str, Any]:
+    """``("ok", results)``, or ``("raised", exception)`` for the caller to re-raise: a missing
+    attribute is the caller's mistake (sb3's VecEnv probes with get_attr), not a broken env."""
+    try:
+        return ("ok", runner.call(*call))
+    except Exception as exc:  # noqa: BLE001 (handed to the caller, who re-raises it)
+        exc.add_note(f"(in env {runner.active[0]}, inside its worker process)")
+        try:
+            pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 (an unpicklable exception still deserves its message)
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return ("raised", exc)
+
+
+def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
+    """Answer commands until "close", or until the main process dies (nobody left to serve).
+
+    Blocks in ``poll(2)`` on the pipe and on the parent's sentinel: no CPU while idle.
+    """
+    parent = multiprocessing.parent_process()
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    if parent is not None:
+        poller.register(parent.sentinel, select.POLLIN)
+    while True:
+        ready = {fd for fd, _ in poller.poll()}
+        if conn.fileno() not in ready:
+            return  # the main process died
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        command = msg[0]
+        runner.active = (-1, command)
+        if command == "step":
+            conn.send(("ok", runner.step(msg[1])))
+        elif command == "reset":
+            conn.send(("ok", runner.reset(msg[1], msg[2])))
+        elif command == "call":
+            conn.send(answer_call(runner, msg[1:]))
+        elif command == "close":
+            return
+        else:
+            raise ValueError(f"unknown command {command!r}")
+        runner.active = (-1, "")
+
+
+def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> None:
+    """A worker's whole life: build envs, then serve commands; report any failure, then exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is main's to handle; it closes us.
+    limit_threads()
+    runner: Optional[Runner] = None
+    command = "constructor"
+    try:
+        storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout))
+        runner = a.backend.make_runner(a.env_ids, storage)
+        runner.open()
+        limit_threads()  # again: env constructors may have imported torch or cv2
+        conn.send(("ready",))
+        command = "serve"
+        serve(runner, conn)
+    except BaseException as exc:  # noqa: B036 (report everything, including SystemExit, then exit)
+        try:
+            conn.send(error_report(a.worker_idx, runner, command, exc))
+        except OSError:
+            pass  # main is gone: nobody to tell
+        sys.exit(1)
+    finally:
+        if runner is not None:
+            try:
+                runner.close()
+            except Exception:  # noqa: BLE001 (closing after a failure must not hide it)
+                pass
+        conn.close()
