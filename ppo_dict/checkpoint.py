@@ -65,16 +65,16 @@ class CheckpointManager:
         remove_stale_temp_files(directory, log)
         self.last_saved_step: Optional[int] = None
 
-    def save(self, model: "PPO") -> str:
+    def save(self, ppo: "PPO") -> str:
         """Write, verify, then rotate; returns the new file. Saving twice at one step writes once."""
-        path = os.path.join(self.directory, checkpoint_name(model.num_timesteps))
-        if self.last_saved_step == model.num_timesteps and os.path.exists(path):
+        path = os.path.join(self.directory, checkpoint_name(ppo.num_timesteps))
+        if self.last_saved_step == ppo.num_timesteps and os.path.exists(path):
             return path
-        write_model_file(model, path)
+        write_model_file(ppo, path)
         saved = load_model_state(path)  # raises CheckpointError: then nothing older is deleted
-        if saved["num_timesteps"] != model.num_timesteps:
-            raise CheckpointError(f"{path}: read back num_timesteps={saved['num_timesteps']}, wrote {model.num_timesteps}")
-        self.last_saved_step = model.num_timesteps
+        if saved["num_timesteps"] != ppo.num_timesteps:
+            raise CheckpointError(f"{path}: read back num_timesteps={saved['num_timesteps']}, wrote {ppo.num_timesteps}")
+        self.last_saved_step = ppo.num_timesteps
         for old in list_checkpoints(self.directory)[: -self.keep]:
             os.unlink(old)
         return path
@@ -125,27 +125,27 @@ def resume_env_seed(seed: Optional[int], num_timesteps: int) -> Optional[int]:
     return int(np.random.SeedSequence([seed, num_timesteps]).generate_state(1)[0] >> 1)  # < 2**31: seed + i stays valid
 
 
-def restore(model: "PPO", state: dict[str, Any], source: str) -> None:
-    """Load ``state`` into a freshly built ``model``; every mismatch is a :class:`CheckpointError`.
+def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
+    """Load ``state`` into a freshly built ``ppo``; every mismatch is a :class:`CheckpointError`.
 
-    After this, ``model_state(model)`` equals ``state`` exactly (the test checks every tensor).
+    After this, ``model_state(ppo)`` equals ``state`` exactly (the test checks every tensor).
     """
-    for what, saved, current in (("Observation", state["observation_space"], str(model.pool.observation_space)),
-                                 ("Action", state["action_space"], str(model.pool.action_space))):
+    for what, saved, current in (("Observation", state["observation_space"], str(ppo.pool.observation_space)),
+                                 ("Action", state["action_space"], str(ppo.pool.action_space))):
         if saved != current:  # sb3's check_for_correct_spaces wording
-            raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current} (env {model.cfg.env})")
-    if (state["normalizer"] is None) != (model.normalizer is None):
+            raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current} (env {ppo.cfg.env})")
+    if (state["normalizer"] is None) != (ppo.normalizer is None):
         raise CheckpointError(f"{source}: saved with normalize={state['normalizer'] is not None}, "
-                              f"but this run has normalize={model.normalizer is not None}")
+                              f"but this run has normalize={ppo.normalizer is not None}")
     try:
-        model.policy.load_state_dict(state["policy"])
-        model.optimizer.load_state_dict(state["optimizer"])
+        ppo.policy.load_state_dict(state["policy"])
+        ppo.optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"{source}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
-    if model.normalizer is not None:
-        model.normalizer.load_state_dict(to_numpy(state["normalizer"]))
-    model.num_timesteps, model.iteration, model.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
-    model.ep_info_buffer.clear()
-    model.ep_info_buffer.extend({"r": float(r), "l": int(n)} for r, n in zip(state["ep_r"].tolist(), state["ep_l"].tolist()))
+    if ppo.normalizer is not None:
+        ppo.normalizer.load_state_dict(to_numpy(state["normalizer"]))
+    ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
+    ppo.ep_info_buffer.clear()
+    ppo.ep_info_buffer.extend({"r": float(r), "l": int(n)} for r, n in zip(state["ep_r"].tolist(), state["ep_l"].tolist()))
     set_rng_state(state["rng"])
-    model.env_seed = resume_env_seed(model.cfg.seed, model.num_timesteps)
+    ppo.env_seed = resume_env_seed(ppo.cfg.seed, ppo.num_timesteps)

@@ -11,6 +11,7 @@ at once), and :meth:`Config.problems` lists what is out of range however the con
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -176,7 +177,7 @@ class Config:
         for f in dataclasses.fields(self):
             try:
                 object.__setattr__(self, f.name, read_value(f, getattr(self, f.name)))
-            except (ValueError, TypeError, SyntaxError) as exc:
+            except (ValueError, TypeError, SyntaxError, argparse.ArgumentTypeError) as exc:
                 problems.append(f"{f.name}={getattr(self, f.name)!r}: {exc}")
         if problems:
             raise ConfigError(problems)

@@ -57,3 +57,7 @@ class NonFiniteError(PPODictError, FloatingPointError):
 
 class CheckpointError(PPODictError, RuntimeError):
     """A checkpoint is missing, corrupt or does not fit the configuration."""
+
+
+class SweepError(PPODictError, ValueError):
+    """A sweep file cannot be run (every problem listed)."""

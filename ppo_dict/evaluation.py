@@ -155,28 +155,28 @@ class Evaluator:
         if self.results:
             self.best_mean_reward = max(float(np.mean(r)) for r in self.results)
 
-    def evaluate(self, model: "PPO") -> dict[str, float]:
+    def evaluate(self, ppo: "PPO") -> dict[str, float]:
         """Run the episodes, log ``eval/*`` and dump (as sb3's ``EvalCallback``), keep the best model."""
-        step = model.num_timesteps
+        step = ppo.num_timesteps
         writer = None
         if self.video:
             writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
         with preserved_rng():
-            returns, lengths = run_episodes(model.policy, self.env, model.normalizer, self.cfg.eval_episodes, self.seed,
-                                            model.device, writer, self.cfg.video_length)
+            returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
+                                            ppo.device, writer, self.cfg.video_length)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)
         self.ep_lengths.append(lengths)
         atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
             f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64)))
-        model.logger.record("eval/mean_reward", mean_reward)
-        model.logger.record("eval/mean_ep_length", mean_length)
+        ppo.logger.record("eval/mean_reward", mean_reward)
+        ppo.logger.record("eval/mean_ep_length", mean_length)
         if mean_reward > self.best_mean_reward:
             self.best_mean_reward = mean_reward
-            write_model_file(model, os.path.join(self.run_dir, BEST_MODEL))
+            write_model_file(ppo, os.path.join(self.run_dir, BEST_MODEL))
             print(f"eval at {step} steps: new best mean reward {mean_reward:.3f}", file=self.log, flush=True)
-        model.logger.dump(step=step)
+        ppo.logger.dump(step=step)
         video_path = writer.close() if writer is not None else None
         if video_path is not None:
             for callback in self.on_video:

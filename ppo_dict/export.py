@@ -70,7 +70,7 @@ def config_values(cfg: "Config") -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()}
 
 
-def model_state(model: "PPO") -> dict[str, Any]:
+def model_state(ppo: "PPO") -> dict[str, Any]:
     """Everything a trained model is, so that training can resume from it bit for bit.
 
     Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
@@ -81,24 +81,24 @@ def model_state(model: "PPO") -> dict[str, Any]:
     """
     return {
         "format": "ppo_dict/1",
-        "policy": model.policy.state_dict(),
-        "optimizer": model.optimizer.state_dict(),
-        "normalizer": None if model.normalizer is None else _to_tensors(model.normalizer.state_dict()),
-        "num_timesteps": model.num_timesteps,
-        "iteration": model.iteration,
-        "n_updates": model.n_updates,
-        "ep_r": torch.tensor([e["r"] for e in model.ep_info_buffer], dtype=torch.float64),
-        "ep_l": torch.tensor([e["l"] for e in model.ep_info_buffer], dtype=torch.int64),
+        "policy": ppo.policy.state_dict(),
+        "optimizer": ppo.optimizer.state_dict(),
+        "normalizer": None if ppo.normalizer is None else _to_tensors(ppo.normalizer.state_dict()),
+        "num_timesteps": ppo.num_timesteps,
+        "iteration": ppo.iteration,
+        "n_updates": ppo.n_updates,
+        "ep_r": torch.tensor([e["r"] for e in ppo.ep_info_buffer], dtype=torch.float64),
+        "ep_l": torch.tensor([e["l"] for e in ppo.ep_info_buffer], dtype=torch.int64),
         "rng": rng_state(),
-        "observation_space": str(model.pool.observation_space),
-        "action_space": str(model.pool.action_space),
-        "config": config_values(model.cfg),
+        "observation_space": str(ppo.pool.observation_space),
+        "action_space": str(ppo.pool.action_space),
+        "config": config_values(ppo.cfg),
     }
 
 
-def write_model_file(model: "PPO", path: str) -> str:
+def write_model_file(ppo: "PPO", path: str) -> str:
     """Write :func:`model_state` to ``path`` atomically; returns ``path``."""
-    atomic_write(path, lambda f: torch.save(model_state(model), f))
+    atomic_write(path, lambda f: torch.save(model_state(ppo), f))
     return path
 
 
@@ -108,10 +108,10 @@ def write_config(cfg: "Config", path: str) -> str:
     return path
 
 
-def save_model(model: "PPO", directory: str) -> str:
+def save_model(ppo: "PPO", directory: str) -> str:
     """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
-    write_config(model.cfg, os.path.join(directory, "config.json"))
-    return write_model_file(model, os.path.join(directory, MODEL_FILE))
+    write_config(ppo.cfg, os.path.join(directory, "config.json"))
+    return write_model_file(ppo, os.path.join(directory, MODEL_FILE))
 
 
 def load_model_state(path: str) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     )
 
 
-def export_sb3(model: "PPO", path: str) -> str:
+def export_sb3(ppo: "PPO", path: str) -> str:
     """Write an sb3 ``PPO`` zip whose policy parameters equal ours exactly.
 
     Needs stable-baselines3 (the ``test`` extra). The policy's module names are sb3's, so the
@@ -172,7 +172,7 @@ def export_sb3(model: "PPO", path: str) -> str:
     from ppo_dict.envs import make_env
     from ppo_dict.vec import env_spec
 
-    cfg, policy = model.cfg, model.policy
+    cfg, policy = ppo.cfg, ppo.policy
     if not path.endswith(".zip"):
         path += ".zip"
     spec = env_spec(cfg)
@@ -180,11 +180,11 @@ def export_sb3(model: "PPO", path: str) -> str:
     try:
         sb3_model = SB3PPO(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_ppo_kwargs(cfg))
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
-        sb3_model.policy.optimizer.load_state_dict(model.optimizer.state_dict())
-        sb3_model.num_timesteps = model.num_timesteps
+        sb3_model.policy.optimizer.load_state_dict(ppo.optimizer.state_dict())
+        sb3_model.num_timesteps = ppo.num_timesteps
         atomic_write(path, sb3_model.save)
-        if model.normalizer is not None:
-            export_vecnormalize(model, vec_env, vecnormalize_path(path))
+        if ppo.normalizer is not None:
+            export_vecnormalize(ppo, vec_env, vecnormalize_path(path))
     finally:
         vec_env.close()
     return path
@@ -195,7 +195,7 @@ def vecnormalize_path(zip_path: str) -> str:
     return os.path.join(zip_path[: -len(".zip")], "vecnormalize.pkl")
 
 
-def export_vecnormalize(model: "PPO", vec_env: Any, path: str) -> str:
+def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does.
 
     ``VecNormalize.load(path, venv)`` (and so rl-zoo's ``enjoy``) restores it; its ``obs_rms``
@@ -208,7 +208,7 @@ def export_vecnormalize(model: "PPO", vec_env: Any, path: str) -> str:
 
     from ppo_dict.storage import OBS_KEY
 
-    norm, cfg = model.normalizer, model.cfg
+    norm, cfg = ppo.normalizer, ppo.cfg
     if norm is None:
         raise ValueError("export_vecnormalize: the model was trained without --normalize")
     vec_normalize = VecNormalize(vec_env, training=False, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward,
@@ -226,6 +226,6 @@ def export_vecnormalize(model: "PPO", vec_env: Any, path: str) -> str:
     vec_normalize.ret_rms = to_sb3(norm.ret_rms)
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
     atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
-        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(model.policy.observation_space, cfg.model)}\n"),
+        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
         mode="w")
     return path

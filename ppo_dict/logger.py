@@ -11,27 +11,32 @@ from typing import Any, Callable, Optional, TextIO
 Writer = Callable[[dict[str, Any], int], None]
 
 
-def _format_value(value: Any) -> str:
-    # sb3 HumanOutputFormat: floats as {:<8.3g}, everything else str()
-    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "dtype").kind == "f"):
-        return f"{float(value):<8.3g}"
-    return str(value)
+#: sb3's HumanOutputFormat truncates keys and values to this many characters.
+MAX_LENGTH = 36
+
+
+def _truncate(text: str) -> str:
+    return text[: MAX_LENGTH - 3] + "..." if len(text) > MAX_LENGTH else text
 
 
 def format_table(values: dict[str, Any]) -> str:
-    """The table sb3 prints: keys grouped by their ``prefix/``, sorted."""
-    rows: list[tuple[str, str]] = []
-    last_group = None
-    for key in sorted(values):
-        group, _, name = key.rpartition("/")
-        if group != last_group and group:
-            rows.append((f"{group}/", ""))
-            last_group = group
-        rows.append((f"    {name}" if group else name, _format_value(values[key])))
-    key_width = max(len(k) for k, _ in rows)
-    val_width = max(len(v) for _, v in rows)
+    """The table sb3's ``HumanOutputFormat`` prints, character for character: keys sorted and grouped
+    under their ``prefix/``, indented by 3, python floats (np.float64 too) as ``{:<8.3g}``, the rest
+    ``str()``, everything cut to 36 characters."""
+    rows: dict[tuple[str, str], str] = {}
+    tag = ""
+    for key, value in sorted(values.items()):
+        text = f"{value:<8.3g}" if isinstance(value, float) else str(value)
+        if key.find("/") > 0:
+            tag = key[: key.find("/") + 1]
+            rows[(tag, _truncate(tag))] = ""
+        if tag and tag in key:
+            key = f"{'':3}{key[len(tag):]}"
+        rows[(tag, _truncate(key))] = _truncate(text)
+    key_width = max(len(key) for _, key in rows)
+    val_width = max(len(v) for v in rows.values())
     dashes = "-" * (key_width + val_width + 7)
-    lines = [dashes] + [f"| {k:<{key_width}} | {v:<{val_width}} |" for k, v in rows] + [dashes]
+    lines = [dashes] + [f"| {key}{' ' * (key_width - len(key))} | {v}{' ' * (val_width - len(v))} |" for (_, key), v in rows.items()] + [dashes]
     return "\n".join(lines)
 
 

@@ -61,19 +61,19 @@ class StopFlag:
         return 0 if self.signum is None else 128 + self.signum
 
 
-def summary(model: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0) -> dict[str, Any]:
+def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0) -> dict[str, Any]:
     """The last stdout line: counters, speed (of this process), the last value of every ``rollout/*``/``eval/*`` key."""
-    rew = model.ep_rew_mean
+    rew = ppo.ep_rew_mean
     metrics: dict[str, Any] = {}
-    for values in model.logger.history:
+    for values in ppo.logger.history:
         metrics.update({k: v for k, v in scalars(values).items() if k.startswith(("rollout/", "eval/"))})
     return {
         "env": cfg.env,
         "seed": cfg.seed,
-        "env_steps": model.num_timesteps,
-        "iterations": model.iteration,
+        "env_steps": ppo.num_timesteps,
+        "iterations": ppo.iteration,
         "wall_seconds": round(wall_seconds, 3),
-        "fps": round((model.num_timesteps - start_steps) / max(wall_seconds, 1e-9), 1),
+        "fps": round((ppo.num_timesteps - start_steps) / max(wall_seconds, 1e-9), 1),
         "ep_rew_mean": None if np.isnan(rew) else rew,
         "interrupted": interrupted,
         "run_dir": cfg.run_dir,
@@ -133,20 +133,20 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logge
     return cfg, logger, tracker, closers
 
 
-def after_update_services(model: PPO, cfg: Config, tracker: Any, closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+def after_update_services(ppo: PPO, cfg: Config, tracker: Any, closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
     """Checkpoints, evaluation and progress, run after each update: ``(checkpoints, after_update)``."""
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
-    save_due, eval_due = Every(cfg.save_freq, model.num_timesteps), Every(cfg.eval_freq, model.num_timesteps)
+    save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
     evaluator = None
     if cfg.eval_freq > 0:
         from ppo_dict.evaluation import Evaluator
 
         evaluator = Evaluator(cfg, env_spec(cfg), cfg.run_dir)
-        evaluator.load_history(model.num_timesteps)
+        evaluator.load_history(ppo.num_timesteps)
         if tracker is not None:
             evaluator.on_video.append(tracker.log_video)
         closers.append(evaluator.close)
-    progress = Progress(cfg.total_timesteps, model.num_timesteps, cfg.progress)
+    progress = Progress(cfg.total_timesteps, ppo.num_timesteps, cfg.progress)
     closers.append(progress.close)
 
     def after_update(m: PPO) -> None:
@@ -159,14 +159,14 @@ def after_update_services(model: PPO, cfg: Config, tracker: Any, closers: list[C
     return checkpoints, after_update
 
 
-def write_outputs(model: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
+def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
     """At the end (and after a first Ctrl-C/SIGTERM): checkpoint, model file, sb3 export, learning curve."""
-    last_checkpoint = checkpoints.save(model)
+    last_checkpoint = checkpoints.save(ppo)
     print(f"checkpoint {last_checkpoint}", flush=True)
     if cfg.save_path:
-        print(f"saved {save_model(model, cfg.save_path)}", flush=True)
+        print(f"saved {save_model(ppo, cfg.save_path)}", flush=True)
     if cfg.export_sb3:
-        print(f"exported {export_sb3(model, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
+        print(f"exported {export_sb3(ppo, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
     if cfg.plot:
         from ppo_dict.plot import plot_run
 
@@ -190,13 +190,13 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> 
     exit_code, last_checkpoint = 1, None
     pool = make_env_pool(cfg, backend)
     try:
-        model = PPO(cfg, pool, logger)
+        ppo = PPO(cfg, pool, logger)
         if resumed is not None:
-            restore(model, resumed[1], resumed[0])
-            print(f"resumed from {resumed[0]} at {model.num_timesteps} steps (envs reset with seed {model.env_seed})", flush=True)
-        checkpoints, after_update = after_update_services(model, cfg, tracker, closers)
-        model.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
-        last_checkpoint = write_outputs(model, cfg, checkpoints)
+            restore(ppo, resumed[1], resumed[0])
+            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)
+        checkpoints, after_update = after_update_services(ppo, cfg, tracker, closers)
+        ppo.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
+        last_checkpoint = write_outputs(ppo, cfg, checkpoints)
         exit_code = stop.exit_code
     except KeyboardInterrupt:
         print("interrupted twice: stopped without saving", file=sys.stderr, flush=True)
@@ -209,7 +209,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> 
         if tracker is not None:
             tracker.finish(exit_code)
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
-    print(json.dumps(summary(model, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
+    print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
     return exit_code
 
 

@@ -22,12 +22,10 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from ppo_dict.errors import SweepError
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
-
-
-class SweepError(ValueError):
-    """The sweep file cannot be run (every problem listed)."""
 
 
 def distribution(name: str, spec: dict[str, Any]) -> str:

@@ -108,7 +108,7 @@ def take_minibatch(data: dict[str, Any], idx: np.ndarray, discrete: bool, device
     return Minibatch(obs_to_tensor(obs, device), actions.long().flatten() if discrete else actions, old_values, old_log_prob, advantages, returns)
 
 
-def minibatch_loss(policy: ActorCritic, batch: Minibatch, s: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
     """sb3 ``PPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
 
     Returns ``(loss, approx_kl)``.
@@ -117,25 +117,25 @@ def minibatch_loss(policy: ActorCritic, batch: Minibatch, s: UpdateSettings, log
     values = values.flatten()
     advantages = batch.advantages
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
-    if s.normalize_advantage and len(advantages) > 1:
+    if settings.normalize_advantage and len(advantages) > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
     ratio = torch.exp(log_prob - batch.old_log_prob)
     policy_loss_1 = advantages * ratio
-    policy_loss_2 = advantages * torch.clamp(ratio, 1 - s.clip_range, 1 + s.clip_range)
+    policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
     policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
     log.pg_losses.append(policy_loss.item())
-    log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > s.clip_range).float()).item())
+    log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()).item())
 
-    if s.clip_range_vf is None:
+    if settings.clip_range_vf is None:
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
-        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -s.clip_range_vf, s.clip_range_vf)
+        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
     value_loss = F.mse_loss(batch.returns, values_pred)
     log.value_losses.append(value_loss.item())
     entropy_loss = -torch.mean(entropy)
     log.entropy_losses.append(entropy_loss.item())
-    loss = policy_loss + s.ent_coef * entropy_loss + s.vf_coef * value_loss
+    loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
     log.loss = loss
 
     with torch.no_grad():
@@ -188,7 +188,7 @@ def ppo_update(
     return update_logs(policy, log, data, settings, n_updates), n_updates
 
 
-def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], s: UpdateSettings, n_updates: int) -> dict[str, float]:
+def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings, n_updates: int) -> dict[str, float]:
     """sb3's ``train/*`` record, in its order."""
     logs = {
         "train/entropy_loss": np.mean(log.entropy_losses),
@@ -202,9 +202,9 @@ def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], s: Up
     if hasattr(policy, "log_std"):
         logs["train/std"] = torch.exp(policy.log_std).mean().item()
     logs["train/n_updates"] = n_updates
-    logs["train/clip_range"] = s.clip_range
-    if s.clip_range_vf is not None:
-        logs["train/clip_range_vf"] = s.clip_range_vf
+    logs["train/clip_range"] = settings.clip_range
+    if settings.clip_range_vf is not None:
+        logs["train/clip_range_vf"] = settings.clip_range_vf
     return logs
 
 

@@ -1,7 +1,10 @@
 """Shared fixtures: every test runs torch single-threaded (bit-exactness needs the same thread
-count on both sides of a parity test; MKL's QR differs between 1 and 2 threads)."""
+count on both sides of a parity test; MKL's QR differs between 1 and 2 threads), and Godot tests
+fail if they leave a game process behind."""
 import os
+import signal
 import sys
+import uuid
 
 import pytest
 import torch
@@ -17,3 +20,29 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------------------- Godot processes
+from tests.godot_helpers import godot_children, tagged_godot  # noqa: E402  (after ROOT is on sys.path)
+
+
+@pytest.fixture
+def no_leftover_godot():
+    """Fails the test if it leaves a Godot process of ours behind."""
+    before = set(godot_children())
+    yield
+    left = set(godot_children()) - before
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"Godot processes left running: {sorted(left)}"
+
+
+@pytest.fixture
+def tag():
+    """A unique ``game_args`` flag for this test's games; fails the test if any of them outlives it."""
+    value = uuid.uuid4().hex[:12]
+    yield value
+    left = tagged_godot(value)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"Godot processes left running: {left}"

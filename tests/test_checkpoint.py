@@ -21,7 +21,7 @@ from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import load_model_state, model_state
 from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
-from tests.test_cli import run_cli, summary_line
+from tests.test_main_ppo import run_cli, summary_line
 
 SMALL = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
          "--n_epochs", "2", "--seed", "0", "--normalize", "True", "--verbose", "0", "--plot", "False"]

@@ -1,91 +1,32 @@
-"""The command line, run as a user runs it: in a subprocess."""
-import json
-import os
-import signal
-import subprocess
-import sys
-from typing import Optional
-
+"""The command line generated from Config: spellings of booleans and of what a wandb agent sends, bad flags."""
 import pytest
-import torch
 
-from tests.conftest import ROOT
-
-QUICK = ["--n_steps", "128", "--batch_size", "64", "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0"]
+from ppo_dict.cli import config_from_args
+from ppo_dict.parse import make_schedule
 
 
-def run_cli(*args: str, timeout: float = 180, python_flags: tuple = (), env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in {**os.environ, "PYTHONPATH": ROOT, **(env_extra or {})}.items() if v is not None}  # None: unset
-    return subprocess.run([sys.executable, *python_flags, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+@pytest.mark.parametrize("argv, expected", [
+    (["--normalize"], True),
+    (["--normalize", "True"], True),
+    (["--normalize=False"], False),
+    (["--normalize=true"], True),
+    (["--normalize", "0"], False),
+    ([], False),
+])
+def test_boolean_spellings(argv, expected) -> None:
+    assert config_from_args(argv).normalize is expected
 
 
-def summary_line(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
+def test_wandb_agent_command_line() -> None:
+    cfg = config_from_args(["--learning_rate=0.0003", "--normalize=True", "--net_arch=[256, 256]", "--target_kl=None", "--clip_range=lin_0.2"])
+    assert cfg.learning_rate == 0.0003 and cfg.normalize is True and cfg.net_arch == [256, 256] and cfg.target_kl is None
+    assert make_schedule(cfg.clip_range)(0.5) == 0.5 * 0.2
+    assert make_schedule(cfg.learning_rate)(0.25) == 0.0003
 
 
-def test_main_job_prints_tables_and_summary() -> None:
-    proc = run_cli("--env", "gym_Reacher-v2", "--model", "mlp", "--num_workers", "0", "--n_envs", "2", *QUICK)
-    assert proc.returncode == 0, proc.stderr
-    assert "note: Reacher-v2 needs mujoco-py" in proc.stdout and "using Reacher-v5" in proc.stdout
-    for key in ("rollout/", "ep_rew_mean", "fps", "train/", "explained_variance", "n_updates"):
-        assert key in proc.stdout
-    summary = summary_line(proc.stdout)
-    assert summary["env_steps"] == 512 and summary["iterations"] == 2 and summary["interrupted"] is False
-    assert summary["ep_rew_mean"] < 0 and summary["fps"] > 0
-
-
-def test_bad_config_lists_every_problem_and_exits_2() -> None:
-    for flags in ((), ("-O",)):  # no asserts: works under python -O too
-        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "0", "--ent_coef", "nan",
-                       "--batch_size", "1", "--env", "gym_Hoper-v5", python_flags=flags)
-        assert proc.returncode == 2
-        assert "7 invalid setting(s)" in proc.stderr, proc.stderr
-        for name in ("n_epochs", "clip_range", "gamma", "learning_rate", "ent_coef", "batch_size", "Did you mean: `Hopper`?"):
-            assert name in proc.stderr
-        assert proc.stdout == ""  # nothing started
-
-
-def test_unknown_flag_is_an_argparse_error() -> None:
-    proc = run_cli("--bacth_size", "64")
-    assert proc.returncode == 2 and "unrecognized arguments: --bacth_size" in proc.stderr
-
-
-def test_save_and_export_sb3_load_with_equal_parameters(tmp_path) -> None:
-    from stable_baselines3 import PPO as SB3PPO
-
-    from ppo_dict.export import load_model_state
-
-    zip_path, save_dir = tmp_path / "exported.zip", tmp_path / "model"
-    proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK,
-                   "--save_path", str(save_dir), "--export_sb3", str(zip_path), "--normalize=True")
-    assert proc.returncode == 0, proc.stderr
-    ours = load_model_state(str(save_dir))
-    assert ours["num_timesteps"] == 512 and ours["config"]["normalize"] is True and ours["normalizer"] is not None
-    sb3 = SB3PPO.load(str(zip_path), device="cpu")
-    sb3_params = sb3.policy.state_dict()
-    assert list(sb3_params) == list(ours["policy"])
-    for key, value in ours["policy"].items():
-        assert torch.equal(sb3_params[key], value), key
-    assert sb3.num_timesteps == 512
-
-
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_finishes_the_update_saves_and_exits(tmp_path, sig, code) -> None:
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "0", "--n_steps", "256",
-            "--total_timesteps", "10000000", "--seed", "0", "--save_path", str(tmp_path)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # wait until training is under way
-            if "total_timesteps" in line:
-                break
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == code, err
-    assert err.count("received: finishing the current update") == 1 and "Traceback" not in err
-    assert summary_line(out)["interrupted"] is True
-    assert (tmp_path / "model.pt").exists()
+def test_unknown_and_abbreviated_flags_are_refused(capsys) -> None:
+    for argv in (["--bacth_size", "64"], ["--batch", "64"]):
+        with pytest.raises(SystemExit) as exc:
+            config_from_args(argv)
+        assert exc.value.code == 2
+    assert "unrecognized arguments: --batch 64" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""Config parsing and validation: every spelling a person or a wandb agent uses, every bad value reported."""
-import warnings
+"""Config: derived values, and a Config built in Python read and checked as one built from flags."""
+import dataclasses
 
 import pytest
 
@@ -7,66 +7,8 @@ from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
 from ppo_dict.config import Config
 from ppo_dict.errors import ConfigError
-from ppo_dict.parse import make_schedule, parse_net_arch
-
-
-@pytest.mark.parametrize("argv, expected", [
-    (["--normalize"], True),
-    (["--normalize", "True"], True),
-    (["--normalize=False"], False),
-    (["--normalize=true"], True),
-    (["--normalize", "0"], False),
-    ([], False),
-])
-def test_boolean_spellings(argv, expected) -> None:
-    assert config_from_args(argv).normalize is expected
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("64,64", [64, 64]),
-    ("[256, 256]", [256, 256]),
-    ("pi=256,256;vf=128", {"pi": [256, 256], "vf": [128]}),
-    ("dict(pi=[32], vf=[16, 16])", {"pi": [32], "vf": [16, 16]}),
-    ("{'pi': [8], 'vf': [8]}", {"pi": [8], "vf": [8]}),
-    ("[dict(pi=[4], vf=[4])]", {"pi": [4], "vf": [4]}),
-    ("[]", []),
-])
-def test_net_arch_spellings(text, expected) -> None:
-    assert parse_net_arch(text) == expected
-
-
-@pytest.mark.parametrize("text", ["__import__('os').system('true')", "dict(pi=os.getcwd())", "[-1]", "pi=a,b"])
-def test_net_arch_is_parsed_safely(text) -> None:
-    with pytest.raises((ValueError, SyntaxError)):
-        parse_net_arch(text)
-
-
-def test_wandb_agent_command_line() -> None:
-    cfg = config_from_args(["--learning_rate=0.0003", "--normalize=True", "--net_arch=[256, 256]", "--target_kl=None", "--clip_range=lin_0.2"])
-    assert cfg.learning_rate == 0.0003 and cfg.normalize is True and cfg.net_arch == [256, 256] and cfg.target_kl is None
-    assert make_schedule(cfg.clip_range)(0.5) == 0.5 * 0.2
-    assert make_schedule(cfg.learning_rate)(0.25) == 0.0003
-
-
-def test_unknown_and_abbreviated_flags_are_refused(capsys) -> None:
-    for argv in (["--bacth_size", "64"], ["--batch", "64"]):
-        with pytest.raises(SystemExit) as exc:
-            config_from_args(argv)
-        assert exc.value.code == 2
-    assert "unrecognized arguments: --batch 64" in capsys.readouterr().err
-
-
-def test_every_bad_setting_is_listed_at_once() -> None:
-    cfg = Config(n_epochs=0, clip_range=-0.2, gamma=1.5, learning_rate=0.0, ent_coef=float("nan"), batch_size=1,
-                 n_steps=1, n_envs=1, num_workers=0, env="gym_Hoper-v5", model="resnet")
-    with pytest.raises(ConfigError) as exc:
-        validate(cfg)
-    text = str(exc.value)
-    for expected in ("n_epochs=0: must be in [1, inf]", "clip_range=-0.2", "gamma=1.5: must be in [0.0, 1.0]", "learning_rate=0.0",
-                     "ent_coef=nan", "batch_size=1: must be > 1 when normalize_advantage", "n_steps*n_envs=1", "model='resnet'",
-                     "Did you mean: `Hopper`?"):
-        assert expected in text, expected
-    assert len(exc.value.problems) == 9
+from ppo_dict.ppo import PPO
+from ppo_dict.vec import make_env_pool
 
 
 def test_worker_layout() -> None:
@@ -82,19 +24,49 @@ def test_num_batches_sets_the_minibatch_size() -> None:
     assert cfg.minibatch_size == 512
 
 
-def test_truncated_minibatch_warns_like_sb3() -> None:
-    with pytest.warns(UserWarning, match=r"mini-batch size of 60.*n_steps \* n_envs = 192.*truncated mini-batch of size 12"):
-        validate(Config(env="gym_CartPole-v1", n_envs=3, num_workers=0, n_steps=64, batch_size=60))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        validate(Config(env="gym_CartPole-v1", n_envs=2, num_workers=0, n_steps=64, batch_size=64))
+def test_python_values_are_read_by_the_flags_parsers() -> None:
+    cfg = Config(net_arch="64,64", learning_rate="lin_3e-4", normalize="True", n_steps="128", tags="a,b", activation_fn="nn.ReLU")
+    assert (cfg.net_arch, cfg.learning_rate, cfg.normalize, cfg.n_steps, cfg.tags, cfg.activation_fn) == (
+        [64, 64], "lin_3e-4", True, 128, ("a", "b"), "relu")
+    flags = config_from_args(["--net_arch", "64,64", "--learning_rate", "lin_3e-4", "--normalize", "True", "--n_steps", "128",
+                              "--tags", "a,b", "--activation_fn", "nn.ReLU"])
+    assert flags == cfg
+    assert Config.from_dict(cfg.to_dict()) == cfg
+    assert cfg.replace(seed=4).seed == 4 and dataclasses.replace(cfg, n_steps=64).n_steps == 64
 
 
-def test_old_mujoco_ids_map_to_the_newest_version() -> None:
-    from ppo_dict.envs import resolve_env_name
+def test_values_no_parser_reads_are_refused_at_once_all_listed() -> None:
+    with pytest.raises(ConfigError) as exc:
+        Config(net_arch="64,abc", seed=3.7, n_epochs="ten", normalize="maybe", gamma=True)
+    problems = exc.value.problems
+    assert [p.split("=", 1)[0] for p in problems] == ["seed", "net_arch", "n_epochs", "gamma", "normalize"]
+    assert problems[0] == "seed=3.7: invalid literal for int() with base 10: '3.7'"
+    assert problems[3] == "gamma=True: expected float, got a boolean"
+    assert "expected a boolean (True/False), got 'maybe'" in problems[4]
 
-    spec = resolve_env_name("gym_Reacher-v2")
-    assert spec.gym_id == "Reacher-v5" and "using Reacher-v5" in spec.notice
-    assert resolve_env_name("gym_Reacher-v4").notice == ""
-    with pytest.raises(Exception, match="provides versioned environments"):
-        resolve_env_name("gym_Hopper-v9")
+
+def test_out_of_range_values_are_refused_wherever_the_config_is_used() -> None:
+    cfg = Config(env="gym_CartPole-v1", n_epochs=0, gamma=1.5, num_workers=0, n_envs=2)
+    assert cfg.problems() == ["n_epochs=0: must be in [1, inf]", "gamma=1.5: must be in [0.0, 1.0]"]
+    for use in (lambda: make_env_pool(cfg), lambda: PPO(cfg, None), cfg.check, lambda: validate(cfg)):
+        with pytest.raises(ConfigError, match=r"^2 invalid setting\(s\):\n  - n_epochs=0: must be in \[1, inf\]\n  - gamma=1.5"):
+            use()
+
+
+def test_every_range_and_choice_comes_from_field_metadata() -> None:
+    """Bounds live in the fields: a value just below each lower bound is refused with its range."""
+    checked = 0
+    for f in dataclasses.fields(Config):
+        bounds = f.metadata["range"]
+        if bounds is None or bounds[0] == float("-inf"):
+            continue
+        lo, lo_open = bounds[0], (*bounds, False, False)[2]
+        below = lo if lo_open else lo - (1 if isinstance(lo, int) else 0.5)
+        assert any(p.startswith(f"{f.name}={float(below) if isinstance(lo, float) else below!r}: must be in ")
+                   for p in Config(**{f.name: below}).problems()), f.name
+        checked += 1
+    assert checked >= 30
+    assert Config(log_std_init=float("nan")).problems() == ["log_std_init=nan: must be in (-inf, inf)"]
+    assert Config(model="resnet").problems() == ["model='resnet': must be one of mlp, cnn"]
+    assert Config(wandb_mode="online").problems() == [] and Config(wandb_mode="x").problems() == [
+        "wandb_mode='x': must be one of online, offline, disabled or None"]

@@ -14,7 +14,7 @@ from ppo_dict.export import load_model_state
 from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
-from tests.test_cli import run_cli, summary_line
+from tests.test_main_ppo import run_cli, summary_line
 
 import subprocess
 import sys

@@ -8,7 +8,7 @@ from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
 from ppo_dict.errors import ConfigError
 from ppo_dict.export import load_model_state
-from tests.test_cli import QUICK, run_cli
+from tests.test_main_ppo import QUICK, run_cli
 
 ZOO = """
 HalfCheetah-v4:

@@ -1,15 +1,12 @@
-"""Logging outputs: wandb (offline, for real, read back from its .wandb file), CSV, TensorBoard, progress, plots."""
-import io
+"""Logging outputs: wandb (offline, for real, read back from its .wandb file), CSV, TensorBoard."""
 import json
 import os
 import struct
 
 import pytest
 
-from ppo_dict.plot import main as plot_main, mean_and_spread
-from ppo_dict.progress import Progress, format_duration
 from ppo_dict.tracking import CSVWriter, read_csv, resolve_wandb_mode
-from tests.test_cli import run_cli
+from tests.test_main_ppo import run_cli
 
 import numpy as np
 
@@ -113,35 +110,3 @@ def test_csv_writer_widens_header_and_resume_drops_later_rows(tmp_path) -> None:
     assert [r["step"] for r in read_csv(path)] == [100.0, 200.0]
 
 
-def test_progress_bar_on_a_terminal_and_lines_otherwise() -> None:
-    now = [0.0]
-    bar, lines = io.StringIO(), io.StringIO()
-    p_bar = Progress(1000, 0, "auto", stream=bar, isatty=True, clock=lambda: now[0])
-    p_lines = Progress(1000, 0, "auto", stream=lines, isatty=False, interval=10, clock=lambda: now[0])
-    for step, t in ((250, 1.0), (500, 2.0), (1000, 12.0)):
-        now[0] = t
-        p_bar.update(step, float("nan") if step == 250 else -5.0)
-        p_lines.update(step, -5.0)
-    assert bar.getvalue().count("\r") == 3
-    assert "\r[######..................] 250/1,000 steps (25.0%)  250 fps  ETA 3s  return -" in bar.getvalue()
-    assert lines.getvalue().splitlines() == [
-        "progress: 250/1,000 steps (25.0%)  250 fps  ETA 3s  return -5.00",
-        "progress: 1,000/1,000 steps (100.0%)  83 fps  ETA 0s  return -5.00",
-    ]
-    assert (format_duration(3725), format_duration(65), format_duration(float("inf"))) == ("1h02m05s", "1m05s", "?")
-
-
-def test_plot_several_runs_mean_and_spread(tmp_path) -> None:
-    grid, mean, std = mean_and_spread([(np.array([0, 10]), np.array([0.0, 10.0])), (np.array([0, 10]), np.array([2.0, 12.0]))], points=3)
-    assert grid.tolist() == [0.0, 5.0, 10.0] and mean.tolist() == [1.0, 6.0, 11.0] and std.tolist() == [1.0, 1.0, 1.0]
-    for seed in (0, 1):
-        run = tmp_path / f"run{seed}"
-        run.mkdir()
-        writer = CSVWriter(str(run / "progress.csv"))
-        for step in (100, 200, 300):
-            writer({"rollout/ep_rew_mean": float(step + seed)}, step)
-        (run / "config.json").write_text(json.dumps({"env": "gym_CartPole-v1"}))
-    out = tmp_path / "curves.png"
-    assert plot_main([str(tmp_path / "run0"), str(tmp_path / "run1"), "--out", str(out)]) == 0
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_main([str(tmp_path / "missing")]) == 2

@@ -1,0 +1,23 @@
+"""Learning curves: several runs drawn as their mean and spread."""
+import json
+
+import numpy as np
+
+from ppo_dict.plot import main as plot_main, mean_and_spread
+from ppo_dict.tracking import CSVWriter
+
+
+def test_plot_several_runs_mean_and_spread(tmp_path) -> None:
+    grid, mean, std = mean_and_spread([(np.array([0, 10]), np.array([0.0, 10.0])), (np.array([0, 10]), np.array([2.0, 12.0]))], points=3)
+    assert grid.tolist() == [0.0, 5.0, 10.0] and mean.tolist() == [1.0, 6.0, 11.0] and std.tolist() == [1.0, 1.0, 1.0]
+    for seed in (0, 1):
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        writer = CSVWriter(str(run / "progress.csv"))
+        for step in (100, 200, 300):
+            writer({"rollout/ep_rew_mean": float(step + seed)}, step)
+        (run / "config.json").write_text(json.dumps({"env": "gym_CartPole-v1"}))
+    out = tmp_path / "curves.png"
+    assert plot_main([str(tmp_path / "run0"), str(tmp_path / "run1"), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_main([str(tmp_path / "missing")]) == 2
