@@ -27,12 +27,21 @@ def progress_text(steps: int, total: int, fps: float, ep_return: float) -> str:
     return f"{steps:,}/{total:,} steps ({100 * steps / max(total, 1):.1f}%)  {fps:,.0f} fps  ETA {format_duration(remaining)}  return {ret}"
 
 
+def stream_is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (False for files, pipes and streams without ``isatty``)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 class Progress:
     """Call after each update with ``(num_timesteps, ep_rew_mean)``.
 
     mode ``bar``: redraws one line with ``\\r``; ``lines``: one line per ``interval`` seconds
-    (and the first and last); ``none``: silent; ``auto``: ``bar`` when ``isatty`` else ``lines``.
-    fps counts the steps of this process (a resumed run starts counting at its checkpoint).
+    (and the first and last); ``none``: silent; ``auto``: ``bar`` when the stream it writes to
+    is a terminal (``isatty`` overrides the probe), else ``lines``: ``... 2> train.log`` run from
+    a terminal gets lines, not ``\r`` redraws. fps counts the steps of this process (a resumed run starts counting at its checkpoint).
     """
 
     WIDTH = 24
@@ -41,7 +50,7 @@ class Progress:
                  isatty: Optional[bool] = None, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
         self.stream = stream or sys.stderr
         if mode == "auto":
-            mode = "bar" if (sys.stdout.isatty() if isatty is None else isatty) else "lines"
+            mode = "bar" if (stream_is_terminal(self.stream) if isatty is None else isatty) else "lines"
         self.mode, self.total, self.start_steps, self.interval, self.clock = mode, total, start_steps, interval, clock
         self.start = clock()
         self.last_line: Optional[float] = None
