@@ -140,7 +140,7 @@ class Config:
     step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers", range=(0.0, inf, True, False))
 
     # System and output
-    device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N", str, "system")
+    device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
     torch_threads: int = _opt(1, "torch threads in the main process (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")

@@ -82,6 +82,14 @@ def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, check
     }
 
 
+def device_notice(device: torch.device) -> str:
+    """One line when results on ``device`` will not be bit-exact with sb3 on the CPU ("" on the CPU)."""
+    if device.type == "cpu":
+        return ""
+    return (f"note: training on {device}: results are close to sb3's, not bit-exact (Adam's {device.type} kernels and "
+            "convolution algorithms round differently); --device cpu reproduces sb3 on the CPU bit for bit")
+
+
 def default_run_dir(cfg: Config, root: str = "runs") -> str:
     """``runs/<env>__<seed>__<YYYYmmdd-HHMMSS>``, with ``_2``, ``_3``... if that exists already."""
     base = os.path.join(root, f"{cfg.env}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}")
@@ -191,6 +199,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> 
     pool = make_env_pool(cfg, backend)
     try:
         ppo = PPO(cfg, pool, logger)
+        if device_notice(ppo.device):
+            print(device_notice(ppo.device), flush=True)
         if resumed is not None:
             restore(ppo, resumed[1], resumed[0])
             print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)

@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.config import Config
+from ppo_dict.envs import contains_image
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
@@ -27,10 +28,18 @@ from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
+    """The torch device ``--device name`` means for a policy that takes images or not.
+
+    ``auto`` keeps sb3's numbers where it can: MLP policies stay on the CPU (where PPO is also
+    faster, and bit-exact with sb3; sb3 warns about the GPU for them), image policies (NatureCNN,
+    dicts with images) go to CUDA when a GPU is present (``cuda_available``: None probes torch).
+    """
+    if name != "auto":
+        return torch.device(name)
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    return torch.device("cuda" if images and cuda_available else "cpu")
 
 
 def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
@@ -58,7 +67,7 @@ class PPO:
         cfg.check()
         self.cfg, self.pool, self.storage = cfg, pool, pool.storage
         self.n_envs = pool.num_envs
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.device, contains_image(pool.observation_space))
         self.logger = logger or Logger(verbose=cfg.verbose)
         self.lr_schedule = make_schedule(cfg.learning_rate)
         self.clip_schedule = make_schedule(cfg.clip_range)

@@ -59,3 +59,27 @@ def test_out_of_bounds_actions_are_clipped_for_the_env_but_stored_unclipped() ->
     assert s.actions.min() > 1e5  # the buffer keeps what the policy sampled
     assert np.isfinite(s.rewards).all()
     model.close()
+
+
+def test_device_auto_keeps_mlp_policies_on_the_cpu_and_sends_image_policies_to_a_gpu() -> None:
+    from ppo_dict.main_ppo import device_notice
+    from ppo_dict.ppo import resolve_device
+
+    assert resolve_device("auto", images=False, cuda_available=True) == torch.device("cpu")  # bit-exact with sb3
+    assert resolve_device("auto", images=True, cuda_available=True) == torch.device("cuda")
+    assert resolve_device("auto", images=True, cuda_available=False) == torch.device("cpu")
+    assert resolve_device("cuda:1", images=False, cuda_available=False) == torch.device("cuda:1")  # forced: as asked
+    assert resolve_device("cpu", images=True, cuda_available=True) == torch.device("cpu")
+    assert device_notice(torch.device("cpu")) == ""
+    notice = device_notice(torch.device("cuda"))
+    assert "\n" not in notice and notice.startswith("note: training on cuda: results are close to sb3's, not bit-exact")
+
+
+def test_ppo_asks_for_the_device_with_whether_its_observation_holds_images(monkeypatch) -> None:
+    import ppo_dict.ppo as ppo_module
+
+    asked = []
+    monkeypatch.setattr(ppo_module, "resolve_device", lambda name, images: asked.append((name, images)) or torch.device("cpu"))
+    for env, model in (("gym_CartPole-v1", "mlp"), ("test_dummy", "cnn")):
+        make(Config(env=env, model=model, n_envs=1, num_workers=0, n_steps=8, batch_size=8, seed=0, verbose=0)).close()
+    assert asked == [("auto", False), ("auto", True)]
