@@ -11,7 +11,7 @@ import os
 import warnings
 from typing import Optional
 
-from ppo_dict.config import MODELS, Config
+from ppo_dict.config import MODELS, RESUME_AUTO, Config
 from ppo_dict.envs import contains_image
 from ppo_dict.errors import ConfigError
 from ppo_dict.hyperparams import load_hyperparams
@@ -33,7 +33,7 @@ def path_problems(cfg: Config) -> list[str]:
     problems = []
     if cfg.save_path is not None and os.path.isfile(cfg.save_path):
         problems.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
-    if cfg.resume is not None and not os.path.exists(cfg.resume):
+    if cfg.resume not in (None, RESUME_AUTO) and not os.path.exists(cfg.resume):
         problems.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
     if cfg.hyperparams is not None:
         problems += load_hyperparams(cfg.hyperparams, cfg.env)[1]

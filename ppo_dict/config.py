@@ -26,6 +26,7 @@ MODELS = ("mlp", "cnn")
 MP_METHODS = ("forkserver", "spawn", "fork")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 WANDB_MODES = ("online", "offline", "disabled")
+RESUME_AUTO = "auto"  # --resume auto: resume from --run_dir if it holds a checkpoint, else start fresh
 inf = math.inf
 
 
@@ -153,7 +154,7 @@ class Config:
     run_dir: Optional[str] = _opt(None, "where this run writes config, CSV log, checkpoints, evaluations, videos, plots (None: runs/<env>__<seed>__<time>)", none_or(str), "run")
     save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", _int, "run", range=(0, inf))
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run", range=(1, inf))
-    resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file", none_or(str), "run")
+    resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file; auto: from --run_dir if it holds a checkpoint, else start fresh (requeued jobs)", none_or(str), "run")
     plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")
     tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", none_or(str), "run")
 
@@ -236,6 +237,8 @@ class Config:
                 problems += self._minibatch_problems()
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             problems.append(f"device={self.device!r}: must be auto, cpu, cuda or cuda:N")
+        if self.resume == RESUME_AUTO and self.run_dir is None:
+            problems.append("resume='auto': needs --run_dir (the directory a requeued job resumes from, or starts in)")
         if self.video and self.eval_freq == 0:
             problems.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
         return problems

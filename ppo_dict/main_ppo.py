@@ -12,6 +12,7 @@ A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -22,10 +23,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, load_for_resume, restore
+from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, list_checkpoints, load_for_resume, restore
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args, explicit_flags
-from ppo_dict.config import Config
+from ppo_dict.config import RESUME_AUTO, Config
 from ppo_dict.errors import CheckpointError, ConfigError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
@@ -223,17 +224,40 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> 
     return exit_code
 
 
+def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
+    """What ``--resume auto --run_dir DIR`` resumes from: DIR when it holds checkpoints, else None (start fresh).
+
+    For preemptible and requeued jobs, which rerun the same command (sample-factory's
+    ``--restart_behavior=resume``). A directory whose checkpoints were all renamed ``*.corrupt``
+    is not a fresh start: :class:`CheckpointError` says so, as for a corrupt ``--resume DIR``.
+    Without ``--run_dir`` there is nothing to look in (``validate`` reports it).
+    """
+    if run_dir is None:
+        return None
+    directory = os.path.join(run_dir, CHECKPOINT_DIR)
+    if list_checkpoints(directory):
+        return run_dir
+    corrupt = sorted(glob.glob(os.path.join(directory, "checkpoint_*.pt.corrupt")))
+    if corrupt:
+        raise CheckpointError(f"--resume auto: {directory} holds only unreadable checkpoints ({', '.join(map(os.path.basename, corrupt))}); "
+                              "remove them to start this run afresh")
+    print(f"--resume auto: no checkpoint in {directory}: starting fresh", flush=True)
+    return None
+
+
 def resume_source(argv: Optional[list[str]]) -> Optional[RESUMED]:
     """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
 
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
     CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
+    ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
     """
-    path = explicit_flags(argv).get("resume")
-    if path is None:
-        return None
-    if not os.path.exists(path):
-        return None  # validate() reports it with the other problems
+    flags = explicit_flags(argv)
+    path = flags.get("resume")
+    if path == RESUME_AUTO:
+        path = auto_resume_dir(flags.get("run_dir"))
+    if path is None or not os.path.exists(path):
+        return None  # a fresh start, or validate() reports the missing path with the other problems
     file, state = load_for_resume(path)
     folder = os.path.dirname(os.path.abspath(file))
     state["config"]["run_dir"] = os.path.dirname(folder) if os.path.basename(folder) == CHECKPOINT_DIR else folder

@@ -244,3 +244,26 @@ def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
     assert first.read_bytes() == before
     for name in names:  # every checkpoint left is whole
         load_model_state(str(run_dir / "checkpoints" / name))
+
+
+def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_path) -> None:
+    """A requeued job runs the same command each time: the first start is fresh, later ones resume."""
+    run_dir = tmp_path / "job"
+    command = ("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64",
+               "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--resume", "auto", "--run_dir", str(run_dir))
+    first = run_cli(*command, "--total_timesteps", "256")
+    assert first.returncode == 0, first.stderr
+    assert f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh" in first.stdout
+    assert summary_line(first.stdout)["env_steps"] == 256
+    second = run_cli(*command, "--total_timesteps", "512")
+    assert second.returncode == 0, second.stderr
+    assert f"resumed from {run_dir}/checkpoints/checkpoint_000000000256.pt at 256 steps" in second.stdout
+    assert summary_line(second.stdout)["env_steps"] == 512
+    # Checkpoints that all failed to load (renamed *.corrupt) are not a reason to start over.
+    for path in list_checkpoints(str(run_dir / "checkpoints")):
+        os.replace(path, path + ".corrupt")
+    third = run_cli(*command, "--total_timesteps", "768")
+    assert third.returncode == 2 and "holds only unreadable checkpoints (checkpoint_000000000256.pt.corrupt" in third.stderr
+    assert third.stdout == ""
+    no_dir = run_cli("--env", "gym_CartPole-v1", "--resume", "auto")
+    assert no_dir.returncode == 2 and "resume='auto': needs --run_dir" in no_dir.stderr
