@@ -4,9 +4,15 @@ An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` ke
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
 ``policy_kwargs``). String values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are
 parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+
+``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
+(the ``zoo`` extra). An env without an entry takes the file's ``atari`` entry (Atari ids) or
+``default`` entry, as rl-zoo's ``ExperimentManager.read_hyperparameters`` does.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 from ppo_dict.envs import GYM_PREFIX
@@ -38,11 +44,36 @@ UNSUPPORTED = {
 }
 
 
+#: ``--hyperparams rl_zoo3``: rl-zoo's PPO file from the installed package
+RL_ZOO = "rl_zoo3"
+
+
+def hyperparams_file(name: str) -> str:
+    """The file ``--hyperparams name`` means: a path, or ``rl_zoo3`` for the installed rl-zoo's ``ppo.yml``.
+
+    Found without importing rl_zoo3 (which imports sb3, optuna and huggingface_hub); raises
+    ``FileNotFoundError`` naming the extra to install when rl_zoo3 is not there.
+    """
+    if name != RL_ZOO:
+        return name
+    spec = importlib.util.find_spec(RL_ZOO)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("rl_zoo3 is not installed: pip install rl_zoo3 (or ppo_dict's zoo extra), or give a file path")
+    return os.path.join(list(spec.submodule_search_locations)[0], "hyperparams", "ppo.yml")
+
+
+def is_atari(gym_id: str) -> bool:
+    """An Atari id by its name (rl-zoo asks the entry point, which needs ale_py imported)."""
+    return gym_id.startswith("ALE/") or "NoFrameskip" in gym_id
+
+
 def _entry_names(env: str) -> list[str]:
-    """The keys an env may have in the file: ``gym_Reacher-v2`` -> ``gym_Reacher-v2``, ``Reacher-v2``."""
+    """The keys an env may have in the file, in rl-zoo's order: ``gym_Reacher-v2`` -> ``gym_Reacher-v2``,
+    ``Reacher-v2``, then the fallback entry ``atari`` (Atari ids) or ``default``."""
     names = [env]
     if env.startswith(GYM_PREFIX):
         names.append(env[len(GYM_PREFIX) :])
+    names.append("atari" if is_atari(names[-1]) else "default")
     return names
 
 
@@ -104,7 +135,7 @@ def load_hyperparams(path: str, env: str) -> tuple[dict[str, Any], list[str]]:
     import yaml  # PyYAML comes with wandb and gymnasium; imported only for this feature
 
     try:
-        with open(path) as f:
+        with open(hyperparams_file(path)) as f:
             document = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
         return {}, [f"hyperparams={path!r}: cannot read: {exc}"]

@@ -1,5 +1,10 @@
-"""rl-zoo interop: hyperparams/ppo.yml entries, flags over the file, refused keys; vecnormalize.pkl for rl-zoo's enjoy."""
+"""rl-zoo interop: hyperparams/ppo.yml entries, flags over the file, refused keys, rl-zoo's whole table; vecnormalize.pkl for rl-zoo's enjoy."""
+import collections
+import importlib.util
+import os
 import pickle
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -8,6 +13,8 @@ from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
 from ppo_dict.errors import ConfigError
 from ppo_dict.export import load_model_state
+from ppo_dict.hyperparams import UNSUPPORTED, hyperparams_file, load_hyperparams, translate
+from tests.conftest import ROOT
 from tests.test_main_ppo import QUICK, run_cli
 
 ZOO = """
@@ -60,7 +67,7 @@ def test_unsupported_keys_are_reported_with_the_other_problems(tmp_path) -> None
     assert problems[2].startswith(f"hyperparams {path}[Reacher-v2]: policy_kwargs=\"__import__('os').system('touch PWNED')\": ")
     assert not (tmp_path / "PWNED").exists()
     cfg = config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)])
-    with pytest.raises(ConfigError, match=r"no entry for gym_Hopper-v5 or Hopper-v5 \(entries: HalfCheetah-v4, Reacher-v2\)"):
+    with pytest.raises(ConfigError, match=r"no entry for gym_Hopper-v5 or Hopper-v5 or default \(entries: HalfCheetah-v4, Reacher-v2\)"):
         validate(cfg)
 
 
@@ -86,3 +93,85 @@ def test_export_sb3_writes_vecnormalize_pkl_that_sb3_loads(tmp_path) -> None:
         assert type(pickle.load(f)).__name__ == "VecNormalize"
     assert "normalize: true" in (tmp_path / "CartPole-v1" / "config.yml").read_text()
     venv.close()
+
+
+# ------------------------------------------------------------------------------------ rl-zoo's whole table
+def classify(path: str, names: list) -> dict:
+    """``{entry: ("loaded", None) | ("refused", sorted keys) | ("no env", reason)}``, each entry run
+    through the user's path: ``--env gym_<entry> --hyperparams <path>``, then the whole check."""
+    table = {}
+    for name in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # sb3's truncated-minibatch warning, deprecated v4 envs
+            try:
+                validate(config_from_args(["--env", f"gym_{name}", "--hyperparams", path]))
+                table[name] = ("loaded", None)
+                continue
+            except ConfigError as exc:
+                problems = exc.problems
+        env_problems = [p for p in problems if p.startswith("env=")]
+        if env_problems:
+            table[name] = ("no env", env_problems[0])
+            continue
+        pattern = re.compile(rf"^hyperparams {re.escape(path)}\[{re.escape(name)}\]: '(\w+)' is not supported: ")
+        keys = [pattern.match(p).group(1) if pattern.match(p) else p for p in problems]
+        table[name] = ("refused", sorted(keys))
+    return table
+
+
+def zoo_document() -> dict:
+    import yaml
+
+    with open(hyperparams_file("rl_zoo3")) as f:
+        return yaml.safe_load(f)
+
+
+needs_zoo = pytest.mark.skipif(importlib.util.find_spec("rl_zoo3") is None,
+                               reason="rl_zoo3 is not installed (the zoo and test extras: pip install -e '.[test]')")
+
+
+@needs_zoo
+def test_every_rl_zoo_ppo_entry_loads_or_is_refused_naming_exactly_the_unimplemented_keys() -> None:
+    document = zoo_document()
+    envs = [name for name in document if name not in ("default", "atari")]
+    table = classify("rl_zoo3", envs)
+    outcome = collections.Counter(kind for kind, _ in table.values())
+    refused = {name: keys for name, (kind, keys) in table.items() if kind == "refused"}
+    no_env = {name: reason for name, (kind, reason) in table.items() if kind == "no env"}
+    print(f"rl_zoo3 ppo.yml: {len(envs)} env entries: {dict(outcome)}; refused {refused}")
+    # A refusal names exactly the entry's keys that ppo_dict does not implement, and nothing else.
+    for name, keys in refused.items():
+        assert keys == sorted(k for k in document[name] if k in UNSUPPORTED), (name, keys)
+    # Every env gymnasium can make here is loaded or refused; the others are PyBullet and MiniGrid,
+    # whose packages (pybullet_envs_gymnasium, minigrid) register them.
+    assert all(name.startswith("MiniGrid-") or "Bullet" in name for name in no_env), no_env
+    assert all("doesn't exist" in reason for reason in no_env.values()), no_env
+    assert dict(outcome) == {"loaded": 17, "refused": 3, "no env": 22}
+    assert refused == {"Pendulum-v1": ["sde_sample_freq", "use_sde"], "MountainCarContinuous-v0": ["use_sde"],
+                       "CarRacing-v3": ["env_wrapper", "frame_stack", "sde_sample_freq", "use_sde"]}
+    # The two entries that are not env ids: `default` for envs without an entry (as rl-zoo), `atari`.
+    cfg = config_from_args(["--env", "gym_InvertedPendulum-v5", "--hyperparams", "rl_zoo3"])
+    assert (cfg.total_timesteps, cfg.model) == (1_000_000, "mlp")
+    assert sorted(p.split("'")[1] for p in translate(document["atari"], "atari")[1]) == ["env_wrapper", "frame_stack"]
+
+
+@needs_zoo
+def test_shipped_file_holds_rl_zoos_entries_that_load_unchanged() -> None:
+    import yaml
+
+    document = zoo_document()
+    shipped_path = os.path.join(ROOT, "hyperparams", "ppo.yml")
+    with open(shipped_path) as f:
+        shipped = yaml.safe_load(f)
+    loaded = [name for name, (kind, _) in classify("rl_zoo3", [n for n in document if n not in ("default", "atari")]).items()
+              if kind == "loaded"]
+    assert list(shipped) == ["default", *loaded]  # rl-zoo's order
+    assert all(shipped[name] == document[name] for name in shipped)
+    assert classify(shipped_path, loaded) == {name: ("loaded", None) for name in loaded}
+
+
+def test_rl_zoo3_name_without_the_package_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    values, problems = load_hyperparams("rl_zoo3", "gym_CartPole-v1")
+    assert values == {} and problems == ["hyperparams='rl_zoo3': cannot read: rl_zoo3 is not installed: pip install rl_zoo3 "
+                                         "(or ppo_dict's zoo extra), or give a file path"]
