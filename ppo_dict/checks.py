@@ -15,6 +15,7 @@ from ppo_dict.config import MODELS, RESUME_AUTO, Config
 from ppo_dict.envs import contains_image
 from ppo_dict.errors import ConfigError
 from ppo_dict.hyperparams import load_hyperparams
+from ppo_dict.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.backend import EnvBackend
 
@@ -35,6 +36,8 @@ def path_problems(cfg: Config) -> list[str]:
         problems.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
     if cfg.resume not in (None, RESUME_AUTO) and not os.path.exists(cfg.resume):
         problems.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
+    if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
+        problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
         problems += load_hyperparams(cfg.hyperparams, cfg.env)[1]
     return problems
@@ -53,8 +56,10 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [p for p in problems if p]
 
 
-def validate(cfg: Config) -> EnvBackend:
+def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend.
+
+    ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags.
 
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
@@ -67,6 +72,8 @@ def validate(cfg: Config) -> EnvBackend:
         problems.append(f"env={cfg.env!r}: {exc}")
     if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):
         problems += env_problems(cfg, backend)
+        if agent is not None:
+            problems += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
     if problems:
         raise ConfigError(problems)
     if cfg.rollout_size % cfg.minibatch_size > 0:

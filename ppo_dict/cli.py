@@ -42,11 +42,13 @@ def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
     return {k: parse_packages(v) if k in ("gym_packages", "tags") else v for k, v in vars(ns).items()}
 
 
-def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None) -> Config:
+def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
+                     pinned: Optional[dict[str, Any]] = None) -> Config:
     """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.checks.validate``).
 
-    Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config), the
-    ``--hyperparams`` file's entry for the env, then the flags actually typed.
+    Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config, or a
+    trained agent's saved hyperparameters), the ``--hyperparams`` file's entry for the env,
+    ``pinned`` (what a trained agent fixes: its policy), then the flags actually typed.
     """
     values = vars(build_parser().parse_args(argv))  # argparse exits 2 on unknown flags or bad values
     given = explicit_flags(argv)
@@ -55,6 +57,7 @@ def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, 
     if hyperparams_file and "resume" not in given:
         env = given.get("env", layered.get("env", values["env"]))
         layered.update(load_hyperparams(hyperparams_file, env)[0])
+    layered.update(pinned or {})
     layered.update(given)
     values.update(layered)
     return Config(**values)

@@ -155,6 +155,7 @@ class Config:
     save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", _int, "run", range=(0, inf))
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run", range=(1, inf))
     resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file; auto: from --run_dir if it holds a checkpoint, else start fresh (requeued jobs)", none_or(str), "run")
+    trained_agent: Optional[str] = _opt(None, "start from an sb3 PPO zip (rl-zoo's --trained-agent): its policy, Adam state and, with vecnormalize.pkl where rl-zoo puts it, its normalisation statistics; counters start at 0, as in rl-zoo", none_or(str), "run")
     plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")
     tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", none_or(str), "run")
 

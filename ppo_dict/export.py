@@ -181,7 +181,7 @@ def export_sb3(ppo: "PPO", path: str) -> str:
         sb3_model = SB3PPO(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_ppo_kwargs(cfg))
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
         sb3_model.policy.optimizer.load_state_dict(ppo.optimizer.state_dict())
-        sb3_model.num_timesteps = ppo.num_timesteps
+        sb3_model.num_timesteps, sb3_model._n_updates = ppo.num_timesteps, ppo.n_updates
         atomic_write(path, sb3_model.save)
         if ppo.normalizer is not None:
             export_vecnormalize(ppo, vec_env, vecnormalize_path(path))
@@ -211,7 +211,9 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     norm, cfg = ppo.normalizer, ppo.cfg
     if norm is None:
         raise ValueError("export_vecnormalize: the model was trained without --normalize")
-    vec_normalize = VecNormalize(vec_env, training=False, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward,
+    # training=True, as rl-zoo's SaveVecNormalizeCallback saves it from the training env: continuing
+    # (--trained-agent) keeps updating the statistics, and rl-zoo's enjoy switches them off itself.
+    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward,
                                  clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon)
 
     def to_sb3(rms: Any) -> SB3RunningMeanStd:

@@ -26,13 +26,14 @@ import torch
 from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, list_checkpoints, load_for_resume, restore
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args, explicit_flags
-from ppo_dict.config import RESUME_AUTO, Config
+from ppo_dict.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.errors import CheckpointError, ConfigError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
 from ppo_dict.progress import Progress
 from ppo_dict.tracking import CSVWriter, scalars
+from ppo_dict.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.vec import env_spec, make_env_pool
 from ppo_dict.vec.backend import EnvBackend
 
@@ -186,8 +187,9 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
     return last_checkpoint
 
 
-def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> int:
-    """Train with a validated config on its probed env (resuming from ``resumed``); returns the exit code."""
+def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None) -> int:
+    """Train with a validated config on its probed env (resuming from ``resumed``, or starting
+    from the trained ``agent``); returns the exit code."""
     stop = StopFlag()
     stop.install()
     torch.set_num_threads(cfg.torch_threads)
@@ -205,6 +207,10 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None) -> 
         if resumed is not None:
             restore(ppo, resumed[1], resumed[0])
             print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)
+        elif agent is not None:
+            apply_trained_agent(ppo, agent)
+            stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
+            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
         checkpoints, after_update = after_update_services(ppo, cfg, tracker, closers)
         ppo.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
@@ -264,19 +270,35 @@ def resume_source(argv: Optional[list[str]]) -> Optional[RESUMED]:
     return file, state
 
 
+def trained_agent_source(argv: Optional[list[str]]) -> Optional[TrainedAgent]:
+    """The sb3 zip ``--trained_agent`` names, read (raises :class:`CheckpointError`), or None without it."""
+    flags = explicit_flags(argv)
+    path = flags.get("trained_agent")
+    if path is None or not os.path.isfile(path):
+        return None  # validate() reports a missing file with the other problems
+    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default))
+    for note in agent.notes:
+        print(note, file=sys.stderr, flush=True)
+    return agent
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    agent = None
     try:
         resumed = resume_source(argv)
-    except CheckpointError as exc:
+        if resumed is None:  # a resumed run continues its checkpoint, which already started from the zip
+            agent = trained_agent_source(argv)
+        base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
+        cfg = config_from_args(argv, base=base, pinned=None if agent is None else agent.pinned)  # argparse exits 2 on bad flags
+    except (CheckpointError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cfg = config_from_args(argv, base=None if resumed is None else resumed[1]["config"])  # argparse exits 2 on bad flags
     if cfg.video:
         from ppo_dict.envs.render import select_mujoco_gl
 
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     try:
-        backend = validate(cfg)
+        backend = validate(cfg, agent)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -284,7 +306,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     try:
-        return run(cfg, backend, resumed)
+        return run(cfg, backend, resumed, agent)
     except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -84,7 +84,7 @@ def test_export_sb3_writes_vecnormalize_pkl_that_sb3_loads(tmp_path) -> None:
     pkl = tmp_path / "CartPole-v1" / "vecnormalize.pkl"
     venv = DummyVecEnv([lambda: make_env(resolve_env_name("gym_CartPole-v1"))])
     loaded = VecNormalize.load(str(pkl), venv)
-    assert isinstance(loaded, VecNormalize) and loaded.training is False and loaded.norm_reward is False
+    assert isinstance(loaded, VecNormalize) and loaded.training is True and loaded.norm_reward is False
     assert np.array_equal(loaded.obs_rms.mean, ours["obs_rms"]["obs"]["mean"].numpy())
     assert np.array_equal(loaded.obs_rms.var, ours["obs_rms"]["obs"]["var"].numpy())
     assert loaded.obs_rms.count == float(ours["obs_rms"]["obs"]["count"])

@@ -7,7 +7,7 @@ final parameters, Adam state and RNG states.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -86,16 +86,20 @@ def make_sb3(cfg: Config) -> SB3PPO:
 
 
 def run_sb3(cfg: Config) -> Record:
+    return learn_sb3(make_sb3(cfg), cfg.total_timesteps, cfg.log_interval)
+
+
+def learn_sb3(model: SB3PPO, total_timesteps: int, log_interval: int = 1) -> Record:
+    """``model.learn(total_timesteps)`` (sb3's defaults otherwise), recording what :class:`Record` holds."""
     rec = Record()
-    model = make_sb3(cfg)
     logger = SB3Logger(folder=None, output_formats=[_Capture(rec.dumps)])
     model.set_logger(logger)
-    model.learn(cfg.total_timesteps, callback=_RolloutCapture(rec.rollouts), log_interval=cfg.log_interval)
+    model.learn(total_timesteps, callback=_RolloutCapture(rec.rollouts), log_interval=log_interval)
     rec.last_logs = _untimed(dict(logger.name_to_value))
     rec.params = {k: v.clone() for k, v in model.policy.state_dict().items()}
     rec.optimizer = model.policy.optimizer.state_dict()
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
-    if cfg.normalize:
+    if isinstance(model.get_env(), VecNormalize):
         venv = model.get_env()
         rms = venv.obs_rms["state"] if isinstance(venv.obs_rms, dict) else venv.obs_rms
         rec.normalizer = {"obs_mean": rms.mean, "obs_var": rms.var, "obs_count": rms.count,
@@ -128,9 +132,12 @@ def make_ours(cfg: Config, pool=None) -> RecordingPPO:
     return model
 
 
-def run_ours(cfg: Config, pool=None) -> Record:
+def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = None) -> Record:
+    """Train ppo_dict on ``cfg``; ``prepare(model)`` runs between construction and ``learn``."""
     rec = Record()
     model = make_ours(cfg, pool)
+    if prepare is not None:
+        prepare(model)
     model.logger.writers.append(lambda values, step: rec.dumps.append(_untimed(values)))
     try:
         model.learn()

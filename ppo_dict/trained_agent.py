@@ -1,0 +1,254 @@
+"""Starting from an sb3 PPO zip: ``--trained_agent FILE.zip``, rl-zoo's ``--trained-agent``.
+
+rl-zoo continues a saved agent as ``PPO.load(zip, env, seed=seed, **hyperparams).learn(n)``
+(``ExperimentManager._load_pretrained_agent``, then ``learn`` with ``reset_num_timesteps=True``),
+with ``VecNormalize.load`` when ``<zip folder>/<env id>/vecnormalize.pkl`` exists. ppo_dict does
+the same, so that the two continue bit for bit (``tests/parity/test_trained_agent.py``):
+
+* settings, lowest first: sb3's defaults, the zip's saved PPO hyperparameters (``load`` puts them
+  back before its keyword arguments), the ``--hyperparams`` entry, then the policy the zip holds
+  (rl-zoo deletes ``policy`` and ``policy_kwargs`` from the entry), and the flags typed;
+* seeds as ``load(seed=...)`` sets them: the policy is built afresh (the same torch RNG draws),
+  then the zip's parameters and Adam state replace its own;
+* counters as ``learn(reset_num_timesteps=True)`` leaves them: steps, iterations and episode
+  statistics start at 0 (so schedules start over), ``n_updates`` continues from the zip;
+* with a ``vecnormalize.pkl``, its statistics and settings (its ``norm_obs``, ``gamma``, ...)
+  replace ``--normalize``'s, as ``VecNormalize.load`` replaces the entry's ``normalize``.
+
+Reading the zip and the pickle needs stable-baselines3 (the ``zoo`` or ``test`` extra), and
+unpickles what they hold, as sb3 and rl-zoo do: open only files you trust.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from ppo_dict.config import FIELDS, Config
+from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
+from ppo_dict.errors import CheckpointError
+from ppo_dict.policy import ACTIVATION_CLASSES
+from ppo_dict.storage import OBS_KEY
+
+if TYPE_CHECKING:
+    from ppo_dict.ppo import PPO
+
+#: sb3's PPO policy classes (``stable_baselines3.common.policies``) -> ppo_dict's model for them
+PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
+#: the sb3 ``PPO`` attributes a zip saves that are Config fields under the same name
+HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
+                   "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl")
+#: policy_kwargs ppo_dict builds the same way (the optimizer's own settings travel in its saved state)
+POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
+                 "optimizer_kwargs")
+DEFAULT_EXTRACTORS = ("FlattenExtractor", "NatureCNN", "CombinedExtractor")
+
+
+@dataclass
+class TrainedAgent:
+    """What an sb3 PPO zip (and the ``vecnormalize.pkl`` beside it) gives a new run.
+
+    ``saved``: the zip's hyperparameters as Config values (below ``--hyperparams`` and flags);
+    ``pinned``: what the zip fixes (the policy, and the normalisation with a pkl), above the
+    ``--hyperparams`` entry; flags that contradict it are refused by :func:`agent_problems`.
+    """
+
+    path: str
+    saved: dict[str, Any]
+    pinned: dict[str, Any]
+    policy_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any]
+    n_updates: int
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    vecnormalize: Optional[str] = None
+    normalizer_state: Optional[dict[str, Any]] = None
+    normalized_keys: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def schedule_value(value: Any) -> Any:
+    """A saved schedule as a Config value: a float, ``lin_<x>`` for rl-zoo's ``SimpleLinearSchedule``,
+    or None when ppo_dict has no schedule with the same arithmetic (sb3's ``LinearSchedule``, a lambda)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    name = type(value).__name__
+    if name == "FloatSchedule":  # sb3 wraps every schedule in one: float(inner(progress))
+        return schedule_value(value.value_schedule)
+    if name == "ConstantSchedule":
+        return float(value.val)
+    if name == "SimpleLinearSchedule":  # rl-zoo's lin_<x>: progress_remaining * initial_value, as ours
+        return f"lin_{float(value.initial_value)!r}"
+    return None
+
+
+def vecnormalize_candidates(zip_path: str, env: str) -> list[str]:
+    """Where the statistics may lie: rl-zoo's ``<zip folder>/<env id>/vecnormalize.pkl``, then
+    ``<zip without .zip>/vecnormalize.pkl`` (ppo_dict's ``--export_sb3``; the same path when the
+    zip is named after the env, as rl-zoo names it)."""
+    env_id = env[len(GYM_PREFIX):] if env.startswith(GYM_PREFIX) else env
+    paths = [os.path.join(os.path.dirname(zip_path), env_id, "vecnormalize.pkl"), os.path.join(zip_path[: -len(".zip")], "vecnormalize.pkl")]
+    return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+
+
+def _load_zip(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        from stable_baselines3.common.save_util import load_from_zip_file
+    except ImportError as exc:
+        raise CheckpointError(f"--trained_agent {path}: reading an sb3 zip needs stable-baselines3 "
+                              "(pip install stable-baselines3==2.9.2, or ppo_dict's zoo extra)") from exc
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a zip file (an sb3 model is the .zip PPO.save writes)")
+    try:
+        data, params, _ = load_from_zip_file(path, device="cpu")
+    except Exception as exc:  # not a zip, truncated, an unpicklable object...
+        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
+    if not data or not params:
+        raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
+    return data, params
+
+
+def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> None:
+    """Refuse a zip of another algorithm, or of a PPO ppo_dict does not implement, naming what it is."""
+    policy_class = data.get("policy_class")
+    module, name = getattr(policy_class, "__module__", "?"), getattr(policy_class, "__name__", repr(policy_class))
+    if module != "stable_baselines3.common.policies" or name not in PPO_POLICIES:
+        algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
+        raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
+                              f"--trained_agent takes a zip saved by stable_baselines3.PPO")
+    missing = [k for k in ("clip_range", "n_epochs", "batch_size") if k not in data]
+    if missing or "policy.optimizer" not in params:
+        raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
+                              "(an A2C zip has the same policy class)")
+    if data.get("use_sde"):
+        raise CheckpointError(f"{path}: the agent was trained with use_sde=True (gSDE), which ppo_dict does not implement")
+
+
+def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Space) -> dict[str, Any]:
+    """The Config's policy fields as the zip's policy has them (sb3's defaults where it has none)."""
+    kwargs = dict(data.get("policy_kwargs") or {})
+    kwargs.pop("device", None)
+    unsupported = {k: v for k, v in kwargs.items() if k not in POLICY_KWARGS}
+    extractor = unsupported.pop("features_extractor_class", None)
+    if extractor is not None and getattr(extractor, "__name__", "") not in DEFAULT_EXTRACTORS:
+        unsupported["features_extractor_class"] = extractor
+    if getattr(unsupported.get("optimizer_class"), "__name__", "") == "Adam":
+        unsupported.pop("optimizer_class")
+    if unsupported:
+        raise CheckpointError(f"{path}: the policy uses policy_kwargs ppo_dict does not implement: "
+                              + ", ".join(f"{k}={v!r}" for k, v in unsupported.items()))
+    activation = kwargs.get("activation_fn", torch.nn.Tanh)
+    names = {cls: name for name, cls in ACTIVATION_CLASSES.items()}
+    if activation not in names:
+        raise CheckpointError(f"{path}: activation_fn={activation!r} is not one ppo_dict builds ({', '.join(ACTIVATION_CLASSES)})")
+    net_arch = kwargs.get("net_arch")
+    if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
+        net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
+    model = PPO_POLICIES[data["policy_class"].__name__] or ("cnn" if contains_image(observation_space) else "mlp")
+    defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images")}
+    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation],
+            **{name: kwargs.get(name, default) for name, default in defaults.items()}}
+
+
+def saved_values(data: dict[str, Any]) -> dict[str, Any]:
+    """The zip's PPO hyperparameters as Config values. A schedule ppo_dict cannot express becomes a
+    value the Config refuses by name, unless ``--hyperparams`` or a flag sets that field."""
+    values: dict[str, Any] = {}
+    for name in HYPERPARAMETERS:
+        if name not in data:
+            continue
+        value = data[name]
+        if name in ("learning_rate", "clip_range") or (name == "clip_range_vf" and value is not None):
+            expressed = schedule_value(value)
+            value = expressed if expressed is not None else f"<{value!r} from the zip: not a constant or lin_ schedule; pass --{name}>"
+        values[name] = value
+    return values
+
+
+def read_vecnormalize(path: str, observation_space: spaces.Space) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...], list[str]]:
+    """``(pinned normalisation settings, Normalizer state, normalised keys, notes)`` from an sb3 ``VecNormalize`` pickle."""
+    try:
+        with open(path, "rb") as f:
+            vec_normalize = pickle.load(f)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {type(exc).__name__}: {exc}") from exc
+    if type(vec_normalize).__name__ != "VecNormalize":
+        raise CheckpointError(f"{path}: holds a {type(vec_normalize).__name__}, not an sb3 VecNormalize")
+
+    def rms(r: Any) -> dict[str, Any]:
+        return {"mean": np.asarray(r.mean, np.float64).copy(), "var": np.asarray(r.var, np.float64).copy(), "count": float(r.count)}
+
+    obs_rms = vec_normalize.obs_rms
+    obs = {key: rms(r) for key, r in obs_rms.items()} if isinstance(obs_rms, dict) else {OBS_KEY: rms(obs_rms)}
+    pinned = {"normalize": True, "norm_obs": bool(vec_normalize.norm_obs), "norm_reward": bool(vec_normalize.norm_reward),
+              "clip_obs": float(vec_normalize.clip_obs), "clip_reward": float(vec_normalize.clip_reward),
+              "norm_gamma": float(vec_normalize.gamma), "norm_epsilon": float(vec_normalize.epsilon)}
+    notes = [] if vec_normalize.training else [
+        f"note: {path} was saved with training=False (an evaluation env's): ppo_dict updates the statistics while "
+        "training, as a training env's VecNormalize does; sb3 would keep them frozen"]
+    return pinned, {"obs_rms": obs, "ret_rms": rms(vec_normalize.ret_rms), "returns": np.zeros(0)}, tuple(obs), notes
+
+
+def read_trained_agent(path: str, env: str) -> TrainedAgent:
+    """Read an sb3 PPO zip (and its ``vecnormalize.pkl``, where rl-zoo puts it) for a run on ``env``.
+
+    Raises :class:`CheckpointError` for a file that is not an sb3 PPO zip (another algorithm
+    says which), or one that uses what ppo_dict does not implement (gSDE, custom extractors).
+    """
+    data, params = _load_zip(path)
+    check_is_ppo(path, data, params)
+    observation_space, action_space = data["observation_space"], data["action_space"]
+    agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
+                         policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
+                         n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
+    for candidate in vecnormalize_candidates(path, env):
+        if os.path.isfile(candidate):
+            pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_vecnormalize(candidate, observation_space)
+            agent.pinned.update(pinned)
+            agent.vecnormalize = candidate
+            break
+    return agent
+
+
+def agent_problems(agent: TrainedAgent, cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> list[str]:
+    """Why ``agent`` cannot continue in this run: other spaces (sb3's ``check_for_correct_spaces``
+    wording), flags that contradict the zip, statistics for other observation keys."""
+    problems = []
+    for what, saved, current in (("Observation", agent.observation_space, channel_first_space(observation_space)),
+                                 ("Action", agent.action_space, action_space)):
+        if saved != current:
+            problems.append(f"trained_agent={agent.path!r}: {what} spaces do not match: {saved} != {current} (env {cfg.env})")
+    for name, value in agent.pinned.items():
+        if getattr(cfg, name) != value:
+            source = agent.vecnormalize if FIELDS[name].metadata["group"] == "normalize" else "its policy"
+            problems.append(f"{name}={getattr(cfg, name)!r}: the trained agent's {name} is {value!r} ({source}); "
+                            f"drop --{name}, the zip decides it")
+    if agent.normalizer_state is not None and cfg.normalize:
+        from ppo_dict.storage import obs_layout
+
+        ours = tuple(k for k, (_, dtype) in obs_layout(observation_space).items() if dtype != np.uint8)
+        if sorted(agent.normalized_keys) != sorted(ours):
+            problems.append(f"trained_agent: {agent.vecnormalize} normalises {list(agent.normalized_keys)}, "
+                            f"ppo_dict normalises the vector keys {list(ours)}")
+    return problems
+
+
+def apply_trained_agent(ppo: "PPO", agent: TrainedAgent) -> None:
+    """Put the zip's parameters, Adam state, update count (and statistics) into a freshly built ``ppo``.
+
+    Counters stay at 0, as after sb3's ``learn(reset_num_timesteps=True)``.
+    """
+    try:
+        ppo.policy.load_state_dict(agent.policy_state)
+        ppo.optimizer.load_state_dict(agent.optimizer_state)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{agent.path}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
+    ppo.n_updates = agent.n_updates
+    if agent.normalizer_state is not None and ppo.normalizer is not None:
+        ppo.normalizer.load_state_dict(agent.normalizer_state)
