@@ -1,31 +1,36 @@
-"""Run a wandb sweep file locally, without a W&B server: ``python -m ppo_dict.sweep sweeps/reacher.yaml --count 8``.
+"""Run a wandb sweep file without a W&B server, on an Optuna study many processes can share.
 
-Each trial is the command line a ``wandb agent`` would run for the same sweep file: the file's
-``command`` with ``${env}``, ``${interpreter}`` and ``${args}`` expanded by wandb's own
-``create_sweep_command`` / ``create_sweep_command_args`` (flags as ``--name=value``). Trials run
-one after another as subprocesses; each prints its summary JSON line last, from which the
-sweep's ``metric`` is read (``metrics[<name>]``, e.g. ``rollout/ep_rew_mean``). Methods:
-``grid`` (every combination of ``values``), ``random`` (numpy, seeded) and ``bayes`` (Optuna's
-TPE sampler, if optuna is installed: ``pip install optuna``).
+``python -m ppo_dict.sweep sweeps/reacher.yaml --count 8 --n_jobs 2`` runs 8 trials, 2 at a time;
+``--storage URL --study_name NAME`` puts the study where other processes, here or on other
+machines, join it with the same command (``ppo_dict.study``). Each trial is the command line a
+``wandb agent`` would run for the same sweep file: the file's ``command`` with ``${env}``,
+``${interpreter}`` and ``${args}`` expanded by wandb's own ``create_sweep_command`` /
+``create_sweep_command_args`` (flags as ``--name=value``), run as a subprocess that prints its
+summary JSON line last, from which the sweep's ``metric`` is read (``metrics[<name>]``). Every
+method is an Optuna sampler, so every method shares one storage: ``grid`` (``GridSampler``),
+``random`` (``RandomSampler``) and ``bayes`` (``TPESampler``).
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-import numpy as np
-
+from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.errors import SweepError
+from ppo_dict.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
+#: seconds a trial may take to stop after SIGTERM (ppo_dict finishes its update and checkpoints) before SIGKILL
+STOP_GRACE = 60.0
 
 
 def distribution(name: str, spec: dict[str, Any]) -> str:
@@ -64,24 +69,8 @@ def check_sweep(sweep: dict[str, Any], method: str) -> None:
         raise SweepError("cannot run this sweep:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def sample(name: str, spec: dict[str, Any], rng: np.random.Generator) -> Any:
-    """One random draw of a parameter (wandb's random search semantics)."""
-    kind = distribution(name, spec)
-    if kind == "constant":
-        return spec["value"]
-    if kind == "categorical":
-        return spec["values"][int(rng.integers(len(spec["values"])))]
-    lo, hi = spec["min"], spec["max"]
-    if kind == "int_uniform":
-        return int(rng.integers(lo, hi + 1))
-    if kind == "log_uniform_values":
-        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-    value = float(rng.uniform(lo, hi))
-    return round(value / spec.get("q", 1.0)) * spec.get("q", 1.0) if kind == "q_uniform" else value
-
-
 def suggest(name: str, spec: dict[str, Any], trial: Any) -> Any:
-    """The same parameter as an Optuna suggestion (bayes)."""
+    """One parameter drawn by the study's sampler (wandb's distributions in Optuna's terms)."""
     kind = distribution(name, spec)
     if kind == "constant":
         return spec["value"]
@@ -96,11 +85,16 @@ def suggest(name: str, spec: dict[str, Any], trial: Any) -> Any:
     return trial.suggest_float(name, spec["min"], spec["max"], log=kind == "log_uniform_values")
 
 
-def grid(parameters: dict[str, dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    names = list(parameters)
-    choices = [[spec["value"]] if "value" in spec else list(spec["values"]) for spec in parameters.values()]
-    for combination in itertools.product(*choices):
-        yield dict(zip(names, combination))
+def make_sampler(method: str, parameters: dict[str, dict[str, Any]], seed: Optional[int]) -> Any:
+    """The Optuna sampler of a wandb method; grid search walks the categorical parameters' indices."""
+    import optuna
+
+    if method == "grid":
+        space = {n: list(range(len(s["values"]))) for n, s in parameters.items() if distribution(n, s) == "categorical"}
+        return optuna.samplers.GridSampler(space, seed=seed)
+    if method == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 def agent_command(sweep: dict[str, Any], params: dict[str, Any]) -> list[str]:
@@ -118,18 +112,65 @@ def agent_command(sweep: dict[str, Any], params: dict[str, Any]) -> list[str]:
     return argv
 
 
-def run_trial(argv: list[str], timeout: float) -> tuple[Optional[dict[str, Any]], str]:
-    """``(summary JSON, error text)`` of one trial; the summary is the last stdout line."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout:.0f} s"
-    lines = proc.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1]), ""
-    except (IndexError, json.JSONDecodeError):
-        return None, f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"
+class TrialProcesses:
+    """The trial subprocesses running now, so that a signal to the sweep stops them all.
+
+    Trials run in their own session (a terminal's Ctrl-C reaches the sweep only, which passes
+    one SIGTERM on: ppo_dict then checkpoints and exits 143) and get SIGTERM from the kernel if
+    the sweep dies without a word (SIGKILL): no trial outlives its sweep.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = False
+        self.signum: Optional[int] = None  # the signal that stopped the sweep
+
+    def run(self, argv: list[str], timeout: float) -> tuple[Optional[dict[str, Any]], str, bool]:
+        """``(summary JSON, error text, interrupted)`` of one trial; the summary is the last stdout line."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        with self.lock:
+            self.running.add(proc)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._end(proc)
+            return None, f"timed out after {timeout:.0f} s", False
+        except KeyboardInterrupt:  # n_jobs=1: the signal handler interrupted this wait; the trial was sent SIGTERM
+            self._end(proc)
+            raise
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+        # 130/143: ppo_dict stopped by SIGINT/SIGTERM; negative: killed by a signal. Not the trial's own failure.
+        interrupted = self.stopping or proc.returncode < 0 or proc.returncode in (130, 143)
+        lines = stdout.strip().splitlines()
+        try:
+            return json.loads(lines[-1]), "", interrupted
+        except (IndexError, json.JSONDecodeError):
+            return None, f"exit {proc.returncode}: {(stderr.strip().splitlines() or ['no output'])[-1]}", interrupted
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to every running trial; no new trial starts after this."""
+        self.stopping = True
+        with self.lock:
+            for proc in self.running:
+                proc.send_signal(sig)
+
+
+class TrialFailed(Exception):
+    """A trial ended without its metric (Optuna records it as FAIL; the sweep goes on)."""
 
 
 def metric_value(summary: Optional[dict[str, Any]], name: str) -> float:
@@ -137,6 +178,54 @@ def metric_value(summary: Optional[dict[str, Any]], name: str) -> float:
         return math.nan
     value = summary.get("metrics", {}).get(name, summary.get(name))
     return math.nan if value is None else float(value)
+
+
+def make_objective(sweep: dict[str, Any], out: str, extra: list[str], timeout: float, trials: TrialProcesses) -> Any:
+    """Optuna's objective: draw the parameters, run the trial's command, return its metric."""
+    parameters: dict[str, dict[str, Any]] = sweep.get("parameters") or {}
+    metric = sweep["metric"]["name"]
+
+    def objective(trial: Any) -> float:
+        trial.set_user_attr(OWNER, this_process())  # first: recover() in other processes reads it
+        params = {name: suggest(name, spec, trial) for name, spec in parameters.items()}
+        argv = agent_command(sweep, params) + list(extra) + ["--run_dir", os.path.join(out, f"trial_{trial.number:04d}")]
+        trial.set_user_attr("params", params)
+        trial.set_user_attr("argv", argv)
+        if trials.stopping:
+            trial.set_user_attr(OUTCOME, "interrupted")
+            raise TrialFailed("the sweep is stopping")
+        started = time.time()
+        try:
+            summary, error, interrupted = trials.run(argv, timeout)
+        except KeyboardInterrupt:
+            trial.set_user_attr(OUTCOME, "interrupted")
+            raise
+        value = metric_value(summary, metric)
+        trial.set_user_attr("seconds", round(time.time() - started, 1))
+        if interrupted or error or math.isnan(value):
+            message = "interrupted" if interrupted else error or f"no {metric} logged"
+            trial.set_user_attr(OUTCOME, "interrupted" if interrupted else "failed")
+            trial.set_user_attr("error", message)
+            raise TrialFailed(message)
+        trial.set_user_attr(OUTCOME, "ok")
+        return value
+
+    return objective
+
+
+def row(trial: Any) -> dict[str, Any]:
+    """One trial of the study as the results table and ``results.json`` show it."""
+    attrs, state = trial.user_attrs, trial.state.name.lower()
+    if state == "complete":
+        status = f"ok {attrs.get('seconds', 0):.0f}s"
+    elif state == "fail":
+        status = f"failed: {attrs.get('error') or attrs.get(OUTCOME) or 'its process died'}"
+    elif state == "running":
+        status = f"running ({attrs.get(OWNER, {}).get('host', '?')} pid {attrs.get(OWNER, {}).get('pid', '?')})"
+    else:
+        status = state + (f" (retry of {trial.system_attrs['failed_trial']})" if "failed_trial" in trial.system_attrs else "")
+    return {"trial": trial.number, "params": attrs.get("params", trial.params), "value": math.nan if trial.value is None else trial.value,
+            "status": status, "argv": attrs.get("argv"), "host": attrs.get(OWNER, {}).get("host")}
 
 
 def format_table(rows: list[dict[str, Any]], names: list[str], metric: str) -> str:
@@ -148,47 +237,36 @@ def format_table(rows: list[dict[str, Any]], names: list[str], metric: str) -> s
     return "\n".join(lines)
 
 
-def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: int = 0,
-              timeout: float = 3600.0) -> list[dict[str, Any]]:
-    """Run up to ``count`` trials; returns one row per trial (params, metric value, status, argv)."""
+def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
+              timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
+              trials: Optional[TrialProcesses] = None) -> list[dict[str, Any]]:
+    """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
+    the whole study, this process's and every other's."""
     check_sweep(sweep, method)
-    parameters: dict[str, dict[str, Any]] = sweep.get("parameters") or {}
-    metric, maximize = sweep["metric"]["name"], sweep["metric"].get("goal", "minimize") == "maximize"
-    rng = np.random.default_rng(seed)
-    study = None
-    if method == "bayes":
-        try:
-            import optuna
-        except ImportError as exc:
-            raise SweepError("method bayes needs optuna: pip install optuna") from exc
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(direction="maximize" if maximize else "minimize", sampler=optuna.samplers.TPESampler(seed=seed))
-    grid_points = grid(parameters) if method == "grid" else None
-    rows: list[dict[str, Any]] = []
-    for trial_index in range(count):
-        trial = None
-        if grid_points is not None:
-            params = next(grid_points, None)
-            if params is None:
-                break  # the grid is exhausted
-        elif study is not None:
-            trial = study.ask()
-            params = {name: suggest(name, spec, trial) for name, spec in parameters.items()}
-        else:
-            params = {name: sample(name, spec, rng) for name, spec in parameters.items()}
-        argv = agent_command(sweep, params) + list(extra) + ["--run_dir", os.path.join(out, f"trial_{trial_index:03d}")]
-        started = time.time()
-        summary, error = run_trial(argv, timeout)
-        value = metric_value(summary, metric)
-        if study is not None and trial is not None:
-            if math.isnan(value):
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            else:
-                study.tell(trial, value)
-        status = error or (f"ok {time.time() - started:.0f}s" if not math.isnan(value) else f"no {metric} logged")
-        rows.append({"trial": trial_index, "params": params, "value": value, "status": status, "argv": argv})
-        print(f"trial {trial_index}: {metric}={value:.4g} ({status})", flush=True)
-    return rows
+    try:
+        import optuna
+    except ImportError as exc:
+        raise SweepError("sweeps run on Optuna: pip install optuna (ppo_dict's sweep extra)") from exc
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = storage or default_storage(out)
+    study = join_study(open_storage(url, retry), study_name, sweep, method, make_sampler(method, sweep.get("parameters") or {}, seed))
+    recover(study, lambda line: print(line, flush=True))
+    states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
+    print(f"study {study_name} in {redact(url)}: {len(states)} trials so far "
+          f"({', '.join(f'{states.count(s)} {s}' for s in sorted(set(states))) or 'new'}); "
+          f"running up to {count} here, {n_jobs} at a time", flush=True)
+    trials = trials or TrialProcesses()
+    metric = sweep["metric"]["name"]
+
+    def after_trial(study: Any, trial: Any) -> None:
+        print(f"trial {trial.number}: {metric}={row(trial)['value']:.4g} ({row(trial)['status']})", flush=True)
+        if trials.stopping:
+            study.stop()
+
+    if count > 0:
+        study.optimize(make_objective(sweep, out, extra, timeout, trials), n_trials=count, n_jobs=n_jobs,
+                       catch=(TrialFailed,), callbacks=[after_trial])
+    return [row(t) for t in study.get_trials(deepcopy=False)]
 
 
 def best(rows: list[dict[str, Any]], maximize: bool) -> Optional[dict[str, Any]]:
@@ -198,40 +276,78 @@ def best(rows: list[dict[str, Any]], maximize: bool) -> Optional[dict[str, Any]]
     return (max if maximize else min)(scored, key=lambda r: r["value"])
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m ppo_dict.sweep", description=__doc__.splitlines()[0],
                                      epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
     parser.add_argument("sweep_file")
-    parser.add_argument("--count", type=int, default=10, help="trials to run (grid: at most the grid's size)")
+    parser.add_argument("--count", type=int, default=10, help="trials this process runs (grid: the study stops when the grid is done)")
+    parser.add_argument("--n_jobs", type=int, default=1, help="trials this process runs at once")
+    parser.add_argument("--storage", default=None, help="Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db "
+                                                        "(default: sqlite:///<out>/optuna.db)")
+    parser.add_argument("--study_name", default=None, help="the study to create or join (default: the sweep file's name)")
     parser.add_argument("--method", choices=("grid", "random", "bayes"), help="override the file's method")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random/bayes search itself")
-    parser.add_argument("--out", default=None, help="folder for the trials' run directories (default: runs/sweep-<time>)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of this process's sampler (default: fresh, so joined processes differ)")
+    parser.add_argument("--out", default=None, help="folder for the trials' run directories (default: runs/sweeps/<study name>)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one trial may take")
     args, extra = parser.parse_known_args(argv)
-    extra = [a for a in extra if a != "--"]
+    problems = [f"--{name} must be >= {low}" for name, low in (("count", 0), ("n_jobs", 1)) if getattr(args, name) < low]
+    if problems:
+        parser.error("; ".join(problems))
+    return args, [a for a in extra if a != "--"]
+
+
+def install_stop_handlers(trials: TrialProcesses) -> dict[int, Any]:
+    """SIGINT/SIGTERM: pass SIGTERM to the running trials and stop (the trials are queued again on resume);
+    a second signal kills them. Returns the handlers it replaced."""
+
+    def handler(signum: int, frame: Any) -> None:
+        trials.signum = trials.signum or signum
+        trials.stop(signal.SIGKILL if trials.stopping else signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args, extra = parse_args(argv)
     import yaml
 
-    with open(args.sweep_file) as f:
-        sweep = yaml.safe_load(f)
-    method = args.method or sweep.get("method", "random")
-    out = args.out or os.path.join("runs", f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout)
+        with open(args.sweep_file) as f:
+            sweep = yaml.safe_load(f)
+    except OSError as exc:
+        print(f"error: cannot read {args.sweep_file}: {exc}", file=sys.stderr)
+        return 2
+    method = args.method or sweep.get("method", "random")
+    study_name = args.study_name or os.path.splitext(os.path.basename(args.sweep_file))[0]
+    out = args.out or os.path.join("runs", "sweeps", study_name)
+    trials = TrialProcesses()
+    previous = install_stop_handlers(trials)
+    try:
+        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs, trials)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: the running trials were stopped and are queued again; run the same command to resume",
+              file=sys.stderr, flush=True)
+        return 128 + (trials.signum or signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     metric, maximize = sweep["metric"]["name"], sweep["metric"].get("goal") == "maximize"
-    names = list(sweep.get("parameters") or {})
-    print(format_table(rows, names, metric))
+    print(format_table(rows, list(sweep.get("parameters") or {}), metric))
     top = best(rows, maximize)
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({"metric": metric, "goal": "maximize" if maximize else "minimize", "trials": rows, "best": top}, f, indent=2)
+    results = os.path.join(out, "results.json")
+    with open(results, "w") as f:
+        json.dump({"study": study_name, "storage": redact(args.storage or default_storage(out)), "metric": metric,
+                   "goal": "maximize" if maximize else "minimize", "trials": rows, "best": top}, f, indent=2)
     if top is None:
         print(f"no trial logged {metric}", file=sys.stderr)
         return 1
     print(f"best: trial {top['trial']} {metric}={top['value']:.4g} {json.dumps(top['params'])}")
-    print(json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"], "results": os.path.join(out, "results.json")}))
+    print(json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"], "results": results}))
     return 0
 
 

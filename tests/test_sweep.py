@@ -1,11 +1,19 @@
-"""wandb sweeps: the agent's command line (built by wandb's own code) is accepted; local grid/random/bayes runs."""
+"""wandb sweeps: the agent's command line (built by wandb's own code) is accepted; grid/random/bayes runs on an
+Optuna study that processes share (SQLite, a journal file, a real PostgreSQL server); crashed and stopped sweeps resume."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
+import optuna
+import pytest
 import yaml
 
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
+from ppo_dict.study import open_storage, retry
 from ppo_dict.sweep import agent_command, main as sweep_main
 from tests.conftest import ROOT
 
@@ -47,24 +55,23 @@ TINY = ["--", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batc
 def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
     for method, count in (("grid", 2), ("random", 2), ("bayes", 2)):
         out = tmp_path / method
-        assert sweep_main([write_sweep(tmp_path, method), "--count", str(count), "--out", str(out), *TINY]) == 0
+        assert sweep_main([write_sweep(tmp_path, method), "--count", str(count), "--n_jobs", "2", "--out", str(out), *TINY]) == 0
         printed = capsys.readouterr().out
         results = json.loads((out / "results.json").read_text())
         assert len(results["trials"]) == count and all(t["status"].startswith("ok") for t in results["trials"])
         for trial in results["trials"]:
             summary_value = trial["value"]
             assert isinstance(summary_value, float) and summary_value > 0  # CartPole returns are positive
-            assert os.path.isfile(out / f"trial_{trial['trial']:03d}" / "progress.csv")
+            assert os.path.isfile(out / f"trial_{trial['trial']:04d}" / "progress.csv")
         best = max(results["trials"], key=lambda t: t["value"])
         assert results["best"]["trial"] == best["trial"]
         header = next(line for line in printed.splitlines() if line.startswith("trial  "))
         assert header.split() == ["trial", "env", "learning_rate", "normalize", "rollout/ep_rew_mean", "status"]
         assert json.loads(printed.strip().splitlines()[-1])["best_params"] == best["params"]
-        if method == "grid":
-            assert [t["params"] for t in results["trials"]] == [
-                {"env": "gym_CartPole-v1", "learning_rate": 0.001, "normalize": True},
-                {"env": "gym_CartPole-v1", "learning_rate": 0.001, "normalize": False},
-            ]
+        if method == "grid":  # Optuna's GridSampler: distinct points of the 2 x 2 grid, in a shuffled order
+            grid = [{"env": "gym_CartPole-v1", "learning_rate": lr, "normalize": n} for lr in (0.001, 0.0003) for n in (True, False)]
+            points = [t["params"] for t in results["trials"]]
+            assert all(p in grid for p in points) and points[0] != points[1]
         else:
             assert all(1e-4 <= t["params"]["learning_rate"] <= 1e-2 for t in results["trials"])
 
@@ -78,3 +85,136 @@ def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     assert "metric: needs a name and goal: minimize | maximize" in err
     assert "command: must be a list that contains ${args}" in err
     assert "parameter 'lr': grid search needs values, not a uniform distribution" in err
+
+
+# ------------------------------------------------------------------------- studies shared by processes
+STUB = os.path.join(ROOT, "tests", "sweep_trial.py")
+
+
+def stub_sweep(tmp_path, method: str, parameters: dict) -> str:
+    """A sweep file whose trials are tests/sweep_trial.py: the storage machinery is real, a trial costs 0.1 s."""
+    path = tmp_path / f"{method}.yaml"
+    path.write_text(yaml.safe_dump({"method": method, "metric": {"name": "score", "goal": "maximize"},
+                                    "command": ["${interpreter}", STUB, "${args}"], "parameters": parameters}))
+    return str(path)
+
+
+def start_sweep(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ppo_dict.sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def trials_of(storage: str, name: str) -> list:
+    return optuna.load_study(study_name=name, storage=open_storage(storage, retry)).get_trials()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_processes_on_one_machine_share_one_embedded_storage(tmp_path, kind) -> None:
+    storage = f"sqlite:///{tmp_path}/study.db" if kind == "sqlite" else str(tmp_path / "study.journal")
+    sweep = stub_sweep(tmp_path, "random", {"x": {"min": 0.0, "max": 1.0}})
+    procs = [start_sweep(sweep, "--storage", storage, "--study_name", "shared", "--count", "3", "--n_jobs", "2",
+                         "--out", str(tmp_path / f"out{i}")) for i in range(3)]
+    results = [finish(p) for p in procs]
+    assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
+    trials = trials_of(storage, "shared")
+    assert sorted(t.number for t in trials) == list(range(9))  # numbered by the study, across processes
+    assert {t.state.name for t in trials} == {"COMPLETE"}
+    assert len({t.user_attrs["owner"]["pid"] for t in trials}) == 3  # every process ran its share
+    assert all(t.value == -(t.params["x"] - 0.3) ** 2 for t in trials)
+    assert all("study shared in " in out for _, out, _ in results)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_stopped_sweep_resumes_and_its_running_trial_is_failed_and_run_again(tmp_path, sig) -> None:
+    """SIGKILL: nothing is cleaned up, the next start finds the trial's owner gone. SIGINT (Ctrl-C):
+    the sweep stops its trial, which is failed as interrupted, and exits 130. Either way the trial
+    stays in the study, failed, and its parameters run again when the same command is rerun."""
+    marker = tmp_path / "slept"
+    sweep = stub_sweep(tmp_path, "grid", {"x": {"values": [0.0, 0.3, 0.6]}, "sleep_once": {"value": str(marker)}})
+    args = (sweep, "--count", "10", "--out", str(tmp_path / "out"))  # the default storage: sqlite in --out
+    proc = start_sweep(*args)
+    pid_file = None
+    deadline = time.time() + 60
+    while time.time() < deadline and pid_file is None:  # the first trial sleeps: stop the sweep then
+        found = list((tmp_path / "out").glob("trial_*/pid")) if marker.exists() else []
+        pid_file = found[0] if found else None
+        time.sleep(0.1)
+    assert pid_file is not None, proc.communicate(timeout=5)
+    trial_pid = int(pid_file.read_text())
+    proc.send_signal(sig)
+    code, _, err = finish(proc, timeout=60)
+    assert code == (-9 if sig == signal.SIGKILL else 130), err
+    deadline = time.time() + 10
+    while time.time() < deadline and alive(trial_pid):  # SIGKILL: the kernel sends the orphaned trial SIGTERM
+        time.sleep(0.1)
+    assert not alive(trial_pid), "the trial outlived its sweep"
+    code, out, err = finish(start_sweep(*args))
+    assert code == 0, err
+    stopped = int(pid_file.parent.name.split("_")[1])
+    gone = f"trial {stopped}: its process ({proc.pid}) is gone: failed, and queued again"
+    assert (gone in out) == (sig == signal.SIGKILL)
+    trials = trials_of(f"sqlite:///{tmp_path}/out/optuna.db", "grid")
+    assert trials[stopped].state.name == "FAIL" and trials[stopped].params  # failed, never lost
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["x"] for t in complete) == [0, 1, 2]  # every grid point, the stopped one run again
+    assert [t.system_attrs.get("failed_trial") for t in complete].count(stopped) == 1
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["trials"][stopped]["status"] == ("failed: its process died" if sig == signal.SIGKILL else "failed: interrupted")
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except OSError:
+        return False
+
+
+def test_a_trial_that_fails_by_itself_is_failed_for_good_and_the_sweep_goes_on(tmp_path, capsys) -> None:
+    sweep = stub_sweep(tmp_path, "grid", {"crash": {"values": [False, True]}, "x": {"value": 0.3}})
+    assert sweep_main([sweep, "--count", "5", "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    statuses = {t["params"]["crash"]: t["status"] for t in results["trials"]}
+    assert len(results["trials"]) == 2 and statuses[False].startswith("ok")
+    assert statuses[True] == "failed: exit 1: RuntimeError: boom"  # the trial's own last stderr line
+    assert results["best"]["params"] == {"crash": False, "x": 0.3} and "failed: exit 1: RuntimeError: boom" in printed
+
+
+def test_bad_storage_or_another_sweep_on_the_same_study_is_refused_before_any_trial(tmp_path, capsys) -> None:
+    sweep = stub_sweep(tmp_path, "random", {"x": {"min": 0.0, "max": 1.0}})
+    assert sweep_main([sweep, "--storage", "postgresql://me:s3cret@127.0.0.1:1/optuna", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot open the Optuna storage postgresql://me:***@127.0.0.1:1/optuna: OperationalError:")
+    assert not (tmp_path / "out").exists()
+    storage = f"sqlite:///{tmp_path}/s.db"
+    assert sweep_main([sweep, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "a")]) == 0
+    other = stub_sweep(tmp_path, "grid", {"x": {"values": [0.1]}})
+    assert sweep_main([other, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "b")]) == 2
+    assert "error: study 's' was made from another sweep (method, parameters differ)" in capsys.readouterr().err
+    assert len(trials_of(storage, "s")) == 1
+
+
+def test_processes_join_one_study_on_a_real_postgresql_server(tmp_path) -> None:
+    """The multi-machine case: every process talks to the server over TCP, as on other machines."""
+    from tests.postgres_helpers import private_postgres, server_binaries
+
+    if server_binaries() is None:
+        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql; .ci/run installs it)")
+    sweep = stub_sweep(tmp_path, "bayes", {"x": {"min": 0.0, "max": 1.0}, "bonus": {"values": [0, 1]}})
+    with private_postgres() as url:
+        procs = [start_sweep(sweep, "--storage", url, "--study_name", "pg", "--count", "3", "--n_jobs", "2",
+                             "--out", str(tmp_path / f"host{i}")) for i in range(2)]
+        results = [finish(p) for p in procs]
+        assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
+        trials = trials_of(url, "pg")
+        assert sorted(t.number for t in trials) == list(range(6)) and {t.state.name for t in trials} == {"COMPLETE"}
+        assert len({t.user_attrs["owner"]["pid"] for t in trials}) == 2
+        best = optuna.load_study(study_name="pg", storage=open_storage(url, retry)).best_trial
+        last = json.loads(results[-1][1].strip().splitlines()[-1])  # the summary line of a process that finished
+        assert last["best_value"] <= best.value

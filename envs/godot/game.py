@@ -44,8 +44,8 @@ _CLOSE_GRACE = 2.0
 _EXIT_WAIT = 2.0
 
 
-def _die_with_parent() -> Any:
-    """A ``preexec_fn`` that makes the kernel SIGKILL the child when its parent thread exits.
+def die_with_parent(sig: int = signal.SIGKILL) -> Any:
+    """A ``preexec_fn`` that makes the kernel send ``sig`` to the child when its parent thread exits.
 
     libc and ``prctl`` are looked up here, before the fork, so the child only makes the call.
     """
@@ -55,7 +55,7 @@ def _die_with_parent() -> Any:
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(_PR_SET_PDEATHSIG, sig)
         if os.getppid() != parent:  # the parent died before prctl: nobody would ever kill us
             os._exit(1)
 
@@ -219,7 +219,7 @@ class GodotGame:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
         )
 
     def _accept(self, timeout: float) -> None:
