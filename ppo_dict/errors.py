@@ -61,3 +61,7 @@ class CheckpointError(PPODictError, RuntimeError):
 
 class SweepError(PPODictError, ValueError):
     """A sweep file cannot be run (every problem listed)."""
+
+
+class ExportError(PPODictError, RuntimeError):
+    """A trained model cannot be written in the asked format (e.g. ONNX), with why."""

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.envs import EnvSpec, make_env
+from ppo_dict.envs import EnvSpec, is_channel_last, make_env
 from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
@@ -77,6 +77,28 @@ def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
 
 
 @torch.no_grad()
+def deterministic_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch: dict[str, np.ndarray],
+                          observation_space: spaces.Space, action_space: spaces.Space, device: torch.device) -> np.ndarray:
+    """ppo_dict's deterministic predict: the actions the env gets for a batch of observations.
+
+    ``batch``: ``{key: [B, *shape]}`` as the env wrote them (:func:`~ppo_dict.storage.obs_layout`'s
+    keys and dtypes). Normalised with ``normalizer``'s statistics (not updated), channel-last
+    images seen as ``[B, C, H, W]``, the Gaussian mean (clipped to the action bounds, as sb3's
+    ``predict``) or the most probable discrete action. Returns ``[B, *action_shape]``.
+    """
+    batch = dict(batch)
+    if normalizer is not None:
+        batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
+    subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {OBS_KEY: observation_space}
+    batch = {k: np.moveaxis(v, -1, -3) if is_channel_last(subspaces[k]) else v for k, v in batch.items()}
+    policy_input = batch if isinstance(observation_space, spaces.Dict) else batch[OBS_KEY]
+    actions = policy(obs_to_tensor(policy_input, device), deterministic=True)[0].cpu().numpy()
+    if isinstance(action_space, spaces.Box):
+        actions = np.clip(actions, action_space.low, action_space.high)
+    return actions
+
+
+@torch.no_grad()
 def run_episodes(
     policy: ActorCritic,
     env: Any,
@@ -86,7 +108,6 @@ def run_episodes(
     device: torch.device,
     video: Optional[VideoWriter] = None,
     video_length: int = 1000,
-    deterministic: bool = True,
 ) -> tuple[list[float], list[int]]:
     """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64).
 
@@ -94,8 +115,6 @@ def run_episodes(
     normalised with ``normalizer``'s statistics, which are not updated. The first episode's
     frames go to ``video`` (at most ``video_length``).
     """
-    dict_obs = isinstance(env.observation_space, spaces.Dict)
-    box_actions = isinstance(env.action_space, spaces.Box)
     returns, lengths = [], []
     obs, _ = env.reset(seed=seed)
     for episode in range(n_episodes):
@@ -106,13 +125,7 @@ def run_episodes(
                 if frame is not None:
                     video.add(np.asarray(frame, dtype=np.uint8))
             batch = _as_storage_obs(obs, env.observation_space)
-            if normalizer is not None:
-                batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
-            policy_input = batch if dict_obs else batch[OBS_KEY]
-            actions, _, _ = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)
-            action = actions.cpu().numpy()[0]
-            if box_actions:
-                action = np.clip(action, env.action_space.low, env.action_space.high)
+            action = deterministic_actions(policy, normalizer, batch, env.observation_space, env.action_space, device)[0]
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1

@@ -1,0 +1,218 @@
+"""The deterministic policy as an ONNX file: ``python -m ppo_dict.export_onnx RUN_DIR|FILE``.
+
+The graph takes observations as the env gives them (a batch: ``obs`` for a single space, one
+input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
+action the env gets: what :func:`ppo_dict.evaluation.deterministic_actions` computes. With
+``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
+computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian policies
+return their mean clipped to the action bounds, categorical ones their most probable action
+(int64). Runs in onnxruntime, or anything that reads ONNX; needs the ``onnx`` extra (``onnx``,
+``onnxscript``, torch's exporter, and ``onnxruntime`` to check the file against ppo_dict).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from ppo_dict.checkpoint import to_numpy
+from ppo_dict.config import Config
+from ppo_dict.enjoy import model_file
+from ppo_dict.envs import is_channel_last, make_env
+from ppo_dict.errors import CheckpointError, ExportError
+from ppo_dict.evaluation import deterministic_actions
+from ppo_dict.export import atomic_write, load_model_state
+from ppo_dict.normalize import Normalizer
+from ppo_dict.policy import ActorCritic, build_policy
+from ppo_dict.ppo import build_normalizer
+from ppo_dict.storage import OBS_KEY, obs_layout
+from ppo_dict.vec import env_spec
+
+#: ONNX opset of the exported graph (torch's exporter's own default)
+OPSET = 18
+
+
+class DeterministicPolicy(nn.Module):
+    """Observations as the env gives them -> the action the env gets; the module that is exported."""
+
+    def __init__(self, policy: ActorCritic, normalizer: Optional[Normalizer], observation_space: spaces.Space,
+                 action_space: spaces.Space):
+        super().__init__()
+        self.policy = policy
+        self.dict_obs = isinstance(observation_space, spaces.Dict)
+        subspaces = observation_space.spaces if self.dict_obs else {OBS_KEY: observation_space}
+        self.keys = list(obs_layout(observation_space))
+        self.channel_last = [k for k in self.keys if is_channel_last(subspaces[k])]
+        self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
+        self.clip_obs = normalizer.clip_obs if normalizer is not None else 0.0
+        for i, key in enumerate(self.normalized):  # sb3: (obs - mean) / sqrt(var + eps), in float64
+            rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
+            self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
+            self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
+        self.box = isinstance(action_space, spaces.Box)
+        if self.box:
+            self.register_buffer("low", torch.as_tensor(action_space.low))
+            self.register_buffer("high", torch.as_tensor(action_space.high))
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        obs = dict(zip(self.keys, inputs))
+        for i, key in enumerate(self.normalized):
+            x = (obs[key].double() - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
+            obs[key] = x.clamp(-self.clip_obs, self.clip_obs).float()
+        for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
+            obs[key] = obs[key].permute(0, 3, 1, 2)
+        actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True)[0]
+        return torch.clamp(actions, self.low, self.high) if self.box else actions
+
+
+def load_for_export(path: str) -> tuple[ActorCritic, Optional[Normalizer], spaces.Space, spaces.Space, dict[str, Any]]:
+    """``(policy, normaliser, observation space, action space, state)`` of a model file or checkpoint.
+
+    The spaces are read from one env built as the run built it (the file holds only their text,
+    which must match). Raises :class:`CheckpointError`.
+    """
+    state = load_model_state(path)
+    cfg = Config.from_dict(state["config"])
+    env = make_env(env_spec(cfg))
+    try:
+        observation_space, action_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if str(observation_space) != state["observation_space"]:
+        raise CheckpointError(f"{path}: Observation spaces do not match: {state['observation_space']} != {observation_space}")
+    policy = build_policy(cfg, observation_space, action_space)
+    policy.load_state_dict(state["policy"])
+    policy.eval()
+    normalizer = build_normalizer(cfg, observation_space, 1)
+    if normalizer is not None:
+        normalizer.load_state_dict(to_numpy(state["normalizer"]))
+    return policy, normalizer, observation_space, action_space, state
+
+
+def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` observations drawn from the space, ``{key: [n, *shape]}`` in the storage's dtypes.
+
+    Unbounded Box dimensions are drawn from a normal distribution (gymnasium's ``sample``)."""
+    observation_space.seed(seed)
+    draws = [observation_space.sample() for _ in range(n)]
+    layout = obs_layout(observation_space)
+    parts = draws if isinstance(observation_space, spaces.Dict) else [{OBS_KEY: d} for d in draws]
+    return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts]) for key, (shape, dtype) in layout.items()}
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """torch's exporter logs each step and warns about optional packages (torchvision); keep errors only."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
+    """Write the deterministic policy of the model in ``path`` to ``out`` (atomically); returns ``out``.
+
+    Raises :class:`ExportError` when torch cannot export it (or the ``onnx`` extra is missing);
+    an existing ``out`` is then left as it was.
+    """
+    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
+    module = DeterministicPolicy(policy, normalizer, observation_space, action_space).eval()
+    example = tuple(torch.as_tensor(v) for v in sample_batch(observation_space, 4).values())
+    batch = torch.export.Dim("batch")
+    with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
+        scratch_file = os.path.join(scratch, "policy.onnx")
+        try:
+            torch.onnx.export(module, example, scratch_file, input_names=module.keys, output_names=["action"],
+                              dynamic_shapes={"inputs": tuple({0: batch} for _ in example)}, opset_version=opset, external_data=False,
+                              dynamo=True, verbose=False)
+        except ImportError as exc:
+            raise ExportError(f"exporting to ONNX needs onnx and onnxscript: pip install onnx onnxscript onnxruntime "
+                              f"(ppo_dict's onnx extra) ({exc})") from exc
+        except Exception as exc:  # torch.export / onnxscript refusing an op, an opset it cannot target...
+            reason = " ".join(str(exc).split())[:600]
+            raise ExportError(f"cannot export {path} to ONNX (opset {opset}): {type(exc).__name__}: {reason}") from exc
+        written = written_opset(scratch_file)
+        if written != opset:  # torch falls back to its own opset when the version converter cannot reach the asked one
+            raise ExportError(f"cannot export {path} to ONNX opset {opset}: the exporter could only write opset {written} "
+                              f"(--opset {written} works)")
+        with open(scratch_file, "rb") as f:
+            data = f.read()
+    atomic_write(out, lambda f: f.write(data))
+    return out
+
+
+def written_opset(path: str) -> int:
+    """The default-domain opset an ONNX file declares."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    return next(int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
+    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict on ``n`` sampled observations.
+
+    Returns ``{"observations", "mismatched" (discrete: differing actions), "max_abs_diff"}``.
+    """
+    import onnxruntime
+
+    policy, normalizer, observation_space, action_space, _ = load_for_export(model_path)
+    batch = sample_batch(observation_space, n, seed=1)
+    ours = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+    session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    theirs = session.run(["action"], batch)[0]
+    diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)
+    return {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ppo_dict.export_onnx", description=__doc__.splitlines()[0])
+    parser.add_argument("source", metavar="RUN_DIR|FILE", help="a run directory (its best model, else its newest checkpoint), or a model file")
+    parser.add_argument("--model", default="best", help="in a run directory: best | last")
+    parser.add_argument("--out", default=None, help="the ONNX file to write (default: RUN_DIR/policy.onnx, or FILE with .onnx)")
+    parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset version")
+    parser.add_argument("--check", type=int, default=256, help="compare with ppo_dict on this many sampled observations (0: no check)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        if os.path.isdir(args.source):
+            path, default_out = model_file(args.source, args.model), os.path.join(args.source, "policy.onnx")
+        else:
+            path, default_out = args.source, os.path.splitext(args.source)[0] + ".onnx"
+        out = args.out or default_out
+        export_onnx(path, out, args.opset)
+    except (CheckpointError, ExportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result: dict[str, Any] = {"model": path, "onnx": out, "opset": args.opset}
+    if args.check > 0:
+        try:
+            result["check"] = check_onnx(out, path, args.check)
+        except ImportError:
+            result["check"] = "skipped: onnxruntime is not installed"
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""ONNX export: the file, run in onnxruntime, gives the actions of ppo_dict's deterministic predict (MLP, CNN, dict)."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from ppo_dict.checkpoint import CheckpointManager
+from ppo_dict.config import Config
+from ppo_dict.errors import ExportError
+from ppo_dict.evaluation import deterministic_actions
+from ppo_dict.export import save_model
+from ppo_dict.export_onnx import export_onnx, load_for_export, main as export_main, sample_batch
+from ppo_dict.ppo import PPO
+from ppo_dict.vec import make_env_pool
+
+onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the onnx and test extras)")
+
+MODELS = {
+    # MLP, Gaussian actions, observations normalised (folded into the graph)
+    "mlp_normalized": Config(env="gym_Pendulum-v1", normalize=True, n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0),
+    # NatureCNN on channel-last uint8 images (transposed in the graph), categorical actions
+    "cnn_channel_last": Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True), n_envs=2,
+                               n_steps=32, batch_size=32, n_epochs=1, seed=1),
+    # MultiInputPolicy: rendered frames (not normalised) and the state vector (normalised)
+    "dict_pixels_and_state": Config(env="gym_Reacher-v2", model="cnn", pixel_obs_wrapper=True, pixel_keep_state=True, image_size=36,
+                                    normalize=True, n_envs=2, n_steps=16, batch_size=32, n_epochs=1, seed=2),
+}
+
+
+def trained_model_file(cfg: Config, folder) -> str:
+    ppo = PPO(cfg.replace(num_workers=0, verbose=0), make_env_pool(cfg.replace(num_workers=0)))
+    try:
+        ppo.learn(total_timesteps=cfg.n_steps * 2 * 2)  # two updates: weights and statistics away from their start
+        return save_model(ppo, str(folder))
+    finally:
+        ppo.close()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_onnx_policy_gives_ppo_dicts_deterministic_actions(tmp_path, name) -> None:
+    path = trained_model_file(MODELS[name], tmp_path / "model")
+    out = export_onnx(path, str(tmp_path / "policy.onnx"))
+    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == list(sample_batch(observation_space, 1))
+    for batch_size in (1, 7):  # any batch size
+        batch = sample_batch(observation_space, batch_size, seed=batch_size)
+        ours = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        theirs = session.run(["action"], batch)[0]
+        assert theirs.shape == ours.shape and theirs.dtype == ours.dtype
+        if action_space.dtype.kind == "i":
+            assert np.array_equal(theirs, ours)  # the same discrete actions
+        else:  # the same up to float32 rounding of the layers (onnxruntime's kernels are not torch's)
+            np.testing.assert_allclose(theirs, ours, rtol=1e-5, atol=1e-6)
+            assert np.all(theirs >= action_space.low) and np.all(theirs <= action_space.high)
+    if normalizer is not None:  # the statistics really are in the graph: other statistics, other actions
+        normalizer.obs_rms[next(iter(normalizer.obs_rms))].mean += 1.0
+        shifted = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        assert not np.allclose(shifted, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_exports_a_run_directory_checks_it_and_refuses_what_it_cannot_write(tmp_path, capsys) -> None:
+    cfg = MODELS["mlp_normalized"].replace(run_dir=str(tmp_path / "run"))
+    ppo = PPO(cfg.replace(num_workers=0, verbose=0), make_env_pool(cfg.replace(num_workers=0)))
+    try:
+        ppo.learn(total_timesteps=256)
+        CheckpointManager(str(tmp_path / "run" / "checkpoints"), 1).save(ppo)
+    finally:
+        ppo.close()
+    assert export_main([str(tmp_path / "run"), "--check", "64"]) == 0
+
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["onnx"] == str(tmp_path / "run" / "policy.onnx") and os.path.isfile(result["onnx"])
+    assert result["check"]["observations"] == 64 and result["check"]["max_abs_diff"] < 1e-5
+    # An opset the exporter cannot write: a clear error, and the file already there is left alone.
+    (tmp_path / "old.onnx").write_bytes(b"previous export")
+    assert export_main([result["model"], "--opset", "6", "--out", str(tmp_path / "old.onnx")]) == 2
+    assert "the exporter could only write opset 18 (--opset 18 works)" in capsys.readouterr().err
+    assert (tmp_path / "old.onnx").read_bytes() == b"previous export"
+    with pytest.raises(ExportError, match="opset 6"):
+        export_onnx(result["model"], str(tmp_path / "x.onnx"), opset=6)
+    assert not (tmp_path / "x.onnx").exists()
+    assert export_main([str(tmp_path / "nothing-here")]) == 2
