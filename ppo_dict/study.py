@@ -19,13 +19,15 @@ logged no metric) is failed for good: running it again would fail again.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import socket
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ppo_dict.errors import SweepError
 
@@ -54,8 +56,6 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
 
     ``on_stale_trial(study, trial)`` is called for each trial an SQL storage's heartbeat check fails.
     """
-    import optuna
-
     try:
         if "://" not in url:
             if not url.endswith((".journal", ".log")):
@@ -66,23 +66,15 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
 
             return JournalStorage(JournalFileBackend(url))
         engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        lock = None
         if url.startswith("sqlite:///"):
-            os.makedirs(os.path.dirname(os.path.abspath(url[len("sqlite:///"):])), exist_ok=True)
+            lock = os.path.abspath(url[len("sqlite:///"):]) + ".lock"
+            os.makedirs(os.path.dirname(lock), exist_ok=True)
             engine_kwargs["connect_args"] = {"timeout": 60}  # processes take turns writing; wait, don't fail
         elif url.startswith("postgresql"):
             engine_kwargs["connect_args"] = {"connect_timeout": 10}  # an unreachable host fails in seconds
-        for attempt in range(5):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-                    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
-                                                      grace_period=GRACE_PERIOD, heartbeat_stale_trial_callback=on_stale_trial)
-            except Exception as exc:
-                # Processes opening a new database at once race to create its tables ("table ... already
-                # exists"): the loser opens it again, now that the tables are there.
-                if "already exists" not in str(exc) or attempt == 4:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
+        with one_at_a_time(lock):
+            return open_rdb_storage(url, engine_kwargs, on_stale_trial)
     except SweepError:
         raise
     except ModuleNotFoundError as exc:
@@ -91,6 +83,43 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
     except Exception as exc:  # SQLAlchemy's OperationalError (refused, unknown host, bad password), a bad URL...
         reason = " ".join(str(exc).split("\n")[0].split())
         raise SweepError(f"cannot open the Optuna storage {redact(url)}: {type(exc).__name__}: {reason}") from exc
+
+
+@contextlib.contextmanager
+def one_at_a_time(lock_file: Optional[str]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_file`` (nothing when None): processes on one machine
+    opening one new SQLite file take turns creating its tables."""
+    if lock_file is None:
+        yield
+        return
+    with open(lock_file, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_rdb_storage(url: str, engine_kwargs: dict[str, Any], on_stale_trial: Callable[[Any, Any], None]) -> Any:
+    """Optuna's ``RDBStorage``, with the heartbeat on. Processes on several machines opening a new
+    database at once race to create its tables and version row ("already exists", a duplicate
+    key): the loser opens it again, now that they are there."""
+    import optuna
+
+    def rdb_storage() -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
+                                              grace_period=GRACE_PERIOD, heartbeat_stale_trial_callback=on_stale_trial)
+
+    for attempt in range(4):
+        try:
+            return rdb_storage()
+        except Exception as exc:
+            if not any(s in str(exc).lower() for s in ("already exists", "unique constraint", "duplicate key")):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    return rdb_storage()
 
 
 def definition(sweep: dict[str, Any], method: str) -> dict[str, Any]:

@@ -20,11 +20,12 @@ unpickles what they hold, as sb3 and rl-zoo do: open only files you trust.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -97,6 +98,25 @@ def vecnormalize_candidates(zip_path: str, env: str) -> list[str]:
     return list(dict.fromkeys(os.path.normpath(p) for p in paths))
 
 
+@contextlib.contextmanager
+def gymnasium_unpatched() -> Iterator[None]:
+    """Undo, on leaving, what importing rl_zoo3 does to gymnasium: ``rl_zoo3.gym_patches`` replaces
+    ``TimeLimit`` process-wide. A zip written by rl-zoo holds its schedules by reference
+    (``rl_zoo3.utils.SimpleLinearSchedule``), so reading one imports rl_zoo3."""
+    import gymnasium
+
+    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration) if m is not None]
+    saved = [vars(m).get("TimeLimit") for m in modules]  # None: the module had no such name
+    try:
+        yield
+    finally:
+        for module, value in zip(modules, saved):
+            if value is not None:
+                module.TimeLimit = value
+            elif "TimeLimit" in vars(module):
+                del module.TimeLimit
+
+
 def _load_zip(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         from stable_baselines3.common.save_util import load_from_zip_file
@@ -106,7 +126,8 @@ def _load_zip(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a zip file (an sb3 model is the .zip PPO.save writes)")
     try:
-        data, params, _ = load_from_zip_file(path, device="cpu")
+        with gymnasium_unpatched():
+            data, params, _ = load_from_zip_file(path, device="cpu")
     except Exception as exc:  # not a zip, truncated, an unpicklable object...
         raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
     if not data or not params:

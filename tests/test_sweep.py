@@ -53,7 +53,7 @@ TINY = ["--", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batc
 
 
 def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
-    for method, count in (("grid", 2), ("random", 2), ("bayes", 2)):
+    for method, count in (("grid", 2), ("random", 1), ("bayes", 2)):  # real ppo_dict trials (the stub tests below cover the rest)
         out = tmp_path / method
         assert sweep_main([write_sweep(tmp_path, method), "--count", str(count), "--n_jobs", "2", "--out", str(out), *TINY]) == 0
         printed = capsys.readouterr().out

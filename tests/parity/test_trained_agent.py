@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
 from ppo_dict.errors import CheckpointError, ConfigError
-from ppo_dict.trained_agent import apply_trained_agent, read_trained_agent
+from ppo_dict.trained_agent import apply_trained_agent, gymnasium_unpatched, read_trained_agent
 from tests.parity.sides import assert_same_record, learn_sb3, run_ours
 from tests.test_main_ppo import run_cli
 
@@ -54,7 +54,8 @@ def continue_with_ours(argv: list[str], zip_path: str):
 
 @needs_zoo
 def test_continuing_an_rl_zoo_agent_with_vecnormalize_equals_sb3_load_learn(tmp_path) -> None:
-    from rl_zoo3.utils import SimpleLinearSchedule  # what rl-zoo turns lin_<x> into
+    with gymnasium_unpatched():  # importing rl_zoo3 patches gymnasium's TimeLimit for the whole process
+        from rl_zoo3.utils import SimpleLinearSchedule  # what rl-zoo turns lin_<x> into
 
     # 1. sb3 trains and saves an agent as rl-zoo lays it out: logs/CartPole-v1.zip, logs/CartPole-v1/vecnormalize.pkl.
     venv = VecNormalize(make_vec_env("CartPole-v1", n_envs=2, seed=0), gamma=0.98)
@@ -79,6 +80,9 @@ def test_continuing_an_rl_zoo_agent_with_vecnormalize_equals_sb3_load_learn(tmp_
     (tmp_path / "ppo.yml").write_text(ZOO_ENTRY)
     cfg, agent, ours = continue_with_ours(["--env", "gym_CartPole-v1", "--hyperparams", str(tmp_path / "ppo.yml"), "--seed", "1"], zip_path)
     assert agent.vecnormalize == str(tmp_path / "logs" / "CartPole-v1" / "vecnormalize.pkl")
+    import gymnasium
+
+    assert gymnasium.wrappers.TimeLimit.__name__ == "TimeLimit"  # reading the zip imported rl_zoo3, whose patch was undone
     # the zip's policy (not the entry's policy_kwargs), the zip's ent_coef (the entry has none), the entry's n_steps
     assert (cfg.net_arch, cfg.activation_fn, cfg.ent_coef, cfg.n_steps, cfg.learning_rate) == ([32, 32], "relu", 0.01, 64, "lin_0.001")
     assert (cfg.normalize, cfg.norm_gamma, cfg.total_timesteps) == (True, 0.98, 384)
