@@ -75,3 +75,21 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert result["model"] == str(run_dir / "best_model.pt") and result["lengths"] == [50, 50]
     assert count_frames(result["video"]) == 20  # --video_length from the run's config
+
+
+def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
+    """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
+    from ppo_dict.envs import make_env
+    from ppo_dict.evaluation import deterministic_actions, run_episodes
+    from ppo_dict.policy import build_policy
+
+    cfg = Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True, episode_length=5), seed=0)
+    env = make_env(env_spec(cfg))
+    policy = build_policy(cfg, env.observation_space, env.action_space)
+    returns, lengths = run_episodes(policy, env, None, 2, 0, torch.device("cpu"))
+    assert lengths == [5, 5]
+    obs, _ = env.reset(seed=0)
+    batch = {"obs": obs[None]}
+    expected = policy(torch.as_tensor(np.moveaxis(obs, -1, 0)[None]), deterministic=True)[0].numpy()
+    assert np.array_equal(deterministic_actions(policy, None, batch, env.observation_space, env.action_space, torch.device("cpu")), expected)
+    env.close()
