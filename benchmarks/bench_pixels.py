@@ -26,7 +26,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.harness import Contender, Table, interleave, machine_times, ratio_text  # noqa: E402
+from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ratio_text  # noqa: E402
 from ppo_dict.config import Config, physical_cores  # noqa: E402
 from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
@@ -117,7 +117,7 @@ def backend_rows(backend: str, steps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
+    add_log_flags(parser)
     parser.add_argument("--workers", type=int, default=physical_cores(), help="worker processes (default: the physical cores)")
     parser.add_argument("--n_envs", type=int, default=8, help="test_dummy envs")
     parser.add_argument("--device", default="cpu", help="torch device (cuda on a GPU machine)")
@@ -136,7 +136,7 @@ def main() -> None:
                   f"1 worker x 2 envs: {r['w1']:.0f} steps/s", f"2 workers x 2 envs: {r['w2']:.0f} steps/s",
                   f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x**")
     flags = " ".join(f for f in (args.quick and "--quick", args.device != "cpu" and f"--device {args.device}") if f)
-    table.write("bench_pixels", f"python benchmarks/bench_pixels.py {flags}".strip(), started, log=not args.no_log)
+    table.write("bench_pixels", f"python benchmarks/bench_pixels.py {flags}".strip(), started, log=log_path(args))
 
 
 if __name__ == "__main__":

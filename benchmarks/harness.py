@@ -108,7 +108,8 @@ def machine_line() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
+    # BENCH_COMMIT names the commit where the checkout's git metadata is not this tree's (a copied working tree)
+    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
     import gymnasium
 
     versions = f"torch {torch.__version__}, gymnasium {gymnasium.__version__}, numpy {np.__version__}"
@@ -132,11 +133,21 @@ class Table:
         self.rows.append(f"| {setting} | {what} | {measured} | {compared} | {ratio} |")
         print(self.rows[-1], flush=True)
 
-    def write(self, title: str, command: str, started: list[int], log: bool) -> None:
+    def write(self, title: str, command: str, started: list[int], log: Optional[str]) -> None:
+        """Print the table under a header (machine, commit, versions, load) and append both to ``log``."""
         header = f"\n### {title}: {machine_line()}\n\ncommand: `{command}` ({load_line(started)})\n\n"
         table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n" + "\n".join(self.rows) + "\n"
         print(header + table, flush=True)
         if log:
-            path = os.path.join(ROOT, "perf_log.md")
-            with open(path, "a") as f:
+            with open(log, "a") as f:
                 f.write(header + table)
+
+
+def log_path(args) -> Optional[str]:
+    """Where the rows go: ``--log FILE`` (default perf_log.md), none with ``--no_log``."""
+    return None if args.no_log else args.log
+
+
+def add_log_flags(parser) -> None:
+    parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
+    parser.add_argument("--log", default=os.path.join(ROOT, "perf_log.md"), help="the ledger to append the rows to")

@@ -53,8 +53,13 @@ class Collector:
         self.parts = pool.halves if cfg.double_buffer else (everything,)
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
         self.policy_steps = {len(part): PolicyStep(policy, len(part)) for part in (*self.parts, everything)}
-        # On the CPU a step writes its actions, values and log-probs straight into the storage's rows.
+        # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
+        # on an accelerator they come back through pinned buffers, with one synchronisation per step.
         self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
+        self.pinned = {} if device.type == "cpu" else {
+            n: tuple(torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory() for a, shape in (
+                (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,))))
+            for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.box = isinstance(pool.action_space, spaces.Box)
         if self.box:
@@ -99,24 +104,25 @@ class Collector:
         self._act(0, a)
         self.pool.step_async(0, a)
         for t in range(n_steps):
-            started = clock()
+            mark = clock()
             self._act(t, b)  # while half A steps
-            acted = clock()
+            acted_b = clock()
             self.pool.step_wait()
             self.pool.step_async(t, b)
-            waited = clock()
+            sent_b = clock()
             self._after_env_step(t, a)
+            booked_a = clock()
             if t + 1 < n_steps:
                 self._act(t + 1, a)  # while half B steps
-            booked = clock()
+            acted_a = clock()
             self.pool.step_wait()
             if t + 1 < n_steps:
                 self.pool.step_async(t + 1, a)
-            stepped = clock()
+            sent_a = clock()
             self._after_env_step(t, b)
-            timing.policy += acted - started
-            timing.envs += waited - acted + stepped - booked
-            timing.bookkeeping += booked - waited + clock() - stepped
+            timing.policy += acted_b - mark + acted_a - booked_a
+            timing.envs += sent_b - acted_b + sent_a - acted_a
+            timing.bookkeeping += booked_a - sent_b + clock() - sent_a
 
     # ------------------------------------------------------------------ one step of some envs
     def _act(self, t: int, part: range) -> None:
@@ -129,10 +135,12 @@ class Collector:
             obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]
         out = None if self.out is None else tuple(rows[t, cols] for rows in self.out)
         actions, values, log_probs = self.policy_steps[len(part)](obs, out=out)
-        if out is None:  # on an accelerator: one copy of each back to the storage
-            s.actions[t, cols] = actions.cpu().numpy().reshape(len(part), s.action_dim)
-            s.values[t, cols] = values.cpu().numpy().reshape(len(part))
-            s.log_probs[t, cols] = log_probs.cpu().numpy()
+        if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
+            host = self.pinned[len(part)]
+            for buffer, result in zip(host, (actions, values, log_probs)):
+                buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+            s.actions[t, cols], s.values[t, cols], s.log_probs[t, cols] = (buffer.numpy() for buffer in host)
         if self.box:  # np.clip, as sb3 (torch.clamp differs on signed zeros at a bound of 0)
             np.clip(s.actions[t, cols], self.low, self.high, out=self.env_actions[cols])
         else:
@@ -167,11 +175,16 @@ class Collector:
     def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray, first: int) -> None:
         """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
 
-        One env at a time, in env order, in torch float32 arithmetic, as sb3 does: batching the
-        terminal observations changes the rounding (1.2e-7).
+        Exact rollouts: one env at a time, in env order, in torch float32 arithmetic, as sb3 does
+        (batching the terminal observations changes the rounding, 1.2e-7). Double-buffered ones are
+        not sb3's numbers anyway: all of a half's cut episodes are valued in one batch.
         """
-        value = self.policy_steps[self.n_envs].value
-        for idx in np.flatnonzero(truncated):
+        value, rows = self.policy_steps[self.n_envs].value, np.flatnonzero(truncated)
+        if len(self.parts) > 1 and len(rows) > 1:
+            batch = self.storage.as_policy_input({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()})
+            rewards[rows] += self.cfg.gamma * value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
+            return
+        for idx in rows:
             terminal_value = value(obs_to_tensor(self.storage.terminal_input(first + idx), self.device))[0]
             rewards[idx] += self.cfg.gamma * terminal_value
 

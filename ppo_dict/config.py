@@ -30,7 +30,13 @@ inf = math.inf
 
 
 def physical_cores() -> int:
-    """Physical CPU cores (distinct (package, core) pairs in /proc/cpuinfo), else os.cpu_count()."""
+    """Physical CPU cores this process may run on: distinct (package, core) pairs in /proc/cpuinfo,
+    at most the CPUs of its affinity mask (``taskset``, a container's cpuset); else os.cpu_count()."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(_physical_cores(), allowed)
+
+
+def _physical_cores() -> int:
     try:
         with open("/proc/cpuinfo") as f:
             pairs, package = set(), None

@@ -80,6 +80,7 @@ class ShmEnvPool:
             blocks = [(*a, *b) for a, b in zip(*parts)]
         else:
             blocks = split_columns(in_main, n_envs - in_main, processes, backend.unit)
+        blocks = [block for block in blocks if len(block)]  # more workers than units of envs: fewer processes
         self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
                                   start_timeout=start_timeout, n_envs=n_envs)
         self.num_envs = self._group.num_envs
