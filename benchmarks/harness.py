@@ -120,7 +120,9 @@ def machine_line() -> str:
     except ImportError:
         pass
     gpu = f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, {os.cpu_count()} cpus{gpu} | {versions}, python {sys.version.split()[0]}"
+    allowed = len(os.sched_getaffinity(0))
+    cpus = f"{os.cpu_count()} cpus" + (f" ({allowed} allowed by the affinity mask)" if allowed < (os.cpu_count() or 1) else "")
+    return f"{time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, {cpus}{gpu} | {versions}, python {sys.version.split()[0]}"
 
 
 class Table:
