@@ -1,8 +1,9 @@
 """Pixel pipeline benchmark: is the pipeline the bottleneck, and how does rendering scale?
 
-In one run on one machine:
-  1. test_dummy (84x84x3 uint8) + cnn: rollout throughput of PPO.collect_rollout through the
-     worker pool, against pure NatureCNN policy inference on the same batch size (target >= 0.8).
+In one run on one machine, in interleaved rounds:
+  1. test_dummy (84x84x3 uint8) + cnn: rollout throughput of exact and double-buffered rollouts
+     through the worker pool, against the NatureCNN policy step alone on a batch of the same size
+     (double-buffered target >= 0.95: the envs and the bookkeeping hide behind the policy).
   2. pixel Reacher (rendered MuJoCo, 84x84): env steps/s through the pool with 1 and 2 workers,
      for each GL backend that works here (each backend in its own subprocess, since the backend
      is fixed when a process first renders).
@@ -25,34 +26,53 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ppo_dict.config import Config  # noqa: E402
-from ppo_dict.vec import make_env_pool  # noqa: E402
+from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ratio_text  # noqa: E402
+from ppo_dict.config import Config, physical_cores  # noqa: E402
+from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
+from ppo_dict.rollout_step import PolicyStep  # noqa: E402
+from ppo_dict.vec import make_env_pool  # noqa: E402
 
 
-def cnn_rollout_vs_inference(n_envs: int, n_steps: int, repeats: int) -> dict[str, float]:
-    """Steps/s of collect_rollout (workers stepping test_dummy) vs the policy's forward alone."""
-    cfg = Config(env="test_dummy", model="cnn", n_envs=n_envs, num_workers=2, n_steps=n_steps, seed=0, verbose=0)
-    pool = make_env_pool(cfg)
-    try:
-        model = PPO(cfg, pool)
+def cnn_rollout_vs_inference(table: Table, n_envs: int, workers: int, device: str, n_steps: int, rounds: int) -> None:
+    """test_dummy + NatureCNN: exact and double-buffered rollouts through the worker pool against the
+    policy step alone on a batch of the same size (n_envs, and n_envs / 2 for the double-buffered halves)."""
+    contenders, models = [], []
+    for double_buffer in (False, True):
+        cfg = Config(env="test_dummy", model="cnn", n_envs=n_envs, num_workers=workers, n_steps=n_steps, seed=0, verbose=0, device=device,
+                     double_buffer=double_buffer)
+        model = PPO(cfg, build_env_pool(cfg))
         model.start_envs()
-        model.collect_rollout()  # warm-up
-        start = time.perf_counter()
-        for _ in range(repeats):
-            model.collect_rollout()
-        rollout = repeats * n_steps * n_envs / (time.perf_counter() - start)
+        models.append(model)
 
-        obs = torch.as_tensor(model.storage.obs["obs"][0])
-        with torch.no_grad():
-            model.policy(obs)
-            start = time.perf_counter()
-            for _ in range(repeats * n_steps):
-                model.policy(obs)
-        inference = repeats * n_steps * n_envs / (time.perf_counter() - start)
+        def run(model=model) -> int:
+            model.collect_rollout()
+            model.storage.carry_over()
+            return model.storage.n_steps * model.n_envs
+
+        contenders.append(Contender("--double_buffer" if double_buffer else "exact", run, lambda m=model: [os.getpid(), *m.pool.pids], model.close))
+    model = models[0]  # the exact run's policy and observations feed the inference rows
+    for batch in (n_envs, n_envs // 2):
+        step = PolicyStep(model.policy, batch)
+        obs = model.collector.step_obs(0)[:batch]
+
+        def infer(step=step, obs=obs, batch=batch) -> int:
+            for _ in range(n_steps):
+                step(obs)
+            return n_steps * batch
+
+        contenders.append(Contender(f"NatureCNN policy step alone, batch {batch}", infer))
+    try:
+        interleave(contenders, rounds)
+        exact, double, full, half = contenders
+        setting = f"test_dummy 84x84x3 + cnn, {n_envs} envs, {workers} workers, device {device}"
+        table.row(setting, "rollout, exact (one batch of all envs per step)", f"{exact.rate:.0f} steps/s, {exact.cpu:.0f} CPU-us/step",
+                  f"vs the policy step alone at batch {n_envs}: {full.rate:.0f} steps/s", ratio_text(exact, full))
+        table.row(setting, "rollout, --double_buffer (halves of the envs alternate)", f"{double.rate:.0f} steps/s, {double.cpu:.0f} CPU-us/step",
+                  f"vs the policy step alone at batch {n_envs // 2}: {half.rate:.0f} steps/s", ratio_text(double, half, 0.95))
     finally:
-        pool.close()
-    return {"rollout_steps_per_s": rollout, "inference_steps_per_s": inference, "ratio": rollout / inference}
+        for c in contenders:
+            c.close()
 
 
 def pixel_env_stepping(num_workers: int, envs_per_worker: int, steps: int) -> float:
@@ -94,65 +114,29 @@ def backend_rows(backend: str, steps: int) -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def cpu_times() -> list[int]:
-    """The machine's cumulative CPU ticks: user nice system idle iowait irq softirq steal."""
-    with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:9]]
-
-
-def steal_share(start: list[int]) -> str:
-    """Share of CPU time the hypervisor took from this machine since ``start`` (noisy neighbours)."""
-    delta = [b - a for a, b in zip(start, cpu_times())]
-    return f"CPU steal during the run: {100 * delta[7] / max(1, sum(delta)):.1f}%"
-
-
-def machine_line() -> str:
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    import gymnasium
-    import mujoco
-
-    return (f"{time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, {os.cpu_count()} cpus | torch {torch.__version__}, "
-            f"gymnasium {gymnasium.__version__}, mujoco {mujoco.__version__}, numpy {np.__version__}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
-    parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    add_log_flags(parser)
+    parser.add_argument("--workers", type=int, default=physical_cores(), help="worker processes (default: the physical cores)")
+    parser.add_argument("--n_envs", type=int, default=8, help="test_dummy envs")
+    parser.add_argument("--device", default="cpu", help="torch device (cuda on a GPU machine)")
+    parser.add_argument("--no_render", action="store_true", help="skip the rendered-Reacher rows (no GL here)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    repeats, steps = (2, 100) if args.quick else (8, 400)
-
-    started = cpu_times()
-    cnn = cnn_rollout_vs_inference(n_envs=8, n_steps=64, repeats=repeats)
-    rows = [
-        "| test_dummy 84x84x3 + cnn, 8 envs, 2 workers (main steps worker 0's envs) | rollout (collect_rollout) | "
-        f"{cnn['rollout_steps_per_s']:.0f} steps/s | vs NatureCNN policy inference alone at batch 8: "
-        f"{cnn['inference_steps_per_s']:.0f} steps/s | ratio **{cnn['ratio']:.2f}** (target >= 0.8) |",
-    ]
-    for backend in ("egl", "osmesa", "glfw"):
+    rounds, steps = (2, 100) if args.quick else (5, 400)
+    started, table = machine_times(), Table()
+    cnn_rollout_vs_inference(table, args.n_envs, args.workers, args.device, n_steps=32 if args.quick else 64, rounds=rounds)
+    for backend in () if args.no_render else ("egl", "osmesa", "glfw"):
         r = backend_rows(backend, steps)
         if "error" in r:
-            rows.append(f"| pixel Reacher-v5 84x84, MUJOCO_GL={backend} | env stepping | failed: {r['error']} | | |")
+            table.row(f"pixel Reacher-v5 84x84, MUJOCO_GL={backend}", "env stepping", f"failed: {r['error']}")
             continue
-        rows.append(
-            f"| pixel Reacher-v5 84x84, MUJOCO_GL={backend}{' (xvfb-run)' if backend == 'glfw' else ''} | env stepping, no policy | "
-            f"1 worker x 2 envs: {r['w1']:.0f} steps/s | 2 workers x 2 envs: {r['w2']:.0f} steps/s | "
-            f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x** |"
-        )
-    header = (f"\n### bench_pixels: {machine_line()}\n\ncommand: `python benchmarks/bench_pixels.py{' --quick' if args.quick else ''}` "
-              f"({steal_share(started)})\n\n")
-    table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
-    print(header + table)
-    if not args.no_log:
-        with open(os.path.join(ROOT, "perf_log.md"), "a") as f:
-            f.write(header + table)
+        table.row(f"pixel Reacher-v5 84x84, MUJOCO_GL={backend}{' (xvfb-run)' if backend == 'glfw' else ''}", "env stepping, no policy",
+                  f"1 worker x 2 envs: {r['w1']:.0f} steps/s", f"2 workers x 2 envs: {r['w2']:.0f} steps/s",
+                  f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x**")
+    flags = " ".join(f for f in (args.quick and "--quick", args.device != "cpu" and f"--device {args.device}") if f)
+    table.write("bench_pixels", f"python benchmarks/bench_pixels.py {flags}".strip(), started, log=log_path(args))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
         problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
+    if cfg.double_buffer and n_envs < 2 * backend.unit:
+        problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
     if not backend.makes_gym_envs:
         asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
         problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "

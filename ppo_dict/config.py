@@ -31,7 +31,13 @@ inf = math.inf
 
 
 def physical_cores() -> int:
-    """Physical CPU cores (distinct (package, core) pairs in /proc/cpuinfo), else os.cpu_count()."""
+    """Physical CPU cores this process may run on: distinct (package, core) pairs in /proc/cpuinfo,
+    at most the CPUs of its affinity mask (``taskset``, a container's cpuset); else os.cpu_count()."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(_physical_cores(), allowed)
+
+
+def _physical_cores() -> int:
     try:
         with open("/proc/cpuinfo") as f:
             pairs, package = set(), None
@@ -137,12 +143,15 @@ class Config:
     num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", none_or(int), "workers", range=(0, inf))
     envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", none_or(int), "workers", range=(1, inf))
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers", choices=MP_METHODS)
-    main_steps_envs: bool = _opt(True, "the main process steps worker 0's envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
+    main_steps_envs: bool = _opt(True, "the main process steps some envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
+    main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: balanced from the measured cost of an env step and of the policy step)", none_or(int), "workers", range=(0, inf))
+    double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers", range=(0.0, inf, True, False))
 
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
-    torch_threads: int = _opt(1, "torch threads in the main process (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
+    torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
+    update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads)", none_or(int), "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
@@ -240,6 +249,11 @@ class Config:
             problems.append(f"device={self.device!r}: must be auto, cpu, cuda or cuda:N")
         if self.resume == RESUME_AUTO and self.run_dir is None:
             problems.append("resume='auto': needs --run_dir (the directory a requeued job resumes from, or starts in)")
+        if self.double_buffer and not bad & {"n_envs", "num_workers", "envs_per_worker"}:
+            n, w, _ = self.worker_layout
+            if w == 0 or n < 2:
+                problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
+                                f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
         if self.video and self.eval_freq == 0:
             problems.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
         return problems

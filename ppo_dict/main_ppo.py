@@ -30,11 +30,12 @@ from ppo_dict.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.errors import CheckpointError, ConfigError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
+from ppo_dict.performance import build_env_pool
 from ppo_dict.ppo import PPO
 from ppo_dict.progress import Progress
 from ppo_dict.tracking import CSVWriter, scalars
 from ppo_dict.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
-from ppo_dict.vec import env_spec, make_env_pool
+from ppo_dict.vec import env_spec
 from ppo_dict.vec.backend import EnvBackend
 
 RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
@@ -76,6 +77,9 @@ def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, check
         "iterations": ppo.iteration,
         "wall_seconds": round(wall_seconds, 3),
         "fps": round((ppo.num_timesteps - start_steps) / max(wall_seconds, 1e-9), 1),
+        "rollout_fps": ppo.timing.logs(ppo.n_envs)["time/rollout_fps"],
+        "rollout_seconds": round(ppo.timing.rollout, 3),
+        "update_seconds": round(ppo.timing.update, 3),
         "ep_rew_mean": None if np.isnan(rew) else rew,
         "interrupted": interrupted,
         "run_dir": cfg.run_dir,
@@ -199,7 +203,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     cfg, logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None
-    pool = make_env_pool(cfg, backend)
+    pool = build_env_pool(cfg, backend)
     try:
         ppo = PPO(cfg, pool, logger)
         if device_notice(ppo.device):

@@ -81,24 +81,27 @@ class Normalizer:
         return self.normalize_obs(obs)
 
     def step(
-        self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, terminal_obs: dict[str, np.ndarray]
+        self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, terminal_obs: dict[str, np.ndarray],
+        rows: slice = slice(None),
     ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
         """After ``env.step()``, in sb3's order: ``(obs, rewards, terminal_obs)`` normalised.
 
-        obs[key]: [n_envs, ...] raw (done envs hold their reset obs), rewards: float32[n_envs],
-        dones: bool[n_envs], terminal_obs[key]: [n_done, ...] raw, the done envs' last
-        observations in env order. Returned observations hold the normalised keys only.
+        obs[key]: [n, ...] raw (done envs hold their reset obs), rewards: float32[n], dones:
+        bool[n], terminal_obs[key]: [n_done, ...] raw, the done envs' last observations in env
+        order; ``rows``: which of the ``n_envs`` envs these are (all of them, except for a half of a
+        double-buffered rollout). Returned observations hold the normalised keys only.
         """
         if self.training and self.norm_obs:
             for key, rms in self.obs_rms.items():
                 rms.update(obs[key])
         normalized = self.normalize_obs(obs)
+        returns = self.returns[rows]  # a view
         if self.training:
-            self.returns = self.returns * self.gamma + rewards
-            self.ret_rms.update(self.returns)
+            returns[...] = returns * self.gamma + rewards
+            self.ret_rms.update(returns)
         normalized_rewards = self.normalize_reward(rewards)
         terminal = self.normalize_obs(terminal_obs) if dones.any() else {}
-        self.returns[dones] = 0
+        returns[dones] = 0
         return normalized, normalized_rewards, terminal
 
     # -------------------------------------------------------------- pure functions of the statistics

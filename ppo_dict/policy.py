@@ -8,7 +8,7 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -42,14 +42,16 @@ def flat_dim(space: spaces.Space) -> int:
     return int(np.prod(space.shape))
 
 
-def preprocess(obs: torch.Tensor, space: spaces.Space, normalize_images: bool) -> torch.Tensor:
-    """sb3 ``preprocess_obs`` for one space: ``/ 255.0`` for images (not ``* (1/255)``: not bit-exact)."""
+def preprocessor(space: spaces.Space, normalize_images: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """sb3 ``preprocess_obs`` for one space, decided once: ``/ 255.0`` for images (not ``* (1/255)``:
+    not bit-exact), ``float()`` for other boxes, one-hot for Discrete."""
     if isinstance(space, spaces.Box):
         if normalize_images and is_image_space(space):
-            return obs.float() / 255.0
-        return obs.float()
+            return lambda obs: obs.float() / 255.0
+        return lambda obs: obs.float()
     if isinstance(space, spaces.Discrete):
-        return nn.functional.one_hot(obs.long(), num_classes=int(space.n)).float()
+        n = int(space.n)
+        return lambda obs: nn.functional.one_hot(obs.long(), num_classes=n).float()
     raise ValueError(f"observation space {space} is not supported")
 
 
@@ -166,6 +168,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.observation_space, self.action_space = observation_space, action_space
         self.normalize_images = normalize_images
+        subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
+        self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
         self.share_features_extractor = share_features_extractor
         uses_nature_cnn = model == "cnn" and not isinstance(observation_space, spaces.Dict)
         if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
@@ -198,19 +202,23 @@ class ActorCritic(nn.Module):
         self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
 
         if ortho_init:
-            gains: dict[nn.Module, float] = {
-                self.features_extractor: np.sqrt(2),
-                self.mlp_extractor: np.sqrt(2),
-                self.action_net: 0.01,
-                self.value_net: 1,
-            }
-            if not share_features_extractor:
-                # sb3 moves the extractors to the end here (GH#1148); the order is part of the RNG stream.
-                del gains[self.features_extractor]
-                gains[self.pi_features_extractor] = np.sqrt(2)
-                gains[self.vf_features_extractor] = np.sqrt(2)
-            for module, gain in gains.items():
-                module.apply(partial(self._init_weights, gain=gain))
+            self._orthogonal_init()
+
+    def _orthogonal_init(self) -> None:
+        """sb3's orthogonal re-initialisation, module by module in sb3's order (it is part of the RNG stream)."""
+        gains: dict[nn.Module, float] = {
+            self.features_extractor: np.sqrt(2),
+            self.mlp_extractor: np.sqrt(2),
+            self.action_net: 0.01,
+            self.value_net: 1,
+        }
+        if not self.share_features_extractor:
+            # sb3 moves the extractors to the end here (GH#1148).
+            del gains[self.features_extractor]
+            gains[self.pi_features_extractor] = np.sqrt(2)
+            gains[self.vf_features_extractor] = np.sqrt(2)
+        for module, gain in gains.items():
+            module.apply(partial(self._init_weights, gain=gain))
 
     @staticmethod
     def _init_weights(module: nn.Module, gain: float = 1) -> None:
@@ -221,9 +229,9 @@ class ActorCritic(nn.Module):
 
     # ------------------------------------------------------------------ forward passes
     def _preprocess(self, obs: TensorObs) -> TensorObs:
-        if isinstance(self.observation_space, spaces.Dict):
-            return {key: preprocess(obs[key], sub, self.normalize_images) for key, sub in self.observation_space.spaces.items()}
-        return preprocess(obs, self.observation_space, self.normalize_images)  # type: ignore[arg-type]
+        if isinstance(obs, dict):
+            return {key: prep(obs[key]) for key, prep in self._preprocessors.items()}
+        return self._preprocessors[None](obs)
 
     def _latents(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
         features = self._preprocess(obs)

@@ -6,6 +6,7 @@ this module sees only the storage arrays.
 """
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections import deque
@@ -15,15 +16,16 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.config import Config
+from ppo_dict.config import Config, physical_cores
+from ppo_dict.collect import Collector
 from ppo_dict.envs import contains_image
-from ppo_dict.errors import NonFiniteError
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
 from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
+from ppo_dict.performance import Timing, same_values, thread_count
 from ppo_dict.seeding import set_random_seed
-from ppo_dict.storage import StepObsToDevice, obs_layout, obs_to_tensor
+from ppo_dict.storage import obs_layout
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 
@@ -78,17 +80,15 @@ class PPO:
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
         self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
-        if self.normalizer is not None:
-            self.storage.own_obs_stage(self.normalizer.normalized_keys)
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
         self.ep_info_buffer: deque[dict[str, float]] = deque(maxlen=100)
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
-        self._last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
+        self.timing = Timing()
+        self.update_threads: Optional[int] = None  # chosen at the first update
+        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.ep_info_buffer, self.timing)
         self._envs_started = False
-        self._box_actions = isinstance(pool.action_space, spaces.Box)
-        self._step_obs = StepObsToDevice(self.storage, self.device)
 
     # ------------------------------------------------------------------ the iteration
     def learn(
@@ -108,9 +108,12 @@ class PPO:
         total = total_timesteps or self.cfg.total_timesteps
         self.start_envs()
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
+        self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
+            started = time.perf_counter()
             self.collect_rollout()  # n_steps of every env; time-limit truncations bootstrapped on the way
             self.compute_advantages()  # V(last obs), then GAE in float32 as sb3
+            self.timing.rollout += time.perf_counter() - started
             self.iteration += 1
             if on_rollout is not None:
                 on_rollout(self)
@@ -119,7 +122,10 @@ class PPO:
             if self.iteration % self.cfg.log_interval == 0:
                 self._record_rollout_logs()
                 self.logger.dump(step=self.num_timesteps)
+            started = time.perf_counter()
             self.train(progress_remaining)
+            self.timing.update += time.perf_counter() - started
+            self.timing.update_threads = self.update_threads
             self.storage.carry_over()  # the last observation starts the next rollout
             if after_update is not None:
                 after_update(self)
@@ -129,107 +135,67 @@ class PPO:
 
     def start_envs(self) -> None:
         """First reset of every env (env i with ``env_seed + i``) and of the normaliser; idempotent."""
-        if self._envs_started:
-            return
-        self.pool.reset(self.env_seed)
-        if self.normalizer is not None:
-            self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
-            self._write_obs(0, self.normalizer.reset(self.storage.env_obs_at(0)))
-        self._envs_started = True
+        if not self._envs_started:
+            self.collector.reset(self.env_seed)
+            self._envs_started = True
 
-    def _write_obs(self, t: int, normalized: dict[str, np.ndarray]) -> None:
-        for key, values in normalized.items():
-            self.storage.obs[key][t] = values
-
-    @torch.no_grad()
     def collect_rollout(self) -> None:
         """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).
 
         Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
-        (:meth:`RolloutStorage.carry_over`).
+        (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.collect``).
         """
-        s = self.storage
-        self.policy.eval()
-        for t in range(s.n_steps):
-            actions, values, log_probs = self.policy(self._step_obs(t))
-            actions = actions.cpu().numpy()
-            # The env gets clipped actions; the buffer keeps the unclipped ones (re-scored in train).
-            if self._box_actions:
-                np.clip(actions, self.pool.action_space.low, self.pool.action_space.high, out=s.env_actions)
-            else:
-                s.env_actions[...] = actions
-            self.pool.step(t)
-            self.num_timesteps += self.n_envs
-            self._after_env_step(t)
-            s.actions[t] = actions.reshape(self.n_envs, s.action_dim)
-            s.values[t] = values.cpu().numpy().ravel()  # sb3 clones first; the storage write copies anyway
-            s.log_probs[t] = log_probs.cpu().numpy()
+        self.num_timesteps += self.collector.collect(self.num_timesteps)
 
-    def _after_env_step(self, t: int) -> None:
-        """What sb3 does between ``env.step`` and ``rollout_buffer.add``: episode statistics,
-        normalisation (sb3's VecNormalize sits in the vec env), the time-limit bootstrap."""
-        s = self.storage
-        dones = s.dones_at(t)
-        self._check_finite(t, dones)
-        for i in np.flatnonzero(dones):
-            self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
-        s.rewards[t] = s.env_rewards[t]
-        if self.normalizer is not None:
-            done_rows = np.flatnonzero(dones)
-            terminal = {key: arr[done_rows] for key, arr in s.env_terminal_obs.items()}
-            obs, s.rewards[t], terminal = self.normalizer.step(s.env_obs_at(t + 1), s.env_rewards[t], dones, terminal)
-            self._write_obs(t + 1, obs)
-            for key, values in terminal.items():
-                s.terminal_obs[key][done_rows] = values
-        self._bootstrap_truncated(s.rewards[t], s.truncated[t] & ~s.terminated[t])
-        s.episode_starts[t] = self._last_dones
-        self._last_dones = dones
-
-    def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray) -> None:
-        """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
-
-        One env at a time, in env order, in torch float32 arithmetic, as sb3 does: batching the
-        terminal observations changes the rounding (1.2e-7).
-        """
-        for idx in np.flatnonzero(truncated):
-            terminal_value = self.policy.predict_values(obs_to_tensor(self.storage.terminal_input(idx), self.device))[0]
-            rewards[idx] += self.cfg.gamma * terminal_value
-
-    @torch.no_grad()
     def compute_advantages(self) -> None:
         """``V(obs[n_steps])`` and GAE over the stored rollout (sb3 ``compute_returns_and_advantage``)."""
         s = self.storage
-        last_values = self.policy.predict_values(self._step_obs(s.n_steps))
+        last_values = self.collector.last_values()
         s.advantages[...], s.returns[...] = compute_gae(
-            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self._last_dones,
+            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self.collector.last_dones,
             self.cfg.gamma, self.cfg.gae_lambda,
         )
 
-    def _check_finite(self, t: int, dones: np.ndarray) -> None:
-        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
-
-        Per step this is one ``isfinite().all()`` per float array (terminal observations only when
-        an episode ended); the offending env is looked for only once something is not finite.
-        """
-        s = self.storage
-        checks = [("reward", s.env_rewards[t], None)]
-        checks += [(f"observation[{key!r}]", arr[t + 1], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
-        if dones.any():
-            checks += [(f"terminal observation[{key!r}]", arr[dones], np.flatnonzero(dones))
-                       for key, arr in s.env_terminal_obs.items() if arr.dtype.kind == "f"]
-        for what, arr, rows in checks:
-            if np.isfinite(arr).all():
-                continue
-            bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
-            env = int(bad if rows is None else rows[bad])
-            raise NonFiniteError(
-                f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
-                f"(total steps {self.num_timesteps}); statistics were not updated with it"
-            )
-
     def train(self, progress_remaining: float) -> dict[str, float]:
         """One PPO update over the stored rollout; logs ``train/*``."""
-        settings = UpdateSettings(
+        settings = self._update_settings(progress_remaining)
+        if self.update_threads is None:
+            self.update_threads, (logs, self.n_updates) = self._first_update(settings)
+        else:
+            with thread_count(self.update_threads):
+                logs, self.n_updates = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+        self.logger.record("train/learning_rate", settings.learning_rate)
+        self.logger.record_many(logs)
+        return logs
+
+    def _first_update(self, settings: UpdateSettings) -> tuple[int, tuple[dict[str, float], int]]:
+        """The first update, and the threads for every later one: ``cfg.update_threads``, else the
+        physical cores if an update with them gives the same bits as with ``torch_threads``.
+
+        To check, the update runs once with the cores from a snapshot of the parameters, Adam and
+        the numpy RNG, the snapshot is put back, and the real update runs with ``torch_threads``.
+        Threads split GEMMs and large reductions by the tensors' shapes, which stay the same for a
+        run; where a split changes the rounding, the run keeps ``torch_threads``.
+        """
+        base, cores = self.cfg.torch_threads, physical_cores()
+        chosen = self.cfg.update_threads or base
+        trial = None
+        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base:
+            snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
+            with thread_count(cores):
+                ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+            trial = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()["state"]))
+            self.policy.load_state_dict(snapshot[0])
+            self.optimizer.load_state_dict(snapshot[1])
+            np.random.set_state(snapshot[2])
+        with thread_count(chosen):
+            result = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+        if trial is not None and same_values(trial, (self.policy.state_dict(), self.optimizer.state_dict()["state"])):
+            chosen = cores
+        return chosen, result
+
+    def _update_settings(self, progress_remaining: float) -> UpdateSettings:
+        return UpdateSettings(
             learning_rate=self.lr_schedule(progress_remaining),
             clip_range=self.clip_schedule(progress_remaining),
             clip_range_vf=None if self.clip_vf_schedule is None else self.clip_vf_schedule(progress_remaining),
@@ -241,10 +207,6 @@ class PPO:
             max_grad_norm=self.cfg.max_grad_norm,
             target_kl=self.cfg.target_kl,
         )
-        logs, self.n_updates = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
-        self.logger.record("train/learning_rate", settings.learning_rate)
-        self.logger.record_many(logs)
-        return logs
 
     def _record_rollout_logs(self) -> None:
         time_elapsed = max((time.time_ns() - self._start_time) / 1e9, sys.float_info.epsilon)
@@ -255,6 +217,7 @@ class PPO:
         self.logger.record("time/fps", int((self.num_timesteps - self._start_steps) / time_elapsed))
         self.logger.record("time/time_elapsed", int(time_elapsed))
         self.logger.record("time/total_timesteps", self.num_timesteps)
+        self.logger.record_many(self.timing.logs(self.n_envs))
 
     @property
     def ep_rew_mean(self) -> float:
@@ -262,3 +225,9 @@ class PPO:
 
     def close(self) -> None:
         self.pool.close()
+
+    def __enter__(self) -> "PPO":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

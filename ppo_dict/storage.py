@@ -192,10 +192,11 @@ def obs_to_tensor(obs: PolicyObs, device: torch.device) -> TensorObs:
 class StepObsToDevice:
     """The observations of one rollout step as policy input on ``device``.
 
-    CPU: ``torch.from_numpy`` views of the storage itself, no copy. CUDA: one pinned staging
-    buffer per key, one copy into it and one non-blocking host-to-device copy per step; uint8
-    images travel as uint8 and are scaled on the GPU. Reusing the staging buffer is safe because
-    every step synchronises on ``actions.cpu()`` before the next copy.
+    CPU: views of the storage itself, no copy (tensors of the whole arrays are made once; a step
+    indexes them). CUDA: one pinned staging buffer per key, one copy into it and one non-blocking
+    host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU. Reusing
+    the staging buffer is safe because every step synchronises on the actions' copy back before
+    the next copy.
     """
 
     def __init__(self, storage: RolloutStorage, device: torch.device):
@@ -205,13 +206,21 @@ class StepObsToDevice:
             for key, (shape, dtype) in storage.obs_layout.items():
                 torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
                 self.pinned[key] = torch.empty((storage.n_envs, *shape), dtype=torch_dtype).pin_memory()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Tensors of the storage's current observation arrays (call again after ``own_obs_stage``)."""
+        # channel-last images are seen as [C, H, W] views, as sb3's VecTransposeImage shows them (permute = moveaxis)
+        self.views = {k: torch.from_numpy(v).permute(0, 1, 4, 2, 3) if k in self.storage.channel_last_keys else torch.from_numpy(v)
+                      for k, v in self.storage.obs.items()}
 
     def __call__(self, t: int) -> TensorObs:
-        obs = self.storage.obs_at(t)
         if not self.pinned:
-            return obs_to_tensor(self.storage.as_policy_input(obs), self.device)
+            if not self.storage.is_dict_obs:
+                return self.views[OBS_KEY][t]
+            return {key: view[t] for key, view in self.views.items()}
         on_device = {}
-        for key, arr in obs.items():
+        for key, arr in self.storage.obs_at(t).items():
             staging = self.pinned[key]
             staging.copy_(torch.from_numpy(arr))
             on_device[key] = staging.to(self.device, non_blocking=True)

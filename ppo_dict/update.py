@@ -97,15 +97,27 @@ class UpdateLog:
     loss: Optional[torch.Tensor] = None
 
 
-def take_minibatch(data: dict[str, Any], idx: np.ndarray, discrete: bool, device: torch.device) -> Minibatch:
-    """Rows ``idx`` of the flattened rollout, as sb3's ``RolloutBuffer._get_samples`` hands them over."""
-    obs = data["observations"]
-    obs = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
-    actions = torch.tensor(data["actions"][idx].astype(np.float32, copy=False), device=device)
-    old_values, old_log_prob, advantages, returns = (
-        torch.tensor(data[name][idx].flatten(), device=device) for name in ("values", "log_probs", "advantages", "returns")
-    )
-    return Minibatch(obs_to_tensor(obs, device), actions.long().flatten() if discrete else actions, old_values, old_log_prob, advantages, returns)
+class RolloutTensors:
+    """The flattened rollout as tensors on the device, made once per update.
+
+    sb3's ``RolloutBuffer.get`` hands out numpy rows that each minibatch turns into new tensors;
+    here the whole rollout is turned into tensors once (one host-to-device copy on a GPU) and a
+    minibatch indexes them: the same values and dtypes (float32 actions, flat ``[B]`` values,
+    log-probs, advantages and returns; observations in the buffer's dtype).
+    """
+
+    def __init__(self, data: dict[str, Any], discrete: bool, device: torch.device):
+        self.discrete, self.device = discrete, device
+        self.obs = obs_to_tensor(data["observations"], device)
+        self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
+        self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
+
+    def take(self, idx: np.ndarray) -> Minibatch:
+        """Rows ``idx`` of the flattened rollout, as sb3's ``RolloutBuffer._get_samples`` hands them over."""
+        rows = torch.from_numpy(idx).to(self.device)
+        obs = {k: v[rows] for k, v in self.obs.items()} if isinstance(self.obs, dict) else self.obs[rows]
+        actions = self.actions[rows]
+        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(column[rows] for column in self.columns))
 
 
 def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
@@ -162,8 +174,8 @@ def ppo_update(
     policy.train()
     for group in optimizer.param_groups:
         group["lr"] = settings.learning_rate
-    discrete = isinstance(policy.action_space, spaces.Discrete)
     data = storage.flat_samples()
+    rollout = RolloutTensors(data, isinstance(policy.action_space, spaces.Discrete), device)
     buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
     log = UpdateLog()
     for epoch in range(settings.n_epochs):
@@ -171,7 +183,7 @@ def ppo_update(
         indices = np.random.permutation(buffer_size)
         stopped = False
         for start in range(0, buffer_size, batch_size):
-            batch = take_minibatch(data, indices[start : start + batch_size], discrete, device)
+            batch = rollout.take(indices[start : start + batch_size])
             loss, approx_kl_div = minibatch_loss(policy, batch, settings, log)
             log.approx_kl_divs.append(approx_kl_div)
             if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:

@@ -39,6 +39,10 @@ class EnvPool(Protocol):
 
     def step(self, t: int) -> None: ...  # writes env_obs[t+1], env_rewards[t], terminated[t], truncated[t]
 
+    def step_async(self, t: int, columns: range) -> None: ...  # starts step t of the envs in columns
+
+    def step_wait(self) -> None: ...  # waits for them
+
     def close(self) -> None: ...
 
 
@@ -53,11 +57,13 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     return GodotBackend.probe(spec) if spec.is_godot else GymBackend.probe(spec)
 
 
-def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs: Optional[int] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
 
     ``backend``: the env as ``ppo_dict.checks.validate`` probed it (probed here when not given).
-    A config with a bad setting is refused first (:meth:`Config.check`), however it was built.
+    ``main_envs``: the envs the main process steps (default ``cfg.main_envs``, else one worker's
+    share; ``ppo_dict.ppo.build_env_pool`` balances it from measured costs). A config with a bad
+    setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
@@ -66,5 +72,6 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[
         return InProcessEnvPool(backend, n_envs, cfg.n_steps)
     return ShmEnvPool(
         backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
-        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs,
+        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs if main_envs is None else main_envs,
+        halves=cfg.double_buffer,
     )

@@ -8,10 +8,13 @@ only this interface; :func:`ppo_dict.vec.probe_env` picks the backend of an
 """
 from __future__ import annotations
 
+import copy
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, make_env
@@ -29,12 +32,14 @@ class EnvBackend(Protocol):
         observation_space, action_space: one env column's spaces.
         makes_gym_envs: whether one env column can also be built alone as a gymnasium env
             (evaluation, videos and the sb3 export need that).
+        unit: a block of columns holds whole multiples of this many (1; a Godot game's agents).
     """
 
     label: str
     observation_space: spaces.Space
     action_space: spaces.Space
     makes_gym_envs: bool
+    unit: int
 
     def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> Runner:
         """The runner of columns ``env_ids``; its ``open()`` builds their envs (in the calling process)."""
@@ -44,6 +49,9 @@ class EnvBackend(Protocol):
 
     def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
         """What a layout asks of this backend that cannot work (empty when it can)."""
+
+    def step_seconds(self, budget: float) -> float:
+        """Wall seconds of one column's step in this process, measured within about ``budget`` seconds (0: unknown)."""
 
 
 class SpecFactory:
@@ -69,6 +77,26 @@ def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, 
         env.close()
 
 
+#: At most this many steps time an env's step (fewer when a step is slow).
+TIMED_STEPS = 200
+
+
+def time_env_step(env: gym.Env, budget: float) -> float:
+    """Median seconds of one ``env.step``, random actions from a seeded copy of the action space."""
+    env.reset(seed=0)
+    space = copy.deepcopy(env.action_space)
+    space.seed(0)
+    times, deadline = [], time.perf_counter() + budget
+    while len(times) < TIMED_STEPS and time.perf_counter() < deadline:
+        action = space.sample()
+        start = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(action)
+        times.append(time.perf_counter() - start)
+        if terminated or truncated:
+            env.reset()
+    return float(np.median(times))
+
+
 @dataclass(frozen=True)
 class GymBackend:
     """Gymnasium envs, built by ``factory(env index)`` and stepped by :class:`GymRunner`.
@@ -82,12 +110,25 @@ class GymBackend:
     label: str
     record_infos: bool = False
     makes_gym_envs: bool = True
+    unit: int = 1
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GymBackend":
         """Build one env of ``spec`` here to read its spaces (an unknown id or bad kwargs fail here)."""
         observation_space, action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
         return cls(SpecFactory(spec), observation_space, action_space, spec.label)
+
+    def step_seconds(self, budget: float) -> float:
+        """Build one more env here and time its steps; 0 when that env fails (its workers will say why)."""
+        env = None
+        try:
+            env = self.factory(0)
+            return time_env_step(env, budget)
+        except Exception:  # noqa: BLE001 (a measurement only: the pool reports the env's failure itself)
+            return 0.0
+        finally:
+            if env is not None:
+                env.close()
 
     def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> GymRunner:
         return GymRunner(self.factory, env_ids, storage, record_infos=self.record_infos)

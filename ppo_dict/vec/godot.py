@@ -1,8 +1,8 @@
 """The Godot backend: games whose agents are env columns, stepped into rollout storage.
 
 A Godot process runs ``n_agents`` agents, so a block of columns (a worker's, the main process's,
-or the in-process pool's) owns whole games: column ``first + g * n_agents + a`` is agent ``a`` of
-game ``g``. :class:`GodotBackend` is probed once (one short-lived game) and hands the pools a
+or the in-process pool's) owns whole games: each game's agents are ``n_agents`` consecutive
+columns, agent ``a`` of the game starting at column ``c`` is column ``c + a``. :class:`GodotBackend` is probed once (one short-lived game) and hands the pools a
 :class:`GodotRunner` per block, like the gymnasium backend's runner.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ class GodotRunner:
     def __init__(self, spec: EnvSpec, env_ids: Sequence[int], storage: RolloutStorage):
         self.spec, self.env_ids, self.storage = spec, list(env_ids), storage
         self.first = self.env_ids[0]
+        self._starts: list[int] = []  # game g's first column
         self.games: list[GodotGame] = []
         self.n_agents = 0
         self.active: tuple[int, str] = (-1, "")
@@ -51,8 +52,6 @@ class GodotRunner:
 
     def open(self) -> None:
         """Launch the games; raises ``ValueError`` if the columns do not split into whole games or the games differ."""
-        if self.env_ids != list(range(self.first, self.first + len(self.env_ids))):
-            raise ValueError(f"env_ids {self.env_ids} must be contiguous columns")
         kwargs = dict(self.spec.kwargs)
         launch_seed = int(kwargs.pop("seed", 0)) + self.first
         self.active = (self.first, "constructor")
@@ -64,9 +63,12 @@ class GodotRunner:
                 f"{len(self.env_ids)} envs for {self.spec.name}: each Godot process runs {self.n_agents} agents, so the envs of a "
                 f"pool (or of one worker) must be a positive multiple of {self.n_agents} (one process per {self.n_agents} envs)"
             )
+        self._starts = self.env_ids[:: self.n_agents]
+        if any(self.env_ids[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents)) for g, a in enumerate(self._starts)):
+            raise ValueError(f"env_ids {self.env_ids} must be runs of {self.n_agents} contiguous columns, one per game")
         for g in range(1, len(self.env_ids) // self.n_agents):
-            self.active = (self.first + g * self.n_agents, "constructor")
-            game = GodotGame(seed=launch_seed + g * self.n_agents, **kwargs)
+            self.active = (self._starts[g], "constructor")
+            game = GodotGame(seed=launch_seed + self._starts[g] - self.first, **kwargs)
             self.games.append(game)
             if (game.n_agents, game.observation_space, game.action_space) != (self.n_agents, first.observation_space, first.action_space):
                 raise ValueError(f"{game.describe()} has other agents or spaces than {first.describe()}")
@@ -74,7 +76,17 @@ class GodotRunner:
 
     def _columns(self, g: int) -> slice:
         """Global storage columns of game g."""
-        return slice(self.first + g * self.n_agents, self.first + (g + 1) * self.n_agents)
+        return slice(self._starts[g], self._starts[g] + self.n_agents)
+
+    def _in(self, g: int, columns: Optional[range]) -> bool:
+        """Whether game g steps for ``columns``; a game with only some of its agents there is an error."""
+        if columns is None:
+            return True
+        cols = self._columns(g)
+        inside = sum(i in columns for i in range(cols.start, cols.stop))
+        if 0 < inside < self.n_agents:
+            raise ValueError(f"columns {columns} split game {g} (columns {cols.start}..{cols.stop - 1}): a game steps all its agents at once")
+        return inside == self.n_agents
 
     @staticmethod
     def _write(target: dict[str, np.ndarray], cols: Union[slice, np.ndarray], obs: AgentsObs) -> None:
@@ -90,25 +102,27 @@ class GodotRunner:
             self._write(obs0, cols, game.reset(seeds[cols.start]))
         self._returns[:], self._lengths[:] = 0.0, 0
 
-    def step(self, t: int) -> None:
-        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``.
+    def step(self, t: int, columns: Optional[range] = None) -> None:
+        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``
+        (of the games whose agents are all in ``columns``, when given: a game steps all its agents at once).
 
         Every game gets its actions before any reply is read, so the Godot processes step in parallel.
         """
         s = self.storage
-        for g, game in enumerate(self.games):
+        stepping = [g for g in range(len(self.games)) if self._in(g, columns)]
+        for g in stepping:
             self.active = (self._columns(g).start, "step")
-            game.send_actions(s.env_actions[self._columns(g)])
+            self.games[g].send_actions(s.env_actions[self._columns(g)])
         next_obs = s.env_obs_at(t + 1)
-        for g, game in enumerate(self.games):
-            cols = self._columns(g)
+        for g in stepping:
+            game, cols = self.games[g], self._columns(g)
             self.active = (cols.start, "step")
             reply = game.receive_step()
             s.env_rewards[t, cols] = reply.rewards
             s.terminated[t, cols] = reply.terminated
             s.truncated[t, cols] = reply.truncated
             self._write(next_obs, cols, reply.obs)
-            local = slice(cols.start - self.first, cols.stop - self.first)
+            local = slice(g * self.n_agents, (g + 1) * self.n_agents)
             # Monitor: float(reward) summed in python floats (float64), rounded when reported.
             self._returns[local] += reply.rewards.astype(np.float64)
             self._lengths[local] += 1
@@ -152,6 +166,14 @@ class GodotBackend:
     @property
     def label(self) -> str:
         return self.spec.label
+
+    @property
+    def unit(self) -> int:
+        """Agents per game: a block of columns holds whole games."""
+        return int((self.spec.kwargs.get("game_args") or {}).get("n_agents", self.n_agents))
+
+    def step_seconds(self, budget: float) -> float:
+        return 0.0  # blocks hold whole games: the pool does not balance them column by column
 
     def agents_per_game(self, envs_per_block: int) -> int:
         """Agents per Godot process in a pool: the demo's ``game_args`` ``n_agents``, by default

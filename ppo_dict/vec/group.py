@@ -1,7 +1,6 @@
 """The main process's side of the worker processes: start W of them, talk to them, stop them.
 
-Worker w owns env columns ``[first_env + w*E, first_env + (w+1)*E)`` of one shared
-:class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
+Worker w owns the env columns ``blocks[w]`` of one shared :class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
 under /dev/shm on Linux: nothing can leak, even after SIGKILL). Control is a tiny pickled message
 per worker per command over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them). The main process
 blocks in ``poll(2)`` on every pipe and every worker's process sentinel, with a timeout; there are
@@ -63,13 +62,33 @@ def stop_workers(procs: list, conns: list, grace: float) -> None:
         conn.close()
 
 
-def layout_problems(num_workers: Any, envs_per_worker: Any, mp_method: Any, step_timeout: Any) -> list[str]:
+def split_columns(first: int, n_columns: int, n_blocks: int, unit: int = 1) -> list[range]:
+    """``n_columns`` env columns from ``first`` in ``n_blocks`` contiguous blocks, as even as whole
+    ``unit``s allow (the first blocks take the remainder): 19 columns in 2 blocks are 10 + 9."""
+    units, extra = divmod(n_columns // unit, n_blocks)
+    blocks, start = [], first
+    for b in range(n_blocks):
+        size = (units + (b < extra)) * unit
+        blocks.append(range(start, start + size))
+        start += size
+    return blocks
+
+
+def columns_text(columns: Sequence[int]) -> str:
+    """``0..15``, or ``0..7, 16..23`` for columns in several runs."""
+    runs, start = [], columns[0]
+    for prev, cur in zip(columns, [*columns[1:], None]):
+        if cur != prev + 1:
+            runs.append(f"{start}..{prev}")
+            start = cur
+    return ", ".join(runs)
+
+
+def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any) -> list[str]:
     """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
     problems = []
-    if not (isinstance(num_workers, int) and num_workers >= 1):
-        problems.append(f"num_workers={num_workers!r}: must be an int >= 1")
-    if not (isinstance(envs_per_worker, int) and envs_per_worker >= 1):
-        problems.append(f"envs_per_worker={envs_per_worker!r}: must be an int >= 1")
+    if not (isinstance(blocks, (list, tuple)) and blocks and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)):
+        problems.append(f"blocks={blocks!r}: must be a non-empty list of non-empty sequences of env columns, one per worker")
     if mp_method not in MP_METHODS:
         problems.append(f"mp_method={mp_method!r}: must be one of {', '.join(MP_METHODS)}")
     if not step_timeout > 0:
@@ -78,28 +97,33 @@ def layout_problems(num_workers: Any, envs_per_worker: Any, mp_method: Any, step
 
 
 class WorkerGroup:
-    """W worker processes stepping env columns of ``backend`` into one shared :class:`RolloutStorage`.
+    """One worker process per block of env columns of ``backend``, all in one shared :class:`RolloutStorage`.
 
-    ``first_env`` leading env columns belong to the storage but to no worker: the caller steps
-    them itself (:class:`~ppo_dict.vec.shm_pool.ShmEnvPool` with ``main_steps_envs``).
+    ``blocks[w]`` are worker w's columns, in order; the storage has ``n_envs`` columns (default:
+    up to the largest in a block), and columns in no block are the caller's to step
+    (:class:`~ppo_dict.vec.shm_pool.ShmEnvPool` with ``main_steps_envs``).
     """
 
     def __init__(
         self,
         backend: EnvBackend,
-        num_workers: int,
-        envs_per_worker: int,
+        blocks: Sequence[Sequence[int]],
         n_steps: int,
         mp_method: Optional[str] = "forkserver",
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
-        first_env: int = 0,
+        n_envs: Optional[int] = None,
     ):
-        problems = layout_problems(num_workers, envs_per_worker, mp_method, step_timeout)
+        problems = layout_problems(blocks, mp_method, step_timeout)
         if problems:
             raise ValueError("; ".join(problems))
-        self.num_workers, self.envs_per_worker, self.first_env = num_workers, envs_per_worker, first_env
-        self.num_envs = first_env + num_workers * envs_per_worker
+        self.blocks, self.num_workers = [tuple(b) for b in blocks], len(blocks)
+        self.num_envs = n_envs if n_envs is not None else max(max(b) for b in self.blocks) + 1
+        #: the worker that owns each column (-1: none, the caller steps it)
+        self.owner = [-1] * self.num_envs
+        for w, block in enumerate(self.blocks):
+            for i in block:
+                self.owner[i] = w
         self.label, self.step_timeout = backend.label, step_timeout
         self.closed = False
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
@@ -120,7 +144,7 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns, CLOSE_GRACE)
         try:
             self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs))
-            self._awaiting = ("constructor", set(range(num_workers)), None)
+            self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
             self.close(grace=0.2)
@@ -144,9 +168,8 @@ class WorkerGroup:
                 self._fd_owner[fd] = (w, kind)
 
     # ------------------------------------------------------------------ talking to workers
-    def worker_envs(self, w: int) -> range:
-        start = self.first_env + w * self.envs_per_worker
-        return range(start, start + self.envs_per_worker)
+    def worker_envs(self, w: int) -> tuple[int, ...]:
+        return self.blocks[w]
 
     def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None) -> None:
         """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers."""
@@ -159,6 +182,8 @@ class WorkerGroup:
             raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")
         if self._awaiting is not None:
             self.gather()  # replies of an interrupted command: drain them so none is read as ours
+        if not messages:
+            return  # no worker owns what was asked: gather() has nothing to wait for
         self._awaiting = (next(iter(messages.values()))[0], set(messages), detail)
         for w, msg in messages.items():
             try:
@@ -228,14 +253,13 @@ class WorkerGroup:
         how = f"exit code {code}"
         if code is not None and code < 0:
             how += f" ({signal.Signals(-code).name})"
-        envs = self.worker_envs(w)
         return WorkerDiedError(
-            f"worker {w} (envs {envs.start}..{envs.stop - 1}, {self.label}, pid {proc.pid}) died with {how} during {command!r} "
+            f"worker {w} (envs {columns_text(self.worker_envs(w))}, {self.label}, pid {proc.pid}) died with {how} during {command!r} "
             f"without reporting an error; all workers were stopped"
         )
 
     def _timeout_message(self, command: str, workers: list[int], timeout: float, detail: Any) -> str:
-        names = ", ".join(f"worker {w} (envs {self.worker_envs(w).start}..{self.worker_envs(w).stop - 1}, pid {self._procs[w].pid})" for w in workers)
+        names = ", ".join(f"worker {w} (envs {columns_text(self.worker_envs(w))}, pid {self._procs[w].pid})" for w in workers)
         at = f" at rollout step {detail}" if command == "step" and detail is not None else ""
         return (
             f"{names} did not answer {command!r}{at} within {timeout:g} s ({self.label}); an env is probably hung "

@@ -6,6 +6,7 @@ from typing import Optional
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import env_seeds
+from ppo_dict.vec.shm_pool import split_halves
 
 
 class InProcessEnvPool:
@@ -27,6 +28,7 @@ class InProcessEnvPool:
             self.runner.close()
             raise
         self.closed = False
+        self.halves = split_halves(n_envs, backend.unit)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
@@ -35,6 +37,13 @@ class InProcessEnvPool:
     def step(self, t: int) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
         self.runner.step(t)
+
+    def step_async(self, t: int, columns: range) -> None:
+        """Step the envs in ``columns`` (here, at once: there is no other process to wait for)."""
+        self.runner.step(t, columns)
+
+    def step_wait(self) -> None:
+        """Nothing to wait for: :meth:`step_async` stepped its envs already."""
 
     def close(self) -> None:
         if not self.closed:

@@ -26,7 +26,8 @@ class Runner(Protocol):
     """Steps env columns ``env_ids`` (global indices) of a storage.
 
     ``open`` builds the envs (a failure leaves ``active`` naming the env being built); ``reset``
-    writes ``env_obs[0]``; ``step(t)`` applies ``env_actions`` and writes
+    writes ``env_obs[0]``; ``step(t, columns)`` (all of the runner's columns by default, else
+    those in ``columns``: double-buffered rollouts step half of the envs at a time) applies ``env_actions`` and writes
     ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``, the terminal
     observations and the episode statistics. Both return what the caller asked the runner to
     record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
@@ -41,7 +42,7 @@ class Runner(Protocol):
 
     def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> Any: ...
 
-    def step(self, t: int) -> Any: ...
+    def step(self, t: int, columns: Optional[range] = None) -> Any: ...
 
     def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]: ...
 
@@ -111,11 +112,14 @@ class GymRunner:
             self._returns[j], self._lengths[j] = 0.0, 0
         return self.reset_infos if self.record_infos else None
 
-    def step(self, t: int) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``."""
+    def step(self, t: int, columns: Optional[range] = None) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+        """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``
+        (of the envs in ``columns`` only, when given)."""
         s = self.storage
         next_obs = s.env_obs_at(t + 1)
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+            if columns is not None and i not in columns:
+                continue
             self.active = (i, "step")
             obs, reward, terminated, truncated, info = env.step(s.env_actions[i].copy())
             self._returns[j] += float(reward)

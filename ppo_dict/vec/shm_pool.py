@@ -1,8 +1,11 @@
-"""The worker pool PPO trains with: W blocks of E env columns in shared-memory storage.
+"""The worker pool PPO trains with: ``num_workers x envs_per_worker`` env columns in shared memory.
 
-With ``main_steps_envs`` the main process steps block 0 itself (the same runner code a worker
-runs) while W - 1 worker processes step the others: it would only wait otherwise, and one
-process fewer competes for the cores (faster on few cores, same numbers).
+With ``main_steps_envs`` the main process steps the first ``main_envs`` columns itself (the same
+runner code a worker runs) while ``num_workers - 1`` worker processes share the rest: the main
+process would only wait otherwise, and one process fewer competes for the cores. Which process
+steps which env changes no number, so ``main_envs`` is chosen for speed: the main process also
+evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.ppo.build_env_pool``
+balances it from measured costs).
 """
 from __future__ import annotations
 
@@ -10,9 +13,27 @@ import contextlib
 from typing import Any, Callable, Optional
 
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.group import WorkerGroup
+from ppo_dict.vec.group import WorkerGroup, split_columns
 from ppo_dict.vec.runner import Runner, env_seeds
 from ppo_dict.vec.worker import env_worker_error, error_report
+
+
+def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
+    """The two halves of the columns that double-buffered rollouts alternate, in whole ``unit``s."""
+    middle = (n_envs // unit + 1) // 2 * unit
+    return range(0, middle), range(middle, n_envs)
+
+
+def balanced_main_envs(n_envs: int, num_workers: int, env_seconds: float, main_seconds: float) -> int:
+    """The main process's share of ``n_envs`` that makes every core finish a step together.
+
+    The main process spends ``main_seconds`` per step on its own work (policy, bookkeeping,
+    messages) plus ``k * env_seconds`` stepping its envs; each of the ``num_workers - 1`` workers
+    spends ``(n_envs - k) / (num_workers - 1) * env_seconds``. Equal when
+    ``k = n_envs / W - main_seconds * (W - 1) / (W * env_seconds)``, clamped to what the layout allows.
+    """
+    k = n_envs / num_workers - main_seconds * (num_workers - 1) / (num_workers * env_seconds)
+    return int(min(max(round(k), 0), n_envs - (num_workers - 1)))
 
 
 class ShmEnvPool:
@@ -34,16 +55,37 @@ class ShmEnvPool:
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
         main_steps_envs: bool = False,
+        main_envs: Optional[int] = None,
+        halves: bool = False,
     ):
+        """``main_envs``: the columns the main process steps (default: one block of ``envs_per_worker``);
+        only with ``main_steps_envs`` and more than one worker. ``halves``: every worker owns part of
+        each half of the columns (:attr:`halves`), so that each half steps on every core
+        (double-buffered rollouts); the main process steps none then."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
-        in_main = envs_per_worker if main_steps_envs and num_workers > 1 else 0
-        self._group = WorkerGroup(
-            backend, num_workers - (in_main > 0), envs_per_worker, n_steps, mp_method=mp_method, step_timeout=step_timeout,
-            start_timeout=start_timeout, first_env=in_main,
-        )
+        n_envs = num_workers * envs_per_worker
+        in_main = 0
+        if main_steps_envs and num_workers > 1 and not halves:
+            in_main = envs_per_worker if main_envs is None else main_envs
+            largest = n_envs - (num_workers - 1) * backend.unit  # every worker keeps at least one unit
+            if not (isinstance(in_main, int) and 0 <= in_main <= largest and in_main % backend.unit == 0):
+                raise ValueError(f"main_envs={in_main!r}: must be a multiple of {backend.unit} in [0, {largest}] for "
+                                 f"{num_workers} workers x {envs_per_worker} envs of {backend.label}")
+        processes = num_workers - 1 if in_main else num_workers
+        self.main_envs = in_main
+        self.halves = split_halves(n_envs, backend.unit)
+        if halves:
+            parts = [split_columns(half.start, len(half), processes, backend.unit) for half in self.halves]
+            blocks = [(*a, *b) for a, b in zip(*parts)]
+        else:
+            blocks = split_columns(in_main, n_envs - in_main, processes, backend.unit)
+        blocks = [block for block in blocks if len(block)]  # more workers than units of envs: fewer processes
+        self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
+                                  start_timeout=start_timeout, n_envs=n_envs)
         self.num_envs = self._group.num_envs
         self.storage = self._group.storage
+        self._workers_of: dict[range, list[int]] = {}
         self._main_runner: Optional[Runner] = None
         if in_main:
             runner = backend.make_runner(range(in_main), self.storage)
@@ -66,6 +108,19 @@ class ShmEnvPool:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
         self._group.send(("step", t), detail=t)
         self._in_main("step", lambda runner: runner.step(t), detail=t)
+        self._group.gather()
+
+    def step_async(self, t: int, columns: range) -> None:
+        """Start stepping the envs in ``columns`` (the workers owning any of them); :meth:`step_wait`
+        waits for them. Envs the main process steps are stepped here, before it returns."""
+        workers = self._workers_of.get(columns)
+        if workers is None:
+            workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)]
+        self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=t)
+        self._in_main("step", lambda runner: runner.step(t, columns), detail=t)
+
+    def step_wait(self) -> None:
+        """Wait for the envs :meth:`step_async` started."""
         self._group.gather()
 
     def _in_main(self, command: str, call: Callable[[Runner], Any], detail: Any) -> None:

@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env.patch_gym import _patch_env
 from ppo_dict.config import default_num_workers
 from ppo_dict.errors import NoAsyncCallError, PoolClosedError
 from ppo_dict.vec.backend import GymBackend, probe_spaces
-from ppo_dict.vec.group import WorkerGroup
+from ppo_dict.vec.group import WorkerGroup, split_columns
 
 
 class EnvFns:
@@ -69,7 +69,8 @@ class ShmVecEnv(VecEnv):
         start_method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         observation_space, action_space, env_id = probe_spaces(lambda: _patch_env(env_fns[0]()), "env from env_fns[0]")
         backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
-        self._group = WorkerGroup(backend, num_workers, n_envs // num_workers, n_steps=1, mp_method=start_method, step_timeout=step_timeout)
+        blocks = split_columns(0, n_envs, num_workers)
+        self._group = WorkerGroup(backend, blocks, n_steps=1, mp_method=start_method, step_timeout=step_timeout)
         self.storage = self._group.storage
         self.waiting = False
         super().__init__(n_envs, observation_space, action_space)
@@ -106,7 +107,8 @@ class ShmVecEnv(VecEnv):
         for w in sorted(answers):
             step_infos, reset_infos = answers[w]
             infos += step_infos
-            self.reset_infos[w * self._group.envs_per_worker : (w + 1) * self._group.envs_per_worker] = reset_infos
+            for i, info in zip(self._group.blocks[w], reset_infos):
+                self.reset_infos[i] = info
         s = self.storage
         dones = s.terminated[0] | s.truncated[0]
         return self._obs(1), s.env_rewards[0].copy(), dones, infos
@@ -143,7 +145,7 @@ class ShmVecEnv(VecEnv):
         indices = list(self._get_indices(indices))
         by_worker: dict[int, list[int]] = defaultdict(list)
         for i in indices:
-            by_worker[i // self._group.envs_per_worker].append(i)
+            by_worker[self._group.owner[i]].append(i)
         self._group.send_each({w: ("call", kind, ids, name, args, kwargs or {}) for w, ids in by_worker.items()})
         answers = self._group.gather()
         found = {i: value for w, ids in by_worker.items() for i, value in zip(ids, answers[w])}

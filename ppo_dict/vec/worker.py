@@ -4,7 +4,8 @@ A worker receives :class:`WorkerArgs` once (the shared buffer by fd passing, the
 pickled), rebuilds the storage's numpy views of the shared buffer, builds its block's runner and
 serves commands until "close" or until the main process dies.
 
-Messages, main -> worker: ``("step", t)``, ``("reset", seeds, options)``,
+Messages, main -> worker: ``("step", t)`` or ``("step", t, first, end)`` (only columns
+``[first, end)``), ``("reset", seeds, options)``,
 ``("call", kind, env_ids, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
 ``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
 command, ``("raised", exception)`` when a call's caller erred (the worker stays usable), or an
@@ -114,8 +115,8 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
             return
         command = msg[0]
         runner.active = (-1, command)
-        if command == "step":
-            conn.send(("ok", runner.step(msg[1])))
+        if command == "step":  # ("step", t) or ("step", t, first column, end column)
+            conn.send(("ok", runner.step(msg[1], range(msg[2], msg[3]) if len(msg) > 2 else None)))
         elif command == "reset":
             conn.send(("ok", runner.reset(msg[1], msg[2])))
         elif command == "call":

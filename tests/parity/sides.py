@@ -24,11 +24,12 @@ from ppo_dict.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.performance import TIMING_KEYS
 from ppo_dict.ppo import PPO
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 #: wall-clock keys differ between any two runs
-UNTIMED = ("time/fps", "time/time_elapsed")
+UNTIMED = ("time/fps", "time/time_elapsed", *TIMING_KEYS)
 
 
 @dataclass

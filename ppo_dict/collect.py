@@ -1,0 +1,215 @@
+"""Collecting a rollout: the policy acts, the envs step, sb3's per-step bookkeeping follows.
+
+:class:`Collector` fills :class:`~ppo_dict.storage.RolloutStorage` for ``n_steps`` steps of every
+env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO.learn`` runs next):
+
+* **exact** (default): at each step the policy samples actions for every env at once, every env
+  steps, then the bookkeeping runs: sb3's order, so every number is sb3's.
+* **double-buffered** (``--double_buffer``): the envs form two halves; while the workers step one
+  half, this process samples the other half's actions, so the policy's cost hides behind env
+  stepping. The same algorithm on the same storage, deterministic for a seed and a layout, but not
+  sb3's numbers: the policy evaluates half batches (a matrix product rounds by its batch size),
+  each half draws its own noise, and the normaliser's statistics take each half as its own batch.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from ppo_dict.config import Config
+from ppo_dict.errors import NonFiniteError
+from ppo_dict.normalize import Normalizer
+from ppo_dict.performance import Timing
+from ppo_dict.policy import ActorCritic
+from ppo_dict.rollout_step import PolicyStep
+from ppo_dict.storage import StepObsToDevice, obs_to_tensor
+from ppo_dict.vec import EnvPool
+
+
+class Collector:
+    """Steps ``pool``'s envs into its storage with ``policy``; sb3's bookkeeping on the way.
+
+    Keeps what crosses rollouts: the last step's episode ends (sb3's ``_last_episode_starts``) and
+    the episode statistics behind ``rollout/ep_rew_mean`` (``ep_info_buffer``, shared with PPO).
+    """
+
+    def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
+                 device: torch.device, ep_info_buffer: deque, timing: Timing):
+        self.cfg, self.pool, self.policy, self.normalizer = cfg, pool, policy, normalizer
+        self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
+        self.ep_info_buffer, self.timing = ep_info_buffer, timing
+        self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
+        self.steps_before = 0  # env steps of earlier rollouts, for messages
+        s = self.storage
+        if normalizer is not None:
+            s.own_obs_stage(normalizer.normalized_keys)
+        self.step_obs = StepObsToDevice(s, device)
+        everything = range(self.n_envs)
+        self.parts = pool.halves if cfg.double_buffer else (everything,)
+        # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
+        self.policy_steps = {len(part): PolicyStep(policy, len(part)) for part in (*self.parts, everything)}
+        # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
+        # on an accelerator they come back through pinned buffers, with one synchronisation per step.
+        self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
+        self.pinned = {} if device.type == "cpu" else {
+            n: tuple(torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory() for a, shape in (
+                (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,))))
+            for n in self.policy_steps}
+        self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
+        self.box = isinstance(pool.action_space, spaces.Box)
+        if self.box:
+            self.low, self.high = (np.asarray(b).reshape(-1) for b in (pool.action_space.low, pool.action_space.high))
+
+    # ------------------------------------------------------------------ a rollout
+    def reset(self, seed: Optional[int]) -> None:
+        """First reset of every env (env i with ``seed + i``) and of the normaliser."""
+        self.pool.reset(seed)
+        if self.normalizer is not None:
+            self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
+            self._write_obs(0, slice(None), self.normalizer.reset(self.storage.env_obs_at(0)))
+
+    def collect(self, steps_before: int) -> int:
+        """``n_steps`` steps of every env into storage, from ``obs[0]``; returns the env steps taken."""
+        self.steps_before = steps_before
+        self.policy.eval()
+        for step in self.policy_steps.values():
+            step.refresh()
+        if len(self.parts) == 1:
+            self._collect_exact()
+        else:
+            self._collect_double_buffered()
+        self.timing.steps += self.storage.n_steps
+        return self.storage.n_steps * self.n_envs
+
+    def _collect_exact(self) -> None:
+        everything, timing, clock = self.parts[0], self.timing, time.perf_counter
+        for t in range(self.storage.n_steps):
+            started = clock()
+            self._act(t, everything)
+            acted = clock()
+            self.pool.step(t)
+            stepped = clock()
+            self._after_env_step(t, everything)
+            timing.policy, timing.envs, timing.bookkeeping = timing.policy + acted - started, timing.envs + stepped - acted, timing.bookkeeping + clock() - stepped
+
+    def _collect_double_buffered(self) -> None:
+        """Half A steps while half B's actions are sampled, then the other way round."""
+        a, b = self.parts
+        timing, clock, n_steps = self.timing, time.perf_counter, self.storage.n_steps
+        self._act(0, a)
+        self.pool.step_async(0, a)
+        for t in range(n_steps):
+            mark = clock()
+            self._act(t, b)  # while half A steps
+            acted_b = clock()
+            self.pool.step_wait()
+            self.pool.step_async(t, b)
+            sent_b = clock()
+            self._after_env_step(t, a)
+            booked_a = clock()
+            if t + 1 < n_steps:
+                self._act(t + 1, a)  # while half B steps
+            acted_a = clock()
+            self.pool.step_wait()
+            if t + 1 < n_steps:
+                self.pool.step_async(t + 1, a)
+            sent_a = clock()
+            self._after_env_step(t, b)
+            timing.policy += acted_b - mark + acted_a - booked_a
+            timing.envs += sent_b - acted_b + sent_a - acted_a
+            timing.bookkeeping += booked_a - sent_b + clock() - sent_a
+
+    # ------------------------------------------------------------------ one step of some envs
+    def _act(self, t: int, part: range) -> None:
+        """Sample step t's actions of the envs in ``part`` into storage: unclipped in ``actions[t]``
+        (re-scored in train), clipped in ``env_actions`` (what the envs apply), as sb3 does; values
+        and log-probs too."""
+        s, cols = self.storage, slice(part.start, part.stop)
+        obs = self.step_obs(t)
+        if len(part) < self.n_envs:
+            obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]
+        out = None if self.out is None else tuple(rows[t, cols] for rows in self.out)
+        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out)
+        if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
+            host = self.pinned[len(part)]
+            for buffer, result in zip(host, (actions, values, log_probs)):
+                buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
+            torch.cuda.current_stream(self.device).synchronize()
+            s.actions[t, cols], s.values[t, cols], s.log_probs[t, cols] = (buffer.numpy() for buffer in host)
+        if self.box:  # np.clip, as sb3 (torch.clamp differs on signed zeros at a bound of 0)
+            np.clip(s.actions[t, cols], self.low, self.high, out=self.env_actions[cols])
+        else:
+            self.env_actions[cols] = s.actions[t, cols]
+
+    def _after_env_step(self, t: int, part: range) -> None:
+        """What sb3 does between ``env.step`` and ``rollout_buffer.add``, for the envs in ``part``:
+        episode statistics, normalisation (sb3's VecNormalize sits in the vec env), the time-limit
+        bootstrap."""
+        s, cols = self.storage, slice(part.start, part.stop)
+        dones = s.terminated[t, cols] | s.truncated[t, cols]
+        self._check_finite(t, part, dones)
+        for i in np.flatnonzero(dones) + part.start:
+            self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
+        s.rewards[t, cols] = s.env_rewards[t, cols]
+        if self.normalizer is not None:
+            done_rows = np.flatnonzero(dones) + part.start
+            terminal = {key: arr[done_rows] for key, arr in s.env_terminal_obs.items()}
+            obs = {key: arr[t + 1, cols] for key, arr in s.env_obs.items()}
+            obs, s.rewards[t, cols], terminal = self.normalizer.step(obs, s.env_rewards[t, cols], dones, terminal, rows=cols)
+            self._write_obs(t + 1, cols, obs)
+            for key, values in terminal.items():
+                s.terminal_obs[key][done_rows] = values
+        self._bootstrap_truncated(s.rewards[t, cols], s.truncated[t, cols] & ~s.terminated[t, cols], part.start)
+        s.episode_starts[t, cols] = self.last_dones[cols]
+        self.last_dones[cols] = dones
+
+    def _write_obs(self, t: int, cols: slice, normalized: dict[str, np.ndarray]) -> None:
+        for key, values in normalized.items():
+            self.storage.obs[key][t, cols] = values
+
+    def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray, first: int) -> None:
+        """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
+
+        Exact rollouts: one env at a time, in env order, in torch float32 arithmetic, as sb3 does
+        (batching the terminal observations changes the rounding, 1.2e-7). Double-buffered ones are
+        not sb3's numbers anyway: all of a half's cut episodes are valued in one batch.
+        """
+        value, rows = self.policy_steps[self.n_envs].value, np.flatnonzero(truncated)
+        if len(self.parts) > 1 and len(rows) > 1:
+            batch = self.storage.as_policy_input({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()})
+            rewards[rows] += self.cfg.gamma * value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
+            return
+        for idx in rows:
+            terminal_value = value(obs_to_tensor(self.storage.terminal_input(first + idx), self.device))[0]
+            rewards[idx] += self.cfg.gamma * terminal_value
+
+    def _check_finite(self, t: int, part: range, dones: np.ndarray) -> None:
+        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
+
+        Per step this is one ``isfinite().all()`` per float array (terminal observations only when
+        an episode ended); the offending env is looked for only once something is not finite.
+        """
+        s, cols = self.storage, slice(part.start, part.stop)
+        checks = [("reward", s.env_rewards[t, cols], None)]
+        checks += [(f"observation[{key!r}]", arr[t + 1, cols], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
+        if dones.any():
+            rows = np.flatnonzero(dones) + part.start
+            checks += [(f"terminal observation[{key!r}]", arr[rows], rows) for key, arr in s.env_terminal_obs.items() if arr.dtype.kind == "f"]
+        for what, arr, rows in checks:
+            if np.isfinite(arr).all():
+                continue
+            bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
+            env = int(part.start + bad if rows is None else rows[bad])
+            raise NonFiniteError(
+                f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
+                f"(total steps {self.steps_before + (t + 1) * self.n_envs}); statistics were not updated with it"
+            )
+
+    def last_values(self) -> torch.Tensor:
+        """``V(obs[n_steps])`` for every env, ``[n_envs, 1]`` (sb3's values after the last step)."""
+        return self.policy_steps[self.n_envs].value(self.step_obs(self.storage.n_steps))

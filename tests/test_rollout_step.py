@@ -1,0 +1,77 @@
+"""The lean rollout step computes ActorCritic.forward's floats bit for bit, and draws the same random numbers."""
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from ppo_dict.policy import ActorCritic
+from ppo_dict.rollout_step import PolicyStep
+
+BOX_OBS = spaces.Box(-np.inf, np.inf, (11,), np.float64)
+IMAGE = spaces.Box(0, 255, (3, 36, 36), np.uint8)
+CASES = {
+    "mlp-box-2": (BOX_OBS, spaces.Box(-1, 1, (2,), np.float32), dict()),
+    "mlp-box-6-relu-log-std": (BOX_OBS, spaces.Box(-1, 1, (6,), np.float32), dict(activation_fn="relu", log_std_init=-0.7)),
+    "mlp-box-1-deep": (BOX_OBS, spaces.Box(-2, 2, (1,), np.float32), dict(net_arch=dict(pi=[32, 32, 16], vf=[8]))),
+    "mlp-discrete": (BOX_OBS, spaces.Discrete(5), dict()),
+    "mlp-separate-extractors": (BOX_OBS, spaces.Box(-1, 1, (2,), np.float32), dict(share_features_extractor=False)),
+    "discrete-obs": (spaces.Discrete(7), spaces.Discrete(3), dict()),
+    "cnn": (IMAGE, spaces.Discrete(4), dict(model="cnn")),
+    "dict": (spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}), spaces.Box(-1, 1, (2,), np.float32), dict()),
+}
+
+
+def random_obs(space: spaces.Space, n: int, rng: np.random.Generator):
+    if isinstance(space, spaces.Dict):
+        return {k: random_obs(sub, n, rng) for k, sub in space.spaces.items()}
+    if isinstance(space, spaces.Discrete):
+        return torch.as_tensor(rng.integers(space.n, size=(n, 1)))
+    if space.dtype == np.uint8:
+        return torch.as_tensor(rng.integers(0, 256, size=(n, *space.shape), dtype=np.uint8))
+    return torch.as_tensor(rng.normal(size=(n, *space.shape)).astype(space.dtype))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("n_envs", [1, 2, 8, 32])
+def test_step_equals_forward_bit_for_bit(name: str, n_envs: int) -> None:
+    obs_space, action_space, kwargs = CASES[name]
+    torch.manual_seed(0)
+    policy = ActorCritic(obs_space, action_space, **kwargs)
+    step = PolicyStep(policy, n_envs)
+    rng = np.random.default_rng(n_envs)
+    for trial in range(3):
+        if trial == 2:  # parameters moved (an update): refresh() picks up the new log_std
+            with torch.no_grad():
+                for p in policy.parameters():
+                    p.add_(0.01 * torch.randn_like(p))
+            step.refresh()
+        obs = random_obs(obs_space, n_envs, rng)
+        torch.manual_seed(100 + trial)
+        with torch.no_grad():
+            expected = policy(obs)
+        expected_rng = torch.get_rng_state()
+        torch.manual_seed(100 + trial)
+        got = step(obs)
+        assert torch.equal(torch.get_rng_state(), expected_rng), "the same random draws"
+        for what, a, b in zip(("actions", "values", "log_probs"), expected, got):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), what
+        with torch.no_grad():
+            assert torch.equal(step.value(obs), policy.predict_values(obs))
+
+
+@pytest.mark.parametrize("name", ["mlp-box-2", "mlp-discrete", "dict"])
+def test_outputs_land_in_the_storage_rows_with_the_same_values(name: str) -> None:
+    obs_space, action_space, kwargs = CASES[name]
+    policy = ActorCritic(obs_space, action_space, **kwargs)
+    step = PolicyStep(policy, 8)
+    obs = random_obs(obs_space, 8, np.random.default_rng(0))
+    action_dim = 1 if isinstance(action_space, spaces.Discrete) else action_space.shape[0]
+    rows = (torch.zeros(3, 8, action_dim, dtype=torch.int64 if action_dim == 1 and not step.box else torch.float32),
+            torch.zeros(3, 8), torch.zeros(3, 8))
+    torch.manual_seed(5)
+    expected = step(obs)
+    torch.manual_seed(5)
+    step(obs, out=(rows[0][1], rows[1][1], rows[2][1]))
+    assert torch.equal(rows[0][1].reshape(expected[0].shape), expected[0])
+    assert torch.equal(rows[1][1], expected[1].ravel()) and torch.equal(rows[2][1], expected[2])
+    assert not rows[1][0].any() and not rows[1][2].any()  # only the step's own row was written
