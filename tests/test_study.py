@@ -51,6 +51,7 @@ def test_owner_of_a_trial_is_one_process_for_good() -> None:
     assert owner_gone({**me, "pid": child.pid})
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")  # trials made by hand here
 def test_recover_fails_trials_of_dead_processes_and_queues_each_crashed_one_once(tmp_path) -> None:
     study = join_study(open_storage(f"sqlite:///{tmp_path}/s.db", retry), "s", SWEEP, "random", optuna.samplers.RandomSampler(seed=0))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
