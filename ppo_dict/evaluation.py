@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.envs import EnvSpec, make_env
+from ppo_dict.envs import EnvSpec, is_channel_last, make_env
 from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
@@ -78,6 +78,14 @@ def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
     return {key: np.asarray(parts[key], dtype=dtype).reshape(1, *shape) for key, (shape, dtype) in layout.items()}
 
 
+def _policy_input(batch: dict[str, np.ndarray], space: spaces.Space) -> Any:
+    """``batch`` as the policy takes it: channel-last images ``[1, H, W, C]`` as ``[1, C, H, W]``
+    views (sb3's ``VecTransposeImage`` on the eval env), the single array for non-Dict spaces."""
+    subspaces = space.spaces if isinstance(space, spaces.Dict) else {OBS_KEY: space}
+    batch = {k: np.moveaxis(v, -1, -3) if is_channel_last(subspaces[k]) else v for k, v in batch.items()}
+    return batch if isinstance(space, spaces.Dict) else batch[OBS_KEY]
+
+
 @torch.no_grad()
 def run_episodes(
     policy: ActorCritic,
@@ -101,7 +109,6 @@ def run_episodes(
     monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
     ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it).
     """
-    dict_obs = isinstance(env.observation_space, spaces.Dict)
     box_actions = isinstance(env.action_space, spaces.Box)
     monitored = is_monitored(env)
     returns: list[float] = []
@@ -116,8 +123,7 @@ def run_episodes(
         batch = _as_storage_obs(obs, env.observation_space)
         if normalizer is not None:
             batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
-        policy_input = batch if dict_obs else batch[OBS_KEY]
-        actions, _, _ = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)
+        actions, _, _ = policy(obs_to_tensor(_policy_input(batch, env.observation_space), device), deterministic=deterministic)
         action = actions.cpu().numpy()[0]
         if box_actions:
             action = np.clip(action, env.action_space.low, env.action_space.high)
