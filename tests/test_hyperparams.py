@@ -86,3 +86,57 @@ def test_export_sb3_writes_vecnormalize_pkl_that_sb3_loads(tmp_path) -> None:
         assert type(pickle.load(f)).__name__ == "VecNormalize"
     assert "normalize: true" in (tmp_path / "CartPole-v1" / "config.yml").read_text()
     venv.close()
+
+
+ATARI_ZOO = """
+atari:
+  env_wrapper:
+    - stable_baselines3.common.atari_wrappers.AtariWrapper
+  frame_stack: 4
+  policy: 'CnnPolicy'
+  n_envs: 8
+PongNoFrameskip-v4:
+  env_wrapper:
+    - stable_baselines3.common.atari_wrappers.AtariWrapper:
+        terminal_on_life_loss: False
+        screen_size: 64
+  frame_stack: 2
+  policy: 'CnnPolicy'
+CartPole-v1:
+  env_wrapper:
+    - sb3_contrib.common.wrappers.TimeFeatureWrapper
+    - stable_baselines3.common.atari_wrappers.AtariWrapper:
+        noop: 3
+"""
+
+
+def test_rl_zoo_atari_entry_is_the_explicit_flags() -> None:
+    """The repository's hyperparams/ppo.yml: any Atari game takes the ``atari`` entry (rl-zoo's lookup)."""
+    cfg = config_from_args(["--env", "gym_BreakoutNoFrameskip-v4", "--hyperparams", "hyperparams/ppo.yml"])
+    explicit = config_from_args(["--env", "gym_BreakoutNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn",
+                                 "--n_envs", "8", "--n_steps", "128", "--n_epochs", "4", "--batch_size", "256", "--total_timesteps", "1e7",
+                                 "--learning_rate", "lin_2.5e-4", "--clip_range", "lin_0.1", "--vf_coef", "0.5", "--ent_coef", "0.01",
+                                 "--hyperparams", "hyperparams/ppo.yml"])
+    assert cfg == explicit and (cfg.atari_wrapper, cfg.frame_stack, cfg.model, cfg.n_envs) == (True, 4, "cnn", 8)
+    assert validate(cfg).observation_space.shape == (84, 84, 4)
+    assert config_from_args(["--env", "gym_ALE/Pong-v5", "--hyperparams", "hyperparams/ppo.yml"]).atari_wrapper  # rl-zoo: by entry point
+
+
+def test_atari_wrapper_kwargs_and_refused_wrappers(tmp_path) -> None:
+    path = tmp_path / "ppo.yml"
+    path.write_text(ATARI_ZOO)
+    cfg = config_from_args(["--env", "gym_PongNoFrameskip-v4", "--hyperparams", str(path)])  # its own entry wins over atari
+    assert (cfg.atari_wrapper, cfg.atari_terminal_on_life_loss, cfg.image_size, cfg.frame_stack, cfg.n_envs) == (True, False, 64, 2, None)
+    cfg = config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path)])
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    where = f"hyperparams {path}[CartPole-v1]"
+    assert info.value.problems[:2] == [
+        f"{where}: env_wrapper 'sb3_contrib.common.wrappers.TimeFeatureWrapper' is not supported: ppo_dict applies only "
+        "stable_baselines3.common.atari_wrappers.AtariWrapper (--atari_wrapper True)",
+        f"{where}: env_wrapper: 'noop' is not an AtariWrapper argument (noop_max, frame_skip, screen_size, terminal_on_life_loss, "
+        "clip_reward, action_repeat_probability)",
+    ]
+    assert info.value.problems[2].startswith("env='gym_CartPole-v1': --atari_wrapper applies sb3's AtariWrapper to Atari games")
+    with pytest.raises(ConfigError, match=r"no entry for gym_Hopper-v5 or Hopper-v5 \(entries: atari, PongNoFrameskip-v4, CartPole-v1\)"):
+        validate(config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)]))
