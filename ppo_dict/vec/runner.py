@@ -46,17 +46,6 @@ class Runner(Protocol):
 
     def step(self, t: int, columns: Optional[range] = None) -> Any: ...
 
-    def _record_episode(self, j: int, i: int, info: dict[str, Any]) -> None:
-        """Env ``i`` (local ``j``) ended an episode: write its return and length (0: none ended beneath)."""
-        s = self.storage
-        if self._monitored[j]:
-            episode = info.get(EPISODE)
-            s.episode_return[i], s.episode_length[i] = (episode["r"], episode["l"]) if episode else (0.0, 0)
-        else:
-            s.episode_return[i] = round(self._returns[j], 6)
-            s.episode_length[i] = self._lengths[j]
-        self._returns[j], self._lengths[j] = 0.0, 0
-
     def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]: ...
 
     def close(self) -> None: ...
