@@ -1,34 +1,26 @@
 """Atari throughput: Breakout with the CNN, ppo_dict against sb3 with the same wrappers, side by side.
 
-The envs are sb3's recipe on both sides: ``make_atari_env`` (AtariWrapper, Monitor beneath it) +
-``VecFrameStack(4)`` + ``CnnPolicy`` for sb3 (its ``SubprocVecEnv`` and its ``DummyVecEnv``), and
-``--atari_wrapper True --frame_stack 4 --model cnn`` for ppo_dict (its worker pool, 2 processes,
-the main process stepping worker 0's envs). rl-zoo's atari hyperparameters: n_steps 128, batch 256,
-4 epochs. For 8 and 32 envs, in interleaved rounds (every side once per round, so that a noisy
-neighbour hurts all sides alike):
+Both sides run sb3's recipe: for sb3, ``make_atari_env`` (AtariWrapper, Monitor beneath it) +
+``VecFrameStack(4)`` + ``CnnPolicy`` on its ``DummyVecEnv`` and its ``SubprocVecEnv`` (one process
+per env); for ppo_dict, ``--atari_wrapper True --frame_stack 4 --model cnn`` on its worker pool,
+exact (bit for bit sb3's numbers) and ``--double_buffer``. rl-zoo's atari hyperparameters:
+n_steps 128, batch 256, 4 epochs. For 8 and 32 envs, in interleaved rounds (``harness.py``):
+  1. rollouts (collection and GAE), steps/s and CPU time per env step of this process and its
+     env processes;
+  2. training (rollout, GAE and 4 epochs of updates: one iteration per round), steps/s.
+Every comparison is the median of per-round ratios. Rows are appended to perf_log.md.
 
-  1. rollout: ppo_dict's ``PPO.collect_rollout`` against sb3's ``collect_rollouts`` (steps/s);
-  2. training: one iteration of ``learn`` (rollout, GAE, 4 epochs of updates), steps/s;
-  3. CPU seconds per 1000 env steps during the rollouts, the main process and its env processes.
+    python benchmarks/bench_atari.py [--quick] [--no_log] [--envs 8,32] [--rounds 3] [--train_rounds 1]
 
-Each row gives the median over rounds of the per-round ratio (ppo_dict / sb3), with the range.
-Appends its rows to perf_log.md.
-
-    python benchmarks/bench_atari.py [--rounds 3] [--training_rounds 1] [--quick] [--no_log]
-
-The defaults take about 4 minutes on 2 cores; the update (identical arithmetic on both sides)
-dominates a training iteration, so more training rounds mostly cost time.
+The defaults take about 5 minutes on 2 cores; a training iteration of 32 envs (4096 steps, 64
+minibatches of NatureCNN) takes half a minute per contender there, most of it the update.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable
 
 import torch
 
@@ -36,166 +28,111 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import ale_py  # noqa: E402  (registers the Atari ids for sb3's gym.make)
-import stable_baselines3  # noqa: E402
 from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_atari_env  # noqa: E402
 from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
-from benchmarks.bench_pixels import cpu_times, machine_line, steal_share  # noqa: E402
-from ppo_dict.config import Config  # noqa: E402
+from benchmarks.harness import Contender, Table, interleave, machine_times, ratio_text  # noqa: E402
+from ppo_dict.config import Config, physical_cores  # noqa: E402
+from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
-from ppo_dict.vec import make_env_pool  # noqa: E402
 
 GAME = "BreakoutNoFrameskip-v4"
-#: rl-zoo's atari entry (hyperparams/ppo.yml)
+#: rl-zoo's atari entry (hyperparams/ppo.yml), linear schedules apart
 ZOO = dict(n_steps=128, batch_size=256, n_epochs=4, ent_coef=0.01, vf_coef=0.5)
-NUM_WORKERS = 2
 
 
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds so far of ``pids`` (``/proc/<pid>/stat`` fields 14 and 15)."""
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Side:
-    """One trainer on one vec env: ``rollout()`` and ``iteration()`` return the env steps they took."""
-
-    name: str
-    rollout: Callable[[], int]
-    iteration: Callable[[], int]
-    pids: list[int]
-    close: Callable[[], None]
-    rates: dict[str, list[float]] = field(default_factory=lambda: {"rollout": [], "training": [], "cpu": []})
-
-
-def ours_side(n_envs: int) -> Side:
-    cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=NUM_WORKERS, seed=0,
-                 verbose=0, device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**9, **ZOO)
-    pool = make_env_pool(cfg)
-    model = PPO(cfg, pool)
-    model.start_envs()
-
-    def rollout() -> int:
-        model.collect_rollout()
-        model.storage.carry_over()
-        return cfg.rollout_size
-
-    def iteration() -> int:
-        before = model.num_timesteps
-        model.learn(total_timesteps=before + cfg.rollout_size)
-        return model.num_timesteps - before
-
-    return Side(f"ppo_dict ShmEnvPool ({NUM_WORKERS} workers)", rollout, iteration, [os.getpid(), *pool.pids], pool.close)
-
-
-def sb3_side(n_envs: int, vec_env_cls: Any) -> Side:
+def sb3_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Contender:
     venv = VecFrameStack(make_atari_env(GAME, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls), 4)
     model = SB3PPO("CnnPolicy", venv, seed=0, verbose=0, device="cpu", learning_rate=LinearSchedule(2.5e-4, 0.0, 1.0),
                    clip_range=LinearSchedule(0.1, 0.0, 1.0), **ZOO)
-    _, callback = model._setup_learn(10**9, None)
-    callback.on_training_start(locals(), globals())
-    size = ZOO["n_steps"] * n_envs
+    rollout = ZOO["n_steps"] * n_envs
+    if training:
+        def run() -> int:
+            model.learn(rollout, reset_num_timesteps=False)
+            return rollout
+    else:
+        _, callback = model._setup_learn(10**12, None)
+        callback.on_training_start(locals(), globals())
 
-    def rollout() -> int:
-        model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=ZOO["n_steps"])
-        return size
+        def run() -> int:
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=ZOO["n_steps"])  # GAE included
+            return rollout
 
-    def iteration() -> int:
-        before = model.num_timesteps
-        model.learn(size, reset_num_timesteps=False)
-        return model.num_timesteps - before
-
-    pids = [os.getpid()] + [p.pid for p in getattr(venv.venv, "processes", [])]
-    return Side(f"sb3 {vec_env_cls.__name__}", rollout, iteration, pids, venv.close)
-
-
-def timed(side: Side, what: str) -> None:
-    """Run ``side``'s rollout or iteration once; record steps/s (and CPU s per 1000 steps for rollouts)."""
-    cpu0, start = process_cpu_seconds(side.pids), time.perf_counter()
-    steps = side.rollout() if what == "rollout" else side.iteration()
-    seconds = time.perf_counter() - start
-    side.rates[what].append(steps / seconds)
-    if what == "rollout":
-        side.rates["cpu"].append(1000 * (process_cpu_seconds(side.pids) - cpu0) / steps)
+    processes = getattr(venv.venv, "processes", [])
+    return Contender(name, run, lambda: [os.getpid(), *(p.pid for p in processes)], venv.close)
 
 
-def measure(n_envs: int, rounds: int, training_rounds: int) -> list[Side]:
-    """Every side once per round, rollouts then training iterations; the sides live through all rounds."""
-    sides = [ours_side(n_envs), sb3_side(n_envs, SubprocVecEnv), sb3_side(n_envs, DummyVecEnv)]
-    try:
-        for side in sides:
-            side.rollout()  # warm-up: envs started, caches and allocator pools filled
-        for r in range(rounds):
-            for side in sides:
-                timed(side, "rollout")
-            if r < training_rounds:
-                for side in sides:
-                    timed(side, "training")
-            print(f"  {n_envs} envs, round {r + 1}/{rounds}: " + ", ".join(
-                f"{s.name} {s.rates['rollout'][-1]:.0f}" for s in sides), flush=True)
-        return sides
-    finally:
-        for side in sides:
-            side.close()
+def ours_contender(name: str, n_envs: int, workers: int, training: bool, **changes) -> Contender:
+    cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=workers, seed=0, verbose=0,
+                 device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**12, **ZOO, **changes)
+    model = PPO(cfg, build_env_pool(cfg))
+    model.start_envs()
+    rollout = cfg.rollout_size
+    if training:
+        def run() -> int:
+            model.learn(model.num_timesteps + rollout)
+            return rollout
+    else:
+        def run() -> int:
+            model.collect_rollout()
+            model.compute_advantages()
+            model.storage.carry_over()
+            return rollout
+
+    return Contender(name, run, lambda: [os.getpid(), *getattr(model.pool, "pids", [])], model.close)
 
 
-def ratio_text(ours: list[float], theirs: list[float], lower_is_better: bool = False) -> str:
-    """Median of the per-round ratios ours / theirs (theirs / ours for costs), with their range."""
-    ratios = [(b / a) if lower_is_better else (a / b) for a, b in zip(ours, theirs)]
-    spread = f"{min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} rounds" if len(ratios) > 1 else "1 round"
-    return f"**{statistics.median(ratios):.2f}x** ({spread})"
+def contenders(n_envs: int, workers: int, training: bool) -> list[Contender]:
+    """sb3 DummyVecEnv, sb3 SubprocVecEnv, ppo_dict exact, ppo_dict --double_buffer."""
+    return [
+        sb3_contender("sb3 DummyVecEnv", DummyVecEnv, n_envs, training),
+        sb3_contender("sb3 SubprocVecEnv (one process per env)", SubprocVecEnv, n_envs, training),
+        ours_contender(f"ppo_dict, {workers} workers, exact", n_envs, workers, training),
+        ours_contender(f"ppo_dict, {workers} workers, --double_buffer", n_envs, workers, training, double_buffer=True),
+    ]
 
 
-def rows_for(n_envs: int, sides: list[Side]) -> list[str]:
-    ours, others = sides[0], sides[1:]
+def compare(table: Table, n_envs: int, workers: int, rounds: int, training: bool) -> None:
+    what = "training (1 iteration: rollout + 4 epochs, batch 256)" if training else "rollout (n_steps 128, GAE)"
     setting = f"{GAME} + AtariWrapper + 4 frames, NatureCNN, {n_envs} envs"
-    rows = []
-    for what, unit in (("rollout", "steps/s"), ("training", "steps/s")):
-        label = "rollout (n_steps 128)" if what == "rollout" else "training, 1 iteration (rollout + 4 epochs, batch 256)"
-        for other in others:
-            rows.append(f"| {setting} | {label}, vs {other.name} | ppo_dict {statistics.median(ours.rates[what]):.0f} {unit} | "
-                        f"{other.name} {statistics.median(other.rates[what]):.0f} {unit} | {ratio_text(ours.rates[what], other.rates[what])} |")
-    cpu = ", ".join(f"{s.name} {statistics.median(s.rates['cpu']):.2f}" for s in others)
-    rows.append(f"| {setting} | CPU s per 1000 env steps in rollouts (main + env processes) | ppo_dict "
-                f"{statistics.median(ours.rates['cpu']):.2f} | {cpu} | saving vs SubprocVecEnv "
-                f"{ratio_text(ours.rates['cpu'], others[0].rates['cpu'], lower_is_better=True)} |")
-    return rows
+    sides = contenders(n_envs, workers, training)
+    try:
+        interleave(sides, rounds)
+        dummy, subproc = sides[:2]
+        for c in sides:
+            cpu = f"{c.cpu / 1000:.2f} CPU-s per 1000 env steps"
+            if c in (dummy, subproc):
+                table.row(setting, f"{what}, {c.name}", f"{c.rate:.0f} steps/s, {cpu}")
+                continue
+            table.row(setting, f"{what}, {c.name}", f"{c.rate:.0f} steps/s, {cpu}",
+                      f"vs sb3 SubprocVecEnv {ratio_text(c, subproc)}", f"vs sb3 DummyVecEnv {ratio_text(c, dummy)}")
+    finally:
+        for c in sides:
+            c.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3, help="rollout rounds (training: --training_rounds)")
-    parser.add_argument("--training_rounds", type=int, default=1,
-                        help="rounds that also time a training iteration (~35 s per side at 32 envs on 2 cores)")
-    parser.add_argument("--quick", action="store_true", help="one round, 8 envs only (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="8 envs, one round (a smoke run)")
     parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
+    parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
+    parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of rollouts")
+    parser.add_argument("--train_rounds", type=int, default=1, help="rounds of training iterations")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    rounds, training_rounds = (1, 1) if args.quick else (args.rounds, min(args.training_rounds, args.rounds))
-    started, started_cpu = time.perf_counter(), cpu_times()
-    rows = []
-    for n_envs in (8,) if args.quick else (8, 32):
-        rows += rows_for(n_envs, measure(n_envs, rounds, training_rounds))
-    command = f"python benchmarks/bench_atari.py{' --quick' if args.quick else ''}"
-    header = (
-        f"\n### bench_atari: {machine_line()}, stable-baselines3 {stable_baselines3.__version__}, ale-py {ale_py.__version__}\n\n"
-        f"command: `{command}` ({time.perf_counter() - started:.0f} s; machine load average at the end: "
-        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}; {steal_share(started_cpu)})\n\n"
-    )
-    table = "| setting | what | measured | compared with | ratio (median of per-round ratios) |\n| --- | --- | --- | --- | --- |\n"
-    table += "\n".join(rows) + "\n"
-    print(header + table)
-    if not args.no_log:
-        with open(os.path.join(ROOT, "perf_log.md"), "a") as f:
-            f.write(header + table)
+    envs, rounds, train_rounds = ("8", 1, 1) if args.quick else (args.envs, args.rounds, args.train_rounds)
+    started, table = machine_times(), Table()
+    for n_envs in (int(n) for n in envs.split(",")):
+        compare(table, n_envs, args.workers, rounds, training=False)
+        compare(table, n_envs, args.workers, train_rounds, training=True)
+    flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
+                                 args.rounds != 3 and f"--rounds {args.rounds}", args.train_rounds != 1 and f"--train_rounds {args.train_rounds}") if f)
+    table.write(f"bench_atari (ale-py {ale_py.__version__})", f"python benchmarks/bench_atari.py {flags}".strip(), started,
+                log=not args.no_log)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from ppo_dict.config import Config
-from ppo_dict.vec import make_env_pool
+from ppo_dict.performance import build_env_pool
 from tests.parity.sides import Record, assert_same_record, run_ours, run_sb3
 
 ATARI = dict(atari_wrapper=True, frame_stack=4, model="cnn", ent_coef=0.01, learning_rate="lin_2.5e-4", clip_range="lin_0.1")
@@ -35,7 +35,7 @@ def run_both(cfg: Config) -> tuple[Record, Record]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sb3 = run_sb3(cfg)
-        ours = run_ours(cfg, make_env_pool(cfg) if cfg.num_workers else None)
+        ours = run_ours(cfg, build_env_pool(cfg) if cfg.num_workers else None)
     return sb3, ours
 
 
