@@ -12,7 +12,7 @@ Every comparison is the median of per-round ratios. Rows are appended to perf_lo
 
     python benchmarks/bench_atari.py [--quick] [--no_log] [--envs 8,32] [--rounds 3] [--train_rounds 1]
 
-The defaults take about 5 minutes on 2 cores; a training iteration of 32 envs (4096 steps, 64
+The defaults take 5-10 minutes on 2 cores; a training iteration of 32 envs (4096 steps, 64
 minibatches of NatureCNN) takes half a minute per contender there, most of it the update.
 """
 from __future__ import annotations
