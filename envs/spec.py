@@ -88,12 +88,6 @@ class EnvSpec:
         return ALE_MODULE in self.gym_packages
 
     @property
-    def has_training_wrappers(self) -> bool:
-        """Wrappers that change rewards or episode ends for training only (sb3's ``AtariWrapper``):
-        episode statistics then come from an :class:`~envs.monitor.EpisodeMonitor` beneath them."""
-        return self.atari is not None
-
-    @property
     def label(self) -> str:
         """The env's name in messages: ``gym_Reacher-v2 = Reacher-v5``, ``godot (game.x86_64)``."""
         if self.is_godot:
