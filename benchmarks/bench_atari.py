@@ -10,7 +10,7 @@ n_steps 128, batch 256, 4 epochs. For 8 and 32 envs, in interleaved rounds (``ha
   2. training (rollout, GAE and 4 epochs of updates: one iteration per round), steps/s.
 Every comparison is the median of per-round ratios. Rows are appended to perf_log.md.
 
-    python benchmarks/bench_atari.py [--quick] [--no_log] [--envs 8,32] [--rounds 3] [--train_rounds 1]
+    python benchmarks/bench_atari.py [--quick] [--no_log | --log FILE] [--envs 8,32] [--rounds 3] [--train_rounds 1]
 
 The defaults take 5-10 minutes on 2 cores; a training iteration of 32 envs (4096 steps, 64
 minibatches of NatureCNN) takes half a minute per contender there, most of it the update.
@@ -33,10 +33,8 @@ from stable_baselines3.common.env_util import make_atari_env  # noqa: E402
 from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
-from benchmarks.harness import Contender, Table, interleave, machine_times, ratio_text  # noqa: E402
+from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
 from ppo_dict.config import Config, physical_cores  # noqa: E402
-from ppo_dict.performance import build_env_pool  # noqa: E402
-from ppo_dict.ppo import PPO  # noqa: E402
 
 GAME = "BreakoutNoFrameskip-v4"
 #: rl-zoo's atari entry (hyperparams/ppo.yml), linear schedules apart
@@ -67,21 +65,7 @@ def sb3_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Conten
 def ours_contender(name: str, n_envs: int, workers: int, training: bool, **changes) -> Contender:
     cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=workers, seed=0, verbose=0,
                  device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**12, **ZOO, **changes)
-    model = PPO(cfg, build_env_pool(cfg))
-    model.start_envs()
-    rollout = cfg.rollout_size
-    if training:
-        def run() -> int:
-            model.learn(model.num_timesteps + rollout)
-            return rollout
-    else:
-        def run() -> int:
-            model.collect_rollout()
-            model.compute_advantages()
-            model.storage.carry_over()
-            return rollout
-
-    return Contender(name, run, lambda: [os.getpid(), *getattr(model.pool, "pids", [])], model.close)
+    return ppo_dict_contender(name, cfg, training)
 
 
 def contenders(n_envs: int, workers: int, training: bool) -> list[Contender]:
@@ -116,7 +100,7 @@ def compare(table: Table, n_envs: int, workers: int, rounds: int, training: bool
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="8 envs, one round (a smoke run)")
-    parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
+    add_log_flags(parser)
     parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
     parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of rollouts")
@@ -132,7 +116,7 @@ def main() -> None:
     flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
                                  args.rounds != 3 and f"--rounds {args.rounds}", args.train_rounds != 1 and f"--train_rounds {args.train_rounds}") if f)
     table.write(f"bench_atari (ale-py {ale_py.__version__})", f"python benchmarks/bench_atari.py {flags}".strip(), started,
-                log=not args.no_log)
+                log=log_path(args))
 
 
 if __name__ == "__main__":
