@@ -25,6 +25,7 @@ test-all: install
 bench: install
 	$(PYTHON) benchmarks/bench.py
 	$(PYTHON) benchmarks/bench_pixels.py
+	$(PYTHON) benchmarks/bench_atari.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

@@ -32,7 +32,7 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
-from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ratio_text  # noqa: E402
+from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
 from ppo_dict.config import Config, physical_cores  # noqa: E402
 from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
@@ -82,24 +82,7 @@ def ours_config(n_envs: int, num_workers: int, device: str, **changes) -> Config
 
 
 def ours_contender(name: str, cfg: Config, training: bool) -> Contender:
-    pool = build_env_pool(cfg)
-    model = PPO(cfg, pool)
-    model.start_envs()
-    rollout = N_STEPS * model.n_envs
-    if training:
-        def run() -> int:
-            model.learn(model.num_timesteps + 2 * rollout)
-            return 2 * rollout
-    else:
-        def run() -> int:
-            model.collect_rollout()
-            model.compute_advantages()
-            model.storage.carry_over()
-            return rollout
-
-    contender = Contender(name, run, lambda: [os.getpid(), *getattr(pool, "pids", [])], model.close)
-    contender.model = model  # type: ignore[attr-defined]
-    return contender
+    return ppo_dict_contender(name, cfg, training, iterations=2)
 
 
 def rollouts(table: Table, n_envs: int, workers: int, device: str, rounds: int) -> None:

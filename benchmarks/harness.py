@@ -63,6 +63,31 @@ class Contender:
         return statistics.median(self.cpu_us_per_step)
 
 
+def ppo_dict_contender(name: str, cfg, training: bool, iterations: int = 1) -> Contender:
+    """ppo_dict's PPO on the env pool it trains with: per round ``iterations`` training iterations
+    (``training``), else one rollout with its GAE. ``.model`` is the PPO (its ``timing``)."""
+    from ppo_dict.performance import build_env_pool
+    from ppo_dict.ppo import PPO
+
+    model = PPO(cfg, build_env_pool(cfg))
+    model.start_envs()
+    rollout = cfg.rollout_size
+    if training:
+        def run() -> int:
+            model.learn(model.num_timesteps + iterations * rollout)
+            return iterations * rollout
+    else:
+        def run() -> int:
+            model.collect_rollout()
+            model.compute_advantages()
+            model.storage.carry_over()
+            return rollout
+
+    contender = Contender(name, run, lambda: [os.getpid(), *getattr(model.pool, "pids", [])], model.close)
+    contender.model = model  # type: ignore[attr-defined]
+    return contender
+
+
 def interleave(contenders: list[Contender], rounds: int, warmup: bool = True) -> None:
     """``rounds`` rounds, each contender once per round, the order rotating round to round."""
     if warmup:

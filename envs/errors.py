@@ -33,3 +33,7 @@ class GodotTimeoutError(GodotError, TimeoutError):
 
 class GodotProtocolError(GodotError, ValueError):
     """The game sent a message the protocol does not allow (bad type, space, size or value)."""
+
+
+class AtariUnavailableError(PPODictError, RuntimeError):
+    """ale-py is not installed, or an Atari game's ROM cannot be loaded; the message says what to install."""

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from .spec import GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, TEST_DUMMY, EnvSpec, PixelOptions
+from .errors import AtariUnavailableError
+from .spec import ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions, is_atari_entry
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:
@@ -31,36 +32,73 @@ def _newest_version(spec: gym.envs.registration.EnvSpec) -> Optional[str]:
     return max(candidates, key=lambda s: s.version).id if candidates else None
 
 
+def gym_spec(gym_id: str, atari_asked: bool = False) -> gym.envs.registration.EnvSpec:
+    """gymnasium's spec of ``gym_id``, importing ale-py first if the id is not registered yet.
+
+    An id gymnasium does not know raises gymnasium's error (with its "Did you mean" hint); an Atari
+    id (or any id with ``--atari_wrapper``) while ale-py is missing raises what to install.
+    """
+    try:
+        return gym.spec(gym_id)
+    except gym.error.Error as not_found:
+        from .atari import ATARI_NAME, INSTALL, MAYBE_ATARI_NAME, import_ale
+
+        try:
+            import_ale()
+        except AtariUnavailableError:
+            if atari_asked or ATARI_NAME.search(gym_id):
+                raise
+            if MAYBE_ATARI_NAME.search(gym_id):
+                raise type(not_found)(f"{not_found} (if it is an Atari game, install {INSTALL})") from None
+            raise not_found from None
+        return gym.spec(gym_id)
+
+
+def is_atari_env(name: str) -> bool:
+    """rl-zoo's ``is_atari`` for a name as typed: a ``gym_`` id that ale-py's ``AtariEnv`` makes
+    (False for anything else, unknown ids and a missing ale-py included)."""
+    if not name.startswith(GYM_PREFIX):
+        return False
+    try:
+        return is_atari_entry(gym_spec(name[len(GYM_PREFIX) :]).entry_point)
+    except (gym.error.Error, AtariUnavailableError):
+        return False
+
+
 def resolve_env_name(
-    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None
+    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None,
+    atari: Optional[AtariOptions] = None, frame_stack: int = 1,
 ) -> EnvSpec:
     """Check ``name`` and return its spec, or raise with gymnasium's own "Did you mean" text.
 
     MuJoCo ids that gymnasium 1.x only registers to raise (``Reacher-v2``, ``-v3``: they need
-    mujoco-py) map to the newest version gymnasium makes, with a notice saying so.
-    ``test_dummy`` is the dummy pixel env; its ``kwargs`` are checked here. ``godot_demo`` and
-    ``godot`` are Godot games (``envs.godot.spec.resolve_godot``).
+    mujoco-py) map to the newest version gymnasium makes, with a notice saying so. Atari ids
+    import ale-py (also in each worker: it joins ``gym_packages``); ``atari`` asks for sb3's
+    AtariWrapper. ``test_dummy`` is the dummy pixel env; its ``kwargs`` are checked here.
+    ``godot_demo`` and ``godot`` are Godot games (``envs.godot.spec.resolve_godot``).
     """
     kwargs = dict(kwargs or {})
     if name == GODOT_PREFIX or name.startswith(GODOT_PREFIX + "_"):
         from .godot.spec import resolve_godot
 
+        if atari is not None or frame_stack > 1:
+            raise ValueError(f"{name} is a Godot game, which sends its own observations: drop --atari_wrapper and --frame_stack")
         return resolve_godot(name, kwargs, pixel)
     import_gym_packages(gym_packages)
     if name == TEST_DUMMY:
         from .dummy import GYM_ID, check_kwargs
 
         check_kwargs(kwargs)
-        if pixel is not None:
-            raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper")
-        return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs)
+        if pixel is not None or atari is not None:
+            raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper and --atari_wrapper")
+        return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs, frame_stack=frame_stack)
     if not name.startswith(GYM_PREFIX):
         raise ValueError(
             f"unknown environment {name!r}: write gym_<gymnasium id> (e.g. gym_Reacher-v2), {TEST_DUMMY}, "
             f"{GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs \"dict(env_path=...)\" (another Godot game)"
         )
     gym_id = name[len(GYM_PREFIX) :]
-    spec = gym.spec(gym_id)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
+    spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
     if not isinstance(spec.entry_point, str):
         newest = _newest_version(spec)
@@ -72,7 +110,15 @@ def resolve_env_name(
         from .pixels import check_pixel_env
 
         check_pixel_env(gym.spec(gym_id))
-    return EnvSpec(name=name, gym_id=gym_id, gym_packages=tuple(gym_packages), kwargs=kwargs, notice=notice, pixel=pixel)
+    packages = tuple(gym_packages)
+    if is_atari_entry(spec.entry_point) and ALE_MODULE not in packages:
+        packages += (ALE_MODULE,)  # each worker imports it, which registers the Atari ids there
+    if atari is not None:
+        from .atari import check_atari_options
+
+        notice = check_atari_options(gym_id, atari) or notice
+    return EnvSpec(name=name, gym_id=gym_id, gym_packages=packages, kwargs=kwargs, notice=notice, pixel=pixel, atari=atari,
+                   frame_stack=frame_stack)
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
@@ -85,8 +131,26 @@ def make_env(spec: EnvSpec) -> gym.Env:
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         from . import dummy  # noqa: F401  (registers the gymnasium id)
-    if spec.pixel is None:
-        return gym.make(spec.gym_id, **spec.kwargs)
-    from .pixels import make_pixel_env
+    env = _make_unstacked(spec)
+    if spec.frame_stack > 1:
+        from .frame_stack import FrameStack
 
-    return make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
+        # rendered pixels stack their frames only, not the state beside them
+        env = FrameStack(env, spec.frame_stack, keys=None if spec.pixel is None else (PIXELS,))
+    return env
+
+
+def _make_unstacked(spec: EnvSpec) -> gym.Env:
+    if spec.pixel is not None:
+        from .pixels import make_pixel_env
+
+        return make_pixel_env(spec.gym_id, spec.kwargs, spec.pixel)
+    if spec.atari is not None:
+        from .atari import make_atari_env
+
+        return make_atari_env(spec.gym_id, spec.kwargs, spec.atari)
+    if spec.is_atari:
+        from .atari import make_ale_env
+
+        return make_ale_env(spec.gym_id, spec.kwargs)
+    return gym.make(spec.gym_id, **spec.kwargs)

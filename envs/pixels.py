@@ -2,9 +2,9 @@
 
 Each worker renders its own envs (``render_mode="rgb_array"``) straight at ``image_size`` where the
 env can (MuJoCo takes ``width``/``height``), else resizes with OpenCV. Frames are uint8,
-channel-first (what sb3's ``VecTransposeImage`` gives its CNN), optionally grey, and the last
-``frame_stack`` frames are stacked on the channel axis, oldest first, zero-filled after a reset
-(sb3 ``VecFrameStack``). The observation is a Dict: ``pixels`` and, with ``keep_state``, ``state``.
+channel-first (what sb3's ``VecTransposeImage`` gives its CNN), optionally grey. The observation
+is a Dict: ``pixels`` and, with ``keep_state``, ``state``; ``--frame_stack`` stacks ``pixels``
+only (``envs.frame_stack``, applied by ``envs.make.make_env``).
 """
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .render import render_frame, select_mujoco_gl
-from .spec import PixelOptions
-
-PIXELS, STATE = "pixels", "state"
+from .spec import PIXELS, STATE, PixelOptions
 
 
 def check_pixel_env(spec: gym.envs.registration.EnvSpec) -> None:
@@ -42,9 +40,7 @@ class PixelObservation(gym.Wrapper):
         super().__init__(env)
         self.opts = opts
         channels = 1 if opts.grayscale else 3
-        self._channels = channels
-        self._stack = np.zeros((channels * opts.frame_stack, opts.image_size, opts.image_size), dtype=np.uint8)
-        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, self._stack.shape, np.uint8)}
+        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, (channels, opts.image_size, opts.image_size), np.uint8)}
         if opts.keep_state:
             obs_spaces[STATE] = env.observation_space
         self.observation_space = spaces.Dict(obs_spaces)
@@ -56,22 +52,18 @@ class PixelObservation(gym.Wrapper):
             frame = cv2.resize(frame, (size, size), interpolation=cv2.INTER_AREA)
         if self.opts.grayscale:
             return cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY)[None]
-        return frame.transpose(2, 0, 1)
+        return np.ascontiguousarray(frame.transpose(2, 0, 1))  # its own array: the renderer may reuse its buffer
 
     def _observe(self, state: Any) -> dict[str, np.ndarray]:
-        obs = {PIXELS: self._stack.copy()}
+        obs = {PIXELS: self._frame()}
         if self.opts.keep_state:
             obs[STATE] = state
         return obs
 
     def reset(self, **kwargs: Any):
         state, info = self.env.reset(**kwargs)
-        self._stack[...] = 0
-        self._stack[-self._channels :] = self._frame()
         return self._observe(state), info
 
     def step(self, action: Any):
         state, reward, terminated, truncated, info = self.env.step(action)
-        self._stack = np.roll(self._stack, -self._channels, axis=0)
-        self._stack[-self._channels :] = self._frame()
         return self._observe(state), reward, terminated, truncated, info

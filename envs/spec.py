@@ -18,15 +18,38 @@ GODOT_DEMO = "godot_demo"
 TEST_DUMMY = "test_dummy"
 
 
+#: The keys of a rendered-pixels observation (``envs.pixels``): the frames, and the env's own state.
+PIXELS, STATE = "pixels", "state"
+#: The module whose import registers the Atari games (``ALE/Pong-v5``, ``PongNoFrameskip-v4``); a
+#: spec whose ``gym_packages`` holds it is an Atari game (:attr:`EnvSpec.is_atari`).
+ALE_MODULE = "ale_py"
+
+
+def is_atari_entry(entry_point: Any) -> bool:
+    """rl-zoo's ``ExperimentManager.is_atari``: a gymnasium entry point that is ale-py's ``AtariEnv``."""
+    return "AtariEnv" in str(entry_point)
+
+
 @dataclass(frozen=True)
 class PixelOptions:
-    """Observe rendered frames: ``image_size`` square, optional grey, ``frame_stack`` frames on the
-    channel axis, and with ``keep_state`` the state vector under its own key."""
+    """Observe rendered frames: ``image_size`` square, optional grey, and with ``keep_state`` the
+    state vector under its own key (frame stacking is :attr:`EnvSpec.frame_stack`)."""
 
     image_size: int = 84
     grayscale: bool = False
-    frame_stack: int = 1
     keep_state: bool = False
+
+
+@dataclass(frozen=True)
+class AtariOptions:
+    """sb3 ``AtariWrapper``'s arguments, with its defaults (``envs.atari.wrap_atari``)."""
+
+    noop_max: int = 30
+    frame_skip: int = 4
+    screen_size: int = 84
+    terminal_on_life_loss: bool = True
+    clip_reward: bool = True
+    action_repeat_probability: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,9 @@ class EnvSpec:
         kwargs: keyword arguments for ``gym.make`` (a Godot game: ``GodotGame``'s).
         notice: one line for the user when the name was mapped (empty otherwise).
         pixel: render frames as the observation (None: the env's own observation).
+        atari: sb3's ``AtariWrapper`` preprocessing of an Atari game (None: the game's raw frames).
+        frame_stack: the last K observations stacked on the channel axis (sb3 ``VecFrameStack``);
+            1 stacks nothing.
     """
 
     name: str
@@ -48,11 +74,18 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     notice: str = ""
     pixel: Optional[PixelOptions] = None
+    atari: Optional[AtariOptions] = None
+    frame_stack: int = 1
 
     @property
     def is_godot(self) -> bool:
         """A Godot game: its agents are env columns of one process, not gymnasium envs."""
         return self.gym_id == GODOT_PREFIX
+
+    @property
+    def is_atari(self) -> bool:
+        """An Atari game from ale-py (its id resolved only once ale_py was imported)."""
+        return ALE_MODULE in self.gym_packages
 
     @property
     def label(self) -> str:

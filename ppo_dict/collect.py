@@ -154,7 +154,8 @@ class Collector:
         dones = s.terminated[t, cols] | s.truncated[t, cols]
         self._check_finite(t, part, dones)
         for i in np.flatnonzero(dones) + part.start:
-            self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
+            if s.episode_length[i] > 0:  # 0: an end for training only (a lost Atari life); the game goes on
+                self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
         s.rewards[t, cols] = s.env_rewards[t, cols]
         if self.normalizer is not None:
             done_rows = np.flatnonzero(dones) + part.start

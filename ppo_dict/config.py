@@ -100,10 +100,18 @@ class Config:
 
     # Pixel observations (MuJoCo envs rendered in each worker)
     pixel_obs_wrapper: bool = _opt(False, "observe rendered frames instead of the state (dict observation)", parse_bool, "pixels")
-    image_size: int = _opt(84, "rendered frame height and width", int, "pixels", range=(36, 4096))  # NatureCNN's kernels need 36 pixels
-    grayscale: bool = _opt(False, "convert frames to one grey channel", parse_bool, "pixels")
-    frame_stack: int = _opt(1, "stack the last K frames on the channel axis (sb3 VecFrameStack)", int, "pixels", range=(1, 64))
+    image_size: int = _opt(84, "frame height and width: rendered pixels, and Atari's screen_size", int, "pixels", range=(36, 4096))  # NatureCNN's kernels need 36 pixels
+    grayscale: bool = _opt(False, "convert rendered frames to one grey channel (Atari frames are always grey)", parse_bool, "pixels")
+    frame_stack: int = _opt(1, "stack the last K observations on the channel axis, in each env (sb3 VecFrameStack)", int, "pixels", range=(1, 64))
     pixel_keep_state: bool = _opt(False, "also observe the state vector, under its own key", parse_bool, "pixels")
+
+    # Atari games (ale-py), sb3 AtariWrapper's arguments and defaults; screen_size is --image_size
+    atari_wrapper: bool = _opt(False, "sb3's AtariWrapper in each worker (noop reset, frame skip, life loss, fire reset, 84x84 grey, reward clip)", parse_bool, "atari")
+    atari_noop_max: int = _opt(30, "AtariWrapper noop_max: at most this many no-ops after a reset (0: none)", int, "atari", range=(0, inf))
+    atari_frame_skip: int = _opt(4, "AtariWrapper frame_skip: repeat each action this many frames, max-pooling the last two (1: none)", int, "atari", range=(1, inf))
+    atari_terminal_on_life_loss: bool = _opt(True, "AtariWrapper terminal_on_life_loss: a lost life ends the training episode", parse_bool, "atari")
+    atari_clip_reward: bool = _opt(True, "AtariWrapper clip_reward: train on the reward's sign", parse_bool, "atari")
+    atari_action_repeat_probability: float = _opt(0.0, "AtariWrapper action_repeat_probability: sticky actions", float, "atari", range=(0.0, 1.0))
 
     # Policy (sb3 ActorCriticPolicy keyword arguments)
     model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)}", str, "policy", choices=MODELS)
@@ -254,6 +262,8 @@ class Config:
             if w == 0 or n < 2:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
+        if self.atari_wrapper and self.pixel_obs_wrapper:
+            problems.append("atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper")
         if self.video and self.eval_freq == 0:
             problems.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
         return problems

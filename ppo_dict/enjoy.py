@@ -38,8 +38,14 @@ def model_file(run_dir: str, which: str) -> str:
     raise CheckpointError(f"no {BEST_MODEL}, checkpoint or {MODEL_FILE} in {run_dir}")
 
 
-def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None) -> dict[str, Any]:
-    """Play ``episodes`` with the model in ``path``; returns returns, lengths and the video path."""
+def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
+          deterministic: Optional[bool] = None) -> dict[str, Any]:
+    """Play ``episodes`` with the model in ``path``; returns returns, lengths and the video path.
+
+    ``deterministic`` None: rl-zoo's ``enjoy`` default, stochastic for Atari games and
+    deterministic otherwise. Atari episodes are whole games with unclipped rewards
+    (``evaluation.run_episodes``).
+    """
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
     spec = env_spec(cfg)
@@ -56,7 +62,10 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
         if video:
             out = video_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "videos")
             writer = VideoWriter(os.path.join(out, f"enjoy-{state['num_timesteps']:012d}.mp4"), env.metadata.get("render_fps", 30))
-        returns, lengths = run_episodes(policy, env, normalizer, episodes, seed, torch.device("cpu"), writer, cfg.video_length)
+        if deterministic is None:
+            deterministic = not spec.is_atari
+        returns, lengths = run_episodes(policy, env, normalizer, episodes, seed, torch.device("cpu"), writer, cfg.video_length,
+                                        deterministic)
         video_path = writer.close() if writer is not None else None
     finally:
         env.close()
@@ -71,6 +80,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="seed of the first reset")
     parser.add_argument("--video", action="store_true", help="record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4")
+    mode = parser.add_mutually_exclusive_group()  # rl-zoo's enjoy flags; neither: stochastic for Atari only
+    mode.add_argument("--deterministic", dest="deterministic", action="store_const", const=True, default=None,
+                      help="take the most likely action (the default, except for Atari games)")
+    mode.add_argument("--stochastic", dest="deterministic", action="store_const", const=False,
+                      help="sample actions (the default for Atari games, as rl-zoo's enjoy)")
     args = parser.parse_args(argv)
     if args.video:
         from ppo_dict.envs.render import select_mujoco_gl
@@ -79,7 +93,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     torch.set_num_threads(1)
     try:
         result = enjoy(model_file(args.run_dir, args.model), args.episodes, args.video, args.seed,
-                       os.path.join(args.run_dir, "videos"))
+                       os.path.join(args.run_dir, "videos"), args.deterministic)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

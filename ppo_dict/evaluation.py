@@ -1,7 +1,8 @@
 """Evaluation: deterministic episodes on a separate env, frozen normalisation, best model, videos.
 
 As rl-zoo's ``EvalCallback`` setup: the eval env is its own (in this process), observations are
-normalised with the training statistics without updating them, rewards are reported raw. An
+normalised with the training statistics without updating them, rewards are reported raw; Atari
+games are played stochastically through the training wrappers and scored by whole games. An
 evaluation draws nothing from the training RNG streams: their states are saved before and put
 back after (see :func:`preserved_rng`), so a run with evaluation trains bit for bit as without.
 """
@@ -17,6 +18,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, is_channel_last, make_env
+from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
@@ -77,14 +79,16 @@ def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
 
 
 @torch.no_grad()
-def deterministic_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch: dict[str, np.ndarray],
-                          observation_space: spaces.Space, action_space: spaces.Space, device: torch.device) -> np.ndarray:
-    """ppo_dict's deterministic predict: the actions the env gets for a batch of observations.
+def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch: dict[str, np.ndarray],
+                    observation_space: spaces.Space, action_space: spaces.Space, device: torch.device,
+                    deterministic: bool = True) -> np.ndarray:
+    """ppo_dict's ``predict``: the actions the env gets for a batch of observations.
 
     ``batch``: ``{key: [B, *shape]}`` as the env wrote them (:func:`~ppo_dict.storage.obs_layout`'s
     keys and dtypes). Normalised with ``normalizer``'s statistics (not updated), channel-last
-    images seen as ``[B, C, H, W]``, the Gaussian mean (clipped to the action bounds, as sb3's
-    ``predict``) or the most probable discrete action. Returns ``[B, *action_shape]``.
+    images seen as ``[B, C, H, W]`` (sb3's ``VecTransposeImage`` on the eval env), the Gaussian
+    mean or a sample (clipped to the action bounds, as sb3's ``predict``), or the most probable
+    or a sampled discrete action. Returns ``[B, *action_shape]``.
     """
     batch = dict(batch)
     if normalizer is not None:
@@ -92,7 +96,7 @@ def deterministic_actions(policy: ActorCritic, normalizer: Optional[Normalizer],
     subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {OBS_KEY: observation_space}
     batch = {k: np.moveaxis(v, -1, -3) if is_channel_last(subspaces[k]) else v for k, v in batch.items()}
     policy_input = batch if isinstance(observation_space, spaces.Dict) else batch[OBS_KEY]
-    actions = policy(obs_to_tensor(policy_input, device), deterministic=True)[0].cpu().numpy()
+    actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)[0].cpu().numpy()
     if isinstance(action_space, spaces.Box):
         actions = np.clip(actions, action_space.low, action_space.high)
     return actions
@@ -108,31 +112,41 @@ def run_episodes(
     device: torch.device,
     video: Optional[VideoWriter] = None,
     video_length: int = 1000,
+    deterministic: bool = True,
 ) -> tuple[list[float], list[int]]:
     """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64).
 
     The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
     normalised with ``normalizer``'s statistics, which are not updated. The first episode's
     frames go to ``video`` (at most ``video_length``).
+
+    An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and
+    clipped rewards) is played through them, as the policy was trained, and its episodes are the
+    monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
+    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it).
     """
-    returns, lengths = [], []
+    monitored = is_monitored(env)
+    returns: list[float] = []
+    lengths: list[int] = []
     obs, _ = env.reset(seed=seed)
-    for episode in range(n_episodes):
-        total, length, done = 0.0, 0, False
-        while not done:
-            if video is not None and episode == 0 and video.frames < video_length:
-                frame = render_frame(env)
-                if frame is not None:
-                    video.add(np.asarray(frame, dtype=np.uint8))
-            batch = _as_storage_obs(obs, env.observation_space)
-            action = deterministic_actions(policy, normalizer, batch, env.observation_space, env.action_space, device)[0]
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            length += 1
-            done = terminated or truncated
-        returns.append(total)
-        lengths.append(length)
-        obs, _ = env.reset()
+    total, length = 0.0, 0
+    while len(returns) < n_episodes:
+        if video is not None and not returns and video.frames < video_length:
+            frame = render_frame(env)
+            if frame is not None:
+                video.add(np.asarray(frame, dtype=np.uint8))
+        batch = _as_storage_obs(obs, env.observation_space)
+        action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic)[0]
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += float(reward)
+        length += 1
+        if terminated or truncated:
+            episode = info.get(EPISODE) if monitored else {"r": total, "l": length}
+            if episode is not None:  # None: a lost life, the game goes on after the reset below
+                returns.append(float(episode["r"]))
+                lengths.append(int(episode["l"]))
+            total, length = 0.0, 0
+            obs, _ = env.reset()
     return returns, lengths
 
 
@@ -148,6 +162,8 @@ class Evaluator:
         self.cfg, self.run_dir, self.log = cfg, run_dir, log
         self.video = cfg.video
         self.env = make_env(render_spec(spec) if cfg.video else spec)
+        # rl-zoo evaluates Atari games stochastically (ExperimentManager.deterministic_eval)
+        self.deterministic = not spec.is_atari
         self.seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
         self.on_video: list[Callable[[str, int], None]] = []
         self.timesteps: list[int] = []
@@ -176,7 +192,7 @@ class Evaluator:
             writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
         with preserved_rng():
             returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
-                                            ppo.device, writer, self.cfg.video_length)
+                                            ppo.device, writer, self.cfg.video_length, self.deterministic)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)

@@ -2,7 +2,7 @@
 
 The graph takes observations as the env gives them (a batch: ``obs`` for a single space, one
 input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
-action the env gets: what :func:`ppo_dict.evaluation.deterministic_actions` computes. With
+action the env gets: what :func:`ppo_dict.evaluation.predict_actions` computes. With
 ``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
 computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian policies
 return their mean clipped to the action bounds, categorical ones their most probable action
@@ -32,7 +32,7 @@ from ppo_dict.config import Config
 from ppo_dict.enjoy import model_file
 from ppo_dict.envs import is_channel_last, make_env
 from ppo_dict.errors import CheckpointError, ExportError
-from ppo_dict.evaluation import deterministic_actions
+from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import atomic_write, load_model_state
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
@@ -178,7 +178,7 @@ def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
 
     policy, normalizer, observation_space, action_space, _ = load_for_export(model_path)
     batch = sample_batch(observation_space, n, seed=1)
-    ours = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+    ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     theirs = session.run(["action"], batch)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)

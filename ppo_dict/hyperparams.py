@@ -2,12 +2,12 @@
 
 An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` keyword arguments
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
-``policy_kwargs``). String values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are
-parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+``policy_kwargs``, ``frame_stack``, and ``env_wrapper`` when it is sb3's AtariWrapper). String
+values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
 
 ``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
-(the ``zoo`` extra). An env without an entry takes the file's ``atari`` entry (Atari ids) or
-``default`` entry, as rl-zoo's ``ExperimentManager.read_hyperparameters`` does.
+(the ``zoo`` extra). An env without an entry takes the file's ``atari`` entry (games ale-py
+makes) or its ``default`` entry, as rl-zoo's ``ExperimentManager.read_hyperparameters`` does.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import importlib.util
 import os
 from typing import Any
 
-from ppo_dict.envs import GYM_PREFIX
+from ppo_dict.envs import GYM_PREFIX, is_atari_env
 from ppo_dict.config import parse_values
 from ppo_dict.parse import safe_literal
 
@@ -36,9 +36,7 @@ POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp"}
 UNSUPPORTED = {
     "use_sde": "gSDE is not implemented",
     "sde_sample_freq": "gSDE is not implemented",
-    "env_wrapper": "env wrappers from the file are not applied",
     "vec_env_wrapper": "vec env wrappers from the file are not applied",
-    "frame_stack": "use --pixel_obs_wrapper --frame_stack",
     "callback": "callbacks from the file are not run",
     "normalize_kwargs": "write normalize: \"dict(...)\" instead",
 }
@@ -62,9 +60,36 @@ def hyperparams_file(name: str) -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "hyperparams", "ppo.yml")
 
 
-def is_atari(gym_id: str) -> bool:
-    """An Atari id by its name (rl-zoo asks the entry point, which needs ale_py imported)."""
-    return gym_id.startswith("ALE/") or "NoFrameskip" in gym_id
+#: the one rl-zoo ``env_wrapper`` ppo_dict applies (itself, in the workers: ``--atari_wrapper True``)
+ATARI_WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
+#: AtariWrapper keyword arguments -> Config field
+ATARI_KWARGS = {"noop_max": "atari_noop_max", "frame_skip": "atari_frame_skip", "screen_size": "image_size",
+                "terminal_on_life_loss": "atari_terminal_on_life_loss", "clip_reward": "atari_clip_reward",
+                "action_repeat_probability": "atari_action_repeat_probability"}
+#: rl-zoo's entry for every Atari game without one of its own (``ExperimentManager.read_hyperparameters``)
+ATARI_ENTRY = "atari"
+
+
+def env_wrapper_values(value: Any, where: str) -> tuple[dict[str, Any], list[str]]:
+    """rl-zoo's ``env_wrapper`` -> ``(raw Config values, problems)``.
+
+    Written as rl-zoo's ``get_wrapper_class`` reads it: a class path, or a list of class paths
+    and ``{class path: kwargs}`` mappings. Only sb3's AtariWrapper is applied.
+    """
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for wrapper in value if isinstance(value, list) else [] if value is None else [value]:
+        name, kwargs = next(iter(wrapper.items())) if isinstance(wrapper, dict) and len(wrapper) == 1 else (wrapper, {})
+        if name != ATARI_WRAPPER:
+            problems.append(f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} (--atari_wrapper True)")
+            continue
+        values["atari_wrapper"] = True
+        for kwarg, kwarg_value in (kwargs or {}).items():
+            if kwarg not in ATARI_KWARGS:
+                problems.append(f"{where}: env_wrapper: {kwarg!r} is not an AtariWrapper argument ({', '.join(ATARI_KWARGS)})")
+            else:
+                values[ATARI_KWARGS[kwarg]] = kwarg_value
+    return values, problems
 
 
 def _entry_names(env: str) -> list[str]:
@@ -73,7 +98,7 @@ def _entry_names(env: str) -> list[str]:
     names = [env]
     if env.startswith(GYM_PREFIX):
         names.append(env[len(GYM_PREFIX) :])
-    names.append("atari" if is_atari(names[-1]) else "default")
+    names.append(ATARI_ENTRY if is_atari_env(env) else "default")
     return names
 
 
@@ -92,8 +117,12 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
         try:
             if key in RENAMED:
                 values[RENAMED[key]] = value
-            elif key in SAME_NAME:
+            elif key in SAME_NAME or key == "frame_stack":
                 values[key] = value
+            elif key == "env_wrapper":
+                wrapper_values, wrapper_problems = env_wrapper_values(value, where)
+                values.update(wrapper_values)
+                problems += wrapper_problems
             elif key == "normalize":
                 if isinstance(value, bool):
                     values["normalize"] = value
@@ -141,10 +170,13 @@ def load_hyperparams(path: str, env: str) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"hyperparams={path!r}: cannot read: {exc}"]
     if not isinstance(document, dict):
         return {}, [f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"]
-    for name in _entry_names(env):
+    names = _entry_names(env)
+    if ATARI_ENTRY in document and is_atari_env(env):
+        names.append(ATARI_ENTRY)  # rl-zoo: an Atari game without an entry of its own takes "atari"
+    for name in names:
         if name in document:
             entry = document[name]
             if not isinstance(entry, dict):
                 return {}, [f"hyperparams={path!r}: entry {name!r} is not a mapping"]
             return translate(entry, f"hyperparams {path}[{name}]")
-    return {}, [f"hyperparams={path!r}: no entry for {' or '.join(_entry_names(env))} (entries: {', '.join(map(str, document))})"]
+    return {}, [f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))})"]

@@ -27,3 +27,21 @@ def test_truncated_minibatch_warns_like_sb3() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         validate(Config(env="gym_CartPole-v1", n_envs=2, num_workers=0, n_steps=64, batch_size=64))
+
+
+def test_atari_settings_are_checked_with_the_rest() -> None:
+    cfg = Config(env="gym_BreakoutNoFrameskip-v4", atari_wrapper=True, pixel_obs_wrapper=True, atari_noop_max=-1,
+                 atari_action_repeat_probability=1.5, frame_stack=0)
+    with pytest.raises(ConfigError) as exc:
+        validate(cfg)
+    assert exc.value.problems == [
+        "frame_stack=0: must be in [1, 64]",
+        "atari_noop_max=-1: must be in [0, inf]",
+        "atari_action_repeat_probability=1.5: must be in [0.0, 1.0]",
+        "atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper",
+        "env='gym_BreakoutNoFrameskip-v4': --pixel_obs_wrapper renders MuJoCo envs; BreakoutNoFrameskip-v4 is not one (ale_py.env:AtariEnv)",
+    ]
+    with pytest.raises(ConfigError, match=r"model='mlp': the observation holds images; use --model cnn"):
+        validate(Config(env="gym_BreakoutNoFrameskip-v4", atari_wrapper=True, frame_stack=4, n_envs=2, num_workers=0))
+    backend = validate(Config(env="gym_BreakoutNoFrameskip-v4", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=2, num_workers=0))
+    assert backend.observation_space.shape == (84, 84, 4) and backend.action_space.n == 4

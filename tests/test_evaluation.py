@@ -4,6 +4,7 @@ import os
 
 import cv2
 import numpy as np
+import pytest
 import torch
 
 from ppo_dict.config import Config
@@ -80,7 +81,7 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
 def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
     """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
     from ppo_dict.envs import make_env
-    from ppo_dict.evaluation import deterministic_actions, run_episodes
+    from ppo_dict.evaluation import predict_actions, run_episodes
     from ppo_dict.policy import build_policy
 
     cfg = Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True, episode_length=5), seed=0)
@@ -91,5 +92,59 @@ def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does
     obs, _ = env.reset(seed=0)
     batch = {"obs": obs[None]}
     expected = policy(torch.as_tensor(np.moveaxis(obs, -1, 0)[None]), deterministic=True)[0].numpy()
-    assert np.array_equal(deterministic_actions(policy, None, batch, env.observation_space, env.action_space, torch.device("cpu")), expected)
+    assert np.array_equal(predict_actions(policy, None, batch, env.observation_space, env.action_space, torch.device("cpu")), expected)
     env.close()
+
+
+def test_atari_evaluation_is_rl_zoos(tmp_path) -> None:
+    """rl-zoo evaluates Atari with sb3's ``evaluate_policy`` on ``make_atari_env`` + ``VecFrameStack``,
+    stochastically, scoring whole games with the Monitor's unclipped returns: ours gives the same
+    numbers from the same policy weights and torch seed."""
+    import ale_py  # noqa: F401  (registers the ids for sb3's gym.make)
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from ppo_dict.envs import make_env
+    from ppo_dict.evaluation import run_episodes
+    from tests.parity.sides import make_ours, make_sb3
+
+    kwargs = dict(max_num_frames_per_episode=1200)
+    cfg = Config(env="gym_AsterixNoFrameskip-v4", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=1, num_workers=0, seed=3,
+                 env_kwargs=kwargs, n_steps=8, batch_size=8, eval_freq=8, run_dir=str(tmp_path))
+    sb3, ours = make_sb3(cfg), make_ours(cfg)
+    assert all(torch.equal(a, b) for a, b in zip(sb3.policy.state_dict().values(), ours.policy.state_dict().values()))
+    evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
+    assert evaluator.deterministic is False  # rl-zoo: ExperimentManager.deterministic_eval is False for Atari
+    torch.manual_seed(11)
+    returns, lengths = run_episodes(ours.policy, make_env(env_spec(cfg)), None, 3, 5, torch.device("cpu"), deterministic=False)
+    torch.manual_seed(11)
+    eval_env = VecFrameStack(make_atari_env("AsterixNoFrameskip-v4", n_envs=1, seed=5, env_kwargs=kwargs), 4)
+    expected = evaluate_policy(sb3, eval_env, n_eval_episodes=3, deterministic=False, return_episode_rewards=True)
+    assert (returns, lengths) == expected
+    assert min(lengths) > 300 and max(returns) >= 50  # whole games in emulator frames, unclipped scores
+    evaluator.close()
+    ours.close()
+
+
+@pytest.mark.slow  # ~18 s on 2 shared cores: worker start, an evaluation of a whole game, enjoy
+def test_atari_run_from_rl_zoo_file_evaluates_records_and_replays(tmp_path) -> None:
+    """The issue's command with rl-zoo's atari entry, shortened: worker processes, an evaluation
+    with a video of the real screen, then ``enjoy`` scoring whole games."""
+    run_dir = tmp_path / "run"
+    proc = run_cli("--env", "gym_BreakoutNoFrameskip-v4", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "2", "--num_workers", "2",
+                   "--n_steps", "32", "--batch_size", "32", "--total_timesteps", "128", "--seed", "0", "--verbose", "0",
+                   "--env_kwargs", "dict(max_num_frames_per_episode=2000)", "--run_dir", str(run_dir),
+                   "--eval_freq", "128", "--eval_episodes", "1", "--video", "--video_length", "30")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = summary_line(proc.stdout)["metrics"]
+    assert metrics["eval/mean_ep_length"] > 100  # emulator frames of a whole game (5 lives)
+    cap = cv2.VideoCapture(str(run_dir / "videos" / "eval-000000000128.mp4"))
+    assert (cap.get(cv2.CAP_PROP_FRAME_COUNT), cap.get(cv2.CAP_PROP_FRAME_HEIGHT), cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == (30, 210, 160)
+    cap.release()
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+    result = json.loads(enjoy.stdout.strip().splitlines()[-1])
+    assert len(result["lengths"]) == 1 and result["lengths"][0] > 100

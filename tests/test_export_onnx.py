@@ -9,7 +9,7 @@ import torch
 from ppo_dict.checkpoint import CheckpointManager
 from ppo_dict.config import Config
 from ppo_dict.errors import ExportError
-from ppo_dict.evaluation import deterministic_actions
+from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import save_model
 from ppo_dict.export_onnx import export_onnx, load_for_export, main as export_main, sample_batch
 from ppo_dict.ppo import PPO
@@ -39,7 +39,7 @@ def trained_model_file(cfg: Config, folder) -> str:
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_onnx_policy_gives_ppo_dicts_deterministic_actions(tmp_path, name) -> None:
+def test_onnx_policy_gives_ppo_dicts_predict_actions(tmp_path, name) -> None:
     path = trained_model_file(MODELS[name], tmp_path / "model")
     out = export_onnx(path, str(tmp_path / "policy.onnx"))
     policy, normalizer, observation_space, action_space, _ = load_for_export(path)
@@ -47,7 +47,7 @@ def test_onnx_policy_gives_ppo_dicts_deterministic_actions(tmp_path, name) -> No
     assert [i.name for i in session.get_inputs()] == list(sample_batch(observation_space, 1))
     for batch_size in (1, 7):  # any batch size
         batch = sample_batch(observation_space, batch_size, seed=batch_size)
-        ours = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
         theirs = session.run(["action"], batch)[0]
         assert theirs.shape == ours.shape and theirs.dtype == ours.dtype
         if action_space.dtype.kind == "i":
@@ -57,7 +57,7 @@ def test_onnx_policy_gives_ppo_dicts_deterministic_actions(tmp_path, name) -> No
             assert np.all(theirs >= action_space.low) and np.all(theirs <= action_space.high)
     if normalizer is not None:  # the statistics really are in the graph: other statistics, other actions
         normalizer.obs_rms[next(iter(normalizer.obs_rms))].mean += 1.0
-        shifted = deterministic_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        shifted = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
         assert not np.allclose(shifted, theirs, rtol=1e-5, atol=1e-6)
 
 

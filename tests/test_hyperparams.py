@@ -13,7 +13,7 @@ from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
 from ppo_dict.errors import ConfigError
 from ppo_dict.export import load_model_state
-from ppo_dict.hyperparams import UNSUPPORTED, hyperparams_file, load_hyperparams, translate
+from ppo_dict.hyperparams import ATARI_WRAPPER, UNSUPPORTED, hyperparams_file, load_hyperparams, translate
 from tests.conftest import ROOT
 from tests.test_main_ppo import QUICK, run_cli
 
@@ -113,8 +113,9 @@ def classify(path: str, names: list) -> dict:
         if env_problems:
             table[name] = ("no env", env_problems[0])
             continue
-        pattern = re.compile(rf"^hyperparams {re.escape(path)}\[{re.escape(name)}\]: '(\w+)' is not supported: ")
-        keys = [pattern.match(p).group(1) if pattern.match(p) else p for p in problems]
+        # "'use_sde' is not supported: ...", "env_wrapper 'gymnasium...GrayscaleObservation' is not supported: ..."
+        pattern = re.compile(rf"^hyperparams {re.escape(path)}\[{re.escape(name)}\]: (\w+ )?'([\w.]+)' is not supported: ")
+        keys = {(m.group(1) or m.group(2)).strip() if (m := pattern.match(p)) else p for p in problems}
         table[name] = ("refused", sorted(keys))
     return table
 
@@ -141,18 +142,23 @@ def test_every_rl_zoo_ppo_entry_loads_or_is_refused_naming_exactly_the_unimpleme
     print(f"rl_zoo3 ppo.yml: {len(envs)} env entries: {dict(outcome)}; refused {refused}")
     # A refusal names exactly the entry's keys that ppo_dict does not implement, and nothing else.
     for name, keys in refused.items():
-        assert keys == sorted(k for k in document[name] if k in UNSUPPORTED), (name, keys)
+        wrappers = [w if isinstance(w, str) else next(iter(w)) for w in document[name].get("env_wrapper") or []]
+        other_wrapper = any(w != ATARI_WRAPPER for w in wrappers)
+        assert keys == sorted(k for k in document[name] if k in UNSUPPORTED or (k == "env_wrapper" and other_wrapper)), (name, keys)
     # Every env gymnasium can make here is loaded or refused; the others are PyBullet and MiniGrid,
     # whose packages (pybullet_envs_gymnasium, minigrid) register them.
     assert all(name.startswith("MiniGrid-") or "Bullet" in name for name in no_env), no_env
     assert all("doesn't exist" in reason for reason in no_env.values()), no_env
     assert dict(outcome) == {"loaded": 17, "refused": 3, "no env": 22}
     assert refused == {"Pendulum-v1": ["sde_sample_freq", "use_sde"], "MountainCarContinuous-v0": ["use_sde"],
-                       "CarRacing-v3": ["env_wrapper", "frame_stack", "sde_sample_freq", "use_sde"]}
+                       "CarRacing-v3": ["env_wrapper", "sde_sample_freq", "use_sde"]}
     # The two entries that are not env ids: `default` for envs without an entry (as rl-zoo), `atari`.
     cfg = config_from_args(["--env", "gym_InvertedPendulum-v5", "--hyperparams", "rl_zoo3"])
     assert (cfg.total_timesteps, cfg.model) == (1_000_000, "mlp")
-    assert sorted(p.split("'")[1] for p in translate(document["atari"], "atari")[1]) == ["env_wrapper", "frame_stack"]
+    assert translate(document["atari"], "atari")[1] == []
+    cfg = config_from_args(["--env", "gym_BreakoutNoFrameskip-v4", "--hyperparams", "rl_zoo3"])
+    assert validate(cfg).observation_space.shape == (84, 84, 4)
+    assert (cfg.atari_wrapper, cfg.frame_stack, cfg.model, cfg.n_envs, cfg.total_timesteps) == (True, 4, "cnn", 8, 10_000_000)
 
 
 @needs_zoo
@@ -165,7 +171,7 @@ def test_shipped_file_holds_rl_zoos_entries_that_load_unchanged() -> None:
         shipped = yaml.safe_load(f)
     loaded = [name for name, (kind, _) in classify("rl_zoo3", [n for n in document if n not in ("default", "atari")]).items()
               if kind == "loaded"]
-    assert list(shipped) == ["default", *loaded]  # rl-zoo's order
+    assert list(shipped) == ["default", "atari", *loaded]  # rl-zoo's order
     assert all(shipped[name] == document[name] for name in shipped)
     assert classify(shipped_path, loaded) == {name: ("loaded", None) for name in loaded}
 
@@ -175,3 +181,57 @@ def test_rl_zoo3_name_without_the_package_names_the_extra(monkeypatch) -> None:
     values, problems = load_hyperparams("rl_zoo3", "gym_CartPole-v1")
     assert values == {} and problems == ["hyperparams='rl_zoo3': cannot read: rl_zoo3 is not installed: pip install rl_zoo3 "
                                          "(or ppo_dict's zoo extra), or give a file path"]
+
+
+ATARI_ZOO = """
+atari:
+  env_wrapper:
+    - stable_baselines3.common.atari_wrappers.AtariWrapper
+  frame_stack: 4
+  policy: 'CnnPolicy'
+  n_envs: 8
+PongNoFrameskip-v4:
+  env_wrapper:
+    - stable_baselines3.common.atari_wrappers.AtariWrapper:
+        terminal_on_life_loss: False
+        screen_size: 64
+  frame_stack: 2
+  policy: 'CnnPolicy'
+CartPole-v1:
+  env_wrapper:
+    - sb3_contrib.common.wrappers.TimeFeatureWrapper
+    - stable_baselines3.common.atari_wrappers.AtariWrapper:
+        noop: 3
+"""
+
+
+def test_rl_zoo_atari_entry_is_the_explicit_flags() -> None:
+    """The repository's hyperparams/ppo.yml: any Atari game takes the ``atari`` entry (rl-zoo's lookup)."""
+    cfg = config_from_args(["--env", "gym_BreakoutNoFrameskip-v4", "--hyperparams", "hyperparams/ppo.yml"])
+    explicit = config_from_args(["--env", "gym_BreakoutNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn",
+                                 "--n_envs", "8", "--n_steps", "128", "--n_epochs", "4", "--batch_size", "256", "--total_timesteps", "1e7",
+                                 "--learning_rate", "lin_2.5e-4", "--clip_range", "lin_0.1", "--vf_coef", "0.5", "--ent_coef", "0.01",
+                                 "--hyperparams", "hyperparams/ppo.yml"])
+    assert cfg == explicit and (cfg.atari_wrapper, cfg.frame_stack, cfg.model, cfg.n_envs) == (True, 4, "cnn", 8)
+    assert validate(cfg).observation_space.shape == (84, 84, 4)
+    assert config_from_args(["--env", "gym_ALE/Pong-v5", "--hyperparams", "hyperparams/ppo.yml"]).atari_wrapper  # rl-zoo: by entry point
+
+
+def test_atari_wrapper_kwargs_and_refused_wrappers(tmp_path) -> None:
+    path = tmp_path / "ppo.yml"
+    path.write_text(ATARI_ZOO)
+    cfg = config_from_args(["--env", "gym_PongNoFrameskip-v4", "--hyperparams", str(path)])  # its own entry wins over atari
+    assert (cfg.atari_wrapper, cfg.atari_terminal_on_life_loss, cfg.image_size, cfg.frame_stack, cfg.n_envs) == (True, False, 64, 2, None)
+    cfg = config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path)])
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    where = f"hyperparams {path}[CartPole-v1]"
+    assert info.value.problems[:2] == [
+        f"{where}: env_wrapper 'sb3_contrib.common.wrappers.TimeFeatureWrapper' is not supported: ppo_dict applies only "
+        "stable_baselines3.common.atari_wrappers.AtariWrapper (--atari_wrapper True)",
+        f"{where}: env_wrapper: 'noop' is not an AtariWrapper argument (noop_max, frame_skip, screen_size, terminal_on_life_loss, "
+        "clip_reward, action_repeat_probability)",
+    ]
+    assert info.value.problems[2].startswith("env='gym_CartPole-v1': --atari_wrapper applies sb3's AtariWrapper to Atari games")
+    with pytest.raises(ConfigError, match=r"no entry for gym_Hopper-v5 or Hopper-v5 or default \(entries: atari, PongNoFrameskip-v4, CartPole-v1\)"):
+        validate(config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)]))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, Union
 
 from gymnasium import spaces
 
-from ppo_dict.envs import EnvSpec, PixelOptions, resolve_env_name
+from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
@@ -48,8 +48,12 @@ class EnvPool(Protocol):
 
 def env_spec(cfg: "Config") -> EnvSpec:
     """The checked recipe for a run's envs (raises gymnasium's error for an unknown id)."""
-    pixel = PixelOptions(cfg.image_size, cfg.grayscale, cfg.frame_stack, cfg.pixel_keep_state) if cfg.pixel_obs_wrapper else None
-    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel)
+    pixel = PixelOptions(cfg.image_size, cfg.grayscale, cfg.pixel_keep_state) if cfg.pixel_obs_wrapper else None
+    atari = None
+    if cfg.atari_wrapper:
+        atari = AtariOptions(cfg.atari_noop_max, cfg.atari_frame_skip, cfg.image_size, cfg.atari_terminal_on_life_loss,
+                             cfg.atari_clip_reward, cfg.atari_action_repeat_probability)
+    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari, frame_stack=cfg.frame_stack)
 
 
 def probe_env(spec: EnvSpec) -> EnvBackend:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import gymnasium as gym
 import numpy as np
 
+from ppo_dict.envs.monitor import EPISODE, is_monitored, is_wrapped
 from ppo_dict.storage import OBS_KEY, RolloutStorage
 
 Seeds = Sequence[Optional[int]]
@@ -29,7 +30,8 @@ class Runner(Protocol):
     writes ``env_obs[0]``; ``step(t, columns)`` (all of the runner's columns by default, else
     those in ``columns``: double-buffered rollouts step half of the envs at a time) applies ``env_actions`` and writes
     ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``, the terminal
-    observations and the episode statistics. Both return what the caller asked the runner to
+    observations and the episode statistics (``episode_length`` 0 where the episode ended only
+    for training, beneath which the env's own goes on: a lost Atari life). Both return what the caller asked the runner to
     record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
     ``active`` is ``(global env index, call)`` of the env call in progress or last made, so that
     a failure can name its env.
@@ -49,15 +51,6 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
-def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
-    """sb3 ``env_util.is_wrapped`` without importing sb3 here."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, wrapper_class):
-            return True
-        env = env.env
-    return False
-
-
 class GymRunner:
     """Steps gymnasium envs in columns ``env_ids``, writing into ``storage``; ``open`` builds env
     ``env_ids[j]`` as ``factory(env_ids[j])``.
@@ -65,7 +58,10 @@ class GymRunner:
     sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
     (terminated or truncated) stores the last obs in ``env_terminal_obs`` and auto-resets
     (without a seed), so ``env_obs[t+1]`` holds the new episode's first obs; rewards are float32;
-    episode return and length are Monitor's (return summed in float64, rounded to 6 decimals).
+    episode return and length are Monitor's (return summed in float64, rounded to 6 decimals):
+    counted here from what the runner sees, or, for an env with training-only wrappers, taken from
+    the ``EpisodeMonitor`` beneath them (``envs.monitor``), where sb3's ``make_vec_env`` puts its
+    ``Monitor``: unclipped rewards over whole games, not per life.
 
     With ``record_infos`` the runner also keeps what sb3's ``DummyVecEnv`` returns besides the
     arrays: ``infos[j]`` of the last step (with ``"TimeLimit.truncated"`` and, at an episode end,
@@ -83,12 +79,14 @@ class GymRunner:
         self.active: tuple[int, str] = (-1, "")
         self._returns = [0.0] * len(self.env_ids)
         self._lengths = [0] * len(self.env_ids)
+        self._monitored: list[bool] = []  # env j's statistics come from its EpisodeMonitor
 
     def open(self) -> None:
         """Build the envs, in column order."""
         for i in self.env_ids[len(self.envs) :]:
             self.active = (i, "constructor")
             self.envs.append(self.factory(i))
+            self._monitored.append(is_monitored(self.envs[-1]))
         self.active = (-1, "")
 
     def _write_obs(self, target: dict[str, np.ndarray], row: int, obs: Any) -> None:
@@ -135,13 +133,22 @@ class GymRunner:
                 self._write_obs(s.env_terminal_obs, i, obs)
                 if self.record_infos:
                     info["terminal_observation"] = obs
-                s.episode_return[i] = round(self._returns[j], 6)
-                s.episode_length[i] = self._lengths[j]
-                self._returns[j], self._lengths[j] = 0.0, 0
+                self._record_episode(j, i, info)
                 self.active = (i, "reset")
                 obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
         return (self.infos, self.reset_infos) if self.record_infos else None
+
+    def _record_episode(self, j: int, i: int, info: dict[str, Any]) -> None:
+        """Env ``i`` (local ``j``) ended an episode: write its return and length (0: none ended beneath)."""
+        s = self.storage
+        if self._monitored[j]:
+            episode = info.get(EPISODE)
+            s.episode_return[i], s.episode_length[i] = (episode["r"], episode["l"]) if episode else (0.0, 0)
+        else:
+            s.episode_return[i] = round(self._returns[j], 6)
+            s.episode_length[i] = self._lengths[j]
+        self._returns[j], self._lengths[j] = 0.0, 0
 
     def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""

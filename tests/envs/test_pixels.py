@@ -42,7 +42,7 @@ def test_dummy_options_are_checked_before_anything_starts() -> None:
 
 
 def test_pixel_observation_layout_and_frame_stack() -> None:
-    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, frame_stack=3, keep_state=True))
+    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, keep_state=True), frame_stack=3)
     env = make_env(spec)
     try:
         assert list(env.observation_space.spaces) == [PIXELS, STATE]

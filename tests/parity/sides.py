@@ -6,6 +6,7 @@ final parameters, Adam state and RNG states.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -13,9 +14,9 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger as SB3Logger
-from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from gymnasium import spaces as gym_spaces
 
@@ -69,12 +70,24 @@ class _RolloutCapture(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
 
 
-def make_sb3(cfg: Config) -> SB3PPO:
-    """sb3's PPO on the same envs. Plain gymnasium envs are made by sb3 itself (so channel-last
-    images take sb3's VecTransposeImage path); pixel envs come from our renderer."""
+def make_sb3_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
+    """sb3's vec env for ``cfg``. Plain gymnasium envs are made by sb3 itself (so channel-last
+    images take sb3's VecTransposeImage path), Atari games by sb3's ``make_atari_env`` and frame
+    stacking by sb3's ``VecFrameStack``; pixel envs come from our renderer (frames stacked in it)."""
     spec = env_spec(cfg)
-    env_id = spec.gym_id if spec.pixel is None else (lambda: make_env(spec))
-    venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=spec.kwargs if spec.pixel is None else None)
+    if spec.pixel is not None:
+        return make_vec_env(lambda: make_env(spec), n_envs=cfg.num_envs, seed=cfg.seed, vec_env_cls=vec_env_cls)
+    if spec.atari is not None:
+        venv = make_atari_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed, wrapper_kwargs=dataclasses.asdict(spec.atari),
+                              env_kwargs=spec.kwargs, vec_env_cls=vec_env_cls)
+    else:
+        venv = make_vec_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=spec.kwargs, vec_env_cls=vec_env_cls)
+    return VecFrameStack(venv, spec.frame_stack) if spec.frame_stack > 1 else venv
+
+
+def make_sb3(cfg: Config) -> SB3PPO:
+    """sb3's PPO on :func:`make_sb3_venv`'s envs (with ``VecNormalize`` when asked)."""
+    venv = make_sb3_venv(cfg)
     if cfg.normalize:
         space = venv.observation_space
         # ppo_dict normalises the vector keys and leaves uint8 images alone

@@ -50,3 +50,37 @@ def test_a_failing_constructor_leaves_its_env_named() -> None:
         runner.open()
     assert runner.active == (6, "constructor") and len(runner.envs) == 2
     runner.close()
+
+
+def test_episode_statistics_come_from_beneath_the_training_wrappers() -> None:
+    """Atari: the runner sees lost lives as episode ends and clipped rewards; sb3 logs the Monitor
+    beneath the AtariWrapper. A lost life writes length 0 (PPO records nothing); a game over
+    writes the Monitor's whole-game, unclipped return and its length in emulator frames."""
+    import ale_py  # noqa: F401  (registers the ids for sb3's gym.make)
+    from stable_baselines3.common.env_util import make_atari_env
+
+    from ppo_dict.envs import AtariOptions, make_env, resolve_env_name
+
+    n_envs, steps, kwargs = 2, 200, {"max_num_frames_per_episode": 500}
+    spec = resolve_env_name("gym_AsterixNoFrameskip-v4", atari=AtariOptions(), kwargs=kwargs)
+    env = make_env(spec)
+    storage = RolloutStorage(env.observation_space, env.action_space, n_steps=steps, n_envs=n_envs)
+    runner = GymRunner(lambda i: make_env(spec), range(n_envs), storage)
+    runner.open()
+    runner.reset(env_seeds(7, n_envs))
+    sb3 = make_atari_env("AsterixNoFrameskip-v4", n_envs=n_envs, seed=7, env_kwargs=kwargs)
+    sb3.reset()
+    rng, scores, lives = np.random.default_rng(0), [], 0
+    for t in range(steps):
+        storage.env_actions[...] = rng.integers(env.action_space.n, size=n_envs)
+        _, rewards, dones, infos = sb3.step(storage.env_actions.copy())
+        runner.step(t)
+        assert np.array_equal(storage.env_rewards[t], rewards) and set(np.unique(rewards)) <= {0.0, 1.0}
+        for i in np.flatnonzero(dones):
+            episode = infos[i].get("episode")
+            expected = (episode["r"], episode["l"]) if episode else (0.0, 0)
+            assert (storage.episode_return[i], storage.episode_length[i]) == expected
+            scores, lives = scores + [episode["r"]] if episode else scores, lives + (episode is None)
+    assert len(scores) >= 2 and lives >= 1 and max(scores) >= 50  # unclipped scores
+    runner.close()
+    sb3.close()
