@@ -1,5 +1,4 @@
 """The Optuna study of a sweep: storages and their errors, joining, and crashed trials found and queued again."""
-import os
 import subprocess
 import sys
 
