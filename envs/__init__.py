@@ -9,11 +9,14 @@ Godot games. Installed as ``ppo_dict.envs``; nothing here imports the trainer.
 * :mod:`.errors`: the errors raised here, and :class:`PPODictError`, the root of every ppo_dict error.
 """
 from .make import import_gym_packages, make_env, resolve_env_name
-from .spaces import channel_first_space, contains_image, is_channel_last, is_image_space
+from .spaces import (
+    channel_first_space, contains_image, is_channel_last, is_image_space, leaf_spaces, ppo_observation_problem, vec_space_problem,
+)
 from .spec import GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, TEST_DUMMY, EnvSpec, PixelOptions
 
 __all__ = [
     "EnvSpec", "PixelOptions", "GYM_PREFIX", "GODOT_PREFIX", "GODOT_DEMO", "TEST_DUMMY",
     "resolve_env_name", "make_env", "import_gym_packages",
     "is_image_space", "is_channel_last", "channel_first_space", "contains_image",
+    "leaf_spaces", "vec_space_problem", "ppo_observation_problem",
 ]
