@@ -41,7 +41,7 @@ def _leaf_spaces(k: int, m: int) -> dict[str, spaces.Space]:
 class ToySpacesEnv(gym.Env):
     """Name the shown code: observation and action spaces chosen by name (see the module doc)."""
 
-    metadata = {"render_modes": ["rgb_array"]}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, observation: str = "box", action: str = "multi_discrete", k: int = 2, m: int = 3,
                  episode_length: int = 20, end_probability: float = 0.02, render_mode: Optional[str] = None):
@@ -111,7 +111,8 @@ class ToySpacesEnv(gym.Env):
 
     def render(self) -> np.ndarray:
         """The code as a tiny ``uint8[k, m, 3]`` picture (bright where a digit is)."""
-        return np.repeat(self._encodings()["multi_binary"].reshape(self.k, self.m, 1) * 255, 3, axis=2).astype(np.uint8)
+        bits = self._encodings()["multi_binary"].astype(np.uint8).reshape(self.k, self.m, 1)
+        return np.repeat(bits * np.uint8(255), 3, axis=2)
 
 
 if GYM_ID not in gym.registry:
