@@ -144,3 +144,15 @@ def test_runs_exercise_what_they_claim() -> None:
     assert list(dict_run.normalizer["obs"]) == ["box"]
     starts = np.concatenate([r["episode_starts"][1:] for r in dict_run.rollouts])
     assert starts.sum() > 3 * 3 * 1  # truncations every 20 steps plus random terminations
+
+
+@pytest.mark.parametrize("name, mp_method", [("dict_of_every_leaf_normalized", "forkserver"), ("multi_binary_normalized_reward", "spawn"),
+                                             ("gsde_sample_freq_4", "forkserver")])
+def test_worker_pool_is_bit_exact(name: str, mp_method: str) -> None:
+    """The same runs through worker processes (the main process steps some envs itself): every
+    leaf of the observation and the actions travel through shared memory."""
+    from ppo_dict.vec import make_env_pool
+
+    cfg = RUNS[name].replace(num_workers=RUNS[name].n_envs, mp_method=mp_method)
+    sb3, ours = run_sb3(cfg), run_ours(cfg, make_env_pool(cfg))
+    assert_same_record(sb3, ours)
