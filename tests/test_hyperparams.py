@@ -30,7 +30,7 @@ HalfCheetah-v4:
 Reacher-v2:
   normalize: "{'norm_obs': False, 'norm_reward': True}"
   n_envs: 4
-  use_sde: True
+  env_wrapper: sb3_contrib.common.wrappers.TimeFeatureWrapper
   policy_kwargs: "__import__('os').system('touch PWNED')"
 """
 
@@ -56,7 +56,7 @@ def test_unsupported_keys_are_reported_with_the_other_problems(tmp_path) -> None
     problems = info.value.problems
     assert len(problems) == 3
     assert problems[0] == "gamma=1.5: must be in [0.0, 1.0]"
-    assert problems[1] == f"hyperparams {path}[Reacher-v2]: 'use_sde' is not supported: gSDE is not implemented"
+    assert problems[1] == f"hyperparams {path}[Reacher-v2]: 'env_wrapper' is not supported: env wrappers from the file are not applied"
     assert problems[2].startswith(f"hyperparams {path}[Reacher-v2]: policy_kwargs=\"__import__('os').system('touch PWNED')\": ")
     assert not (tmp_path / "PWNED").exists()
     cfg = config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)])

@@ -43,3 +43,21 @@ for env_id, entry_point in (("PPODictCustomClass-v0", GoalEnv), ("PPODictCustomS
                             ("PPODictCustomFunction-v0", make_goal_env)):
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=entry_point)
+
+
+class SpacesEnv(gym.Env):
+    """Any observation and action space, given as kwargs (to check what is refused before anything starts)."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space):
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+if "PPODictCustomSpaces-v0" not in gym.registry:
+    gym.register("PPODictCustomSpaces-v0", entry_point=SpacesEnv)
