@@ -41,8 +41,27 @@ def action_space_problem(space: spaces.Space, use_sde: bool = False) -> str:
 # The distributions of one forward pass: sample / mode [B, ...], log_prob / entropy [B]
 
 
-class DiagGaussian:
-    """``Normal(mean, ones_like(mean) * log_std.exp())``, log-prob and entropy summed over the action dims."""
+class TorchDistribution:
+    """One of torch's distributions over a batch; ``summed``: its components are independent action
+    dims, so log-probs and entropies are summed over dim 1 (sb3's ``sum_independent_dims``)."""
+
+    summed = True
+    dist: Union[Normal, Categorical, Bernoulli]
+
+    def sample(self) -> torch.Tensor:
+        return self.dist.sample()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        log_prob = self.dist.log_prob(actions)
+        return log_prob.sum(dim=1) if self.summed else log_prob
+
+    def entropy(self) -> torch.Tensor:
+        entropy = self.dist.entropy()
+        return entropy.sum(dim=1) if self.summed else entropy
+
+
+class DiagGaussian(TorchDistribution):
+    """``Normal(mean, ones_like(mean) * log_std.exp())``, sampled with ``rsample`` (one ``normal_`` over the batch)."""
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
         # No argument validation: it changes no value but costs several ops per step.
@@ -54,30 +73,27 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         return self.dist.mean
 
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.dist.log_prob(actions).sum(dim=1)
 
-    def entropy(self) -> torch.Tensor:
-        return self.dist.entropy().sum(dim=1)
-
-
-class CategoricalDist:
+class CategoricalDist(TorchDistribution):
     """``Categorical(logits)``: one ``multinomial`` draw over the batch."""
+
+    summed = False
 
     def __init__(self, logits: torch.Tensor):
         self.dist = Categorical(logits=logits, validate_args=False)
 
-    def sample(self) -> torch.Tensor:
-        return self.dist.sample()
-
     def mode(self) -> torch.Tensor:
         return torch.argmax(self.dist.probs, dim=1)
 
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.dist.log_prob(actions)
 
-    def entropy(self) -> torch.Tensor:
-        return self.dist.entropy()
+class BernoulliDist(TorchDistribution):
+    """sb3 ``BernoulliDistribution``: ``Bernoulli(logits)``; float 0/1 samples, ``round(probs)`` as mode."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.dist = Bernoulli(logits=logits, validate_args=False)
+
+    def mode(self) -> torch.Tensor:
+        return torch.round(self.dist.probs)
 
 
 class MultiCategorical:
@@ -100,26 +116,7 @@ class MultiCategorical:
         return torch.stack([dist.entropy() for dist in self.dists], dim=1).sum(dim=1)
 
 
-class BernoulliDist:
-    """sb3 ``BernoulliDistribution``: ``Bernoulli(logits)``; float 0/1 samples, ``round(probs)`` as mode."""
-
-    def __init__(self, logits: torch.Tensor):
-        self.dist = Bernoulli(logits=logits, validate_args=False)
-
-    def sample(self) -> torch.Tensor:
-        return self.dist.sample()
-
-    def mode(self) -> torch.Tensor:
-        return torch.round(self.dist.probs)
-
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.dist.log_prob(actions).sum(dim=1)
-
-    def entropy(self) -> torch.Tensor:
-        return self.dist.entropy().sum(dim=1)
-
-
-class StateDependentNoise:
+class StateDependentNoise(TorchDistribution):
     """sb3 ``StateDependentNoiseDistribution`` of one forward pass (no squashing, features not learned).
 
     ``Normal(mean, sqrt(latent**2 @ std**2 + eps))``; a sample is ``mean + noise(latent)`` with the
@@ -136,12 +133,6 @@ class StateDependentNoise:
 
     def mode(self) -> torch.Tensor:
         return self.dist.mean
-
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.dist.log_prob(actions).sum(dim=1)
-
-    def entropy(self) -> torch.Tensor:
-        return self.dist.entropy().sum(dim=1)
 
 
 Distribution = Union[DiagGaussian, StateDependentNoise, CategoricalDist, MultiCategorical, BernoulliDist]

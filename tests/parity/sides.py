@@ -69,6 +69,18 @@ class _RolloutCapture(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
 
 
+def build_policies(sb3_cls: type, observation_space: Any, action_space: Any, sb3_kwargs: dict, our_kwargs: dict, seed: int):
+    """``(sb3's policy, torch RNG after it, ours, torch RNG after it)``, each built from ``seed``."""
+    from ppo_dict.policy import ActorCritic
+
+    torch.manual_seed(seed)
+    sb3 = sb3_cls(observation_space, action_space, lambda _: 3e-4, **sb3_kwargs)
+    sb3_rng = torch.get_rng_state()
+    torch.manual_seed(seed)
+    ours = ActorCritic(observation_space, action_space, **our_kwargs)
+    return sb3, sb3_rng, ours, torch.get_rng_state()
+
+
 def make_sb3(cfg: Config) -> SB3PPO:
     """sb3's PPO on the same envs. Plain gymnasium envs are made by sb3 itself (so channel-last
     images take sb3's VecTransposeImage path); pixel envs come from our renderer."""

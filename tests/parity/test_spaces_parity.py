@@ -10,9 +10,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 
 from ppo_dict.config import Config
-from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
-from tests.parity.sides import assert_same_record, assert_same_value, run_ours, run_sb3
+from tests.parity.sides import assert_same_record, assert_same_value, build_policies, run_ours, run_sb3
 
 BOX = spaces.Box(-1.0, 1.0, (5,), np.float32)
 LEAVES = spaces.Dict({"md": spaces.MultiDiscrete([3, 2]), "mb": spaces.MultiBinary(3), "cell": spaces.Discrete(4), "vec": BOX})
@@ -32,12 +31,7 @@ CASES = {
 
 def build_both(name: str, seed: int = 3):
     sb3_cls, obs_space, act_space, kwargs = CASES[name]
-    torch.manual_seed(seed)
-    sb3 = sb3_cls(obs_space, act_space, lambda _: 3e-4, **kwargs)
-    sb3_rng = torch.get_rng_state()
-    torch.manual_seed(seed)
-    ours = ActorCritic(obs_space, act_space, **kwargs)
-    return sb3, sb3_rng, ours, torch.get_rng_state()
+    return build_policies(sb3_cls, obs_space, act_space, kwargs, kwargs, seed)
 
 
 @pytest.mark.parametrize("name", list(CASES))
