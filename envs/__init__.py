@@ -3,9 +3,9 @@ Godot games. Installed as ``ppo_dict.envs``; nothing here imports the trainer.
 
 * :mod:`.spec`: :class:`EnvSpec` (the picklable recipe) and the names people type.
 * :mod:`.make`: :func:`resolve_env_name` (checks a name, before any process starts) and :func:`make_env`.
-* :mod:`.spaces`: image-space predicates with sb3's definitions.
+* :mod:`.spaces`: image-space predicates with sb3's definitions, and the spaces sb3's PPO and vec envs refuse.
 * :mod:`.pixels`, :mod:`.render`: rendered frames as the observation, and the GL backend choice.
-* :mod:`.dummy`: the ``test_dummy`` pixel env. :mod:`.godot`: Godot games (protocol, one game process).
+* :mod:`.dummy`: the ``test_dummy`` pixel env. :mod:`.toy`: ``PPODictToy-v0``, every space sb3 takes. :mod:`.godot`: Godot games (protocol, one game process).
 * :mod:`.errors`: the errors raised here, and :class:`PPODictError`, the root of every ppo_dict error.
 """
 from .make import import_gym_packages, make_env, resolve_env_name
