@@ -22,12 +22,20 @@ def import_gym_packages(packages: tuple[str, ...]) -> None:
         importlib.import_module(module)
 
 
+def is_mujoco_py_stub(spec: gym.envs.registration.EnvSpec) -> bool:
+    """Whether gymnasium registers ``spec`` only to raise: the MuJoCo v2/v3 ids that needed mujoco-py
+    have as entry point gymnasium's own ``_raise_mujoco_py_error``. Any other entry point (a
+    ``"module:Class"`` string, a class, a function, as gymnasium's docs register custom envs) makes an env."""
+    stub = getattr(gym.envs, "_raise_mujoco_py_error", None)
+    return stub is not None and spec.entry_point is stub
+
+
 def _newest_version(spec: gym.envs.registration.EnvSpec) -> Optional[str]:
     """The newest registered id of the same env family that gymnasium can still make."""
     candidates = [
         s
         for s in gym.registry.values()
-        if s.namespace == spec.namespace and s.name == spec.name and isinstance(s.entry_point, str) and s.version is not None
+        if s.namespace == spec.namespace and s.name == spec.name and not is_mujoco_py_stub(s) and s.version is not None
     ]
     return max(candidates, key=lambda s: s.version).id if candidates else None
 
@@ -100,7 +108,7 @@ def resolve_env_name(
     gym_id = name[len(GYM_PREFIX) :]
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
-    if not isinstance(spec.entry_point, str):
+    if is_mujoco_py_stub(spec):
         newest = _newest_version(spec)
         if newest is None:
             raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")

@@ -35,3 +35,50 @@ def contains_image(space: gym.Space) -> bool:
     """Whether ``space`` is an image (:func:`is_image_space`) or a Dict with one."""
     subspaces = space.spaces.values() if isinstance(space, gym.spaces.Dict) else [space]
     return any(is_image_space(sub) for sub in subspaces)
+
+
+#: The leaf spaces sb3's buffers and ``preprocess_obs`` take (``get_obs_shape``).
+LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def leaf_spaces(space: gym.Space) -> dict[object, gym.Space]:
+    """``{key: subspace}``: a Dict's keys, a Tuple's indices, or ``{None: space}`` (sb3 ``obs_space_info``)."""
+    if isinstance(space, gym.spaces.Dict):
+        return dict(space.spaces)
+    if isinstance(space, gym.spaces.Tuple):
+        return dict(enumerate(space.spaces))
+    return {None: space}
+
+
+def nesting_problem(space: gym.Space) -> str:
+    """sb3's ``check_for_nested_spaces``: no Dict or Tuple inside a Dict or Tuple."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        if any(isinstance(sub, (gym.spaces.Dict, gym.spaces.Tuple)) for sub in leaf_spaces(space).values()):
+            return "Nested observation spaces are not supported (Tuple/Dict space inside Tuple/Dict space)."
+    return ""
+
+
+def vec_space_problem(space: gym.Space, what: str = "observation") -> str:
+    """Why a fixed shared-memory layout cannot hold ``space`` (``""`` when it can): sb3's vec envs take
+    Box, Discrete, MultiDiscrete, MultiBinary, and one level of Dict or Tuple of them."""
+    problem = nesting_problem(space)
+    if problem:
+        return problem.replace("observation", what)
+    for sub in leaf_spaces(space).values():
+        if not isinstance(sub, LEAF_SPACES):  # Sequence, Graph, Text...: no fixed shape
+            return f"{sub} {what} space is not supported"
+    return ""
+
+
+def ppo_observation_problem(space: gym.Space) -> str:
+    """Why sb3's PPO refuses observation ``space`` (``""`` when it takes it), in sb3's words: Box,
+    Discrete, MultiDiscrete, MultiBinary, or a Dict of them (a Tuple fails sb3's ``get_obs_shape``)."""
+    if isinstance(space, gym.spaces.Tuple) and not nesting_problem(space):
+        return f"{space} observation space is not supported"
+    problem = vec_space_problem(space)
+    if problem:
+        return problem
+    for sub in leaf_spaces(space).values():
+        if isinstance(sub, gym.spaces.MultiDiscrete) and sub.nvec.ndim != 1:
+            return f"{sub} observation space is not supported: sb3's preprocess_obs one-hot encodes a 1-d nvec only"
+    return ""

@@ -11,8 +11,11 @@ import os
 import warnings
 from typing import Optional
 
+from gymnasium import spaces
+
 from ppo_dict.config import MODELS, RESUME_AUTO, Config
-from ppo_dict.envs import contains_image
+from ppo_dict.distributions import action_space_problem
+from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.errors import ConfigError
 from ppo_dict.hyperparams import load_hyperparams
 from ppo_dict.trained_agent import TrainedAgent, agent_problems
@@ -43,9 +46,20 @@ def path_problems(cfg: Config) -> list[str]:
     return problems
 
 
+def space_problems(cfg: Config, observation_space, action_space) -> list[str]:
+    """What sb3's PPO refuses in the env's spaces (with sb3's reason), or in the config for them."""
+    problems = [f"env={cfg.env!r}: observation space: {p}" for p in [ppo_observation_problem(observation_space)] if p]
+    problems += [f"env={cfg.env!r}: action space: {p}" for p in [action_space_problem(action_space)] if p]
+    if cfg.use_sde and not problems and not isinstance(action_space, spaces.Box):
+        problems.append(f"use_sde=True: {action_space_problem(action_space, use_sde=True)} ({cfg.env} acts in {action_space})")
+    return problems
+
+
 def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
-    """What the config asks of the env that it cannot do: the model, the worker layout, gymnasium-only features."""
-    problems = [model_problem(cfg.model, backend.observation_space)] if cfg.model in MODELS else []
+    """What the config asks of the env that it cannot do: its spaces, the model, the worker layout, gymnasium-only features."""
+    problems = space_problems(cfg, backend.observation_space, backend.action_space)
+    if cfg.model in MODELS and not problems:
+        problems.append(model_problem(cfg.model, backend.observation_space))
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
         problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)

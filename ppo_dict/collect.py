@@ -79,6 +79,8 @@ class Collector:
         self.policy.eval()
         for step in self.policy_steps.values():
             step.refresh()
+        if self.cfg.use_sde:  # sb3 collect_rollouts: new exploration matrices, one per env, before the first step
+            self.policy.reset_noise(self.n_envs)
         if len(self.parts) == 1:
             self._collect_exact()
         else:
@@ -130,6 +132,8 @@ class Collector:
         (re-scored in train), clipped in ``env_actions`` (what the envs apply), as sb3 does; values
         and log-probs too."""
         s, cols = self.storage, slice(part.start, part.stop)
+        if self.cfg.use_sde and self.cfg.sde_sample_freq > 0 and t % self.cfg.sde_sample_freq == 0 and part.start == 0:
+            self.policy.reset_noise(self.n_envs)  # sb3: every sde_sample_freq steps, step 0 included (a second draw there)
         obs = self.step_obs(t)
         if len(part) < self.n_envs:
             obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]

@@ -121,6 +121,8 @@ class Config:
     log_std_init: float = _opt(0.0, "initial log standard deviation of Gaussian actions", float, "policy", range=(-inf, inf, True, True))
     share_features_extractor: bool = _opt(True, "one features extractor for actor and critic", parse_bool, "policy")
     normalize_images: bool = _opt(True, "divide uint8 images by 255 in the forward pass", parse_bool, "policy")
+    full_std: bool = _opt(True, "with use_sde: one std parameter per (latent feature, action) pair, else one per latent feature", parse_bool, "policy")
+    use_expln: bool = _opt(False, "with use_sde: gSDE's expln() instead of exp() for the std (keeps it above zero, grows it slowly)", parse_bool, "policy")
 
     # PPO (sb3 PPO keyword arguments)
     learning_rate: Union[float, str] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
@@ -137,6 +139,8 @@ class Config:
     vf_coef: float = _opt(0.5, "value loss coefficient", float, "ppo", range=(0.0, inf, False, True))
     max_grad_norm: float = _opt(0.5, "gradient norm clip", float, "ppo", range=(0.0, inf, True, True))
     target_kl: Optional[float] = _opt(None, "stop the epochs early when approx_kl > 1.5*target_kl (None: never)", none_or(float), "ppo", range=(0.0, inf, True, True))
+    use_sde: bool = _opt(False, "generalized State-Dependent Exploration (gSDE) for Box actions, instead of independent Gaussian noise", parse_bool, "ppo")
+    sde_sample_freq: int = _opt(-1, "with use_sde: draw a new exploration matrix every this many steps (-1: only at the start of each rollout)", int, "ppo", range=(-1, inf))
 
     # Normalisation (sb3 VecNormalize)
     normalize: bool = _opt(False, "VecNormalize observations and rewards (rl-zoo's normalize: true)", parse_bool, "normalize")

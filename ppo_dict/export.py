@@ -154,6 +154,8 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
         vf_coef=cfg.vf_coef,
         max_grad_norm=cfg.max_grad_norm,
         target_kl=cfg.target_kl,
+        use_sde=cfg.use_sde,
+        sde_sample_freq=cfg.sde_sample_freq,
         seed=cfg.seed,
         device="cpu",
         policy_kwargs=policy_kwargs,
@@ -211,19 +213,23 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     norm, cfg = ppo.normalizer, ppo.cfg
     if norm is None:
         raise ValueError("export_vecnormalize: the model was trained without --normalize")
+    dict_obs = isinstance(vec_env.observation_space, spaces.Dict)
     # training=True, as rl-zoo's SaveVecNormalizeCallback saves it from the training env: continuing
     # (--trained-agent) keeps updating the statistics, and rl-zoo's enjoy switches them off itself.
-    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs, norm_reward=norm.norm_reward,
-                                 clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon)
+    # Only Box vector keys are normalised (images and integer keys are not): sb3's norm_obs_keys; a
+    # non-Dict observation without any such key (Discrete...) is sb3's norm_obs=False.
+    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs and bool(norm.obs_rms), norm_reward=norm.norm_reward,
+                                 clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon,
+                                 norm_obs_keys=list(norm.obs_rms) if dict_obs else None)
 
     def to_sb3(rms: Any) -> SB3RunningMeanStd:
         out = SB3RunningMeanStd(shape=rms.mean.shape)
         out.mean, out.var, out.count = rms.mean.copy(), rms.var.copy(), rms.count
         return out
 
-    if isinstance(vec_normalize.obs_rms, dict):
+    if isinstance(getattr(vec_normalize, "obs_rms", None), dict):
         vec_normalize.obs_rms = {key: to_sb3(rms) for key, rms in norm.obs_rms.items()}
-    else:
+    elif norm.obs_rms:
         vec_normalize.obs_rms = to_sb3(norm.obs_rms[OBS_KEY])
     vec_normalize.ret_rms = to_sb3(norm.ret_rms)
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv

@@ -24,18 +24,17 @@ RENAMED = {"n_timesteps": "total_timesteps"}
 #: sb3 PPO keyword arguments that are Config fields under the same name
 SAME_NAME = (
     "learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
-    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "n_envs", "seed",
+    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "n_envs", "seed", "use_sde", "sde_sample_freq",
 )
 #: VecNormalize keyword arguments (rl-zoo's ``normalize: "dict(...)"``) -> Config field
 NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_obs": "clip_obs", "clip_reward": "clip_reward",
                     "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
-POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images")
+POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
+                 "full_std", "use_expln")
 POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp"}
 #: keys rl-zoo knows that ppo_dict does not implement, with the reason
 UNSUPPORTED = {
-    "use_sde": "gSDE is not implemented",
-    "sde_sample_freq": "gSDE is not implemented",
     "vec_env_wrapper": "vec env wrappers from the file are not applied",
     "callback": "callbacks from the file are not run",
     "normalize_kwargs": "write normalize: \"dict(...)\" instead",

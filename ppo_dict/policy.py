@@ -8,15 +8,16 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
-from torch.distributions import Categorical, Normal
+from torch.nn import functional as F
 
-from ppo_dict.envs import channel_first_space, is_image_space
+from ppo_dict.distributions import ActionHead, Distribution
+from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
 from ppo_dict.parse import NetArch
 from ppo_dict.storage import TensorObs
 
@@ -36,23 +37,42 @@ ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {
 
 
 def flat_dim(space: spaces.Space) -> int:
-    """Features one space contributes after preprocessing (sb3 ``get_flattened_obs_dim``)."""
+    """Features one space contributes after preprocessing (sb3 ``get_flattened_obs_dim``): n one-hot
+    entries for Discrete, sum(nvec) for MultiDiscrete, the element count for Box and MultiBinary."""
     if isinstance(space, spaces.Discrete):
         return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
     return int(np.prod(space.shape))
+
+
+def one_hots(nvec: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """sb3's MultiDiscrete preprocessing: one one-hot per ``th.split`` column, concatenated, viewed as ``[B, sum(nvec)]``."""
+    total = sum(nvec)
+
+    def encode(obs: torch.Tensor) -> torch.Tensor:
+        parts = [F.one_hot(column.long(), num_classes=nvec[i]).float() for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
+        return torch.cat(parts, dim=-1).view(obs.shape[0], total)
+
+    return encode
 
 
 def preprocessor(space: spaces.Space, normalize_images: bool) -> Callable[[torch.Tensor], torch.Tensor]:
     """sb3 ``preprocess_obs`` for one space, decided once: ``/ 255.0`` for images (not ``* (1/255)``:
-    not bit-exact), ``float()`` for other boxes, one-hot for Discrete."""
+    not bit-exact), ``float()`` for other boxes and MultiBinary, one-hot for Discrete, concatenated
+    one-hots for MultiDiscrete."""
     if isinstance(space, spaces.Box):
         if normalize_images and is_image_space(space):
             return lambda obs: obs.float() / 255.0
         return lambda obs: obs.float()
     if isinstance(space, spaces.Discrete):
         n = int(space.n)
-        return lambda obs: nn.functional.one_hot(obs.long(), num_classes=n).float()
-    raise ValueError(f"observation space {space} is not supported")
+        return lambda obs: F.one_hot(obs.long(), num_classes=n).float()
+    if isinstance(space, spaces.MultiDiscrete):
+        return one_hots([int(n) for n in space.nvec])
+    if isinstance(space, spaces.MultiBinary):
+        return lambda obs: obs.float()
+    raise ValueError(f"{space} observation space is not supported")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,9 +168,11 @@ class ActorCritic(nn.Module):
 
     Args:
         observation_space: one env's observation space (images channel-first).
-        action_space: Box (diagonal Gaussian) or Discrete (categorical).
+        action_space: Box (diagonal Gaussian, or gSDE with ``use_sde``), Discrete (categorical),
+            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.distributions``.
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
+        use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
     """
 
     def __init__(
@@ -164,9 +186,16 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         share_features_extractor: bool = True,
         normalize_images: bool = True,
+        use_sde: bool = False,
+        full_std: bool = True,
+        use_expln: bool = False,
     ):
         super().__init__()
+        problem = ppo_observation_problem(observation_space)
+        if problem:
+            raise ValueError(problem)
         self.observation_space, self.action_space = observation_space, action_space
+        self.action_head = ActionHead(action_space, use_sde, full_std, use_expln)  # refuses what sb3 refuses
         self.normalize_images = normalize_images
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
@@ -190,15 +219,10 @@ class ActorCritic(nn.Module):
         self.pi_features_extractor = self.features_extractor
         self.vf_features_extractor = self.features_extractor if share_features_extractor else make_features_extractor()
         self.mlp_extractor = MlpExtractor(self.features_dim, net_arch, act_cls)
-        if isinstance(action_space, spaces.Box):
-            self.action_dim = int(np.prod(action_space.shape))
-            self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.action_dim)
-            self.log_std = nn.Parameter(torch.ones(self.action_dim) * log_std_init, requires_grad=True)
-        elif isinstance(action_space, spaces.Discrete):
-            self.action_dim = int(action_space.n)
-            self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.action_dim)
-        else:
-            raise ValueError(f"action space {action_space} is not supported: use Box or Discrete")
+        self.action_dim = self.action_head.n_outputs
+        self.action_net, log_std = self.action_head.build(self.mlp_extractor.latent_dim_pi, log_std_init)
+        if log_std is not None:  # Box only: train/std is logged when the policy has a log_std
+            self.log_std = log_std
         self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
 
         if ortho_init:
@@ -239,41 +263,41 @@ class ActorCritic(nn.Module):
         vf_features = pi_features if self.share_features_extractor else self.vf_features_extractor(features)
         return self.mlp_extractor.forward_actor(pi_features), self.mlp_extractor.forward_critic(vf_features)
 
-    def distribution(self, latent_pi: torch.Tensor) -> Union[Normal, Categorical]:
-        mean_actions = self.action_net(latent_pi)
-        # No argument validation: it changes no value but costs several ops per step; NaN losses,
-        # gradients, observations and rewards are refused by ppo_dict's own checks instead.
-        if isinstance(self.action_space, spaces.Box):
-            return Normal(mean_actions, torch.ones_like(mean_actions) * self.log_std.exp(), validate_args=False)
-        return Categorical(logits=mean_actions, validate_args=False)
+    def distribution(self, latent_pi: torch.Tensor) -> Distribution:
+        """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``)."""
+        return self.action_head.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi)
 
-    def _log_prob(self, dist: Union[Normal, Categorical], actions: torch.Tensor) -> torch.Tensor:
-        log_prob = dist.log_prob(actions)
-        return log_prob.sum(dim=1) if isinstance(dist, Normal) else log_prob
+    @property
+    def use_sde(self) -> bool:
+        return self.action_head.gsde is not None
+
+    @torch.no_grad()
+    def reset_noise(self, n_envs: int = 1) -> None:
+        """Draw new gSDE exploration matrices, one per env (sb3 ``ActorCriticPolicy.reset_noise``)."""
+        if self.action_head.gsde is None:
+            raise ValueError("reset_noise() is only available when using gSDE")
+        self.action_head.gsde.sample_weights(self.log_std, batch_size=n_envs)
 
     def forward(self, obs: TensorObs, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: ``(actions [B, *action_shape], values [B, 1], log_probs [B])``.
 
-        The one torch-RNG draw per step is ``dist.sample()`` over the whole batch, as in sb3.
+        The one torch-RNG draw per step is the distribution's sample over the whole batch, as in sb3
+        (one draw per entry for MultiDiscrete; none with gSDE, whose noise was drawn beforehand).
         """
         latent_pi, latent_vf = self._latents(obs)
         values = self.value_net(latent_vf)
         dist = self.distribution(latent_pi)
-        if deterministic:
-            actions = dist.mean if isinstance(dist, Normal) else torch.argmax(dist.probs, dim=1)
-        else:
-            actions = dist.rsample() if isinstance(dist, Normal) else dist.sample()
-        log_prob = self._log_prob(dist, actions)
+        actions = dist.mode() if deterministic else dist.sample()
+        log_prob = dist.log_prob(actions)
         return actions.reshape((-1, *self.action_space.shape)), values, log_prob
 
     def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(values [B, 1], log_prob [B], entropy [B])`` of given actions (sb3 ``evaluate_actions``)."""
         latent_pi, latent_vf = self._latents(obs)
         dist = self.distribution(latent_pi)
-        log_prob = self._log_prob(dist, actions)
+        log_prob = dist.log_prob(actions)
         values = self.value_net(latent_vf)
-        entropy = dist.entropy()
-        return values, log_prob, entropy.sum(dim=1) if isinstance(dist, Normal) else entropy
+        return values, log_prob, dist.entropy()
 
     def predict_values(self, obs: TensorObs) -> torch.Tensor:
         """Critic only: ``values [B, 1]``."""
@@ -290,9 +314,12 @@ def policy_settings(cfg: Config) -> dict[str, Any]:
         log_std_init=cfg.log_std_init,
         share_features_extractor=cfg.share_features_extractor,
         normalize_images=cfg.normalize_images,
+        full_std=cfg.full_std,
+        use_expln=cfg.use_expln,
     )
 
 
 def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
-    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W])."""
-    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, **policy_settings(cfg))
+    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W]).
+    ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`."""
+    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde, **policy_settings(cfg))

@@ -25,7 +25,7 @@ from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.performance import Timing, same_values, thread_count
 from ppo_dict.seeding import set_random_seed
-from ppo_dict.storage import obs_layout
+from ppo_dict.storage import obs_layout, storage_keys
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 
@@ -45,10 +45,13 @@ def resolve_device(name: str, images: bool = False, cuda_available: Optional[boo
 
 
 def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
-    """sb3 ``VecNormalize`` statistics for every vector key (uint8 images are left alone), or None."""
+    """sb3 ``VecNormalize`` statistics for every Box vector key (uint8 images and the integer
+    observations of Discrete, MultiDiscrete and MultiBinary keys are left alone: sb3's
+    ``norm_obs_keys`` can only name Box keys), or None."""
     if not cfg.normalize:
         return None
-    vector_keys = {k: shape for k, (shape, dtype) in obs_layout(observation_space).items() if dtype != np.uint8}
+    layout, leaves = obs_layout(observation_space), storage_keys(observation_space)
+    vector_keys = {k: shape for k, (shape, dtype) in layout.items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
     return Normalizer(vector_keys, n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
 
 

@@ -14,7 +14,13 @@ parity suite compares whole runs with sb3), but:
   CPU, the rollout storage's own rows).
 
 The one torch-RNG draw per step is unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
-the whole ``(n_envs, ...)`` batch.
+the whole ``(n_envs, ...)`` batch; gSDE draws none (its exploration matrices are drawn by the
+collector, at sb3's cadence), and its state-dependent scale is computed per step as sb3 does,
+with ``std**2`` (parameters only) once per rollout.
+
+MultiDiscrete and MultiBinary actions take ``ActorCritic.forward`` itself (their samples are one
+``multinomial`` per entry and one ``bernoulli``), then the outputs are copied into the rows: the
+same floats by construction, with the distribution objects' overhead.
 """
 from __future__ import annotations
 
@@ -65,7 +71,10 @@ class PolicyStep:
 
     def __init__(self, policy: ActorCritic, n_envs: int):
         self.policy, self.n_envs = policy, n_envs
-        self.box = isinstance(policy.action_space, spaces.Box)
+        self.sde = policy.use_sde
+        self.box = isinstance(policy.action_space, spaces.Box) and not self.sde
+        self.discrete = isinstance(policy.action_space, spaces.Discrete)
+        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary))
         device = policy.value_net.weight.device
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
@@ -82,7 +91,10 @@ class PolicyStep:
     @torch.no_grad()
     def refresh(self) -> None:
         """Recompute what depends only on the parameters, exactly as sb3 computes it each step:
-        ``scale = ones_like(mean) * log_std.exp()`` ([n_envs, action_dim]), ``2 * scale**2`` (negated) and ``scale.log()``."""
+        ``scale = ones_like(mean) * log_std.exp()`` ([n_envs, action_dim]), ``2 * scale**2`` (negated) and
+        ``scale.log()``; with gSDE ``get_std(log_std) ** 2`` ([latent_dim, action_dim])."""
+        if self.sde:
+            self._std_squared = self.policy.action_head.gsde.get_std(self.policy.log_std) ** 2
         if not self.box:
             return
         log_std = self.policy.log_std
@@ -100,6 +112,8 @@ class PolicyStep:
     @torch.inference_mode()
     def __call__(self, obs: TensorObs, out: Optional[Out] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows)."""
+        if self.multi:
+            return self._forward(obs, out)
         latent_pi, latent_vf = self.latents(obs)
         if out is None:
             values = self._value_head(latent_vf)
@@ -107,7 +121,12 @@ class PolicyStep:
             values = torch.addmm(self._value_bias, latent_vf, self._value_weight.t(), out=out[1].view(-1, 1))
         head = self._action_head(latent_pi)
         pair = None if out is None else (out[0], out[2])
-        actions, log_probs = self._gaussian(head, pair) if self.box else self._categorical(head, pair)
+        if self.box:
+            actions, log_probs = self._gaussian(head, pair)
+        elif self.discrete:
+            actions, log_probs = self._categorical(head, pair)
+        else:
+            actions, log_probs = self._state_dependent(head, latent_pi, pair)
         return actions, values, log_probs
 
     def _gaussian(self, mean: torch.Tensor, out: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,6 +148,24 @@ class PolicyStep:
             out[1].copy_(log_prob)
             return out[0], out[1]
         return actions, log_prob
+
+    def _forward(self, obs: TensorObs, out: Optional[Out]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary), its outputs copied into ``out``."""
+        actions, values, log_probs = self.policy(obs)
+        if out is None:
+            return actions, values, log_probs
+        for row, result in zip(out, (actions, values, log_probs)):
+            row.copy_(result.reshape(row.shape))
+        return out[0], out[1].view(-1, 1), out[2]
+
+    def _state_dependent(self, mean: torch.Tensor, latent: torch.Tensor, out: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """gSDE's sample and its ``log_prob(...).sum(1)`` (sb3 ``StateDependentNoiseDistribution``):
+        scale ``sqrt(latent**2 @ std**2 + eps)``, actions ``mean + noise(latent)``."""
+        gsde = self.policy.action_head.gsde
+        scale = torch.sqrt(torch.mm(latent**2, self._std_squared) + gsde.epsilon)
+        actions = torch.add(mean, gsde.get_noise(latent), out=None if out is None else out[0])
+        log_prob = (actions - mean) ** 2 / -(2 * scale**2) - scale.log() - LOG_SQRT_2PI
+        return actions, torch.sum(log_prob, dim=1, out=None if out is None else out[1])
 
     @torch.inference_mode()
     def value(self, obs: TensorObs) -> torch.Tensor:

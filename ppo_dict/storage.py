@@ -16,13 +16,13 @@ Each array has one meaning, named by its prefix:
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Union
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.envs import is_channel_last
+from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 #: A batch as the policy takes it: the single array, or one array per key for Dict spaces.
@@ -37,31 +37,35 @@ def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def obs_layout(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """``{key: (shape, dtype)}`` of one env's observation, as sb3's buffers store it.
+def _leaf_layout(sub: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """One leaf as sb3's buffers store it (``get_obs_shape``): Discrete as ``(1,)``, the others by their shape."""
+    return ((1,) if isinstance(sub, spaces.Discrete) else tuple(sub.shape)), np.dtype(sub.dtype)
 
-    A Dict space gives one entry per key (in the space's order, which gymnasium sorts); any
-    other space gives the single key :data:`OBS_KEY`. Discrete observations are stored as ``(1,)``.
-    """
-    subspaces = space.spaces if isinstance(space, spaces.Dict) else {OBS_KEY: space}
-    layout = {}
-    for key, sub in subspaces.items():
-        if isinstance(sub, spaces.Discrete):
-            layout[key] = ((1,), np.dtype(sub.dtype))
-        elif isinstance(sub, spaces.Box):
-            layout[key] = (tuple(sub.shape), np.dtype(sub.dtype))
-        else:
-            raise ValueError(f"observation space {sub} (key {key!r}) is not supported: use Box, Discrete or a Dict of them")
-    return layout
+
+def storage_keys(space: spaces.Space) -> dict[str, spaces.Space]:
+    """``{key: leaf space}``: a Dict's keys (in its order, which gymnasium sorts), a Tuple's indices
+    as ``"0"``, ``"1"``..., or :data:`OBS_KEY` for any other space."""
+    return {OBS_KEY if key is None else str(key): sub for key, sub in leaf_spaces(space).items()}
+
+
+def obs_layout(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{key: (shape, dtype)}`` of one env's observation, as sb3's buffers store it, one entry per
+    leaf (:func:`storage_keys`). Box, Discrete (stored as ``(1,)``), MultiDiscrete, MultiBinary, and
+    one level of Dict or Tuple of them (what sb3's vec envs take)."""
+    problem = vec_space_problem(space)
+    if problem:
+        raise ValueError(problem)
+    return {key: _leaf_layout(sub) for key, sub in storage_keys(space).items()}
 
 
 def action_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype, int]:
-    """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 does."""
-    if isinstance(space, spaces.Box):
-        return tuple(space.shape), np.dtype(space.dtype), int(np.prod(space.shape))
+    """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 does (``get_action_dim``):
+    Box and MultiBinary by their shape, Discrete as one integer, MultiDiscrete one integer per entry."""
     if isinstance(space, spaces.Discrete):
         return (), np.dtype(space.dtype), 1
-    raise ValueError(f"action space {space} is not supported: use Box or Discrete")
+    if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return tuple(space.shape), np.dtype(space.dtype), int(np.prod(space.shape))
+    raise ValueError(f"action space {space} is not supported: use Box, Discrete, MultiDiscrete or MultiBinary")
 
 
 class RolloutStorage:
@@ -74,7 +78,9 @@ class RolloutStorage:
         env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
         episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
     Read by environments:
-        env_actions: [n_envs, *action_shape], the (clipped) actions to apply.
+        env_actions: [n_envs, *action_shape], the (clipped) actions to apply; for a Dict or Tuple
+            action space (which only ``ShmVecEnv`` steps: sb3's PPO refuses them) one such array
+            per leaf, ``{key: [n_envs, *leaf shape]}`` (keys as :func:`storage_keys`).
     Learner only:
         obs[key], terminal_obs[key]: the observations as the policy sees them (see the module doc).
         rewards: float32[n_steps, n_envs], normalised and bootstrapped: what GAE uses.
@@ -87,10 +93,16 @@ class RolloutStorage:
         self.n_steps, self.n_envs = n_steps, n_envs
         self.is_dict_obs = isinstance(observation_space, spaces.Dict)
         self.obs_layout = obs_layout(observation_space)
-        subspaces = observation_space.spaces if self.is_dict_obs else {OBS_KEY: observation_space}
         #: images stored as the env gives them, [H, W, C]; the policy sees them as [C, H, W]
-        self.channel_last_keys = frozenset(k for k, sub in subspaces.items() if is_channel_last(sub))
-        act_shape, act_dtype, self.action_dim = action_layout(action_space)
+        self.channel_last_keys = frozenset(k for k, sub in storage_keys(observation_space).items() if is_channel_last(sub))
+        self.composite_actions = isinstance(action_space, (spaces.Dict, spaces.Tuple))
+        if self.composite_actions:
+            problem = vec_space_problem(action_space, "action")
+            if problem:
+                raise ValueError(problem)
+            act_shape, act_dtype, self.action_dim = (), np.dtype(np.float32), 0
+        else:
+            act_shape, act_dtype, self.action_dim = action_layout(action_space)
         T, N = n_steps, n_envs
         # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
         self.env_obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
@@ -100,7 +112,11 @@ class RolloutStorage:
         self.truncated = alloc((T, N), np.dtype(np.bool_))
         self.episode_return = alloc((N,), np.dtype(np.float64))
         self.episode_length = alloc((N,), np.dtype(np.int64))
-        self.env_actions = alloc((N, *act_shape), act_dtype)
+        if self.composite_actions:
+            leaves = {k: action_layout(sub)[:2] for k, sub in storage_keys(action_space).items()}
+            self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
+        else:
+            self.env_actions = alloc((N, *act_shape), act_dtype)
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
         self.rewards = np.zeros((T, N), dtype=np.float32)
@@ -128,6 +144,20 @@ class RolloutStorage:
 
     def dones_at(self, t: int) -> np.ndarray:
         return self.terminated[t] | self.truncated[t]
+
+    def env_action(self, env: int) -> Any:
+        """Env ``env``'s action as the env takes it: a copy of its row (a dict or tuple of rows for a
+        Dict or Tuple action space), so that the env cannot write into the shared batch."""
+        if not self.composite_actions:
+            return self.env_actions[env].copy()
+        parts = {key: arr[env].copy() for key, arr in self.env_actions.items()}
+        return parts if isinstance(self.action_space, spaces.Dict) else tuple(parts.values())
+
+    def obs_parts(self, obs: Any) -> dict[str, Any]:
+        """One env's observation split into the storage's keys (a Tuple's items as ``"0"``, ``"1"``...)."""
+        if isinstance(self.observation_space, spaces.Tuple):
+            return {str(i): part for i, part in enumerate(obs)}
+        return obs if self.is_dict_obs else {OBS_KEY: obs}
 
     def as_policy_input(self, obs: dict[str, np.ndarray]) -> PolicyObs:
         """The policy's input form (the single array, or the dict for Dict spaces) of ``[B, ...]`` batches.

@@ -1,7 +1,9 @@
 """The whole check before anything starts: every bad setting in one error, the env and model matched, sb3's warnings."""
 import warnings
 
+import numpy as np
 import pytest
+from gymnasium import spaces
 
 from ppo_dict.checks import validate
 from ppo_dict.config import Config
@@ -45,3 +47,48 @@ def test_atari_settings_are_checked_with_the_rest() -> None:
         validate(Config(env="gym_BreakoutNoFrameskip-v4", atari_wrapper=True, frame_stack=4, n_envs=2, num_workers=0))
     backend = validate(Config(env="gym_BreakoutNoFrameskip-v4", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=2, num_workers=0))
     assert backend.observation_space.shape == (84, 84, 4) and backend.action_space.n == 4
+
+
+def spaces_config(observation_space, action_space, **settings) -> Config:
+    return Config(env="gym_PPODictCustomSpaces-v0", gym_packages=("tests.envs.custom_envs",), num_workers=0, n_envs=2, n_steps=8, batch_size=16,
+                  env_kwargs=dict(observation_space=observation_space, action_space=action_space), **settings)
+
+
+def problems_of(cfg: Config) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        validate(cfg)
+    return exc.value.problems
+
+
+@pytest.mark.parametrize("observation_space, reason", [
+    (spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(3))), "Tuple(Discrete(2), MultiBinary(3)) observation space is not supported"),
+    (spaces.Dict({"a": spaces.Dict({"b": spaces.Discrete(2)})}),
+     "Nested observation spaces are not supported (Tuple/Dict space inside Tuple/Dict space)."),
+    (spaces.Dict({"seq": spaces.Sequence(spaces.Discrete(3))}), "Sequence(Discrete(3), stack=False) observation space is not supported"),
+    (spaces.Graph(spaces.Box(-1, 1, (2,)), spaces.Discrete(2)), "observation space is not supported"),
+])
+def test_observation_spaces_sb3_refuses_are_refused_with_its_reason(observation_space, reason: str) -> None:
+    problems = problems_of(spaces_config(observation_space, spaces.Discrete(2)))
+    assert len(problems) == 1 and problems[0].startswith("env='gym_PPODictCustomSpaces-v0': observation space: ") and reason in problems[0]
+
+
+@pytest.mark.parametrize("action_space, settings, reason", [
+    (spaces.Discrete(3), dict(use_sde=True),
+     "use_sde=True: generalized State-Dependent Exploration (gSDE) can only be used with continuous actions. "
+     "(gym_PPODictCustomSpaces-v0 acts in Discrete(3))"),
+    (spaces.MultiBinary([2, 3]), {},
+     "env='gym_PPODictCustomSpaces-v0': action space: Multi-dimensional MultiBinary((2, 3)) action space is not supported. You can flatten it instead."),
+    (spaces.Box(-np.inf, np.inf, (2,)), {}, "env='gym_PPODictCustomSpaces-v0': action space: Continuous action space must have a finite lower and upper bound"),
+    (spaces.Dict({"a": spaces.Discrete(2)}), {},
+     "env='gym_PPODictCustomSpaces-v0': action space: The algorithm only supports (<class 'gymnasium.spaces.box.Box'>, "
+     "<class 'gymnasium.spaces.discrete.Discrete'>, <class 'gymnasium.spaces.multi_discrete.MultiDiscrete'>, "
+     "<class 'gymnasium.spaces.multi_binary.MultiBinary'>) as action spaces but Dict('a': Discrete(2)) was provided"),
+])
+def test_action_spaces_and_gsde_sb3_refuses_are_refused_with_its_reason(action_space, settings: dict, reason: str) -> None:
+    assert problems_of(spaces_config(spaces.Box(-1, 1, (3,)), action_space, **settings)) == [reason]
+
+
+def test_every_space_sb3_takes_passes_the_check() -> None:
+    every_leaf = spaces.Dict({"a": spaces.MultiDiscrete([2, 3]), "b": spaces.MultiBinary([2, 2]), "c": spaces.Discrete(3), "d": spaces.Box(-1, 1, (2,))})
+    for action_space in (spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(4), spaces.Box(-1, 1, (2,)), spaces.Discrete(2)):
+        validate(spaces_config(every_leaf, action_space, use_sde=isinstance(action_space, spaces.Box)))

@@ -79,3 +79,14 @@ def test_double_buffered_reacher_returns_within_the_exact_spread() -> None:
     exact, spread = np.array(finals[False]), np.std(finals[False])
     assert exact.min() - spread <= np.mean(finals[True]) <= exact.max() + spread, finals
     assert np.mean(finals[True]) > -20, finals  # learned: random play scores about -43
+
+
+@pytest.mark.parametrize("cfg", [
+    PENDULUM.replace(n_envs=8, use_sde=True, sde_sample_freq=4),  # halves take gSDE's one-matrix path (a batch other than n_envs)
+    Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="dict", action="multi_binary"),
+           n_envs=8, num_workers=2, n_steps=16, batch_size=64, n_epochs=2, seed=2, total_timesteps=2 * 128),
+], ids=["gsde", "multi_binary"])
+def test_double_buffered_new_distributions_are_deterministic(cfg: Config) -> None:
+    """gSDE draws its matrices once per rollout and every sde_sample_freq steps before half A acts."""
+    cfg = cfg.replace(double_buffer=True)
+    assert all(torch.equal(a, b) for a, b in zip(params_after(cfg), params_after(cfg.replace(num_workers=4))))

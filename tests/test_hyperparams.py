@@ -37,7 +37,7 @@ HalfCheetah-v4:
 Reacher-v2:
   normalize: "{'norm_obs': False, 'norm_reward': True}"
   n_envs: 4
-  use_sde: True
+  env_wrapper: sb3_contrib.common.wrappers.TimeFeatureWrapper
   policy_kwargs: "__import__('os').system('touch PWNED')"
 """
 
@@ -63,7 +63,8 @@ def test_unsupported_keys_are_reported_with_the_other_problems(tmp_path) -> None
     problems = info.value.problems
     assert len(problems) == 3
     assert problems[0] == "gamma=1.5: must be in [0.0, 1.0]"
-    assert problems[1] == f"hyperparams {path}[Reacher-v2]: 'use_sde' is not supported: gSDE is not implemented"
+    assert problems[1] == (f"hyperparams {path}[Reacher-v2]: env_wrapper 'sb3_contrib.common.wrappers.TimeFeatureWrapper' is not supported: "
+                           "ppo_dict applies only stable_baselines3.common.atari_wrappers.AtariWrapper (--atari_wrapper True)")
     assert problems[2].startswith(f"hyperparams {path}[Reacher-v2]: policy_kwargs=\"__import__('os').system('touch PWNED')\": ")
     assert not (tmp_path / "PWNED").exists()
     cfg = config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)])
@@ -149,9 +150,8 @@ def test_every_rl_zoo_ppo_entry_loads_or_is_refused_naming_exactly_the_unimpleme
     # whose packages (pybullet_envs_gymnasium, minigrid) register them.
     assert all(name.startswith("MiniGrid-") or "Bullet" in name for name in no_env), no_env
     assert all("doesn't exist" in reason for reason in no_env.values()), no_env
-    assert dict(outcome) == {"loaded": 17, "refused": 3, "no env": 22}
-    assert refused == {"Pendulum-v1": ["sde_sample_freq", "use_sde"], "MountainCarContinuous-v0": ["use_sde"],
-                       "CarRacing-v3": ["env_wrapper", "sde_sample_freq", "use_sde"]}
+    assert dict(outcome) == {"loaded": 19, "refused": 1, "no env": 22}
+    assert refused == {"CarRacing-v3": ["env_wrapper"]}  # rl-zoo's own FrameSkip, resize and greyscale wrappers
     # The two entries that are not env ids: `default` for envs without an entry (as rl-zoo), `atari`.
     cfg = config_from_args(["--env", "gym_InvertedPendulum-v5", "--hyperparams", "rl_zoo3"])
     assert (cfg.total_timesteps, cfg.model) == (1_000_000, "mlp")

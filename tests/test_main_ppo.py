@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Optional
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,3 +105,62 @@ def test_runs_from_a_project_that_has_its_own_envs_package(tmp_path) -> None:
     assert summary_line(proc.stdout)["env_steps"] == 512
     check = "import envs, ppo_dict.envs; assert envs.OWNER == 'the user' and ppo_dict.envs.resolve_env_name('gym_CartPole-v1').gym_id"
     subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, check=True, timeout=60)
+
+
+TOY = ["--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy"]
+NEW_CODEPATHS = {
+    # MultiDiscrete actions on a Dict of every observation leaf, two worker processes, evaluation, export, replay
+    "multi_discrete": [*TOY, "--env_kwargs", "dict(observation='dict', action='multi_discrete')", "--n_envs", "2", "--num_workers", "2",
+                       "--eval_freq", "256", "--eval_episodes", "2"],
+    # MultiBinary actions on MultiBinary observations, spawn workers, normalised rewards
+    "multi_binary": [*TOY, "--env_kwargs", "dict(observation='multi_binary', action='multi_binary')", "--n_envs", "2", "--num_workers", "2",
+                     "--mp_method", "spawn", "--normalize", "True", "--eval_freq", "256", "--eval_episodes", "2"],
+    # gSDE from rl-zoo's Pendulum-v1 entry (use_sde, sde_sample_freq 4), flags typed here win over the file
+    "gsde_rl_zoo": ["--env", "gym_Pendulum-v1", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "2", "--num_workers", "0",
+                    "--eval_freq", "256", "--eval_episodes", "1"],
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_CODEPATHS))
+def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> None:
+    """Each trains from the command line; the sb3 zip loads and predicts our deterministic actions; enjoy replays it."""
+    from stable_baselines3 import PPO as SB3PPO
+
+    from ppo_dict.config import Config
+    from ppo_dict.envs import make_env
+    from ppo_dict.export import load_model_state
+    from ppo_dict.policy import build_policy
+    from ppo_dict.vec import env_spec
+
+    run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"
+    proc = run_cli(*NEW_CODEPATHS[name], *QUICK, "--run_dir", str(run_dir), "--save_path", str(tmp_path / "model"),
+                   "--export_sb3", str(zip_path), "--plot", "False")
+    assert proc.returncode == 0, proc.stderr
+    assert summary_line(proc.stdout)["env_steps"] == 512 and "eval/mean_reward" in summary_line(proc.stdout)["metrics"]
+    state = load_model_state(str(tmp_path / "model"))
+    cfg = Config.from_dict(state["config"])
+    assert cfg.use_sde == (name == "gsde_rl_zoo") and (cfg.sde_sample_freq == 4) == (name == "gsde_rl_zoo")
+    env = make_env(env_spec(cfg))
+    policy = build_policy(cfg, env.observation_space, env.action_space)
+    policy.load_state_dict(state["policy"])
+    sb3 = SB3PPO.load(str(zip_path), device="cpu")
+    assert sb3.use_sde == cfg.use_sde
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        ours = policy(policy_input(obs, env.observation_space), deterministic=True)[0].detach().numpy()[0]
+        action, _ = sb3.predict(obs, deterministic=True)
+        assert np.array_equal(np.asarray(action, dtype=ours.dtype), ours)
+        obs, *_ = env.step(action)
+    env.close()
+    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert enjoy.returncode == 0, enjoy.stderr
+
+
+def policy_input(obs, space):
+    """One observation as a batch of one, as the rollout storage holds it (``evaluation._as_storage_obs``)."""
+    from ppo_dict.evaluation import _as_storage_obs
+    from ppo_dict.storage import OBS_KEY, obs_to_tensor
+
+    batch = _as_storage_obs(obs, space)
+    return obs_to_tensor(batch if len(batch) > 1 or OBS_KEY not in batch else batch[OBS_KEY], torch.device("cpu"))

@@ -18,6 +18,11 @@ CASES = {
     "discrete-obs": (spaces.Discrete(7), spaces.Discrete(3), dict()),
     "cnn": (IMAGE, spaces.Discrete(4), dict(model="cnn")),
     "dict": (spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}), spaces.Box(-1, 1, (2,), np.float32), dict()),
+    "gsde": (BOX_OBS, spaces.Box(-1, 1, (3,), np.float32), dict(use_sde=True, log_std_init=-0.5)),
+    "gsde-diagonal-expln": (BOX_OBS, spaces.Box(-1, 1, (2,), np.float32), dict(use_sde=True, full_std=False, use_expln=True, log_std_init=0.5)),
+    "multi-discrete": (BOX_OBS, spaces.MultiDiscrete([3, 2]), dict()),
+    "multi-binary": (BOX_OBS, spaces.MultiBinary(3), dict()),
+    "multi-discrete-and-binary-obs": (spaces.Dict({"md": spaces.MultiDiscrete([4, 2]), "mb": spaces.MultiBinary([2, 2])}), spaces.Discrete(3), dict()),
 }
 
 
@@ -26,6 +31,10 @@ def random_obs(space: spaces.Space, n: int, rng: np.random.Generator):
         return {k: random_obs(sub, n, rng) for k, sub in space.spaces.items()}
     if isinstance(space, spaces.Discrete):
         return torch.as_tensor(rng.integers(space.n, size=(n, 1)))
+    if isinstance(space, spaces.MultiDiscrete):
+        return torch.as_tensor(rng.integers(space.nvec, size=(n, len(space.nvec))))
+    if isinstance(space, spaces.MultiBinary):
+        return torch.as_tensor(rng.integers(2, size=(n, *space.shape)).astype(np.int8))
     if space.dtype == np.uint8:
         return torch.as_tensor(rng.integers(0, 256, size=(n, *space.shape), dtype=np.uint8))
     return torch.as_tensor(rng.normal(size=(n, *space.shape)).astype(space.dtype))
@@ -45,6 +54,8 @@ def test_step_equals_forward_bit_for_bit(name: str, n_envs: int) -> None:
                 for p in policy.parameters():
                     p.add_(0.01 * torch.randn_like(p))
             step.refresh()
+        if policy.use_sde:  # the collector draws the exploration matrices (one per env) at sb3's cadence
+            policy.reset_noise(n_envs)
         obs = random_obs(obs_space, n_envs, rng)
         torch.manual_seed(100 + trial)
         with torch.no_grad():
@@ -59,19 +70,19 @@ def test_step_equals_forward_bit_for_bit(name: str, n_envs: int) -> None:
             assert torch.equal(step.value(obs), policy.predict_values(obs))
 
 
-@pytest.mark.parametrize("name", ["mlp-box-2", "mlp-discrete", "dict"])
+@pytest.mark.parametrize("name", ["mlp-box-2", "mlp-discrete", "dict", "gsde", "multi-discrete", "multi-binary"])
 def test_outputs_land_in_the_storage_rows_with_the_same_values(name: str) -> None:
     obs_space, action_space, kwargs = CASES[name]
     policy = ActorCritic(obs_space, action_space, **kwargs)
     step = PolicyStep(policy, 8)
     obs = random_obs(obs_space, 8, np.random.default_rng(0))
     action_dim = 1 if isinstance(action_space, spaces.Discrete) else action_space.shape[0]
-    rows = (torch.zeros(3, 8, action_dim, dtype=torch.int64 if action_dim == 1 and not step.box else torch.float32),
-            torch.zeros(3, 8), torch.zeros(3, 8))
+    dtype = torch.from_numpy(np.zeros(0, action_space.dtype)).dtype  # the storage's action dtype
+    rows = (torch.zeros(3, 8, action_dim, dtype=dtype), torch.zeros(3, 8), torch.zeros(3, 8))
     torch.manual_seed(5)
     expected = step(obs)
     torch.manual_seed(5)
     step(obs, out=(rows[0][1], rows[1][1], rows[2][1]))
-    assert torch.equal(rows[0][1].reshape(expected[0].shape), expected[0])
+    assert torch.equal(rows[0][1].reshape(expected[0].shape), expected[0].to(dtype))
     assert torch.equal(rows[1][1], expected[1].ravel()) and torch.equal(rows[2][1], expected[2])
     assert not rows[1][0].any() and not rows[1][2].any()  # only the step's own row was written

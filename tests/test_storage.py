@@ -13,8 +13,15 @@ def test_layout_and_dtypes_are_sb3s() -> None:
     assert obs_layout(spaces.Box(-1, 1, (2, 2), np.float32)) == {OBS_KEY: ((2, 2), np.dtype(np.float32))}
     assert action_layout(spaces.Box(-1, 1, (2, 3), np.float32)) == ((2, 3), np.dtype(np.float32), 6)
     assert action_layout(spaces.Discrete(4)) == ((), np.dtype(np.int64), 1)
-    with pytest.raises(ValueError, match=r"observation space Tuple\(.*\) \(key 'obs'\) is not supported"):
-        obs_layout(spaces.Tuple([spaces.Discrete(2)]))
+    assert obs_layout(spaces.MultiDiscrete([3, 4])) == {OBS_KEY: ((2,), np.dtype(np.int64))}
+    assert obs_layout(spaces.MultiBinary([2, 3])) == {OBS_KEY: ((2, 3), np.dtype(np.int8))}
+    assert obs_layout(spaces.Tuple([spaces.Discrete(2), spaces.MultiBinary(3)])) == {"0": ((1,), np.dtype(np.int64)), "1": ((3,), np.dtype(np.int8))}
+    assert action_layout(spaces.MultiDiscrete([3, 4, 2])) == ((3,), np.dtype(np.int64), 3)
+    assert action_layout(spaces.MultiBinary(5)) == ((5,), np.dtype(np.int8), 5)
+    with pytest.raises(ValueError, match=r"^Sequence\(Discrete\(2\), stack=False\) observation space is not supported$"):
+        obs_layout(spaces.Dict({"a": spaces.Sequence(spaces.Discrete(2))}))
+    with pytest.raises(ValueError, match=r"^Nested observation spaces are not supported"):
+        obs_layout(spaces.Tuple([spaces.Tuple([spaces.Discrete(2)])]))
     s = RolloutStorage(space, spaces.Discrete(4), n_steps=5, n_envs=3)
     assert s.env_obs["img"].shape == (6, 3, 8, 8, 3) and s.env_terminal_obs["vec"].shape == (3, 3)
     assert s.actions.shape == (5, 3, 1) and s.actions.dtype == np.int64 and s.env_actions.shape == (3,)

@@ -72,7 +72,7 @@ class GymRunner:
     def __init__(self, factory: Callable[[int], gym.Env], env_ids: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
         self.factory, self.env_ids, self.storage = factory, list(env_ids), storage
         self.envs: list[gym.Env] = []
-        self.is_dict_obs = storage.is_dict_obs
+        self.single_obs = not isinstance(storage.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self.record_infos = record_infos
         self.infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
         self.reset_infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
@@ -90,11 +90,13 @@ class GymRunner:
         self.active = (-1, "")
 
     def _write_obs(self, target: dict[str, np.ndarray], row: int, obs: Any) -> None:
-        if self.is_dict_obs:
-            for key, arr in target.items():
-                arr[row] = obs[key]
-        else:
+        """Store one env's obs as DummyVecEnv's ``_save_obs`` does: numpy's assignment casts to the space's dtype."""
+        if self.single_obs:
             target[OBS_KEY][row] = obs
+        else:
+            parts = self.storage.obs_parts(obs)
+            for key, arr in target.items():
+                arr[row] = parts[key]
 
     def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> Optional[list[dict[str, Any]]]:
         """Reset every env (env i with ``seeds[i]``, global index) and write ``env_obs[0]``.
@@ -119,7 +121,7 @@ class GymRunner:
             if columns is not None and i not in columns:
                 continue
             self.active = (i, "step")
-            obs, reward, terminated, truncated, info = env.step(s.env_actions[i].copy())
+            obs, reward, terminated, truncated, info = env.step(s.env_action(i))
             self._returns[j] += float(reward)
             self._lengths[j] += 1
             s.env_rewards[t, i] = reward

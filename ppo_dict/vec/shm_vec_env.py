@@ -1,10 +1,24 @@
 """``ShmVecEnv``: an sb3 ``VecEnv`` on ppo_dict's shared-memory workers.
 
 A drop-in for ``DummyVecEnv`` / ``SubprocVecEnv`` (``make_vec_env(..., vec_env_cls=ShmVecEnv)``)
-that gives sb3 the same numbers as ``DummyVecEnv``: same obs dtypes (the space's), float32
-rewards, ``infos`` with ``"TimeLimit.truncated"`` on every step and ``"terminal_observation"``
-(the raw obs) at episode ends. Like both sb3 vec envs it adds no ``Monitor``: ``make_vec_env``
-wraps each env in one (that is where ``info["episode"]`` comes from), a bare ``env_fn`` gets none.
+that gives sb3 the same numbers as ``DummyVecEnv``: observations in the env's own layout and the
+space's dtypes (channel-last images stay channel-last: sb3 adds its own ``VecTransposeImage``),
+an ``OrderedDict`` for Dict spaces and a tuple for Tuple spaces, float32 rewards, ``infos`` with
+``"TimeLimit.truncated"`` on every step and ``"terminal_observation"`` (the raw obs) at episode
+ends. Like both sb3 vec envs it adds no ``Monitor``: ``make_vec_env`` wraps each env in one (that
+is where ``info["episode"]`` comes from), a bare ``env_fn`` gets none.
+
+Spaces: what sb3's vec envs take, Box, Discrete, MultiDiscrete, MultiBinary and one level of Dict
+or Tuple of them, for observations and actions alike (a Dict or Tuple action batch is one dict or
+tuple per env, as sb3's classes take it). Env indices (``get_attr``, ``env_method``...) index as
+Python lists do: ``-1`` is the last env, duplicates are called twice, out of range is an IndexError.
+
+Actions are written into shared memory of the action space's dtype, so a batch must cast to it
+without losing meaning: the same shape, and either a float batch for a float space (rounded as
+numpy rounds) or values that the cast leaves equal (``[[0.5], [-0.5]]`` as Python floats for
+Pendulum's float32, ``0.0``/``1.0`` floats for MultiBinary's int8); ``2.5`` for a Discrete space,
+``300`` for int8 or NaN is refused before any worker gets a command. Unlike ``DummyVecEnv``, which
+hands each env its row as given, the env receives the row in the space's dtype.
 
 Observations, rewards and dones travel through a one-step shared storage (``env_obs[0]`` is
 written by reset, ``env_obs[1]`` by step); only the info dicts are pickled back. This is the only module that
@@ -13,7 +27,8 @@ imports stable_baselines3 (an optional dependency).
 from __future__ import annotations
 
 import multiprocessing
-from collections import defaultdict
+import warnings
+from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Optional, Sequence
 
 import gymnasium as gym
@@ -22,7 +37,9 @@ from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, Ve
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from ppo_dict.config import default_num_workers
+from ppo_dict.envs import vec_space_problem
 from ppo_dict.errors import NoAsyncCallError, PoolClosedError
+from ppo_dict.storage import OBS_KEY, storage_keys
 from ppo_dict.vec.backend import GymBackend, probe_spaces
 from ppo_dict.vec.group import WorkerGroup, split_columns
 
@@ -67,7 +84,13 @@ class ShmVecEnv(VecEnv):
         if not (isinstance(num_workers, int) and 1 <= num_workers <= n_envs and n_envs % num_workers == 0):
             raise ValueError(f"num_workers={num_workers!r} must divide the number of envs ({n_envs})")
         start_method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+        multiprocessing.get_context(start_method)  # a bad method: multiprocessing's own ValueError, as SubprocVecEnv gives it
         observation_space, action_space, env_id = probe_spaces(lambda: _patch_env(env_fns[0]()), "env from env_fns[0]")
+        for space, what in ((observation_space, "observation"), (action_space, "action")):
+            problem = vec_space_problem(space, what)
+            if problem:
+                raise ValueError(f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, Discrete, "
+                                 "MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec envs do")
         backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
         blocks = split_columns(0, n_envs, num_workers)
         self._group = WorkerGroup(backend, blocks, n_steps=1, mp_method=start_method, step_timeout=step_timeout)
@@ -93,7 +116,12 @@ class ShmVecEnv(VecEnv):
             raise self._closed_error()
         if self.waiting:
             raise NoAsyncCallError("step_async() called while a step is pending; call step_wait() first")
-        self.storage.env_actions[...] = self._checked(actions)
+        checked = self._checked(actions)
+        if isinstance(checked, dict):
+            for key, batch in checked.items():
+                self.storage.env_actions[key][...] = batch
+        else:
+            self.storage.env_actions[...] = checked
         self._group.send(("step", 0))
         self.waiting = True
 
@@ -114,42 +142,46 @@ class ShmVecEnv(VecEnv):
         return self._obs(1), s.env_rewards[0].copy(), dones, infos
 
     def _obs(self, row: int) -> VecEnvObs:
-        """Copies of ``env_obs[row]`` shaped ``(n_envs, *space shape)`` (Discrete: ``(n_envs,)``)."""
-        spaces_by_key = self.observation_space.spaces if self.storage.is_dict_obs else None
-        obs = {}
-        for key, arr in self.storage.env_obs.items():
-            space = spaces_by_key[key] if spaces_by_key is not None else self.observation_space
-            obs[key] = arr[row].reshape(self.num_envs, *space.shape).copy()
-        return self.storage.as_policy_input(obs)
+        """Copies of ``env_obs[row]`` in the env's own layout, as ``DummyVecEnv`` returns them:
+        ``(n_envs, *space shape)`` per leaf (Discrete: ``(n_envs,)``), an OrderedDict for a Dict space,
+        a tuple for a Tuple space."""
+        leaves = storage_keys(self.observation_space)
+        obs = OrderedDict((key, self.storage.env_obs[key][row].reshape(self.num_envs, *sub.shape).copy()) for key, sub in leaves.items())
+        if isinstance(self.observation_space, gym.spaces.Dict):
+            return obs
+        if isinstance(self.observation_space, gym.spaces.Tuple):
+            return tuple(obs.values())
+        return obs[OBS_KEY]
 
-    def _checked(self, actions: Any) -> np.ndarray:
-        """The action batch, if its shape, dtype and values are what the envs can take."""
-        actions = np.asarray(actions)
+    def _checked(self, actions: Any) -> Any:
+        """The action batch cast to the shared arrays' dtypes, if nothing is lost (module doc); for a Dict
+        or Tuple action space ``{leaf key: batch}`` from one dict or tuple per env."""
         target = self.storage.env_actions
-        if actions.shape != target.shape or not np.can_cast(actions.dtype, target.dtype, casting="safe"):
-            raise ValueError(
-                f"ShmVecEnv.step: expected actions of shape {target.shape} and dtype {target.dtype} "
-                f"(or one that casts to it safely), got shape {actions.shape} and dtype {actions.dtype}; nothing was sent to the envs"
-            )
-        if actions.dtype.kind == "f":
-            finite = np.isfinite(actions.reshape(self.num_envs, -1)).all(axis=1)
-            if not finite.all():
-                raise ValueError(f"ShmVecEnv.step: non-finite action for env {int(np.flatnonzero(~finite)[0])}; nothing was sent to the envs")
-        return actions
+        if not isinstance(target, dict):
+            return checked_cast(actions, target)
+        if isinstance(actions, dict) or not hasattr(actions, "__len__") or len(actions) != self.num_envs:
+            raise ValueError(f"ShmVecEnv.step: expected one {type(self.action_space).__name__} action per env ({self.num_envs}), "
+                             f"as sb3's vec envs take them, got {type(actions).__name__}; nothing was sent to the envs")
+        pick = (lambda a, key: a[key]) if isinstance(self.action_space, gym.spaces.Dict) else (lambda a, key: a[int(key)])
+        return {key: checked_cast([pick(a, key) for a in actions], arr, f"[{key!r}]") for key, arr in target.items()}
 
     # ------------------------------------------------------------------ env attributes and methods
     def _call(self, kind: str, indices: VecEnvIndices, name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
-        """Run ``kind`` on the given envs in their workers; results in ``indices`` order."""
+        """Run ``kind`` on the given envs in their workers; results in ``indices`` order. Indices are
+        Python list indices, as sb3's classes use them (``self.envs[i]``, ``self.remotes[i]``)."""
         if self._group.closed:
             raise self._closed_error()
-        indices = list(self._get_indices(indices))
-        by_worker: dict[int, list[int]] = defaultdict(list)
-        for i in indices:
-            by_worker[self._group.owner[i]].append(i)
-        self._group.send_each({w: ("call", kind, ids, name, args, kwargs or {}) for w, ids in by_worker.items()})
+        envs = [list_index(i, self.num_envs) for i in self._get_indices(indices)]
+        by_worker: dict[int, list[tuple[int, int]]] = defaultdict(list)  # worker -> [(position in results, env)]
+        for position, env in enumerate(envs):
+            by_worker[self._group.owner[env]].append((position, env))
+        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args, kwargs or {}) for w, calls in by_worker.items()})
         answers = self._group.gather()
-        found = {i: value for w, ids in by_worker.items() for i, value in zip(ids, answers[w])}
-        return [found[i] for i in indices]
+        results: list[Any] = [None] * len(envs)
+        for w, calls in by_worker.items():
+            for (position, _), value in zip(calls, answers[w]):
+                results[position] = value
+        return results
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         return self._call("get_attr", indices, attr_name)
@@ -167,7 +199,9 @@ class ShmVecEnv(VecEnv):
         return all(self._call("has_attr", None, attr_name))
 
     def get_images(self) -> Sequence[Optional[np.ndarray]]:
+        """Each env's ``render()`` (sb3's ``get_images``), with sb3's warning and ``None``s unless ``render_mode`` is rgb_array."""
         if self.render_mode != "rgb_array":
+            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.")
             return [None] * self.num_envs
         return self.env_method("render")
 
@@ -187,3 +221,32 @@ class ShmVecEnv(VecEnv):
         """Stop the workers; idempotent, never waits for a pending step."""
         self.waiting = False
         self._group.close()
+
+
+def list_index(i: Any, n: int) -> int:
+    """``i`` as ``list(range(n))[i]`` reads it: negative from the end; IndexError / TypeError as a list gives them."""
+    if not isinstance(i, (int, np.integer)) or isinstance(i, bool):
+        raise TypeError(f"list indices must be integers or slices, not {type(i).__name__}")
+    if not -n <= i < n:
+        raise IndexError("list index out of range")
+    return int(i) % n
+
+
+def checked_cast(actions: Any, target: np.ndarray, leaf: str = "") -> np.ndarray:
+    """``actions`` as ``target``'s dtype when the cast keeps their meaning: the same shape; finite;
+    a float batch for a float target (rounded), else values the cast leaves equal. Raises ValueError
+    (``leaf``: the action space's key, ``['bits']``, in messages)."""
+    actions = np.asarray(actions)
+    lossless = actions.dtype.kind in "biuf" and actions.shape == target.shape
+    if lossless and actions.dtype.kind == "f" and not np.isfinite(actions).all():
+        bad = int(np.flatnonzero(~np.isfinite(actions.reshape(len(actions), -1)).all(axis=1))[0])
+        raise ValueError(f"ShmVecEnv.step: non-finite action{leaf} for env {bad}; nothing was sent to the envs")
+    if lossless and not (actions.dtype.kind == "f" and target.dtype.kind == "f"):
+        with np.errstate(invalid="ignore", over="ignore"):
+            lossless = np.array_equal(actions.astype(target.dtype), actions)
+    if not lossless:
+        raise ValueError(
+            f"ShmVecEnv.step: expected actions{leaf} of shape {target.shape} and dtype {target.dtype} (or values that cast to "
+            f"it unchanged), got shape {actions.shape} and dtype {actions.dtype}; nothing was sent to the envs"
+        )
+    return actions

@@ -229,7 +229,7 @@ def vec_env_misuse() -> dict[str, Any]:
     bad = {
         "rows": good[:3],
         "dim": np.zeros((4, 2), np.float32),
-        "dtype": good.astype(np.float64),
+        "dtype": good.astype(np.complex128),  # float64 is taken (a same-kind cast), as sb3's classes take it
         "nan": np.where(np.arange(4)[:, None] == 2, np.nan, good).astype(np.float32),
     }
     for name, actions in bad.items():

@@ -221,10 +221,10 @@ def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what
 # ------------------------------------------------------------------------------ cases 19-20
 def test_vec_env_refuses_bad_action_batches_before_any_worker_steps() -> None:
     r = run_scenario("vec_env_misuse")
-    expected = "ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or one that casts to it safely), got shape {} and dtype {}; nothing was sent to the envs"
+    expected = "ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or values that cast to it unchanged), got shape {} and dtype {}; nothing was sent to the envs"
     assert (r["rows"]["error"], r["rows"]["message"]) == ("ValueError", expected.format("(3, 1)", "float32"))
     assert (r["dim"]["error"], r["dim"]["message"]) == ("ValueError", expected.format("(4, 2)", "float32"))
-    assert (r["dtype"]["error"], r["dtype"]["message"]) == ("ValueError", expected.format("(4, 1)", "float64"))
+    assert (r["dtype"]["error"], r["dtype"]["message"]) == ("ValueError", expected.format("(4, 1)", "complex128"))
     assert (r["nan"]["error"], r["nan"]["message"]) == ("ValueError", "ShmVecEnv.step: non-finite action for env 2; nothing was sent to the envs")
     assert r["steps_taken"] == [0, 0, 0, 0]
     assert (r["wait_without_async"]["error"], r["wait_without_async"]["message"]) == ("NoAsyncCallError", "step_wait() called without a pending step_async()")

@@ -70,6 +70,18 @@ class _RolloutCapture(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
 
 
+def build_policies(sb3_cls: type, observation_space: Any, action_space: Any, sb3_kwargs: dict, our_kwargs: dict, seed: int):
+    """``(sb3's policy, torch RNG after it, ours, torch RNG after it)``, each built from ``seed``."""
+    from ppo_dict.policy import ActorCritic
+
+    torch.manual_seed(seed)
+    sb3 = sb3_cls(observation_space, action_space, lambda _: 3e-4, **sb3_kwargs)
+    sb3_rng = torch.get_rng_state()
+    torch.manual_seed(seed)
+    ours = ActorCritic(observation_space, action_space, **our_kwargs)
+    return sb3, sb3_rng, ours, torch.get_rng_state()
+
+
 def make_sb3_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
     """sb3's vec env for ``cfg``. Plain gymnasium envs are made by sb3 itself (so channel-last
     images take sb3's VecTransposeImage path), Atari games by sb3's ``make_atari_env`` and frame
@@ -90,10 +102,11 @@ def make_sb3(cfg: Config) -> SB3PPO:
     venv = make_sb3_venv(cfg)
     if cfg.normalize:
         space = venv.observation_space
-        # ppo_dict normalises the vector keys and leaves uint8 images alone
-        keys = [k for k, sub in space.spaces.items() if sub.dtype != np.uint8] if isinstance(space, gym_spaces.Dict) else None
+        # ppo_dict normalises the Box vector keys and leaves uint8 images and integer spaces alone
+        keys = [k for k, sub in space.spaces.items() if isinstance(sub, gym_spaces.Box) and sub.dtype != np.uint8] if isinstance(space, gym_spaces.Dict) else None
+        norm_obs = cfg.norm_obs and (isinstance(space, gym_spaces.Box) or bool(keys))
         venv = VecNormalize(
-            venv, norm_obs=cfg.norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
+            venv, norm_obs=norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
             gamma=cfg.vecnorm_gamma, norm_obs_keys=keys,
         )
     return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_ppo_kwargs(cfg))
@@ -115,8 +128,9 @@ def learn_sb3(model: SB3PPO, total_timesteps: int, log_interval: int = 1) -> Rec
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
     if isinstance(model.get_env(), VecNormalize):
         venv = model.get_env()
-        rms = venv.obs_rms["state"] if isinstance(venv.obs_rms, dict) else venv.obs_rms
-        rec.normalizer = {"obs_mean": rms.mean, "obs_var": rms.var, "obs_count": rms.count,
+        obs_rms = getattr(venv, "obs_rms", {})
+        obs_rms = obs_rms if isinstance(obs_rms, dict) else {"obs": obs_rms}
+        rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in obs_rms.items()},
                           "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count, "returns": venv.returns}
     model.get_env().close()
     return rec
@@ -164,8 +178,7 @@ def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = 
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
     if model.normalizer is not None:
         n = model.normalizer
-        rms = n.obs_rms.get("obs") or n.obs_rms.get("state")
-        rec.normalizer = {"obs_mean": rms.mean, "obs_var": rms.var, "obs_count": rms.count,
+        rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in n.obs_rms.items()},
                           "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count, "returns": n.returns}
     return rec
 

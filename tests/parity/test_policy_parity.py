@@ -7,8 +7,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, MultiInputActorCriticPolicy
 from torch import nn
 
-from ppo_dict.policy import ActorCritic
-from tests.parity.sides import assert_same_value
+from tests.parity.sides import assert_same_value, build_policies
 
 BOX_OBS = spaces.Box(-1.0, 1.0, (11,), np.float64)
 IMAGE = spaces.Box(0, 255, (3, 40, 40), np.uint8)
@@ -32,13 +31,7 @@ CASES = {
 
 
 def build_both(name: str, seed: int = 7):
-    sb3_cls, obs_space, act_space, sb3_kwargs, our_kwargs = CASES[name]
-    torch.manual_seed(seed)
-    sb3 = sb3_cls(obs_space, act_space, lambda _: 3e-4, **sb3_kwargs)
-    sb3_rng = torch.get_rng_state()
-    torch.manual_seed(seed)
-    ours = ActorCritic(obs_space, act_space, **our_kwargs)
-    return sb3, sb3_rng, ours, torch.get_rng_state()
+    return build_policies(*CASES[name], seed=seed)
 
 
 @pytest.mark.parametrize("name", list(CASES))

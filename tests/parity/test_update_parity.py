@@ -39,6 +39,10 @@ VARIANTS = {
     "clip_range_vf": dict(clip_range_vf=0.05),
     "target_kl": dict(target_kl=1e-4, learning_rate=0.05),
     "continuous": dict(env="gym_Pendulum-v1", ent_coef=0.01, log_std_init=-0.3),
+    # gSDE: the state-dependent scale in the loss; sb3 2.9.2's train() draws no new noise (the numpy RNG check sees it)
+    "gsde": dict(env="gym_Pendulum-v1", use_sde=True, sde_sample_freq=4, ent_coef=0.01),
+    "multi_discrete": dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="multi_discrete", action="multi_discrete"), ent_coef=0.01),
+    "multi_binary": dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="box", action="multi_binary"), clip_range_vf=0.1),
 }
 
 
@@ -60,11 +64,13 @@ def test_one_train_teacher_forced(variant: str) -> None:
     s.obs["obs"][: cfg.n_steps] = buf.observations  # what the policy saw (no normalisation here: the env's own array)
     for name in ("actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"):
         getattr(s, name)[...] = getattr(buf, name)
-    np_state = np.random.get_state()
+    np_state, torch_state = np.random.get_state(), torch.get_rng_state()
     sb3.train()
-    sb3_rng_after = np.random.get_state()
+    sb3_rng_after, sb3_torch_after = np.random.get_state(), torch.get_rng_state()
     np.random.set_state(np_state)
+    torch.set_rng_state(torch_state)
     logs = ours.train(sb3._current_progress_remaining)
+    assert torch.equal(sb3_torch_after, torch.get_rng_state()), "train() draws from the torch RNG as sb3's does (gSDE: not at all)"
 
     assert_same_value(sb3.policy.state_dict(), ours.policy.state_dict(), "parameters after train()")
     assert_same_value(sb3.policy.optimizer.state_dict(), ours.optimizer.state_dict(), "Adam state after train()")

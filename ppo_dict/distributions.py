@@ -1,0 +1,232 @@
+"""Action distributions, built and used as sb3 builds and uses them (``common/distributions.py``).
+
+One class per action space: :class:`DiagGaussian` (Box), :class:`StateDependentNoise` (Box with
+gSDE), :class:`CategoricalDist` (Discrete), :class:`MultiCategorical` (MultiDiscrete) and
+:class:`BernoulliDist` (MultiBinary). Each is a cheap wrapper made per forward pass over torch's own
+distributions, with sb3's expressions: the same torch calls on the same shapes, so the same floats
+and the same random draws. :class:`ActionHead` makes the layers (``action_net``, ``log_std``) in
+sb3's order, which is part of the torch RNG stream: gSDE samples its exploration matrix while it
+builds, before the value head exists.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import Bernoulli, Categorical, Normal
+
+#: The action spaces sb3's PPO takes (``PPO.__init__``'s ``supported_action_spaces``), in its message's order.
+SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def action_space_problem(space: spaces.Space, use_sde: bool = False) -> str:
+    """Why sb3's PPO refuses ``space`` (``""`` when it takes it), in sb3's words."""
+    if not isinstance(space, SUPPORTED_ACTION_SPACES):
+        return f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided"
+    if use_sde and not isinstance(space, spaces.Box):  # sb3 BaseAlgorithm.__init__
+        return "generalized State-Dependent Exploration (gSDE) can only be used with continuous actions."
+    if isinstance(space, spaces.Box) and not np.all(np.isfinite(np.array([space.low, space.high]))):
+        return "Continuous action space must have a finite lower and upper bound"
+    if isinstance(space, spaces.MultiBinary) and not isinstance(space.n, (int, np.integer)):
+        return f"Multi-dimensional MultiBinary({space.n}) action space is not supported. You can flatten it instead."
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim != 1:
+        return f"Multi-dimensional {space} action space is not supported (sb3's buffers hold one row of nvec)"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# The distributions of one forward pass: sample / mode [B, ...], log_prob / entropy [B]
+
+
+class TorchDistribution:
+    """One of torch's distributions over a batch; ``summed``: its components are independent action
+    dims, so log-probs and entropies are summed over dim 1 (sb3's ``sum_independent_dims``)."""
+
+    summed = True
+    dist: Union[Normal, Categorical, Bernoulli]
+
+    def sample(self) -> torch.Tensor:
+        return self.dist.sample()
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        log_prob = self.dist.log_prob(actions)
+        return log_prob.sum(dim=1) if self.summed else log_prob
+
+    def entropy(self) -> torch.Tensor:
+        entropy = self.dist.entropy()
+        return entropy.sum(dim=1) if self.summed else entropy
+
+
+class DiagGaussian(TorchDistribution):
+    """``Normal(mean, ones_like(mean) * log_std.exp())``, sampled with ``rsample`` (one ``normal_`` over the batch)."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        # No argument validation: it changes no value but costs several ops per step.
+        self.dist = Normal(mean, torch.ones_like(mean) * log_std.exp(), validate_args=False)
+
+    def sample(self) -> torch.Tensor:
+        return self.dist.rsample()
+
+    def mode(self) -> torch.Tensor:
+        return self.dist.mean
+
+
+class CategoricalDist(TorchDistribution):
+    """``Categorical(logits)``: one ``multinomial`` draw over the batch."""
+
+    summed = False
+
+    def __init__(self, logits: torch.Tensor):
+        self.dist = Categorical(logits=logits, validate_args=False)
+
+    def mode(self) -> torch.Tensor:
+        return torch.argmax(self.dist.probs, dim=1)
+
+
+class BernoulliDist(TorchDistribution):
+    """sb3 ``BernoulliDistribution``: ``Bernoulli(logits)``; float 0/1 samples, ``round(probs)`` as mode."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.dist = Bernoulli(logits=logits, validate_args=False)
+
+    def mode(self) -> torch.Tensor:
+        return torch.round(self.dist.probs)
+
+
+class MultiCategorical:
+    """sb3 ``MultiCategoricalDistribution``: one Categorical per ``th.split`` of the logits (views),
+    sampled one after the other, stacked on dim 1; log-probs and entropies stacked, then summed."""
+
+    def __init__(self, logits: torch.Tensor, nvec: list[int]):
+        self.dists = [Categorical(logits=split, validate_args=False) for split in torch.split(logits, nvec, dim=1)]
+
+    def sample(self) -> torch.Tensor:
+        return torch.stack([dist.sample() for dist in self.dists], dim=1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([torch.argmax(dist.probs, dim=1) for dist in self.dists], dim=1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.stack([d.log_prob(a) for d, a in zip(self.dists, torch.unbind(actions, dim=1))], dim=1).sum(dim=1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([dist.entropy() for dist in self.dists], dim=1).sum(dim=1)
+
+
+class StateDependentNoise(TorchDistribution):
+    """sb3 ``StateDependentNoiseDistribution`` of one forward pass (no squashing, features not learned).
+
+    ``Normal(mean, sqrt(latent**2 @ std**2 + eps))``; a sample is ``mean + noise(latent)`` with the
+    exploration matrices of ``noise`` (:class:`GSDENoise`), drawn at its own cadence, not here.
+    """
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, latent: torch.Tensor, noise: "GSDENoise"):
+        self.latent, self.noise = latent.detach(), noise  # sb3 stops the gradient into the features
+        variance = torch.mm(self.latent**2, noise.get_std(log_std) ** 2)
+        self.dist = Normal(mean, torch.sqrt(variance + noise.epsilon), validate_args=False)
+
+    def sample(self) -> torch.Tensor:
+        return self.dist.mean + self.noise.get_noise(self.latent)
+
+    def mode(self) -> torch.Tensor:
+        return self.dist.mean
+
+
+Distribution = Union[DiagGaussian, StateDependentNoise, CategoricalDist, MultiCategorical, BernoulliDist]
+
+
+class GSDENoise:
+    """gSDE's exploration matrices and std (sb3 ``StateDependentNoiseDistribution``'s state).
+
+    ``exploration_mat: [latent_dim, action_dim]`` and ``exploration_matrices: [batch, latent_dim,
+    action_dim]`` are drawn from ``Normal(0, std)`` by :meth:`sample_weights` (sb3's ``reset_noise``):
+    when the policy is built (batch 1), at each rollout's start, and every ``sde_sample_freq`` steps.
+    They are not parameters and not in the state dict (as in sb3).
+    """
+
+    epsilon = 1e-6
+
+    def __init__(self, latent_dim: int, action_dim: int, full_std: bool, use_expln: bool):
+        self.latent_dim, self.action_dim = latent_dim, action_dim
+        self.full_std, self.use_expln = full_std, use_expln
+        self.exploration_mat: Optional[torch.Tensor] = None
+        self.exploration_matrices: Optional[torch.Tensor] = None
+
+    def get_std(self, log_std: torch.Tensor) -> torch.Tensor:
+        """``exp(log_std)``, or sb3's ``expln``; broadcast to ``[latent_dim, action_dim]`` without ``full_std``."""
+        if self.use_expln:  # the gSDE paper's expln keeps the variance above zero and grows it slowly
+            below_threshold = torch.exp(log_std) * (log_std <= 0)
+            safe_log_std = log_std * (log_std > 0) + self.epsilon  # zeros below 0, against NaN
+            above_threshold = (torch.log1p(safe_log_std) + 1.0) * (log_std > 0)
+            std = below_threshold + above_threshold
+        else:
+            std = torch.exp(log_std)
+        if self.full_std:
+            return std
+        return torch.ones(self.latent_dim, self.action_dim).to(log_std.device) * std
+
+    def sample_weights(self, log_std: torch.Tensor, batch_size: int = 1) -> None:
+        """Two draws, as sb3: one matrix, then ``batch_size`` matrices (one per env)."""
+        std = self.get_std(log_std)
+        weights_dist = Normal(torch.zeros_like(std), std)
+        self.exploration_mat = weights_dist.rsample()
+        self.exploration_matrices = weights_dist.rsample((batch_size,))
+
+    def get_noise(self, latent: torch.Tensor) -> torch.Tensor:
+        """``latent @ exploration_mat`` for one row or a batch other than the matrices' (sb3's
+        ``get_noise``), else one matrix per row (``bmm``)."""
+        if len(latent) == 1 or len(latent) != len(self.exploration_matrices):
+            return torch.mm(latent, self.exploration_mat)
+        return torch.bmm(latent.unsqueeze(dim=1), self.exploration_matrices).squeeze(dim=1)
+
+
+class ActionHead:
+    """The action distribution of ``action_space``: builds sb3's layers and makes each pass's distribution.
+
+    ``n_outputs``: the action net's outputs (prod(shape) for Box, n for Discrete and MultiBinary,
+    sum(nvec) for MultiDiscrete).
+    """
+
+    def __init__(self, action_space: spaces.Space, use_sde: bool = False, full_std: bool = True, use_expln: bool = False):
+        problem = action_space_problem(action_space, use_sde)
+        if problem:
+            raise ValueError(problem)
+        self.space, self.use_sde, self.full_std, self.use_expln = action_space, use_sde, full_std, use_expln
+        self.nvec: list[int] = []
+        if isinstance(action_space, spaces.Box):
+            self.n_outputs = int(np.prod(action_space.shape))
+        elif isinstance(action_space, spaces.MultiDiscrete):
+            self.nvec = [int(n) for n in action_space.nvec]
+            self.n_outputs = sum(self.nvec)
+        else:  # Discrete and MultiBinary
+            self.n_outputs = int(action_space.n)
+        self.gsde: Optional[GSDENoise] = None
+
+    def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
+        """``(action_net, log_std or None)``, created as sb3's ``proba_distribution_net`` creates them
+        (torch RNG: the Linear's init, then with gSDE the first exploration matrices)."""
+        action_net = nn.Linear(latent_dim, self.n_outputs)
+        if not isinstance(self.space, spaces.Box):
+            return action_net, None
+        if not self.use_sde:
+            return action_net, nn.Parameter(torch.ones(self.n_outputs) * log_std_init, requires_grad=True)
+        self.gsde = GSDENoise(latent_dim, self.n_outputs, self.full_std, self.use_expln)
+        shape = (latent_dim, self.n_outputs) if self.full_std else (latent_dim, 1)
+        log_std = nn.Parameter(torch.ones(shape) * log_std_init, requires_grad=True)
+        self.gsde.sample_weights(log_std)
+        return action_net, log_std
+
+    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``)."""
+        if self.gsde is not None:
+            return StateDependentNoise(head, log_std, latent_pi, self.gsde)
+        if isinstance(self.space, spaces.Box):
+            return DiagGaussian(head, log_std)
+        if isinstance(self.space, spaces.Discrete):
+            return CategoricalDist(head)
+        if isinstance(self.space, spaces.MultiDiscrete):
+            return MultiCategorical(head, self.nvec)
+        return BernoulliDist(head)
