@@ -25,7 +25,7 @@ from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.performance import Timing, same_values, thread_count
 from ppo_dict.seeding import set_random_seed
-from ppo_dict.storage import obs_layout, storage_keys
+from ppo_dict.storage import vector_obs_shapes
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 
@@ -50,9 +50,7 @@ def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) 
     ``norm_obs_keys`` can only name Box keys), or None."""
     if not cfg.normalize:
         return None
-    layout, leaves = obs_layout(observation_space), storage_keys(observation_space)
-    vector_keys = {k: shape for k, (shape, dtype) in layout.items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
-    return Normalizer(vector_keys, n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
+    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
 
 
 def safe_mean(values: list) -> float:

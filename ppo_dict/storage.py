@@ -58,6 +58,14 @@ def obs_layout(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], np.dtype
     return {key: _leaf_layout(sub) for key, sub in storage_keys(space).items()}
 
 
+def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
+    """``{key: shape}`` of the keys observation normalisation applies to: every Box that is not a
+    uint8 image (the integer observations of Discrete, MultiDiscrete and MultiBinary keys are left
+    alone: sb3's ``norm_obs_keys`` can only name Box keys)."""
+    leaves = storage_keys(space)
+    return {k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
+
+
 def action_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype, int]:
     """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 does (``get_action_dim``):
     Box and MultiBinary by their shape, Discrete as one integer, MultiDiscrete one integer per entry."""

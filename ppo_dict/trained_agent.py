@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
 #: the sb3 ``PPO`` attributes a zip saves that are Config fields under the same name
 HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
-                   "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl")
+                   "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
 #: policy_kwargs ppo_dict builds the same way (the optimizer's own settings travel in its saved state)
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "optimizer_kwargs")
+                 "full_std", "use_expln", "optimizer_kwargs")
 DEFAULT_EXTRACTORS = ("FlattenExtractor", "NatureCNN", "CombinedExtractor")
 
 
@@ -147,8 +147,6 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     if missing or "policy.optimizer" not in params:
         raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
                               "(an A2C zip has the same policy class)")
-    if data.get("use_sde"):
-        raise CheckpointError(f"{path}: the agent was trained with use_sde=True (gSDE), which ppo_dict does not implement")
 
 
 def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Space) -> dict[str, Any]:
@@ -172,8 +170,10 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
     model = PPO_POLICIES[data["policy_class"].__name__] or ("cnn" if contains_image(observation_space) else "mlp")
-    defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images")}
-    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation],
+    defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
+                                                         "full_std", "use_expln")}
+    # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
+    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
             **{name: kwargs.get(name, default) for name, default in defaults.items()}}
 
 
@@ -220,7 +220,7 @@ def read_trained_agent(path: str, env: str) -> TrainedAgent:
     """Read an sb3 PPO zip (and its ``vecnormalize.pkl``, where rl-zoo puts it) for a run on ``env``.
 
     Raises :class:`CheckpointError` for a file that is not an sb3 PPO zip (another algorithm
-    says which), or one that uses what ppo_dict does not implement (gSDE, custom extractors).
+    says which), or one that uses what ppo_dict does not implement (custom extractors).
     """
     data, params = _load_zip(path)
     check_is_ppo(path, data, params)
@@ -251,9 +251,9 @@ def agent_problems(agent: TrainedAgent, cfg: Config, observation_space: spaces.S
             problems.append(f"{name}={getattr(cfg, name)!r}: the trained agent's {name} is {value!r} ({source}); "
                             f"drop --{name}, the zip decides it")
     if agent.normalizer_state is not None and cfg.normalize:
-        from ppo_dict.storage import obs_layout
+        from ppo_dict.storage import vector_obs_shapes
 
-        ours = tuple(k for k, (_, dtype) in obs_layout(observation_space).items() if dtype != np.uint8)
+        ours = tuple(vector_obs_shapes(observation_space))
         if sorted(agent.normalized_keys) != sorted(ours):
             problems.append(f"trained_agent: {agent.vecnormalize} normalises {list(agent.normalized_keys)}, "
                             f"ppo_dict normalises the vector keys {list(ours)}")
@@ -271,5 +271,7 @@ def apply_trained_agent(ppo: "PPO", agent: TrainedAgent) -> None:
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"{agent.path}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
     ppo.n_updates = agent.n_updates
+    if ppo.policy.use_sde:
+        ppo.policy.reset_noise()  # sb3's load ends so: one exploration matrix from the loaded log_std (torch RNG draws)
     if agent.normalizer_state is not None and ppo.normalizer is not None:
         ppo.normalizer.load_state_dict(agent.normalizer_state)

@@ -108,17 +108,57 @@ def test_continuing_a_plain_sb3_agent_takes_its_saved_hyperparameters(tmp_path) 
     assert_same_record(sb3, ours)
 
 
+def test_continuing_a_gsde_agent_equals_sb3_load_learn(tmp_path) -> None:
+    """gSDE (rl-zoo's Pendulum settings): sb3's load draws one exploration matrix from the loaded
+    log_std after the parameters, then learn() draws one per env; every sde_sample_freq steps after."""
+    first = SB3PPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=2, seed=5), n_steps=32, batch_size=32, n_epochs=2, use_sde=True,
+                   sde_sample_freq=4, seed=5, device="cpu", policy_kwargs=dict(log_std_init=-1.0, full_std=False, use_expln=True))
+    first.learn(64)
+    zip_path = str(tmp_path / "pendulum_sde.zip")
+    first.save(zip_path)
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=6)
+    sb3 = learn_sb3(SB3PPO.load(zip_path, env=env, seed=6, device="cpu"), 128)
+    env.close()
+    cfg, agent, ours = continue_with_ours(["--env", "gym_Pendulum-v1", "--n_envs", "2", "--seed", "6", "--total_timesteps", "128"], zip_path)
+    assert (cfg.use_sde, cfg.sde_sample_freq, cfg.full_std, cfg.use_expln, cfg.log_std_init) == (True, 4, False, True, -1.0)
+    assert_same_record(sb3, ours)
+    # a flag that contradicts the zip's gSDE policy is refused with the other problems
+    cfg = config_from_args(["--env", "gym_Pendulum-v1", "--trained_agent", zip_path, "--full_std", "True"], base=agent.saved, pinned=agent.pinned)
+    with pytest.raises(ConfigError, match=r"full_std=True: the trained agent's full_std is False \(its policy\); drop --full_std"):
+        validate(cfg, agent)
+
+
+def test_continuing_a_multi_discrete_agent_on_dict_observations_equals_sb3_load_learn(tmp_path) -> None:
+    """MultiInputPolicy over every observation leaf, MultiDiscrete actions, with VecNormalize of its Box key."""
+    kwargs = dict(observation="dict", action="multi_discrete")
+    import ppo_dict.envs.toy  # noqa: F401  (registers PPODictToy-v0 for sb3's make_vec_env)
+
+    venv = VecNormalize(make_vec_env("PPODictToy-v0", n_envs=2, seed=7, env_kwargs=kwargs), norm_obs_keys=["box"])
+    first = SB3PPO("MultiInputPolicy", venv, n_steps=16, batch_size=16, n_epochs=2, seed=7, device="cpu")
+    first.learn(32)
+    zip_path = str(tmp_path / "toy.zip")
+    first.save(zip_path)
+    os.makedirs(tmp_path / "toy")
+    venv.save(str(tmp_path / "toy" / "vecnormalize.pkl"))  # --export_sb3's layout: <zip without .zip>/vecnormalize.pkl
+    venv.close()
+    env = VecNormalize.load(str(tmp_path / "toy" / "vecnormalize.pkl"), make_vec_env("PPODictToy-v0", n_envs=2, seed=8, env_kwargs=kwargs))
+    sb3 = learn_sb3(SB3PPO.load(zip_path, env=env, seed=8, device="cpu"), 64)
+    env.close()
+    cfg, agent, ours = continue_with_ours(["--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy", "--env_kwargs", repr(kwargs),
+                                           "--n_envs", "2", "--seed", "8", "--total_timesteps", "64"], zip_path)
+    assert agent.normalized_keys == ("box",) and cfg.normalize
+    assert_same_record(sb3, ours)
+
+
 def test_zips_of_other_algorithms_spaces_or_policies_are_refused_clearly(tmp_path) -> None:
     cartpole = make_vec_env("CartPole-v1", n_envs=1, seed=0)
     A2C("MlpPolicy", cartpole, device="cpu").save(str(tmp_path / "a2c.zip"))
     SB3PPO("MlpPolicy", cartpole, device="cpu", policy_kwargs=dict(net_arch=[16])).save(str(tmp_path / "ppo.zip"))
-    SB3PPO("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1), use_sde=True, device="cpu").save(str(tmp_path / "sde.zip"))
     SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1), device="cpu", buffer_size=10).save(str(tmp_path / "sac.zip"))
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     expected = {
         "a2c.zip": "not an sb3 PPO model: it has no clip_range, n_epochs, batch_size (an A2C zip has the same policy class)",
         "sac.zip": "not an sb3 PPO model: its policy is stable_baselines3.sac.policies.SACPolicy (SAC)",
-        "sde.zip": "the agent was trained with use_sde=True (gSDE), which ppo_dict does not implement",
         "junk.zip": "junk.zip: not a zip file (an sb3 model is the .zip PPO.save writes)",
     }
     for name, message in expected.items():
