@@ -90,6 +90,15 @@ def test_continuing_an_rl_zoo_agent_with_vecnormalize_equals_sb3_load_learn(tmp_
     assert_same_record(sb3, ours)  # every rollout buffer, log dump, final parameters, Adam state, RNG and VecNormalize
 
 
+def save_then_continue_sb3(first: SB3PPO, zip_path: str, make_env, seed: int, steps: int):
+    """sb3's two steps: ``first.save(zip_path)``, then ``PPO.load(zip_path, make_env(), seed).learn(steps)``, recorded."""
+    first.save(zip_path)
+    env = make_env()
+    record = learn_sb3(SB3PPO.load(zip_path, env=env, seed=seed, device="cpu"), steps)
+    env.close()
+    return record
+
+
 def test_continuing_a_plain_sb3_agent_takes_its_saved_hyperparameters(tmp_path) -> None:
     """No --hyperparams: sb3's load keeps the zip's settings (n_steps, clip_range, ...); so does ppo_dict.
     Pendulum: Gaussian actions, clipping, time-limit bootstraps."""
@@ -97,10 +106,7 @@ def test_continuing_a_plain_sb3_agent_takes_its_saved_hyperparameters(tmp_path) 
                    learning_rate=7e-4, clip_range=0.3, gae_lambda=0.9, seed=3, device="cpu", policy_kwargs=dict(log_std_init=-0.5))
     first.learn(128)
     zip_path = str(tmp_path / "pendulum.zip")
-    first.save(zip_path)
-    env = make_vec_env("Pendulum-v1", n_envs=2, seed=4)
-    sb3 = learn_sb3(SB3PPO.load(zip_path, env=env, seed=4, device="cpu"), 256)
-    env.close()
+    sb3 = save_then_continue_sb3(first, zip_path, lambda: make_vec_env("Pendulum-v1", n_envs=2, seed=4), 4, 256)
     cfg, agent, ours = continue_with_ours(["--env", "gym_Pendulum-v1", "--n_envs", "2", "--seed", "4", "--total_timesteps", "256"], zip_path)
     assert agent.vecnormalize is None and not cfg.normalize
     assert (cfg.n_steps, cfg.batch_size, cfg.n_epochs, cfg.learning_rate, cfg.clip_range, cfg.gae_lambda, cfg.log_std_init) == \
@@ -115,10 +121,7 @@ def test_continuing_a_gsde_agent_equals_sb3_load_learn(tmp_path) -> None:
                    sde_sample_freq=4, seed=5, device="cpu", policy_kwargs=dict(log_std_init=-1.0, full_std=False, use_expln=True))
     first.learn(64)
     zip_path = str(tmp_path / "pendulum_sde.zip")
-    first.save(zip_path)
-    env = make_vec_env("Pendulum-v1", n_envs=2, seed=6)
-    sb3 = learn_sb3(SB3PPO.load(zip_path, env=env, seed=6, device="cpu"), 128)
-    env.close()
+    sb3 = save_then_continue_sb3(first, zip_path, lambda: make_vec_env("Pendulum-v1", n_envs=2, seed=6), 6, 128)
     cfg, agent, ours = continue_with_ours(["--env", "gym_Pendulum-v1", "--n_envs", "2", "--seed", "6", "--total_timesteps", "128"], zip_path)
     assert (cfg.use_sde, cfg.sde_sample_freq, cfg.full_std, cfg.use_expln, cfg.log_std_init) == (True, 4, False, True, -1.0)
     assert_same_record(sb3, ours)
@@ -136,14 +139,13 @@ def test_continuing_a_multi_discrete_agent_on_dict_observations_equals_sb3_load_
     venv = VecNormalize(make_vec_env("PPODictToy-v0", n_envs=2, seed=7, env_kwargs=kwargs), norm_obs_keys=["box"])
     first = SB3PPO("MultiInputPolicy", venv, n_steps=16, batch_size=16, n_epochs=2, seed=7, device="cpu")
     first.learn(32)
-    zip_path = str(tmp_path / "toy.zip")
-    first.save(zip_path)
     os.makedirs(tmp_path / "toy")
-    venv.save(str(tmp_path / "toy" / "vecnormalize.pkl"))  # --export_sb3's layout: <zip without .zip>/vecnormalize.pkl
+    pkl = str(tmp_path / "toy" / "vecnormalize.pkl")  # --export_sb3's layout: <zip without .zip>/vecnormalize.pkl
+    venv.save(pkl)
     venv.close()
-    env = VecNormalize.load(str(tmp_path / "toy" / "vecnormalize.pkl"), make_vec_env("PPODictToy-v0", n_envs=2, seed=8, env_kwargs=kwargs))
-    sb3 = learn_sb3(SB3PPO.load(zip_path, env=env, seed=8, device="cpu"), 64)
-    env.close()
+    zip_path = str(tmp_path / "toy.zip")
+    sb3 = save_then_continue_sb3(first, zip_path, lambda: VecNormalize.load(pkl, make_vec_env("PPODictToy-v0", n_envs=2, seed=8, env_kwargs=kwargs)),
+                                 8, 64)
     cfg, agent, ours = continue_with_ours(["--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy", "--env_kwargs", repr(kwargs),
                                            "--n_envs", "2", "--seed", "8", "--total_timesteps", "64"], zip_path)
     assert agent.normalized_keys == ("box",) and cfg.normalize
