@@ -70,15 +70,16 @@ def test_double_buffered_reacher_returns_within_the_exact_spread() -> None:
     return lies within the exact runs' range widened by their standard deviation."""
     finals: dict[bool, list[float]] = {False: [], True: []}
     for seed in range(3):
-        cfg = Config(env="gym_Reacher-v5", n_envs=16, num_workers=2, n_steps=256, batch_size=1024, n_epochs=10, gamma=0.9,
-                     normalize=True, total_timesteps=100_000, seed=seed, verbose=0)
+        # make train's settings, 40 iterations: the exact mode reaches about -17 from random play's -43
+        cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=256, batch_size=256, n_epochs=10, gamma=0.9,
+                     gae_lambda=0.95, normalize=True, total_timesteps=81_920, seed=seed, verbose=0)
         for double_buffer in finals:
             with PPO(cfg.replace(double_buffer=double_buffer), build_env_pool(cfg.replace(double_buffer=double_buffer))) as model:
                 model.learn()
                 finals[double_buffer].append(model.ep_rew_mean)
     exact, spread = np.array(finals[False]), np.std(finals[False])
     assert exact.min() - spread <= np.mean(finals[True]) <= exact.max() + spread, finals
-    assert np.mean(finals[True]) > -20, finals  # learned: random play scores about -43
+    assert np.mean(finals[False]) > -30 and np.mean(finals[True]) > -30, finals  # both learned: random play scores about -43
 
 
 @pytest.mark.parametrize("cfg", [
