@@ -32,8 +32,8 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
-from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
-from ppo_dict.config import Config, physical_cores  # noqa: E402
+from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
+from ppo_dict.config import Config  # noqa: E402
 from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
 
@@ -188,10 +188,7 @@ def soak(table: Table, total_steps: int, workers: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and a short soak (a smoke run)")
-    add_log_flags(parser)
-    parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
-    parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
+    add_bench_flags(parser, "fewer rounds and a short soak (a smoke run)")
     parser.add_argument("--device", default="cpu", help="torch device for both sides (cuda on a GPU machine)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")

@@ -33,8 +33,8 @@ from stable_baselines3.common.env_util import make_atari_env  # noqa: E402
 from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
-from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
-from ppo_dict.config import Config, physical_cores  # noqa: E402
+from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
+from ppo_dict.config import Config  # noqa: E402
 
 GAME = "BreakoutNoFrameskip-v4"
 #: rl-zoo's atari entry (hyperparams/ppo.yml), linear schedules apart
@@ -99,10 +99,7 @@ def compare(table: Table, n_envs: int, workers: int, rounds: int, training: bool
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="8 envs, one round (a smoke run)")
-    add_log_flags(parser)
-    parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
-    parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
+    add_bench_flags(parser, "8 envs, one round (a smoke run)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of rollouts")
     parser.add_argument("--train_rounds", type=int, default=1, help="rounds of training iterations")
     args = parser.parse_args()

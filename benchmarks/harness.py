@@ -178,3 +178,13 @@ def log_path(args) -> Optional[str]:
 def add_log_flags(parser) -> None:
     parser.add_argument("--no_log", action="store_true", help="print only; do not append to perf_log.md")
     parser.add_argument("--log", default=os.path.join(ROOT, "perf_log.md"), help="the ledger to append the rows to")
+
+
+def add_bench_flags(parser, quick_help: str) -> None:
+    """The flags every benchmark takes: ``--quick``, the ledger's (:func:`add_log_flags`), ``--envs`` and ``--workers``."""
+    from ppo_dict.config import physical_cores
+
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    add_log_flags(parser)
+    parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
+    parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
