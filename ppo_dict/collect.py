@@ -138,7 +138,7 @@ class Collector:
         if len(part) < self.n_envs:
             obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]
         out = None if self.out is None else tuple(rows[t, cols] for rows in self.out)
-        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out)
+        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out, rows=cols if len(part) < self.n_envs else None)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(part)]
             for buffer, result in zip(host, (actions, values, log_probs)):

@@ -175,9 +175,12 @@ class GSDENoise:
         self.exploration_mat = weights_dist.rsample()
         self.exploration_matrices = weights_dist.rsample((batch_size,))
 
-    def get_noise(self, latent: torch.Tensor) -> torch.Tensor:
+    def get_noise(self, latent: torch.Tensor, rows: Optional[slice] = None) -> torch.Tensor:
         """``latent @ exploration_mat`` for one row or a batch other than the matrices' (sb3's
-        ``get_noise``), else one matrix per row (``bmm``)."""
+        ``get_noise``), else one matrix per row (``bmm``). ``rows``: the envs ``latent`` belongs
+        to (a double-buffered half), each with its own matrix."""
+        if rows is not None:
+            return torch.bmm(latent.unsqueeze(dim=1), self.exploration_matrices[rows]).squeeze(dim=1)
         if len(latent) == 1 or len(latent) != len(self.exploration_matrices):
             return torch.mm(latent, self.exploration_mat)
         return torch.bmm(latent.unsqueeze(dim=1), self.exploration_matrices).squeeze(dim=1)

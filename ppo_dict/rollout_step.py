@@ -110,8 +110,9 @@ class PolicyStep:
         return run(self._pi, features), run(self._vf, features)
 
     @torch.inference_mode()
-    def __call__(self, obs: TensorObs, out: Optional[Out] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows)."""
+    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
+        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix)."""
         if self.multi:
             return self._forward(obs, out)
         latent_pi, latent_vf = self.latents(obs)
@@ -126,7 +127,7 @@ class PolicyStep:
         elif self.discrete:
             actions, log_probs = self._categorical(head, pair)
         else:
-            actions, log_probs = self._state_dependent(head, latent_pi, pair)
+            actions, log_probs = self._state_dependent(head, latent_pi, pair, rows)
         return actions, values, log_probs
 
     def _gaussian(self, mean: torch.Tensor, out: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,12 +159,13 @@ class PolicyStep:
             row.copy_(result.reshape(row.shape))
         return out[0], out[1].view(-1, 1), out[2]
 
-    def _state_dependent(self, mean: torch.Tensor, latent: torch.Tensor, out: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _state_dependent(self, mean: torch.Tensor, latent: torch.Tensor, out: Optional[tuple[torch.Tensor, torch.Tensor]],
+                         rows: Optional[slice]) -> tuple[torch.Tensor, torch.Tensor]:
         """gSDE's sample and its ``log_prob(...).sum(1)`` (sb3 ``StateDependentNoiseDistribution``):
         scale ``sqrt(latent**2 @ std**2 + eps)``, actions ``mean + noise(latent)``."""
         gsde = self.policy.action_head.gsde
         scale = torch.sqrt(torch.mm(latent**2, self._std_squared) + gsde.epsilon)
-        actions = torch.add(mean, gsde.get_noise(latent), out=None if out is None else out[0])
+        actions = torch.add(mean, gsde.get_noise(latent, rows), out=None if out is None else out[0])
         log_prob = (actions - mean) ** 2 / -(2 * scale**2) - scale.log() - LOG_SQRT_2PI
         return actions, torch.sum(log_prob, dim=1, out=None if out is None else out[1])
 

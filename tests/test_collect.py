@@ -83,7 +83,7 @@ def test_double_buffered_reacher_returns_within_the_exact_spread() -> None:
 
 
 @pytest.mark.parametrize("cfg", [
-    PENDULUM.replace(n_envs=8, use_sde=True, sde_sample_freq=4),  # halves take gSDE's one-matrix path (a batch other than n_envs)
+    PENDULUM.replace(n_envs=8, use_sde=True, sde_sample_freq=4),  # each half explores with its own envs' gSDE matrices
     Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="dict", action="multi_binary"),
            n_envs=8, num_workers=2, n_steps=16, batch_size=64, n_epochs=2, seed=2, total_timesteps=2 * 128),
 ], ids=["gsde", "multi_binary"])

@@ -86,3 +86,23 @@ def test_outputs_land_in_the_storage_rows_with_the_same_values(name: str) -> Non
     assert torch.equal(rows[0][1].reshape(expected[0].shape), expected[0].to(dtype))
     assert torch.equal(rows[1][1], expected[1].ravel()) and torch.equal(rows[2][1], expected[2])
     assert not rows[1][0].any() and not rows[1][2].any()  # only the step's own row was written
+
+
+def test_gsde_halves_explore_with_their_own_envs_matrices() -> None:
+    """Double-buffered halves (a batch other than n_envs) keep one exploration matrix per env: the
+    half's rows of the matrices, not the single matrix sb3 takes for other batch sizes."""
+    obs_space, action_space, kwargs = CASES["gsde"]
+    torch.manual_seed(0)
+    policy = ActorCritic(obs_space, action_space, **kwargs)
+    policy.reset_noise(8)
+    gsde = policy.action_head.gsde
+    latent = torch.randn(8, gsde.exploration_matrices.shape[1])
+    whole = gsde.get_noise(latent)  # the whole batch: one matrix per env, as sb3
+    for rows in (slice(0, 4), slice(4, 8)):
+        assert torch.equal(gsde.get_noise(latent[rows], rows), whole[rows])
+    assert not torch.equal(gsde.get_noise(latent[4:8]), whole[4:8])  # sb3's single matrix for a batch other than its own
+    # the step passes the half's rows through: the same actions as the mean plus that noise
+    step, obs = PolicyStep(policy, 4), random_obs(obs_space, 4, np.random.default_rng(0))
+    latent_pi = step.latents(obs)[0]
+    expected = torch.add(policy.action_net(latent_pi), gsde.get_noise(latent_pi, slice(4, 8)))
+    assert torch.equal(step(obs, rows=slice(4, 8))[0], expected)
