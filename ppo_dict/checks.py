@@ -16,6 +16,7 @@ from gymnasium import spaces
 from ppo_dict.config import MODELS, RESUME_AUTO, Config
 from ppo_dict.distributions import action_space_problem
 from ppo_dict.envs import contains_image, ppo_observation_problem
+from ppo_dict.storage import vector_obs_shapes
 from ppo_dict.errors import ConfigError
 from ppo_dict.hyperparams import load_hyperparams
 from ppo_dict.trained_agent import TrainedAgent, agent_problems
@@ -63,6 +64,12 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
         problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
+    if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
+        stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
+        if stacked:
+            problems.append(f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each observation "
+                            f"before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the statistics of {stacked} "
+                            "would be over stacks (their zero padding included) and not sb3's: use --norm_obs False, or no --frame_stack")
     if cfg.double_buffer and n_envs < 2 * backend.unit:
         problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
     if not backend.makes_gym_envs:

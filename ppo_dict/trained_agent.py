@@ -253,10 +253,11 @@ def agent_problems(agent: TrainedAgent, cfg: Config, observation_space: spaces.S
     if agent.normalizer_state is not None and cfg.normalize:
         from ppo_dict.storage import vector_obs_shapes
 
-        ours = tuple(vector_obs_shapes(observation_space))
-        if sorted(agent.normalized_keys) != sorted(ours):
-            problems.append(f"trained_agent: {agent.vecnormalize} normalises {list(agent.normalized_keys)}, "
-                            f"ppo_dict normalises the vector keys {list(ours)}")
+        ours = {key: tuple(shape) for key, shape in vector_obs_shapes(observation_space).items()}
+        saved = {key: tuple(np.shape(rms["mean"])) for key, rms in agent.normalizer_state["obs_rms"].items()}
+        if saved != ours:
+            problems.append(f"trained_agent: {agent.vecnormalize} normalises {saved} (key: shape), "
+                            f"ppo_dict normalises the vector keys {ours}")
     return problems
 
 

@@ -92,3 +92,16 @@ def test_every_space_sb3_takes_passes_the_check() -> None:
     every_leaf = spaces.Dict({"a": spaces.MultiDiscrete([2, 3]), "b": spaces.MultiBinary([2, 2]), "c": spaces.Discrete(3), "d": spaces.Box(-1, 1, (2,))})
     for action_space in (spaces.MultiDiscrete([3, 2]), spaces.MultiBinary(4), spaces.Box(-1, 1, (2,)), spaces.Discrete(2)):
         validate(spaces_config(every_leaf, action_space, use_sde=isinstance(action_space, spaces.Box)))
+
+
+def test_frame_stack_of_normalised_vectors_is_refused_with_why() -> None:
+    """sb3/rl-zoo normalise before VecFrameStack; ppo_dict stacks in the env, so normalised stacked vectors would differ."""
+    cfg = Config(env="gym_Pendulum-v1", frame_stack=3, normalize=True, num_workers=0, n_envs=2)
+    assert problems_of(cfg) == [
+        "frame_stack=3: with normalize and norm_obs, sb3 and rl-zoo normalise each observation before VecFrameStack stacks them, "
+        "but ppo_dict stacks inside the env, so the statistics of ['obs'] would be over stacks (their zero padding included) "
+        "and not sb3's: use --norm_obs False, or no --frame_stack"]
+    validate(cfg.replace(norm_obs=False))  # rewards only: nothing stacked is normalised
+    # rendered pixels stack only their frames (uint8, never normalised), not the state beside them
+    validate(Config(env="gym_Reacher-v5", pixel_obs_wrapper=True, pixel_keep_state=True, image_size=36, frame_stack=2, model="cnn",
+                    normalize=True, num_workers=0, n_envs=2))

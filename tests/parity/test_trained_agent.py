@@ -10,16 +10,19 @@ from __future__ import annotations
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 from stable_baselines3 import A2C, PPO as SB3PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args
+from ppo_dict.config import Config
 from ppo_dict.errors import CheckpointError, ConfigError
-from ppo_dict.trained_agent import apply_trained_agent, gymnasium_unpatched, read_trained_agent
+from ppo_dict.trained_agent import TrainedAgent, agent_problems, apply_trained_agent, gymnasium_unpatched, read_trained_agent
 from tests.parity.sides import assert_same_record, learn_sb3, run_ours
 from tests.test_main_ppo import run_cli
 
@@ -233,3 +236,17 @@ def test_rl_zoo_train_continued_by_rl_zoo_and_by_ppo_dict_from_the_command_line(
     ours_rms = state["normalizer"]["obs_rms"]["obs"]
     assert np.array_equal(vec_normalize.obs_rms.mean, ours_rms["mean"].numpy()) and np.array_equal(vec_normalize.obs_rms.var, ours_rms["var"].numpy())
     assert np.array_equal(vec_normalize.ret_rms.var, state["normalizer"]["ret_rms"]["var"].numpy())
+
+
+def test_statistics_of_another_shape_are_refused_before_anything_starts() -> None:
+    """A pkl whose statistics have other keys or shapes than the observations ppo_dict normalises
+    (e.g. rl-zoo's unstacked VecNormalize beside a stacked env) is named, not loaded into a crash."""
+    box = spaces.Box(-1, 1, (3,), np.float32)
+    rms = {"mean": np.zeros(3), "var": np.ones(3), "count": 1.0}
+    agent = TrainedAgent(path="a.zip", saved={}, pinned={}, policy_state={}, optimizer_state={}, n_updates=0, observation_space=box,
+                         action_space=box, vecnormalize="a/vecnormalize.pkl", normalizer_state={"obs_rms": {"obs": rms}})
+    cfg = Config(env="gym_Pendulum-v1", normalize=True)
+    assert agent_problems(agent, cfg, box, box) == []
+    stacked = spaces.Box(-1, 1, (9,), np.float32)
+    assert agent_problems(agent, cfg, stacked, box)[-1] == (
+        "trained_agent: a/vecnormalize.pkl normalises {'obs': (3,)} (key: shape), ppo_dict normalises the vector keys {'obs': (9,)}")
