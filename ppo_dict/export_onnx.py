@@ -4,9 +4,10 @@ The graph takes observations as the env gives them (a batch: ``obs`` for a singl
 input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
 action the env gets: what :func:`ppo_dict.evaluation.predict_actions` computes. With
 ``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
-computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian policies
-return their mean clipped to the action bounds, categorical ones their most probable action
-(int64). Runs in onnxruntime, or anything that reads ONNX; needs the ``onnx`` extra (``onnx``,
+computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
+policies return their mean clipped to the action bounds, categorical ones their most probable
+action (int64), MultiDiscrete ones the most probable entry of each (int64), MultiBinary ones each
+bit whose probability rounds to 1. Runs in onnxruntime, or anything that reads ONNX; needs the ``onnx`` extra (``onnx``,
 ``onnxscript``, torch's exporter, and ``onnxruntime`` to check the file against ppo_dict).
 """
 from __future__ import annotations

@@ -170,8 +170,6 @@ def load_hyperparams(path: str, env: str) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(document, dict):
         return {}, [f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"]
     names = _entry_names(env)
-    if ATARI_ENTRY in document and is_atari_env(env):
-        names.append(ATARI_ENTRY)  # rl-zoo: an Atari game without an entry of its own takes "atari"
     for name in names:
         if name in document:
             entry = document[name]

@@ -44,7 +44,8 @@ class RunningMeanStd:
 class Normalizer:
     """Observation (per dict key) and reward normalisation for ``n_envs`` parallel envs.
 
-    ``obs_shapes`` are the observation keys to normalise (all vector keys; uint8 images are left alone).
+    ``obs_shapes`` are the observation keys to normalise (:func:`~ppo_dict.storage.vector_obs_shapes`:
+    every Box key but uint8 images; the integer keys of Discrete, MultiDiscrete and MultiBinary are left alone).
     """
 
     def __init__(
