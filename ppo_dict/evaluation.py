@@ -17,14 +17,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.envs import EnvSpec, is_channel_last, make_env
+from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
 from ppo_dict.seeding import preserved_rng
-from ppo_dict.storage import OBS_KEY, obs_layout, obs_to_tensor
+from ppo_dict.storage import channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view
 
 if TYPE_CHECKING:
     from ppo_dict.ppo import PPO
@@ -73,8 +73,7 @@ class VideoWriter:
 
 def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
     """One env's observation as ``{key: [1, *shape]}`` arrays in the storage's dtypes."""
-    layout = obs_layout(space)
-    parts = obs if isinstance(space, spaces.Dict) else {OBS_KEY: obs}
+    layout, parts = obs_layout(space), obs_parts(space, obs)
     return {key: np.asarray(parts[key], dtype=dtype).reshape(1, *shape) for key, (shape, dtype) in layout.items()}
 
 
@@ -93,9 +92,7 @@ def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch
     batch = dict(batch)
     if normalizer is not None:
         batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
-    subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {OBS_KEY: observation_space}
-    batch = {k: np.moveaxis(v, -1, -3) if is_channel_last(subspaces[k]) else v for k, v in batch.items()}
-    policy_input = batch if isinstance(observation_space, spaces.Dict) else batch[OBS_KEY]
+    policy_input = policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
     actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)[0].cpu().numpy()
     if isinstance(action_space, spaces.Box):
         actions = np.clip(actions, action_space.low, action_space.high)

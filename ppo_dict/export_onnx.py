@@ -31,14 +31,14 @@ from torch import nn
 from ppo_dict.checkpoint import to_numpy
 from ppo_dict.config import Config
 from ppo_dict.enjoy import model_file
-from ppo_dict.envs import is_channel_last, make_env
+from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError, ExportError
 from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import atomic_write, load_model_state
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.ppo import build_normalizer
-from ppo_dict.storage import OBS_KEY, obs_layout
+from ppo_dict.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
 from ppo_dict.vec import env_spec
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
@@ -53,9 +53,9 @@ class DeterministicPolicy(nn.Module):
         super().__init__()
         self.policy = policy
         self.dict_obs = isinstance(observation_space, spaces.Dict)
-        subspaces = observation_space.spaces if self.dict_obs else {OBS_KEY: observation_space}
         self.keys = list(obs_layout(observation_space))
-        self.channel_last = [k for k in self.keys if is_channel_last(subspaces[k])]
+        channel_last = channel_last_keys(observation_space)
+        self.channel_last = [k for k in self.keys if k in channel_last]
         self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
         self.clip_obs = normalizer.clip_obs if normalizer is not None else 0.0
         for i, key in enumerate(self.normalized):  # sb3: (obs - mean) / sqrt(var + eps), in float64
@@ -108,8 +108,7 @@ def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict
     Unbounded Box dimensions are drawn from a normal distribution (gymnasium's ``sample``)."""
     observation_space.seed(seed)
     draws = [observation_space.sample() for _ in range(n)]
-    layout = obs_layout(observation_space)
-    parts = draws if isinstance(observation_space, spaces.Dict) else [{OBS_KEY: d} for d in draws]
+    layout, parts = obs_layout(observation_space), [obs_parts(observation_space, d) for d in draws]
     return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts]) for key, (shape, dtype) in layout.items()}
 
 

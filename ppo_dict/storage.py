@@ -58,6 +58,28 @@ def obs_layout(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], np.dtype
     return {key: _leaf_layout(sub) for key, sub in storage_keys(space).items()}
 
 
+def obs_parts(space: spaces.Space, obs: Any) -> dict[str, Any]:
+    """One env's observation split into :func:`storage_keys`' keys (a Tuple's items as ``"0"``, ``"1"``...)."""
+    if isinstance(space, spaces.Tuple):
+        return {str(i): part for i, part in enumerate(obs)}
+    return obs if isinstance(space, spaces.Dict) else {OBS_KEY: obs}
+
+
+def channel_last_keys(space: spaces.Space) -> frozenset[str]:
+    """The keys holding images stored as the env gives them, ``[H, W, C]``; the policy sees them as ``[C, H, W]``."""
+    return frozenset(k for k, sub in storage_keys(space).items() if is_channel_last(sub))
+
+
+def policy_view(obs: dict[str, np.ndarray], channel_last: frozenset[str], dict_obs: bool) -> PolicyObs:
+    """``[B, ...]`` batches in the policy's input form: channel-last images as transposed *views*
+    ``[B, C, H, W]`` (sb3's VecTransposeImage hands its policy the same non-contiguous view, and a
+    convolution rounds differently on another memory layout: 3.7e-9 in the actions); the single
+    array, or the dict for Dict spaces."""
+    if channel_last:
+        obs = {k: np.moveaxis(v, -1, -3) if k in channel_last else v for k, v in obs.items()}
+    return obs if dict_obs else obs[OBS_KEY]
+
+
 def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     """``{key: shape}`` of the keys observation normalisation applies to: every Box that is not a
     uint8 image (the integer observations of Discrete, MultiDiscrete and MultiBinary keys are left
@@ -101,8 +123,7 @@ class RolloutStorage:
         self.n_steps, self.n_envs = n_steps, n_envs
         self.is_dict_obs = isinstance(observation_space, spaces.Dict)
         self.obs_layout = obs_layout(observation_space)
-        #: images stored as the env gives them, [H, W, C]; the policy sees them as [C, H, W]
-        self.channel_last_keys = frozenset(k for k, sub in storage_keys(observation_space).items() if is_channel_last(sub))
+        self.channel_last_keys = channel_last_keys(observation_space)
         self.composite_actions = isinstance(action_space, (spaces.Dict, spaces.Tuple))
         if self.composite_actions:
             problem = vec_space_problem(action_space, "action")
@@ -161,22 +182,9 @@ class RolloutStorage:
         parts = {key: arr[env].copy() for key, arr in self.env_actions.items()}
         return parts if isinstance(self.action_space, spaces.Dict) else tuple(parts.values())
 
-    def obs_parts(self, obs: Any) -> dict[str, Any]:
-        """One env's observation split into the storage's keys (a Tuple's items as ``"0"``, ``"1"``...)."""
-        if isinstance(self.observation_space, spaces.Tuple):
-            return {str(i): part for i, part in enumerate(obs)}
-        return obs if self.is_dict_obs else {OBS_KEY: obs}
-
     def as_policy_input(self, obs: dict[str, np.ndarray]) -> PolicyObs:
-        """The policy's input form (the single array, or the dict for Dict spaces) of ``[B, ...]`` batches.
-
-        Channel-last images become transposed *views* ``[B, C, H, W]``: sb3's VecTransposeImage
-        hands its policy the same non-contiguous view during rollouts, and a convolution rounds
-        differently on another memory layout (3.7e-9 in the actions).
-        """
-        if self.channel_last_keys:
-            obs = {k: np.moveaxis(v, -1, -3) if k in self.channel_last_keys else v for k, v in obs.items()}
-        return obs if self.is_dict_obs else obs[OBS_KEY]
+        """:func:`policy_view` of ``[B, ...]`` batches of this storage's observations."""
+        return policy_view(obs, self.channel_last_keys, self.is_dict_obs)
 
     def terminal_input(self, env: int) -> PolicyObs:
         """Env ``env``'s terminal observation as the policy sees it, a batch of one built as sb3's

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from ppo_dict.envs.monitor import EPISODE, is_monitored, is_wrapped
-from ppo_dict.storage import OBS_KEY, RolloutStorage
+from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
 
 Seeds = Sequence[Optional[int]]
 
@@ -94,7 +94,7 @@ class GymRunner:
         if self.single_obs:
             target[OBS_KEY][row] = obs
         else:
-            parts = self.storage.obs_parts(obs)
+            parts = obs_parts(self.storage.observation_space, obs)
             for key, arr in target.items():
                 arr[row] = parts[key]
 

@@ -95,6 +95,7 @@ class ShmVecEnv(VecEnv):
         blocks = split_columns(0, n_envs, num_workers)
         self._group = WorkerGroup(backend, blocks, n_steps=1, mp_method=start_method, step_timeout=step_timeout)
         self.storage = self._group.storage
+        self._leaves = storage_keys(observation_space)  # {storage key: leaf space}, read by every step's _obs
         self.waiting = False
         super().__init__(n_envs, observation_space, action_space)
 
@@ -145,8 +146,7 @@ class ShmVecEnv(VecEnv):
         """Copies of ``env_obs[row]`` in the env's own layout, as ``DummyVecEnv`` returns them:
         ``(n_envs, *space shape)`` per leaf (Discrete: ``(n_envs,)``), an OrderedDict for a Dict space,
         a tuple for a Tuple space."""
-        leaves = storage_keys(self.observation_space)
-        obs = OrderedDict((key, self.storage.env_obs[key][row].reshape(self.num_envs, *sub.shape).copy()) for key, sub in leaves.items())
+        obs = OrderedDict((key, self.storage.env_obs[key][row].reshape(self.num_envs, *sub.shape).copy()) for key, sub in self._leaves.items())
         if isinstance(self.observation_space, gym.spaces.Dict):
             return obs
         if isinstance(self.observation_space, gym.spaces.Tuple):
