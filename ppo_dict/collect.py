@@ -27,7 +27,7 @@ from ppo_dict.normalize import Normalizer
 from ppo_dict.performance import Timing
 from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
-from ppo_dict.storage import StepObsToDevice, obs_to_tensor
+from ppo_dict.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
 
@@ -186,7 +186,9 @@ class Collector:
         """
         value, rows = self.policy_steps[self.n_envs].value, np.flatnonzero(truncated)
         if len(self.parts) > 1 and len(rows) > 1:
-            batch = self.storage.as_policy_input({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()})
+            # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
+            # batch could round differently from one run to the next on an AVX-512 CPU
+            batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
             rewards[rows] += self.cfg.gamma * value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
             return
         for idx in rows:

@@ -24,7 +24,7 @@ from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
 from ppo_dict.seeding import preserved_rng
-from ppo_dict.storage import channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view
+from ppo_dict.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view
 
 if TYPE_CHECKING:
     from ppo_dict.ppo import PPO
@@ -92,6 +92,7 @@ def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch
     batch = dict(batch)
     if normalizer is not None:
         batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
+    batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
     policy_input = policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
     actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)[0].cpu().numpy()
     if isinstance(action_space, spaces.Box):

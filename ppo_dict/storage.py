@@ -16,6 +16,7 @@ Each array has one meaning, named by its prefix:
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterable, Union
 
 import numpy as np
@@ -31,10 +32,59 @@ TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 #: The key of the single observation array when the observation space is not a Dict.
 OBS_KEY = "obs"
+#: The alignment, in bytes, of every array a kernel reads: what torch's CPU allocator gives a fresh
+#: tensor (c10's ``gAlignment``), and a multiple of the 16 bytes numpy's allocations give sb3's
+#: arrays. On AVX-512 CPUs a matmul rounds a row that starts 8 bytes off differently (docs/sb3_parity.md).
+ALIGN = 64
 
 
-def zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return np.zeros(shape, dtype=dtype)
+def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """C-contiguous zeros whose first byte is :data:`ALIGN`-aligned (numpy only promises 16 bytes)."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
+#: The default ``alloc``: ordinary memory, aligned as a fresh torch tensor.
+zeros = aligned_zeros
+
+
+def is_aligned(arr: np.ndarray) -> bool:
+    """C-contiguous and starting on an :data:`ALIGN` boundary: laid out as a fresh allocation."""
+    return arr.flags.c_contiguous and arr.ctypes.data % ALIGN == 0
+
+
+def aligned(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``batch`` with every array laid out as a fresh allocation (:func:`is_aligned`): copied where
+    it is not, so that what a kernel reads never depends on where a view happened to start."""
+    out = {}
+    for key, arr in batch.items():
+        if not is_aligned(arr):
+            arr, src = aligned_zeros(arr.shape, arr.dtype), arr
+            arr[...] = src
+        out[key] = arr
+    return out
+
+
+def step_major(alloc: Alloc, steps: int, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A ``[steps, *row_shape]`` array whose every row ``arr[t]`` is C-contiguous and starts on an
+    :data:`ALIGN` boundary, as a fresh allocation of ``[*row_shape]`` would: ``alloc`` gives
+    ``[steps, padded]`` (rows padded to a multiple of ALIGN bytes), viewed without the padding.
+
+    Without the padding, row t of a ``[T, 3, 6]`` float32 array starts ``72 t`` bytes in: 8-byte
+    aligned at every other step, and the policy's first matmul rounded those rows differently.
+    """
+    dtype = np.dtype(dtype)
+    row_bytes = math.prod(row_shape) * dtype.itemsize
+    padded = -(-row_bytes // ALIGN) * ALIGN // dtype.itemsize
+    flat = alloc((steps, padded), dtype)
+    strides, stride = [], dtype.itemsize
+    for dim in reversed(row_shape):
+        strides.insert(0, stride)
+        stride *= dim
+    return np.lib.stride_tricks.as_strided(flat, (steps, *row_shape), (flat.strides[0], *strides))
 
 
 def _leaf_layout(sub: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
@@ -134,11 +184,12 @@ class RolloutStorage:
             act_shape, act_dtype, self.action_dim = action_layout(action_space)
         T, N = n_steps, n_envs
         # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
-        self.env_obs = {k: alloc((T + 1, N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        # Arrays indexed by step are step_major: each step's [N, ...] row is laid out as a fresh array.
+        self.env_obs = {k: step_major(alloc, T + 1, (N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
         self.env_terminal_obs = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        self.env_rewards = alloc((T, N), np.dtype(np.float32))
-        self.terminated = alloc((T, N), np.dtype(np.bool_))
-        self.truncated = alloc((T, N), np.dtype(np.bool_))
+        self.env_rewards = step_major(alloc, T, (N,), np.dtype(np.float32))
+        self.terminated = step_major(alloc, T, (N,), np.dtype(np.bool_))
+        self.truncated = step_major(alloc, T, (N,), np.dtype(np.bool_))
         self.episode_return = alloc((N,), np.dtype(np.float64))
         self.episode_length = alloc((N,), np.dtype(np.int64))
         if self.composite_actions:
@@ -148,19 +199,20 @@ class RolloutStorage:
             self.env_actions = alloc((N, *act_shape), act_dtype)
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
-        self.rewards = np.zeros((T, N), dtype=np.float32)
-        self.actions = np.zeros((T, N, self.action_dim), dtype=act_dtype)
-        self.episode_starts = np.zeros((T, N), dtype=np.float32)
-        self.values = np.zeros((T, N), dtype=np.float32)
-        self.log_probs = np.zeros((T, N), dtype=np.float32)
-        self.advantages = np.zeros((T, N), dtype=np.float32)
-        self.returns = np.zeros((T, N), dtype=np.float32)
+        self.rewards = step_major(zeros, T, (N,), np.dtype(np.float32))
+        self.actions = step_major(zeros, T, (N, self.action_dim), act_dtype)
+        self.episode_starts = step_major(zeros, T, (N,), np.dtype(np.float32))
+        self.values = step_major(zeros, T, (N,), np.dtype(np.float32))
+        self.log_probs = step_major(zeros, T, (N,), np.dtype(np.float32))
+        self.advantages = step_major(zeros, T, (N,), np.dtype(np.float32))
+        self.returns = step_major(zeros, T, (N,), np.dtype(np.float32))
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
         for key in keys:
-            self.obs[key] = np.zeros_like(self.env_obs[key])
-            self.terminal_obs[key] = np.zeros_like(self.env_terminal_obs[key])
+            shape, dtype = self.obs_layout[key]
+            self.obs[key] = step_major(zeros, self.n_steps + 1, (self.n_envs, *shape), dtype)
+            self.terminal_obs[key] = zeros((self.n_envs, *shape), dtype)
 
     # ------------------------------------------------------------------ views
     def obs_at(self, t: int) -> dict[str, np.ndarray]:
@@ -190,12 +242,12 @@ class RolloutStorage:
         """Env ``env``'s terminal observation as the policy sees it, a batch of one built as sb3's
         ``obs_to_tensor`` builds it.
 
+        sb3 copies the observation first (``np.array``): so is the row here, into an aligned array.
         Channel-last images: ``np.transpose(obs, (2, 0, 1)).reshape(-1, C, H, W)``, a view whose
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
         """
         obs = {}
-        for key, arr in self.terminal_obs.items():
-            one = arr[env]
+        for key, one in aligned({key: arr[env] for key, arr in self.terminal_obs.items()}).items():
             if key in self.channel_last_keys:
                 obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
             else:

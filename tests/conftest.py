@@ -14,6 +14,32 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+def cpu_description() -> list[str]:
+    """Which CPU the parity suite ran on: exactness is proven per CPU (docs/sb3_parity.md items 18-19)."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    simd = " ".join(sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))) or "none listed"
+    return [f"cpu: {model}; {os.cpu_count()} logical cores; {simd}",
+            f"torch {torch.__version__}: cpu capability {torch.backends.cpu.get_cpu_capability()}"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The CPU at the end of every run (also under ``-q``), so a log says where parity was shown."""
+    terminalreporter.section("machine")
+    for line in cpu_description():
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     previous = torch.get_num_threads()

@@ -16,10 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ppo_dict.storage import Alloc, RolloutStorage
-
-#: Field offsets in the shared buffer are rounded up to a cache line.
-ALIGN = 64
+from ppo_dict.storage import ALIGN, Alloc, RolloutStorage
 
 
 @dataclass(frozen=True)
@@ -27,7 +24,8 @@ class SharedLayout:
     """Where each env-written storage field lives in the shared buffer.
 
     ``fields[k] = (byte offset, shape, dtype string)`` of the k-th ``alloc`` call that
-    :class:`RolloutStorage` makes; ``nbytes`` is the buffer size.
+    :class:`RolloutStorage` makes, each a multiple of :data:`~ppo_dict.storage.ALIGN` from the
+    buffer's first aligned byte; ``nbytes`` is the buffer size, with room to find that byte.
     """
 
     fields: tuple[tuple[int, tuple[int, ...], str], ...]
@@ -48,19 +46,25 @@ def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_s
         return np.broadcast_to(np.zeros((), dtype), shape)
 
     RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure)
-    return SharedLayout(tuple(fields), max(offset, ALIGN))
+    return SharedLayout(tuple(fields), max(offset, ALIGN) + ALIGN)
 
 
 def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
-    """An ``alloc`` that returns the layout's views of ``buffer`` (a RawArray), in order."""
+    """An ``alloc`` that returns the layout's views of ``buffer`` (a RawArray), in order, each starting
+    on an :data:`~ppo_dict.storage.ALIGN` boundary of this process's address space.
+
+    ``multiprocessing`` places a RawArray at the same offset of a page-aligned mapping in every
+    process, so the padding to the first aligned byte, and so every view, is the same in all of them.
+    """
     memory = memoryview(buffer).cast("B")
+    base = -np.frombuffer(memory, dtype=np.uint8, count=1).ctypes.data % ALIGN
     entries = iter(layout.fields)
 
     def alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         offset, planned_shape, planned_dtype = next(entries)
         if (tuple(shape), np.dtype(dtype).str) != (planned_shape, planned_dtype):
             raise RuntimeError(f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked {tuple(shape)} {np.dtype(dtype)}")
-        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+        return np.frombuffer(memory, dtype=dtype, count=math.prod(shape), offset=base + offset).reshape(shape)
 
     return alloc
 

@@ -2,24 +2,56 @@
 from __future__ import annotations
 
 
+import multiprocessing as mp
+
+import numpy as np
 import pytest
+from gymnasium import spaces
 
-from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout
-
-
-
+from ppo_dict.storage import RolloutStorage
+from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 
 
 def test_layout_covers_every_env_written_field() -> None:
-    """Pendulum: obs float32[T+1,N,3], terminal obs, rewards, 2 flags, ep return/length, actions."""
+    """Pendulum: obs float32[T+1,N,3], terminal obs, rewards, 2 flags, ep return/length, actions;
+    the arrays indexed by step hold rows padded to 64 bytes (a row of 2 x 3 floats: 16 floats)."""
     import gymnasium as gym
 
     env = gym.make("Pendulum-v1")
     layout = plan_layout(env.observation_space, env.action_space, n_steps=5, n_envs=2)
     shapes = [(shape, dtype) for _, shape, dtype in layout.fields]
-    assert shapes == [((6, 2, 3), "<f4"), ((2, 3), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2,), "<f8"), ((2,), "<i8"), ((2, 1), "<f4")]
+    assert shapes == [((6, 16), "<f4"), ((2, 3), "<f4"), ((5, 16), "<f4"), ((5, 64), "|b1"), ((5, 64), "|b1"), ((2,), "<f8"), ((2,), "<i8"), ((2, 1), "<f4")]
     assert all(offset % 64 == 0 for offset, _, _ in layout.fields)
-    assert layout.nbytes == 192 + 7 * 64  # 144 bytes of obs round up to 192
+    assert layout.nbytes == 6 * 64 + 64 + 3 * 5 * 64 + 3 * 64 + 64  # the last 64: room to find the first aligned byte
+
+
+SPACE = spaces.Dict({"image": spaces.Box(0, 255, (5, 7, 3), np.uint8), "state": spaces.Box(-1, 1, (3,), np.float32)})
+
+
+def _write_from_another_process(buffer, layout, n_envs: int) -> None:
+    storage = RolloutStorage(SPACE, spaces.Discrete(4), 3, n_envs, alloc=view_alloc(buffer, layout))
+    for t in range(4):
+        if storage.env_obs["state"][t].ctypes.data % 64:
+            raise SystemExit(3)
+        storage.env_obs["state"][t] = t + np.arange(n_envs * 3, dtype=np.float32).reshape(n_envs, 3)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3, 5])
+def test_every_step_row_is_aligned_in_every_process_that_maps_the_buffer(n_envs: int) -> None:
+    """The views start on 64-byte boundaries in the worker's address space as in the main's, and
+    are the same bytes: what a forkserver process writes, this one reads at the same rows."""
+    ctx = mp.get_context("forkserver")
+    layout = plan_layout(SPACE, spaces.Discrete(4), 3, n_envs)
+    buffer = ctx.RawArray("b", layout.nbytes)
+    storage = RolloutStorage(SPACE, spaces.Discrete(4), 3, n_envs, alloc=view_alloc(buffer, layout))
+    worker = ctx.Process(target=_write_from_another_process, args=(buffer, layout, n_envs))
+    worker.start()
+    worker.join(60)
+    assert worker.exitcode == 0
+    for t in range(4):
+        for arr in storage.env_obs.values():
+            assert arr[t].ctypes.data % 64 == 0 and arr[t].flags.c_contiguous
+        np.testing.assert_array_equal(storage.env_obs["state"][t], t + np.arange(n_envs * 3, dtype=np.float32).reshape(n_envs, 3))
 
 
 def test_shared_memory_check_names_sizes_and_the_fix(monkeypatch) -> None:
