@@ -26,6 +26,9 @@ SPACES = {
     "dict_normalized": dict(**TOY, env_kwargs=dict(observation="dict", action="multi_discrete", episode_length=3), normalize=True),
     "image": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1, episode_length=5)),
     "image_channel_last": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5)),
+    # an image beside 5 float32 (rows of 20 bytes per env), MultiInputPolicy, the vector normalised
+    "dict_image_and_vector": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
+                                  normalize=True),
 }
 N_STEPS = 8
 
