@@ -154,7 +154,8 @@ class RolloutStorage:
     Written by environments (through ``alloc``):
         env_obs[key]: [n_steps+1, n_envs, *shape], the space's dtype: the env's observation after
             step t-1 is ``env_obs[t]`` (the reset obs for envs whose episode ended).
-        env_terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended.
+        env_terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended (each
+            env's row aligned, :func:`step_major`).
         env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
         episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
     Read by environments:
@@ -186,7 +187,8 @@ class RolloutStorage:
         # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
         # Arrays indexed by step are step_major: each step's [N, ...] row is laid out as a fresh array.
         self.env_obs = {k: step_major(alloc, T + 1, (N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        self.env_terminal_obs = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
+        # one env's terminal observation is a policy input of its own (the bootstrap): rows by env, aligned
+        self.env_terminal_obs = {k: step_major(alloc, N, shape, dtype) for k, (shape, dtype) in self.obs_layout.items()}
         self.env_rewards = step_major(alloc, T, (N,), np.dtype(np.float32))
         self.terminated = step_major(alloc, T, (N,), np.dtype(np.bool_))
         self.truncated = step_major(alloc, T, (N,), np.dtype(np.bool_))
@@ -212,7 +214,7 @@ class RolloutStorage:
         for key in keys:
             shape, dtype = self.obs_layout[key]
             self.obs[key] = step_major(zeros, self.n_steps + 1, (self.n_envs, *shape), dtype)
-            self.terminal_obs[key] = zeros((self.n_envs, *shape), dtype)
+            self.terminal_obs[key] = step_major(zeros, self.n_envs, shape, dtype)
 
     # ------------------------------------------------------------------ views
     def obs_at(self, t: int) -> dict[str, np.ndarray]:
@@ -242,7 +244,8 @@ class RolloutStorage:
         """Env ``env``'s terminal observation as the policy sees it, a batch of one built as sb3's
         ``obs_to_tensor`` builds it.
 
-        sb3 copies the observation first (``np.array``): so is the row here, into an aligned array.
+        sb3 copies the observation first (``np.array``), so the policy reads a fresh array; the rows
+        here are laid out as one (:func:`step_major` by env), and :func:`aligned` copies one that is not.
         Channel-last images: ``np.transpose(obs, (2, 0, 1)).reshape(-1, C, H, W)``, a view whose
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
         """
