@@ -4,8 +4,9 @@
 Reacher-v5, 8 envs, n_steps 256, minibatches of 256, 10 epochs, normalised observations, one thread.
 One rollout is collected (after a first update, so Adam's state exists), then every timed update
 starts from the same snapshot (parameters, Adam, numpy RNG). Rows:
-  * per minibatch, CPU microseconds of each part: the rows gathered, forward and loss (with the
-    logged figures), zero_grad, backward, clip_grad_norm_, the finite check, Adam;
+  * per minibatch, CPU microseconds of each part, this tree's loop and the commit's: the rows
+    gathered, forward and loss (with the logged figures), zero_grad, backward, clip_grad_norm_,
+    the finite check, Adam;
   * this tree's update against ``--against`` (a commit; its ``ppo_dict/update.py`` is loaded beside
     this one, the rest of the package shared): both must leave the same parameters, Adam state
     and logs, bit for bit; the ratio of CPU seconds and of wall seconds per round, medians.
@@ -90,20 +91,39 @@ class Fixture:
         return cpu, wall, (copy.deepcopy(m.policy.state_dict()), copy.deepcopy(m.optimizer.state_dict()), logs)
 
 
-def parts(fixture: Fixture, repeats: int) -> dict[str, float]:
-    """CPU microseconds per minibatch of each part of this tree's update loop."""
+class TorchCalls:
+    """``zero_grad``, ``clip_grad_norm_`` and ``step`` as sb3 calls them (an update.py without ``GradientStep``)."""
+
+    def __init__(self, policy: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.policy, self.optimizer = policy, optimizer
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
+
+    def adam_step(self) -> None:
+        self.optimizer.step()
+
+
+def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float]:
+    """CPU microseconds per minibatch of each part of ``module``'s update loop."""
     m, totals = fixture.model, defaultdict(float)
+    stepper = getattr(module, "GradientStep", TorchCalls)
+    takes_tensor = hasattr(module, "GradientStep")  # its take() gets the rows as a tensor
     for _ in range(repeats):
         fixture.restore()
-        rollout = update.RolloutTensors(m.storage.flat_samples(), False, m.device)
-        step, log = update.GradientStep(m.policy, m.optimizer), update.UpdateLog()
+        rollout = module.RolloutTensors(m.storage.flat_samples(), False, m.device)
+        step, log = stepper(m.policy, m.optimizer), module.UpdateLog()
         for _ in range(CFG.n_epochs):
-            indices = torch.from_numpy(np.random.permutation(CFG.n_steps * CFG.n_envs))
+            permutation = np.random.permutation(CFG.n_steps * CFG.n_envs)
+            indices = torch.from_numpy(permutation) if takes_tensor else permutation
             for start in range(0, len(indices), CFG.batch_size):
                 marks = [time.thread_time()]
                 batch = rollout.take(indices[start : start + CFG.batch_size])
                 marks.append(time.thread_time())
-                loss, _ = update.minibatch_loss(m.policy, batch, fixture.settings, log)
+                loss, _ = module.minibatch_loss(m.policy, batch, fixture.settings, log)
                 marks.append(time.thread_time())
                 step.zero_grad()
                 marks.append(time.thread_time())
@@ -111,7 +131,7 @@ def parts(fixture: Fixture, repeats: int) -> dict[str, float]:
                 marks.append(time.thread_time())
                 grad_norm = step.clip_grad_norm(fixture.settings.max_grad_norm)
                 marks.append(time.thread_time())
-                update._check_finite(0, 0, 0, loss=loss, grad_norm=grad_norm)
+                module._check_finite(0, 0, 0, loss=loss, grad_norm=grad_norm)
                 marks.append(time.thread_time())
                 step.adam_step()
                 marks.append(time.thread_time())
@@ -133,9 +153,12 @@ def main() -> None:
     a, b = fixture.run(before), fixture.run(update)
     if not same_values(a[2][:2], b[2][:2]) or repr(a[2][2]) != repr(b[2][2]):  # repr: exact floats, nan equal to nan
         raise SystemExit(f"this tree's update and {args.against}'s give different bits: not comparable")
-    costs = parts(fixture, 3)
-    total = sum(costs.values())
-    table.row(SETTING, "CPU per minibatch of 256, by part (this tree)", ", ".join(f"{k} {v:.0f} us" for k, v in costs.items()), f"total {total:.0f} us", "")
+    for _ in range(2):  # interleaved: this tree, then the commit's, twice; the medians of the two
+        costs = [parts(fixture, update, 2), parts(fixture, before, 2)]
+        both = costs if _ == 0 else [{k: statistics.median([a[k], b[k]]) for k in a} for a, b in zip(both, costs)]
+    for name, costs in zip(("this tree", args.against), both):
+        table.row(SETTING, f"CPU per minibatch of 256, by part ({name})", ", ".join(f"{k} {v:.0f} us" for k, v in costs.items()),
+                  f"total {sum(costs.values()):.0f} us", "")
     old, new = [], []
     for r in range(args.rounds):
         for module, out in ((before, old), (update, new)) if r % 2 == 0 else ((update, new), (before, old)):
