@@ -116,6 +116,7 @@ def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float
         fixture.restore()
         rollout = module.RolloutTensors(m.storage.flat_samples(), False, m.device)
         step, log = stepper(m.policy, m.optimizer), module.UpdateLog()
+        lean = {"evaluate": module.GaussianEvaluate.of(m.policy)} if hasattr(module, "GaussianEvaluate") else {}
         for _ in range(CFG.n_epochs):
             permutation = np.random.permutation(CFG.n_steps * CFG.n_envs)
             indices = torch.from_numpy(permutation) if takes_tensor else permutation
@@ -123,7 +124,7 @@ def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float
                 marks = [time.thread_time()]
                 batch = rollout.take(indices[start : start + CFG.batch_size])
                 marks.append(time.thread_time())
-                loss, _ = module.minibatch_loss(m.policy, batch, fixture.settings, log)
+                loss, _ = module.minibatch_loss(m.policy, batch, fixture.settings, log, **lean)
                 marks.append(time.thread_time())
                 step.zero_grad()
                 marks.append(time.thread_time())

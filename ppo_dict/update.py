@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.policy import ActorCritic
+from ppo_dict.rollout_step import LOG_SQRT_2PI, PolicyStep
 from ppo_dict.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
@@ -203,12 +204,50 @@ def _plain_adam_group(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -
     )
 
 
-def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+class GaussianEvaluate:
+    """``policy.evaluate_actions`` for a diagonal Gaussian policy on flattened vector observations,
+    without the module calls and the distribution objects: the trunks run through the rollout's
+    lean path (:meth:`PolicyStep.latents`), then torch's ``Normal`` expressions as sb3's
+    ``DiagGaussianDistribution`` evaluates them, op for op in the same order, so the autograd graph
+    (and every gradient) is the same. :meth:`of` gives None where it does not apply (other action
+    spaces, gSDE, other features extractors): those keep ``evaluate_actions``.
+    """
+
+    def __init__(self, policy: ActorCritic):
+        self.policy, self.step = policy, PolicyStep(policy, 1)
+
+    @classmethod
+    def of(cls, policy: ActorCritic) -> Optional["GaussianEvaluate"]:
+        lean = isinstance(policy.action_space, spaces.Box) and not policy.use_sde and type(policy).evaluate_actions is ActorCritic.evaluate_actions
+        evaluate = cls(policy) if lean else None
+        return evaluate if evaluate is not None and evaluate.step._features is not None else None
+
+    def __call__(self, obs: TensorObs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [B, 1], log_prob [B], entropy [B])``."""
+        policy = self.policy
+        latent_pi, latent_vf = self.step.latents(obs)
+        mean = policy.action_net.forward(latent_pi)
+        scale = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussian; Normal's broadcast_all keeps both as they are
+        var, log_scale = scale**2, scale.log()
+        log_prob = (-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(dim=1)
+        values = policy.value_net.forward(latent_vf)
+        entropy = (NORMAL_ENTROPY_CONSTANT + torch.log(scale)).sum(dim=1)
+        return values, log_prob, entropy
+
+
+#: ``0.5 + 0.5 * math.log(2 * math.pi)``, as torch's ``Normal.entropy`` adds it (a float, then the tensor).
+NORMAL_ENTROPY_CONSTANT = 0.5 + 0.5 * math.log(2 * math.pi)
+
+
+def minibatch_loss(
+    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
+) -> tuple[torch.Tensor, np.ndarray]:
     """sb3 ``PPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
+    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`).
 
     Returns ``(loss, approx_kl)``.
     """
-    values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions)
+    values, log_prob, entropy = (evaluate or policy.evaluate_actions)(batch.obs, batch.actions)
     values = values.flatten()
     advantages = batch.advantages
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
@@ -261,7 +300,7 @@ def ppo_update(
     data = storage.flat_samples()
     rollout = RolloutTensors(data, isinstance(policy.action_space, spaces.Discrete), device)
     buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
-    step = GradientStep(policy, optimizer)
+    step, evaluate = GradientStep(policy, optimizer), GaussianEvaluate.of(policy)
     log = UpdateLog()
     for epoch in range(settings.n_epochs):
         log.approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
@@ -269,7 +308,7 @@ def ppo_update(
         stopped = False
         for start in range(0, buffer_size, batch_size):
             batch = rollout.take(indices[start : start + batch_size])
-            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log)
+            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log, evaluate)
             log.approx_kl_divs.append(approx_kl_div)
             if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
                 stopped = True  # before the step: this minibatch is logged, not applied

@@ -7,7 +7,7 @@ from gymnasium import spaces
 from ppo_dict.policy import ActorCritic
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.performance import same_values
-from ppo_dict.update import GradientStep, RolloutTensors, UpdateSettings, compute_gae, explained_variance, ppo_update
+from ppo_dict.update import GaussianEvaluate, GradientStep, RolloutTensors, UpdateSettings, compute_gae, explained_variance, ppo_update
 
 
 def test_gae_by_hand() -> None:
@@ -130,3 +130,41 @@ def test_gradient_step_falls_back_where_torchs_step_differs() -> None:
         step.clip_grad_norm(0.5)
         step.adam_step()
     assert policy.log_std not in optimizer.state and optimizer.state[policy.value_net.weight]["step"] == 2
+
+
+LEAN_CASES = {  # observation space, policy keywords
+    "vector": (spaces.Box(-1, 1, (10,), np.float32), {}),
+    "float64_matrix_relu": (spaces.Box(-1, 1, (3, 4), np.float64), dict(activation_fn="relu", net_arch=[32])),
+}
+
+
+@pytest.mark.parametrize("case", list(LEAN_CASES))
+def test_gaussian_evaluate_gives_the_bits_of_evaluate_actions_and_their_gradients(case: str) -> None:
+    """The lean evaluation builds the same autograd graph: same outputs, same gradients of a loss of all three."""
+    obs_space, kwargs = LEAN_CASES[case]
+    torch.manual_seed(0)
+    policy = ActorCritic(obs_space, spaces.Box(-1, 1, (3,), np.float32), log_std_init=-0.4, **kwargs)
+    evaluate = GaussianEvaluate.of(policy)
+    assert evaluate is not None
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randn(64, *obs_space.shape, generator=g, dtype=torch.float64).to(torch.from_numpy(np.zeros(0, obs_space.dtype)).dtype)
+    actions = torch.randn(64, 3, generator=g)
+    grads = []
+    for outputs in (policy.evaluate_actions(obs, actions), evaluate(obs, actions)):
+        policy.zero_grad(set_to_none=True)
+        values, log_prob, entropy = outputs
+        (values.flatten().pow(2).mean() - (log_prob.exp() * torch.linspace(-1, 1, 64)).mean() - 0.01 * entropy.mean()).backward()
+        grads.append(([o.detach() for o in outputs], [p.grad.clone() for p in policy.parameters()]))
+    (ref_out, ref_grads), (out, lean_grads) = grads
+    assert all(torch.equal(a, b) for a, b in zip(ref_out, out))
+    assert all(torch.equal(a, b) for a, b in zip(ref_grads, lean_grads))
+
+
+def test_gaussian_evaluate_only_where_it_applies() -> None:
+    box, image = spaces.Box(-1, 1, (4,), np.float32), spaces.Box(0, 255, (3, 36, 36), np.uint8)
+    action = spaces.Box(-1, 1, (2,), np.float32)
+    assert GaussianEvaluate.of(ActorCritic(box, spaces.Discrete(2))) is None
+    assert GaussianEvaluate.of(ActorCritic(box, action, use_sde=True)) is None
+    assert GaussianEvaluate.of(ActorCritic(image, action, model="cnn")) is None
+    assert GaussianEvaluate.of(ActorCritic(spaces.Dict({"a": box}), action)) is None
+    assert GaussianEvaluate.of(ActorCritic(box, action, share_features_extractor=False)) is None
