@@ -8,9 +8,10 @@ Reacher-v5 with sb3's MLP (64x64 tanh), the configuration PPO users train with: 
      balanced), double-buffered ones, and the in-process pool; the main process's own work per
      step (policy and bookkeeping) from ppo_dict's time/* figures;
   3. training (rollouts and updates): sb3 on DummyVecEnv against ppo_dict, exact and double-buffered;
-then pure env stepping through the pool with 1 and 2 worker processes, and a 1M-step soak (resident
-memory and open fds of main and workers). Every comparison is the median of per-round ratios;
-CPU time per env step sums this process and its workers. Rows are appended to perf_log.md.
+then pure env stepping through the pool with 1 and 2 worker processes, a 1M-step soak (resident
+memory and open fds of main and workers), and the pipeline's own cost: an env that does no work
+through the pool and through sb3's DummyVecEnv at 64 and 256 envs (``bench_pipeline.py``). Every
+comparison is the median of per-round ratios; CPU time per env step sums this process and its workers. Rows are appended to perf_log.md.
 
     python benchmarks/bench.py [--quick] [--no_log] [--envs 8,32] [--device cpu|cuda]
 """
@@ -32,6 +33,7 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
+from benchmarks.bench_pipeline import run_pipeline  # noqa: E402
 from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
 from ppo_dict.config import Config  # noqa: E402
 from ppo_dict.performance import build_env_pool  # noqa: E402
@@ -39,6 +41,7 @@ from ppo_dict.ppo import PPO  # noqa: E402
 
 ENV_ID = "Reacher-v5"
 N_STEPS = 256
+PIPELINE_ENVS = [64, 256]
 
 
 def raw_env(steps: int) -> Contender:
@@ -200,6 +203,7 @@ def main() -> None:
         training(table, n_envs, args.workers, args.device, train_rounds)
     scaling(table, rounds, 100 if args.quick else 400)
     soak(table, soak_steps, args.workers)
+    run_pipeline(table, PIPELINE_ENVS, args.workers, args.quick)  # the pipeline's own cost: an env that does no work
     flags = " ".join(f for f in (args.quick and "--quick", args.device != "cpu" and f"--device {args.device}",
                                  args.envs != "8,32" and f"--envs {args.envs}") if f)
     table.write("bench", f"python benchmarks/bench.py {flags}".strip(), started, log=log_path(args))

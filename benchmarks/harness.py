@@ -37,22 +37,31 @@ def cpu_seconds(pids: list[int]) -> float:
 @dataclass
 class Contender:
     """Something to time: ``run()`` does one round's work and returns its env steps; ``pids()`` are
-    the processes whose CPU time counts (this one and its workers)."""
+    the processes whose CPU time counts (this one and its workers). With ``workers`` (the worker
+    processes' pids) each round also records this process's and the workers' CPU apart."""
 
     name: str
     run: Callable[[], int]
     pids: Callable[[], list[int]] = lambda: [os.getpid()]
     close: Callable[[], None] = lambda: None
+    workers: Optional[Callable[[], list[int]]] = None
     rates: list[float] = field(default_factory=list)
     cpu_us_per_step: list[float] = field(default_factory=list)
+    cpu_main_us: list[float] = field(default_factory=list)  # per round, with ``workers``: this process
+    cpu_workers_us: list[float] = field(default_factory=list)  # per round, with ``workers``: the workers
 
     def once(self) -> None:
         pids = self.pids()
+        worker_pids = self.workers() if self.workers is not None else []
         cpu, wall = cpu_seconds(pids), time.perf_counter()
+        main, workers = cpu_seconds([os.getpid()]), cpu_seconds(worker_pids)
         steps = self.run()
         wall, cpu = time.perf_counter() - wall, cpu_seconds(pids) - cpu
         self.rates.append(steps / wall)
         self.cpu_us_per_step.append(cpu / steps * 1e6)
+        if self.workers is not None:
+            self.cpu_main_us.append((cpu_seconds([os.getpid()]) - main) / steps * 1e6)
+            self.cpu_workers_us.append((cpu_seconds(worker_pids) - workers) / steps * 1e6)
 
     @property
     def rate(self) -> float:

@@ -5,16 +5,20 @@ and ``PPO.train``); the comments name the details that bit-exactness depends on.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from torch import nn
+from torch.optim.adam import adam as adam_functional
 from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.policy import ActorCritic
+from ppo_dict.rollout_step import LOG_SQRT_2PI, PolicyStep
 from ppo_dict.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
@@ -112,20 +116,138 @@ class RolloutTensors:
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
         self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
 
-    def take(self, idx: np.ndarray) -> Minibatch:
-        """Rows ``idx`` of the flattened rollout, as sb3's ``RolloutBuffer._get_samples`` hands them over."""
-        rows = torch.from_numpy(idx).to(self.device)
-        obs = {k: v[rows] for k, v in self.obs.items()} if isinstance(self.obs, dict) else self.obs[rows]
-        actions = self.actions[rows]
-        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(column[rows] for column in self.columns))
+    def take(self, rows: torch.Tensor) -> Minibatch:
+        """Rows ``rows`` (int64 [B], on the device) of the flattened rollout, as sb3's
+        ``RolloutBuffer._get_samples`` hands them over."""
+        obs = {k: _rows(v, rows) for k, v in self.obs.items()} if isinstance(self.obs, dict) else _rows(self.obs, rows)
+        actions = _rows(self.actions, rows)
+        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(_rows(column, rows) for column in self.columns))
 
 
-def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+def _rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``tensor[rows]``: a fresh contiguous copy of the rows. ``index_select`` gathers the same
+    values in half the time of advanced indexing; a strided source keeps ``[]`` (its layout rules)."""
+    return torch.index_select(tensor, 0, rows) if tensor.is_contiguous() else tensor[rows]
+
+
+class GradientStep:
+    """sb3's ``zero_grad``, ``clip_grad_norm_`` and ``Adam.step`` of one minibatch without their
+    per-call overhead: the same ATen operations in the same order on the same tensors, so every
+    bit stays sb3's (tests/test_update.py compares them with torch's own calls).
+
+    ``zero_grad`` sets the gradients to None as ``Optimizer.zero_grad`` does; the norm is
+    ``clip_grad_norm_``'s foreach path (the one it takes on CPU and CUDA); Adam runs torch's
+    multi-tensor (foreach) implementation, which on CPU calls the per-tensor kernels of the
+    single-tensor loop sb3 gets by default: the same values, one Python call for all parameters.
+    The param groups are left alone (no ``foreach`` flag is written), so the optimizer's
+    ``state_dict`` stays what sb3 saves. Whatever the fast path does not cover (other optimizers
+    or Adam settings, parameters without a gradient or without Adam state yet, hooks) goes
+    through torch's own calls.
+    """
+
+    def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+        self.params = list(policy.parameters())
+        self.adam_groups = [group for group in optimizer.param_groups if _plain_adam_group(optimizer, group)]
+        if len(self.adam_groups) != len(optimizer.param_groups):
+            self.adam_groups = []
+
+    def zero_grad(self) -> None:
+        """``optimizer.zero_grad()`` (set_to_none): every parameter's gradient dropped."""
+        for param in self.params:
+            param.grad = None
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """``clip_grad_norm_(policy.parameters(), max_norm)``: scales the gradients in place, returns the total norm."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads or len({(g.device, g.dtype) for g in grads}) != 1 or type(grads[0]) is not torch.Tensor:
+            return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        with torch.no_grad():  # torch's _get_total_norm and _clip_grads_with_norm_, expression for expression
+            total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+            clip_coef = float(max_norm) / (total_norm + 1e-6)
+            torch._foreach_mul_(grads, torch.clamp(clip_coef, max=1.0))
+        return total_norm
+
+    def adam_step(self) -> None:
+        """``optimizer.step()``."""
+        if not self.adam_groups or self.optimizer._optimizer_step_pre_hooks or self.optimizer._optimizer_step_post_hooks:
+            self.optimizer.step()
+            return
+        state = self.optimizer.state
+        lists = []
+        for group in self.adam_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if len(params) != len(group["params"]) or any(len(state[p]) != 3 for p in params):
+                self.optimizer.step()  # the first step creates the state; a missing gradient skips its parameter
+                return
+            lists.append((group, params))
+        with torch.no_grad():
+            for group, params in lists:
+                beta1, beta2 = group["betas"]
+                adam_functional(
+                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params], [state[p]["exp_avg_sq"] for p in params],
+                    [], [state[p]["step"] for p in params], foreach=True, amsgrad=False, beta1=beta1, beta2=beta2,
+                    lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                )
+
+
+def _plain_adam_group(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> bool:
+    """Whether ``group`` is one the foreach path runs with the single-tensor path's values: torch's
+    Adam, float hyper-parameters, no amsgrad, capturable, differentiable, fused or complex parameters."""
+    return (
+        type(optimizer) is torch.optim.Adam
+        and group.get("foreach") in (None, True) and not group.get("fused") and not group.get("amsgrad")
+        and not group.get("capturable") and not group.get("differentiable") and not group.get("decoupled_weight_decay")
+        and not any(isinstance(group[k], torch.Tensor) for k in ("lr", "eps", "weight_decay"))
+        and not any(isinstance(b, torch.Tensor) for b in group["betas"])
+        and not any(torch.is_complex(p) or type(p) is not nn.Parameter for p in group["params"])
+    )
+
+
+class GaussianEvaluate:
+    """``policy.evaluate_actions`` for a diagonal Gaussian policy on flattened vector observations,
+    without the module calls and the distribution objects: the trunks run through the rollout's
+    lean path (:meth:`PolicyStep.latents`), then torch's ``Normal`` expressions as sb3's
+    ``DiagGaussianDistribution`` evaluates them, op for op in the same order, so the autograd graph
+    (and every gradient) is the same. :meth:`of` gives None where it does not apply (other action
+    spaces, gSDE, other features extractors): those keep ``evaluate_actions``.
+    """
+
+    def __init__(self, policy: ActorCritic):
+        self.policy, self.step = policy, PolicyStep(policy, 1)
+
+    @classmethod
+    def of(cls, policy: ActorCritic) -> Optional["GaussianEvaluate"]:
+        lean = isinstance(policy.action_space, spaces.Box) and not policy.use_sde and type(policy).evaluate_actions is ActorCritic.evaluate_actions
+        evaluate = cls(policy) if lean else None
+        return evaluate if evaluate is not None and evaluate.step._features is not None else None
+
+    def __call__(self, obs: TensorObs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [B, 1], log_prob [B], entropy [B])``."""
+        policy = self.policy
+        latent_pi, latent_vf = self.step.latents(obs)
+        mean = policy.action_net.forward(latent_pi)
+        scale = torch.ones_like(mean) * policy.log_std.exp()  # DiagGaussian; Normal's broadcast_all keeps both as they are
+        var, log_scale = scale**2, scale.log()
+        log_prob = (-((actions - mean) ** 2) / (2 * var) - log_scale - LOG_SQRT_2PI).sum(dim=1)
+        values = policy.value_net.forward(latent_vf)
+        entropy = (NORMAL_ENTROPY_CONSTANT + torch.log(scale)).sum(dim=1)
+        return values, log_prob, entropy
+
+
+#: ``0.5 + 0.5 * math.log(2 * math.pi)``, as torch's ``Normal.entropy`` adds it (a float, then the tensor).
+NORMAL_ENTROPY_CONSTANT = 0.5 + 0.5 * math.log(2 * math.pi)
+
+
+def minibatch_loss(
+    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
+) -> tuple[torch.Tensor, np.ndarray]:
     """sb3 ``PPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
+    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`).
 
     Returns ``(loss, approx_kl)``.
     """
-    values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions)
+    values, log_prob, entropy = (evaluate or policy.evaluate_actions)(batch.obs, batch.actions)
     values = values.flatten()
     advantages = batch.advantages
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
@@ -137,7 +259,8 @@ def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettin
     policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
     policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
     log.pg_losses.append(policy_loss.item())
-    log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()).item())
+    with torch.no_grad():  # a logged figure, outside the graph: no autograd nodes to record
+        log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()).item())
 
     if settings.clip_range_vf is None:
         values_pred = values
@@ -177,23 +300,24 @@ def ppo_update(
     data = storage.flat_samples()
     rollout = RolloutTensors(data, isinstance(policy.action_space, spaces.Discrete), device)
     buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
+    step, evaluate = GradientStep(policy, optimizer), GaussianEvaluate.of(policy)
     log = UpdateLog()
     for epoch in range(settings.n_epochs):
         log.approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
-        indices = np.random.permutation(buffer_size)
+        indices = torch.from_numpy(np.random.permutation(buffer_size)).to(device)  # one tensor per epoch, sliced per minibatch
         stopped = False
         for start in range(0, buffer_size, batch_size):
             batch = rollout.take(indices[start : start + batch_size])
-            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log)
+            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log, evaluate)
             log.approx_kl_divs.append(approx_kl_div)
             if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
                 stopped = True  # before the step: this minibatch is logged, not applied
                 break
-            optimizer.zero_grad()
+            step.zero_grad()
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), settings.max_grad_norm)
+            grad_norm = step.clip_grad_norm(settings.max_grad_norm)
             _check_finite(n_updates, epoch, start // batch_size, loss=loss, grad_norm=grad_norm)
-            optimizer.step()
+            step.adam_step()
         n_updates += 1  # once per epoch, the early-stopped one included
         if stopped:
             break
@@ -221,10 +345,13 @@ def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], setti
 
 
 def _check_finite(n_updates: int, epoch: int, minibatch: int, **quantities: torch.Tensor) -> None:
-    """Refuse to apply an update whose loss or gradient norm is NaN/inf (sb3 would step and fail later)."""
+    """Refuse to apply an update whose loss or gradient norm is NaN/inf (sb3 would step and fail later).
+
+    Each quantity is a single value (a 0-d tensor): one ``item()`` reads it."""
     for name, value in quantities.items():
-        if not bool(torch.isfinite(value).all()):
+        number = value.item()
+        if not math.isfinite(number):
             raise NonFiniteError(
-                f"non-finite {name} ({value.item()}) at update {n_updates + 1}, epoch {epoch}, minibatch {minibatch}; "
+                f"non-finite {name} ({number}) at update {n_updates + 1}, epoch {epoch}, minibatch {minibatch}; "
                 "no optimizer step was taken. Lower the learning rate or check observations and rewards."
             )
