@@ -13,6 +13,7 @@ from typing import Any, Optional
 import gymnasium as gym
 
 from .errors import AtariUnavailableError
+from .render import check_mujoco_gl
 from .spec import ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions, is_atari_entry
 
 
@@ -114,6 +115,8 @@ def resolve_env_name(
             raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
         notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
         gym_id = newest
+    if str(gym.spec(gym_id).entry_point).startswith("gymnasium.envs.mujoco"):
+        check_mujoco_gl()  # else a MUJOCO_GL whose library is missing fails mujoco's import with a NoneType error
     if pixel is not None:
         from .pixels import check_pixel_env
 
