@@ -182,3 +182,13 @@ def test_each_env_renders_with_its_own_gl_context() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_only_videos_of_mujoco_envs_choose_a_gl_backend() -> None:
+    """Atari (ALE) and gymnasium's pygame envs draw their own frames: their --video must not need OpenGL."""
+    from ppo_dict.envs.make import video_may_need_mujoco_gl
+
+    assert video_may_need_mujoco_gl("gym_Reacher-v2") and video_may_need_mujoco_gl("gym_Hopper-v5")
+    assert video_may_need_mujoco_gl("gym_MyOwnEnv-v0")  # a --gym_packages env, not registered yet: it may be MuJoCo
+    for name in ("gym_BreakoutNoFrameskip-v4", "gym_CartPole-v1", "gym_LunarLander-v3", "gym_FrozenLake-v1", "test_dummy", "godot_demo"):
+        assert not video_may_need_mujoco_gl(name), name
