@@ -120,6 +120,18 @@ def test_a_run_with_osmesa_missing_says_which_package_provides_it(tmp_path) -> N
     assert "MUJOCO_GL=osmesa needs the OSMesa library (libOSMesa.so), which is not installed: `apt-get install libosmesa6`" in proc.stderr
 
 
+@needs("egl")
+def test_egl_without_a_driver_fails_at_the_first_frame_naming_the_packages(tmp_path) -> None:
+    """libEGL loads but finds no driver (glvnd pointed at no vendor file): the context, made at the
+    first frame in the worker, fails; the error names the backend and its packages."""
+    proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path),
+                env_overrides={"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": str(tmp_path / "none.json")})
+    assert proc.returncode != 0
+    assert ("RenderBackendError: MUJOCO_GL=egl cannot create a rendering context here (ImportError: Cannot initialize a EGL device "
+            "display.") in proc.stderr
+    assert "egl needs the Debian packages libegl1 libgl1-mesa-dri, or unset MUJOCO_GL" in proc.stderr
+
+
 def test_glfw_without_a_display_says_how_to_get_one(monkeypatch) -> None:
     from ppo_dict.envs import render
 
