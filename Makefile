@@ -3,8 +3,11 @@ PYTHON ?= python3
 # The CPU build: a bare `torch` would pull several GB of CUDA packages on a machine without a GPU.
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# The Debian packages that turn every skipped test into a run: system-packages.txt, one `part: packages` a line.
+SYSTEM_PACKAGES := $(strip $(shell sed -e 's/\#.*//' -e 's/^[^:]*://' system-packages.txt))
+APT_FLAGS ?=
 
-.PHONY: install train test test-all bench clean
+.PHONY: install train test test-all bench clean system-deps
 
 install:
 	$(PYTHON) -m pip install -q "$(TORCH)"
@@ -26,6 +29,11 @@ bench: install
 	$(PYTHON) benchmarks/bench.py
 	$(PYTHON) benchmarks/bench_pixels.py
 	$(PYTHON) benchmarks/bench_atari.py
+
+# Needs root (`sudo make system-deps`); .ci/run runs it (APT_FLAGS=-qq).
+system-deps:
+	apt-get update $(APT_FLAGS)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y $(APT_FLAGS) --no-install-recommends $(SYSTEM_PACKAGES)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

@@ -13,6 +13,10 @@ from typing import Any, Optional
 import gymnasium as gym
 
 from .errors import AtariUnavailableError
+from .render import check_mujoco_gl
+
+# gymnasium's envs that draw with pygame, not OpenGL
+PYGAME_ENTRIES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
 from .spec import ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions, is_atari_entry
 
 
@@ -73,6 +77,19 @@ def is_atari_env(name: str) -> bool:
         return False
 
 
+def video_may_need_mujoco_gl(env_name: str) -> bool:
+    """Whether a ``--video`` of ``--env env_name`` may render with MuJoCo, so that a GL backend must
+    be chosen before mujoco is imported. False for envs that draw their own frames (Atari's ALE,
+    gymnasium's pygame envs, ``test_dummy``, Godot games), which record on a machine without GL."""
+    if not env_name.startswith(GYM_PREFIX) or is_atari_env(env_name):
+        return False
+    try:
+        entry = gym.spec(env_name[len(GYM_PREFIX) :]).entry_point
+    except gym.error.Error:
+        return True  # registered by a --gym_packages module not imported yet: it may be MuJoCo
+    return not (isinstance(entry, str) and entry.startswith(PYGAME_ENTRIES))
+
+
 def resolve_env_name(
     name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None,
     atari: Optional[AtariOptions] = None, frame_stack: int = 1,
@@ -114,6 +131,8 @@ def resolve_env_name(
             raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
         notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
         gym_id = newest
+    if str(gym.spec(gym_id).entry_point).startswith("gymnasium.envs.mujoco"):
+        check_mujoco_gl()  # else a MUJOCO_GL whose library is missing fails mujoco's import with a NoneType error
     if pixel is not None:
         from .pixels import check_pixel_env
 

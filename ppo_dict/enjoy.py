@@ -18,6 +18,8 @@ import torch
 from ppo_dict.checkpoint import CHECKPOINT_DIR, list_checkpoints, to_numpy
 from ppo_dict.config import Config
 from ppo_dict.envs import make_env
+from ppo_dict.envs.make import video_may_need_mujoco_gl
+from ppo_dict.envs.render import select_mujoco_gl
 from ppo_dict.errors import CheckpointError
 from ppo_dict.evaluation import BEST_MODEL, VideoWriter, render_spec, run_episodes
 from ppo_dict.export import MODEL_FILE, load_model_state
@@ -48,6 +50,8 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     """
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
+    if video and video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
+        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     spec = env_spec(cfg)
     env = make_env(render_spec(spec) if video else spec)
     try:
@@ -86,10 +90,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     mode.add_argument("--stochastic", dest="deterministic", action="store_const", const=False,
                       help="sample actions (the default for Atari games, as rl-zoo's enjoy)")
     args = parser.parse_args(argv)
-    if args.video:
-        from ppo_dict.envs.render import select_mujoco_gl
-
-        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     torch.set_num_threads(1)
     try:
         result = enjoy(model_file(args.run_dir, args.model), args.episodes, args.video, args.seed,

@@ -298,9 +298,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if cfg.video:
+        from ppo_dict.envs.make import video_may_need_mujoco_gl
         from ppo_dict.envs.render import select_mujoco_gl
 
-        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
+        if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
+            select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     try:
         backend = validate(cfg, agent)
     except ConfigError as exc:

@@ -72,3 +72,68 @@ def tag():
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"Godot processes left running: {left}"
+
+
+# ---------------------------------------------------------------------------------------- system parts
+from ppo_dict.config import Config  # noqa: E402
+from tests.system_parts import MARKER, PARTS, REQUIRE_ENV, needs, skip_reason  # noqa: E402
+
+_skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the summary
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}(part): needs a system part ({', '.join(PARTS)}); skipped, naming "
+                                       f"its Debian packages, where it is missing (failed with {REQUIRE_ENV}=1)")
+
+
+def _case_configs(item: pytest.Item) -> list:
+    """The Configs a parametrized test runs: its parameters, or what a module-level table maps them to
+    (``CONFIGS[name]``: the parity and ONNX tests)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    tables = [value for value in vars(item.module).values() if isinstance(value, dict)] if params else []
+    found = [value for value in params.values() if isinstance(value, Config)]
+    for value in params.values():
+        found += [table[value] for table in tables if isinstance(value, str) and isinstance(table.get(value), Config)]
+    return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A case whose Config renders MuJoCo frames (``pixel_obs_wrapper``) needs a GL backend, in files that
+    do not mark their cases one by one."""
+    for item in items:
+        if not any(True for _ in item.iter_markers(MARKER)) and any(cfg.pixel_obs_wrapper for cfg in _case_configs(item)):
+            item.add_marker(needs("gl"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip (or under CI fail) a test whose system part is missing, naming the packages."""
+    for mark in item.iter_markers(MARKER):
+        reason = skip_reason(mark.args[0])
+        if reason is None:
+            continue
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_ENV}=1: every system part must be installed)", pytrace=False)
+        _skip_parts[reason] = mark.args[0]
+        pytest.skip(reason)
+
+
+def _reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """How many tests were skipped for which missing part (and for what else), and how to run them."""
+    counts: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = _reason(report)
+        key = f"{_skip_parts[reason]}: {reason}" if reason in _skip_parts else f"other: {reason}"
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return
+    terminalreporter.write_sep("=", f"{sum(counts.values())} skipped, by reason")
+    for key, count in sorted(counts.items(), key=lambda kv: (kv[0].startswith("other"), -kv[1], kv[0])):
+        terminalreporter.write_line(f"{count:4d} {key}")
+    if any(not key.startswith("other") for key in counts):
+        terminalreporter.write_line("the Debian packages of every system part: sudo make system-deps (system-packages.txt)")

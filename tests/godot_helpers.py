@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -10,22 +9,19 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import pytest
 import torch
 
 from ppo_dict.config import Config
-from ppo_dict.envs.godot.game import DEFAULT_BINARY
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool
+from tests.system_parts import needs
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-needs_godot = pytest.mark.skipif(
-    shutil.which(DEFAULT_BINARY) is None, reason=f"{DEFAULT_BINARY} is not installed (apt-get install godot3-server)"
-)
+needs_godot = needs("godot")
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -8,6 +8,7 @@ from gymnasium import spaces
 from ppo_dict.checks import validate
 from ppo_dict.config import Config
 from ppo_dict.errors import ConfigError
+from tests.system_parts import needs
 
 
 def test_every_bad_setting_is_listed_at_once() -> None:
@@ -102,6 +103,10 @@ def test_frame_stack_of_normalised_vectors_is_refused_with_why() -> None:
         "but ppo_dict stacks inside the env, so the statistics of ['obs'] would be over stacks (their zero padding included) "
         "and not sb3's: use --norm_obs False, or no --frame_stack"]
     validate(cfg.replace(norm_obs=False))  # rewards only: nothing stacked is normalised
-    # rendered pixels stack only their frames (uint8, never normalised), not the state beside them
+
+
+@needs("gl")
+def test_frame_stack_of_rendered_pixels_beside_a_normalised_state_is_taken() -> None:
+    """Rendered pixels stack only their frames (uint8, never normalised), not the state beside them."""
     validate(Config(env="gym_Reacher-v5", pixel_obs_wrapper=True, pixel_keep_state=True, image_size=36, frame_stack=2, model="cnn",
                     normalize=True, num_workers=0, n_envs=2))

@@ -16,6 +16,7 @@ from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
 from tests.test_main_ppo import run_cli, summary_line
+from tests.system_parts import needs
 
 import subprocess
 import sys
@@ -60,6 +61,7 @@ def count_frames(path: str) -> int:
     return frames
 
 
+@needs("gl")  # the video renders Reacher
 def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
     run_dir = tmp_path / "run"
     proc = run_cli("--env", "gym_Reacher-v2", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",

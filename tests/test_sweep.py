@@ -16,6 +16,7 @@ from ppo_dict.cli import config_from_args
 from ppo_dict.study import open_storage, retry
 from ppo_dict.sweep import agent_command, main as sweep_main
 from tests.conftest import ROOT
+from tests.system_parts import needs
 
 
 def test_agent_command_from_the_sweep_file_is_what_the_cli_accepts() -> None:
@@ -200,12 +201,10 @@ def test_bad_storage_or_another_sweep_on_the_same_study_is_refused_before_any_tr
     assert len(trials_of(storage, "s")) == 1
 
 
+@needs("postgresql")
 def test_processes_join_one_study_on_a_real_postgresql_server(tmp_path) -> None:
     """The multi-machine case: every process talks to the server over TCP, as on other machines."""
-    from tests.postgres_helpers import private_postgres, server_binaries
-
-    if server_binaries() is None:
-        pytest.skip("PostgreSQL server binaries not found (apt-get install postgresql; .ci/run installs it)")
+    from tests.postgres_helpers import private_postgres
     sweep = stub_sweep(tmp_path, "bayes", {"x": {"min": 0.0, "max": 1.0}, "bonus": {"values": [0, 1]}})
     with private_postgres() as url:
         procs = [start_sweep(sweep, "--storage", url, "--study_name", "pg", "--count", "3", "--n_jobs", "2",

@@ -13,6 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 from ppo_dict.envs import make_env, resolve_env_name
 from ppo_dict.envs.dummy import DummyPixelEnv
 from ppo_dict.envs.frame_stack import FrameStack
+from tests.system_parts import needs
 
 
 def dict_cartpole() -> gym.Env:
@@ -67,6 +68,7 @@ def test_frame_stack_in_the_env_is_sb3s_vec_frame_stack(name: str) -> None:
     assert ends >= n_envs
 
 
+@needs("gl")
 def test_pixels_stack_their_frames_not_the_state() -> None:
     from ppo_dict.envs import PixelOptions
 

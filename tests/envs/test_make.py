@@ -6,6 +6,7 @@ import pytest
 
 from ppo_dict.envs import make_env, resolve_env_name
 from ppo_dict.envs.godot.spec import godot_spec
+from tests.system_parts import needs
 
 
 def test_old_mujoco_ids_map_to_the_newest_version() -> None:
@@ -19,6 +20,7 @@ def test_old_mujoco_ids_map_to_the_newest_version() -> None:
 
 
 # ---------------------------------------------------------------------------------------- names and config, no engine needed
+@needs("godot")  # resolving godot_demo finds the engine
 def test_godot_names_resolve_and_refuse_clearly():
     spec = resolve_env_name("godot_demo", kwargs={"speedup": 100})
     assert spec.is_godot and spec.name == "godot_demo" and spec.kwargs["speedup"] == 100

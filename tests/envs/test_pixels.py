@@ -1,7 +1,6 @@
 """Pixel observations: the test_dummy env, rendered MuJoCo frames, GL backend choice, real runs."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ from ppo_dict.envs import PixelOptions, make_env, resolve_env_name
 from ppo_dict.envs.dummy import DummyPixelEnv
 from ppo_dict.envs.pixels import PIXELS, STATE
 from tests.conftest import ROOT
+from tests.system_parts import needs, packages_by_part, part_problem
 
 
 def test_dummy_shows_the_target_and_rewards_naming_it() -> None:
@@ -41,6 +41,7 @@ def test_dummy_options_are_checked_before_anything_starts() -> None:
         resolve_env_name("test_dummy", kwargs={"colour": 1})
 
 
+@needs("gl")
 def test_pixel_observation_layout_and_frame_stack() -> None:
     spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, keep_state=True), frame_stack=3)
     env = make_env(spec)
@@ -83,17 +84,74 @@ PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--model"
              "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "400", "--seed", "0", "--verbose", "0")
 
 
-@pytest.mark.parametrize("backend", ["egl", "osmesa", None])
+@pytest.mark.parametrize("backend", [pytest.param("egl", marks=needs("egl")), pytest.param("osmesa", marks=needs("osmesa")),
+                                     pytest.param(None, marks=needs("gl"))])
 def test_rendered_mujoco_run_through_the_worker_pool(backend, tmp_path) -> None:
     proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), env_overrides={} if backend is None else {"MUJOCO_GL": backend})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["env_steps"] == 400 and summary["ep_rew_mean"] < 0
-    if backend is None:  # picked automatically, and said so
-        assert "rendering with MUJOCO_GL=egl" in proc.stdout
+    if backend is None:  # picked automatically (EGL first), and said so
+        assert f"rendering with MUJOCO_GL={'egl' if part_problem('egl') is None else 'osmesa'}" in proc.stdout
 
 
-@pytest.mark.skipif(shutil.which("xvfb-run") is None, reason="xvfb-run not installed (Debian package xvfb)")
+@pytest.mark.parametrize("backend", ["egl", "osmesa"])
+def test_a_backend_whose_library_is_missing_is_named_with_its_package(backend, tmp_path, monkeypatch) -> None:
+    """Without the check, a missing libOSMesa fails mujoco's import with "'NoneType' object has no
+    attribute 'glGetError'". The library is hidden by making every lookup of it fail."""
+    from ppo_dict.envs import render
+
+    name, package = render.LIBRARIES[backend]
+    monkeypatch.setattr(render.ctypes, "CDLL", lambda filename, *a, **k: (_ for _ in ()).throw(OSError(f"{filename}: not found")))
+    monkeypatch.setenv("MUJOCO_GL", backend)
+    with pytest.raises(render.RenderBackendError) as info:
+        render.select_mujoco_gl()
+    assert str(info.value) == (f"MUJOCO_GL={backend} needs the {name} library (lib{name}.so), which is not installed: "
+                               f"`apt-get install {render.PACKAGES[backend]}` (Debian package {package}), "
+                               "or unset MUJOCO_GL to render with whichever backend works")
+
+
+def test_a_run_with_osmesa_missing_says_which_package_provides_it(tmp_path) -> None:
+    """The issue's case, for real: ``MUJOCO_GL=osmesa`` where libosmesa6 is not installed."""
+    if part_problem("osmesa") is None:
+        pytest.skip("OSMesa is installed here: this test needs a machine without it")
+    proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), env_overrides={"MUJOCO_GL": "osmesa"})
+    assert proc.returncode == 2 and "glGetError" not in proc.stderr
+    assert "MUJOCO_GL=osmesa needs the OSMesa library (libOSMesa.so), which is not installed: `apt-get install libosmesa6`" in proc.stderr
+
+
+@needs("egl")
+def test_egl_without_a_driver_fails_at_the_first_frame_naming_the_packages(tmp_path) -> None:
+    """libEGL loads but finds no driver (glvnd pointed at no vendor file): the context, made at the
+    first frame in the worker, fails; the error names the backend and its packages."""
+    proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path),
+                env_overrides={"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": str(tmp_path / "none.json")})
+    assert proc.returncode != 0
+    assert ("RenderBackendError: MUJOCO_GL=egl cannot create a rendering context here (ImportError: Cannot initialize a EGL device "
+            "display.") in proc.stderr
+    assert "egl needs the Debian packages libegl1 libgl1-mesa-dri, or unset MUJOCO_GL" in proc.stderr
+
+
+def test_glfw_without_a_display_says_how_to_get_one(monkeypatch) -> None:
+    from ppo_dict.envs import render
+
+    monkeypatch.setenv("MUJOCO_GL", "glfw")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(render.RenderBackendError, match=r"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` "
+                                                        r"\(Debian packages xvfb xauth\)"):
+        render.select_mujoco_gl()
+
+
+def test_the_backends_packages_are_those_of_system_packages_txt() -> None:
+    """The error messages and the list ``make system-deps`` installs name the same packages."""
+    from ppo_dict.envs import render
+
+    listed = packages_by_part()
+    assert {backend: listed[backend] for backend in render.PACKAGES} == render.PACKAGES
+    assert all(package in listed[backend].split() for backend, (_, package) in render.LIBRARIES.items())
+
+
+@needs("glfw")
 def test_rendered_run_under_xvfb_run_uses_glfw(tmp_path) -> None:
     proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), "--mp_method", "forkserver", env_overrides={},
                 prefix=("xvfb-run", "-a", "-s", "-screen 0 1400x900x24"))
@@ -117,6 +175,7 @@ def test_dummy_cnn_learns(tmp_path) -> None:
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ep_rew_mean"] >= 18.0
 
 
+@needs("egl")
 def test_each_env_renders_with_its_own_gl_context() -> None:
     """Several rendering envs in one process (in-process pools, several envs per worker): freeing
     one env's GL context must not change what another draws (gymnasium alone leaves the last
@@ -135,3 +194,13 @@ def test_each_env_renders_with_its_own_gl_context() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_only_videos_of_mujoco_envs_choose_a_gl_backend() -> None:
+    """Atari (ALE) and gymnasium's pygame envs draw their own frames: their --video must not need OpenGL."""
+    from ppo_dict.envs.make import video_may_need_mujoco_gl
+
+    assert video_may_need_mujoco_gl("gym_Reacher-v2") and video_may_need_mujoco_gl("gym_Hopper-v5")
+    assert video_may_need_mujoco_gl("gym_MyOwnEnv-v0")  # a --gym_packages env, not registered yet: it may be MuJoCo
+    for name in ("gym_BreakoutNoFrameskip-v4", "gym_CartPole-v1", "gym_LunarLander-v3", "gym_FrozenLake-v1", "test_dummy", "godot_demo"):
+        assert not video_may_need_mujoco_gl(name), name
