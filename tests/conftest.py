@@ -33,13 +33,6 @@ def cpu_description() -> list[str]:
             f"torch {torch.__version__}: cpu capability {torch.backends.cpu.get_cpu_capability()}"]
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """The CPU at the end of every run (also under ``-q``), so a log says where parity was shown."""
-    terminalreporter.section("machine")
-    for line in cpu_description():
-        terminalreporter.write_line(line)
-
-
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     previous = torch.get_num_threads()
@@ -124,7 +117,11 @@ def _reason(report: pytest.TestReport) -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """How many tests were skipped for which missing part (and for what else), and how to run them."""
+    """The CPU the run used (also under ``-q``, so a log says where parity was shown), then how many
+    tests were skipped for which missing part (and for what else), and how to run them."""
+    terminalreporter.section("machine")
+    for line in cpu_description():
+        terminalreporter.write_line(line)
     counts: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         reason = _reason(report)
