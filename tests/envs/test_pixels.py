@@ -73,11 +73,11 @@ def test_no_working_backend_names_the_packages(monkeypatch) -> None:
         render.select_mujoco_gl()
 
 
-def _run(*args: str, env_overrides: dict, prefix: tuple = ()) -> subprocess.CompletedProcess:
+def _run(*args: str, env_overrides: dict, prefix: tuple = (), timeout: float = 300) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY", "PYOPENGL_PLATFORM")}
     env.update(PYTHONPATH=ROOT, **env_overrides)
     return subprocess.run([*prefix, sys.executable, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=env)
+                          timeout=timeout, cwd=ROOT, env=env)
 
 
 PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--model", "cnn", "--num_workers", "2", "--n_envs", "2",
@@ -170,7 +170,7 @@ def test_dummy_cnn_learns(tmp_path) -> None:
     proc = _run("--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=36, channels=1, episode_length=20)",
                 "--n_envs", "8", "--num_workers", "2", "--n_steps", "64", "--batch_size", "128", "--n_epochs", "4",
                 "--learning_rate", "1e-3", "--total_timesteps", "12288", "--seed", "0", "--verbose", "0", "--run_dir", str(tmp_path),
-                env_overrides={})
+                env_overrides={}, timeout=1200)  # a guard only: 2 min of CPU, over 5 min of wall time on 2 loaded cores
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ep_rew_mean"] >= 18.0
 
