@@ -6,6 +6,8 @@
 * :mod:`.in_process`: every env in this process. :mod:`.shm_pool`: the worker pool, over
   :mod:`.group` (the main side), :mod:`.worker` (a worker process) and :mod:`.shared_memory`.
 * :mod:`.shm_vec_env`: ``ShmVecEnv``, an sb3 ``VecEnv`` on the same workers.
+* :mod:`.watchdog`: deadlines for the env calls the main process makes itself, and stop signals
+  that interrupt them.
 
 Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.config.Config` asks for.
 """
