@@ -45,6 +45,8 @@ HARD_GRACE = 2.0
 STOP_GRACE = 2.0
 #: Seconds the process may take to end after a second signal before it is ended from here.
 SECOND_GRACE = 5.0
+#: Seconds between looks for an env call to interrupt once a stop's grace is over.
+STOP_POLL = 0.05
 #: The signals that stop a run (the command line's handlers).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -141,7 +143,9 @@ class Watchdog:
             armed = self.armed
             now = time.monotonic()
             due, why = self._due(armed) if armed is not None else (float("inf"), "")
-            wake = min(due, now + min(poll, self.default_timeout / 4))
+            # After a stop signal's grace, look often: the next env call the main thread makes is interrupted.
+            stopping = self._stop_at is not None and now >= self._stop_at
+            wake = min(due, now + (STOP_POLL if stopping else min(poll, self.default_timeout / 4)))
             if len(self.signals) > 1:
                 wake = min(wake, self._second_at)
             ready, _, _ = select.select([self._rfd], [], [], max(0.0, wake - now))

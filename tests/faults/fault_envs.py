@@ -21,7 +21,7 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "reset_hang", "nan_obs", "nan_reward")
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "hang_swallow", "reset_hang", "nan_obs", "nan_reward")
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
 
@@ -32,7 +32,8 @@ class FaultEnv(gym.Env):
     Episodes terminate after ``episode_len`` steps. The env whose first reset seed is
     ``bad_seed`` misbehaves as ``mode`` says; ``init_raise`` raises in the constructor of the
     worker process named ``bad_process`` (never in the main process, which builds one env to
-    read the spaces). ``hang`` sleeps in ``step``, ``reset_hang`` in its first reset; ``hang_c``
+    read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
+    interrupts it), ``reset_hang`` in its first reset; ``hang_c``
     sleeps with the signals blocked, as C code that never returns to Python would (no Python
     signal handler can run in it). Every step sleeps ``step_s`` seconds (a costly env).
     """
@@ -80,6 +81,11 @@ class FaultEnv(gym.Env):
                 raise RuntimeError("boom")
             if self.mode in ("hang", "hang_c"):
                 self._hang()
+            if self.mode == "hang_swallow":  # an env that catches every Exception and carries on
+                try:
+                    self._hang()
+                except Exception:  # noqa: BLE001
+                    pass
             if self.mode == "nan_obs":
                 obs[0] = np.nan
             if self.mode == "nan_reward":

@@ -253,14 +253,15 @@ def vec_env_misuse() -> dict[str, Any]:
 
 def main_process_envs() -> dict[str, Any]:
     """The main process's own envs from Python (the watchdog started as a library user would,
-    without the hard stage): an env raising in-process, hanging in-process in step and in reset,
-    hanging in the main process's share of a worker pool."""
+    without the hard stage): an env raising in-process, hanging in-process in step (also one that
+    swallows the timeout and returns) and in reset, hanging in the main process's share of a worker pool."""
     from ppo_dict.vec import watchdog
     from ppo_dict.vec.in_process import InProcessEnvPool
 
     watchdog.start(default_timeout=1.0)
     result: dict[str, Any] = {}
-    for name, mode, bad in (("raise", "step_raise", 1), ("hang", "hang", 1), ("reset_hang", "reset_hang", SEED + 1)):
+    cases = (("raise", "step_raise", 1), ("hang", "hang", 1), ("swallowed", "hang_swallow", 1), ("reset_hang", "reset_hang", SEED + 1))
+    for name, mode, bad in cases:
         pool = InProcessEnvPool(probe_env(fault_spec(mode=mode, bad_seed=bad, at_step=2)), 2, 8, step_timeout=1.0)
         if name == "reset_hang":
             result[name] = capture(lambda: pool.reset(SEED))

@@ -210,13 +210,14 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
     tail = f"within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); every env and worker was stopped"
     expected = {
         "hang": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
+        "swallowed": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
         "reset_hang": f"the main process's env 1 (gym_FaultEnv-v0) did not return from reset (seed=11) {tail}",
         "shared": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 0 {tail}",
     }
     for case, message in expected.items():
         assert (r[case]["error"], r[case]["message"]) == ("EnvTimeoutError", message)
         assert STEP_TIMEOUT <= r[case]["call_s"] < STEP_TIMEOUT + GUARD
-    assert r["hang"]["closed"] and r["reset_hang"]["closed"]
+    assert r["hang"]["closed"] and r["swallowed"]["closed"] and r["reset_hang"]["closed"]
     assert_closed_cleanly(r["shared"])
 
 
