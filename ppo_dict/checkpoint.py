@@ -15,6 +15,7 @@ run's, while two resumes from the same checkpoint are identical.
 """
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import re
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from ppo_dict.errors import CheckpointError
-from ppo_dict.export import load_model_state, write_model_file
+from ppo_dict.export import load_model_state, model_state, write_model_file
 from ppo_dict.seeding import set_rng_state
 
 if TYPE_CHECKING:
@@ -78,6 +79,25 @@ class CheckpointManager:
         for old in list_checkpoints(self.directory)[: -self.keep]:
             os.unlink(old)
         return path
+
+
+class LastUpdate:
+    """The model's state after its last update (or as it started), kept in memory: a run stopped in
+    the middle of a rollout puts it back (:meth:`restore`) and saves it, so that every checkpoint
+    holds a state the run had between two iterations, exactly as a periodic save would.
+
+    A copy of :func:`model_state` (weights, Adam, normaliser, counters, RNG states): about a
+    millisecond per iteration for an MLP, a few for a NatureCNN.
+    """
+
+    def __init__(self, ppo: "PPO"):
+        self.take(ppo)
+
+    def take(self, ppo: "PPO") -> None:
+        self.state = copy.deepcopy(model_state(ppo))
+
+    def restore(self, ppo: "PPO") -> None:
+        restore(ppo, self.state, "the state after the last update")
 
 
 def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str, Any]]:

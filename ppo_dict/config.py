@@ -158,7 +158,7 @@ class Config:
     main_steps_envs: bool = _opt(True, "the main process steps some envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
     main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: balanced from the measured cost of an env step and of the policy step)", none_or(int), "workers", range=(0, inf))
     double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
-    step_timeout: float = _opt(60.0, "seconds a worker may take for one step or reset before it is declared hung", float, "workers", range=(0.0, inf, True, False))
+    step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that holds the GIL cannot be stopped in-process: --main_envs 0 keeps every env in workers)", float, "workers", range=(0.0, inf, True, False))
 
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")

@@ -43,6 +43,20 @@ class WorkerTimeoutError(PPODictError, TimeoutError):
     """A worker did not answer within the step timeout."""
 
 
+class EnvTimeoutError(WorkerTimeoutError):
+    """An env call of the main process's own envs did not return within the step timeout.
+
+    Attributes: ``env_index``, ``command`` (``step``, ``reset``...) and ``detail`` (the rollout
+    step of a step). Raised inside the hung call by ``ppo_dict.vec.watchdog``.
+    """
+
+
+class EnvCallInterrupted(BaseException):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) interrupted an env call of the main process that had
+    not returned within the stop grace. A ``BaseException``, as ``KeyboardInterrupt`` is, so that an
+    env's ``except Exception`` does not swallow it; the command line turns it into a clean stop."""
+
+
 class PoolClosedError(PPODictError, RuntimeError):
     """The env pool was closed (by ``close()`` or after a worker failure) and cannot be used."""
 

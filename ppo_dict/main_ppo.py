@@ -2,8 +2,11 @@
 
 Parses flags into one :class:`~ppo_dict.config.Config`, refuses a bad config before any env or
 process exists (exit 2, every problem listed), trains, saves what was asked, and prints one JSON
-summary line last. Ctrl-C / SIGTERM finish the current update, save, close the workers and exit
-130 / 143; a second signal stops at once without writing anything.
+summary line last. Ctrl-C / SIGTERM / SIGHUP finish the current update, save, close the workers and
+exit 130 / 143 / 129, within a few seconds whatever the envs do (a rollout whose envs are still
+running 2 s later is dropped and the last update's state saved); a second signal stops at once
+without writing anything. An env hung in the main process ends the run after ``--step_timeout``
+seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
 ``config.json`` (resolved), ``progress.csv`` (every logged value), ``checkpoints/``,
@@ -23,11 +26,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, list_checkpoints, load_for_resume, restore
+from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_args, explicit_flags
 from ppo_dict.config import FIELDS, RESUME_AUTO, Config
-from ppo_dict.errors import CheckpointError, ConfigError
+from ppo_dict.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
 from ppo_dict.performance import build_env_pool
@@ -35,14 +38,19 @@ from ppo_dict.ppo import PPO
 from ppo_dict.progress import Progress
 from ppo_dict.tracking import CSVWriter, scalars
 from ppo_dict.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
-from ppo_dict.vec import env_spec
+from ppo_dict.vec import EnvPool, env_spec, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
 RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
 
 
 class StopFlag:
-    """SIGINT/SIGTERM handler: the first signal asks training to stop, a second one interrupts."""
+    """SIGINT/SIGTERM/SIGHUP handler: the first signal asks training to stop, a second one interrupts.
+
+    ``ppo_dict.vec.watchdog`` sees the same signals (through the wakeup fd): it interrupts an env
+    call still running :data:`~ppo_dict.vec.watchdog.STOP_GRACE` seconds after the first, and ends
+    the process if it has not ended :data:`~ppo_dict.vec.watchdog.SECOND_GRACE` seconds after the second.
+    """
 
     def __init__(self) -> None:
         self.signum: Optional[int] = None
@@ -52,12 +60,13 @@ class StopFlag:
             raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
         self.signum = signum
         name = signal.Signals(signum).name
-        print(f"\n{name} received: finishing the current update, then saving and stopping "
-              "(send it again to stop at once without saving)", file=sys.stderr, flush=True)
+        print(f"\n{name} received: finishing the current update, then saving and stopping (a rollout whose envs are still "
+              f"running {watchdog.STOP_GRACE:g} s from now is dropped and the last update saved; send it again to stop at once "
+              "without saving)", file=sys.stderr, flush=True)
 
     def install(self) -> None:
-        signal.signal(signal.SIGINT, self)
-        signal.signal(signal.SIGTERM, self)
+        for signum in watchdog.STOP_SIGNALS:
+            signal.signal(signum, self)
 
     @property
     def exit_code(self) -> int:
@@ -191,11 +200,35 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
     return last_checkpoint
 
 
+def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None]) -> None:
+    """``ppo.learn`` until done or stopped. A stop that interrupted an env call (or found a worker
+    killed by the same signal, sent to the process group) drops the rollout in progress: the
+    workers are stopped and the model goes back to its state after the last update, to be saved."""
+    last_update = LastUpdate(ppo)
+
+    def after(m: PPO) -> None:
+        after_update(m)
+        last_update.take(m)
+
+    try:
+        ppo.learn(should_stop=lambda: stop.signum is not None, after_update=after)
+    except (EnvCallInterrupted, WorkerDiedError) as exc:
+        if stop.signum is None and not watchdog.WATCHDOG.signals:
+            raise
+        pool.close()
+        last_update.restore(ppo)
+        print(f"stopped in the middle of a rollout ({type(exc).__name__}: {exc}); its steps are dropped and the state after "
+              f"the last update ({ppo.num_timesteps} steps) is saved", file=sys.stderr, flush=True)
+    if stop.signum is None and watchdog.WATCHDOG.signals:
+        stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)
+
+
 def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None) -> int:
     """Train with a validated config on its probed env (resuming from ``resumed``, or starting
     from the trained ``agent``); returns the exit code."""
     stop = StopFlag()
     stop.install()
+    watchdog.start(cfg.step_timeout, hard_exit=True)
     torch.set_num_threads(cfg.torch_threads)
     spec = env_spec(cfg)
     if spec.notice:
@@ -216,7 +249,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
             print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
         checkpoints, after_update = after_update_services(ppo, cfg, tracker, closers)
-        ppo.learn(should_stop=lambda: stop.signum is not None, after_update=after_update)
+        learn_until_stopped(ppo, pool, stop, after_update)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
         exit_code = stop.exit_code
     except KeyboardInterrupt:
@@ -316,6 +349,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except PPODictError as exc:  # an env failed, hung or returned NaN, a worker died: the message says which and where
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":

@@ -3,13 +3,10 @@
 Fault cases (docs/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout.
 """
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 import torch
@@ -21,6 +18,7 @@ from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import load_model_state, model_state
 from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
+from tests.faults.lines import Lines
 from tests.test_main_ppo import run_cli, summary_line
 
 SMALL = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
@@ -143,7 +141,7 @@ def test_checkpoint_for_other_spaces_is_refused(runs) -> None:
 
 SLOW_WRITER = """
 import sys, time, io, torch
-import ppo_dict.checkpoint as ck, ppo_dict.main_ppo as mp
+import ppo_dict.checkpoint as ck, ppo_dict.main_ppo as mp, ppo_dict.ppo as ppo_module
 from ppo_dict.export import atomic_write, model_state
 signalled = []
 handler = mp.StopFlag.__call__
@@ -151,6 +149,16 @@ def record(self, signum, frame):
     signalled.append(signum)
     handler(self, signum, frame)
 mp.StopFlag.__call__ = record
+updates = []
+train = ppo_module.PPO.train
+def train_after_signal(self, progress_remaining):
+    updates.append(self.num_timesteps)
+    if MODE == "signal" and len(updates) == 2:  # a point the test knows: it signals once it reads this
+        print("UPDATING", self.num_timesteps, flush=True)
+        while not signalled:
+            time.sleep(0.01)
+    return train(self, progress_remaining)
+ppo_module.PPO.train = train_after_signal
 writes = []
 def slow_write(model, path):
     writes.append(path)
@@ -167,27 +175,6 @@ ck_write = ck.write_model_file
 ck.write_model_file = slow_write
 sys.exit(mp.main(sys.argv[1:]))
 """
-
-
-class Lines:
-    """A process's stdout lines, read in a thread so that waits can time out."""
-
-    def __init__(self, proc: subprocess.Popen):
-        self.queue: "queue.Queue[str]" = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=lambda: [self.queue.put(line) for line in proc.stdout], daemon=True).start()
-
-    def wait_for(self, text: str, timeout: float) -> str:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                line = self.queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            if text in line:
-                return line
-        raise AssertionError(f"{text!r} not printed within {timeout} s; got {self.seen[-5:]}")
 
 
 def start_slow(mode: str, run_dir, *flags: str) -> tuple[subprocess.Popen, Lines]:
@@ -222,28 +209,28 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tmp_path) -> Non
 
 
 def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
+    """The first Ctrl-C reaches the run while it waits at a known point (the second update, after the
+    first checkpoint), so the save it triggers is the one that blocks; the second Ctrl-C comes once
+    that save has half-written its temp file."""
     run_dir = tmp_path / "run"
     proc, lines = start_slow("signal", run_dir, "--total_timesteps", "100000000", "--save_freq", "256")
     try:
-        deadline = time.time() + 90
+        lines.wait_for("UPDATING 512", timeout=120)
         first = run_dir / "checkpoints" / "checkpoint_000000000256.pt"
-        while not first.exists() and time.time() < deadline:
-            time.sleep(0.1)
         before = first.read_bytes()
         proc.send_signal(signal.SIGINT)
-        lines.wait_for("WRITING", timeout=60)
+        lines.wait_for("WRITING", timeout=120)
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
         err = proc.stderr.read()
     finally:
         proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted twice: stopped without saving" in err and "Traceback" not in err
     names = os.listdir(run_dir / "checkpoints")
-    assert not [n for n in names if n.endswith(".tmp")], names  # the partial file was removed
+    assert sorted(names) == ["checkpoint_000000000256.pt"], names  # the partial file was removed, nothing else written
     assert first.read_bytes() == before
-    for name in names:  # every checkpoint left is whole
-        load_model_state(str(run_dir / "checkpoints" / name))
+    load_model_state(str(first))
 
 
 def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_path) -> None:

@@ -6,6 +6,8 @@
 * :mod:`.in_process`: every env in this process. :mod:`.shm_pool`: the worker pool, over
   :mod:`.group` (the main side), :mod:`.worker` (a worker process) and :mod:`.shared_memory`.
 * :mod:`.shm_vec_env`: ``ShmVecEnv``, an sb3 ``VecEnv`` on the same workers.
+* :mod:`.watchdog`: deadlines for the env calls the main process makes itself, and stop signals
+  that interrupt them.
 
 Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.config.Config` asks for.
 """
@@ -73,7 +75,7 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     backend = (backend or probe_env(env_spec(cfg))).for_blocks(envs_per_worker or n_envs, cfg.step_timeout, num_workers > 0)
     if num_workers == 0:
-        return InProcessEnvPool(backend, n_envs, cfg.n_steps)
+        return InProcessEnvPool(backend, n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     return ShmEnvPool(
         backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
         step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs if main_envs is None else main_envs,

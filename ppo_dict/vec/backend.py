@@ -19,7 +19,9 @@ from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.storage import RolloutStorage
+from ppo_dict.errors import EnvTimeoutError
 from ppo_dict.vec.runner import GymRunner, Runner
+from ppo_dict.vec.watchdog import WATCHDOG, Owner
 
 EnvFactory = Callable[[int], gym.Env]
 
@@ -97,6 +99,12 @@ def time_env_step(env: gym.Env, budget: float) -> float:
     return float(np.median(times))
 
 
+class MeasuredEnv:
+    """The env :meth:`GymBackend.step_seconds` times, as the watchdog names it (a runner's ``active``)."""
+
+    active = (-1, "constructor")
+
+
 @dataclass(frozen=True)
 class GymBackend:
     """Gymnasium envs, built by ``factory(env index)`` and stepped by :class:`GymRunner`.
@@ -119,14 +127,25 @@ class GymBackend:
         return cls(SpecFactory(spec), observation_space, action_space, spec.label)
 
     def step_seconds(self, budget: float) -> float:
-        """Build one more env here and time its steps; 0 when that env fails (its workers will say why)."""
+        """Build one more env here and time its steps; 0 when that env fails (its workers will say why).
+
+        Under the watchdog's default deadline: an env that hangs here is reported at once
+        (:class:`EnvTimeoutError`), as it would be a moment later in the run.
+        """
         env = None
+        measured = MeasuredEnv()
+        WATCHDOG.arm(Owner(self.label, measured), "step", "while one env step was timed in the main process, before any worker started",
+                     WATCHDOG.default_timeout)
         try:
             env = self.factory(0)
+            measured.active = (0, "step")
             return time_env_step(env, budget)
+        except EnvTimeoutError:
+            raise
         except Exception:  # noqa: BLE001 (a measurement only: the pool reports the env's failure itself)
             return 0.0
         finally:
+            WATCHDOG.clear()
             if env is not None:
                 env.close()
 

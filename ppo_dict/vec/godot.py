@@ -19,8 +19,9 @@ from ppo_dict.envs.godot.protocol import AgentsObs
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.runner import Seeds
 
-#: In the worker pool a game's own reply timeout is this share of the worker's ``step_timeout``:
-#: a hung game then fails in its worker with its own output, before main declares the worker hung.
+#: A game's own reply timeout is this share of ``step_timeout``: a hung game then fails with its
+#: own output, before the main process declares its worker hung (or, for a game the main process
+#: runs itself, before ``ppo_dict.vec.watchdog`` interrupts the call).
 GAME_TIMEOUT_SHARE = 0.9
 
 
@@ -184,11 +185,11 @@ class GodotBackend:
 
     def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GodotBackend":
         """The demo with ``n_agents`` set (:meth:`agents_per_game`), and the game's ``step_timeout``,
-        unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` in workers)."""
+        unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` of it, in workers or not)."""
         kwargs = dict(self.spec.kwargs)
         if self.spec.name == GODOT_DEMO:
             kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": self.agents_per_game(envs_per_block)}
-        kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE if in_workers else step_timeout)
+        kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE)
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs))
 
     def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
@@ -205,10 +206,11 @@ class GodotBackend:
                 f"processes, so {name} must be a multiple of {agents}"
             )
         game_timeout = self.spec.kwargs.get("step_timeout")
-        if num_workers > 0 and game_timeout is not None and not game_timeout < step_timeout:
+        if game_timeout is not None and not game_timeout < step_timeout:
             problems.append(
                 f"env_kwargs step_timeout={game_timeout!r} (the game's own reply timeout) must be below step_timeout="
-                f"{step_timeout!r} (the worker's), so that a hung game is reported with its output before its worker is declared hung"
+                f"{step_timeout!r} (the worker's, or the main process's for its own games), so that a hung game is reported "
+                "with its output before its worker is declared hung"
             )
         return problems
 

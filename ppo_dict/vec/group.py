@@ -10,6 +10,7 @@ SIGKILLed process group in /dev/shm.
 from __future__ import annotations
 
 import math
+import os
 import multiprocessing
 import multiprocessing.connection
 import select
@@ -23,6 +24,7 @@ from ppo_dict.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
+from ppo_dict.vec.watchdog import KILLERS
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
 
 #: Seconds workers get to exit after "close" before they are terminated, then killed.
@@ -142,6 +144,7 @@ class WorkerGroup:
         self.pids: list[int] = []  # kept after close, for checks that they are gone
         # Registered before the first start, so a failure half-way still stops what started.
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns, CLOSE_GRACE)
+        KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
             self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
@@ -267,6 +270,16 @@ class WorkerGroup:
         )
 
     # ------------------------------------------------------------------ lifetime
+    def kill(self) -> None:
+        """SIGKILL every worker, from any thread, without waiting (the process is about to end)."""
+        if self.closed:
+            return  # reaped already: their pids may belong to others now
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def close(self, grace: float = CLOSE_GRACE) -> None:
         """Stop the workers: idempotent, never waits for a pending reply."""
         if self.closed:

@@ -6,16 +6,19 @@ from typing import Optional
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import env_seeds
-from ppo_dict.vec.shm_pool import split_halves
+from ppo_dict.vec.shm_pool import call_in_main, split_halves
+from ppo_dict.vec.watchdog import Owner
 
 
 class InProcessEnvPool:
     """``n_envs`` env columns of ``backend`` in one runner, in this process.
 
     Attributes: backend, num_envs, observation_space, action_space, storage (ordinary memory), runner.
+    An env that raises gives :class:`EnvWorkerError` and one that hangs for ``step_timeout`` seconds
+    :class:`EnvTimeoutError` (where ``ppo_dict.vec.watchdog`` runs), as the worker pool's envs do.
     """
 
-    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int):
+    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0):
         if n_envs < 1:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
         self.backend, self.num_envs = backend, n_envs
@@ -29,21 +32,27 @@ class InProcessEnvPool:
             raise
         self.closed = False
         self.halves = split_halves(n_envs, backend.unit)
+        self.step_timeout = step_timeout
+        self._owner = Owner(backend.label, self.runner)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
-        self.runner.reset(env_seeds(seed, self.num_envs))
+        seeds = env_seeds(seed, self.num_envs)
+        call_in_main(self._owner, "reset", lambda: self.runner.reset(seeds), seeds, self.step_timeout, self._fail)
 
     def step(self, t: int) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
-        self.runner.step(t)
+        call_in_main(self._owner, "step", lambda: self.runner.step(t), t, self.step_timeout, self._fail)
 
     def step_async(self, t: int, columns: range) -> None:
         """Step the envs in ``columns`` (here, at once: there is no other process to wait for)."""
-        self.runner.step(t, columns)
+        call_in_main(self._owner, "step", lambda: self.runner.step(t, columns), t, self.step_timeout, self._fail)
 
     def step_wait(self) -> None:
         """Nothing to wait for: :meth:`step_async` stepped its envs already."""
+
+    def _fail(self, error: BaseException) -> None:
+        self.close()
 
     def close(self) -> None:
         if not self.closed:

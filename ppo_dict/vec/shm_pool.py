@@ -12,10 +12,44 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Optional
 
+from ppo_dict.errors import EnvTimeoutError
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup, split_columns
 from ppo_dict.vec.runner import Runner, env_seeds
+from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.worker import env_worker_error, error_report
+
+
+def call_in_main(owner: Owner, command: str, call: Callable[[], Any], detail: Any, timeout: float,
+                 cleanup: Callable[[BaseException], None]) -> Any:
+    """``call()``: env calls of ``owner.runner`` in this process, under the watchdog's deadline.
+
+    Reported as a worker's failures are, after ``cleanup(error)`` (stop the workers, close the envs):
+    an env that raises gives :class:`EnvWorkerError` (worker -1: "the main process", the env, the
+    command, the original exception and its traceback); one that does not return within
+    ``timeout`` seconds gives :class:`EnvTimeoutError` (raised inside it by ``ppo_dict.vec.watchdog``).
+    """
+    WATCHDOG.arm(owner, command, detail, timeout)
+    try:
+        result = call()
+    except Exception as exc:
+        WATCHDOG.clear()
+        if isinstance(exc, EnvTimeoutError):
+            cleanup(exc)
+            raise
+        report = error_report(-1, owner.runner, command, exc)
+        cleanup(exc)
+        raise env_worker_error(report, owner.label, command, detail) from exc
+    except BaseException:
+        WATCHDOG.clear()
+        raise
+    finally:
+        owner.runner.active = (-1, "")
+    late = WATCHDOG.disarm()
+    if late is not None:  # the env caught the timeout and returned anyway
+        cleanup(late)
+        raise late
+    return result
 
 
 def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
@@ -87,6 +121,8 @@ class ShmEnvPool:
         self.storage = self._group.storage
         self._workers_of: dict[range, list[int]] = {}
         self._main_runner: Optional[Runner] = None
+        self.step_timeout = step_timeout
+        self._waiting = Owner(backend.label)  # armed while waiting for the workers: a stop interrupts it
         if in_main:
             runner = backend.make_runner(range(in_main), self.storage)
             try:
@@ -96,19 +132,20 @@ class ShmEnvPool:
                 self._group.close()
                 raise
             self._main_runner = runner
+            self._owner = Owner(backend.label, runner)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
         seeds = env_seeds(seed, self.num_envs)
         self._group.send(("reset", seeds, None), detail=seeds)
         self._in_main("reset", lambda runner: runner.reset(seeds, None), detail=seeds)
-        self._group.gather()
+        self._gather("reset", None)
 
     def step(self, t: int) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
         self._group.send(("step", t), detail=t)
         self._in_main("step", lambda runner: runner.step(t), detail=t)
-        self._group.gather()
+        self._gather("step", t)
 
     def step_async(self, t: int, columns: range) -> None:
         """Start stepping the envs in ``columns`` (the workers owning any of them); :meth:`step_wait`
@@ -121,27 +158,30 @@ class ShmEnvPool:
 
     def step_wait(self) -> None:
         """Wait for the envs :meth:`step_async` started."""
-        self._group.gather()
+        self._gather("step", None)
+
+    def _gather(self, command: str, detail: Any) -> None:
+        """The workers' answers (they time out themselves); a stop signal may interrupt the wait."""
+        WATCHDOG.arm(self._waiting, command, detail, None)
+        try:
+            self._group.gather()
+        finally:
+            WATCHDOG.armed = None
 
     def _in_main(self, command: str, call: Callable[[Runner], Any], detail: Any) -> None:
-        """Run ``call`` on the envs this process steps, while the workers step theirs.
-
-        An env failure here is reported like a worker's (:class:`EnvWorkerError` naming the env,
-        the command and the original exception with its traceback), after the workers answer.
-        """
+        """Run ``call`` on the envs this process steps, while the workers step theirs
+        (:func:`call_in_main`: failures and hangs reported like a worker's, every worker stopped)."""
         runner = self._main_runner
-        if runner is None:
-            return
-        try:
-            call(runner)
-        except Exception as exc:
-            report = error_report(-1, runner, command, exc)
+        if runner is not None:
+            call_in_main(self._owner, command, lambda: call(runner), detail, self.step_timeout, self._fail)
+
+    def _fail(self, error: BaseException) -> None:
+        """An env of this process failed: collect the workers' answers to the command (unless it hung:
+        the workers may be waiting as long), so none is left pending, then stop everything."""
+        if not isinstance(error, EnvTimeoutError):
             with contextlib.suppress(Exception):
-                self._group.gather()  # the workers' answers to this command, so none is left pending
-            self.close()
-            raise env_worker_error(report, self.backend.label, command, detail) from exc
-        finally:
-            runner.active = (-1, "")
+                self._group.gather()
+        self.close()
 
     @property
     def pids(self) -> list[int]:

@@ -131,6 +131,11 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
 def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> None:
     """A worker's whole life: build envs, then serve commands; report any failure, then exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is main's to handle; it closes us.
+    # A forked worker inherits main's handlers and its wakeup fd: its own SIGTERM (close() sends
+    # one) must neither run main's stop flag nor reach main's watchdog as a signal of main's.
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(signum, signal.SIG_DFL)
     limit_threads()
     runner: Optional[Runner] = None
     command = "constructor"

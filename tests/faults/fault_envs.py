@@ -7,6 +7,7 @@ so a fault can be aimed at one env in one worker while its siblings behave.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from dataclasses import replace
 from typing import Any, Optional
@@ -20,7 +21,9 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "nan_obs", "nan_reward")
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "hang_swallow", "reset_hang", "nan_obs", "nan_reward")
+#: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
+HANG_MARKER = "FAULTENV HANGING"
 
 
 class FaultEnv(gym.Env):
@@ -29,11 +32,14 @@ class FaultEnv(gym.Env):
     Episodes terminate after ``episode_len`` steps. The env whose first reset seed is
     ``bad_seed`` misbehaves as ``mode`` says; ``init_raise`` raises in the constructor of the
     worker process named ``bad_process`` (never in the main process, which builds one env to
-    read the spaces).
+    read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
+    interrupts it), ``reset_hang`` in its first reset; ``hang_c``
+    sleeps with the signals blocked, as C code that never returns to Python would (no Python
+    signal handler can run in it). Every step sleeps ``step_s`` seconds (a costly env).
     """
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1"):
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
         if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
@@ -41,6 +47,7 @@ class FaultEnv(gym.Env):
         self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.mode, self.bad_seed, self.at_step, self.episode_len, self.hang_s = mode, bad_seed, at_step, episode_len, hang_s
+        self.step_s = step_s
         self.first_seed: Optional[int] = None
         self.resets = 0
         self.t = 0
@@ -60,6 +67,8 @@ class FaultEnv(gym.Env):
         self.resets += 1
         if self.aimed and (self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2):
             raise RuntimeError(f"reset boom (seed={seed})")
+        if self.aimed and self.mode == "reset_hang" and self.resets == 1:
+            self._hang()
         self.t = 0
         return self._obs(), {"resets": self.resets}
 
@@ -70,13 +79,28 @@ class FaultEnv(gym.Env):
         if self.aimed and self.total == self.at_step:
             if self.mode == "step_raise":
                 raise RuntimeError("boom")
-            if self.mode == "hang":
-                time.sleep(self.hang_s)
+            if self.mode in ("hang", "hang_c"):
+                self._hang()
+            if self.mode == "hang_swallow":  # an env that catches every Exception and carries on
+                try:
+                    self._hang()
+                except Exception:  # noqa: BLE001
+                    pass
             if self.mode == "nan_obs":
                 obs[0] = np.nan
             if self.mode == "nan_reward":
                 reward = float("nan")
+        if self.step_s:
+            time.sleep(self.step_s)
         return obs, reward, self.t >= self.episode_len, False, {"t": self.t}
+
+    def _hang(self) -> None:
+        print(f"{HANG_MARKER} seed={self.first_seed} pid={multiprocessing.current_process().pid}", flush=True)
+        if self.mode == "hang_c":
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        time.sleep(self.hang_s)
+        if self.mode == "hang_c":
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def fault_spec(**kwargs: Any) -> EnvSpec:

@@ -251,7 +251,55 @@ def vec_env_misuse() -> dict[str, Any]:
     return result
 
 
+def main_process_envs() -> dict[str, Any]:
+    """The main process's own envs from Python (the watchdog started as a library user would,
+    without the hard stage): an env raising in-process, hanging in-process in step (also one that
+    swallows the timeout and returns) and in reset, hanging in the main process's share of a worker pool."""
+    from ppo_dict.vec import watchdog
+    from ppo_dict.vec.in_process import InProcessEnvPool
+
+    watchdog.start(default_timeout=1.0)
+    result: dict[str, Any] = {}
+    cases = (("raise", "step_raise", 1), ("hang", "hang", 1), ("swallowed", "hang_swallow", 1), ("reset_hang", "reset_hang", SEED + 1))
+    for name, mode, bad in cases:
+        pool = InProcessEnvPool(probe_env(fault_spec(mode=mode, bad_seed=bad, at_step=2)), 2, 8, step_timeout=1.0)
+        if name == "reset_hang":
+            result[name] = capture(lambda: pool.reset(SEED))
+        else:
+            result[name] = capture(lambda: (pool.reset(0), [pool.step(t) for t in range(4)]))
+        result[name]["closed"] = pool.closed
+    pool = ShmEnvPool(probe_env(fault_spec(mode="hang", bad_seed=SEED + 1, at_step=1)), num_workers=2, envs_per_worker=2, n_steps=8,
+                      step_timeout=1.0, main_steps_envs=True, main_envs=2)
+    pool.reset(SEED)
+    result["shared"] = close_twice(pool, capture(lambda: pool.step(0)))
+    return result
+
+
+def vec_env_ctrl_c() -> dict[str, Any]:
+    """ShmVecEnv (sb3's API, Python's own SIGINT handler): a hung worker times out; then, with another
+    hung step, the test sends SIGINT once the env's marker is out and this process must end."""
+    import gymnasium as gym
+
+    from ppo_dict.vec.shm_vec_env import ShmVecEnv
+
+    def make(i: int) -> Callable[[], gym.Env]:
+        return lambda: gym.make("FaultEnv-v0", mode="hang", bad_seed=SEED + 3, at_step=1)
+
+    venv = ShmVecEnv([make(i) for i in range(4)], num_workers=2, step_timeout=1.0)
+    venv.seed(SEED)
+    venv.reset()
+    result = capture(lambda: venv.step(np.zeros((4, 1), np.float32)))
+    print(json.dumps(result), flush=True)
+    venv = ShmVecEnv([make(i) for i in range(4)], num_workers=2, step_timeout=600.0)
+    venv.seed(SEED)
+    venv.reset()
+    venv.step(np.zeros((4, 1), np.float32))  # hangs until the test's SIGINT
+    return {}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "main_process_envs": main_process_envs,
+    "vec_env_ctrl_c": vec_env_ctrl_c,
     "env_error": env_error,
     "unknown_id": unknown_id,
     "kill_worker": kill_worker,

@@ -134,8 +134,8 @@ def test_validate_names_agents_per_process_and_timeouts():
     assert problems == [
         "  - envs_per_worker=4: godot_demo runs 3 agents (n_agents) per Godot process and each worker owns whole processes, "
         "so envs_per_worker must be a multiple of 3",
-        "  - env_kwargs step_timeout=60.0 (the game's own reply timeout) must be below step_timeout=60.0 (the worker's), so that "
-        "a hung game is reported with its output before its worker is declared hung",
+        "  - env_kwargs step_timeout=60.0 (the game's own reply timeout) must be below step_timeout=60.0 (the worker's, or the main "
+        "process's for its own games), so that a hung game is reported with its output before its worker is declared hung",
         "  - eval_freq: not supported for godot_demo yet (it builds the env alone as a gymnasium env, which this one is not)",
     ]
     backend = validate(Config(env="godot_demo", n_envs=12, num_workers=2))  # 6 agents per worker: one game each

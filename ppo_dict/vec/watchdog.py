@@ -1,0 +1,235 @@
+"""Deadlines for the env calls the main process makes itself, and Ctrl-C that works during them.
+
+A worker's hung env is caught by the main process's timed ``poll(2)``; the main process's own
+envs (its balanced share, ``--num_workers 0``) have nobody watching them, so a thread does.
+Before each batch of env calls the pool *arms* the watchdog (:meth:`Watchdog.arm`: one tuple
+stored, about 0.2 µs) with the call, the step and a deadline, and *disarms* it after. The
+watchdog thread sleeps in ``select(2)`` until the deadline it last saw (or a signal byte from
+``signal.set_wakeup_fd``) and checks:
+
+* **soft stage**: the same call still armed past its deadline: it sends the main thread SIGALRM,
+  whose handler raises :class:`~ppo_dict.errors.EnvTimeoutError` inside the env's call (a
+  ``time.sleep``, a socket read, any Python code), naming the env index, call, step and env.
+* **hard stage** (only where :func:`start` was told ``hard_exit``: the command line): the call
+  still armed :data:`HARD_GRACE` seconds later (C code that never returns to Python, or an env
+  that swallowed the error): the thread prints the error, SIGKILLs every worker process and
+  ends the process with ``os._exit`` (1; 128 + signal for a stop).
+
+Ctrl-C, SIGTERM and SIGHUP reach this thread as bytes on the wakeup fd even while the main
+thread is stuck in C code. After the first one, an env call still armed :data:`STOP_GRACE`
+seconds later is interrupted (:class:`~ppo_dict.errors.EnvCallInterrupted`, which the command
+line turns into "drop this rollout, save the last update's state"), then the hard stage as
+above. After a second one the process ends within :data:`SECOND_GRACE` seconds, whatever it does.
+
+C code that holds the GIL and never returns stops every Python thread, this one included: only
+worker processes protect against it (``--main_envs 0``).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ppo_dict.errors import EnvCallInterrupted, EnvTimeoutError
+
+#: Seconds the hard stage waits after the soft one (or after a stop interrupt) before ``os._exit``.
+HARD_GRACE = 2.0
+#: Seconds an env call may go on after the first Ctrl-C/SIGTERM/SIGHUP before it is interrupted.
+STOP_GRACE = 2.0
+#: Seconds the process may take to end after a second signal before it is ended from here.
+SECOND_GRACE = 5.0
+#: Seconds between looks for an env call to interrupt once a stop's grace is over.
+STOP_POLL = 0.05
+#: The signals that stop a run (the command line's handlers).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: ``(deadline or None, timeout, who, command, detail)``: the env call in progress; ``who`` has
+#: ``label`` and ``runner`` (whose ``active`` names the env in progress).
+Armed = tuple[Optional[float], Optional[float], Any, str, Any]
+
+
+def call_text(who: Any, command: str, detail: Any) -> tuple[str, int, str]:
+    """What was in progress, for messages: ``("the main process's env 3 (gym_X) did not return from
+    step at rollout step 7", 3, "step")``, or for a wait, ``("the workers did not answer step ...", -1, "step")``.
+
+    ``detail``: the rollout step of a step, or a phrase saying when the call was made.
+    """
+    at = f" at rollout step {detail}" if isinstance(detail, int) else f" {detail}" if isinstance(detail, str) else ""
+    if who.runner is None:
+        return f"the workers ({who.label}) did not answer {command}{at}", -1, command
+    env_idx, active = who.runner.active
+    call = active or command
+    if call == "reset" and isinstance(detail, list) and 0 <= env_idx < len(detail):  # reset's detail: the seeds
+        at = f" (seed={detail[env_idx]})"
+    env = f"env {env_idx}" if env_idx >= 0 else "an env"
+    return f"the main process's {env} ({who.label}) did not return from {call}{at}", env_idx, call
+
+
+class Watchdog:
+    """The deadline of the main process's env call in progress, watched by a daemon thread."""
+
+    def __init__(self) -> None:
+        self.armed: Optional[Armed] = None
+        self.fired: Optional[tuple[Armed, BaseException]] = None
+        self.default_timeout = 60.0
+        self.hard_exit = False
+        self.signals: list[int] = []  # stop signals seen, in order
+        self._stop_at: Optional[float] = None
+        self._second_at = float("inf")
+        self._thread: Optional[threading.Thread] = None
+        self._main_ident = threading.main_thread().ident
+        self._rfd = self._wfd = None
+
+    # ------------------------------------------------------------------ the hot path (main thread)
+    def arm(self, who: Any, command: str, detail: Any, timeout: Optional[float]) -> None:
+        """An env call batch starts: ``timeout`` seconds (None: no deadline, e.g. waiting for workers,
+        which time out themselves; a stop still interrupts it)."""
+        self.armed = (None if timeout is None else time.monotonic() + timeout, timeout, who, command, detail)
+
+    def disarm(self) -> Optional[BaseException]:
+        """The call returned: the error the watchdog fired for it if the env swallowed it, else None."""
+        armed, self.armed = self.armed, None
+        fired = self.fired
+        if fired is not None and fired[0] is armed:
+            self.fired = None
+            return fired[1]
+        return None
+
+    def clear(self) -> None:
+        """The call raised: nothing is armed or pending any more."""
+        self.armed = self.fired = None
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, default_timeout: float, hard_exit: bool) -> None:
+        """Start the thread and the SIGALRM handler (main thread only); and, with ``hard_exit``, watch
+        the stop signals through ``signal.set_wakeup_fd``. Calling it again updates the settings."""
+        self.default_timeout, self.hard_exit = default_timeout, hard_exit
+        if self.running:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("the env watchdog must be started from the main thread (signal handlers run there)")
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        rsock, wsock = socket.socketpair()
+        for sock in (rsock, wsock):
+            sock.setblocking(False)
+        self._rfd, self._wfd = rsock, wsock
+        if hard_exit:
+            signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="ppo_dict-env-watchdog", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the watchdog thread
+    def _due(self, armed: Armed) -> tuple[float, str]:
+        """When ``armed`` fires, and why (``timeout`` or ``stop``)."""
+        due, why = (armed[0], "timeout") if armed[0] is not None else (float("inf"), "")
+        if self._stop_at is not None and self._stop_at < due:
+            due, why = self._stop_at, "stop"
+        return due, why
+
+    def _watch(self) -> None:
+        poll = 1.0
+        while True:
+            armed = self.armed
+            now = time.monotonic()
+            due, why = self._due(armed) if armed is not None else (float("inf"), "")
+            # After a stop signal's grace, look often: the next env call the main thread makes is interrupted.
+            stopping = self._stop_at is not None and now >= self._stop_at
+            wake = min(due, now + (STOP_POLL if stopping else min(poll, self.default_timeout / 4)))
+            if len(self.signals) > 1:
+                wake = min(wake, self._second_at)
+            ready, _, _ = select.select([self._rfd], [], [], max(0.0, wake - now))
+            if ready:
+                self._read_signals()
+            now = time.monotonic()
+            if len(self.signals) > 1 and now >= self._second_at:
+                self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[-1]).name} received twice: stopped at once without saving")
+            if armed is not None and self.armed is armed and why and now >= due:
+                self._fire(armed, why)
+
+    def _read_signals(self) -> None:
+        try:
+            data = self._rfd.recv(64)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum not in STOP_SIGNALS:
+                continue
+            self.signals.append(signum)
+            if len(self.signals) == 1:
+                self._stop_at = time.monotonic() + STOP_GRACE
+            elif len(self.signals) == 2:
+                self._second_at = time.monotonic() + SECOND_GRACE
+
+    def _fire(self, armed: Armed, why: str) -> None:
+        """Soft stage: raise in the main thread; hard stage if the call is still armed after the grace."""
+        _, timeout, who, command, detail = armed
+        what, env_idx, call = call_text(who, command, detail)
+        if why == "timeout":
+            error: BaseException = EnvTimeoutError(
+                f"{what} within {timeout:g} s; an env is probably hung "
+                "(raise step_timeout if it is only slow); every env and worker was stopped")
+            error.env_index, error.command, error.detail = env_idx, call, detail  # type: ignore[attr-defined]
+        else:
+            sig = signal.Signals(self.signals[0]).name
+            error = EnvCallInterrupted(f"{sig}: {what} within {STOP_GRACE:g} s: interrupted")
+        self.fired = (armed, error)
+        signal.pthread_kill(self._main_ident, signal.SIGALRM)
+        deadline = time.monotonic() + HARD_GRACE
+        while self.armed is armed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.armed is armed and self.hard_exit:
+            code = 1 if why == "timeout" else 128 + self.signals[0]
+            text = f"{type(error).__name__}: {error}" if why == "timeout" else str(error)
+            self._exit(code, f"{text}\nThe env call did not return to Python within {HARD_GRACE:g} s more (C code?): "
+                             "the process was ended without saving")
+
+    def _exit(self, code: int, message: str) -> None:
+        """Hard stage: say why, SIGKILL the worker processes, end the process now."""
+        try:
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        finally:
+            for group in list(KILLERS):
+                try:
+                    group.kill()
+                except Exception:  # noqa: BLE001 (ending the process matters more)
+                    pass
+            os._exit(code)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        """SIGALRM in the main thread: raise the fired error if its call is still the one in progress
+        (``fired`` stays set: :meth:`disarm` raises it again if the env swallowed it and returned)."""
+        fired = self.fired
+        if fired is not None and fired[0] is self.armed:
+            raise fired[1]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose env calls are armed: ``label`` (the env's name) and ``runner`` (``runner.active`` is
+    ``(env index, call)`` of the env call in progress; None while waiting for workers)."""
+
+    label: str
+    runner: Any = None
+
+
+#: The process's watchdog: pools arm it whether or not it runs (arming alone costs ~0.2 µs).
+WATCHDOG = Watchdog()
+#: Every live worker group (with a ``kill()``): the hard stage SIGKILLs their processes.
+KILLERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def start(default_timeout: float, hard_exit: bool = False) -> Watchdog:
+    """Start :data:`WATCHDOG` (main thread only): the command line does, with ``hard_exit``."""
+    WATCHDOG.start(default_timeout, hard_exit)
+    return WATCHDOG
