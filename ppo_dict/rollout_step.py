@@ -74,7 +74,8 @@ class PolicyStep:
         self.sde = policy.use_sde
         self.box = isinstance(policy.action_space, spaces.Box) and not self.sde
         self.discrete = isinstance(policy.action_space, spaces.Discrete)
-        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary))
+        # masked policies (sb3-contrib's distributions) take ActorCritic.forward too
+        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary)) or policy.masked
         device = policy.value_net.weight.device
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
@@ -110,11 +111,13 @@ class PolicyStep:
         return run(self._pi, features), run(self._vf, features)
 
     @torch.inference_mode()
-    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
+                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
-        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix)."""
+        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix).
+        ``masks``: bool ``[n_envs, mask_dim]``, the valid actions (policies built with ``action_masks``)."""
         if self.multi:
-            return self._forward(obs, out)
+            return self._forward(obs, out, masks)
         latent_pi, latent_vf = self.latents(obs)
         if out is None:
             values = self._value_head(latent_vf)
@@ -150,9 +153,9 @@ class PolicyStep:
             return out[0], out[1]
         return actions, log_prob
 
-    def _forward(self, obs: TensorObs, out: Optional[Out]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary), its outputs copied into ``out``."""
-        actions, values, log_probs = self.policy(obs)
+    def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary, masked policies), its outputs copied into ``out``."""
+        actions, values, log_probs = self.policy(obs, action_masks=masks)
         if out is None:
             return actions, values, log_probs
         for row, result in zip(out, (actions, values, log_probs)):

@@ -83,6 +83,7 @@ class Minibatch:
     old_log_prob: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    action_masks: Optional[torch.Tensor] = None  # bool [B, mask_dim] with --action_masks
 
 
 @dataclass
@@ -111,13 +112,15 @@ class RolloutTensors:
         self.obs = obs_to_tensor(data["observations"], device)
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
         self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
+        self.masks = torch.as_tensor(data["action_masks"], device=device) if "action_masks" in data else None
 
     def take(self, idx: np.ndarray) -> Minibatch:
         """Rows ``idx`` of the flattened rollout, as sb3's ``RolloutBuffer._get_samples`` hands them over."""
         rows = torch.from_numpy(idx).to(self.device)
         obs = {k: v[rows] for k, v in self.obs.items()} if isinstance(self.obs, dict) else self.obs[rows]
         actions = self.actions[rows]
-        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(column[rows] for column in self.columns))
+        masks = None if self.masks is None else self.masks[rows]
+        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(column[rows] for column in self.columns), masks)
 
 
 def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
@@ -125,7 +128,7 @@ def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettin
 
     Returns ``(loss, approx_kl)``.
     """
-    values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions)
+    values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions, batch.action_masks)  # MaskablePPO passes masks
     values = values.flatten()
     advantages = batch.advantages
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
