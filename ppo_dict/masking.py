@@ -75,6 +75,8 @@ def mask_dim(space: spaces.Space) -> int:
 
 def masked_backend(backend: Any) -> Any:
     """``backend`` (a dataclass with an ``action_space``: the gymnasium backend) with its action space marked."""
+    if not backend.makes_gym_envs:  # its runner would leave the masks unwritten (all False)
+        raise ValueError(f"action_masks=True: only gymnasium envs give action masks, not {backend.label}")
     return dataclasses.replace(backend, action_space=with_action_masks(backend.action_space))
 
 
