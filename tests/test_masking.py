@@ -13,6 +13,7 @@ from ppo_dict.config import Config
 from ppo_dict.envs.masked import MaskedJumpEnv
 from ppo_dict.errors import ConfigError, EnvWorkerError
 from ppo_dict.evaluation import predict_actions, run_episodes
+from ppo_dict.export import export_sb3
 from ppo_dict.masking import mask_dim, mask_problem, mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
 from ppo_dict.ppo import PPO
@@ -62,10 +63,9 @@ def test_masks_live_in_the_shared_layout() -> None:
 
 
 def test_config_refuses_what_masking_does_not_support() -> None:
-    problems = Config(**MASKED, use_sde=True, export_sb3="m.zip", trained_agent="a.zip", n_envs=3, num_workers=0).problems()
-    assert "action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde" in problems
-    assert "export_sb3: not supported with action_masks=True yet (a MaskablePPO zip is not written or read)" in problems
-    assert "trained_agent: not supported with action_masks=True yet (a MaskablePPO zip is not written or read)" in problems
+    problems = Config(**MASKED, use_sde=True, trained_agent="a.zip", n_envs=3, num_workers=0).problems()
+    assert problems == ["action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde",
+                        "trained_agent: not supported with action_masks=True yet (a MaskablePPO zip is not read)"]
     assert not Config(**{**MASKED, "batch_size": 16}, n_envs=3, num_workers=0).problems()  # 48 % 16 = 0
     odd = Config(**{**MASKED, "batch_size": 47}, n_envs=3, num_workers=0)  # 48 % 47 = 1: NaN in MaskablePPO
     assert odd.problems() == [
@@ -145,3 +145,27 @@ def test_evaluation_takes_masks_as_maskable_predict() -> None:
         warnings.simplefilter("ignore")
         unmasked = ActorCritic(env.observation_space, env.action_space)
     assert min(run_episodes(unmasked, env, None, 3, 0, torch.device("cpu"), deterministic=False)[0]) < -50  # the guard can fail
+
+
+def test_export_sb3_writes_a_maskable_ppo_zip(tmp_path) -> None:
+    """``--export_sb3`` of a masked run: ``MaskablePPO.load`` reads it, with our parameters, Adam state
+    and counters exactly, and predicts our masked actions."""
+    from sb3_contrib import MaskablePPO
+
+    cfg = Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), n_envs=2, num_workers=0, total_timesteps=64, normalize=True)
+    model = PPO(cfg.replace(verbose=0), make_env_pool(cfg))
+    try:
+        model.learn()
+        path = export_sb3(model, str(tmp_path / "masked"))
+    finally:
+        model.close()
+    loaded = MaskablePPO.load(path, device="cpu")
+    assert loaded.num_timesteps == model.num_timesteps and loaded._n_updates == model.n_updates
+    for name, value in model.policy.state_dict().items():
+        assert torch.equal(loaded.policy.state_dict()[name], value), name
+    ours_adam, theirs_adam = model.optimizer.state_dict()["state"], loaded.policy.optimizer.state_dict()["state"]
+    assert all(torch.equal(ours_adam[k]["exp_avg_sq"], theirs_adam[k]["exp_avg_sq"]) for k in ours_adam)
+    obs, masks = np.random.default_rng(0).random((4, 10)).astype(np.float32), np.tile([True, False, True, True, False, True, True, True, True, False], (4, 1))
+    with torch.no_grad():
+        ours = model.policy(torch.as_tensor(obs), deterministic=True, action_masks=torch.as_tensor(masks))[0].numpy()
+    assert np.array_equal(loaded.predict(obs, deterministic=True, action_masks=masks)[0], ours)

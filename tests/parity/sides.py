@@ -24,7 +24,7 @@ from ppo_dict.envs import make_env
 from ppo_dict.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.export import sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.export import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
 from ppo_dict.masking import masked_backend
 from ppo_dict.performance import TIMING_KEYS
 from ppo_dict.ppo import PPO
@@ -106,14 +106,11 @@ def make_sb3(cfg: Config) -> SB3PPO:
 
 
 def make_maskable(cfg: Config, vec_env_cls: Any = None) -> Any:
-    """sb3-contrib's ``MaskablePPO`` on :func:`make_normalized_venv`'s envs: sb3's PPO arguments less
-    gSDE, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none of them)."""
+    """sb3-contrib's ``MaskablePPO`` on :func:`make_normalized_venv`'s envs (``export.maskable_ppo_kwargs``)."""
     from sb3_contrib import MaskablePPO
 
     venv = make_normalized_venv(cfg, vec_env_cls)
-    kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
-    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln")}
-    return MaskablePPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **kwargs)
+    return MaskablePPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **maskable_ppo_kwargs(cfg))
 
 
 def make_normalized_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
