@@ -5,8 +5,8 @@ MLP (64x64 tanh), n_steps 256, 4 minibatches, 10 epochs. For each env count, in 
 rounds: rollouts (collection and GAE) of MaskablePPO on DummyVecEnv and SubprocVecEnv (which ask
 every env for its mask through ``env_method`` at every step) against ppo_dict's exact rollouts on
 the worker pool (masks written by the workers beside the observation) and in-process; then
-training (rollouts and updates), MaskablePPO on its faster vec env against ppo_dict exact. Rows
-are appended to perf_log.md.
+training (rollouts and updates), MaskablePPO on its faster vec env against ppo_dict exact. Both
+sides update with one torch thread. Rows are appended to perf_log.md.
 
     python benchmarks/bench_masked.py [--quick] [--no_log] [--envs 8,32]
 """
@@ -43,7 +43,9 @@ def maskable_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> C
 
 
 def ours_config(n_envs: int, num_workers: int) -> Config:
-    return Config(env="gym_PPODictMaskedJump-v0", gym_packages="ppo_dict.envs.masked", action_masks=True, n_envs=n_envs,
+    # one update thread, as the sb3-contrib side has (torch.set_num_threads(1)): on a shared 2-core
+    # machine two update threads wait on each other for whole time slices (60 s instead of 1 s)
+    return Config(update_threads=1, env="gym_PPODictMaskedJump-v0", gym_packages="ppo_dict.envs.masked", action_masks=True, n_envs=n_envs,
                   num_workers=num_workers, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10, seed=0, verbose=0,
                   device="cpu", total_timesteps=10**12)
 
