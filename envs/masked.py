@@ -43,12 +43,14 @@ OBSERVATIONS = ("box", "dict")
 class JumpGame(gym.Env):
     """The game (see the module doc); :meth:`valid_actions` is its mask, without sb3-contrib's method name."""
 
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
     def __init__(self, action: str = "discrete", size: int = 12, reach: int = 2, episode_length: int = 40,
-                 invalid_penalty: float = 0.5, observation: str = "box"):
+                 invalid_penalty: float = 0.5, observation: str = "box", render_mode: Optional[str] = None):
         if action not in ACTIONS or observation not in OBSERVATIONS or size < 2 or not 1 <= reach < size:
             raise ValueError(f"{GYM_ID}: action must be one of {ACTIONS}, observation one of {OBSERVATIONS}, size >= 2 and "
                              f"1 <= reach < size; got action={action!r}, observation={observation!r}, size={size}, reach={reach}")
-        self.dict_obs = observation == "dict"
+        self.dict_obs, self.render_mode = observation == "dict", render_mode
         self.kind, self.size, self.reach = action, size, reach
         self.episode_length, self.invalid_penalty = episode_length, invalid_penalty
         axes = 2 if action == "multi_discrete" else 1
@@ -125,6 +127,13 @@ class JumpGame(gym.Env):
         reached = bool(np.array_equal(self._pos, self._target))
         reward += 1.0 if reached else 0.0
         return self._observe(), float(reward), reached, self._t >= self.episode_length, {}
+
+
+    def render(self) -> np.ndarray:
+        """The observation as a tiny ``uint8[2, cells, 3]`` picture: position(s) above, target(s) below."""
+        obs = self._observe()
+        flat = np.concatenate([obs["position"], obs["target"]]) if self.dict_obs else obs
+        return np.repeat((flat.reshape(2, -1, 1) * 255).astype(np.uint8), 3, axis=2)
 
 
 class MaskedJumpEnv(JumpGame):

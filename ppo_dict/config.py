@@ -267,8 +267,8 @@ class Config:
             if w == 0 or n < 2:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
-        if self.action_masks:
-            problems += self._masking_problems()
+        if self.action_masks and self.use_sde:
+            problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde")
         if self.atari_wrapper and self.pixel_obs_wrapper:
             problems.append("atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper")
         if self.video and self.eval_freq == 0:
@@ -288,13 +288,6 @@ class Config:
             problems.append(f"batch_size={self.minibatch_size}: with action_masks and normalize_advantage, the last minibatch of each epoch "
                             f"holds one sample (n_steps*n_envs={self.rollout_size}), whose advantage std is NaN in MaskablePPO "
                             "(it has no single-sample guard): choose a batch_size that leaves no single sample")
-        return problems
-
-    def _masking_problems(self) -> list[str]:
-        """What ``--action_masks`` does not combine with (yet), one line each."""
-        problems = ["action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde"] if self.use_sde else []
-        if self.trained_agent is not None:
-            problems.append("trained_agent: not supported with action_masks=True yet (a MaskablePPO zip is not read)")
         return problems
 
     def check(self) -> None:

@@ -137,7 +137,7 @@ def run_episodes(
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         batch = _as_storage_obs(obs, env.observation_space)
-        masks = env_masks(env, policy.action_space, length) if policy.masked else None
+        masks = env_masks(env, policy.action_space, f"at evaluation step {length}") if policy.masked else None
         action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
         obs, reward, terminated, truncated, info = env.step(action)
         total += float(reward)

@@ -135,12 +135,12 @@ class MaskWriter:
         self.masks[row, env_idx] = mask.reshape(-1)
 
 
-def env_masks(env: Any, action_space: spaces.Space, step: int) -> np.ndarray:
+def env_masks(env: Any, action_space: spaces.Space, when: str) -> np.ndarray:
     """One env's checked mask as a batch of one, ``[1, mask_dim]`` (sb3-contrib's ``get_action_masks``
-    on a one-env vec env), for evaluation; ``step``: the episode's step, for messages."""
+    on a one-env vec env); ``when``: the moment, for messages."""
     writer = MaskWriter(np.zeros((1, 1, sum(mask_sizes(action_space))), dtype=bool), action_space)
     writer.bind(env, 0)
-    writer.write(0, 0, 0, f"at evaluation step {step}")
+    writer.write(0, 0, 0, when)
     return writer.masks[0]
 
 
@@ -149,7 +149,7 @@ def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, see
     env = make(0)
     try:
         env.reset(seed=seed)
-        env_masks(env, action_space, 0)
+        env_masks(env, action_space, "after its first reset (one env built to check it, before training)")
     except ValueError as exc:
         return str(exc)
     finally:
@@ -161,6 +161,16 @@ def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, see
 # The policy side: sb3-contrib's maskable distributions
 
 
+def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor]) -> torch.Tensor:
+    """What sb3-contrib's ``MaskableCategorical`` builds its final Categorical from: the logits as
+    torch's first Categorical normalised them (``logits - logsumexp``), masked entries -1e8 (the
+    Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None."""
+    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch.distributions.Categorical.__init__
+    if masks is None:
+        return normalized
+    return torch.where(masks, normalized, torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=normalized.device))
+
+
 class MaskedCategorical:
     """sb3-contrib ``MaskableCategorical`` over logits ``[B, n]``, masks bool ``[B, n]`` or None.
 
@@ -170,13 +180,8 @@ class MaskedCategorical:
     """
 
     def __init__(self, logits: torch.Tensor, masks: Optional[torch.Tensor] = None):
-        normalized = Categorical(logits=logits, validate_args=False).logits
-        self.masks = None
-        if masks is not None:
-            device = normalized.device
-            self.masks = torch.as_tensor(masks, dtype=torch.bool, device=device).reshape(normalized.shape)
-            normalized = torch.where(self.masks, normalized, torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=device))
-        self.dist = Categorical(logits=normalized, validate_args=False)
+        self.masks = None if masks is None else torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(logits.shape)
+        self.dist = Categorical(logits=masked_logits(logits, self.masks), validate_args=False)
 
     def sample(self) -> torch.Tensor:
         return self.dist.sample()

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from ppo_dict.masking import masked_logits
 from ppo_dict.policy import ActorCritic, FlattenExtractor
 from ppo_dict.storage import TensorObs
 
@@ -74,8 +75,8 @@ class PolicyStep:
         self.sde = policy.use_sde
         self.box = isinstance(policy.action_space, spaces.Box) and not self.sde
         self.discrete = isinstance(policy.action_space, spaces.Discrete)
-        # masked policies (sb3-contrib's distributions) take ActorCritic.forward too
-        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary)) or policy.masked
+        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary))
+        self.masked = policy.masked  # sb3-contrib's categorical: the logits normalised and masked first
         device = policy.value_net.weight.device
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
@@ -128,7 +129,7 @@ class PolicyStep:
         if self.box:
             actions, log_probs = self._gaussian(head, pair)
         elif self.discrete:
-            actions, log_probs = self._categorical(head, pair)
+            actions, log_probs = self._categorical(masked_logits(head, masks) if self.masked else head, pair)
         else:
             actions, log_probs = self._state_dependent(head, latent_pi, pair, rows)
         return actions, values, log_probs
@@ -154,7 +155,7 @@ class PolicyStep:
         return actions, log_prob
 
     def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary, masked policies), its outputs copied into ``out``."""
+        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary, masked or not), its outputs copied into ``out``."""
         actions, values, log_probs = self.policy(obs, action_masks=masks)
         if out is None:
             return actions, values, log_probs

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from ppo_dict.config import Config
 from ppo_dict.masking import mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
+from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.vec import make_env_pool
 from tests.parity.sides import Record, assert_same_record, assert_same_value, learn_sb3, make_maskable, run_ours
 
@@ -87,8 +88,8 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("n_envs", [1, 5])
 def test_policy_passes_exact(name: str, n_envs: int) -> None:
-    """MaskableActorCriticPolicy and ours, masks given and not: the same init draws and parameters,
-    samples, log-probs, values, entropies and modes, and the same torch RNG state after each."""
+    """MaskableActorCriticPolicy and ours (and the lean rollout step), masks given and not: the same init
+    draws and parameters, samples, log-probs, values, entropies and modes, and the same torch RNG state after each."""
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
     space, box = CASES[name], spaces.Box(-1.0, 1.0, (5,), np.float32)
@@ -114,3 +115,41 @@ def test_policy_passes_exact(name: str, n_envs: int) -> None:
                 mode = policy(obs, deterministic=True, action_masks=given)[0]
             outputs.append((actions, values, log_probs, *scored, mode, torch.get_rng_state()))
         assert_same_value(list(outputs[0]), list(outputs[1]), f"passes with masks {'given' if given is not None else 'absent'}")
+        torch.manual_seed(11)
+        lean = PolicyStep(ours, n_envs)(obs, masks=given)  # the rollout's step: the same floats and draws
+        assert_same_value([*lean, torch.get_rng_state()], [*outputs[0][:3], outputs[0][-1]], "the lean rollout step")
+
+
+def test_continuing_a_maskable_ppo_zip_equals_maskable_load_learn(tmp_path) -> None:
+    """``--trained_agent`` of a MaskablePPO zip: the run takes masks from the zip (no flag typed) and
+    continues as ``MaskablePPO.load(zip, env, seed=...).learn(n)`` does, bit for bit."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import ppo_dict.envs.masked  # noqa: F401 (registers the env for sb3's make_vec_env)
+    from ppo_dict.checks import validate
+    from ppo_dict.cli import config_from_args
+    from ppo_dict.trained_agent import apply_trained_agent, read_trained_agent
+
+    kwargs = dict(action="multi_discrete", size=6)
+    first = MaskablePPO("MlpPolicy", make_vec_env("PPODictMaskedJump-v0", n_envs=3, seed=0, env_kwargs=kwargs), n_steps=32, batch_size=48,
+                        n_epochs=2, ent_coef=0.01, seed=0, device="cpu", policy_kwargs=dict(net_arch=[32, 32]))
+    first.learn(192)
+    zip_path = str(tmp_path / "masked.zip")
+    first.save(zip_path)
+    first.get_env().close()
+
+    env = make_vec_env("PPODictMaskedJump-v0", n_envs=3, seed=1, env_kwargs=kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = learn_sb3(MaskablePPO.load(zip_path, env=env, seed=1, device="cpu", n_steps=32, batch_size=48), 192)
+    argv = ["--env", "gym_PPODictMaskedJump-v0", "--gym_packages", "ppo_dict.envs.masked", "--env_kwargs", repr(kwargs), "--n_envs", "3",
+            "--n_steps", "32", "--batch_size", "48", "--seed", "1", "--total_timesteps", "192"]
+    agent = read_trained_agent(zip_path, "gym_PPODictMaskedJump-v0")
+    cfg = config_from_args(argv + ["--trained_agent", zip_path, "--num_workers", "0", "--verbose", "0"], base=agent.saved, pinned=agent.pinned)
+    assert cfg.action_masks and cfg.net_arch == [32, 32] and cfg.ent_coef == 0.01
+    validate(cfg, agent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = run_ours(cfg, prepare=lambda model: apply_trained_agent(model, agent))
+    assert_same_record(sb3, ours)
