@@ -34,7 +34,9 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
 from benchmarks.bench_pipeline import run_pipeline  # noqa: E402
-from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+)
 from ppo_dict.config import Config  # noqa: E402
 from ppo_dict.performance import build_env_pool  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
@@ -62,21 +64,7 @@ def raw_env(steps: int) -> Contender:
 def sb3_contender(name: str, vec_env_cls, n_envs: int, device: str, training: bool) -> Contender:
     venv = make_vec_env(ENV_ID, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls)
     model = SB3PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10, seed=0, verbose=0, device=device)
-    rollout = N_STEPS * n_envs
-    if training:
-        def run() -> int:
-            model.learn(2 * rollout, reset_num_timesteps=False)
-            return 2 * rollout
-    else:
-        _, callback = model._setup_learn(10**12, None)
-        callback.on_training_start(locals(), globals())
-
-        def run() -> int:
-            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=N_STEPS)  # GAE included
-            return rollout
-
-    pids = (lambda: [os.getpid(), *(p.pid for p in venv.processes)]) if hasattr(venv, "processes") else (lambda: [os.getpid()])
-    return Contender(name, run, pids, venv.close)
+    return sb3_model_contender(name, model, training)
 
 
 def ours_config(n_envs: int, num_workers: int, device: str, **changes) -> Config:

@@ -97,6 +97,27 @@ def ppo_dict_contender(name: str, cfg, training: bool, iterations: int = 1) -> C
     return contender
 
 
+def sb3_model_contender(name: str, model, training: bool) -> Contender:
+    """An sb3 (or sb3-contrib) on-policy ``model`` on its vec env: per round two training iterations
+    (``training``), else one ``collect_rollouts`` (GAE included)."""
+    venv, n_steps = model.env, model.n_steps
+    rollout = n_steps * venv.num_envs
+    if training:
+        def run() -> int:
+            model.learn(2 * rollout, reset_num_timesteps=False)
+            return 2 * rollout
+    else:
+        _, callback = model._setup_learn(10**12, None)
+        callback.on_training_start(locals(), globals())
+
+        def run() -> int:
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=n_steps)
+            return rollout
+
+    pids = (lambda: [os.getpid(), *(p.pid for p in venv.processes)]) if hasattr(venv, "processes") else (lambda: [os.getpid()])
+    return Contender(name, run, pids, venv.close)
+
+
 def interleave(contenders: list[Contender], rounds: int, warmup: bool = True) -> None:
     """``rounds`` rounds, each contender once per round, the order rotating round to round."""
     if warmup:

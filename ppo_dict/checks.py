@@ -19,9 +19,10 @@ from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.storage import vector_obs_shapes
 from ppo_dict.errors import ConfigError
 from ppo_dict.hyperparams import load_hyperparams
+from ppo_dict.masking import env_mask_problem, masking_space_problem
 from ppo_dict.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.vec import env_spec, probe_env
-from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.backend import EnvBackend, GymBackend
 
 
 def model_problem(model: str, observation_space) -> str:
@@ -70,6 +71,8 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
             problems.append(f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each observation "
                             f"before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the statistics of {stacked} "
                             "would be over stacks (their zero padding included) and not sb3's: use --norm_obs False, or no --frame_stack")
+    if cfg.action_masks and not any(problems):
+        problems += masking_problems(cfg, backend)
     if cfg.double_buffer and n_envs < 2 * backend.unit:
         problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
     if not backend.makes_gym_envs:
@@ -77,6 +80,18 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
         problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
                      "which this one is not)" for flag, on in asked.items() if on]
     return [p for p in problems if p]
+
+
+def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
+    """What ``--action_masks`` cannot do with this env: its backend, its action space, its ``action_masks()``
+    (one env built here and reset with the run's seed, its first mask checked)."""
+    if not isinstance(backend, GymBackend):
+        return [f"action_masks=True: not supported for {backend.label} (the Godot RL Agents protocol sends no action masks)"]
+    problem = masking_space_problem(backend.action_space)
+    if problem:
+        return [f"action_masks=True: {problem} ({cfg.env})"]
+    problem = env_mask_problem(backend.factory, backend.action_space, cfg.seed)
+    return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
 def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:

@@ -61,6 +61,7 @@ class Collector:
                 (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,))))
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
+        self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.box = isinstance(pool.action_space, spaces.Box)
         if self.box:
             self.low, self.high = (np.asarray(b).reshape(-1) for b in (pool.action_space.low, pool.action_space.high))
@@ -138,7 +139,8 @@ class Collector:
         if len(part) < self.n_envs:
             obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]
         out = None if self.out is None else tuple(rows[t, cols] for rows in self.out)
-        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out, rows=cols if len(part) < self.n_envs else None)
+        masks = None if self.masks is None else self.masks[t, cols].to(self.device)  # sb3-contrib: the masks at obs[t]
+        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out, rows=cols if len(part) < self.n_envs else None, masks=masks)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(part)]
             for buffer, result in zip(host, (actions, values, log_probs)):

@@ -140,6 +140,7 @@ class Config:
     max_grad_norm: float = _opt(0.5, "gradient norm clip", float, "ppo", range=(0.0, inf, True, True))
     target_kl: Optional[float] = _opt(None, "stop the epochs early when approx_kl > 1.5*target_kl (None: never)", none_or(float), "ppo", range=(0.0, inf, True, True))
     use_sde: bool = _opt(False, "generalized State-Dependent Exploration (gSDE) for Box actions, instead of independent Gaussian noise", parse_bool, "ppo")
+    action_masks: bool = _opt(False, "invalid-action masking as sb3-contrib's MaskablePPO: the env's action_masks() (directly or through sb3-contrib's ActionMasker) gives each step's valid actions, written by the workers beside the observation (Discrete, MultiDiscrete, MultiBinary actions)", parse_bool, "ppo")
     sde_sample_freq: int = _opt(-1, "with use_sde: draw a new exploration matrix every this many steps (-1: only at the start of each rollout)", int, "ppo", range=(-1, inf))
 
     # Normalisation (sb3 VecNormalize)
@@ -266,6 +267,8 @@ class Config:
             if w == 0 or n < 2:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
+        if self.action_masks and self.use_sde:
+            problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde")
         if self.atari_wrapper and self.pixel_obs_wrapper:
             problems.append("atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper")
         if self.video and self.eval_freq == 0:
@@ -281,6 +284,10 @@ class Config:
             problems.append(f"batch_size={self.minibatch_size}: must be > 1 when normalize_advantage is True (sb3 issue #440)")
         if self.normalize_advantage and self.rollout_size <= 1:
             problems.append(f"n_steps*n_envs={self.rollout_size}: must be > 1 when normalize_advantage is True")
+        if self.action_masks and self.normalize_advantage and self.rollout_size % self.minibatch_size == 1 and self.rollout_size > 1:
+            problems.append(f"batch_size={self.minibatch_size}: with action_masks and normalize_advantage, the last minibatch of each epoch "
+                            f"holds one sample (n_steps*n_envs={self.rollout_size}), whose advantage std is NaN in MaskablePPO "
+                            "(it has no single-sample guard): choose a batch_size that leaves no single sample")
         return problems
 
     def check(self) -> None:

@@ -18,6 +18,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Bernoulli, Categorical, Normal
 
+from ppo_dict.masking import MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
+
 #: The action spaces sb3's PPO takes (``PPO.__init__``'s ``supported_action_spaces``), in its message's order.
 SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
@@ -190,14 +192,16 @@ class ActionHead:
     """The action distribution of ``action_space``: builds sb3's layers and makes each pass's distribution.
 
     ``n_outputs``: the action net's outputs (prod(shape) for Box, n for Discrete and MultiBinary,
-    sum(nvec) for MultiDiscrete).
+    sum(nvec) for MultiDiscrete). ``masked``: sb3-contrib's maskable distributions instead
+    (``ppo_dict.masking``; MultiBinary as ``n`` two-way categoricals, ``2n`` outputs).
     """
 
-    def __init__(self, action_space: spaces.Space, use_sde: bool = False, full_std: bool = True, use_expln: bool = False):
-        problem = action_space_problem(action_space, use_sde)
+    def __init__(self, action_space: spaces.Space, use_sde: bool = False, full_std: bool = True, use_expln: bool = False,
+                 masked: bool = False):
+        problem = action_space_problem(action_space, use_sde) or (masking_space_problem(action_space) if masked else "")
         if problem:
             raise ValueError(problem)
-        self.space, self.use_sde, self.full_std, self.use_expln = action_space, use_sde, full_std, use_expln
+        self.space, self.use_sde, self.full_std, self.use_expln, self.masked = action_space, use_sde, full_std, use_expln, masked
         self.nvec: list[int] = []
         if isinstance(action_space, spaces.Box):
             self.n_outputs = int(np.prod(action_space.shape))
@@ -206,6 +210,8 @@ class ActionHead:
             self.n_outputs = sum(self.nvec)
         else:  # Discrete and MultiBinary
             self.n_outputs = int(action_space.n)
+        if masked:
+            self.n_outputs = sum(mask_sizes(action_space))
         self.gsde: Optional[GSDENoise] = None
 
     def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
@@ -222,8 +228,14 @@ class ActionHead:
         self.gsde.sample_weights(log_std)
         return action_net, log_std
 
-    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
-        """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``)."""
+    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
+                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+        """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``);
+        ``masks`` (bool ``[B, n_outputs]``, masked heads only): sb3-contrib's ``apply_masking``."""
+        if self.masked:
+            return masked_distribution(head, self.space, masks)
+        if masks is not None:
+            raise ValueError("action masks given to a policy built without action_masks=True")
         if self.gsde is not None:
             return StateDependentNoise(head, log_std, latent_pi, self.gsde)
         if isinstance(self.space, spaces.Box):

@@ -21,6 +21,7 @@ from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
 from ppo_dict.export import atomic_write, write_model_file
+from ppo_dict.masking import env_masks
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
 from ppo_dict.seeding import preserved_rng
@@ -80,21 +81,23 @@ def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
 @torch.no_grad()
 def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch: dict[str, np.ndarray],
                     observation_space: spaces.Space, action_space: spaces.Space, device: torch.device,
-                    deterministic: bool = True) -> np.ndarray:
+                    deterministic: bool = True, masks: Optional[np.ndarray] = None) -> np.ndarray:
     """ppo_dict's ``predict``: the actions the env gets for a batch of observations.
 
     ``batch``: ``{key: [B, *shape]}`` as the env wrote them (:func:`~ppo_dict.storage.obs_layout`'s
     keys and dtypes). Normalised with ``normalizer``'s statistics (not updated), channel-last
     images seen as ``[B, C, H, W]`` (sb3's ``VecTransposeImage`` on the eval env), the Gaussian
     mean or a sample (clipped to the action bounds, as sb3's ``predict``), or the most probable
-    or a sampled discrete action. Returns ``[B, *action_shape]``.
+    or a sampled discrete action; ``masks`` (``[B, mask_dim]``, masked policies): only valid
+    actions, as sb3-contrib's ``predict(..., action_masks=...)``. Returns ``[B, *action_shape]``.
     """
     batch = dict(batch)
     if normalizer is not None:
         batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
     batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
     policy_input = policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
-    actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic)[0].cpu().numpy()
+    action_masks = None if masks is None else torch.as_tensor(masks, device=device)
+    actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
     if isinstance(action_space, spaces.Box):
         actions = np.clip(actions, action_space.low, action_space.high)
     return actions
@@ -116,7 +119,8 @@ def run_episodes(
 
     The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
     normalised with ``normalizer``'s statistics, which are not updated. The first episode's
-    frames go to ``video`` (at most ``video_length``).
+    frames go to ``video`` (at most ``video_length``). A masked policy acts on the env's
+    ``action_masks()`` of each step (sb3-contrib's masked ``evaluate_policy``).
 
     An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and
     clipped rewards) is played through them, as the policy was trained, and its episodes are the
@@ -134,7 +138,8 @@ def run_episodes(
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         batch = _as_storage_obs(obs, env.observation_space)
-        action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic)[0]
+        masks = env_masks(env, policy.action_space, f"at evaluation step {length}") if policy.masked else None
+        action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
         obs, reward, terminated, truncated, info = env.step(action)
         total += float(reward)
         length += 1

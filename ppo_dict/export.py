@@ -162,11 +162,20 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     )
 
 
-def export_sb3(ppo: "PPO", path: str) -> str:
-    """Write an sb3 ``PPO`` zip whose policy parameters equal ours exactly.
+def maskable_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
+    """The ``sb3_contrib.MaskablePPO`` keyword arguments that mean what ``cfg`` means: sb3's PPO
+    arguments less gSDE's, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none)."""
+    kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
+    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln")}
+    return kwargs
 
-    Needs stable-baselines3 (the ``test`` extra). The policy's module names are sb3's, so the
-    state dict loads unchanged; the optimizer state and step counter are carried over too.
+
+def export_sb3(ppo: "PPO", path: str) -> str:
+    """Write an sb3 ``PPO`` zip (with ``--action_masks``, an sb3-contrib ``MaskablePPO`` zip) whose
+    policy parameters equal ours exactly.
+
+    Needs stable-baselines3 (the ``test`` extra; sb3-contrib for masks). The policy's module names
+    are sb3's, so the state dict loads unchanged; the optimizer state and step counter are carried over too.
     """
     from stable_baselines3 import PPO as SB3PPO  # optional dependency of this feature only
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -180,7 +189,13 @@ def export_sb3(ppo: "PPO", path: str) -> str:
     spec = env_spec(cfg)
     vec_env = DummyVecEnv([lambda: make_env(spec)])
     try:
-        sb3_model = SB3PPO(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_ppo_kwargs(cfg))
+        if cfg.action_masks:
+            from sb3_contrib import MaskablePPO
+
+            model_class, kwargs = MaskablePPO, maskable_ppo_kwargs(cfg)
+        else:
+            model_class, kwargs = SB3PPO, sb3_ppo_kwargs(cfg)
+        sb3_model = model_class(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **kwargs)
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
         sb3_model.policy.optimizer.load_state_dict(ppo.optimizer.state_dict())
         sb3_model.num_timesteps, sb3_model._n_updates = ppo.num_timesteps, ppo.n_updates

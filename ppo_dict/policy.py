@@ -173,6 +173,7 @@ class ActorCritic(nn.Module):
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
         use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
+        action_masks: sb3-contrib's ``MaskableActorCriticPolicy`` (its distributions; the passes take masks).
     """
 
     def __init__(
@@ -189,13 +190,14 @@ class ActorCritic(nn.Module):
         use_sde: bool = False,
         full_std: bool = True,
         use_expln: bool = False,
+        action_masks: bool = False,
     ):
         super().__init__()
         problem = ppo_observation_problem(observation_space)
         if problem:
             raise ValueError(problem)
         self.observation_space, self.action_space = observation_space, action_space
-        self.action_head = ActionHead(action_space, use_sde, full_std, use_expln)  # refuses what sb3 refuses
+        self.action_head = ActionHead(action_space, use_sde, full_std, use_expln, action_masks)  # refuses what sb3 refuses
         self.normalize_images = normalize_images
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
@@ -263,9 +265,14 @@ class ActorCritic(nn.Module):
         vf_features = pi_features if self.share_features_extractor else self.vf_features_extractor(features)
         return self.mlp_extractor.forward_actor(pi_features), self.mlp_extractor.forward_critic(vf_features)
 
-    def distribution(self, latent_pi: torch.Tensor) -> Distribution:
-        """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``)."""
-        return self.action_head.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi)
+    def distribution(self, latent_pi: torch.Tensor, action_masks: Optional[torch.Tensor] = None) -> Distribution:
+        """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``),
+        masked by ``action_masks`` (bool ``[B, mask_dim]``) for a policy built with ``action_masks``."""
+        return self.action_head.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi, action_masks)
+
+    @property
+    def masked(self) -> bool:
+        return self.action_head.masked
 
     @property
     def use_sde(self) -> bool:
@@ -278,7 +285,8 @@ class ActorCritic(nn.Module):
             raise ValueError("reset_noise() is only available when using gSDE")
         self.action_head.gsde.sample_weights(self.log_std, batch_size=n_envs)
 
-    def forward(self, obs: TensorObs, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, obs: TensorObs, deterministic: bool = False,
+                action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: ``(actions [B, *action_shape], values [B, 1], log_probs [B])``.
 
         The one torch-RNG draw per step is the distribution's sample over the whole batch, as in sb3
@@ -286,15 +294,16 @@ class ActorCritic(nn.Module):
         """
         latent_pi, latent_vf = self._latents(obs)
         values = self.value_net(latent_vf)
-        dist = self.distribution(latent_pi)
+        dist = self.distribution(latent_pi, action_masks)
         actions = dist.mode() if deterministic else dist.sample()
         log_prob = dist.log_prob(actions)
         return actions.reshape((-1, *self.action_space.shape)), values, log_prob
 
-    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor,
+                         action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(values [B, 1], log_prob [B], entropy [B])`` of given actions (sb3 ``evaluate_actions``)."""
         latent_pi, latent_vf = self._latents(obs)
-        dist = self.distribution(latent_pi)
+        dist = self.distribution(latent_pi, action_masks)
         log_prob = dist.log_prob(actions)
         values = self.value_net(latent_vf)
         return values, log_prob, dist.entropy()
@@ -321,5 +330,7 @@ def policy_settings(cfg: Config) -> dict[str, Any]:
 
 def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
     """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W]).
-    ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`."""
-    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde, **policy_settings(cfg))
+    ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
+    ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy`` instead."""
+    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
+                       action_masks=cfg.action_masks, **policy_settings(cfg))

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from ppo_dict.masking import masked_logits
 from ppo_dict.policy import ActorCritic, FlattenExtractor
 from ppo_dict.storage import TensorObs
 
@@ -75,6 +76,7 @@ class PolicyStep:
         self.box = isinstance(policy.action_space, spaces.Box) and not self.sde
         self.discrete = isinstance(policy.action_space, spaces.Discrete)
         self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary))
+        self.masked = policy.masked  # sb3-contrib's categorical: the logits normalised and masked first
         device = policy.value_net.weight.device
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
@@ -110,11 +112,13 @@ class PolicyStep:
         return run(self._pi, features), run(self._vf, features)
 
     @torch.inference_mode()
-    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
+                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
-        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix)."""
+        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix).
+        ``masks``: bool ``[n_envs, mask_dim]``, the valid actions (policies built with ``action_masks``)."""
         if self.multi:
-            return self._forward(obs, out)
+            return self._forward(obs, out, masks)
         latent_pi, latent_vf = self.latents(obs)
         if out is None:
             values = self._value_head(latent_vf)
@@ -125,7 +129,7 @@ class PolicyStep:
         if self.box:
             actions, log_probs = self._gaussian(head, pair)
         elif self.discrete:
-            actions, log_probs = self._categorical(head, pair)
+            actions, log_probs = self._categorical(masked_logits(head, masks) if self.masked else head, pair)
         else:
             actions, log_probs = self._state_dependent(head, latent_pi, pair, rows)
         return actions, values, log_probs
@@ -150,9 +154,9 @@ class PolicyStep:
             return out[0], out[1]
         return actions, log_prob
 
-    def _forward(self, obs: TensorObs, out: Optional[Out]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary), its outputs copied into ``out``."""
-        actions, values, log_probs = self.policy(obs)
+    def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``ActorCritic.forward`` (MultiDiscrete, MultiBinary, masked or not), its outputs copied into ``out``."""
+        actions, values, log_probs = self.policy(obs, action_masks=masks)
         if out is None:
             return actions, values, log_probs
         for row, result in zip(out, (actions, values, log_probs)):

@@ -24,6 +24,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
+from ppo_dict.masking import mask_dim
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 #: A batch as the policy takes it: the single array, or one array per key for Dict spaces.
@@ -158,6 +159,8 @@ class RolloutStorage:
             env's row aligned, :func:`step_major`).
         env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
         episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
+        action_masks: bool[n_steps+1, n_envs, mask_dim] or None: the valid actions at ``env_obs[t]``,
+            written with it, when the action space is marked as giving masks (``ppo_dict.masking``).
     Read by environments:
         env_actions: [n_envs, *action_shape], the (clipped) actions to apply; for a Dict or Tuple
             action space (which only ``ShmVecEnv`` steps: sb3's PPO refuses them) one such array
@@ -199,6 +202,8 @@ class RolloutStorage:
             self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
         else:
             self.env_actions = alloc((N, *act_shape), act_dtype)
+        masks = mask_dim(action_space)
+        self.action_masks = step_major(alloc, T + 1, (N, masks), np.dtype(np.bool_)) if masks else None
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
         self.rewards = step_major(zeros, T, (N,), np.dtype(np.float32))
@@ -262,6 +267,8 @@ class RolloutStorage:
         for arrays in (self.env_obs, self.obs):
             for arr in arrays.values():
                 arr[0] = arr[self.n_steps]
+        if self.action_masks is not None:
+            self.action_masks[0] = self.action_masks[self.n_steps]
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:
@@ -280,6 +287,7 @@ class RolloutStorage:
             "log_probs": flat(self.log_probs),
             "advantages": flat(self.advantages),
             "returns": flat(self.returns),
+            **({} if self.action_masks is None else {"action_masks": flat(self.action_masks[: self.n_steps])}),
         }
 
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 #: sb3's PPO policy classes (``stable_baselines3.common.policies``) -> ppo_dict's model for them
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
+#: sb3-contrib's MaskablePPO policy classes (``sb3_contrib.common.maskable.policies``): ppo_dict's with ``--action_masks``
+MASKABLE_POLICIES = {"MaskableActorCriticPolicy": "mlp", "MaskableActorCriticCnnPolicy": "cnn", "MaskableMultiInputActorCriticPolicy": None}
+POLICY_MODULES = {"stable_baselines3.common.policies": PPO_POLICIES, "sb3_contrib.common.maskable.policies": MASKABLE_POLICIES}
 #: the sb3 ``PPO`` attributes a zip saves that are Config fields under the same name
 HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
                    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
@@ -139,10 +142,10 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     """Refuse a zip of another algorithm, or of a PPO ppo_dict does not implement, naming what it is."""
     policy_class = data.get("policy_class")
     module, name = getattr(policy_class, "__module__", "?"), getattr(policy_class, "__name__", repr(policy_class))
-    if module != "stable_baselines3.common.policies" or name not in PPO_POLICIES:
+    if name not in POLICY_MODULES.get(module, ()):
         algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
         raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
-                              f"--trained_agent takes a zip saved by stable_baselines3.PPO")
+                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO)")
     missing = [k for k in ("clip_range", "n_epochs", "batch_size") if k not in data]
     if missing or "policy.optimizer" not in params:
         raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
@@ -169,11 +172,13 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     net_arch = kwargs.get("net_arch")
     if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
-    model = PPO_POLICIES[data["policy_class"].__name__] or ("cnn" if contains_image(observation_space) else "mlp")
+    policy_name = data["policy_class"].__name__
+    model = {**PPO_POLICIES, **MASKABLE_POLICIES}[policy_name] or ("cnn" if contains_image(observation_space) else "mlp")
     defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                                                          "full_std", "use_expln")}
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
     return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
+            "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
             **{name: kwargs.get(name, default) for name, default in defaults.items()}}
 
 

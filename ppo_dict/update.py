@@ -87,6 +87,7 @@ class Minibatch:
     old_log_prob: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    action_masks: Optional[torch.Tensor] = None  # bool [B, mask_dim] with --action_masks
 
 
 @dataclass
@@ -115,13 +116,15 @@ class RolloutTensors:
         self.obs = obs_to_tensor(data["observations"], device)
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
         self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
+        self.masks = torch.as_tensor(data["action_masks"], device=device) if "action_masks" in data else None
 
     def take(self, rows: torch.Tensor) -> Minibatch:
         """Rows ``rows`` (int64 [B], on the device) of the flattened rollout, as sb3's
-        ``RolloutBuffer._get_samples`` hands them over."""
+        ``RolloutBuffer._get_samples`` (and sb3-contrib's ``MaskableRolloutBuffer``) hands them over."""
         obs = {k: _rows(v, rows) for k, v in self.obs.items()} if isinstance(self.obs, dict) else _rows(self.obs, rows)
         actions = _rows(self.actions, rows)
-        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(_rows(column, rows) for column in self.columns))
+        masks = None if self.masks is None else _rows(self.masks, rows)
+        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(_rows(column, rows) for column in self.columns), masks)
 
 
 def _rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -247,7 +250,10 @@ def minibatch_loss(
 
     Returns ``(loss, approx_kl)``.
     """
-    values, log_prob, entropy = (evaluate or policy.evaluate_actions)(batch.obs, batch.actions)
+    if evaluate is not None:
+        values, log_prob, entropy = evaluate(batch.obs, batch.actions)
+    else:
+        values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions, batch.action_masks)  # MaskablePPO passes masks
     values = values.flatten()
     advantages = batch.advantages
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, Union
 from gymnasium import spaces
 
 from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
+from ppo_dict.masking import masked_backend
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
@@ -74,6 +75,8 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs
     cfg.check()
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     backend = (backend or probe_env(env_spec(cfg))).for_blocks(envs_per_worker or n_envs, cfg.step_timeout, num_workers > 0)
+    if cfg.action_masks:  # the storage (in every process) then holds the envs' masks
+        backend = masked_backend(backend)
     if num_workers == 0:
         return InProcessEnvPool(backend, n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     return ShmEnvPool(

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from ppo_dict.envs.monitor import EPISODE, is_monitored, is_wrapped
+from ppo_dict.masking import MaskWriter
 from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
 
 Seeds = Sequence[Optional[int]]
@@ -80,6 +81,8 @@ class GymRunner:
         self._returns = [0.0] * len(self.env_ids)
         self._lengths = [0] * len(self.env_ids)
         self._monitored: list[bool] = []  # env j's statistics come from its EpisodeMonitor
+        # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
+        self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
 
     def open(self) -> None:
         """Build the envs, in column order."""
@@ -87,6 +90,8 @@ class GymRunner:
             self.active = (i, "constructor")
             self.envs.append(self.factory(i))
             self._monitored.append(is_monitored(self.envs[-1]))
+            if self.masks is not None:
+                self.masks.bind(self.envs[-1], i)
         self.active = (-1, "")
 
     def _write_obs(self, target: dict[str, np.ndarray], row: int, obs: Any) -> None:
@@ -110,6 +115,9 @@ class GymRunner:
             obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
             self._returns[j], self._lengths[j] = 0.0, 0
+            if self.masks is not None:
+                self.active = (i, "action_masks")
+                self.masks.write(j, i, 0, "after the first reset")
         return self.reset_infos if self.record_infos else None
 
     def step(self, t: int, columns: Optional[range] = None) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
@@ -139,6 +147,9 @@ class GymRunner:
                 self.active = (i, "reset")
                 obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
+            if self.masks is not None:
+                self.active = (i, "action_masks")
+                self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
 
     def _record_episode(self, j: int, i: int, info: dict[str, Any]) -> None:

@@ -24,7 +24,8 @@ from ppo_dict.envs import make_env
 from ppo_dict.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.export import sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.export import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.masking import masked_backend
 from ppo_dict.performance import TIMING_KEYS
 from ppo_dict.ppo import PPO
 
@@ -67,7 +68,8 @@ class _RolloutCapture(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         buf = self.model.rollout_buffer
-        self.rollouts.append({name: getattr(buf, name).copy() for name in BUFFER_FIELDS})
+        names = (*BUFFER_FIELDS, "action_masks") if hasattr(buf, "action_masks") else BUFFER_FIELDS  # MaskablePPO's buffer
+        self.rollouts.append({name: getattr(buf, name).copy() for name in names})
 
 
 def build_policies(sb3_cls: type, observation_space: Any, action_space: Any, sb3_kwargs: dict, our_kwargs: dict, seed: int):
@@ -99,7 +101,21 @@ def make_sb3_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
 
 def make_sb3(cfg: Config) -> SB3PPO:
     """sb3's PPO on :func:`make_sb3_venv`'s envs (with ``VecNormalize`` when asked)."""
-    venv = make_sb3_venv(cfg)
+    venv = make_normalized_venv(cfg)
+    return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_ppo_kwargs(cfg))
+
+
+def make_maskable(cfg: Config, vec_env_cls: Any = None) -> Any:
+    """sb3-contrib's ``MaskablePPO`` on :func:`make_normalized_venv`'s envs (``export.maskable_ppo_kwargs``)."""
+    from sb3_contrib import MaskablePPO
+
+    venv = make_normalized_venv(cfg, vec_env_cls)
+    return MaskablePPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **maskable_ppo_kwargs(cfg))
+
+
+def make_normalized_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
+    """:func:`make_sb3_venv`, in ``VecNormalize`` when ``cfg.normalize``."""
+    venv = make_sb3_venv(cfg, vec_env_cls)
     if cfg.normalize:
         space = venv.observation_space
         # ppo_dict normalises the Box vector keys and leaves uint8 images and integer spaces alone
@@ -109,7 +125,7 @@ def make_sb3(cfg: Config) -> SB3PPO:
             venv, norm_obs=norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
             gamma=cfg.vecnorm_gamma, norm_obs_keys=keys,
         )
-    return SB3PPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **sb3_ppo_kwargs(cfg))
+    return venv
 
 
 def run_sb3(cfg: Config) -> Record:
@@ -148,13 +164,16 @@ class RecordingPPO(PPO):
             "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(), "episode_starts": s.episode_starts.copy(),
             "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
         })
+        if s.action_masks is not None:  # MaskablePPO's buffer holds them as float32
+            self.rollouts[-1]["action_masks"] = s.action_masks[: s.n_steps].astype(np.float32)
 
     def learn(self, *args, **kwargs) -> "RecordingPPO":
         return super().learn(*args, on_rollout=self.record_rollout, **kwargs)
 
 
 def make_ours(cfg: Config, pool=None) -> RecordingPPO:
-    pool = pool or InProcessEnvPool(probe_env(env_spec(cfg)), cfg.num_envs, cfg.n_steps)
+    backend = probe_env(env_spec(cfg)) if pool is None else None
+    pool = pool or InProcessEnvPool(masked_backend(backend) if cfg.action_masks else backend, cfg.num_envs, cfg.n_steps)
     model = RecordingPPO(cfg.replace(verbose=0), pool)
     model.rollouts = []
     return model
@@ -209,7 +228,8 @@ def assert_same_record(sb3: Record, ours: Record) -> None:
     """Exact equality of everything recorded (no tolerance)."""
     assert len(sb3.rollouts) == len(ours.rollouts) > 0
     for i, (a, b) in enumerate(zip(sb3.rollouts, ours.rollouts)):
-        for name in BUFFER_FIELDS:
+        assert ("action_masks" in a) == ("action_masks" in b), f"rollout {i}: masks recorded on one side only"
+        for name in (*BUFFER_FIELDS, "action_masks") if "action_masks" in a else BUFFER_FIELDS:
             assert_same_value(a[name], b[name], f"rollout {i} {name}")
     assert len(sb3.dumps) == len(ours.dumps) > 0
     for i, (a, b) in enumerate(zip(sb3.dumps, ours.dumps)):
