@@ -31,6 +31,8 @@ from ppo_dict.update import RolloutTensors
 from ppo_dict.vec import env_spec
 from tests.parity.test_env_counts import SPACES
 
+#: the spaces of the parity runs, and action masking (sb3-contrib's MaskablePPO: masks in the rollout step and the update)
+CASES = {**SPACES, "masked": dict(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",), action_masks=True)}
 BATCH_SIZES = (1, 2, 3, 5, 7, 8, 13)
 #: the rollout, bootstrap and update settings every case shares: a rollout of 4 steps, minibatches that do not divide it
 RUN = dict(n_steps=4, n_epochs=1, seed=0, device="cpu", verbose=0, plot=False)
@@ -93,9 +95,9 @@ def train_and_evaluate(cfg: Config) -> None:
 
 
 @pytest.mark.parametrize("n_envs", BATCH_SIZES)
-@pytest.mark.parametrize("space", list(SPACES))
+@pytest.mark.parametrize("space", list(CASES))
 def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_in_process(recorded: dict, space: str, n_envs: int) -> None:
-    cfg = Config(**SPACES[space], **RUN, n_envs=n_envs, num_workers=0, batch_size=max(2, (4 * n_envs) // 3 + 1),
+    cfg = Config(**CASES[space], **RUN, n_envs=n_envs, num_workers=0, batch_size=max(2, (4 * n_envs) // 3 + 1),
                  total_timesteps=4 * n_envs)
     train_and_evaluate(cfg)
     assert len(recorded["inputs"]) > 4, "the policy was not called on every step"
