@@ -19,7 +19,9 @@ Ctrl-C, SIGTERM and SIGHUP reach this thread as bytes on the wakeup fd even whil
 thread is stuck in C code. After the first one, an env call still armed :data:`STOP_GRACE`
 seconds later is interrupted (:class:`~ppo_dict.errors.EnvCallInterrupted`, which the command
 line turns into "drop this rollout, save the last update's state"), then the hard stage as
-above. After a second one the process ends within :data:`SECOND_GRACE` seconds, whatever it does.
+above. After a second one the process ends at once: by the main thread's own handler, else from here
+(:data:`SECOND_STUCK` seconds later if the main thread is still in the same env call, at most
+:data:`SECOND_GRACE` in any case).
 
 C code that holds the GIL and never returns stops every Python thread, this one included: only
 worker processes protect against it (``--main_envs 0``).
@@ -45,6 +47,8 @@ HARD_GRACE = 2.0
 STOP_GRACE = 2.0
 #: Seconds the process may take to end after a second signal before it is ended from here.
 SECOND_GRACE = 5.0
+#: Seconds after a second signal before the process is ended if the main thread is still in the same env call.
+SECOND_STUCK = 1.0
 #: Seconds between looks for an env call to interrupt once a stop's grace is over.
 STOP_POLL = 0.05
 #: The signals that stop a run (the command line's handlers).
@@ -82,7 +86,8 @@ class Watchdog:
         self.hard_exit = False
         self.signals: list[int] = []  # stop signals seen, in order
         self._stop_at: Optional[float] = None
-        self._second_at = float("inf")
+        self._second_seen = self._second_at = float("inf")
+        self._second_armed: Optional[Armed] = None
         self._thread: Optional[threading.Thread] = None
         self._main_ident = threading.main_thread().ident
         self._rfd = self._wfd = None
@@ -147,15 +152,24 @@ class Watchdog:
             stopping = self._stop_at is not None and now >= self._stop_at
             wake = min(due, now + (STOP_POLL if stopping else min(poll, self.default_timeout / 4)))
             if len(self.signals) > 1:
-                wake = min(wake, self._second_at)
+                wake = min(wake, now + STOP_POLL)
             ready, _, _ = select.select([self._rfd], [], [], max(0.0, wake - now))
             if ready:
                 self._read_signals()
-            now = time.monotonic()
-            if len(self.signals) > 1 and now >= self._second_at:
-                self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[-1]).name} received twice: stopped at once without saving")
-            if armed is not None and self.armed is armed and why and now >= due:
+            self._check_second()
+            if armed is not None and self.armed is armed and why and time.monotonic() >= due:
                 self._fire(armed, why)
+
+    def _check_second(self) -> None:
+        """After a second stop signal: end the process if the main thread is still in the env call it
+        was in then (its handler cannot run) after :data:`SECOND_STUCK`, or in any case after
+        :data:`SECOND_GRACE` (the main thread's own way out, closing the workers, takes about a second)."""
+        if len(self.signals) < 2:
+            return
+        now = time.monotonic()
+        stuck = self._second_armed is not None and self.armed is self._second_armed
+        if now >= self._second_at or (stuck and now >= self._second_seen + SECOND_STUCK):
+            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once without saving")
 
     def _read_signals(self) -> None:
         try:
@@ -169,7 +183,9 @@ class Watchdog:
             if len(self.signals) == 1:
                 self._stop_at = time.monotonic() + STOP_GRACE
             elif len(self.signals) == 2:
-                self._second_at = time.monotonic() + SECOND_GRACE
+                self._second_seen = time.monotonic()
+                self._second_at = self._second_seen + SECOND_GRACE
+                self._second_armed = self.armed
 
     def _fire(self, armed: Armed, why: str) -> None:
         """Soft stage: raise in the main thread; hard stage if the call is still armed after the grace."""
@@ -187,7 +203,9 @@ class Watchdog:
         signal.pthread_kill(self._main_ident, signal.SIGALRM)
         deadline = time.monotonic() + HARD_GRACE
         while self.armed is armed and time.monotonic() < deadline:
-            time.sleep(0.02)
+            if select.select([self._rfd], [], [], 0.02)[0]:
+                self._read_signals()
+            self._check_second()
         if self.armed is armed and self.hard_exit:
             code = 1 if why == "timeout" else 128 + self.signals[0]
             text = f"{type(error).__name__}: {error}" if why == "timeout" else str(error)
