@@ -29,6 +29,7 @@ bench: install
 	$(PYTHON) benchmarks/bench.py
 	$(PYTHON) benchmarks/bench_pixels.py
 	$(PYTHON) benchmarks/bench_atari.py
+	$(PYTHON) benchmarks/bench_masked.py
 
 # Needs root (`sudo make system-deps`); .ci/run runs it (APT_FLAGS=-qq).
 system-deps:
