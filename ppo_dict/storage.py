@@ -188,13 +188,14 @@ class RolloutStorage:
             act_shape, act_dtype, self.action_dim = action_layout(action_space)
         T, N = n_steps, n_envs
         # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
-        # Arrays indexed by step are step_major: each step's [N, ...] row is laid out as a fresh array.
+        # The arrays whose rows a kernel reads or writes are step_major: each row laid out as a fresh array.
         self.env_obs = {k: step_major(alloc, T + 1, (N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
         # one env's terminal observation is a policy input of its own (the bootstrap): rows by env, aligned
         self.env_terminal_obs = {k: step_major(alloc, N, shape, dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        self.env_rewards = step_major(alloc, T, (N,), np.dtype(np.float32))
-        self.terminated = step_major(alloc, T, (N,), np.dtype(np.bool_))
-        self.truncated = step_major(alloc, T, (N,), np.dtype(np.bool_))
+        # read by numpy alone, element by element (no kernel's rounding depends on where they start): not padded
+        self.env_rewards = alloc((T, N), np.dtype(np.float32))
+        self.terminated = alloc((T, N), np.dtype(np.bool_))
+        self.truncated = alloc((T, N), np.dtype(np.bool_))
         self.episode_return = alloc((N,), np.dtype(np.float64))
         self.episode_length = alloc((N,), np.dtype(np.int64))
         if self.composite_actions:
@@ -206,13 +207,15 @@ class RolloutStorage:
         self.action_masks = step_major(alloc, T + 1, (N, masks), np.dtype(np.bool_)) if masks else None
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
-        self.rewards = step_major(zeros, T, (N,), np.dtype(np.float32))
+        # the rollout step writes a step's actions, values and log-probs into these rows, as into fresh tensors
         self.actions = step_major(zeros, T, (N, self.action_dim), act_dtype)
-        self.episode_starts = step_major(zeros, T, (N,), np.dtype(np.float32))
         self.values = step_major(zeros, T, (N,), np.dtype(np.float32))
         self.log_probs = step_major(zeros, T, (N,), np.dtype(np.float32))
-        self.advantages = step_major(zeros, T, (N,), np.dtype(np.float32))
-        self.returns = step_major(zeros, T, (N,), np.dtype(np.float32))
+        # GAE's arrays: numpy, element by element
+        self.rewards = zeros((T, N), np.dtype(np.float32))
+        self.episode_starts = zeros((T, N), np.dtype(np.float32))
+        self.advantages = zeros((T, N), np.dtype(np.float32))
+        self.returns = zeros((T, N), np.dtype(np.float32))
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
