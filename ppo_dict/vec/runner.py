@@ -15,7 +15,7 @@ import numpy as np
 from ppo_dict.envs.monitor import EPISODE, is_monitored, is_wrapped
 from ppo_dict.masking import MaskWriter
 from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
-from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, RESET, STEP
+from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
 from ppo_dict.vec.watchdog import WATCHDOG
 
 Seeds = Sequence[Optional[int]]
@@ -90,6 +90,7 @@ class GymRunner:
         """Build the envs, in column order."""
         for i in self.env_ids[len(self.envs) :]:
             self.active = (i, "constructor")
+            WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR
             self.envs.append(self.factory(i))
             self._monitored.append(is_monitored(self.envs[-1]))
             if self.masks is not None:
