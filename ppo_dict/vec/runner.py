@@ -7,6 +7,7 @@ layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's run
 """
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import gymnasium as gym
@@ -85,12 +86,15 @@ class GymRunner:
         self._monitored: list[bool] = []  # env j's statistics come from its EpisodeMonitor
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
+        # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
+        # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
+        self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.env_ids] if multiprocessing.parent_process() is None else None
 
     def open(self) -> None:
         """Build the envs, in column order."""
         for i in self.env_ids[len(self.envs) :]:
             self.active = (i, "constructor")
-            WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR
+            WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR  # not hot: one per env built
             self.envs.append(self.factory(i))
             self._monitored.append(is_monitored(self.envs[-1]))
             if self.masks is not None:
@@ -112,17 +116,19 @@ class GymRunner:
         ``options[i]`` is passed only when non-empty, as sb3's ``DummyVecEnv.reset`` does.
         """
         obs0 = self.storage.env_obs_at(0)
-        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
+        beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             self.active = (i, "reset")
-            beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
+            if codes:
+                beacon[slot] = codes[j] + RESET - STEP
             maybe_options = {"options": options[i]} if options is not None and options[i] else {}
             obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
             self._returns[j], self._lengths[j] = 0.0, 0
             if self.masks is not None:
                 self.active = (i, "action_masks")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
+                if codes:
+                    beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, 0, "after the first reset")
         return self.reset_infos if self.record_infos else None
 
@@ -131,12 +137,13 @@ class GymRunner:
         (of the envs in ``columns`` only, when given)."""
         s = self.storage
         next_obs = s.env_obs_at(t + 1)
-        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
+        beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             if columns is not None and i not in columns:
                 continue
             self.active = (i, "step")
-            beacon[ACTIVE] = i * ACTIVE_SCALE + STEP
+            if codes:
+                beacon[slot] = codes[j]
             obs, reward, terminated, truncated, info = env.step(s.env_action(i))
             self._returns[j] += float(reward)
             self._lengths[j] += 1
@@ -153,12 +160,14 @@ class GymRunner:
                     info["terminal_observation"] = obs
                 self._record_episode(j, i, info)
                 self.active = (i, "reset")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
+                if codes:
+                    beacon[slot] = codes[j] + RESET - STEP
                 obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
             if self.masks is not None:
                 self.active = (i, "action_masks")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
+                if codes:
+                    beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
 
