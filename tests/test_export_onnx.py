@@ -39,6 +39,8 @@ MASKED_MODELS = {
     "masked_discrete": Config(**MASKED, env_kwargs=dict(action="discrete"), seed=3),
     "masked_multi_discrete_dict_obs": Config(**MASKED, env_kwargs=dict(action="multi_discrete", observation="dict", size=6), seed=4),
     "masked_multi_binary": Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), seed=5),
+    # a channel-last uint8 picture (transposed in the graph; MaskablePPO's CnnPolicy transposes it in predict)
+    "masked_multi_discrete_image": Config(**MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5), seed=6),
 }
 
 
