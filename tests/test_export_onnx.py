@@ -14,7 +14,7 @@ from ppo_dict.errors import ExportError
 from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import export_sb3, save_model
 from ppo_dict.export_onnx import MASKS_INPUT, check_onnx, export_onnx, load_for_export, main as export_main, sample_batch, sample_masks
-from ppo_dict.masking import mask_sizes
+from ppo_dict.masking import mask_offsets, mask_sizes
 from ppo_dict.ppo import PPO
 from ppo_dict.vec import make_env_pool
 
@@ -115,8 +115,7 @@ def test_masked_onnx_policy_gives_maskable_ppo_predict_actions(tmp_path, name) -
     maskable = MaskablePPO.load(str(tmp_path / "maskable.zip"), device="cpu")
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == [*sample_batch(observation_space, 1), MASKS_INPUT]
-    sizes = mask_sizes(action_space)
-    offsets = np.cumsum([0, *sizes[:-1]])
+    offsets = mask_offsets(mask_sizes(action_space))
     for batch_size in (1, 64):
         batch = sample_batch(observation_space, batch_size, seed=batch_size)
         masks = sample_masks(action_space, batch_size, seed=batch_size)

@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.config import Config
-from ppo_dict.masking import mask_sizes, with_action_masks
+from ppo_dict.masking import mask_offsets, mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.vec import make_env_pool
@@ -60,8 +60,7 @@ def run_both(cfg: Config, pool_layout=None) -> tuple[Record, Record]:
 
 def assert_masks_used(rec: Record, space: spaces.Space) -> None:
     """Guard: the masks forbid most actions somewhere, and every action taken was allowed by its mask."""
-    sizes = mask_sizes(space)
-    offsets = np.cumsum([0, *sizes[:-1]])
+    offsets = mask_offsets(mask_sizes(space))
     for rollout in rec.rollouts:
         masks, actions = rollout["action_masks"].astype(bool), rollout["actions"].astype(np.int64)
         assert masks.mean() < 0.8, "the masks forbid too little for the test to mean anything"
@@ -112,7 +111,7 @@ def test_policy_passes_exact(name: str, n_envs: int) -> None:
     rng = np.random.default_rng(n_envs)
     obs = torch.as_tensor(rng.uniform(-1, 1, (n_envs, 5)).astype(np.float32))
     masks = rng.random((n_envs, sum(mask_sizes(space)))) < 0.4
-    for start, size in zip(np.cumsum([0, *mask_sizes(space)[:-1]]), mask_sizes(space)):
+    for start in mask_offsets(mask_sizes(space)):
         masks[:, start] = True  # every categorical keeps one valid action
     for given in (torch.as_tensor(masks), None):
         outputs = []
