@@ -170,14 +170,18 @@ def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, see
 # The policy side: sb3-contrib's maskable distributions
 
 
-def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor]) -> torch.Tensor:
+def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor], huge_neg: Optional[torch.Tensor] = None) -> torch.Tensor:
     """What sb3-contrib's ``MaskableCategorical`` builds its final Categorical from: the logits as
     torch's first Categorical normalised them (``logits - logsumexp``), masked entries -1e8 (the
-    Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None."""
+    Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None.
+    ``huge_neg``: the 0-d -1e8 tensor (the logits' dtype and device) made once by a caller that masks
+    every step (making it costs about as much as the ``where``), else made here as sb3-contrib makes it."""
     normalized = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch.distributions.Categorical.__init__
     if masks is None:
         return normalized
-    return torch.where(masks, normalized, torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=normalized.device))
+    if huge_neg is None:
+        huge_neg = torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=normalized.device)
+    return torch.where(masks, normalized, huge_neg)
 
 
 class MaskedCategorical:
