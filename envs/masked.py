@@ -22,7 +22,12 @@ Actions (``action=``):
   ``2 * size`` entries, for each switch ``[may stay, may toggle]``.
 
 Observations (``observation=``): ``box``, float32 one-hot position(s) then target(s) (for
-``multi_binary``: the lights, then the target bits); ``dict``, the two halves as ``position`` and ``target``.
+``multi_binary``: the lights, then the target bits); ``dict``, the two halves as ``position`` and
+``target``; ``image``, that vector drawn as a channel-last uint8 picture ``[image_size, image_size, 1]``
+(entry k a square in a grid of ``ceil(sqrt(len))`` squares a side, 255 for a position, 160 for a
+target, over a fixed texture of grays below 64, so that pixels take many values; sb3 transposes it,
+as any channel-last image); ``dict_image``, the position(s) drawn channel-first ``[1, image_size,
+image_size]`` as ``image`` beside the float32 ``target`` (an image and a vector: MultiInputPolicy).
 ``PPODictMaskedJumpMasker-v0`` is the same game without the ``action_masks`` method, wrapped in
 sb3-contrib's ``ActionMasker`` (sb3-contrib needed only for that id).
 """
@@ -37,7 +42,7 @@ from gymnasium import spaces
 GYM_ID = "PPODictMaskedJump-v0"
 MASKER_ID = "PPODictMaskedJumpMasker-v0"
 ACTIONS = ("discrete", "multi_discrete", "multi_binary")
-OBSERVATIONS = ("box", "dict")
+OBSERVATIONS = ("box", "dict", "image", "dict_image")
 
 
 class JumpGame(gym.Env):
@@ -46,38 +51,75 @@ class JumpGame(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
     def __init__(self, action: str = "discrete", size: int = 12, reach: int = 2, episode_length: int = 40,
-                 invalid_penalty: float = 0.5, observation: str = "box", render_mode: Optional[str] = None):
-        if action not in ACTIONS or observation not in OBSERVATIONS or size < 2 or not 1 <= reach < size:
-            raise ValueError(f"{GYM_ID}: action must be one of {ACTIONS}, observation one of {OBSERVATIONS}, size >= 2 and "
-                             f"1 <= reach < size; got action={action!r}, observation={observation!r}, size={size}, reach={reach}")
-        self.dict_obs, self.render_mode = observation == "dict", render_mode
+                 invalid_penalty: float = 0.5, observation: str = "box", render_mode: Optional[str] = None, image_size: int = 36):
+        axes = 2 if action == "multi_discrete" else 1
+        grid = int(np.ceil(np.sqrt(2 * axes * size)))  # squares a side when the whole vector is drawn
+        if action not in ACTIONS or observation not in OBSERVATIONS or size < 2 or not 1 <= reach < size or image_size < grid:
+            raise ValueError(f"{GYM_ID}: action must be one of {ACTIONS}, observation one of {OBSERVATIONS}, size >= 2, "
+                             f"1 <= reach < size and image_size >= {grid}; got action={action!r}, observation={observation!r}, "
+                             f"size={size}, reach={reach}, image_size={image_size}")
+        self.observation, self.render_mode, self.image_size = observation, render_mode, image_size
         self.kind, self.size, self.reach = action, size, reach
         self.episode_length, self.invalid_penalty = episode_length, invalid_penalty
-        axes = 2 if action == "multi_discrete" else 1
         if action == "discrete":
             self.action_space = spaces.Discrete(size)
         elif action == "multi_discrete":
             self.action_space = spaces.MultiDiscrete([size, size])
         else:
             self.action_space = spaces.MultiBinary(size)
-        half = spaces.Box(0.0, 1.0, (axes * size,), np.float32)
-        self.observation_space = spaces.Dict({"position": half, "target": half}) if self.dict_obs else spaces.Box(0.0, 1.0, (2 * axes * size,), np.float32)
+        self.observation_space = self._space(axes * size)
         cells = size if action == "multi_binary" else axes  # the lights, or the token's coordinates
         self._pos = np.zeros(cells, dtype=np.int64)
         self._target = np.zeros(cells, dtype=np.int64)
         self._free = np.zeros(size, dtype=bool)  # multi_binary: the switches that may toggle this step
         self._t = 0
 
+    def _space(self, half: int) -> spaces.Space:
+        """The observation space of ``self.observation``; ``half``: entries of the position(s) (and of the target(s))."""
+        vector = spaces.Box(0.0, 1.0, (half,), np.float32)
+        picture = (self.image_size, self.image_size)
+        if self.observation == "dict":
+            return spaces.Dict({"position": vector, "target": vector})
+        if self.observation == "image":
+            return spaces.Box(0, 255, (*picture, 1), np.uint8)
+        if self.observation == "dict_image":
+            return spaces.Dict({"image": spaces.Box(0, 255, (1, *picture), np.uint8), "target": vector})
+        return spaces.Box(0.0, 1.0, (2 * half,), np.float32)
+
+    def _draw(self, levels: np.ndarray) -> np.ndarray:
+        """uint8 levels (0: not drawn) as a ``[image_size, image_size]`` picture: entry k a square of its
+        level in a row-major grid, over the texture ``(7 (row + col)) % 64``."""
+        grid = int(np.ceil(np.sqrt(len(levels))))
+        square = self.image_size // grid
+        cells = np.zeros(grid * grid, dtype=np.uint8)
+        cells[: len(levels)] = levels
+        squares = np.zeros((self.image_size, self.image_size), dtype=np.uint8)
+        squares[: grid * square, : grid * square] = np.kron(cells.reshape(grid, grid), np.ones((square, square), dtype=np.uint8))
+        lines = np.arange(self.image_size)
+        texture = ((7 * np.add.outer(lines, lines)) % 64).astype(np.uint8)
+        return np.where(squares > 0, squares, texture)
+
     # ------------------------------------------------------------------ state
-    def _observe(self) -> Any:
+    def _halves(self) -> np.ndarray:
+        """float32 ``[2, half]``: the position(s) (or lights), then the target(s), as the module doc lays them out."""
         if self.kind == "multi_binary":
             obs = np.stack([self._pos, self._target]).astype(np.float32)
         else:
             obs = np.zeros((2, len(self._pos), self.size), dtype=np.float32)
             for axis in range(len(self._pos)):
                 obs[0, axis, self._pos[axis]] = obs[1, axis, self._target[axis]] = 1.0
-        obs = obs.reshape(2, -1)
-        return {"position": obs[0].copy(), "target": obs[1].copy()} if self.dict_obs else obs.reshape(-1)
+        return obs.reshape(2, -1)
+
+    def _observe(self) -> Any:
+        halves = self._halves()
+        if self.observation == "dict":
+            return {"position": halves[0].copy(), "target": halves[1].copy()}
+        levels = (halves * np.array([[255], [160]], dtype=np.float32)).astype(np.uint8)  # positions 255, targets 160
+        if self.observation == "image":
+            return self._draw(levels.reshape(-1))[:, :, None]
+        if self.observation == "dict_image":
+            return {"image": self._draw(levels[0])[None], "target": halves[1].copy()}
+        return halves.reshape(-1)
 
     def _draw_free(self) -> None:
         self._free[:] = False
@@ -131,9 +173,7 @@ class JumpGame(gym.Env):
 
     def render(self) -> np.ndarray:
         """The observation as a tiny ``uint8[2, cells, 3]`` picture: position(s) above, target(s) below."""
-        obs = self._observe()
-        flat = np.concatenate([obs["position"], obs["target"]]) if self.dict_obs else obs
-        return np.repeat((flat.reshape(2, -1, 1) * 255).astype(np.uint8), 3, axis=2)
+        return np.repeat((self._halves()[:, :, None] * 255).astype(np.uint8), 3, axis=2)
 
 
 class MaskedJumpEnv(JumpGame):

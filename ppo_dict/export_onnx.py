@@ -2,7 +2,12 @@
 
 The graph takes observations as the env gives them (a batch: ``obs`` for a single space, one
 input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
-action the env gets: what :func:`ppo_dict.evaluation.predict_actions` computes. With
+action the env gets: what :func:`ppo_dict.evaluation.predict_actions` computes. A model trained
+with ``--action_masks`` takes each step's masks too, as a last input ``action_masks`` (bool
+``[batch, mask_dim]``, the layout ``action_masks()`` gives: ``n`` entries for Discrete,
+``sum(nvec)`` for MultiDiscrete, ``2n`` for MultiBinary), and returns sb3-contrib's
+``MaskablePPO.predict(obs, action_masks=..., deterministic=True)``: masked logits -1e8, the most
+probable valid action of each categorical. With
 ``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
 computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
 policies return their mean clipped to the action bounds, categorical ones their most probable
@@ -35,6 +40,7 @@ from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError, ExportError
 from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import atomic_write, load_model_state
+from ppo_dict.masking import METHOD, mask_sizes
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.ppo import build_normalizer
@@ -43,6 +49,8 @@ from ppo_dict.vec import env_spec
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
 OPSET = 18
+#: The masks' input of a masked policy's graph (sb3-contrib's name: ``predict``'s keyword, the env's method)
+MASKS_INPUT = METHOD
 
 
 class DeterministicPolicy(nn.Module):
@@ -54,6 +62,10 @@ class DeterministicPolicy(nn.Module):
         self.policy = policy
         self.dict_obs = isinstance(observation_space, spaces.Dict)
         self.keys = list(obs_layout(observation_space))
+        self.masked = policy.masked
+        if self.masked and MASKS_INPUT in self.keys:
+            raise ExportError(f"the observation key {MASKS_INPUT!r} would collide with the graph's masks input of that name")
+        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else list(self.keys)
         channel_last = channel_last_keys(observation_space)
         self.channel_last = [k for k in self.keys if k in channel_last]
         self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
@@ -68,13 +80,15 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer("high", torch.as_tensor(action_space.high))
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``."""
         obs = dict(zip(self.keys, inputs))
+        masks = inputs[-1] if self.masked else None
         for i, key in enumerate(self.normalized):
             x = (obs[key].double() - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
             obs[key] = x.clamp(-self.clip_obs, self.clip_obs).float()
         for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
             obs[key] = obs[key].permute(0, 3, 1, 2)
-        actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True)[0]
+        actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True, action_masks=masks)[0]
         return torch.clamp(actions, self.low, self.high) if self.box else actions
 
 
@@ -86,8 +100,6 @@ def load_for_export(path: str) -> tuple[ActorCritic, Optional[Normalizer], space
     """
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
-    if cfg.action_masks:  # the graph would need each step's mask as an input: not written yet
-        raise ExportError(f"{path}: trained with --action_masks; the ONNX export does not take action masks yet")
     env = make_env(env_spec(cfg))
     try:
         observation_space, action_space = env.observation_space, env.action_space
@@ -112,6 +124,27 @@ def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict
     draws = [observation_space.sample() for _ in range(n)]
     layout, parts = obs_layout(observation_space), [obs_parts(observation_space, d) for d in draws]
     return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts]) for key, (shape, dtype) in layout.items()}
+
+
+def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` random masks, bool ``[n, mask_dim]``, each allowing about half the actions and at least
+    one in every categorical of ``action_space`` (:func:`~ppo_dict.masking.mask_sizes`)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for size in mask_sizes(action_space):
+        part = rng.random((n, size)) < 0.5
+        part[np.arange(n), rng.integers(0, size, n)] = True  # one valid action, anywhere
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+def sample_inputs(module: "DeterministicPolicy", observation_space: spaces.Space, action_space: spaces.Space, n: int,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """The graph's inputs for ``n`` sampled observations (:func:`sample_batch`), masks included for a masked policy."""
+    inputs = sample_batch(observation_space, n, seed)
+    if module.masked:
+        inputs[MASKS_INPUT] = sample_masks(action_space, n, seed)
+    return inputs
 
 
 @contextlib.contextmanager
@@ -139,12 +172,12 @@ def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
     """
     policy, normalizer, observation_space, action_space, _ = load_for_export(path)
     module = DeterministicPolicy(policy, normalizer, observation_space, action_space).eval()
-    example = tuple(torch.as_tensor(v) for v in sample_batch(observation_space, 4).values())
+    example = tuple(torch.as_tensor(v) for v in sample_inputs(module, observation_space, action_space, 4).values())
     batch = torch.export.Dim("batch")
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
         scratch_file = os.path.join(scratch, "policy.onnx")
         try:
-            torch.onnx.export(module, example, scratch_file, input_names=module.keys, output_names=["action"],
+            torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=["action"],
                               dynamic_shapes={"inputs": tuple({0: batch} for _ in example)}, opset_version=opset, external_data=False,
                               dynamo=True, verbose=False)
         except ImportError as exc:
@@ -172,17 +205,20 @@ def written_opset(path: str) -> int:
 
 
 def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
-    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict on ``n`` sampled observations.
+    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict on ``n`` sampled observations
+    (and, for a masked policy, ``n`` random masks: :func:`sample_masks`).
 
     Returns ``{"observations", "mismatched" (discrete: differing actions), "max_abs_diff"}``.
     """
     import onnxruntime
 
     policy, normalizer, observation_space, action_space, _ = load_for_export(model_path)
-    batch = sample_batch(observation_space, n, seed=1)
-    ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+    module = DeterministicPolicy(policy, normalizer, observation_space, action_space)
+    inputs = sample_inputs(module, observation_space, action_space, n, seed=1)
+    batch = {key: inputs[key] for key in module.keys}
+    ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"), masks=inputs.get(MASKS_INPUT))
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    theirs = session.run(["action"], batch)[0]
+    theirs = session.run(["action"], inputs)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)
     return {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
 
@@ -193,7 +229,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--model", default="best", help="in a run directory: best | last")
     parser.add_argument("--out", default=None, help="the ONNX file to write (default: RUN_DIR/policy.onnx, or FILE with .onnx)")
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset version")
-    parser.add_argument("--check", type=int, default=256, help="compare with ppo_dict on this many sampled observations (0: no check)")
+    parser.add_argument("--check", type=int, default=256, help="compare with ppo_dict on this many sampled observations "
+                        "(with random masks for a model trained with --action_masks; 0: no check)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:

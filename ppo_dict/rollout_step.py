@@ -13,14 +13,15 @@ parity suite compares whole runs with sb3), but:
 * the sample's noise, the actions and the log-probs are written into preallocated tensors (on the
   CPU, the rollout storage's own rows).
 
-The one torch-RNG draw per step is unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
-the whole ``(n_envs, ...)`` batch; gSDE draws none (its exploration matrices are drawn by the
-collector, at sb3's cadence), and its state-dependent scale is computed per step as sb3 does,
-with ``std**2`` (parameters only) once per rollout.
+The torch-RNG draws per step are unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
+the whole ``(n_envs, ...)`` batch, one ``multinomial`` per entry in order (MultiDiscrete, and
+MultiBinary under sb3-contrib's masking: ``n`` two-way categoricals); gSDE draws none (its
+exploration matrices are drawn by the collector, at sb3's cadence), and its state-dependent scale
+is computed per step as sb3 does, with ``std**2`` (parameters only) once per rollout.
 
-MultiDiscrete and MultiBinary actions take ``ActorCritic.forward`` itself (their samples are one
-``multinomial`` per entry and one ``bernoulli``), then the outputs are copied into the rows: the
-same floats by construction, with the distribution objects' overhead.
+Unmasked MultiBinary actions (one ``bernoulli``) take ``ActorCritic.forward`` itself, then the
+outputs are copied into the rows: the same floats by construction, with the distribution objects'
+overhead.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.masking import masked_logits
+from ppo_dict.masking import HUGE_NEG, mask_sizes, masked_logits
 from ppo_dict.policy import ActorCritic, FlattenExtractor
 from ppo_dict.storage import TensorObs
 
@@ -75,8 +76,11 @@ class PolicyStep:
         self.sde = policy.use_sde
         self.box = isinstance(policy.action_space, spaces.Box) and not self.sde
         self.discrete = isinstance(policy.action_space, spaces.Discrete)
-        self.multi = isinstance(policy.action_space, (spaces.MultiDiscrete, spaces.MultiBinary))
         self.masked = policy.masked  # sb3-contrib's categorical: the logits normalised and masked first
+        # one categorical per entry: sb3's MultiDiscrete, sb3-contrib's masked MultiDiscrete and MultiBinary
+        self.sizes = mask_sizes(policy.action_space) if isinstance(policy.action_space, spaces.MultiDiscrete) or (
+            self.masked and isinstance(policy.action_space, spaces.MultiBinary)) else []
+        self.multi = isinstance(policy.action_space, spaces.MultiBinary) and not self.sizes  # Bernoulli: forward itself
         device = policy.value_net.weight.device
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
@@ -88,6 +92,7 @@ class PolicyStep:
         self._value_weight, self._value_bias = policy.value_net.weight, policy.value_net.bias
         if self.box:
             self._eps = torch.empty((n_envs, policy.action_dim), device=device)
+        self._huge_neg = torch.tensor(HUGE_NEG, dtype=policy.action_net.weight.dtype, device=device)  # a masked logit
         self.refresh()
 
     @torch.no_grad()
@@ -129,7 +134,9 @@ class PolicyStep:
         if self.box:
             actions, log_probs = self._gaussian(head, pair)
         elif self.discrete:
-            actions, log_probs = self._categorical(masked_logits(head, masks) if self.masked else head, pair)
+            actions, log_probs = self._categorical(masked_logits(head, masks, self._huge_neg) if self.masked else head, pair)
+        elif self.sizes:
+            actions, log_probs = self._categoricals(head, masks, pair)
         else:
             actions, log_probs = self._state_dependent(head, latent_pi, pair, rows)
         return actions, values, log_probs
@@ -153,6 +160,23 @@ class PolicyStep:
             out[1].copy_(log_prob)
             return out[0], out[1]
         return actions, log_prob
+
+    def _categoricals(self, head: torch.Tensor, masks: Optional[torch.Tensor],
+                      out: Optional[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """sb3's ``MultiCategoricalDistribution`` (sb3-contrib's maskable one when masked): one
+        :meth:`_categorical` per ``torch.split`` of the logits ``[B, sum(sizes)]`` (and of the masks),
+        sampled in order; actions stacked on dim 1 ``[B, len(sizes)]``, log-probs stacked and summed ``[B]``."""
+        splits = torch.split(head, self.sizes, dim=1)
+        mask_splits = [None] * len(self.sizes) if masks is None else torch.split(masks.to(torch.bool), self.sizes, dim=1)
+        pairs = [self._categorical(masked_logits(split, mask, self._huge_neg) if self.masked else split, None)
+                 for split, mask in zip(splits, mask_splits)]
+        actions = torch.stack([a for a, _ in pairs], dim=1)
+        log_prob = torch.stack([lp for _, lp in pairs], dim=1).sum(dim=1)
+        if out is None:
+            return actions, log_prob
+        out[0].copy_(actions.reshape(out[0].shape))
+        out[1].copy_(log_prob)
+        return out[0], out[1]
 
     def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``ActorCritic.forward`` (MultiDiscrete, MultiBinary, masked or not), its outputs copied into ``out``."""

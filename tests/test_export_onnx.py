@@ -1,17 +1,20 @@
-"""ONNX export: the file, run in onnxruntime, gives the actions of ppo_dict's deterministic predict (MLP, CNN, dict)."""
+"""ONNX export: the file, run in onnxruntime, gives the actions of ppo_dict's deterministic predict (MLP, CNN, dict);
+a masked model's graph takes the masks and gives sb3-contrib's ``MaskablePPO.predict(..., action_masks=...)``."""
 import json
 import os
 
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from ppo_dict.checkpoint import CheckpointManager
 from ppo_dict.config import Config
 from ppo_dict.errors import ExportError
 from ppo_dict.evaluation import predict_actions
-from ppo_dict.export import save_model
-from ppo_dict.export_onnx import export_onnx, load_for_export, main as export_main, sample_batch
+from ppo_dict.export import export_sb3, save_model
+from ppo_dict.export_onnx import MASKS_INPUT, check_onnx, export_onnx, load_for_export, main as export_main, sample_batch, sample_masks
+from ppo_dict.masking import mask_offsets, mask_sizes
 from ppo_dict.ppo import PPO
 from ppo_dict.vec import make_env_pool
 
@@ -29,10 +32,25 @@ MODELS = {
 }
 
 
-def trained_model_file(cfg: Config, folder) -> str:
+MASKED = dict(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",), action_masks=True, n_envs=2, n_steps=32,
+              batch_size=32, n_epochs=1)
+#: --action_masks models, one per action space sb3-contrib masks (MultiBinary: its 2n-output head)
+MASKED_MODELS = {
+    "masked_discrete": Config(**MASKED, env_kwargs=dict(action="discrete"), seed=3),
+    "masked_multi_discrete_dict_obs": Config(**MASKED, env_kwargs=dict(action="multi_discrete", observation="dict", size=6), seed=4),
+    "masked_multi_binary": Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), seed=5),
+    # a channel-last uint8 picture (transposed in the graph; MaskablePPO's CnnPolicy transposes it in predict)
+    "masked_multi_discrete_image": Config(**MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5), seed=6),
+}
+
+
+def trained_model_file(cfg: Config, folder, sb3_zip=None) -> str:
+    """Train two updates (weights and statistics away from their start), save the model file (and an sb3 zip)."""
     ppo = PPO(cfg.replace(num_workers=0, verbose=0), make_env_pool(cfg.replace(num_workers=0)))
     try:
-        ppo.learn(total_timesteps=cfg.n_steps * 2 * 2)  # two updates: weights and statistics away from their start
+        ppo.learn(total_timesteps=cfg.n_steps * 2 * 2)
+        if sb3_zip is not None:
+            export_sb3(ppo, str(sb3_zip))
         return save_model(ppo, str(folder))
     finally:
         ppo.close()
@@ -83,3 +101,30 @@ def test_cli_exports_a_run_directory_checks_it_and_refuses_what_it_cannot_write(
         export_onnx(result["model"], str(tmp_path / "x.onnx"), opset=6)
     assert not (tmp_path / "x.onnx").exists()
     assert export_main([str(tmp_path / "nothing-here")]) == 2
+
+
+@pytest.mark.parametrize("name", list(MASKED_MODELS))
+def test_masked_onnx_policy_gives_maskable_ppo_predict_actions(tmp_path, name) -> None:
+    """The masks are the graph's last input; its actions are sb3-contrib's deterministic masked
+    predict (on the same weights, through ``--export_sb3``'s zip) and ppo_dict's, and always valid."""
+    from sb3_contrib import MaskablePPO
+
+    path = trained_model_file(MASKED_MODELS[name], tmp_path / "model", sb3_zip=tmp_path / "maskable.zip")
+    out = export_onnx(path, str(tmp_path / "policy.onnx"))
+    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
+    maskable = MaskablePPO.load(str(tmp_path / "maskable.zip"), device="cpu")
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == [*sample_batch(observation_space, 1), MASKS_INPUT]
+    offsets = mask_offsets(mask_sizes(action_space))
+    for batch_size in (1, 64):
+        batch = sample_batch(observation_space, batch_size, seed=batch_size)
+        masks = sample_masks(action_space, batch_size, seed=batch_size)
+        theirs = session.run(["action"], {**batch, MASKS_INPUT: masks})[0]
+        ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"), masks=masks)
+        obs = batch if isinstance(observation_space, spaces.Dict) else batch["obs"]
+        contrib = maskable.predict(obs, action_masks=masks, deterministic=True)[0]
+        assert theirs.dtype == ours.dtype == contrib.dtype and np.array_equal(theirs, ours) and np.array_equal(theirs, contrib)
+        assert np.take_along_axis(masks, offsets + theirs.reshape(batch_size, -1), axis=1).all(), "a masked action was chosen"
+    unmasked = session.run(["action"], {**batch, MASKS_INPUT: np.ones_like(masks)})[0]
+    assert not np.array_equal(unmasked, theirs), "the masks change no action: the test would not see them ignored"
+    assert check_onnx(out, path, 64)["mismatched"] == 0  # the CLI's --check feeds masks too

@@ -4,6 +4,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from ppo_dict.masking import mask_offsets, mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
 
@@ -86,6 +87,40 @@ def test_outputs_land_in_the_storage_rows_with_the_same_values(name: str) -> Non
     assert torch.equal(rows[0][1].reshape(expected[0].shape), expected[0].to(dtype))
     assert torch.equal(rows[1][1], expected[1].ravel()) and torch.equal(rows[2][1], expected[2])
     assert not rows[1][0].any() and not rows[1][2].any()  # only the step's own row was written
+
+
+MASKED = {"discrete": spaces.Discrete(6), "multi_discrete": spaces.MultiDiscrete([3, 5, 2]), "multi_binary": spaces.MultiBinary(4)}
+
+
+@pytest.mark.parametrize("name", list(MASKED))
+@pytest.mark.parametrize("n_envs", [1, 2, 8, 32])
+def test_masked_step_equals_forward_bit_for_bit(name: str, n_envs: int) -> None:
+    """sb3-contrib's maskable categoricals (one per entry for MultiDiscrete and MultiBinary): the lean
+    step's actions, values, log-probs and draws are forward's, masks given or not, and land in the rows."""
+    torch.manual_seed(0)
+    space = MASKED[name]
+    policy = ActorCritic(BOX_OBS, with_action_masks(space), action_masks=True)
+    step = PolicyStep(policy, n_envs)
+    rng = np.random.default_rng(n_envs)
+    action_dim = 1 if name == "discrete" else space.shape[0]
+    for trial in range(3):
+        obs = random_obs(BOX_OBS, n_envs, rng)
+        masks = rng.random((n_envs, sum(mask_sizes(space)))) < 0.5
+        masks[:, mask_offsets(mask_sizes(space))] = True  # every categorical keeps a valid action
+        given = None if trial == 2 else torch.as_tensor(masks)
+        torch.manual_seed(100 + trial)
+        with torch.no_grad():
+            expected = policy(obs, action_masks=given)
+        expected_rng = torch.get_rng_state()
+        rows = (torch.zeros(n_envs, action_dim), torch.zeros(n_envs), torch.zeros(n_envs))  # the storage's float32 rows
+        for out in (None, rows):
+            torch.manual_seed(100 + trial)
+            got = step(obs, out=out, masks=given)
+            assert torch.equal(torch.get_rng_state(), expected_rng), "the same random draws"
+            if out is not None:
+                got = (got[0].reshape(expected[0].shape).to(expected[0].dtype), got[1], got[2])
+            for what, a, b in zip(("actions", "values", "log_probs"), expected, got):
+                assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), what
 
 
 def test_gsde_halves_explore_with_their_own_envs_matrices() -> None:

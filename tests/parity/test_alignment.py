@@ -31,8 +31,15 @@ from ppo_dict.update import RolloutTensors
 from ppo_dict.vec import env_spec
 from tests.parity.test_env_counts import SPACES
 
+MASKED = dict(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",), action_masks=True)
 #: the spaces of the parity runs, and action masking (sb3-contrib's MaskablePPO: masks in the rollout step and the update)
-CASES = {**SPACES, "masked": dict(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",), action_masks=True)}
+#: on vectors, on a channel-last picture (NatureCNN) and on a picture beside a normalised vector (MultiInputPolicy)
+CASES = {
+    **SPACES,
+    "masked": MASKED,
+    "masked_image": dict(**MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5)),
+    "masked_dict_image": dict(**MASKED, model="cnn", normalize=True, env_kwargs=dict(action="multi_binary", observation="dict_image", size=5)),
+}
 BATCH_SIZES = (1, 2, 3, 5, 7, 8, 13)
 #: the rollout, bootstrap and update settings every case shares: a rollout of 4 steps, minibatches that do not divide it
 RUN = dict(n_steps=4, n_epochs=1, seed=0, device="cpu", verbose=0, plot=False)

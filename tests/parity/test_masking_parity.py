@@ -1,6 +1,7 @@
 """``--action_masks`` against sb3-contrib 2.9.2's ``MaskablePPO``, exact: every rollout buffer (its
 masks included), every logged value, final parameters, Adam state and RNG states; Discrete,
-MultiDiscrete and MultiBinary actions, with and without VecNormalize, envs in this process and in
+MultiDiscrete and MultiBinary actions, with and without VecNormalize, box, Dict and image
+observations (NatureCNN; sb3-contrib's CnnPolicy and MultiInputPolicy), envs in this process and in
 worker processes (whose masks reach the learner through shared memory), odd env counts."""
 import warnings
 
@@ -10,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.config import Config
-from ppo_dict.masking import mask_sizes, with_action_masks
+from ppo_dict.masking import mask_offsets, mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.vec import make_env_pool
@@ -27,6 +28,12 @@ CONFIGS = {
                                     clip_range_vf=0.2, seed=3, total_timesteps=3 * 96),
     "multi_discrete_dict_obs_vecnormalize": Config(**BASE, env_kwargs=dict(action="multi_discrete", observation="dict", size=5, reach=1), n_envs=3,
                                                    normalize=True, seed=4, total_timesteps=2 * 96),
+    # a channel-last uint8 picture of the board: NatureCNN (CnnPolicy), sb3's VecTransposeImage
+    "multi_discrete_image": Config(**BASE, env_kwargs=dict(action="multi_discrete", observation="image", size=5, reach=1), model="cnn",
+                                   n_envs=3, seed=6, total_timesteps=2 * 96),
+    # a channel-first picture beside a float vector (MultiInputPolicy: NatureCNN + flatten), the vector normalised
+    "multi_binary_dict_image_vecnormalize": Config(**BASE, env_kwargs=dict(action="multi_binary", observation="dict_image", size=6),
+                                                   model="cnn", n_envs=2, normalize=True, seed=7, total_timesteps=2 * 64),
     # the mask through sb3-contrib's ActionMasker wrapper, on both sides
     "action_masker_wrapper": Config(**{**BASE, "env": "gym_PPODictMaskedJumpMasker-v0"}, env_kwargs=dict(action="discrete"), n_envs=3,
                                     seed=5, total_timesteps=2 * 96),
@@ -36,6 +43,7 @@ POOLS = {
     "discrete_3_envs": (3, 1, True),
     "multi_binary_3_envs": (3, 1, False),
     "discrete_vecnormalize": (1, 3, False),
+    "multi_discrete_image": (1, 3, True),
 }
 
 
@@ -52,8 +60,7 @@ def run_both(cfg: Config, pool_layout=None) -> tuple[Record, Record]:
 
 def assert_masks_used(rec: Record, space: spaces.Space) -> None:
     """Guard: the masks forbid most actions somewhere, and every action taken was allowed by its mask."""
-    sizes = mask_sizes(space)
-    offsets = np.cumsum([0, *sizes[:-1]])
+    offsets = mask_offsets(mask_sizes(space))
     for rollout in rec.rollouts:
         masks, actions = rollout["action_masks"].astype(bool), rollout["actions"].astype(np.int64)
         assert masks.mean() < 0.8, "the masks forbid too little for the test to mean anything"
@@ -67,7 +74,8 @@ def test_in_process_bit_exact(name: str) -> None:
     assert_same_record(sb3, ours)
     kind = CONFIGS[name].env_kwargs["action"]
     space = {"discrete": spaces.Discrete(12), "multi_discrete": spaces.MultiDiscrete([5, 5]), "multi_binary": spaces.MultiBinary(6)}[kind]
-    if name in ("discrete_3_envs", "multi_binary_3_envs", "multi_discrete_dict_obs_vecnormalize"):
+    if name in ("discrete_3_envs", "multi_binary_3_envs", "multi_discrete_dict_obs_vecnormalize", "multi_discrete_image",
+                "multi_binary_dict_image_vecnormalize"):
         assert_masks_used(ours, space)
 
 
@@ -103,7 +111,7 @@ def test_policy_passes_exact(name: str, n_envs: int) -> None:
     rng = np.random.default_rng(n_envs)
     obs = torch.as_tensor(rng.uniform(-1, 1, (n_envs, 5)).astype(np.float32))
     masks = rng.random((n_envs, sum(mask_sizes(space)))) < 0.4
-    for start, size in zip(np.cumsum([0, *mask_sizes(space)[:-1]]), mask_sizes(space)):
+    for start in mask_offsets(mask_sizes(space)):
         masks[:, start] = True  # every categorical keeps one valid action
     for given in (torch.as_tensor(masks), None):
         outputs = []
