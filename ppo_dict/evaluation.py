@@ -18,8 +18,8 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, make_env
-from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
+from ppo_dict.episodes import EpisodeBook
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.masking import env_masks
 from ppo_dict.normalize import Normalizer
@@ -114,8 +114,11 @@ def run_episodes(
     video: Optional[VideoWriter] = None,
     video_length: int = 1000,
     deterministic: bool = True,
+    successes: Optional[list[Any]] = None,
 ) -> tuple[list[float], list[int]]:
-    """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64).
+    """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64, not
+    rounded: sb3's ``evaluate_policy`` on an env without a Monitor). ``successes`` gets the
+    ``info["is_success"]`` of every episode end that has one (sb3 ``EvalCallback``'s success buffer).
 
     The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
     normalised with ``normalizer``'s statistics, which are not updated. The first episode's
@@ -125,30 +128,33 @@ def run_episodes(
     An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and
     clipped rewards) is played through them, as the policy was trained, and its episodes are the
     monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
-    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it).
+    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it). The
+    counting is the trainer's :class:`~ppo_dict.episodes.EpisodeBook`'s.
     """
-    monitored = is_monitored(env)
+    book = EpisodeBook.alone(rounded=False)
+    book.watch(0, env)
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = env.reset(seed=seed)
-    total, length = 0.0, 0
     while len(returns) < n_episodes:
         if video is not None and not returns and video.frames < video_length:
             frame = render_frame(env)
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         batch = _as_storage_obs(obs, env.observation_space)
-        masks = env_masks(env, policy.action_space, f"at evaluation step {length}") if policy.masked else None
+        masks = env_masks(env, policy.action_space, f"at evaluation step {book.lengths[0]}") if policy.masked else None
         action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
         obs, reward, terminated, truncated, info = env.step(action)
-        total += float(reward)
-        length += 1
+        book.returns[0] += float(reward)
+        book.lengths[0] += 1
         if terminated or truncated:
-            episode = info.get(EPISODE) if monitored else {"r": total, "l": length}
+            book.end(0, info)
+            episode, success = book.read(0)
             if episode is not None:  # None: a lost life, the game goes on after the reset below
-                returns.append(float(episode["r"]))
-                lengths.append(int(episode["l"]))
-            total, length = 0.0, 0
+                returns.append(episode["r"])
+                lengths.append(episode["l"])
+            if success is not None and successes is not None:
+                successes.append(success)
             obs, _ = env.reset()
     return returns, lengths
 
