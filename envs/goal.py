@@ -30,7 +30,7 @@ MIXED = "mixed"
 class GoalLineEnv(gym.Env):
     """Walk to the goal (see the module doc)."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(self, size: int = 6, episode_length: int = 12, success_type: str = "float32", success_every_step: bool = True,
                  render_mode: Optional[str] = None):
@@ -63,6 +63,13 @@ class GoalLineEnv(gym.Env):
         if self.success_every_step or reached or truncated:
             info = {"is_success": SUCCESS_TYPES[self._kind](reached), "distance": float(abs(self._position - self._goal))}
         return self._observe(), 1.0 if reached else -0.05, reached, truncated, info
+
+
+    def render(self) -> np.ndarray:
+        """The line as a ``uint8[1, size, 3]`` picture: the agent green, the goal red."""
+        frame = np.zeros((1, self.size, 3), dtype=np.uint8)
+        frame[0, self._goal, 0] = frame[0, self._position, 1] = 255
+        return frame
 
 
 if GYM_ID not in gym.registry:

@@ -37,9 +37,6 @@ BUILT_IN = 3
 SUCCESS_KEY = "is_success"
 #: sb3's ``stats_window_size``: the episodes behind ``rollout/*``
 STATS_WINDOW = 100
-#: the keys sb3's ``Monitor`` writes itself: an info keyword may not be one of them
-MONITOR_KEYS = ("r", "l", "t")
-
 #: kind -> the type a value is rebuilt as (0: absent): Python's bool, int, float, then numpy's scalars
 KINDS: tuple = (None, bool, int, float, *dict.fromkeys(np.dtype(c).type for c in "?bhilqBHILQefd"))
 KIND = {t: k for k, t in enumerate(KINDS) if t is not None}
@@ -49,15 +46,6 @@ ABSENT, INT, FLOAT = 0, KIND[int], KIND[float]
 def episode_columns(info_keywords: Sequence[str]) -> int:
     """Columns of the episode arrays for these info keywords."""
     return BUILT_IN + len(info_keywords)
-
-
-def info_keyword_problems(info_keywords: Sequence[str]) -> list[str]:
-    """What is wrong with ``--info_keywords`` (empty: nothing)."""
-    problems = [f"info_keywords: {key!r} is a key sb3's Monitor writes itself ({', '.join(MONITOR_KEYS)})" for key in info_keywords if key in MONITOR_KEYS]
-    repeated = sorted({key for key in info_keywords if list(info_keywords).count(key) > 1})
-    if repeated:
-        problems.append(f"info_keywords: {', '.join(map(repr, repeated))} given more than once")
-    return problems
 
 
 def encode(value: Any, what: str) -> tuple[float, int]:

@@ -157,6 +157,7 @@ class GodotBackend:
     observation_space: spaces.Dict
     action_space: spaces.Space
     makes_gym_envs: bool = False
+    info_keywords: tuple[str, ...] = ()  # always empty: the protocol carries no infos (checks.env_problems refuses them)
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GodotBackend":

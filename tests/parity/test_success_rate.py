@@ -56,3 +56,45 @@ def test_no_success_rate_without_is_success() -> None:
         warnings.simplefilter("ignore")
         ours = run_ours(cfg)
     assert ours.dumps and not any("rollout/success_rate" in d for d in ours.dumps)
+
+
+def test_info_keywords_are_what_sb3_monitor_records() -> None:
+    """``--info_keywords`` as rl-zoo's ``monitor_kwargs=dict(info_keywords=...)``: sb3's Monitor puts
+    ``info[key]`` of the episode's last step into ``info["episode"]``; ppo_dict's episode buffer holds
+    the same values (and types) through a worker pool, and logs their mean as ``rollout/<key>``."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import ppo_dict.envs.goal  # noqa: F401  (registers the id for sb3's gym.make)
+    from ppo_dict.episodes import safe_mean
+    from ppo_dict.export import sb3_ppo_kwargs
+    from tests.parity.sides import learn_sb3
+
+    keywords = ("distance", "is_success")
+    cfg = config("mixed", False, info_keywords=keywords, num_workers=2, total_timesteps=4 * 128)
+    venv = make_vec_env("PPODictGoal-v0", n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=cfg.env_kwargs,
+                        monitor_kwargs=dict(info_keywords=keywords))
+    sb3_model = SB3PPO("MlpPolicy", venv, verbose=0, **sb3_ppo_kwargs(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = learn_sb3(sb3_model, cfg.total_timesteps)
+        models = []
+        ours = run_ours(cfg, pool=build_env_pool(cfg), prepare=models.append)
+    expected = [{k: v for k, v in e.items() if k != "t"} for e in sb3_model.ep_info_buffer]
+    got = list(models[0].ep_info_buffer)
+    assert got == expected and [[type(v) for v in e.values()] for e in got] == [[type(v) for v in e.values()] for e in expected]
+    assert len(expected) > 20 and {type(e["is_success"]) for e in expected} > {bool}  # several types came
+    for key in keywords:
+        assert ours.dumps[-1][f"rollout/{key}"] == safe_mean([e[key] for e in expected])
+    assert [d.get("rollout/success_rate") for d in ours.dumps] == [d.get("rollout/success_rate") for d in sb3.dumps]
+
+
+def test_a_missing_info_keyword_names_the_env() -> None:
+    """sb3's Monitor fails on an info keyword the episode's last info lacks; so does ppo_dict, naming the env."""
+    from ppo_dict.errors import EnvWorkerError
+
+    cfg = config("bool", info_keywords=("no_such_key",), num_workers=1, main_envs=0)
+    with pytest.raises(EnvWorkerError, match=r"env \d.*no_such_key"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_ours(cfg, pool=build_env_pool(cfg))
