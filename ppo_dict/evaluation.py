@@ -163,7 +163,9 @@ class Evaluator:
     """Evaluates a model on its own env; keeps ``best_model.pt`` and ``evaluations.npz``.
 
     ``evaluations.npz`` has sb3 ``EvalCallback``'s arrays: ``timesteps: int64[k]``,
-    ``results: float64[k, eval_episodes]``, ``ep_lengths: int64[k, eval_episodes]``.
+    ``results: float64[k, eval_episodes]``, ``ep_lengths: int64[k, eval_episodes]``, and, once an
+    evaluation's env reported ``is_success``, ``successes`` (one row per such evaluation: the flag of
+    each episode end), whose mean is logged as ``eval/success_rate``.
     ``on_video(path, num_timesteps)`` is called for each recorded video (wandb uploads it).
     """
 
@@ -178,6 +180,7 @@ class Evaluator:
         self.timesteps: list[int] = []
         self.results: list[list[float]] = []
         self.ep_lengths: list[list[int]] = []
+        self.successes: list[list[Any]] = []
         self.best_mean_reward = -np.inf
 
     def load_history(self, up_to_step: int) -> None:
@@ -190,6 +193,8 @@ class Evaluator:
             self.timesteps = data["timesteps"][keep].tolist()
             self.results = data["results"][keep].tolist()
             self.ep_lengths = data["ep_lengths"][keep].tolist()
+            if "successes" in data.files:  # a row per evaluation that had successes (all of them, as runs go)
+                self.successes = data["successes"][: len(self.timesteps)].tolist()
         if self.results:
             self.best_mean_reward = max(float(np.mean(r)) for r in self.results)
 
@@ -199,17 +204,24 @@ class Evaluator:
         writer = None
         if self.video:
             writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
+        successes: list[Any] = []
         with preserved_rng():
             returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
-                                            ppo.device, writer, self.cfg.video_length, self.deterministic)
+                                            ppo.device, writer, self.cfg.video_length, self.deterministic, successes)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)
         self.ep_lengths.append(lengths)
+        if successes:  # sb3's EvalCallback: saved and logged only where the env reported them
+            self.successes.append(successes)
+        extra = {"successes": np.array(self.successes)} if self.successes else {}
         atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
-            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64)))
+            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64),
+            **extra))
         ppo.logger.record("eval/mean_reward", mean_reward)
         ppo.logger.record("eval/mean_ep_length", mean_length)
+        if successes:
+            ppo.logger.record("eval/success_rate", np.mean(successes))
         if mean_reward > self.best_mean_reward:
             self.best_mean_reward = mean_reward
             write_model_file(ppo, os.path.join(self.run_dir, BEST_MODEL))
