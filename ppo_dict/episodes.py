@@ -79,7 +79,10 @@ class EpisodeBook:
 
     def __init__(self, values: np.ndarray, kinds: np.ndarray, env_ids: Sequence[int], info_keywords: Sequence[str] = (),
                  rounded: bool = True):
-        self.rows = [(values[i], kinds[i]) for i in env_ids]
+        # memoryviews of each env's rows: writing an item through one costs a fraction of numpy's item assignment
+        self.rows = [(memoryview(values[i]), memoryview(kinds[i])) for i in env_ids]
+        self._arrays = values, kinds
+        self._env_ids = list(env_ids)
         self.keywords = tuple(enumerate(info_keywords, BUILT_IN))
         self.rounded = rounded
         self.returns: list[float] = [0.0] * len(env_ids)
@@ -113,12 +116,12 @@ class EpisodeBook:
         if not self.monitored[j]:
             ended = True
             values[RETURN] = round(self.returns[j], 6) if self.rounded else self.returns[j]
-            values[LENGTH] = self.lengths[j]
+            values[LENGTH] = float(self.lengths[j])
         else:
             episode = info.get(EPISODE)
             ended = episode is not None
             if ended:
-                values[RETURN], values[LENGTH] = episode["r"], episode["l"]
+                values[RETURN], values[LENGTH] = float(episode["r"]), float(episode["l"])
         kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
         success = None if info is None else info.get(SUCCESS_KEY)
         if success is None:
@@ -136,8 +139,8 @@ class EpisodeBook:
 
     def read(self, j: int = 0) -> tuple[Optional[dict[str, Any]], Any]:
         """``(episode, success)`` of the last end of env ``j``: see :func:`read_row`."""
-        values, kinds = self.rows[j]
-        return read_row(values, kinds, [key for _, key in self.keywords])
+        i = self._env_ids[j]
+        return read_row(self._arrays[0][i], self._arrays[1][i], [key for _, key in self.keywords])
 
 
 def read_row(values: np.ndarray, kinds: np.ndarray, info_keywords: Sequence[str]) -> tuple[Optional[dict[str, Any]], Any]:
