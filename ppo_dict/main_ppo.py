@@ -228,7 +228,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     from the trained ``agent``); returns the exit code."""
     stop = StopFlag()
     stop.install()
-    watchdog.start(cfg.step_timeout, hard_exit=True)
+    watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
     torch.set_num_threads(cfg.torch_threads)
     spec = env_spec(cfg)
     if spec.notice:

@@ -16,6 +16,8 @@ from ppo_dict.envs.monitor import is_wrapped
 from ppo_dict.episodes import EpisodeBook
 from ppo_dict.masking import MaskWriter
 from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
+from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, RESET, STEP
+from ppo_dict.vec.watchdog import WATCHDOG
 
 Seeds = Sequence[Optional[int]]
 
@@ -107,14 +109,17 @@ class GymRunner:
         ``options[i]`` is passed only when non-empty, as sb3's ``DummyVecEnv.reset`` does.
         """
         obs0 = self.storage.env_obs_at(0)
+        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             self.active = (i, "reset")
+            beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
             maybe_options = {"options": options[i]} if options is not None and options[i] else {}
             obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
             self.book.start(j)
             if self.masks is not None:
                 self.active = (i, "action_masks")
+                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
                 self.masks.write(j, i, 0, "after the first reset")
         return self.reset_infos if self.record_infos else None
 
@@ -124,10 +129,12 @@ class GymRunner:
         s, book = self.storage, self.book
         returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
+        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             if columns is not None and i not in columns:
                 continue
             self.active = (i, "step")
+            beacon[ACTIVE] = i * ACTIVE_SCALE + STEP
             obs, reward, terminated, truncated, info = env.step(s.env_action(i))
             returns[j] += float(reward)
             lengths[j] += 1
@@ -144,10 +151,12 @@ class GymRunner:
                     info["terminal_observation"] = obs
                 book.end(j, info)
                 self.active = (i, "reset")
+                beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
                 obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
             if self.masks is not None:
                 self.active = (i, "action_masks")
+                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
 

@@ -166,7 +166,7 @@ class ShmEnvPool:
         try:
             self._group.gather()
         finally:
-            WATCHDOG.armed = None
+            WATCHDOG.clear()
 
     def _in_main(self, command: str, call: Callable[[Runner], Any], detail: Any) -> None:
         """Run ``call`` on the envs this process steps, while the workers step theirs

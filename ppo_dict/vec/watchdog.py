@@ -23,11 +23,13 @@ above. After a second one the process ends at once: by the main thread's own han
 (:data:`SECOND_STUCK` seconds later if the main thread is still in the same env call, at most
 :data:`SECOND_GRACE` in any case).
 
-C code that holds the GIL and never returns stops every Python thread, this one included: only
-worker processes protect against it (``--main_envs 0``).
+C code that holds the GIL and never returns stops every Python thread, this one included: the
+command line's guard process (:mod:`ppo_dict.vec.guard`) ends the run then, reading what is armed
+from the :class:`~ppo_dict.vec.guard.Beacon` that :meth:`Watchdog.arm` writes beside ``armed``.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import select
 import signal
@@ -40,19 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ppo_dict.errors import EnvCallInterrupted, EnvTimeoutError
+from ppo_dict.vec import guard
+from ppo_dict.vec.guard import (ACTIVE, CALL_CODES, COMMAND, DEADLINE, HARD_GRACE, SECOND_STUCK, STEP_AT,  # noqa: F401
+                                STOP_GRACE, STOP_SIGNALS, TIMEOUT, Beacon)
 
-#: Seconds the hard stage waits after the soft one (or after a stop interrupt) before ``os._exit``.
-HARD_GRACE = 2.0
-#: Seconds an env call may go on after the first Ctrl-C/SIGTERM/SIGHUP before it is interrupted.
-STOP_GRACE = 2.0
 #: Seconds the process may take to end after a second signal before it is ended from here.
 SECOND_GRACE = 5.0
-#: Seconds after a second signal before the process is ended if the main thread is still in the same env call.
-SECOND_STUCK = 1.0
 #: Seconds between looks for an env call to interrupt once a stop's grace is over.
 STOP_POLL = 0.05
-#: The signals that stop a run (the command line's handlers).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: ``(deadline or None, timeout, who, command, detail)``: the env call in progress; ``who`` has
 #: ``label`` and ``runner`` (whose ``active`` names the env in progress).
@@ -72,8 +69,7 @@ def call_text(who: Any, command: str, detail: Any) -> tuple[str, int, str]:
     call = active or command
     if call == "reset" and isinstance(detail, list) and 0 <= env_idx < len(detail):  # reset's detail: the seeds
         at = f" (seed={detail[env_idx]})"
-    env = f"env {env_idx}" if env_idx >= 0 else "an env"
-    return f"the main process's {env} ({who.label}) did not return from {call}{at}", env_idx, call
+    return guard.main_call_text(who.label, env_idx, call, at), env_idx, call
 
 
 class Watchdog:
@@ -91,16 +87,39 @@ class Watchdog:
         self._thread: Optional[threading.Thread] = None
         self._main_ident = threading.main_thread().ident
         self._rfd = self._wfd = None
+        self.beacon = Beacon()
+        self.guard: Any = None  # the guard process (``subprocess.Popen``)
+
+    @property
+    def beacon(self) -> Beacon:
+        """What ``armed`` holds, in memory the guard process reads (process-local until :meth:`start`
+        with ``hard_exit``); runners write the env in progress there."""
+        return self._beacon
+
+    @beacon.setter
+    def beacon(self, beacon: Beacon) -> None:
+        self._beacon, self._floats, self._ints = beacon, beacon.floats, beacon.ints
 
     # ------------------------------------------------------------------ the hot path (main thread)
     def arm(self, who: Any, command: str, detail: Any, timeout: Optional[float]) -> None:
         """An env call batch starts: ``timeout`` seconds (None: no deadline, e.g. waiting for workers,
         which time out themselves; a stop still interrupts it)."""
-        self.armed = (None if timeout is None else time.monotonic() + timeout, timeout, who, command, detail)
+        if timeout is None:
+            self.armed = (None, None, who, command, detail)
+            return
+        deadline = time.monotonic() + timeout
+        self.armed = (deadline, timeout, who, command, detail)
+        floats, ints = self._floats, self._ints
+        ints[COMMAND] = CALL_CODES.get(command, 0)
+        ints[STEP_AT] = detail if type(detail) is int else -1
+        floats[TIMEOUT] = timeout
+        floats[DEADLINE] = deadline  # last: the guard reads a deadline with its call's details beside it
 
     def disarm(self) -> Optional[BaseException]:
         """The call returned: the error the watchdog fired for it if the env swallowed it, else None."""
         armed, self.armed = self.armed, None
+        self._floats[DEADLINE] = 0.0
+        self._ints[ACTIVE] = -1
         fired = self.fired
         if fired is not None and fired[0] is armed:
             self.fired = None
@@ -108,17 +127,20 @@ class Watchdog:
         return None
 
     def clear(self) -> None:
-        """The call raised: nothing is armed or pending any more."""
+        """The call raised (or a wait ended): nothing is armed or pending any more."""
         self.armed = self.fired = None
+        self._floats[DEADLINE] = 0.0
+        self._ints[ACTIVE] = -1
 
     # ------------------------------------------------------------------ lifetime
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, default_timeout: float, hard_exit: bool) -> None:
+    def start(self, default_timeout: float, hard_exit: bool, label: str = "the envs") -> None:
         """Start the thread and the SIGALRM handler (main thread only); and, with ``hard_exit``, watch
-        the stop signals through ``signal.set_wakeup_fd``. Calling it again updates the settings."""
+        the stop signals through ``signal.set_wakeup_fd`` and start the guard process (``label``: the
+        run's env, for its messages). Calling it again updates the settings."""
         self.default_timeout, self.hard_exit = default_timeout, hard_exit
         if self.running:
             return
@@ -131,8 +153,21 @@ class Watchdog:
         self._rfd, self._wfd = rsock, wsock
         if hard_exit:
             signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+            self._start_guard(label)
         self._thread = threading.Thread(target=self._watch, name="ppo_dict-env-watchdog", daemon=True)
         self._thread.start()
+
+    def _start_guard(self, label: str) -> None:
+        """The guard process, for C code that holds the GIL: it reads a shared beacon (a forked child
+        gets a local one again: its env calls are not this process's), and asks for this process's
+        tracebacks with :data:`~ppo_dict.vec.guard.TRACEBACK_SIGNAL` before it ends it."""
+        self.beacon = Beacon.shared()
+        os.register_at_fork(after_in_child=self._forget_guard)
+        faulthandler.register(guard.TRACEBACK_SIGNAL, file=sys.stderr, all_threads=True)
+        self.guard = guard.start(self.beacon, self._rfd, label)
+
+    def _forget_guard(self) -> None:
+        self.beacon, self.guard = Beacon(), None
 
     # ------------------------------------------------------------------ the watchdog thread
     def _due(self, armed: Armed) -> tuple[float, str]:
@@ -192,13 +227,10 @@ class Watchdog:
         _, timeout, who, command, detail = armed
         what, env_idx, call = call_text(who, command, detail)
         if why == "timeout":
-            error: BaseException = EnvTimeoutError(
-                f"{what} within {timeout:g} s; an env is probably hung "
-                "(raise step_timeout if it is only slow); every env and worker was stopped")
+            error: BaseException = EnvTimeoutError(guard.timeout_text(what, timeout))
             error.env_index, error.command, error.detail = env_idx, call, detail  # type: ignore[attr-defined]
         else:
-            sig = signal.Signals(self.signals[0]).name
-            error = EnvCallInterrupted(f"{sig}: {what} within {STOP_GRACE:g} s: interrupted")
+            error = EnvCallInterrupted(guard.stop_text(self.signals[0], what))
         self.fired = (armed, error)
         signal.pthread_kill(self._main_ident, signal.SIGALRM)
         deadline = time.monotonic() + HARD_GRACE
@@ -247,7 +279,7 @@ WATCHDOG = Watchdog()
 KILLERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def start(default_timeout: float, hard_exit: bool = False) -> Watchdog:
-    """Start :data:`WATCHDOG` (main thread only): the command line does, with ``hard_exit``."""
-    WATCHDOG.start(default_timeout, hard_exit)
+def start(default_timeout: float, hard_exit: bool = False, label: str = "the envs") -> Watchdog:
+    """Start :data:`WATCHDOG` (main thread only): the command line does, with ``hard_exit`` (and the guard process)."""
+    WATCHDOG.start(default_timeout, hard_exit, label)
     return WATCHDOG

@@ -6,6 +6,7 @@ so a fault can be aimed at one env in one worker while its siblings behave.
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import signal
 import time
@@ -21,7 +22,8 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "hang_swallow", "reset_hang", "nan_obs", "nan_reward")
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "hang_gil", "hang_swallow", "reset_hang",
+         "nan_obs", "nan_reward")
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
 
@@ -35,7 +37,9 @@ class FaultEnv(gym.Env):
     read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
     interrupts it), ``reset_hang`` in its first reset; ``hang_c``
     sleeps with the signals blocked, as C code that never returns to Python would (no Python
-    signal handler can run in it). Every step sleeps ``step_s`` seconds (a costly env).
+    signal handler can run in it); ``hang_gil`` too, in libc's ``sleep`` called through
+    ``ctypes.PyDLL``, which keeps the GIL: no Python thread of the process can run.
+    Every step sleeps ``step_s`` seconds (a costly env).
     """
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
@@ -79,7 +83,7 @@ class FaultEnv(gym.Env):
         if self.aimed and self.total == self.at_step:
             if self.mode == "step_raise":
                 raise RuntimeError("boom")
-            if self.mode in ("hang", "hang_c"):
+            if self.mode in ("hang", "hang_c", "hang_gil"):
                 self._hang()
             if self.mode == "hang_swallow":  # an env that catches every Exception and carries on
                 try:
@@ -96,11 +100,17 @@ class FaultEnv(gym.Env):
 
     def _hang(self) -> None:
         print(f"{HANG_MARKER} seed={self.first_seed} pid={multiprocessing.current_process().pid}", flush=True)
-        if self.mode == "hang_c":
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
-        time.sleep(self.hang_s)
-        if self.mode == "hang_c":
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        blocked = {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        if self.mode == "hang_gil":  # every signal: C code in a loop does not return to Python for any
+            blocked = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+        if self.mode in ("hang_c", "hang_gil"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        if self.mode == "hang_gil":
+            ctypes.PyDLL(None).sleep(int(self.hang_s))  # PyDLL: the GIL is held during the call
+        else:
+            time.sleep(self.hang_s)
+        if self.mode in ("hang_c", "hang_gil"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
 def fault_spec(**kwargs: Any) -> EnvSpec:

@@ -1,6 +1,6 @@
 """The fault matrix of docs/faults.md over every layout of the command line: a hang (in the main
-process's own envs wherever it has some), an env hung in C code, Ctrl-C / SIGTERM / SIGHUP during
-a hang, a second Ctrl-C.
+process's own envs wherever it has some), an env hung in C code (with or without the GIL),
+Ctrl-C / SIGTERM / SIGHUP during a hang, a second Ctrl-C.
 
 Each case runs ``python -m ppo_dict.main_ppo`` in its own session. Signals are sent once the run
 says it reached the point (the hung env prints :data:`HANG_MARKER` just before it sleeps); time
@@ -22,6 +22,7 @@ import pytest
 
 from ppo_dict.checkpoint import list_checkpoints
 from ppo_dict.export import load_model_state
+from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
@@ -182,6 +183,60 @@ def test_a_hang_in_c_code_ends_the_process_after_the_grace(name: str, tmp_path) 
     assert code == 1, err
     assert timeout_message(layout) in err and "The env call did not return to Python within 2 s more (C code?)" in err, err
     assert STEP_TIMEOUT + HARD_GRACE <= time.monotonic() - began < STEP_TIMEOUT + HARD_GRACE + GUARD
+    assert_nothing_left(run, shm_before)
+
+
+#: what the guard process adds to the error it prints before it SIGKILLs a run stuck holding the GIL
+GUARD_ENDED = "The call holds Python's lock and never returns (C code?): no thread of the main process can run, so its guard process ended it"
+
+
+def assert_ended_by_the_guard(code: int, err: str) -> None:
+    """SIGKILLed by its guard (the shell's 137), after the main thread's traceback (faulthandler) and the error."""
+    assert code == -signal.SIGKILL, err
+    assert GUARD_ENDED in err and "(exit status 137), without saving" in err, err
+    assert 'in _hang\n' in err and err.index('in _hang\n') < err.index("error: "), err  # where it hangs, from the main thread
+
+
+@pytest.mark.parametrize("name", ["balanced", "in_process", pytest.param("main_envs", marks=pytest.mark.slow)])
+def test_a_hang_holding_the_gil_is_ended_by_the_guard_process(name: str, tmp_path) -> None:
+    """C code that holds the GIL stops every thread of the main process, the watchdog's too: the guard
+    process ends the run MARGIN s after the watchdog would have, naming the env, the call and the step."""
+    layout, shm_before = LAYOUTS[name], shm_entries()
+    run = start_run(layout, "hang_gil", tmp_path)
+    began = hang_began(run, layout)
+    code, err = run.finish(timeout=STEP_TIMEOUT + HARD_GRACE + MARGIN + GUARD)
+    elapsed = time.monotonic() - began
+    assert_ended_by_the_guard(code, err)
+    assert "error: EnvTimeoutError: " + timeout_message(layout).split("error: EnvTimeoutError: ")[1] in err, err
+    assert err.count("error: ") == 1, err
+    assert STEP_TIMEOUT + HARD_GRACE + MARGIN <= elapsed < STEP_TIMEOUT + HARD_GRACE + MARGIN + GUARD
+    assert_nothing_left(run, shm_before)
+    steps = 8 * (4 if layout.flags[1] == "2" else 2)
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [f"checkpoint_{steps:012d}.pt"]
+
+
+@pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_ctrl_c_during_a_hang_holding_the_gil_ends_the_run(presses: int, tmp_path) -> None:
+    """No handler and no watchdog can run: the guard sees the signal left untaken on the wakeup socket
+    and ends the run STOP_GRACE + HARD_GRACE + MARGIN s later (SECOND_STUCK + MARGIN after a second one)."""
+    layout, shm_before = LAYOUTS["balanced"], shm_entries()
+    run = start_run(layout, "hang_gil", tmp_path, "--step_timeout", "600")
+    hang_began(run, layout)
+    time.sleep(0.5)  # the env is in its C call (it printed the marker just before)
+    run.proc.send_signal(signal.SIGINT)
+    if presses == 2:
+        time.sleep(0.2)  # two separate key presses (the kernel merges a signal still pending)
+        run.proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    code, err = run.finish(timeout=STOP_GRACE + HARD_GRACE + MARGIN + GUARD)
+    assert_ended_by_the_guard(code, err)
+    what = "the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 3"
+    if presses == 1:
+        assert f"error: SIGINT: {what} within {STOP_GRACE:g} s: interrupted by the guard process" in err, err
+        assert STOP_GRACE + HARD_GRACE + MARGIN <= time.monotonic() - sent < STOP_GRACE + HARD_GRACE + MARGIN + GUARD
+    else:
+        assert f"error: SIGINT received twice: stopped at once without saving ({what})" in err, err
+        assert SECOND_STUCK + MARGIN <= time.monotonic() - sent < SECOND_STUCK + MARGIN + GUARD
     assert_nothing_left(run, shm_before)
 
 
