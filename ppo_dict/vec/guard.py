@@ -58,7 +58,7 @@ TRACEBACK_SIGNAL = signal.SIGUSR2
 CALLS = ("", "step", "reset", "action_masks", "constructor", "get_attr", "set_attr", "env_method", "has_attr",
          "env_is_wrapped", "close")
 CALL_CODES = {name: code for code, name in enumerate(CALLS)}
-STEP, RESET, ACTION_MASKS = CALL_CODES["step"], CALL_CODES["reset"], CALL_CODES["action_masks"]
+STEP, RESET, ACTION_MASKS, CONSTRUCTOR = (CALL_CODES[name] for name in ("step", "reset", "action_masks", "constructor"))
 #: ``Beacon.active`` holds ``env index * ACTIVE_SCALE + call code`` (-1: no env call in progress).
 ACTIVE_SCALE = 16
 

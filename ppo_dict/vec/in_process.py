@@ -6,7 +6,7 @@ from typing import Optional
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import env_seeds
-from ppo_dict.vec.shm_pool import call_in_main, split_halves
+from ppo_dict.vec.shm_pool import call_in_main, open_in_main, split_halves
 from ppo_dict.vec.watchdog import Owner
 
 
@@ -18,22 +18,23 @@ class InProcessEnvPool:
     :class:`EnvTimeoutError` (where ``ppo_dict.vec.watchdog`` runs), as the worker pool's envs do.
     """
 
-    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0):
+    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0, start_timeout: float = 120.0):
         if n_envs < 1:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
         self.backend, self.num_envs = backend, n_envs
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
         self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs, info_keywords=backend.info_keywords)
         self.runner = backend.make_runner(range(n_envs), self.storage)
+        self._owner = Owner(backend.label, self.runner)
         try:
-            self.runner.open()
-        except BaseException:
-            self.runner.close()
+            open_in_main(self._owner, start_timeout, lambda error: self.runner.close())
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # KeyboardInterrupt: call_in_main cleans up only after errors
+                self.runner.close()
             raise
         self.closed = False
         self.halves = split_halves(n_envs, backend.unit)
         self.step_timeout = step_timeout
-        self._owner = Owner(backend.label, self.runner)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""

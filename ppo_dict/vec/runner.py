@@ -7,6 +7,7 @@ layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's run
 """
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ from ppo_dict.envs.monitor import is_wrapped
 from ppo_dict.episodes import EpisodeBook
 from ppo_dict.masking import MaskWriter
 from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
-from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, RESET, STEP
+from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
 from ppo_dict.vec.watchdog import WATCHDOG
 
 Seeds = Sequence[Optional[int]]
@@ -83,11 +84,15 @@ class GymRunner:
         self.book = EpisodeBook.for_storage(storage, self.env_ids)
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
+        # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
+        # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
+        self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.env_ids] if multiprocessing.parent_process() is None else None
 
     def open(self) -> None:
         """Build the envs, in column order."""
         for i in self.env_ids[len(self.envs) :]:
             self.active = (i, "constructor")
+            WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR  # not hot: one per env built
             self.envs.append(self.factory(i))
             self.book.watch(len(self.envs) - 1, self.envs[-1])
             if self.masks is not None:
@@ -109,17 +114,19 @@ class GymRunner:
         ``options[i]`` is passed only when non-empty, as sb3's ``DummyVecEnv.reset`` does.
         """
         obs0 = self.storage.env_obs_at(0)
-        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
+        beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             self.active = (i, "reset")
-            beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
+            if codes:
+                beacon[slot] = codes[j] + RESET - STEP
             maybe_options = {"options": options[i]} if options is not None and options[i] else {}
             obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
             self.book.start(j)
             if self.masks is not None:
                 self.active = (i, "action_masks")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
+                if codes:
+                    beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, 0, "after the first reset")
         return self.reset_infos if self.record_infos else None
 
@@ -129,12 +136,13 @@ class GymRunner:
         s, book = self.storage, self.book
         returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
-        beacon = WATCHDOG.beacon.ints  # the env in progress, for the guard process (C code holding the GIL)
+        beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
             if columns is not None and i not in columns:
                 continue
             self.active = (i, "step")
-            beacon[ACTIVE] = i * ACTIVE_SCALE + STEP
+            if codes:
+                beacon[slot] = codes[j]
             obs, reward, terminated, truncated, info = env.step(s.env_action(i))
             returns[j] += float(reward)
             lengths[j] += 1
@@ -151,12 +159,14 @@ class GymRunner:
                     info["terminal_observation"] = obs
                 book.end(j, info)
                 self.active = (i, "reset")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + RESET
+                if codes:
+                    beacon[slot] = codes[j] + RESET - STEP
                 obs, self.reset_infos[j] = env.reset()
             self._write_obs(next_obs, i, obs)
             if self.masks is not None:
                 self.active = (i, "action_masks")
-                beacon[ACTIVE] = i * ACTIVE_SCALE + ACTION_MASKS
+                if codes:
+                    beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
 

@@ -52,6 +52,14 @@ def call_in_main(owner: Owner, command: str, call: Callable[[], Any], detail: An
     return result
 
 
+def open_in_main(owner: Owner, timeout: float, cleanup: Callable[[BaseException], None]) -> None:
+    """Build the envs of ``owner.runner`` in this process (``runner.open()``) under the watchdog, as
+    :func:`call_in_main` steps them: a constructor that raises gives :class:`EnvWorkerError` naming the
+    env, one that does not return within ``timeout`` seconds :class:`EnvTimeoutError`; ``cleanup`` closes
+    what was built (the runner's envs, the workers)."""
+    call_in_main(owner, "constructor", owner.runner.open, "while the envs were built", timeout, cleanup)
+
+
 def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
     """The two halves of the columns that double-buffered rollouts alternate, in whole ``unit``s."""
     middle = (n_envs // unit + 1) // 2 * unit
@@ -125,14 +133,19 @@ class ShmEnvPool:
         self._waiting = Owner(backend.label)  # armed while waiting for the workers: a stop interrupts it
         if in_main:
             runner = backend.make_runner(range(in_main), self.storage)
-            try:
-                runner.open()
-            except BaseException:
+            self._owner = Owner(backend.label, runner)
+
+            def cleanup(error: BaseException) -> None:
                 runner.close()
                 self._group.close()
+
+            try:
+                open_in_main(self._owner, start_timeout, cleanup)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # KeyboardInterrupt: call_in_main cleans up only after errors
+                    cleanup(exc)
                 raise
             self._main_runner = runner
-            self._owner = Owner(backend.label, runner)
 
     def reset(self, seed: Optional[int]) -> None:
         """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""

@@ -22,8 +22,8 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "hang", "hang_c", "hang_gil", "hang_swallow", "reset_hang",
-         "nan_obs", "nan_reward")
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "build_raise", "build_hang", "hang", "hang_c", "hang_gil",
+         "hang_swallow", "reset_hang", "nan_obs", "nan_reward")
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
 
@@ -34,7 +34,8 @@ class FaultEnv(gym.Env):
     Episodes terminate after ``episode_len`` steps. The env whose first reset seed is
     ``bad_seed`` misbehaves as ``mode`` says; ``init_raise`` raises in the constructor of the
     worker process named ``bad_process`` (never in the main process, which builds one env to
-    read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
+    read the spaces); ``build_raise`` and ``build_hang`` raise or sleep in the constructor of the
+    ``at_step``-th env built in its process (the main process builds one first, to read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
     interrupts it), ``reset_hang`` in its first reset; ``hang_c``
     sleeps with the signals blocked, as C code that never returns to Python would (no Python
     signal handler can run in it); ``hang_gil`` too, in libc's ``sleep`` called through
@@ -42,12 +43,21 @@ class FaultEnv(gym.Env):
     Every step sleeps ``step_s`` seconds (a costly env).
     """
 
+    #: envs built in this process so far
+    built = 0
+
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
                  hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
         if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
             raise ValueError(f"bad kwarg for {bad_process}")
+        FaultEnv.built += 1
+        if mode in ("build_raise", "build_hang") and FaultEnv.built == at_step:
+            if mode == "build_raise":
+                raise RuntimeError(f"constructor boom (env {at_step} built in this process)")
+            print(f"{HANG_MARKER} constructor pid={multiprocessing.current_process().pid}", flush=True)
+            time.sleep(hang_s)
         self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.mode, self.bad_seed, self.at_step, self.episode_len, self.hang_s = mode, bad_seed, at_step, episode_len, hang_s

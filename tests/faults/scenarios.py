@@ -21,7 +21,7 @@ import torch
 from ppo_dict.envs import EnvSpec, resolve_env_name
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.shm_pool import ShmEnvPool
-from tests.faults.fault_envs import fault_spec
+from tests.faults.fault_envs import FaultEnv, fault_spec
 
 #: FaultEnv runs are reset with this seed, so env i has seed 10 + i; env 3 is in worker 1 (2 x 2).
 SEED = 10
@@ -272,6 +272,16 @@ def main_process_envs() -> dict[str, Any]:
                       step_timeout=1.0, main_steps_envs=True, main_envs=2)
     pool.reset(SEED)
     result["shared"] = close_twice(pool, capture(lambda: pool.step(0)))
+    # constructors: the probe is this process's first env built, the pool's env 1 the third
+    for name, mode in (("build_raise", "build_raise"), ("build_hang", "build_hang")):
+        FaultEnv.built = 0
+        backend = probe_env(fault_spec(mode=mode, at_step=3))
+        result[name] = capture(lambda: InProcessEnvPool(backend, 2, 8, start_timeout=1.0))
+        FaultEnv.built = 0
+        backend = probe_env(fault_spec(mode=mode, at_step=3))
+        result[f"shared_{name}"] = capture(lambda: ShmEnvPool(backend, num_workers=2, envs_per_worker=2, n_steps=8, start_timeout=1.0,
+                                                              main_steps_envs=True, main_envs=2))
+    result["strays"] = strays()
     return result
 
 

@@ -279,6 +279,16 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
         assert STEP_TIMEOUT <= r[case]["call_s"] < STEP_TIMEOUT + GUARD
     assert r["hang"]["closed"] and r["swallowed"]["closed"] and r["reset_hang"]["closed"]
     assert_closed_cleanly(r["shared"])
+    # the main process's constructors: named as a worker's, a hang ended after the start timeout (1 s here)
+    for prefix in ("", "shared_"):
+        raised, hung = r[f"{prefix}build_raise"], r[f"{prefix}build_hang"]
+        assert raised["error"] == "EnvWorkerError", raised
+        assert raised["message"].startswith("the main process, env 1 (gym_FaultEnv-v0) raised in constructor: RuntimeError: "
+                                            "constructor boom (env 3 built in this process)\n"), raised
+        assert (hung["error"], hung["message"]) == ("EnvTimeoutError", "the main process's env 1 (gym_FaultEnv-v0) did not return from "
+                                                    f"constructor while the envs were built {tail}"), hung
+        assert STEP_TIMEOUT <= hung["call_s"] < STEP_TIMEOUT + GUARD
+    assert r["strays"] == [], r["strays"]  # every worker of the pools whose main envs failed to build is gone
 
 
 def test_shm_vec_env_hang_times_out_and_ctrl_c_ends_a_hung_step() -> None:

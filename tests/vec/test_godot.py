@@ -14,7 +14,7 @@ from ppo_dict.checks import validate
 from ppo_dict.config import Config
 from ppo_dict.envs.godot.game import GodotGame
 from ppo_dict.envs.godot.spec import godot_spec
-from ppo_dict.errors import ConfigError, WorkerDiedError
+from ppo_dict.errors import ConfigError, EnvWorkerError, WorkerDiedError
 from ppo_dict.logger import Logger
 from ppo_dict.ppo import PPO
 from ppo_dict.storage import RolloutStorage
@@ -66,7 +66,10 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
 
 @needs_godot
 def test_pool_rejects_n_envs_that_split_a_game(no_leftover_godot):
-    with pytest.raises(ValueError, match=r"6 envs for godot_demo: each Godot process runs 4 agents, so the envs of a pool \(or of one worker\) must be a positive multiple of 4"):
+    """Found once the first game says how many agents it runs: reported as a worker's constructor error
+    is (the main process builds these envs), the games launched so far closed."""
+    with pytest.raises(EnvWorkerError, match=r"^the main process, env 0 \(godot_demo\) raised in constructor: ValueError: 6 envs for godot_demo: "
+                       r"each Godot process runs 4 agents, so the envs of a pool \(or of one worker\) must be a positive multiple of 4"):
         godot_pool(godot_spec(), n_envs=6, n_steps=8)
 
 
