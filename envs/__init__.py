@@ -9,6 +9,7 @@ Godot games. Installed as ``ppo_dict.envs``; nothing here imports the trainer.
   VecFrameStack inside each env; :mod:`.monitor`: sb3's Monitor, for episode statistics from
   beneath training-only wrappers.
 * :mod:`.dummy`: the ``test_dummy`` pixel env. :mod:`.toy`: ``PPODictToy-v0``, every space sb3 takes.
+  :mod:`.goal`: ``PPODictGoal-v0``, a walk to a goal whose info reports ``is_success`` (sb3's success rate).
   :mod:`.zero_work`: ``PPODictZeroWork-v0``, an env that does no work (the pipeline's own cost).
   :mod:`.godot`: Godot games (protocol, one game process).
 * :mod:`.errors`: the errors raised here, and :class:`PPODictError`, the root of every ppo_dict error.

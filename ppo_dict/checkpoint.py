@@ -165,7 +165,6 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     if ppo.normalizer is not None:
         ppo.normalizer.load_state_dict(to_numpy(state["normalizer"]))
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
-    ppo.ep_info_buffer.clear()
-    ppo.ep_info_buffer.extend({"r": float(r), "l": int(n)} for r, n in zip(state["ep_r"].tolist(), state["ep_l"].tolist()))
+    ppo.episodes.load_state(state)
     set_rng_state(state["rng"])
     ppo.env_seed = resume_env_seed(ppo.cfg.seed, ppo.num_timesteps)

@@ -75,6 +75,8 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
         problems += masking_problems(cfg, backend)
     if cfg.double_buffer and n_envs < 2 * backend.unit:
         problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
+    if cfg.info_keywords and not isinstance(backend, GymBackend):
+        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (the Godot RL Agents protocol sends no infos)")
     if not backend.makes_gym_envs:
         asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
         problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "

@@ -14,7 +14,6 @@ env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Optional
 
 import numpy as np
@@ -22,6 +21,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.config import Config
+from ppo_dict.episodes import EpisodeLog
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.normalize import Normalizer
 from ppo_dict.performance import Timing
@@ -35,14 +35,14 @@ class Collector:
     """Steps ``pool``'s envs into its storage with ``policy``; sb3's bookkeeping on the way.
 
     Keeps what crosses rollouts: the last step's episode ends (sb3's ``_last_episode_starts``) and
-    the episode statistics behind ``rollout/ep_rew_mean`` (``ep_info_buffer``, shared with PPO).
+    the episode statistics behind ``rollout/*`` (``episodes``, shared with PPO).
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 device: torch.device, ep_info_buffer: deque, timing: Timing):
+                 device: torch.device, episodes: EpisodeLog, timing: Timing):
         self.cfg, self.pool, self.policy, self.normalizer = cfg, pool, policy, normalizer
         self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
-        self.ep_info_buffer, self.timing = ep_info_buffer, timing
+        self.episodes, self.timing = episodes, timing
         self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
         self.steps_before = 0  # env steps of earlier rollouts, for messages
         s = self.storage
@@ -159,9 +159,7 @@ class Collector:
         s, cols = self.storage, slice(part.start, part.stop)
         dones = s.terminated[t, cols] | s.truncated[t, cols]
         self._check_finite(t, part, dones)
-        for i in np.flatnonzero(dones) + part.start:
-            if s.episode_length[i] > 0:  # 0: an end for training only (a lost Atari life); the game goes on
-                self.ep_info_buffer.append({"r": float(s.episode_return[i]), "l": int(s.episode_length[i])})
+        self.episodes.read(s, np.flatnonzero(dones) + part.start)
         s.rewards[t, cols] = s.env_rewards[t, cols]
         if self.normalizer is not None:
             done_rows = np.flatnonzero(dones) + part.start

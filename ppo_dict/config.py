@@ -27,6 +27,7 @@ MP_METHODS = ("forkserver", "spawn", "fork")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 WANDB_MODES = ("online", "offline", "disabled")
 RESUME_AUTO = "auto"  # --resume auto: resume from --run_dir if it holds a checkpoint, else start fresh
+MONITOR_KEYS = ("r", "l", "t")  # what sb3's Monitor writes into an episode's info itself: no info keyword may be one
 inf = math.inf
 
 
@@ -97,6 +98,7 @@ class Config:
     seed: Optional[int] = _opt(None, "random seed; env i is first reset with seed+i (None: drawn at random and printed)", none_or(int), "env", range=(0, 2**32 - 1))
     total_timesteps: int = _opt(1_000_000, "environment steps to train for (summed over envs)", _int, "env", range=(1, inf))
     env_kwargs: dict[str, Any] = _opt({}, "keyword arguments for making the env, e.g. dict(image_size=64)", parse_kwargs, "env")
+    info_keywords: tuple[str, ...] = _opt((), "info keys recorded at each episode end (rl-zoo's monitor_kwargs info_keywords, sb3 Monitor's) and logged as rollout/<key>, the mean over the last 100 episodes, e.g. is_success,distance", parse_packages, "env")
 
     # Pixel observations (MuJoCo envs rendered in each worker)
     pixel_obs_wrapper: bool = _opt(False, "observe rendered frames instead of the state (dict observation)", parse_bool, "pixels")
@@ -273,6 +275,12 @@ class Config:
             problems.append("atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper")
         if self.video and self.eval_freq == 0:
             problems.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
+        clashes = [key for key in self.info_keywords if key in MONITOR_KEYS]
+        if clashes:
+            problems.append(f"info_keywords={','.join(clashes)}: sb3's Monitor writes {', '.join(MONITOR_KEYS)} itself; choose other keys")
+        repeated = sorted({key for key in self.info_keywords if self.info_keywords.count(key) > 1})
+        if repeated:
+            problems.append(f"info_keywords={','.join(repeated)}: given more than once")
         return problems
 
     def _minibatch_problems(self) -> list[str]:

@@ -18,8 +18,8 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, make_env
-from ppo_dict.envs.monitor import EPISODE, is_monitored
 from ppo_dict.envs.render import render_frame
+from ppo_dict.episodes import EpisodeBook
 from ppo_dict.export import atomic_write, write_model_file
 from ppo_dict.masking import env_masks
 from ppo_dict.normalize import Normalizer
@@ -114,8 +114,11 @@ def run_episodes(
     video: Optional[VideoWriter] = None,
     video_length: int = 1000,
     deterministic: bool = True,
+    successes: Optional[list[Any]] = None,
 ) -> tuple[list[float], list[int]]:
-    """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64).
+    """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64, not
+    rounded: sb3's ``evaluate_policy`` on an env without a Monitor). ``successes`` gets the
+    ``info["is_success"]`` of every episode end that has one (sb3 ``EvalCallback``'s success buffer).
 
     The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
     normalised with ``normalizer``'s statistics, which are not updated. The first episode's
@@ -125,30 +128,33 @@ def run_episodes(
     An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and
     clipped rewards) is played through them, as the policy was trained, and its episodes are the
     monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
-    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it).
+    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it). The
+    counting is the trainer's :class:`~ppo_dict.episodes.EpisodeBook`'s.
     """
-    monitored = is_monitored(env)
+    book = EpisodeBook.alone(rounded=False)
+    book.watch(0, env)
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = env.reset(seed=seed)
-    total, length = 0.0, 0
     while len(returns) < n_episodes:
         if video is not None and not returns and video.frames < video_length:
             frame = render_frame(env)
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         batch = _as_storage_obs(obs, env.observation_space)
-        masks = env_masks(env, policy.action_space, f"at evaluation step {length}") if policy.masked else None
+        masks = env_masks(env, policy.action_space, f"at evaluation step {book.lengths[0]}") if policy.masked else None
         action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
         obs, reward, terminated, truncated, info = env.step(action)
-        total += float(reward)
-        length += 1
+        book.returns[0] += float(reward)
+        book.lengths[0] += 1
         if terminated or truncated:
-            episode = info.get(EPISODE) if monitored else {"r": total, "l": length}
+            book.end(0, info)
+            episode, success = book.read(0)
             if episode is not None:  # None: a lost life, the game goes on after the reset below
-                returns.append(float(episode["r"]))
-                lengths.append(int(episode["l"]))
-            total, length = 0.0, 0
+                returns.append(episode["r"])
+                lengths.append(episode["l"])
+            if success is not None and successes is not None:
+                successes.append(success)
             obs, _ = env.reset()
     return returns, lengths
 
@@ -157,7 +163,9 @@ class Evaluator:
     """Evaluates a model on its own env; keeps ``best_model.pt`` and ``evaluations.npz``.
 
     ``evaluations.npz`` has sb3 ``EvalCallback``'s arrays: ``timesteps: int64[k]``,
-    ``results: float64[k, eval_episodes]``, ``ep_lengths: int64[k, eval_episodes]``.
+    ``results: float64[k, eval_episodes]``, ``ep_lengths: int64[k, eval_episodes]``, and, once an
+    evaluation's env reported ``is_success``, ``successes`` (one row per such evaluation: the flag of
+    each episode end), whose mean is logged as ``eval/success_rate``.
     ``on_video(path, num_timesteps)`` is called for each recorded video (wandb uploads it).
     """
 
@@ -172,6 +180,7 @@ class Evaluator:
         self.timesteps: list[int] = []
         self.results: list[list[float]] = []
         self.ep_lengths: list[list[int]] = []
+        self.successes: list[list[Any]] = []
         self.best_mean_reward = -np.inf
 
     def load_history(self, up_to_step: int) -> None:
@@ -184,6 +193,8 @@ class Evaluator:
             self.timesteps = data["timesteps"][keep].tolist()
             self.results = data["results"][keep].tolist()
             self.ep_lengths = data["ep_lengths"][keep].tolist()
+            if "successes" in data.files:  # a row per evaluation that had successes (all of them, as runs go)
+                self.successes = data["successes"][: len(self.timesteps)].tolist()
         if self.results:
             self.best_mean_reward = max(float(np.mean(r)) for r in self.results)
 
@@ -193,17 +204,24 @@ class Evaluator:
         writer = None
         if self.video:
             writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
+        successes: list[Any] = []
         with preserved_rng():
             returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
-                                            ppo.device, writer, self.cfg.video_length, self.deterministic)
+                                            ppo.device, writer, self.cfg.video_length, self.deterministic, successes)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)
         self.ep_lengths.append(lengths)
+        if successes:  # sb3's EvalCallback: saved and logged only where the env reported them
+            self.successes.append(successes)
+        extra = {"successes": np.array(self.successes)} if self.successes else {}
         atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
-            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64)))
+            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64),
+            **extra))
         ppo.logger.record("eval/mean_reward", mean_reward)
         ppo.logger.record("eval/mean_ep_length", mean_length)
+        if successes:
+            ppo.logger.record("eval/success_rate", np.mean(successes))
         if mean_reward > self.best_mean_reward:
             self.best_mean_reward = mean_reward
             write_model_file(ppo, os.path.join(self.run_dir, BEST_MODEL))

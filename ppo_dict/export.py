@@ -74,8 +74,8 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
     """Everything a trained model is, so that training can resume from it bit for bit.
 
     Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
-    ``n_updates``), the episode-info buffer behind ``rollout/ep_rew_mean`` (``ep_r: float64[k]``,
-    ``ep_l: int64[k]``, k <= 100), the RNG states of torch, numpy's global generator and python's
+    ``n_updates``), the episode buffers behind ``rollout/*`` (``ep_r``, ``ep_l``, ...:
+    ``episodes.EpisodeLog.state``), the RNG states of torch, numpy's global generator and python's
     ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
     Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
     """
@@ -87,8 +87,7 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
         "num_timesteps": ppo.num_timesteps,
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
-        "ep_r": torch.tensor([e["r"] for e in ppo.ep_info_buffer], dtype=torch.float64),
-        "ep_l": torch.tensor([e["l"] for e in ppo.ep_info_buffer], dtype=torch.int64),
+        **ppo.episodes.state(),
         "rng": rng_state(),
         "observation_space": str(ppo.pool.observation_space),
         "action_space": str(ppo.pool.action_space),

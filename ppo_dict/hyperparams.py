@@ -2,7 +2,8 @@
 
 An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` keyword arguments
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
-``policy_kwargs``, ``frame_stack``, and ``env_wrapper`` when it is sb3's AtariWrapper). String
+``policy_kwargs``, ``frame_stack``, ``env_wrapper`` when it is sb3's AtariWrapper, and
+``monitor_kwargs`` with sb3 Monitor's ``info_keywords``: ``--info_keywords``). String
 values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
 
 ``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
@@ -132,6 +133,12 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                             problems.append(f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows ({', '.join(NORMALIZE_KWARGS)})")
                         else:
                             values[NORMALIZE_KWARGS[name]] = kwarg
+            elif key == "monitor_kwargs":  # rl-zoo passes them to sb3's Monitor; ppo_dict records info_keywords itself
+                for name, kwarg in _as_dict(value, "monitor_kwargs").items():
+                    if name != "info_keywords":
+                        problems.append(f"{where}: monitor_kwargs: {name!r} is not supported (supported: info_keywords)")
+                    else:
+                        values["info_keywords"] = list(kwarg) if isinstance(kwarg, (list, tuple)) else kwarg
             elif key == "policy":
                 if value not in POLICIES:
                     problems.append(f"{where}: policy={value!r}: must be one of {', '.join(POLICIES)}")

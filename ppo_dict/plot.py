@@ -2,7 +2,9 @@
 
 Reads each run's ``progress.csv`` (and ``evaluations.npz`` if present). Runs of the same env
 (several seeds) are drawn as their mean with a band of one standard deviation, each run's curve
-interpolated onto a common step grid over the steps all of them reached.
+interpolated onto a common step grid over the steps all of them reached. Where the runs logged
+episode statistics besides the return (``rollout/success_rate``, ``rollout/<key>`` of their
+``--info_keywords``), a second panel below shows them.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ppo_dict.tracking import STEP, read_csv
 
 KEY = "rollout/ep_rew_mean"
 EVAL_KEY = "eval/mean_reward"
+SUCCESS_KEY = "rollout/success_rate"
 CURVE_FILE = "learning_curve.png"
 
 
@@ -29,13 +32,44 @@ def load_curve(run_dir: str, key: str = KEY) -> tuple[np.ndarray, np.ndarray]:
     return np.array([r[STEP] for r in rows], dtype=np.int64), np.array([r[key] for r in rows], dtype=np.float64)
 
 
-def run_label(run_dir: str) -> str:
-    """The env of a run (from its ``config.json``), else the directory's name."""
+def run_config(run_dir: str) -> dict:
+    """A run's ``config.json`` (empty when it has none that reads)."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
-            return str(json.load(f)["env"])
-    except (OSError, ValueError, KeyError):
-        return os.path.basename(os.path.normpath(run_dir))
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def run_label(run_dir: str) -> str:
+    """The env of a run (from its ``config.json``), else the directory's name."""
+    return str(run_config(run_dir).get("env") or os.path.basename(os.path.normpath(run_dir)))
+
+
+def episode_keys(run_dirs: list[str]) -> list[str]:
+    """The episode statistics besides the return that the runs logged: ``rollout/success_rate``
+    and ``rollout/<key>`` of their ``info_keywords``."""
+    keys = [SUCCESS_KEY] + [f"rollout/{k}" for d in run_dirs for k in run_config(d).get("info_keywords") or ()]
+    return [key for key in dict.fromkeys(keys) if any(len(load_curve(d, key)[0]) for d in run_dirs)]
+
+
+def _draw(ax, run_dirs: list[str], key: str, label_key: bool = False) -> int:
+    """``key``'s curves on ``ax``, one mean-and-band line per env; returns how many were drawn."""
+    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for run_dir in run_dirs:
+        steps, values = load_curve(run_dir, key)
+        if len(steps):
+            groups[run_label(run_dir)].append((steps, values))
+    for label, curves in sorted(groups.items()):
+        label = f"{label} {key}" if label_key else label
+        if len(curves) == 1:
+            ax.plot(*curves[0], label=label)
+        else:
+            grid, mean, std = mean_and_spread(curves)
+            ax.plot(grid, mean, label=f"{label} (mean of {len(curves)} runs, band: ±1 std)")
+            ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+    return len(groups)
 
 
 def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,23 +86,14 @@ def plot_runs(run_dirs: list[str], out: str, key: str = KEY, title: Optional[str
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global figure state
     from matplotlib.figure import Figure
 
-    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-    for run_dir in run_dirs:
-        steps, values = load_curve(run_dir, key)
-        if len(steps):
-            groups[run_label(run_dir)].append((steps, values))
-    if not groups:
+    labels = sorted({run_label(d) for d in run_dirs if len(load_curve(d, key)[0])})
+    if not labels:
         raise ValueError(f"no {key} values in {', '.join(run_dirs)} (progress.csv)")
-    fig = Figure(figsize=(7, 4.5))
+    extra = episode_keys(run_dirs) if key == KEY else []
+    fig = Figure(figsize=(7, 7.5 if extra else 4.5))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for label, curves in sorted(groups.items()):
-        if len(curves) == 1:
-            ax.plot(*curves[0], label=label)
-        else:
-            grid, mean, std = mean_and_spread(curves)
-            ax.plot(grid, mean, label=f"{label} (mean of {len(curves)} runs, band: ±1 std)")
-            ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+    ax = fig.add_subplot(2, 1, 1) if extra else fig.add_subplot()
+    _draw(ax, run_dirs, key)
     if len(run_dirs) == 1:
         evaluations = os.path.join(run_dirs[0], "evaluations.npz")
         if os.path.exists(evaluations):
@@ -76,9 +101,17 @@ def plot_runs(run_dirs: list[str], out: str, key: str = KEY, title: Optional[str
                 ax.plot(data["timesteps"], data["results"].mean(axis=1), "o--", label=EVAL_KEY)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(key)
-    ax.set_title(title or ", ".join(sorted(groups)))
+    ax.set_title(title or ", ".join(labels))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
+    if extra:
+        below = fig.add_subplot(2, 1, 2, sharex=ax)
+        for name in extra:
+            _draw(below, run_dirs, name, label_key=True)
+        below.set_xlabel("environment steps")
+        below.set_ylabel("episode statistics (mean of the last 100)")
+        below.grid(alpha=0.3)
+        below.legend(loc="best", fontsize="small")
     fig.tight_layout()
     atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=100))
     return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from collections import deque
 from typing import Callable, Optional
 
 import numpy as np
@@ -19,6 +18,7 @@ from gymnasium import spaces
 from ppo_dict.config import Config, physical_cores
 from ppo_dict.collect import Collector
 from ppo_dict.envs import contains_image
+from ppo_dict.episodes import EpisodeLog
 from ppo_dict.logger import Logger
 from ppo_dict.normalize import Normalizer
 from ppo_dict.parse import make_schedule
@@ -53,10 +53,6 @@ def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) 
     return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
 
 
-def safe_mean(values: list) -> float:
-    return np.nan if len(values) == 0 else float(np.mean(values))
-
-
 class PPO:
     """Proximal Policy Optimisation with sb3's numbers.
 
@@ -84,11 +80,11 @@ class PPO:
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
-        self.ep_info_buffer: deque[dict[str, float]] = deque(maxlen=100)
+        self.episodes = EpisodeLog(self.storage.info_keywords)  # sb3's ep_info_buffer and ep_success_buffer
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
-        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.ep_info_buffer, self.timing)
+        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         self._envs_started = False
 
     # ------------------------------------------------------------------ the iteration
@@ -212,9 +208,7 @@ class PPO:
     def _record_rollout_logs(self) -> None:
         time_elapsed = max((time.time_ns() - self._start_time) / 1e9, sys.float_info.epsilon)
         self.logger.record("time/iterations", self.iteration)
-        if self.ep_info_buffer:
-            self.logger.record("rollout/ep_rew_mean", safe_mean([e["r"] for e in self.ep_info_buffer]))
-            self.logger.record("rollout/ep_len_mean", safe_mean([e["l"] for e in self.ep_info_buffer]))
+        self.logger.record_many(self.episodes.logs())  # rollout/*: sb3's ep_rew_mean, ep_len_mean, success_rate
         self.logger.record("time/fps", int((self.num_timesteps - self._start_steps) / time_elapsed))
         self.logger.record("time/time_elapsed", int(time_elapsed))
         self.logger.record("time/total_timesteps", self.num_timesteps)
@@ -222,7 +216,12 @@ class PPO:
 
     @property
     def ep_rew_mean(self) -> float:
-        return safe_mean([e["r"] for e in self.ep_info_buffer])
+        return self.episodes.mean("r")
+
+    @property
+    def ep_info_buffer(self):
+        """sb3's ``ep_info_buffer``: the last 100 episodes' statistics (``{"r": return, "l": length, ...}``)."""
+        return self.episodes.info_buffer
 
     def close(self) -> None:
         self.pool.close()

@@ -2,7 +2,7 @@
 
 Each array has one meaning, named by its prefix:
 
-* ``env_*`` and the episode fields are written (or, ``env_actions``, read) by the envs. They come
+* ``env_*`` and the episode arrays are written (or, ``env_actions``, read) by the envs. They come
   from an ``alloc`` function, so the same layout lives in ordinary memory (envs stepped
   in-process) or in shared memory (worker processes write straight into it). Nothing rewrites
   them later: they hold what the env gave.
@@ -17,13 +17,14 @@ Each array has one meaning, named by its prefix:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
+from ppo_dict.episodes import episode_columns, read_row
 from ppo_dict.masking import mask_dim
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
@@ -158,7 +159,9 @@ class RolloutStorage:
         env_terminal_obs[key]: [n_envs, *shape], the last obs of an episode that just ended (each
             env's row aligned, :func:`step_major`).
         env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
-        episode_return: float64[n_envs], episode_length: int64[n_envs], set when an episode ends.
+        episode_values: float64[n_envs, columns], episode_kinds: uint8[n_envs, columns]: the named
+            statistics of an episode that ended at the last step (return, length, success flag,
+            ``info_keywords``), written by the runners' episode books (``ppo_dict.episodes``).
         action_masks: bool[n_steps+1, n_envs, mask_dim] or None: the valid actions at ``env_obs[t]``,
             written with it, when the action space is marked as giving masks (``ppo_dict.masking``).
     Read by environments:
@@ -172,8 +175,10 @@ class RolloutStorage:
         log_probs, advantages, returns: float32[n_steps, n_envs].
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros):
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros,
+                 info_keywords: tuple[str, ...] = ()):
         self.observation_space, self.action_space = observation_space, action_space
+        self.info_keywords = tuple(info_keywords)
         self.n_steps, self.n_envs = n_steps, n_envs
         self.is_dict_obs = isinstance(observation_space, spaces.Dict)
         self.obs_layout = obs_layout(observation_space)
@@ -196,8 +201,8 @@ class RolloutStorage:
         self.env_rewards = alloc((T, N), np.dtype(np.float32))
         self.terminated = alloc((T, N), np.dtype(np.bool_))
         self.truncated = alloc((T, N), np.dtype(np.bool_))
-        self.episode_return = alloc((N,), np.dtype(np.float64))
-        self.episode_length = alloc((N,), np.dtype(np.int64))
+        self.episode_values = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.float64))
+        self.episode_kinds = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.uint8))
         if self.composite_actions:
             leaves = {k: action_layout(sub)[:2] for k, sub in storage_keys(action_space).items()}
             self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
@@ -235,6 +240,10 @@ class RolloutStorage:
 
     def dones_at(self, t: int) -> np.ndarray:
         return self.terminated[t] | self.truncated[t]
+
+    def episode(self, env: int) -> tuple[Optional[dict[str, Any]], Any]:
+        """``(episode, success)`` that env ``env``'s last episode end wrote (:func:`~ppo_dict.episodes.read_row`)."""
+        return read_row(self.episode_values[env], self.episode_kinds[env], self.info_keywords)
 
     def env_action(self, env: int) -> Any:
         """Env ``env``'s action as the env takes it: a copy of its row (a dict or tuple of rows for a

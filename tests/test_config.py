@@ -70,3 +70,11 @@ def test_every_range_and_choice_comes_from_field_metadata() -> None:
     assert Config(model="resnet").problems() == ["model='resnet': must be one of mlp, cnn"]
     assert Config(wandb_mode="online").problems() == [] and Config(wandb_mode="x").problems() == [
         "wandb_mode='x': must be one of online, offline, disabled or None"]
+
+
+def test_info_keywords_are_checked_before_start() -> None:
+    """``--info_keywords`` (rl-zoo's Monitor ``info_keywords``): names separated by commas or spaces,
+    not one of the keys Monitor writes itself, each once; a Godot game sends no infos."""
+    assert Config(info_keywords="is_success, distance").info_keywords == ("is_success", "distance")
+    assert Config(info_keywords=("r", "x", "t", "x")).problems() == [
+        "info_keywords=r,t: sb3's Monitor writes r, l, t itself; choose other keys", "info_keywords=x: given more than once"]

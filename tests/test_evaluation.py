@@ -150,3 +150,37 @@ def test_atari_run_from_rl_zoo_file_evaluates_records_and_replays(tmp_path) -> N
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert len(result["lengths"]) == 1 and result["lengths"][0] > 100
+
+
+def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
+    """sb3's ``EvalCallback`` collects ``info["is_success"]`` at each episode end of ``evaluate_policy``,
+    logs their mean as ``eval/success_rate`` and saves them as ``successes`` in ``evaluations.npz``:
+    the same flags (values and types) from the same policy weights and torch seed."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from ppo_dict.envs import make_env
+    from ppo_dict.evaluation import run_episodes
+    from tests.parity.sides import make_ours, make_sb3
+
+    kwargs = dict(success_type="mixed", success_every_step=False)
+    cfg = Config(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",), env_kwargs=kwargs, n_envs=1, num_workers=0, seed=3,
+                 n_steps=8, batch_size=8, eval_freq=8, eval_episodes=8)
+    sb3, ours = make_sb3(cfg), make_ours(cfg)
+    torch.manual_seed(11)
+    flags: list = []
+    returns, lengths = run_episodes(ours.policy, make_env(env_spec(cfg)), None, 8, 5, torch.device("cpu"), deterministic=False, successes=flags)
+    torch.manual_seed(11)
+    expected: list = []
+    collect = lambda local, _: expected.append(local["info"]["is_success"]) if local["done"] and "is_success" in local["info"] else None
+    sb3_returns, sb3_lengths = evaluate_policy(sb3, make_vec_env("PPODictGoal-v0", n_envs=1, seed=5, env_kwargs=kwargs), n_eval_episodes=8,
+                                               deterministic=False, return_episode_rewards=True, callback=collect)
+    assert lengths == sb3_lengths and returns == pytest.approx(sb3_returns, abs=1e-6)  # sb3's Monitor rounds to 6 decimals
+    assert flags == expected and [type(f) for f in flags] == [type(f) for f in expected] and len(set(map(type, flags))) > 1
+    evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
+    evaluator.evaluate(ours)
+    evaluator.close()
+    logged = [d for d in ours.logger.history if "eval/success_rate" in d]
+    with np.load(tmp_path / "evaluations.npz") as data:
+        assert len(logged) == 1 and logged[0]["eval/success_rate"] == np.mean(data["successes"][0]) and data["successes"].shape == (1, 8)
+    ours.close()

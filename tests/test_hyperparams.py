@@ -235,3 +235,13 @@ def test_atari_wrapper_kwargs_and_refused_wrappers(tmp_path) -> None:
     assert info.value.problems[2].startswith("env='gym_CartPole-v1': --atari_wrapper applies sb3's AtariWrapper to Atari games")
     with pytest.raises(ConfigError, match=r"no entry for gym_Hopper-v5 or Hopper-v5 or default \(entries: atari, PongNoFrameskip-v4, CartPole-v1\)"):
         validate(config_from_args(["--env", "gym_Hopper-v5", "--hyperparams", str(path)]))
+
+
+def test_monitor_kwargs_info_keywords_are_the_flag(tmp_path) -> None:
+    """rl-zoo passes ``monitor_kwargs`` to sb3's Monitor; its ``info_keywords`` are ``--info_keywords``, other keys are refused."""
+    path = tmp_path / "ppo.yml"
+    path.write_text('CartPole-v1:\n  monitor_kwargs: "dict(info_keywords=(\'is_success\', \'distance\'))"\n')
+    assert config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path)]).info_keywords == ("is_success", "distance")
+    assert config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path), "--info_keywords", "x"]).info_keywords == ("x",)
+    values, problems = translate({"monitor_kwargs": {"info_keywords": ["a"], "reset_keywords": ["b"]}}, "f[e]")
+    assert values == {"info_keywords": ("a",)} and problems == ["f[e]: monitor_kwargs: 'reset_keywords' is not supported (supported: info_keywords)"]

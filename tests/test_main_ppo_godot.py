@@ -41,6 +41,10 @@ def test_plugin_style_game_trains_through_workers_with_env_path(tmp_path):
     assert odd.returncode == 2 and (
         f"envs_per_worker=3: godot ({game}) runs 2 agents (n_agents) per Godot process and each worker owns whole processes"
     ) in odd.stderr
+    infos = run_cli([*args[:4], "--info_keywords", "is_success", "--run_dir", str(tmp_path / "infos")], tmp_path)
+    assert infos.returncode == 2 and (
+        f"info_keywords=is_success: not supported for godot ({game}) (the Godot RL Agents protocol sends no infos)"
+    ) in infos.stderr
 
 
 # ---------------------------------------------------------------------------------------- the real engine

@@ -21,3 +21,22 @@ def test_plot_several_runs_mean_and_spread(tmp_path) -> None:
     assert plot_main([str(tmp_path / "run0"), str(tmp_path / "run1"), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_main([str(tmp_path / "missing")]) == 2
+
+
+def test_episode_statistics_get_a_panel_of_their_own(tmp_path) -> None:
+    """``rollout/success_rate`` and the ``--info_keywords`` means are drawn below the return, where logged."""
+    import struct
+
+    from ppo_dict.plot import episode_keys, plot_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = CSVWriter(str(run / "progress.csv"))
+    for step in (100, 200, 300):
+        writer({"rollout/ep_rew_mean": float(step), "rollout/success_rate": step / 400, "rollout/distance": 3.0 - step / 200}, step)
+    (run / "config.json").write_text(json.dumps({"env": "gym_PPODictGoal-v0", "info_keywords": ["distance", "not_logged"]}))
+    assert episode_keys([str(run)]) == ["rollout/success_rate", "rollout/distance"]
+    height = struct.unpack(">I", open(plot_run(str(run)), "rb").read()[20:24])[0]
+    assert height == 750  # two panels (one is 450 pixels high)
+    (run / "config.json").write_text(json.dumps({"env": "gym_PPODictGoal-v0"}))
+    assert episode_keys([str(run)]) == ["rollout/success_rate"]

@@ -13,6 +13,7 @@ Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.confi
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Optional, Protocol, Union
 
 from gymnasium import spaces
@@ -77,6 +78,8 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs
     backend = (backend or probe_env(env_spec(cfg))).for_blocks(envs_per_worker or n_envs, cfg.step_timeout, num_workers > 0)
     if cfg.action_masks:  # the storage (in every process) then holds the envs' masks
         backend = masked_backend(backend)
+    if cfg.info_keywords:  # the storage (in every process) then has a column for each
+        backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
     if num_workers == 0:
         return InProcessEnvPool(backend, n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     return ShmEnvPool(

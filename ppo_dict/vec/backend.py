@@ -35,6 +35,8 @@ class EnvBackend(Protocol):
         makes_gym_envs: whether one env column can also be built alone as a gymnasium env
             (evaluation, videos and the sb3 export need that).
         unit: a block of columns holds whole multiples of this many (1; a Godot game's agents).
+        info_keywords: the info keys its runners record at episode ends (``--info_keywords``), which
+            every process's storage holds a column for (``ppo_dict.episodes``).
     """
 
     label: str
@@ -42,6 +44,7 @@ class EnvBackend(Protocol):
     action_space: spaces.Space
     makes_gym_envs: bool
     unit: int
+    info_keywords: tuple[str, ...]
 
     def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> Runner:
         """The runner of columns ``env_ids``; its ``open()`` builds their envs (in the calling process)."""
@@ -119,6 +122,7 @@ class GymBackend:
     record_infos: bool = False
     makes_gym_envs: bool = True
     unit: int = 1
+    info_keywords: tuple[str, ...] = ()
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GymBackend":

@@ -16,6 +16,7 @@ from gymnasium import spaces
 from ppo_dict.envs import GODOT_DEMO, EnvSpec
 from ppo_dict.envs.godot.game import GodotGame
 from ppo_dict.envs.godot.protocol import AgentsObs
+from ppo_dict.episodes import EpisodeBook
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.vec.runner import Seeds
 
@@ -33,8 +34,10 @@ class GodotRunner:
     the gymnasium runner's (sb3 ``DummyVecEnv`` + ``Monitor``): column i is first reset with
     ``seeds[i]`` (a game gets the seed of its first column; the demo reseeds agent a with that
     + a); an ended episode stores its last obs in ``env_terminal_obs`` and ``env_obs[t+1]`` holds
-    the next episode's first; rewards float32; episode return summed in float64, rounded to 6
-    decimals. Godot's protocol has no reset options.
+    the next episode's first; rewards float32; the episode statistics are the
+    :class:`~ppo_dict.episodes.EpisodeBook`'s (return summed in float64, rounded to 6 decimals).
+    Godot's protocol has no reset options and no infos: no success flag (``rollout/success_rate``)
+    and no ``info_keywords`` come from a game.
 
     Attributes:
         games, env_ids, storage; n_agents: agents per game; active: ``(global env index, call)``
@@ -48,8 +51,7 @@ class GodotRunner:
         self.games: list[GodotGame] = []
         self.n_agents = 0
         self.active: tuple[int, str] = (-1, "")
-        self._returns = np.zeros(len(self.env_ids), dtype=np.float64)
-        self._lengths = np.zeros(len(self.env_ids), dtype=np.int64)
+        self.book = EpisodeBook.for_storage(storage, self.env_ids)
 
     def open(self) -> None:
         """Launch the games; raises ``ValueError`` if the columns do not split into whole games or the games differ."""
@@ -101,7 +103,8 @@ class GodotRunner:
             cols = self._columns(g)
             self.active = (cols.start, "reset")
             self._write(obs0, cols, game.reset(seeds[cols.start]))
-        self._returns[:], self._lengths[:] = 0.0, 0
+        for j in range(len(self.env_ids)):
+            self.book.start(j)
 
     def step(self, t: int, columns: Optional[range] = None) -> None:
         """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``
@@ -109,7 +112,7 @@ class GodotRunner:
 
         Every game gets its actions before any reply is read, so the Godot processes step in parallel.
         """
-        s = self.storage
+        s, book = self.storage, self.book
         stepping = [g for g in range(len(self.games)) if self._in(g, columns)]
         for g in stepping:
             self.active = (self._columns(g).start, "step")
@@ -123,17 +126,14 @@ class GodotRunner:
             s.terminated[t, cols] = reply.terminated
             s.truncated[t, cols] = reply.truncated
             self._write(next_obs, cols, reply.obs)
-            local = slice(g * self.n_agents, (g + 1) * self.n_agents)
-            # Monitor: float(reward) summed in python floats (float64), rounded when reported.
-            self._returns[local] += reply.rewards.astype(np.float64)
-            self._lengths[local] += 1
+            first = g * self.n_agents
+            for j, reward in enumerate(reply.rewards.tolist(), first):  # Monitor: float(reward) summed in float64
+                book.returns[j] += reward
+                book.lengths[j] += 1
             for a in np.flatnonzero(reply.terminated | reply.truncated):
-                i, j = cols.start + a, local.start + a
                 for key, arr in s.env_terminal_obs.items():
-                    arr[i] = reply.terminal_obs[key][a]
-                s.episode_return[i] = round(float(self._returns[j]), 6)  # python's round, as Monitor
-                s.episode_length[i] = self._lengths[j]
-                self._returns[j], self._lengths[j] = 0.0, 0
+                    arr[cols.start + a] = reply.terminal_obs[key][a]
+                book.end(first + a, None)
 
     def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         raise NotImplementedError(f"{kind}({name!r}): a Godot game's agents are not gymnasium envs; they have no attributes or methods")
@@ -157,6 +157,7 @@ class GodotBackend:
     observation_space: spaces.Dict
     action_space: spaces.Space
     makes_gym_envs: bool = False
+    info_keywords: tuple[str, ...] = ()  # always empty: the protocol carries no infos (checks.env_problems refuses them)
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GodotBackend":

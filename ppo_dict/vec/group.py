@@ -129,7 +129,7 @@ class WorkerGroup:
         self.label, self.step_timeout = backend.label, step_timeout
         self.closed = False
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
-        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs)
+        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords)
         check_shared_memory(layout.nbytes)
         ctx = multiprocessing.get_context(mp_method)
         if mp_method == "forkserver":
@@ -138,7 +138,8 @@ class WorkerGroup:
             ctx.set_forkserver_preload(["__main__", worker_main.__module__])
         self._buffer = ctx.RawArray("b", layout.nbytes)
         alloc = view_alloc(self._buffer, layout)
-        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc)
+        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
+                                      info_keywords=backend.info_keywords)
         self._procs: list = []
         self._conns: list = []
         self.pids: list[int] = []  # kept after close, for checks that they are gone

@@ -23,7 +23,7 @@ class InProcessEnvPool:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
         self.backend, self.num_envs = backend, n_envs
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
-        self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs)
+        self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs, info_keywords=backend.info_keywords)
         self.runner = backend.make_runner(range(n_envs), self.storage)
         self._owner = Owner(backend.label, self.runner)
         try:

@@ -13,7 +13,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ppo_dict.envs.monitor import EPISODE, is_monitored, is_wrapped
+from ppo_dict.envs.monitor import is_wrapped
+from ppo_dict.episodes import EpisodeBook
 from ppo_dict.masking import MaskWriter
 from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
 from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
@@ -34,8 +35,9 @@ class Runner(Protocol):
     writes ``env_obs[0]``; ``step(t, columns)`` (all of the runner's columns by default, else
     those in ``columns``: double-buffered rollouts step half of the envs at a time) applies ``env_actions`` and writes
     ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``, the terminal
-    observations and the episode statistics (``episode_length`` 0 where the episode ended only
-    for training, beneath which the env's own goes on: a lost Atari life). Both return what the caller asked the runner to
+    observations and the episode statistics (through an :class:`~ppo_dict.episodes.EpisodeBook`:
+    none but the success flag where the episode ended only for training, beneath which the env's
+    own goes on: a lost Atari life). Both return what the caller asked the runner to
     record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
     ``active`` is ``(global env index, call)`` of the env call in progress or last made, so that
     a failure can name its env.
@@ -62,10 +64,8 @@ class GymRunner:
     sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
     (terminated or truncated) stores the last obs in ``env_terminal_obs`` and auto-resets
     (without a seed), so ``env_obs[t+1]`` holds the new episode's first obs; rewards are float32;
-    episode return and length are Monitor's (return summed in float64, rounded to 6 decimals):
-    counted here from what the runner sees, or, for an env with training-only wrappers, taken from
-    the ``EpisodeMonitor`` beneath them (``envs.monitor``), where sb3's ``make_vec_env`` puts its
-    ``Monitor``: unclipped rewards over whole games, not per life.
+    the episode statistics are the :class:`~ppo_dict.episodes.EpisodeBook`'s, from each step's
+    reward and, at an episode end, the terminal step's info (sb3 reads it before the reset).
 
     With ``record_infos`` the runner also keeps what sb3's ``DummyVecEnv`` returns besides the
     arrays: ``infos[j]`` of the last step (with ``"TimeLimit.truncated"`` and, at an episode end,
@@ -81,9 +81,7 @@ class GymRunner:
         self.infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
         self.reset_infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
         self.active: tuple[int, str] = (-1, "")
-        self._returns = [0.0] * len(self.env_ids)
-        self._lengths = [0] * len(self.env_ids)
-        self._monitored: list[bool] = []  # env j's statistics come from its EpisodeMonitor
+        self.book = EpisodeBook.for_storage(storage, self.env_ids)
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
@@ -96,7 +94,7 @@ class GymRunner:
             self.active = (i, "constructor")
             WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR  # not hot: one per env built
             self.envs.append(self.factory(i))
-            self._monitored.append(is_monitored(self.envs[-1]))
+            self.book.watch(len(self.envs) - 1, self.envs[-1])
             if self.masks is not None:
                 self.masks.bind(self.envs[-1], i)
         self.active = (-1, "")
@@ -124,7 +122,7 @@ class GymRunner:
             maybe_options = {"options": options[i]} if options is not None and options[i] else {}
             obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)
             self._write_obs(obs0, i, obs)
-            self._returns[j], self._lengths[j] = 0.0, 0
+            self.book.start(j)
             if self.masks is not None:
                 self.active = (i, "action_masks")
                 if codes:
@@ -135,7 +133,8 @@ class GymRunner:
     def step(self, t: int, columns: Optional[range] = None) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
         """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``
         (of the envs in ``columns`` only, when given)."""
-        s = self.storage
+        s, book = self.storage, self.book
+        returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
@@ -145,8 +144,8 @@ class GymRunner:
             if codes:
                 beacon[slot] = codes[j]
             obs, reward, terminated, truncated, info = env.step(s.env_action(i))
-            self._returns[j] += float(reward)
-            self._lengths[j] += 1
+            returns[j] += float(reward)
+            lengths[j] += 1
             s.env_rewards[t, i] = reward
             s.terminated[t, i] = terminated
             s.truncated[t, i] = truncated
@@ -158,7 +157,7 @@ class GymRunner:
                 self._write_obs(s.env_terminal_obs, i, obs)
                 if self.record_infos:
                     info["terminal_observation"] = obs
-                self._record_episode(j, i, info)
+                book.end(j, info)
                 self.active = (i, "reset")
                 if codes:
                     beacon[slot] = codes[j] + RESET - STEP
@@ -170,17 +169,6 @@ class GymRunner:
                     beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
-
-    def _record_episode(self, j: int, i: int, info: dict[str, Any]) -> None:
-        """Env ``i`` (local ``j``) ended an episode: write its return and length (0: none ended beneath)."""
-        s = self.storage
-        if self._monitored[j]:
-            episode = info.get(EPISODE)
-            s.episode_return[i], s.episode_length[i] = (episode["r"], episode["l"]) if episode else (0.0, 0)
-        else:
-            s.episode_return[i] = round(self._returns[j], 6)
-            s.episode_length[i] = self._lengths[j]
-        self._returns[j], self._lengths[j] = 0.0, 0
 
     def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""

@@ -140,7 +140,8 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
     runner: Optional[Runner] = None
     command = "constructor"
     try:
-        storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout))
+        storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout),
+                                 info_keywords=a.backend.info_keywords)
         runner = a.backend.make_runner(a.env_ids, storage)
         runner.open()
         limit_threads()  # again: env constructors may have imported torch or cv2

@@ -31,7 +31,7 @@ def test_runner_writes_what_dummy_vec_env_and_monitor_return() -> None:
         for i in np.flatnonzero(dones):
             episodes += 1
             assert np.array_equal(storage.env_terminal_obs["obs"][i], infos[i]["terminal_observation"])
-            assert (storage.episode_return[i], storage.episode_length[i]) == (infos[i]["episode"]["r"], infos[i]["episode"]["l"])
+            assert storage.episode(i) == ({"r": infos[i]["episode"]["r"], "l": infos[i]["episode"]["l"]}, None)
             assert ours[i]["TimeLimit.truncated"] == infos[i]["TimeLimit.truncated"]
     assert episodes >= n_envs
     runner.close()
@@ -54,7 +54,7 @@ def test_a_failing_constructor_leaves_its_env_named() -> None:
 
 def test_episode_statistics_come_from_beneath_the_training_wrappers() -> None:
     """Atari: the runner sees lost lives as episode ends and clipped rewards; sb3 logs the Monitor
-    beneath the AtariWrapper. A lost life writes length 0 (PPO records nothing); a game over
+    beneath the AtariWrapper. A lost life writes no episode (PPO records nothing); a game over
     writes the Monitor's whole-game, unclipped return and its length in emulator frames."""
     import ale_py  # noqa: F401  (registers the ids for sb3's gym.make)
     from stable_baselines3.common.env_util import make_atari_env
@@ -78,8 +78,8 @@ def test_episode_statistics_come_from_beneath_the_training_wrappers() -> None:
         assert np.array_equal(storage.env_rewards[t], rewards) and set(np.unique(rewards)) <= {0.0, 1.0}
         for i in np.flatnonzero(dones):
             episode = infos[i].get("episode")
-            expected = (episode["r"], episode["l"]) if episode else (0.0, 0)
-            assert (storage.episode_return[i], storage.episode_length[i]) == expected
+            expected = {"r": episode["r"], "l": episode["l"]} if episode else None
+            assert storage.episode(i) == (expected, None)
             scores, lives = scores + [episode["r"]] if episode else scores, lives + (episode is None)
     assert len(scores) >= 2 and lives >= 1 and max(scores) >= 50  # unclipped scores
     runner.close()
