@@ -26,6 +26,8 @@ from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic
 from ppo_dict.seeding import preserved_rng
 from ppo_dict.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view
+from ppo_dict.vec.shm_pool import call_in_main
+from ppo_dict.vec.watchdog import Owner
 
 if TYPE_CHECKING:
     from ppo_dict.ppo import PPO
@@ -34,6 +36,33 @@ if TYPE_CHECKING:
 EVAL_SEED_OFFSET = 1_000_000
 BEST_MODEL = "best_model.pt"
 EVALUATIONS = "evaluations.npz"
+#: seconds the eval env's constructor may take (the pools' start timeout)
+BUILD_TIMEOUT = 120.0
+
+
+class WatchedCalls:
+    """The eval env's calls, made in this process under the watchdog (``ppo_dict.vec.watchdog``) as
+    the main process's training envs are: one that raises is an :class:`EnvWorkerError` naming the
+    eval env and the call, one that does not return within ``timeout`` seconds an
+    :class:`EnvTimeoutError` (where the watchdog runs: the command line starts it)."""
+
+    def __init__(self, label: str, timeout: float):
+        self.owner = Owner(f"{label}, evaluation", self)
+        self.timeout = timeout
+        self.active: tuple[int, str] = (-1, "")  # read by the watchdog's messages, as a runner's
+
+    def __call__(self, command: str, call: Callable[[], Any], detail: Any, timeout: Optional[float] = None) -> Any:
+        self.active = (0, command)
+        return call_in_main(self.owner, command, call, detail, self.timeout if timeout is None else timeout, _nothing_to_stop)
+
+
+def _nothing_to_stop(error: BaseException) -> None:
+    """The eval env is closed with the run (``Evaluator.close``); no worker is its own."""
+
+
+def _direct(command: str, call: Callable[[], Any], detail: Any) -> Any:
+    """Env calls made as they are (no deadline): :func:`run_episodes` outside a run."""
+    return call()
 
 
 def render_spec(spec: EnvSpec) -> EnvSpec:
@@ -115,6 +144,7 @@ def run_episodes(
     video_length: int = 1000,
     deterministic: bool = True,
     successes: Optional[list[Any]] = None,
+    calls: Callable[[str, Callable[[], Any], Any], Any] = _direct,
 ) -> tuple[list[float], list[int]]:
     """Play ``n_episodes``; returns ``(returns, lengths)`` (raw rewards, summed in float64, not
     rounded: sb3's ``evaluate_policy`` on an env without a Monitor). ``successes`` gets the
@@ -130,21 +160,25 @@ def run_episodes(
     monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
     ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it). The
     counting is the trainer's :class:`~ppo_dict.episodes.EpisodeBook`'s.
+
+    Every env call goes through ``calls(command, call, detail)`` (the :class:`Evaluator`'s
+    :class:`WatchedCalls`: a hang or a raise ends the run naming the eval env, the call and the step).
     """
     book = EpisodeBook.alone(rounded=False)
     book.watch(0, env)
     returns: list[float] = []
     lengths: list[int] = []
-    obs, _ = env.reset(seed=seed)
+    obs, _ = calls("reset", lambda: env.reset(seed=seed), [seed])
     while len(returns) < n_episodes:
+        at = f"at evaluation step {book.lengths[0]} of episode {len(returns) + 1}"
         if video is not None and not returns and video.frames < video_length:
-            frame = render_frame(env)
+            frame = calls("render", lambda: render_frame(env), at)
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         batch = _as_storage_obs(obs, env.observation_space)
-        masks = env_masks(env, policy.action_space, f"at evaluation step {book.lengths[0]}") if policy.masked else None
+        masks = calls("action_masks", lambda: env_masks(env, policy.action_space, at), at) if policy.masked else None
         action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, info = calls("step", lambda: env.step(action), at)
         book.returns[0] += float(reward)
         book.lengths[0] += 1
         if terminated or truncated:
@@ -155,7 +189,7 @@ def run_episodes(
                 lengths.append(episode["l"])
             if success is not None and successes is not None:
                 successes.append(success)
-            obs, _ = env.reset()
+            obs, _ = calls("reset", env.reset, None)
     return returns, lengths
 
 
@@ -172,7 +206,9 @@ class Evaluator:
     def __init__(self, cfg: Any, spec: EnvSpec, run_dir: str, log: Any = sys.stderr):
         self.cfg, self.run_dir, self.log = cfg, run_dir, log
         self.video = cfg.video
-        self.env = make_env(render_spec(spec) if cfg.video else spec)
+        self.calls = WatchedCalls(cfg.env, cfg.step_timeout)
+        self.env = self.calls("constructor", lambda: make_env(render_spec(spec) if cfg.video else spec),
+                              "while the evaluation env was built", BUILD_TIMEOUT)
         # rl-zoo evaluates Atari games stochastically (ExperimentManager.deterministic_eval)
         self.deterministic = not spec.is_atari
         self.seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
@@ -207,7 +243,7 @@ class Evaluator:
         successes: list[Any] = []
         with preserved_rng():
             returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
-                                            ppo.device, writer, self.cfg.video_length, self.deterministic, successes)
+                                            ppo.device, writer, self.cfg.video_length, self.deterministic, successes, self.calls)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)

@@ -56,7 +56,7 @@ TRACEBACK_SIGNAL = signal.SIGUSR2
 
 #: The env calls a beacon can name, by code (0: none or another call).
 CALLS = ("", "step", "reset", "action_masks", "constructor", "get_attr", "set_attr", "env_method", "has_attr",
-         "env_is_wrapped", "close")
+         "env_is_wrapped", "close", "render")
 CALL_CODES = {name: code for code, name in enumerate(CALLS)}
 STEP, RESET, ACTION_MASKS, CONSTRUCTOR = (CALL_CODES[name] for name in ("step", "reset", "action_masks", "constructor"))
 #: ``Beacon.active`` holds ``env index * ACTIVE_SCALE + call code`` (-1: no env call in progress).
@@ -90,9 +90,10 @@ class Beacon:
 
 
 def main_call_text(label: str, env_idx: int, call: str, at: str) -> str:
-    """``the main process's env 3 (gym_X) did not return from step at rollout step 7``."""
-    env = f"env {env_idx}" if env_idx >= 0 else "an env"
-    return f"the main process's {env} ({label}) did not return from {call}{at}"
+    """``the main process's env 3 (gym_X) did not return from step at rollout step 7``; where the
+    env is not known (``env_idx`` -1): ``an env of the main process (gym_X) did not return ...``."""
+    env = f"the main process's env {env_idx}" if env_idx >= 0 else "an env of the main process"
+    return f"{env} ({label}) did not return from {call}{at}"
 
 
 def timeout_text(what: str, timeout: float) -> str:

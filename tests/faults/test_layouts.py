@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from ppo_dict.checkpoint import list_checkpoints
+from ppo_dict.evaluation import EVAL_SEED_OFFSET
 from ppo_dict.export import load_model_state
 from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
@@ -142,6 +143,33 @@ def test_a_hang_ends_the_run_within_step_timeout(name: str, tmp_path) -> None:
         code, err = again.finish(timeout=120)
         assert code == 0, err
         assert f'"env_steps": {2 * steps},' in again.lines.rest()[-1]
+
+
+#: the evaluation env (its own, in the main process), aimed by its seed: the run's seed + EVAL_SEED_OFFSET
+EVAL_LAYOUT = Layout(("--num_workers", "2", "--n_envs", "4", "--eval_freq", "64", "--eval_episodes", "5"), EVAL_SEED_OFFSET, True)
+
+
+@pytest.mark.parametrize("mode", ["hang", "step_raise"])
+def test_a_fault_in_the_evaluation_env_ends_the_run_naming_it(mode: str, tmp_path) -> None:
+    """The eval env's calls have the training envs' protections: a hang ends the run in step_timeout,
+    a raise names the env and the call; the checkpoint of the update before stays (the evaluation at
+    64 steps comes before that update's checkpoint), nothing is left behind."""
+    layout, shm_before = EVAL_LAYOUT, shm_entries()
+    run = start_run(layout, mode, tmp_path)
+    # AT_STEP: the eval env's 12th step, the second of its third 5-step episode
+    where = "(gym_FaultEnv-v0, evaluation) did not return from step at evaluation step 1 of episode 3"
+    if mode == "hang":
+        began = hang_began(run, layout)
+        code, err = run.finish(timeout=STEP_TIMEOUT + GUARD)
+        assert STEP_TIMEOUT <= time.monotonic() - began < STEP_TIMEOUT + GUARD
+        expected = f"error: EnvTimeoutError: the main process's env 0 {where} within {STEP_TIMEOUT:g} s"
+    else:
+        code, err = run.finish(timeout=120)
+        expected = "error: EnvWorkerError: the main process, env 0 (gym_FaultEnv-v0, evaluation) raised in step: RuntimeError: boom"
+    assert code == 1, err
+    assert expected in err, err
+    assert_nothing_left(run, shm_before)
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == ["checkpoint_000000000032.pt"]
 
 
 #: the fast set: a hang in the main process's share, in a worker, in-process; the rest with ``slow``
