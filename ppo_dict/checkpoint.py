@@ -2,7 +2,7 @@
 
 A checkpoint is :func:`ppo_dict.export.model_state` (weights, Adam, normaliser, counters, RNG
 states, spaces, config) in ``RUN_DIR/checkpoints/checkpoint_<num_timesteps>.pt``, written with
-:func:`~ppo_dict.export.atomic_write` (temp file, fsync, rename, fsync of the directory), so a
+:func:`~ppo_dict.files.atomic_write` (temp file, fsync, rename, fsync of the directory), so a
 crash leaves the previous files as they were. A new checkpoint is loaded back before older ones
 are deleted.
 
@@ -23,16 +23,18 @@ import sys
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 import numpy as np
-import torch
 
 from ppo_dict.errors import CheckpointError
-from ppo_dict.export import load_model_state, model_state, write_model_file
+from ppo_dict.export import model_state, write_model_file
+from ppo_dict.files import MODEL_FILE, load_model_state, to_numpy
 from ppo_dict.seeding import set_rng_state
 
 if TYPE_CHECKING:
     from ppo_dict.ppo import PPO
 
 CHECKPOINT_DIR = "checkpoints"
+#: the evaluation's best model in a run directory
+BEST_MODEL = "best_model.pt"
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
@@ -46,6 +48,19 @@ def list_checkpoints(directory: str) -> list[str]:
         return []
     names = [n for n in os.listdir(directory) if _NAME.match(n)]
     return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
+
+
+def model_file(run_dir: str, which: str) -> str:
+    """The file ``which`` (best | last | a path) names in ``run_dir``: the best model, else the
+    newest checkpoint, else ``model.pt`` (``last`` skips the best model)."""
+    if which not in ("best", "last"):
+        return which
+    candidates = [os.path.join(run_dir, BEST_MODEL)] if which == "best" else []
+    candidates += list(reversed(list_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)))) + [os.path.join(run_dir, MODEL_FILE)]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(f"no {BEST_MODEL}, checkpoint or {MODEL_FILE} in {run_dir}")
 
 
 def remove_stale_temp_files(directory: str, log: TextIO = sys.stderr) -> list[str]:
@@ -129,15 +144,6 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
     raise CheckpointError(f"no loadable checkpoint in {directory}:\n" + "\n".join(f"  - {f}" for f in failures))
 
 
-def to_numpy(value: Any) -> Any:
-    """Tensors -> numpy arrays, recursively (the inverse of ``export._to_tensors``; dtypes kept)."""
-    if isinstance(value, torch.Tensor):
-        return value.numpy()
-    if isinstance(value, dict):
-        return {k: to_numpy(v) for k, v in value.items()}
-    return value
-
-
 def resume_env_seed(seed: Optional[int], num_timesteps: int) -> Optional[int]:
     """The env seed of a run resumed at ``num_timesteps``: fixed by both, drawn from no global RNG."""
     if seed is None:
@@ -150,6 +156,9 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
 
     After this, ``model_state(ppo)`` equals ``state`` exactly (the test checks every tensor).
     """
+    if "optimizer" not in state:
+        raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
+                              "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
     for what, saved, current in (("Observation", state["observation_space"], str(ppo.pool.observation_space)),
                                  ("Action", state["action_space"], str(ppo.pool.action_space))):
         if saved != current:  # sb3's check_for_correct_spaces wording

@@ -15,29 +15,16 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ppo_dict.checkpoint import CHECKPOINT_DIR, list_checkpoints, to_numpy
 from ppo_dict.config import Config
 from ppo_dict.envs import make_env
 from ppo_dict.envs.make import video_may_need_mujoco_gl
 from ppo_dict.envs.render import select_mujoco_gl
 from ppo_dict.errors import CheckpointError
-from ppo_dict.evaluation import BEST_MODEL, VideoWriter, render_spec, run_episodes
-from ppo_dict.export import MODEL_FILE, load_model_state
-from ppo_dict.policy import build_policy
-from ppo_dict.ppo import build_normalizer
+from ppo_dict.evaluation import VideoWriter, render_spec, run_episodes
+from ppo_dict.checkpoint import model_file
+from ppo_dict.files import load_model_state
+from ppo_dict.model import Model
 from ppo_dict.vec import env_spec
-
-
-def model_file(run_dir: str, which: str) -> str:
-    """The file ``which`` (best | last | a path) names in ``run_dir``."""
-    if which not in ("best", "last"):
-        return which
-    candidates = [os.path.join(run_dir, BEST_MODEL)] if which == "best" else []
-    candidates += list(reversed(list_checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)))) + [os.path.join(run_dir, MODEL_FILE)]
-    for path in candidates:
-        if os.path.isfile(path):
-            return path
-    raise CheckpointError(f"no {BEST_MODEL}, checkpoint or {MODEL_FILE} in {run_dir}")
 
 
 def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
@@ -55,21 +42,14 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     spec = env_spec(cfg)
     env = make_env(render_spec(spec) if video else spec)
     try:
-        if str(env.observation_space) != state["observation_space"]:
-            raise CheckpointError(f"{path}: Observation spaces do not match: {state['observation_space']} != {env.observation_space}")
-        policy = build_policy(cfg, env.observation_space, env.action_space)
-        policy.load_state_dict(state["policy"])
-        normalizer = build_normalizer(cfg, env.observation_space, 1)
-        if normalizer is not None:
-            normalizer.load_state_dict(to_numpy(state["normalizer"]))
+        model = Model.from_state(state, env.observation_space, env.action_space, path)
         writer = None
         if video:
             out = video_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "videos")
             writer = VideoWriter(os.path.join(out, f"enjoy-{state['num_timesteps']:012d}.mp4"), env.metadata.get("render_fps", 30))
         if deterministic is None:
             deterministic = not spec.is_atari
-        returns, lengths = run_episodes(policy, env, normalizer, episodes, seed, torch.device("cpu"), writer, cfg.video_length,
-                                        deterministic)
+        returns, lengths = run_episodes(model, env, episodes, seed, writer, cfg.video_length, deterministic)
         video_path = writer.close() if writer is not None else None
     finally:
         env.close()

@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
+from ppo_dict.checkpoint import BEST_MODEL
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
 from ppo_dict.episodes import EpisodeBook
-from ppo_dict.export import atomic_write, write_model_file
+from ppo_dict.export import write_model_file
+from ppo_dict.files import atomic_write
 from ppo_dict.masking import env_masks
-from ppo_dict.normalize import Normalizer
-from ppo_dict.policy import ActorCritic
+from ppo_dict.model import Model
 from ppo_dict.seeding import preserved_rng
-from ppo_dict.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view
 from ppo_dict.vec.shm_pool import call_in_main
 from ppo_dict.vec.watchdog import Owner
 
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
 #: offset of the eval env's seed from the training seed (rl-zoo seeds its eval env differently too)
 EVAL_SEED_OFFSET = 1_000_000
-BEST_MODEL = "best_model.pt"
 EVALUATIONS = "evaluations.npz"
 #: seconds the eval env's constructor may take (the pools' start timeout)
 BUILD_TIMEOUT = 120.0
@@ -101,45 +99,12 @@ class VideoWriter:
         return self.path
 
 
-def _as_storage_obs(obs: Any, space: spaces.Space) -> dict[str, np.ndarray]:
-    """One env's observation as ``{key: [1, *shape]}`` arrays in the storage's dtypes."""
-    layout, parts = obs_layout(space), obs_parts(space, obs)
-    return {key: np.asarray(parts[key], dtype=dtype).reshape(1, *shape) for key, (shape, dtype) in layout.items()}
-
-
-@torch.no_grad()
-def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch: dict[str, np.ndarray],
-                    observation_space: spaces.Space, action_space: spaces.Space, device: torch.device,
-                    deterministic: bool = True, masks: Optional[np.ndarray] = None) -> np.ndarray:
-    """ppo_dict's ``predict``: the actions the env gets for a batch of observations.
-
-    ``batch``: ``{key: [B, *shape]}`` as the env wrote them (:func:`~ppo_dict.storage.obs_layout`'s
-    keys and dtypes). Normalised with ``normalizer``'s statistics (not updated), channel-last
-    images seen as ``[B, C, H, W]`` (sb3's ``VecTransposeImage`` on the eval env), the Gaussian
-    mean or a sample (clipped to the action bounds, as sb3's ``predict``), or the most probable
-    or a sampled discrete action; ``masks`` (``[B, mask_dim]``, masked policies): only valid
-    actions, as sb3-contrib's ``predict(..., action_masks=...)``. Returns ``[B, *action_shape]``.
-    """
-    batch = dict(batch)
-    if normalizer is not None:
-        batch.update(normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
-    batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
-    policy_input = policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
-    action_masks = None if masks is None else torch.as_tensor(masks, device=device)
-    actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
-    if isinstance(action_space, spaces.Box):
-        actions = np.clip(actions, action_space.low, action_space.high)
-    return actions
-
-
 @torch.no_grad()
 def run_episodes(
-    policy: ActorCritic,
+    model: Model,
     env: Any,
-    normalizer: Optional[Normalizer],
     n_episodes: int,
     seed: Optional[int],
-    device: torch.device,
     video: Optional[VideoWriter] = None,
     video_length: int = 1000,
     deterministic: bool = True,
@@ -150,8 +115,8 @@ def run_episodes(
     rounded: sb3's ``evaluate_policy`` on an env without a Monitor). ``successes`` gets the
     ``info["is_success"]`` of every episode end that has one (sb3 ``EvalCallback``'s success buffer).
 
-    The first reset uses ``seed``; later episodes continue the env's own RNG. Observations are
-    normalised with ``normalizer``'s statistics, which are not updated. The first episode's
+    The first reset uses ``seed``; later episodes continue the env's own RNG. The actions are
+    ``model.predict``'s (observations normalised with its statistics, which are not updated). The first episode's
     frames go to ``video`` (at most ``video_length``). A masked policy acts on the env's
     ``action_masks()`` of each step (sb3-contrib's masked ``evaluate_policy``).
 
@@ -175,9 +140,8 @@ def run_episodes(
             frame = calls("render", lambda: render_frame(env), at)
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
-        batch = _as_storage_obs(obs, env.observation_space)
-        masks = calls("action_masks", lambda: env_masks(env, policy.action_space, at), at) if policy.masked else None
-        action = predict_actions(policy, normalizer, batch, env.observation_space, env.action_space, device, deterministic, masks)[0]
+        masks = calls("action_masks", lambda: env_masks(env, model.action_space, at), at) if model.policy.masked else None
+        action = model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
         obs, reward, terminated, truncated, info = calls("step", lambda: env.step(action), at)
         book.returns[0] += float(reward)
         book.lengths[0] += 1
@@ -242,8 +206,8 @@ class Evaluator:
             writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
         successes: list[Any] = []
         with preserved_rng():
-            returns, lengths = run_episodes(ppo.policy, self.env, ppo.normalizer, self.cfg.eval_episodes, self.seed,
-                                            ppo.device, writer, self.cfg.video_length, self.deterministic, successes, self.calls)
+            returns, lengths = run_episodes(ppo.model, self.env, self.cfg.eval_episodes, self.seed, writer, self.cfg.video_length,
+                                            self.deterministic, successes, self.calls)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)

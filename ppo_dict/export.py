@@ -1,21 +1,16 @@
-"""Writing a trained model: ppo_dict's own file, and a zip that sb3's ``PPO.load`` opens.
-
-Files are written atomically (temp file in the same directory, fsync, rename, fsync of the
-directory): a crash mid-write leaves the previous file intact. ppo_dict's file holds only tensors
-and plain values, so it loads with ``torch.load(weights_only=True)`` (no code is unpickled).
+"""Writing a trainer's files: its checkpoint state (the model and the training state), the run's
+model file and config, and a zip that sb3's ``PPO.load`` opens (``ppo_dict.files`` writes the bytes).
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.errors import CheckpointError
+from ppo_dict.files import MODEL_FILE, atomic_write, config_values
 from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.seeding import rng_state
@@ -23,51 +18,6 @@ from ppo_dict.seeding import rng_state
 if TYPE_CHECKING:
     from ppo_dict.config import Config
     from ppo_dict.ppo import PPO
-
-MODEL_FILE = "model.pt"
-
-
-def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it; set straight back
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """Write ``path`` through ``write(file)`` so that readers see the old file or the whole new one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the permissions open() would
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _to_tensors(value: Any) -> Any:
-    """numpy arrays -> tensors, recursively, so the file loads with ``weights_only=True``."""
-    if isinstance(value, (np.ndarray, np.generic)):  # 0-d statistics are numpy scalars
-        return torch.from_numpy(np.array(value))
-    if isinstance(value, dict):
-        return {k: _to_tensors(v) for k, v in value.items()}
-    return value
-
-
-def config_values(cfg: "Config") -> dict[str, Any]:
-    """The config as plain values (tuples as lists): what JSON, YAML and ``weights_only`` files hold."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()}
 
 
 def model_state(ppo: "PPO") -> dict[str, Any]:
@@ -78,20 +28,15 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
     ``episodes.EpisodeLog.state``), the RNG states of torch, numpy's global generator and python's
     ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
     Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
+    The model's part is ``ppo.model.state()`` (``ppo_dict.model.Model``: what ``Model.from_file`` reads).
     """
     return {
-        "format": "ppo_dict/1",
-        "policy": ppo.policy.state_dict(),
+        **ppo.model.state(),
         "optimizer": ppo.optimizer.state_dict(),
-        "normalizer": None if ppo.normalizer is None else _to_tensors(ppo.normalizer.state_dict()),
-        "num_timesteps": ppo.num_timesteps,
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
         "rng": rng_state(),
-        "observation_space": str(ppo.pool.observation_space),
-        "action_space": str(ppo.pool.action_space),
-        "config": config_values(ppo.cfg),
     }
 
 
@@ -111,19 +56,6 @@ def save_model(ppo: "PPO", directory: str) -> str:
     """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
     write_config(ppo.cfg, os.path.join(directory, "config.json"))
     return write_model_file(ppo, os.path.join(directory, MODEL_FILE))
-
-
-def load_model_state(path: str) -> dict[str, Any]:
-    """Read a file written by :func:`save_model` (weights only: no code is unpickled)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, MODEL_FILE)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(state, dict) or state.get("format") != "ppo_dict/1":
-        raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': 'ppo_dict/1')")
-    return state
 
 
 def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:

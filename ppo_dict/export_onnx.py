@@ -2,7 +2,7 @@
 
 The graph takes observations as the env gives them (a batch: ``obs`` for a single space, one
 input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
-action the env gets: what :func:`ppo_dict.evaluation.predict_actions` computes. A model trained
+action the env gets: what :meth:`ppo_dict.model.Model.predict` computes. A model trained
 with ``--action_masks`` takes each step's masks too, as a last input ``action_masks`` (bool
 ``[batch, mask_dim]``, the layout ``action_masks()`` gives: ``n`` entries for Discrete,
 ``sum(nvec)`` for MultiDiscrete, ``2n`` for MultiBinary), and returns sb3-contrib's
@@ -33,19 +33,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.checkpoint import to_numpy
-from ppo_dict.config import Config
-from ppo_dict.enjoy import model_file
-from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError, ExportError
-from ppo_dict.evaluation import predict_actions
-from ppo_dict.export import atomic_write, load_model_state
+from ppo_dict.checkpoint import model_file
+from ppo_dict.files import atomic_write
 from ppo_dict.masking import METHOD, mask_sizes
+from ppo_dict.model import Model
 from ppo_dict.normalize import Normalizer
-from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.ppo import build_normalizer
+from ppo_dict.policy import ActorCritic
 from ppo_dict.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
-from ppo_dict.vec import env_spec
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
 OPSET = 18
@@ -90,30 +85,6 @@ class DeterministicPolicy(nn.Module):
             obs[key] = obs[key].permute(0, 3, 1, 2)
         actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True, action_masks=masks)[0]
         return torch.clamp(actions, self.low, self.high) if self.box else actions
-
-
-def load_for_export(path: str) -> tuple[ActorCritic, Optional[Normalizer], spaces.Space, spaces.Space, dict[str, Any]]:
-    """``(policy, normaliser, observation space, action space, state)`` of a model file or checkpoint.
-
-    The spaces are read from one env built as the run built it (the file holds only their text,
-    which must match). Raises :class:`CheckpointError`.
-    """
-    state = load_model_state(path)
-    cfg = Config.from_dict(state["config"])
-    env = make_env(env_spec(cfg))
-    try:
-        observation_space, action_space = env.observation_space, env.action_space
-    finally:
-        env.close()
-    if str(observation_space) != state["observation_space"]:
-        raise CheckpointError(f"{path}: Observation spaces do not match: {state['observation_space']} != {observation_space}")
-    policy = build_policy(cfg, observation_space, action_space)
-    policy.load_state_dict(state["policy"])
-    policy.eval()
-    normalizer = build_normalizer(cfg, observation_space, 1)
-    if normalizer is not None:
-        normalizer.load_state_dict(to_numpy(state["normalizer"]))
-    return policy, normalizer, observation_space, action_space, state
 
 
 def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -170,9 +141,9 @@ def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
     Raises :class:`ExportError` when torch cannot export it (or the ``onnx`` extra is missing);
     an existing ``out`` is then left as it was.
     """
-    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
-    module = DeterministicPolicy(policy, normalizer, observation_space, action_space).eval()
-    example = tuple(torch.as_tensor(v) for v in sample_inputs(module, observation_space, action_space, 4).values())
+    model = Model.from_file(path)
+    module = DeterministicPolicy(model.policy, model.normalizer, model.observation_space, model.action_space).eval()
+    example = tuple(torch.as_tensor(v) for v in sample_inputs(module, model.observation_space, model.action_space, 4).values())
     batch = torch.export.Dim("batch")
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
         scratch_file = os.path.join(scratch, "policy.onnx")
@@ -212,11 +183,10 @@ def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
     """
     import onnxruntime
 
-    policy, normalizer, observation_space, action_space, _ = load_for_export(model_path)
-    module = DeterministicPolicy(policy, normalizer, observation_space, action_space)
-    inputs = sample_inputs(module, observation_space, action_space, n, seed=1)
-    batch = {key: inputs[key] for key in module.keys}
-    ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"), masks=inputs.get(MASKS_INPUT))
+    model = Model.from_file(model_path)
+    module = DeterministicPolicy(model.policy, model.normalizer, model.observation_space, model.action_space)
+    inputs = sample_inputs(module, model.observation_space, model.action_space, n, seed=1)
+    ours = model.predict_batch({key: inputs[key] for key in module.keys}, masks=inputs.get(MASKS_INPUT))
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     theirs = session.run(["action"], inputs)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from ppo_dict.export import atomic_write
+from ppo_dict.files import atomic_write
 from ppo_dict.tracking import STEP, read_csv
 
 KEY = "rollout/ep_rew_mean"

@@ -13,44 +13,19 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from ppo_dict.config import Config, physical_cores
 from ppo_dict.collect import Collector
 from ppo_dict.envs import contains_image
 from ppo_dict.episodes import EpisodeLog
 from ppo_dict.logger import Logger
-from ppo_dict.normalize import Normalizer
+from ppo_dict.model import Model, build_normalizer, resolve_device
 from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.performance import Timing, same_values, thread_count
 from ppo_dict.seeding import set_random_seed
-from ppo_dict.storage import vector_obs_shapes
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
-
-
-def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
-    """The torch device ``--device name`` means for a policy that takes images or not.
-
-    ``auto`` keeps sb3's numbers where it can: MLP policies stay on the CPU (where PPO is also
-    faster, and bit-exact with sb3; sb3 warns about the GPU for them), image policies (NatureCNN,
-    dicts with images) go to CUDA when a GPU is present (``cuda_available``: None probes torch).
-    """
-    if name != "auto":
-        return torch.device(name)
-    if cuda_available is None:
-        cuda_available = torch.cuda.is_available()
-    return torch.device("cuda" if images and cuda_available else "cpu")
-
-
-def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
-    """sb3 ``VecNormalize`` statistics for every Box vector key (uint8 images and the integer
-    observations of Discrete, MultiDiscrete and MultiBinary keys are left alone: sb3's
-    ``norm_obs_keys`` can only name Box keys), or None."""
-    if not cfg.normalize:
-        return None
-    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
 
 
 class PPO:
@@ -86,6 +61,11 @@ class PPO:
         self.update_threads: Optional[int] = None  # chosen at the first update
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         self._envs_started = False
+
+    @property
+    def model(self) -> Model:
+        """The model being trained (its policy and normaliser themselves, not copies)."""
+        return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps)
 
     # ------------------------------------------------------------------ the iteration
     def learn(

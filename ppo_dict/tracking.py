@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any, Optional, TextIO
 
-from ppo_dict.export import atomic_write
+from ppo_dict.files import atomic_write
 
 STEP = "step"
 
@@ -117,7 +117,7 @@ class WandbTracker:
     def __init__(self, cfg: Any, run_dir: str, resuming: bool, log: TextIO = sys.stderr):
         import wandb  # only when --project is set
 
-        from ppo_dict.export import config_values
+        from ppo_dict.files import config_values
 
         self.wandb, self.log = wandb, log
         mode, why = resolve_wandb_mode(cfg.wandb_mode)

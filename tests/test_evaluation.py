@@ -11,7 +11,7 @@ from ppo_dict.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.evaluation import Evaluator
-from ppo_dict.export import load_model_state
+from ppo_dict.files import load_model_state
 from ppo_dict.ppo import PPO
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
@@ -83,18 +83,21 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
 def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
     """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
     from ppo_dict.envs import make_env
-    from ppo_dict.evaluation import predict_actions, run_episodes
+    from ppo_dict.evaluation import run_episodes
+    from ppo_dict.model import Model
     from ppo_dict.policy import build_policy
 
     cfg = Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True, episode_length=5), seed=0)
     env = make_env(env_spec(cfg))
     policy = build_policy(cfg, env.observation_space, env.action_space)
-    returns, lengths = run_episodes(policy, env, None, 2, 0, torch.device("cpu"))
+    model = Model(cfg, policy, None, env.observation_space, env.action_space)
+    returns, lengths = run_episodes(model, env, 2, 0)
     assert lengths == [5, 5]
     obs, _ = env.reset(seed=0)
     batch = {"obs": obs[None]}
     expected = policy(torch.as_tensor(np.moveaxis(obs, -1, 0)[None]), deterministic=True)[0].numpy()
-    assert np.array_equal(predict_actions(policy, None, batch, env.observation_space, env.action_space, torch.device("cpu")), expected)
+    assert np.array_equal(model.predict_batch(batch), expected)
+    assert np.array_equal(model.predict(obs, deterministic=True)[0], expected[0])  # one observation, as sb3's predict
     env.close()
 
 
@@ -119,7 +122,7 @@ def test_atari_evaluation_is_rl_zoos(tmp_path) -> None:
     evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
     assert evaluator.deterministic is False  # rl-zoo: ExperimentManager.deterministic_eval is False for Atari
     torch.manual_seed(11)
-    returns, lengths = run_episodes(ours.policy, make_env(env_spec(cfg)), None, 3, 5, torch.device("cpu"), deterministic=False)
+    returns, lengths = run_episodes(ours.model, make_env(env_spec(cfg)), 3, 5, deterministic=False)
     torch.manual_seed(11)
     eval_env = VecFrameStack(make_atari_env("AsterixNoFrameskip-v4", n_envs=1, seed=5, env_kwargs=kwargs), 4)
     expected = evaluate_policy(sb3, eval_env, n_eval_episodes=3, deterministic=False, return_episode_rewards=True)
@@ -169,7 +172,7 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
     sb3, ours = make_sb3(cfg), make_ours(cfg)
     torch.manual_seed(11)
     flags: list = []
-    returns, lengths = run_episodes(ours.policy, make_env(env_spec(cfg)), None, 8, 5, torch.device("cpu"), deterministic=False, successes=flags)
+    returns, lengths = run_episodes(ours.model, make_env(env_spec(cfg)), 8, 5, deterministic=False, successes=flags)
     torch.manual_seed(11)
     expected: list = []
     collect = lambda local, _: expected.append(local["info"]["is_success"]) if local["done"] and "is_success" in local["info"] else None

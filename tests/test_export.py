@@ -6,7 +6,8 @@ import torch
 
 from ppo_dict.config import Config
 from ppo_dict.errors import CheckpointError
-from ppo_dict.export import atomic_write, config_values, load_model_state, model_state, save_model, sb3_ppo_kwargs
+from ppo_dict.export import model_state, save_model, sb3_ppo_kwargs
+from ppo_dict.files import atomic_write, config_values, load_model_state
 from ppo_dict.ppo import PPO
 from ppo_dict.vec import make_env_pool
 

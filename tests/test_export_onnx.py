@@ -5,15 +5,14 @@ import os
 
 import numpy as np
 import pytest
-import torch
 from gymnasium import spaces
 
 from ppo_dict.checkpoint import CheckpointManager
 from ppo_dict.config import Config
 from ppo_dict.errors import ExportError
-from ppo_dict.evaluation import predict_actions
 from ppo_dict.export import export_sb3, save_model
-from ppo_dict.export_onnx import MASKS_INPUT, check_onnx, export_onnx, load_for_export, main as export_main, sample_batch, sample_masks
+from ppo_dict.export_onnx import MASKS_INPUT, check_onnx, export_onnx, main as export_main, sample_batch, sample_masks
+from ppo_dict.model import Model
 from ppo_dict.masking import mask_offsets, mask_sizes
 from ppo_dict.ppo import PPO
 from ppo_dict.vec import make_env_pool
@@ -60,12 +59,13 @@ def trained_model_file(cfg: Config, folder, sb3_zip=None) -> str:
 def test_onnx_policy_gives_ppo_dicts_predict_actions(tmp_path, name) -> None:
     path = trained_model_file(MODELS[name], tmp_path / "model")
     out = export_onnx(path, str(tmp_path / "policy.onnx"))
-    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
+    model = Model.from_file(path)
+    normalizer, observation_space, action_space = model.normalizer, model.observation_space, model.action_space
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == list(sample_batch(observation_space, 1))
     for batch_size in (1, 7):  # any batch size
         batch = sample_batch(observation_space, batch_size, seed=batch_size)
-        ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        ours = model.predict_batch(batch)
         theirs = session.run(["action"], batch)[0]
         assert theirs.shape == ours.shape and theirs.dtype == ours.dtype
         if action_space.dtype.kind == "i":
@@ -75,7 +75,7 @@ def test_onnx_policy_gives_ppo_dicts_predict_actions(tmp_path, name) -> None:
             assert np.all(theirs >= action_space.low) and np.all(theirs <= action_space.high)
     if normalizer is not None:  # the statistics really are in the graph: other statistics, other actions
         normalizer.obs_rms[next(iter(normalizer.obs_rms))].mean += 1.0
-        shifted = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"))
+        shifted = model.predict_batch(batch)
         assert not np.allclose(shifted, theirs, rtol=1e-5, atol=1e-6)
 
 
@@ -111,7 +111,8 @@ def test_masked_onnx_policy_gives_maskable_ppo_predict_actions(tmp_path, name) -
 
     path = trained_model_file(MASKED_MODELS[name], tmp_path / "model", sb3_zip=tmp_path / "maskable.zip")
     out = export_onnx(path, str(tmp_path / "policy.onnx"))
-    policy, normalizer, observation_space, action_space, _ = load_for_export(path)
+    model = Model.from_file(path)
+    observation_space, action_space = model.observation_space, model.action_space
     maskable = MaskablePPO.load(str(tmp_path / "maskable.zip"), device="cpu")
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == [*sample_batch(observation_space, 1), MASKS_INPUT]
@@ -120,7 +121,7 @@ def test_masked_onnx_policy_gives_maskable_ppo_predict_actions(tmp_path, name) -
         batch = sample_batch(observation_space, batch_size, seed=batch_size)
         masks = sample_masks(action_space, batch_size, seed=batch_size)
         theirs = session.run(["action"], {**batch, MASKS_INPUT: masks})[0]
-        ours = predict_actions(policy, normalizer, batch, observation_space, action_space, torch.device("cpu"), masks=masks)
+        ours = model.predict_batch(batch, masks=masks)
         obs = batch if isinstance(observation_space, spaces.Dict) else batch["obs"]
         contrib = maskable.predict(obs, action_masks=masks, deterministic=True)[0]
         assert theirs.dtype == ours.dtype == contrib.dtype and np.array_equal(theirs, ours) and np.array_equal(theirs, contrib)

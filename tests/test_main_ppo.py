@@ -55,7 +55,7 @@ def test_unknown_flag_is_an_argparse_error() -> None:
 def test_save_and_export_sb3_load_with_equal_parameters(tmp_path) -> None:
     from stable_baselines3 import PPO as SB3PPO
 
-    from ppo_dict.export import load_model_state
+    from ppo_dict.files import load_model_state
 
     zip_path, save_dir = tmp_path / "exported.zip", tmp_path / "model"
     proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK,
@@ -126,10 +126,8 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
     """Each trains from the command line; the sb3 zip loads and predicts our deterministic actions; enjoy replays it."""
     from stable_baselines3 import PPO as SB3PPO
 
-    from ppo_dict.config import Config
     from ppo_dict.envs import make_env
-    from ppo_dict.export import load_model_state
-    from ppo_dict.policy import build_policy
+    from ppo_dict.model import Model
     from ppo_dict.vec import env_spec
 
     run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"
@@ -137,30 +135,19 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
                    "--export_sb3", str(zip_path), "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 512 and "eval/mean_reward" in summary_line(proc.stdout)["metrics"]
-    state = load_model_state(str(tmp_path / "model"))
-    cfg = Config.from_dict(state["config"])
+    model = Model.from_file(str(tmp_path / "model"))
+    cfg = model.cfg
     assert cfg.use_sde == (name == "gsde_rl_zoo") and (cfg.sde_sample_freq == 4) == (name == "gsde_rl_zoo")
     env = make_env(env_spec(cfg))
-    policy = build_policy(cfg, env.observation_space, env.action_space)
-    policy.load_state_dict(state["policy"])
     sb3 = SB3PPO.load(str(zip_path), device="cpu")
     assert sb3.use_sde == cfg.use_sde
     obs, _ = env.reset(seed=0)
     for _ in range(20):
-        ours = policy(policy_input(obs, env.observation_space), deterministic=True)[0].detach().numpy()[0]
+        ours, _ = model.predict(obs, deterministic=True)
         action, _ = sb3.predict(obs, deterministic=True)
-        assert np.array_equal(np.asarray(action, dtype=ours.dtype), ours)
+        assert action.shape == ours.shape and np.array_equal(np.asarray(action, dtype=ours.dtype), ours)
         obs, *_ = env.step(action)
     env.close()
     enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"], capture_output=True, text=True,
                            timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert enjoy.returncode == 0, enjoy.stderr
-
-
-def policy_input(obs, space):
-    """One observation as a batch of one, as the rollout storage holds it (``evaluation._as_storage_obs``)."""
-    from ppo_dict.evaluation import _as_storage_obs
-    from ppo_dict.storage import OBS_KEY, obs_to_tensor
-
-    batch = _as_storage_obs(obs, space)
-    return obs_to_tensor(batch if len(batch) > 1 or OBS_KEY not in batch else batch[OBS_KEY], torch.device("cpu"))

@@ -12,7 +12,8 @@ from ppo_dict.checks import validate
 from ppo_dict.config import Config
 from ppo_dict.envs.masked import MaskedJumpEnv
 from ppo_dict.errors import ConfigError, EnvWorkerError
-from ppo_dict.evaluation import predict_actions, run_episodes
+from ppo_dict.evaluation import run_episodes
+from ppo_dict.model import Model
 from ppo_dict.export import export_sb3
 from ppo_dict.masking import mask_dim, mask_problem, mask_sizes, with_action_masks
 from ppo_dict.policy import ActorCritic
@@ -133,19 +134,20 @@ def test_evaluation_takes_masks_as_maskable_predict() -> None:
     ours = ActorCritic(env.observation_space, with_action_masks(env.action_space), action_masks=True)
     sb3 = MaskableActorCriticPolicy(env.observation_space, env.action_space, lambda _: 3e-4)
     sb3.load_state_dict(ours.state_dict())
+    model = Model(Config(), ours, None, env.observation_space, env.action_space)
     obs, _ = env.reset(seed=1)
     for _ in range(20):
         mask = env.action_masks()[None]
-        ours_action = predict_actions(ours, None, {"obs": obs[None]}, env.observation_space, env.action_space, torch.device("cpu"), True, mask)
+        ours_action = model.predict(obs[None], deterministic=True, action_masks=mask)[0]
         sb3_action, _ = sb3.predict(obs[None], deterministic=True, action_masks=mask)
         assert np.array_equal(ours_action, sb3_action)
         obs, *_ = env.step(ours_action[0])
-    returns, _ = run_episodes(ours, env, None, 3, 0, torch.device("cpu"), deterministic=False)
+    returns, _ = run_episodes(model, env, 3, 0, deterministic=False)
     assert min(returns) > -50, "an invalid move was played"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         unmasked = ActorCritic(env.observation_space, env.action_space)
-    assert min(run_episodes(unmasked, env, None, 3, 0, torch.device("cpu"), deterministic=False)[0]) < -50  # the guard can fail
+    assert min(run_episodes(Model(Config(), unmasked, None, env.observation_space, env.action_space), env, 3, 0, deterministic=False)[0]) < -50  # the guard can fail
 
 
 def test_export_sb3_writes_a_maskable_ppo_zip(tmp_path) -> None:

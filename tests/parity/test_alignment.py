@@ -97,7 +97,7 @@ def train_and_evaluate(cfg: Config) -> None:
             model.close()
         env = make_env(env_spec(cfg))
         try:
-            run_episodes(model.policy, env, model.normalizer, 1, 0, torch.device("cpu"))
+            run_episodes(model.model, env, 1, 0)
         finally:
             env.close()
 

@@ -1,0 +1,175 @@
+"""A trained model as its users hold it: the policy, the normaliser's statistics, the spaces and the
+config; read from a file, written to one, asked for actions (sb3's ``PPO.load(path).predict(obs)``).
+
+    model = Model.from_file("runs/x/best_model.pt")    # or a checkpoint, or a run's model.pt
+    action, _ = model.predict(obs, deterministic=True)  # one observation or a batch, as sb3's predict
+
+The trainer's model is ``PPO.model`` (its policy and normaliser, not copies); checkpoints,
+evaluation, ``enjoy`` and the ONNX export read and act through this class, and none of them
+imports the trainer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from ppo_dict.config import Config
+from ppo_dict.envs import make_env
+from ppo_dict.errors import CheckpointError
+from ppo_dict.files import FORMAT, atomic_write, config_values, load_model_state, to_numpy, to_tensors
+from ppo_dict.normalize import Normalizer
+from ppo_dict.policy import ActorCritic, build_policy
+from ppo_dict.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
+
+def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
+    """The torch device ``--device name`` means for a policy that takes images or not.
+
+    ``auto`` keeps sb3's numbers where it can: MLP policies stay on the CPU (where PPO is also
+    faster, and bit-exact with sb3; sb3 warns about the GPU for them), image policies (NatureCNN,
+    dicts with images) go to CUDA when a GPU is present (``cuda_available``: None probes torch).
+    """
+    if name != "auto":
+        return torch.device(name)
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    return torch.device("cuda" if images and cuda_available else "cpu")
+
+
+def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) -> Optional[Normalizer]:
+    """sb3 ``VecNormalize`` statistics for every Box vector key (uint8 images and the integer
+    observations of Discrete, MultiDiscrete and MultiBinary keys are left alone: sb3's
+    ``norm_obs_keys`` can only name Box keys), or None."""
+    if not cfg.normalize:
+        return None
+    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
+
+
+@dataclass
+class Model:
+    """``policy`` and ``normalizer`` (None without ``--normalize``; its statistics are read, never
+    updated, here) for ``observation_space`` and ``action_space`` (the env's own: channel-last
+    images as the env gives them), built from ``cfg``, trained for ``num_timesteps``."""
+
+    cfg: Config
+    policy: ActorCritic
+    normalizer: Optional[Normalizer]
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    num_timesteps: int = 0
+
+    # ------------------------------------------------------------------ files
+    def state(self) -> dict[str, Any]:
+        """What a model file holds of the model (a checkpoint adds the training state: Adam,
+        counters, RNG states, episode buffers): tensors and plain values only."""
+        return {
+            "format": FORMAT,
+            "policy": self.policy.state_dict(),
+            "normalizer": None if self.normalizer is None else to_tensors(self.normalizer.state_dict()),
+            "num_timesteps": self.num_timesteps,
+            "observation_space": str(self.observation_space),
+            "action_space": str(self.action_space),
+            "config": config_values(self.cfg),
+        }
+
+    def save(self, path: str) -> str:
+        """Write :meth:`state` to ``path`` atomically (:meth:`from_file` reads it; training cannot
+        resume from it: it holds no optimiser); returns ``path``."""
+        atomic_write(path, lambda f: torch.save(self.state(), f))
+        return path
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space, source: str) -> "Model":
+        """The model in a loaded file's ``state`` for an env with these spaces (on the CPU, in eval
+        mode); spaces that differ from the saved ones, or weights that do not fit, are a :class:`CheckpointError`."""
+        for what, saved, current in (("Observation", state["observation_space"], str(observation_space)),
+                                     ("Action", state["action_space"], str(action_space))):
+            if saved != current:  # sb3's check_for_correct_spaces wording
+                raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current}")
+        cfg = Config.from_dict(state["config"])
+        policy = build_policy(cfg, observation_space, action_space)
+        try:
+            policy.load_state_dict(state["policy"])
+        except (RuntimeError, KeyError) as exc:
+            raise CheckpointError(f"{source}: the saved policy does not fit its config ({type(exc).__name__}: {exc})") from exc
+        policy.eval()
+        normalizer = build_normalizer(cfg, observation_space, 1)
+        if normalizer is not None:
+            normalizer.load_state_dict(to_numpy(state["normalizer"]))
+        return cls(cfg, policy, normalizer, observation_space, action_space, int(state["num_timesteps"]))
+
+    @classmethod
+    def from_file(cls, path: str, env: Any = None) -> "Model":
+        """The model in a model file, checkpoint or run directory (its ``model.pt``), for ``env``
+        (default: one env built from the saved config to read the spaces, then closed)."""
+        state = load_model_state(path)
+        if env is not None:
+            return cls.from_state(state, env.observation_space, env.action_space, path)
+        from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
+
+        env = make_env(env_spec(Config.from_dict(state["config"])))
+        try:
+            return cls.from_state(state, env.observation_space, env.action_space, path)
+        finally:
+            env.close()
+
+    # ------------------------------------------------------------------ actions
+    @property
+    def device(self) -> torch.device:
+        return self.policy.value_net.weight.device
+
+    @torch.no_grad()
+    def predict_batch(self, batch: dict[str, np.ndarray], deterministic: bool = True, masks: Optional[np.ndarray] = None) -> np.ndarray:
+        """The actions the env gets for a batch of observations ``{key: [B, *shape]}`` as the env
+        wrote them (:func:`~ppo_dict.storage.obs_layout`'s keys and dtypes); ``[B, *action_shape]``.
+
+        Normalised with the frozen statistics, channel-last images seen as ``[B, C, H, W]`` (sb3's
+        ``VecTransposeImage``), the Gaussian mean or a sample (clipped to the action bounds, as sb3's
+        ``predict``), or the most probable or a sampled discrete action; ``masks`` (``[B, mask_dim]``,
+        masked policies): only valid actions, as sb3-contrib's ``predict(..., action_masks=...)``.
+        """
+        batch = dict(batch)
+        if self.normalizer is not None:
+            batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
+        batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
+        policy_input = policy_view(batch, channel_last_keys(self.observation_space), isinstance(self.observation_space, spaces.Dict))
+        action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
+        actions = self.policy(obs_to_tensor(policy_input, self.device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
+        if isinstance(self.action_space, spaces.Box):
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, None]:
+        """sb3's ``predict``: ``(actions, None)`` for one observation as the env returns it, or a
+        batch (each array with a leading batch dimension), with sb3's and sb3-contrib's arguments
+        (``state`` and ``episode_start`` are for recurrent policies: unused). Stochastic unless
+        ``deterministic``, as sb3's default."""
+        batch, vectorized = self._as_batch(observation)
+        masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
+        actions = self.predict_batch(batch, deterministic, masks)
+        return (actions if vectorized else actions[0]), None
+
+    def _as_batch(self, observation: Any) -> tuple[dict[str, np.ndarray], bool]:
+        """``({key: [B, *shape]}, vectorized)`` in the storage's dtypes; sb3's ``is_vectorized_observation``
+        tells one observation from a batch (a Discrete key: a scalar or ``[B]``)."""
+        layout, leaves = obs_layout(self.observation_space), storage_keys(self.observation_space)
+        parts = obs_parts(self.observation_space, observation)
+        arrays = {key: np.asarray(parts[key]) for key in layout}
+        verdicts = set()
+        for key, arr in arrays.items():
+            single_shape = () if isinstance(leaves[key], spaces.Discrete) else layout[key][0]
+            if arr.shape == single_shape:
+                verdicts.add(False)
+            elif arr.shape[1:] == single_shape:
+                verdicts.add(True)
+            else:
+                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, *{single_shape}) "
+                                 f"for {leaves[key]}")
+        if len(verdicts) != 1:
+            raise ValueError("observation: some keys are batches and others single observations")
+        vectorized = verdicts.pop()
+        return {key: np.asarray(arr, dtype=layout[key][1]).reshape(-1, *layout[key][0]) for key, arr in arrays.items()}, vectorized
