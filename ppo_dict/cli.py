@@ -44,14 +44,19 @@ def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
 
 def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
                      pinned: Optional[dict[str, Any]] = None) -> Config:
-    """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.checks.validate``).
+    """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.checks.validate``);
+    argparse exits 2 on unknown flags or bad values. See :func:`config_from_flags`."""
+    return config_from_flags(explicit_flags(argv), base, pinned)
+
+
+def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None) -> Config:
+    """The :class:`Config` of a command line parsed once (``given``: :func:`explicit_flags`).
 
     Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config, or a
     trained agent's saved hyperparameters), the ``--hyperparams`` file's entry for the env,
     ``pinned`` (what a trained agent fixes: its policy), then the flags actually typed.
     """
-    values = vars(build_parser().parse_args(argv))  # argparse exits 2 on unknown flags or bad values
-    given = explicit_flags(argv)
+    values = Config().to_dict()
     layered: dict[str, Any] = dict(base or {})
     hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
     if hyperparams_file and "resume" not in given:

@@ -28,7 +28,7 @@ import torch
 
 from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore
 from ppo_dict.checks import validate
-from ppo_dict.cli import config_from_args, explicit_flags
+from ppo_dict.cli import config_from_flags, explicit_flags
 from ppo_dict.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
 from ppo_dict.export import export_sb3, save_model, write_config
@@ -288,14 +288,14 @@ def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
     return None
 
 
-def resume_source(argv: Optional[list[str]]) -> Optional[RESUMED]:
+def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
 
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
     CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
     ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
+    ``flags``: the command line's flags (:func:`~ppo_dict.cli.explicit_flags`).
     """
-    flags = explicit_flags(argv)
     path = flags.get("resume")
     if path == RESUME_AUTO:
         path = auto_resume_dir(flags.get("run_dir"))
@@ -307,9 +307,8 @@ def resume_source(argv: Optional[list[str]]) -> Optional[RESUMED]:
     return file, state
 
 
-def trained_agent_source(argv: Optional[list[str]]) -> Optional[TrainedAgent]:
+def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     """The sb3 zip ``--trained_agent`` names, read (raises :class:`CheckpointError`), or None without it."""
-    flags = explicit_flags(argv)
     path = flags.get("trained_agent")
     if path is None or not os.path.isfile(path):
         return None  # validate() reports a missing file with the other problems
@@ -322,11 +321,12 @@ def trained_agent_source(argv: Optional[list[str]]) -> Optional[TrainedAgent]:
 def main(argv: Optional[list[str]] = None) -> int:
     agent = None
     try:
-        resumed = resume_source(argv)
+        flags = explicit_flags(argv)  # the one parse of the command line: argparse exits 2 on bad flags
+        resumed = resume_source(flags)
         if resumed is None:  # a resumed run continues its checkpoint, which already started from the zip
-            agent = trained_agent_source(argv)
+            agent = trained_agent_source(flags)
         base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
-        cfg = config_from_args(argv, base=base, pinned=None if agent is None else agent.pinned)  # argparse exits 2 on bad flags
+        cfg = config_from_flags(flags, base=base, pinned=None if agent is None else agent.pinned)
     except (CheckpointError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

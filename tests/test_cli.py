@@ -30,3 +30,18 @@ def test_unknown_and_abbreviated_flags_are_refused(capsys) -> None:
             config_from_args(argv)
         assert exc.value.code == 2
     assert "unrecognized arguments: --batch 64" in capsys.readouterr().err
+
+
+def test_the_command_line_is_parsed_once_on_the_way_to_training(monkeypatch, capsys, tmp_path) -> None:
+    """main reads --resume, --trained_agent and the config from one parse (a bad value refused after it)."""
+    import argparse
+
+    from ppo_dict import main_ppo
+
+    parses = []
+    parse_args = argparse.ArgumentParser.parse_args
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", lambda self, *a, **k: parses.append(1) or parse_args(self, *a, **k))
+    assert main_ppo.main(["--env", "gym_CartPole-v1", "--n_steps", "0", "--run_dir", str(tmp_path / "run")]) == 2
+    assert "n_steps" in capsys.readouterr().err
+    assert len(parses) == 1
+    assert config_from_args(["--n_steps", "7", "--gym_packages", "a", "b"]).gym_packages == ("a", "b")  # the one parse keeps list flags
