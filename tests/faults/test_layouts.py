@@ -172,6 +172,56 @@ def test_a_fault_in_the_evaluation_env_ends_the_run_naming_it(mode: str, tmp_pat
     assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == ["checkpoint_000000000032.pt"]
 
 
+def game_children(pid: int, game: str) -> list[int]:
+    """Live processes whose parent is ``pid`` running the file ``game`` (a stand-in game is a script: its
+    interpreter's first argument; a forked worker has the command line's arguments, the game's path among them)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except OSError:
+            continue
+        if int(ppid) == pid and state != "Z" and cmdline[1:2] == [game.encode()]:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("flags", [("--num_workers", "0", "--n_envs", "2"), ("--num_workers", "2", "--n_envs", "4")],
+                         ids=["in_process", "balanced"])
+def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flags: tuple[str, ...], tmp_path) -> None:
+    """A Godot-protocol game the main process owns stops answering (SIGSTOP: alive, its socket open):
+    the game's reply timeout (0.9 x step_timeout) ends the run naming the game; nothing is left behind."""
+    from tests.godot_helpers import PLUGIN_STYLE_GAME
+
+    game = tmp_path / "plugin_game.x86_64"
+    game.write_text(PLUGIN_STYLE_GAME.format(python=sys.executable))
+    game.chmod(0o755)
+    run_dir, shm_before = str(tmp_path / "run"), shm_entries()
+    args = ["--env_path", str(game), *flags, "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps", "100000",
+            "--step_timeout", "2", "--save_freq", "1", "--seed", "0", "--run_dir", run_dir, "--plot", "False", "--verbose", "0",
+            "--progress", "none", "--mp_method", MP_METHOD]
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo_godot", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONPATH": ROOT})
+    run = Run(proc, run_dir, Lines(proc))
+    deadline = time.monotonic() + 120
+    while not list_checkpoints(os.path.join(run_dir, "checkpoints")):  # an update done: the games are stepping
+        assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint: " + proc.stderr.read()
+        time.sleep(0.05)
+    games = game_children(proc.pid, str(game))
+    assert len(games) == 1, games  # the main process's own game (the probe's has ended; the worker's is the worker's child)
+    os.kill(games[0], signal.SIGSTOP)
+    frozen = time.monotonic()
+    code, err = run.finish(timeout=2 + GUARD)
+    assert code == 1, err
+    assert f"error: EnvWorkerError: the main process, env 0 (godot ({game})) raised in step" in err, err
+    assert f"GodotTimeoutError: Godot game '{game}' (pid {games[0]}, port " in err and "did not answer step within 1.8 s" in err, err
+    assert 1.8 <= time.monotonic() - frozen < 2 + GUARD
+    assert_nothing_left(run, shm_before)
+
+
 #: the fast set: a hang in the main process's share, in a worker, in-process; the rest with ``slow``
 FAST_SIGNAL_CASES = {("balanced", signal.SIGINT), ("main_envs_0", signal.SIGINT), ("in_process", signal.SIGINT)}
 
