@@ -18,7 +18,8 @@ from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.policy import ActorCritic
-from ppo_dict.rollout_step import LOG_SQRT_2PI, PolicyStep
+from ppo_dict.lean_sampling import LOG_SQRT_2PI
+from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
