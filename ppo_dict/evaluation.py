@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from ppo_dict.actions import action_spec
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
 from ppo_dict.episodes import EpisodeBook
@@ -127,9 +128,7 @@ def predict_actions(policy: ActorCritic, normalizer: Optional[Normalizer], batch
     policy_input = policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
     action_masks = None if masks is None else torch.as_tensor(masks, device=device)
     actions = policy(obs_to_tensor(policy_input, device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
-    if isinstance(action_space, spaces.Box):
-        actions = np.clip(actions, action_space.low, action_space.high)
-    return actions
+    return action_spec(action_space).to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
 
 @torch.no_grad()
