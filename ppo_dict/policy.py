@@ -170,7 +170,7 @@ class ActorCritic(nn.Module):
     Args:
         observation_space: one env's observation space (images channel-first).
         action_space: Box (diagonal Gaussian, or gSDE with ``use_sde``), Discrete (categorical),
-            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.distributions``.
+            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.actions``.
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
         use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
