@@ -11,10 +11,9 @@ import os
 import warnings
 from typing import Optional
 
-from gymnasium import spaces
 
+from ppo_dict.actions import action_space_problem
 from ppo_dict.config import MODELS, RESUME_AUTO, Config
-from ppo_dict.distributions import action_space_problem
 from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.storage import vector_obs_shapes
 from ppo_dict.errors import ConfigError
@@ -52,8 +51,8 @@ def space_problems(cfg: Config, observation_space, action_space) -> list[str]:
     """What sb3's PPO refuses in the env's spaces (with sb3's reason), or in the config for them."""
     problems = [f"env={cfg.env!r}: observation space: {p}" for p in [ppo_observation_problem(observation_space)] if p]
     problems += [f"env={cfg.env!r}: action space: {p}" for p in [action_space_problem(action_space)] if p]
-    if cfg.use_sde and not problems and not isinstance(action_space, spaces.Box):
-        problems.append(f"use_sde=True: {action_space_problem(action_space, use_sde=True)} ({cfg.env} acts in {action_space})")
+    if cfg.use_sde and not problems:
+        problems += [f"use_sde=True: {p} ({cfg.env} acts in {action_space})" for p in [action_space_problem(action_space, use_sde=True)] if p]
     return problems
 
 

@@ -18,8 +18,8 @@ from typing import Optional
 
 import numpy as np
 import torch
-from gymnasium import spaces
 
+from ppo_dict.actions import action_spec
 from ppo_dict.config import Config
 from ppo_dict.episodes import EpisodeLog
 from ppo_dict.errors import NonFiniteError
@@ -62,9 +62,7 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
-        self.box = isinstance(pool.action_space, spaces.Box)
-        if self.box:
-            self.low, self.high = (np.asarray(b).reshape(-1) for b in (pool.action_space.low, pool.action_space.high))
+        self.to_env = action_spec(pool.action_space).to_env  # what the envs get of the sampled actions
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Optional[int]) -> None:
@@ -147,10 +145,7 @@ class Collector:
                 buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
             s.actions[t, cols], s.values[t, cols], s.log_probs[t, cols] = (buffer.numpy() for buffer in host)
-        if self.box:  # np.clip, as sb3 (torch.clamp differs on signed zeros at a bound of 0)
-            np.clip(s.actions[t, cols], self.low, self.high, out=self.env_actions[cols])
-        else:
-            self.env_actions[cols] = s.actions[t, cols]
+        self.to_env(s.actions[t, cols], out=self.env_actions[cols])  # Box: clipped to the bounds, as sb3
 
     def _after_env_step(self, t: int, part: range) -> None:
         """What sb3 does between ``env.step`` and ``rollout_buffer.add``, for the envs in ``part``:

@@ -4,40 +4,15 @@ One class per action space: :class:`DiagGaussian` (Box), :class:`StateDependentN
 gSDE), :class:`CategoricalDist` (Discrete), :class:`MultiCategorical` (MultiDiscrete) and
 :class:`BernoulliDist` (MultiBinary). Each is a cheap wrapper made per forward pass over torch's own
 distributions, with sb3's expressions: the same torch calls on the same shapes, so the same floats
-and the same random draws. :class:`ActionHead` makes the layers (``action_net``, ``log_std``) in
-sb3's order, which is part of the torch RNG stream: gSDE samples its exploration matrix while it
-builds, before the value head exists.
+and the same random draws. Which one a policy uses, and the layers that feed it, is its action
+space's spec (``ppo_dict.actions``).
 """
 from __future__ import annotations
 
 from typing import Optional, Union
 
-import numpy as np
 import torch
-from gymnasium import spaces
-from torch import nn
 from torch.distributions import Bernoulli, Categorical, Normal
-
-from ppo_dict.masking import MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
-
-#: The action spaces sb3's PPO takes (``PPO.__init__``'s ``supported_action_spaces``), in its message's order.
-SUPPORTED_ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-
-
-def action_space_problem(space: spaces.Space, use_sde: bool = False) -> str:
-    """Why sb3's PPO refuses ``space`` (``""`` when it takes it), in sb3's words."""
-    if not isinstance(space, SUPPORTED_ACTION_SPACES):
-        return f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided"
-    if use_sde and not isinstance(space, spaces.Box):  # sb3 BaseAlgorithm.__init__
-        return "generalized State-Dependent Exploration (gSDE) can only be used with continuous actions."
-    if isinstance(space, spaces.Box) and not np.all(np.isfinite(np.array([space.low, space.high]))):
-        return "Continuous action space must have a finite lower and upper bound"
-    if isinstance(space, spaces.MultiBinary) and not isinstance(space.n, (int, np.integer)):
-        return f"Multi-dimensional MultiBinary({space.n}) action space is not supported. You can flatten it instead."
-    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim != 1:
-        return f"Multi-dimensional {space} action space is not supported (sb3's buffers hold one row of nvec)"
-    return ""
-
 
 # ----------------------------------------------------------------------------------------------
 # The distributions of one forward pass: sample / mode [B, ...], log_prob / entropy [B]
@@ -186,62 +161,3 @@ class GSDENoise:
         if len(latent) == 1 or len(latent) != len(self.exploration_matrices):
             return torch.mm(latent, self.exploration_mat)
         return torch.bmm(latent.unsqueeze(dim=1), self.exploration_matrices).squeeze(dim=1)
-
-
-class ActionHead:
-    """The action distribution of ``action_space``: builds sb3's layers and makes each pass's distribution.
-
-    ``n_outputs``: the action net's outputs (prod(shape) for Box, n for Discrete and MultiBinary,
-    sum(nvec) for MultiDiscrete). ``masked``: sb3-contrib's maskable distributions instead
-    (``ppo_dict.masking``; MultiBinary as ``n`` two-way categoricals, ``2n`` outputs).
-    """
-
-    def __init__(self, action_space: spaces.Space, use_sde: bool = False, full_std: bool = True, use_expln: bool = False,
-                 masked: bool = False):
-        problem = action_space_problem(action_space, use_sde) or (masking_space_problem(action_space) if masked else "")
-        if problem:
-            raise ValueError(problem)
-        self.space, self.use_sde, self.full_std, self.use_expln, self.masked = action_space, use_sde, full_std, use_expln, masked
-        self.nvec: list[int] = []
-        if isinstance(action_space, spaces.Box):
-            self.n_outputs = int(np.prod(action_space.shape))
-        elif isinstance(action_space, spaces.MultiDiscrete):
-            self.nvec = [int(n) for n in action_space.nvec]
-            self.n_outputs = sum(self.nvec)
-        else:  # Discrete and MultiBinary
-            self.n_outputs = int(action_space.n)
-        if masked:
-            self.n_outputs = sum(mask_sizes(action_space))
-        self.gsde: Optional[GSDENoise] = None
-
-    def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
-        """``(action_net, log_std or None)``, created as sb3's ``proba_distribution_net`` creates them
-        (torch RNG: the Linear's init, then with gSDE the first exploration matrices)."""
-        action_net = nn.Linear(latent_dim, self.n_outputs)
-        if not isinstance(self.space, spaces.Box):
-            return action_net, None
-        if not self.use_sde:
-            return action_net, nn.Parameter(torch.ones(self.n_outputs) * log_std_init, requires_grad=True)
-        self.gsde = GSDENoise(latent_dim, self.n_outputs, self.full_std, self.use_expln)
-        shape = (latent_dim, self.n_outputs) if self.full_std else (latent_dim, 1)
-        log_std = nn.Parameter(torch.ones(shape) * log_std_init, requires_grad=True)
-        self.gsde.sample_weights(log_std)
-        return action_net, log_std
-
-    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
-                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
-        """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``);
-        ``masks`` (bool ``[B, n_outputs]``, masked heads only): sb3-contrib's ``apply_masking``."""
-        if self.masked:
-            return masked_distribution(head, self.space, masks)
-        if masks is not None:
-            raise ValueError("action masks given to a policy built without action_masks=True")
-        if self.gsde is not None:
-            return StateDependentNoise(head, log_std, latent_pi, self.gsde)
-        if isinstance(self.space, spaces.Box):
-            return DiagGaussian(head, log_std)
-        if isinstance(self.space, spaces.Discrete):
-            return CategoricalDist(head)
-        if isinstance(self.space, spaces.MultiDiscrete):
-            return MultiCategorical(head, self.nvec)
-        return BernoulliDist(head)

@@ -33,8 +33,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.errors import CheckpointError, ExportError
+from ppo_dict.actions import action_spec
 from ppo_dict.checkpoint import model_file
+from ppo_dict.errors import CheckpointError, ExportError
 from ppo_dict.files import atomic_write
 from ppo_dict.masking import METHOD, mask_sizes
 from ppo_dict.model import Model
@@ -69,10 +70,7 @@ class DeterministicPolicy(nn.Module):
             rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
             self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
             self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
-        self.box = isinstance(action_space, spaces.Box)
-        if self.box:
-            self.register_buffer("low", torch.as_tensor(action_space.low))
-            self.register_buffer("high", torch.as_tensor(action_space.high))
+        self.to_env = action_spec(action_space).env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``."""
@@ -84,7 +82,7 @@ class DeterministicPolicy(nn.Module):
         for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
             obs[key] = obs[key].permute(0, 3, 1, 2)
         actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True, action_masks=masks)[0]
-        return torch.clamp(actions, self.low, self.high) if self.box else actions
+        return self.to_env(actions)
 
 
 def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:

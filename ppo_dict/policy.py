@@ -16,7 +16,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.distributions import ActionHead, Distribution
+from ppo_dict.actions import action_spec
+from ppo_dict.distributions import Distribution
 from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
 from ppo_dict.parse import NetArch
 from ppo_dict.storage import TensorObs
@@ -169,7 +170,7 @@ class ActorCritic(nn.Module):
     Args:
         observation_space: one env's observation space (images channel-first).
         action_space: Box (diagonal Gaussian, or gSDE with ``use_sde``), Discrete (categorical),
-            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.distributions``.
+            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.actions``.
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
         use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
@@ -197,7 +198,10 @@ class ActorCritic(nn.Module):
         if problem:
             raise ValueError(problem)
         self.observation_space, self.action_space = observation_space, action_space
-        self.action_head = ActionHead(action_space, use_sde, full_std, use_expln, action_masks)  # refuses what sb3 refuses
+        self.action_spec = action_spec(action_space, use_sde, action_masks, full_std, use_expln)  # refuses what sb3 refuses
+        problem = self.action_spec.problem()
+        if problem:
+            raise ValueError(problem)
         self.normalize_images = normalize_images
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
@@ -221,8 +225,8 @@ class ActorCritic(nn.Module):
         self.pi_features_extractor = self.features_extractor
         self.vf_features_extractor = self.features_extractor if share_features_extractor else make_features_extractor()
         self.mlp_extractor = MlpExtractor(self.features_dim, net_arch, act_cls)
-        self.action_dim = self.action_head.n_outputs
-        self.action_net, log_std = self.action_head.build(self.mlp_extractor.latent_dim_pi, log_std_init)
+        self.action_dim = self.action_spec.n_outputs
+        self.action_net, log_std = self.action_spec.build(self.mlp_extractor.latent_dim_pi, log_std_init)
         if log_std is not None:  # Box only: train/std is logged when the policy has a log_std
             self.log_std = log_std
         self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
@@ -268,22 +272,22 @@ class ActorCritic(nn.Module):
     def distribution(self, latent_pi: torch.Tensor, action_masks: Optional[torch.Tensor] = None) -> Distribution:
         """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``),
         masked by ``action_masks`` (bool ``[B, mask_dim]``) for a policy built with ``action_masks``."""
-        return self.action_head.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi, action_masks)
+        return self.action_spec.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi, action_masks)
 
     @property
     def masked(self) -> bool:
-        return self.action_head.masked
+        return self.action_spec.masked
 
     @property
     def use_sde(self) -> bool:
-        return self.action_head.gsde is not None
+        return self.action_spec.gsde is not None
 
     @torch.no_grad()
     def reset_noise(self, n_envs: int = 1) -> None:
         """Draw new gSDE exploration matrices, one per env (sb3 ``ActorCriticPolicy.reset_noise``)."""
-        if self.action_head.gsde is None:
+        if self.action_spec.gsde is None:
             raise ValueError("reset_noise() is only available when using gSDE")
-        self.action_head.gsde.sample_weights(self.log_std, batch_size=n_envs)
+        self.action_spec.gsde.sample_weights(self.log_std, batch_size=n_envs)
 
     def forward(self, obs: TensorObs, deterministic: bool = False,
                 action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
+from ppo_dict.actions import action_spec
 from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
 from ppo_dict.episodes import episode_columns, read_row
 from ppo_dict.masking import mask_dim
@@ -140,16 +141,6 @@ def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     return {k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
 
 
-def action_layout(space: spaces.Space) -> tuple[tuple[int, ...], np.dtype, int]:
-    """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 does (``get_action_dim``):
-    Box and MultiBinary by their shape, Discrete as one integer, MultiDiscrete one integer per entry."""
-    if isinstance(space, spaces.Discrete):
-        return (), np.dtype(space.dtype), 1
-    if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
-        return tuple(space.shape), np.dtype(space.dtype), int(np.prod(space.shape))
-    raise ValueError(f"action space {space} is not supported: use Box, Discrete, MultiDiscrete or MultiBinary")
-
-
 class RolloutStorage:
     """Everything one rollout of ``n_steps`` x ``n_envs`` transitions needs.
 
@@ -190,7 +181,7 @@ class RolloutStorage:
                 raise ValueError(problem)
             act_shape, act_dtype, self.action_dim = (), np.dtype(np.float32), 0
         else:
-            act_shape, act_dtype, self.action_dim = action_layout(action_space)
+            act_shape, act_dtype, self.action_dim = action_spec(action_space).layout
         T, N = n_steps, n_envs
         # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
         # The arrays whose rows a kernel reads or writes are step_major: each row laid out as a fresh array.
@@ -204,7 +195,7 @@ class RolloutStorage:
         self.episode_values = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.float64))
         self.episode_kinds = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.uint8))
         if self.composite_actions:
-            leaves = {k: action_layout(sub)[:2] for k, sub in storage_keys(action_space).items()}
+            leaves = {k: action_spec(sub).layout[:2] for k, sub in storage_keys(action_space).items()}
             self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
         else:
             self.env_actions = alloc((N, *act_shape), act_dtype)

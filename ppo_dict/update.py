@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from gymnasium import spaces
 from torch import nn
 from torch.optim.adam import adam as adam_functional
 from torch.nn import functional as F
 
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.policy import ActorCritic
-from ppo_dict.rollout_step import LOG_SQRT_2PI, PolicyStep
+from ppo_dict.lean_sampling import LOG_SQRT_2PI
+from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
@@ -111,8 +111,8 @@ class RolloutTensors:
     log-probs, advantages and returns; observations in the buffer's dtype).
     """
 
-    def __init__(self, data: dict[str, Any], discrete: bool, device: torch.device):
-        self.discrete, self.device = discrete, device
+    def __init__(self, data: dict[str, Any], cast: Callable[[torch.Tensor], torch.Tensor], device: torch.device):
+        self.cast, self.device = cast, device  # the action spec's to_training (Discrete: int64 [B])
         self.obs = obs_to_tensor(data["observations"], device)
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
         self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
@@ -124,7 +124,7 @@ class RolloutTensors:
         obs = {k: _rows(v, rows) for k, v in self.obs.items()} if isinstance(self.obs, dict) else _rows(self.obs, rows)
         actions = _rows(self.actions, rows)
         masks = None if self.masks is None else _rows(self.masks, rows)
-        return Minibatch(obs, actions.long().flatten() if self.discrete else actions, *(_rows(column, rows) for column in self.columns), masks)
+        return Minibatch(obs, self.cast(actions), *(_rows(column, rows) for column in self.columns), masks)
 
 
 def _rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -221,7 +221,7 @@ class GaussianEvaluate:
 
     @classmethod
     def of(cls, policy: ActorCritic) -> Optional["GaussianEvaluate"]:
-        lean = isinstance(policy.action_space, spaces.Box) and not policy.use_sde and type(policy).evaluate_actions is ActorCritic.evaluate_actions
+        lean = policy.action_spec.lean_evaluate and type(policy).evaluate_actions is ActorCritic.evaluate_actions
         evaluate = cls(policy) if lean else None
         return evaluate if evaluate is not None and evaluate.step._features is not None else None
 
@@ -304,7 +304,7 @@ def ppo_update(
     for group in optimizer.param_groups:
         group["lr"] = settings.learning_rate
     data = storage.flat_samples()
-    rollout = RolloutTensors(data, isinstance(policy.action_space, spaces.Discrete), device)
+    rollout = RolloutTensors(data, policy.action_spec.to_training, device)
     buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
     step, evaluate = GradientStep(policy, optimizer), GaussianEvaluate.of(policy)
     log = UpdateLog()

@@ -130,7 +130,7 @@ def test_gsde_halves_explore_with_their_own_envs_matrices() -> None:
     torch.manual_seed(0)
     policy = ActorCritic(obs_space, action_space, **kwargs)
     policy.reset_noise(8)
-    gsde = policy.action_head.gsde
+    gsde = policy.action_spec.gsde
     latent = torch.randn(8, gsde.exploration_matrices.shape[1])
     whole = gsde.get_noise(latent)  # the whole batch: one matrix per env, as sb3
     for rows in (slice(0, 4), slice(4, 8)):

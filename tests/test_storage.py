@@ -4,20 +4,21 @@ import pytest
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from ppo_dict.storage import OBS_KEY, RolloutStorage, action_layout, obs_layout
+from ppo_dict.actions import action_spec
+from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_layout
 
 
 def test_layout_and_dtypes_are_sb3s() -> None:
     space = spaces.Dict({"vec": spaces.Box(-1, 1, (3,), np.float64), "cell": spaces.Discrete(5), "img": spaces.Box(0, 255, (8, 8, 3), np.uint8)})
     assert obs_layout(space) == {"cell": ((1,), np.dtype(np.int64)), "img": ((8, 8, 3), np.dtype(np.uint8)), "vec": ((3,), np.dtype(np.float64))}
     assert obs_layout(spaces.Box(-1, 1, (2, 2), np.float32)) == {OBS_KEY: ((2, 2), np.dtype(np.float32))}
-    assert action_layout(spaces.Box(-1, 1, (2, 3), np.float32)) == ((2, 3), np.dtype(np.float32), 6)
-    assert action_layout(spaces.Discrete(4)) == ((), np.dtype(np.int64), 1)
+    assert action_spec(spaces.Box(-1, 1, (2, 3), np.float32)).layout == ((2, 3), np.dtype(np.float32), 6)
+    assert action_spec(spaces.Discrete(4)).layout == ((), np.dtype(np.int64), 1)
     assert obs_layout(spaces.MultiDiscrete([3, 4])) == {OBS_KEY: ((2,), np.dtype(np.int64))}
     assert obs_layout(spaces.MultiBinary([2, 3])) == {OBS_KEY: ((2, 3), np.dtype(np.int8))}
     assert obs_layout(spaces.Tuple([spaces.Discrete(2), spaces.MultiBinary(3)])) == {"0": ((1,), np.dtype(np.int64)), "1": ((3,), np.dtype(np.int8))}
-    assert action_layout(spaces.MultiDiscrete([3, 4, 2])) == ((3,), np.dtype(np.int64), 3)
-    assert action_layout(spaces.MultiBinary(5)) == ((5,), np.dtype(np.int8), 5)
+    assert action_spec(spaces.MultiDiscrete([3, 4, 2])).layout == ((3,), np.dtype(np.int64), 3)
+    assert action_spec(spaces.MultiBinary(5)).layout == ((5,), np.dtype(np.int8), 5)
     with pytest.raises(ValueError, match=r"^Sequence\(Discrete\(2\), stack=False\) observation space is not supported$"):
         obs_layout(spaces.Dict({"a": spaces.Sequence(spaces.Discrete(2))}))
     with pytest.raises(ValueError, match=r"^Nested observation spaces are not supported"):

@@ -4,6 +4,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from ppo_dict.actions import action_spec
 from ppo_dict.policy import ActorCritic
 from ppo_dict.storage import RolloutStorage
 from ppo_dict.performance import same_values
@@ -32,7 +33,7 @@ def test_explained_variance() -> None:
 def test_minibatch_tensors(action_space) -> None:
     s = RolloutStorage(spaces.Box(-1, 1, (4,), np.float64), action_space, n_steps=3, n_envs=2)
     s.actions[...] = np.arange(s.actions.size).reshape(s.actions.shape)
-    batch = RolloutTensors(s.flat_samples(), isinstance(action_space, spaces.Discrete), torch.device("cpu")).take(torch.tensor([5, 0]))
+    batch = RolloutTensors(s.flat_samples(), action_spec(action_space).to_training, torch.device("cpu")).take(torch.tensor([5, 0]))
     assert batch.obs.dtype == torch.float64 and batch.obs.shape == (2, 4)  # the buffer's dtype; the forward casts
     if isinstance(action_space, spaces.Discrete):
         assert batch.actions.dtype == torch.int64 and batch.actions.tolist() == [5, 0]  # env 1, step 2 first

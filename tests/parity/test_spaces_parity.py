@@ -43,7 +43,7 @@ def test_init_exact(name: str) -> None:
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in sb3.named_parameters()]
     assert ours.features_dim == sb3.features_dim
     if ours.use_sde:
-        assert_same_value(sb3.action_dist.exploration_mat.detach(), ours.action_head.gsde.exploration_mat, "first exploration matrix")
+        assert_same_value(sb3.action_dist.exploration_mat.detach(), ours.action_spec.gsde.exploration_mat, "first exploration matrix")
 
 
 def random_batch(space: spaces.Space, n: int, rng: np.random.Generator):
@@ -71,7 +71,7 @@ def test_sampling_lean_step_and_evaluation_exact(name: str, n_envs: int) -> None
         for policy in (sb3, ours):
             torch.manual_seed(5)
             policy.reset_noise(n_envs)
-        assert_same_value(sb3.action_dist.exploration_matrices.detach(), ours.action_head.gsde.exploration_matrices, "exploration matrices")
+        assert_same_value(sb3.action_dist.exploration_matrices.detach(), ours.action_spec.gsde.exploration_matrices, "exploration matrices")
     outputs, rng_states = [], []
     for forward in (sb3, ours, PolicyStep(ours, n_envs)):
         torch.manual_seed(11)

@@ -1,0 +1,306 @@
+"""One home per action space: :class:`ActionSpec` and its kinds, made by :func:`action_spec`.
+
+What ppo_dict does that depends on the kind of action space, it asks the space's spec; a new kind
+of space is a subclass here (and its distribution in ``ppo_dict.distributions``). A spec holds:
+
+* sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; the factory refuses a
+  space it has no spec for, by name);
+* the storage layout of one env's action (:attr:`ActionSpec.layout`, sb3's ``get_action_dim``);
+* the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and
+  ``proba_distribution``; sb3-contrib's maskable distributions for the masked kinds), whose
+  ``mode()`` is the deterministic action of evaluation and of the ONNX export;
+* the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.lean_sampling``);
+* the env-side conversion (:meth:`ActionSpec.to_env`: sb3 clips Box actions to the bounds before
+  ``env.step`` and stores the unclipped ones; :meth:`ActionSpec.env_module` in an exported graph);
+* the training-side cast of a minibatch's actions (:meth:`ActionSpec.to_training`).
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from ppo_dict.distributions import BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MultiCategorical, StateDependentNoise
+from ppo_dict.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
+from ppo_dict.masking import HUGE_NEG, MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
+
+
+class ActionSpec:
+    """One kind of action space, and everything done with its actions (see the module doc).
+
+    The base class is what most kinds share: stored by their shape in their dtype, handed to the
+    env and to the loss as sampled, no log-std parameter, sampled through ``ActorCritic.forward``.
+    """
+
+    #: sb3-contrib's maskable distribution: the passes take the env's masks
+    masked = False
+    #: ``ppo_dict.update.GaussianEvaluate`` scores the actions (a diagonal Gaussian, no gSDE)
+    lean_evaluate = False
+
+    def __init__(self, space: spaces.Space):
+        self.space = space
+        self.gsde: Optional[GSDENoise] = None  # gSDE's exploration matrices, made by build()
+
+    def problem(self) -> str:
+        """Why sb3 refuses this space (``""`` when it takes it), in sb3's words."""
+        return ""
+
+    @property
+    def layout(self) -> tuple[tuple[int, ...], np.dtype, int]:
+        """``(shape sent to one env, dtype, action_dim stored per transition)`` as sb3 (``get_action_dim``)."""
+        return tuple(self.space.shape), np.dtype(self.space.dtype), int(np.prod(self.space.shape))
+
+    @property
+    def n_outputs(self) -> int:
+        """The action net's outputs."""
+        raise NotImplementedError
+
+    def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
+        """``(action_net, log_std or None)``, created as sb3's ``proba_distribution_net`` creates them
+        (torch RNG: the Linear's init, then with gSDE the first exploration matrices)."""
+        return nn.Linear(latent_dim, self.n_outputs), None
+
+    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
+                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+        """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``);
+        ``masks`` (bool ``[B, n_outputs]``, masked kinds only): sb3-contrib's ``apply_masking``."""
+        if masks is not None:
+            raise ValueError("action masks given to a policy built without action_masks=True")
+        return self.unmasked(head, log_std, latent_pi)
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        raise NotImplementedError
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        """The rollout step's lean sampling for ``n_envs`` envs (``dtype``: the action net's), or None:
+        the step runs ``ActorCritic.forward`` itself."""
+        return None
+
+    def to_env(self, actions: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The actions ``[B, ...]`` the envs get (into ``out`` when given): the sampled ones."""
+        if out is None:
+            return actions
+        out[...] = actions
+        return out
+
+    def env_module(self) -> nn.Module:
+        """:meth:`to_env` as a module of an exported graph (torch ops)."""
+        return nn.Identity()
+
+    def to_training(self, actions: torch.Tensor) -> torch.Tensor:
+        """A minibatch's stored actions (float32 ``[B, action_dim]``, as sb3's buffer holds them) as the
+        distribution scores them (sb3 ``PPO.train``)."""
+        return actions
+
+
+class GaussianSpec(ActionSpec):
+    """Box: sb3's ``DiagGaussianDistribution``, one learned log-std per action dim; clipped to the bounds for the env."""
+
+    lean_evaluate = True
+
+    def __init__(self, space: spaces.Box):
+        super().__init__(space)
+        self.low, self.high = (np.asarray(b).reshape(-1) for b in (space.low, space.high))
+
+    def problem(self) -> str:
+        if not np.all(np.isfinite(np.array([self.space.low, self.space.high]))):
+            return "Continuous action space must have a finite lower and upper bound"
+        return ""
+
+    @property
+    def n_outputs(self) -> int:
+        return int(np.prod(self.space.shape))
+
+    def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
+        action_net = nn.Linear(latent_dim, self.n_outputs)
+        return action_net, nn.Parameter(torch.ones(self.n_outputs) * log_std_init, requires_grad=True)
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        return DiagGaussian(head, log_std)
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return GaussianSampler(n_envs, self.n_outputs, device)
+
+    def to_env(self, actions: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """``np.clip`` to the bounds, as sb3 (``torch.clamp`` differs on signed zeros at a bound of 0);
+        ``actions``: ``[B, *shape]`` or ``[B, action_dim]`` (the storage's rows), ``out`` ``[B, action_dim]``."""
+        flat = actions.reshape(len(actions), len(self.low))
+        return np.clip(flat, self.low, self.high, out=out).reshape(actions.shape)
+
+    def env_module(self) -> nn.Module:
+        return ClampToBounds(self.space)
+
+
+class ClampToBounds(nn.Module):
+    """``torch.clamp`` to a Box's bounds (in an exported graph; the same values as ``np.clip`` but on signed zeros)."""
+
+    def __init__(self, space: spaces.Box):
+        super().__init__()
+        self.register_buffer("low", torch.as_tensor(space.low))
+        self.register_buffer("high", torch.as_tensor(space.high))
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(actions, self.low, self.high)
+
+
+class StateDependentSpec(GaussianSpec):
+    """Box with gSDE: sb3's ``StateDependentNoiseDistribution`` (no squashing, features not learned);
+    its exploration matrices (:class:`GSDENoise`) are drawn at sb3's cadence by the collector."""
+
+    lean_evaluate = False
+
+    def __init__(self, space: spaces.Box, full_std: bool = True, use_expln: bool = False):
+        super().__init__(space)
+        self.full_std, self.use_expln = full_std, use_expln
+
+    def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
+        action_net = nn.Linear(latent_dim, self.n_outputs)
+        self.gsde = GSDENoise(latent_dim, self.n_outputs, self.full_std, self.use_expln)
+        shape = (latent_dim, self.n_outputs) if self.full_std else (latent_dim, 1)
+        log_std = nn.Parameter(torch.ones(shape) * log_std_init, requires_grad=True)
+        self.gsde.sample_weights(log_std)
+        return action_net, log_std
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        return StateDependentNoise(head, log_std, latent_pi, self.gsde)
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return StateDependentSampler(self.gsde)
+
+
+class DiscreteSpec(ActionSpec):
+    """Discrete: sb3's ``CategoricalDistribution``; stored as one integer, scored as int64 ``[B]``."""
+
+    @property
+    def layout(self) -> tuple[tuple[int, ...], np.dtype, int]:
+        return (), np.dtype(self.space.dtype), 1
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.space.n)
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        return CategoricalDist(head)
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return CategoricalSampler(self.masked, huge_neg(dtype, device))
+
+    def to_training(self, actions: torch.Tensor) -> torch.Tensor:
+        return actions.long().flatten()  # sb3 PPO.train: "Convert discrete action from float to long"
+
+
+class MultiDiscreteSpec(ActionSpec):
+    """MultiDiscrete: sb3's ``MultiCategoricalDistribution``, one categorical per entry of a one-row ``nvec``."""
+
+    def problem(self) -> str:
+        if self.space.nvec.ndim != 1:
+            return f"Multi-dimensional {self.space} action space is not supported (sb3's buffers hold one row of nvec)"
+        return ""
+
+    @property
+    def n_outputs(self) -> int:
+        return sum(int(n) for n in self.space.nvec)
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        return MultiCategorical(head, [int(n) for n in self.space.nvec])
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return CategoricalsSampler(mask_sizes(self.space), self.masked, huge_neg(dtype, device))
+
+
+class MultiBinarySpec(ActionSpec):
+    """MultiBinary(n): sb3's ``BernoulliDistribution``; the rollout step runs ``ActorCritic.forward`` (one ``bernoulli``)."""
+
+    def problem(self) -> str:
+        if not isinstance(self.space.n, (int, np.integer)):
+            return f"Multi-dimensional MultiBinary({self.space.n}) action space is not supported. You can flatten it instead."
+        return ""
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.space.n)
+
+    def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
+        return BernoulliDist(head)
+
+
+class Masked:
+    """sb3-contrib's ``MaskableActorCriticPolicy`` for a kind (a mixin before it): the maskable
+    distribution of ``mask_sizes(space)`` categoricals (MultiBinary as ``n`` two-way ones, ``2n``
+    outputs), MaskablePPO's refusals after PPO's."""
+
+    masked = True
+    space: spaces.Space
+
+    def problem(self) -> str:
+        return super().problem() or masking_space_problem(self.space)  # type: ignore[misc]
+
+    @property
+    def n_outputs(self) -> int:
+        return sum(mask_sizes(self.space))
+
+    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
+                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+        return masked_distribution(head, self.space, masks)
+
+
+class MaskedDiscreteSpec(Masked, DiscreteSpec):
+    """Discrete under sb3-contrib: ``MaskableCategoricalDistribution``."""
+
+
+class MaskedMultiDiscreteSpec(Masked, MultiDiscreteSpec):
+    """MultiDiscrete under sb3-contrib: ``MaskableMultiCategoricalDistribution``."""
+
+
+class MaskedMultiBinarySpec(Masked, MultiBinarySpec):
+    """MultiBinary under sb3-contrib: ``MaskableBernoulliDistribution`` (``n`` two-way categoricals, one multinomial each)."""
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return CategoricalsSampler(mask_sizes(self.space), self.masked, huge_neg(dtype, device))
+
+
+def huge_neg(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The 0-d -1e8 of a masked logit, made once per rollout step (``ppo_dict.masking.masked_logits``)."""
+    return torch.tensor(HUGE_NEG, dtype=dtype, device=device)
+
+
+#: Each kind of space sb3's PPO takes, in its message's order: its spec, with gSDE, under sb3-contrib's masking
+#: (None: sb3 refuses the pair).
+KINDS: dict[type[spaces.Space], tuple[type[ActionSpec], Optional[type[ActionSpec]], Optional[type[ActionSpec]]]] = {
+    spaces.Box: (GaussianSpec, StateDependentSpec, None),
+    spaces.Discrete: (DiscreteSpec, None, MaskedDiscreteSpec),
+    spaces.MultiDiscrete: (MultiDiscreteSpec, None, MaskedMultiDiscreteSpec),
+    spaces.MultiBinary: (MultiBinarySpec, None, MaskedMultiBinarySpec),
+}
+#: The action spaces sb3's PPO takes (``PPO.__init__``'s ``supported_action_spaces``), in its message's order.
+SUPPORTED_ACTION_SPACES = tuple(KINDS)
+
+
+def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True,
+                use_expln: bool = False) -> ActionSpec:
+    """The spec of ``space`` (gSDE with ``use_sde`` and its settings ``full_std``, ``use_expln``;
+    sb3-contrib's maskable distributions with ``masked``). Raises ``ValueError`` naming a space of
+    no supported kind, or a kind sb3 refuses gSDE or masks for; what sb3 refuses in a space of a
+    supported kind is the spec's :meth:`~ActionSpec.problem`."""
+    kinds = next((kinds for kind, kinds in KINDS.items() if isinstance(space, kind)), None)
+    if kinds is None:
+        raise ValueError(f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided")
+    plain, state_dependent, maskable = kinds
+    if use_sde and state_dependent is None:  # sb3 BaseAlgorithm.__init__
+        raise ValueError("generalized State-Dependent Exploration (gSDE) can only be used with continuous actions.")
+    if masked and maskable is None:
+        raise ValueError(masking_space_problem(space))
+    if use_sde:
+        return StateDependentSpec(space, full_std, use_expln)
+    return (maskable if masked else plain)(space)
+
+
+def action_space_problem(space: spaces.Space, use_sde: bool = False, masked: bool = False) -> str:
+    """Why sb3's PPO (sb3-contrib's MaskablePPO with ``masked``) refuses ``space`` (``""`` when it takes it), in its words."""
+    try:
+        return action_spec(space, use_sde, masked).problem()
+    except ValueError as exc:
+        return str(exc)
