@@ -17,7 +17,6 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.actions import action_spec
 from ppo_dict.config import Config
 from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError
@@ -139,7 +138,7 @@ class Model:
         policy_input = policy_view(batch, channel_last_keys(self.observation_space), isinstance(self.observation_space, spaces.Dict))
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
         actions = self.policy(obs_to_tensor(policy_input, self.device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
-        return action_spec(self.action_space).to_env(actions)  # Box: clipped to the bounds, as sb3's predict
+        return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
                 action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, None]:
