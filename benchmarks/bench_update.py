@@ -37,7 +37,8 @@ sys.path.insert(0, ROOT)
 from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
 from ppo_dict import update  # noqa: E402
 from ppo_dict.config import Config  # noqa: E402
-from ppo_dict.performance import build_env_pool, same_values  # noqa: E402
+from ppo_dict.run_plan import build_env_pool
+from ppo_dict.seeding import same_values  # noqa: E402
 from ppo_dict.ppo import PPO  # noqa: E402
 
 SETTING = "Reacher-v5, 8 envs, n_steps 256, batch 256, 10 epochs, --normalize, MLP 64x64, 1 thread"

@@ -14,6 +14,7 @@ env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -24,11 +25,46 @@ from ppo_dict.config import Config
 from ppo_dict.episodes import EpisodeLog
 from ppo_dict.errors import NonFiniteError
 from ppo_dict.normalize import Normalizer
-from ppo_dict.performance import Timing
 from ppo_dict.policy import ActorCritic
 from ppo_dict.rollout_step import PolicyStep
 from ppo_dict.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
+
+
+@dataclass
+class Timing:
+    """Where a run's wall time goes (this process's clock), summed since ``learn`` started.
+
+    Per rollout step: ``policy`` (sampling the actions), ``envs`` (from handing the actions over
+    until every env has stepped: the main process's own envs and the wait for the workers) and
+    ``bookkeeping`` (episode statistics, normalisation, the time-limit bootstrap); per
+    iteration: ``rollout`` (the whole collection with its GAE) and ``update``.
+    """
+
+    policy: float = 0.0
+    envs: float = 0.0
+    bookkeeping: float = 0.0
+    rollout: float = 0.0
+    update: float = 0.0
+    steps: int = 0  # rollout steps (each of n_envs env steps)
+    update_threads: int = 0
+
+    def logs(self, n_envs: int) -> dict[str, float]:
+        """The ``time/*`` keys besides sb3's: rates and per-step costs in microseconds."""
+        per_step = 1e6 / max(self.steps, 1)
+        return {
+            "time/rollout_fps": int(self.steps * n_envs / max(self.rollout, 1e-9)),
+            "time/rollout_seconds": round(self.rollout, 3),
+            "time/update_seconds": round(self.update, 3),
+            "time/policy_us": round(self.policy * per_step, 1),
+            "time/envs_us": round(self.envs * per_step, 1),
+            "time/bookkeeping_us": round(self.bookkeeping * per_step, 1),
+            "time/update_threads": self.update_threads,
+        }
+
+
+#: The ``time/*`` keys of :class:`Timing` (wall-clock measurements: they differ between two runs).
+TIMING_KEYS = tuple(Timing().logs(1))
 
 
 class Collector:

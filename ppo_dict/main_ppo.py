@@ -30,15 +30,16 @@ from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, l
 from ppo_dict.checks import validate
 from ppo_dict.cli import config_from_flags, explicit_flags
 from ppo_dict.config import FIELDS, RESUME_AUTO, Config
+from ppo_dict.envs import EnvSpec
 from ppo_dict.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
 from ppo_dict.export import export_sb3, save_model, write_config
 from ppo_dict.logger import Logger
-from ppo_dict.performance import build_env_pool
 from ppo_dict.ppo import PPO
 from ppo_dict.progress import Progress
+from ppo_dict.run_plan import plan_run
 from ppo_dict.tracking import CSVWriter, scalars
 from ppo_dict.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
-from ppo_dict.vec import EnvPool, env_spec, watchdog
+from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
 RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
@@ -156,7 +157,8 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logge
     return cfg, logger, tracker, closers
 
 
-def after_update_services(ppo: PPO, cfg: Config, tracker: Any, closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
+                          closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
     """Checkpoints, evaluation and progress, run after each update: ``(checkpoints, after_update)``."""
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
     save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
@@ -164,7 +166,7 @@ def after_update_services(ppo: PPO, cfg: Config, tracker: Any, closers: list[Cal
     if cfg.eval_freq > 0:
         from ppo_dict.evaluation import Evaluator
 
-        evaluator = Evaluator(cfg, env_spec(cfg), cfg.run_dir)
+        evaluator = Evaluator(cfg, spec, cfg.run_dir)
         evaluator.load_history(ppo.num_timesteps)
         if tracker is not None:
             evaluator.on_video.append(tracker.log_video)
@@ -230,13 +232,13 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     stop.install()
     watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
     torch.set_num_threads(cfg.torch_threads)
-    spec = env_spec(cfg)
-    if spec.notice:
-        print(spec.notice, flush=True)
+    plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
+    if plan.spec.notice:
+        print(plan.spec.notice, flush=True)
     cfg, logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None
-    pool = build_env_pool(cfg, backend)
+    pool = plan.env_pool()
     try:
         ppo = PPO(cfg, pool, logger)
         if device_notice(ppo.device):
@@ -248,7 +250,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             apply_trained_agent(ppo, agent)
             stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
             print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
-        checkpoints, after_update = after_update_services(ppo, cfg, tracker, closers)
+        checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers)
         learn_until_stopped(ppo, pool, stop, after_update)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
         exit_code = stop.exit_code

@@ -15,15 +15,14 @@ import numpy as np
 import torch
 
 from ppo_dict.config import Config, physical_cores
-from ppo_dict.collect import Collector
+from ppo_dict.collect import Collector, Timing
 from ppo_dict.envs import contains_image
 from ppo_dict.episodes import EpisodeLog
 from ppo_dict.logger import Logger
 from ppo_dict.model import Model, build_normalizer, resolve_device
 from ppo_dict.parse import make_schedule
 from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.performance import Timing, same_values, thread_count
-from ppo_dict.seeding import set_random_seed
+from ppo_dict.seeding import same_values, set_random_seed, thread_count
 from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 

@@ -1,4 +1,5 @@
-"""The global RNG streams training draws from, seeded, saved and restored as sb3 uses them.
+"""What fixes a run's bits: the global RNG streams training draws from, seeded, saved and restored
+as sb3 uses them; torch's thread count for a block; exact comparison of states.
 
 torch (parameter init, one action sample per rollout step), numpy's global generator (one
 permutation per epoch) and python's ``random`` (seeded, unused); each env has its own.
@@ -61,3 +62,25 @@ def preserved_rng() -> Iterator[None]:
         yield
     finally:
         set_rng_state(state)
+
+
+@contextlib.contextmanager
+def thread_count(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for a block (about a microsecond each way)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def same_values(a: Any, b: Any) -> bool:
+    """Exact equality of nested dicts, lists and tensors (an Adam state, a state dict)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    return a == b

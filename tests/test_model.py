@@ -10,7 +10,7 @@ from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError
 from ppo_dict.export import export_sb3, save_model
 from ppo_dict.model import Model
-from ppo_dict.performance import same_values
+from ppo_dict.seeding import same_values
 from ppo_dict.ppo import PPO
 from ppo_dict.vec import env_spec, make_env_pool
 

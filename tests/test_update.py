@@ -7,7 +7,7 @@ from gymnasium import spaces
 from ppo_dict.actions import action_spec
 from ppo_dict.policy import ActorCritic
 from ppo_dict.storage import RolloutStorage
-from ppo_dict.performance import same_values
+from ppo_dict.seeding import same_values
 from ppo_dict.update import GaussianEvaluate, GradientStep, RolloutTensors, UpdateSettings, compute_gae, explained_variance, ppo_update
 
 

@@ -26,7 +26,7 @@ from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.export import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
 from ppo_dict.masking import masked_backend
-from ppo_dict.performance import TIMING_KEYS
+from ppo_dict.collect import TIMING_KEYS
 from ppo_dict.ppo import PPO
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")

@@ -24,7 +24,7 @@ import torch
 from ppo_dict.config import Config
 from ppo_dict.evaluation import run_episodes
 from ppo_dict.envs import make_env
-from ppo_dict.performance import build_env_pool
+from ppo_dict.run_plan import build_env_pool
 from ppo_dict.policy import ActorCritic
 from ppo_dict.ppo import PPO
 from ppo_dict.update import RolloutTensors

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from ppo_dict.config import Config
-from ppo_dict.performance import build_env_pool
+from ppo_dict.run_plan import build_env_pool
 from tests.parity.sides import Record, assert_same_record, run_ours, run_sb3
 
 ATARI = dict(atari_wrapper=True, frame_stack=4, model="cnn", ent_coef=0.01, learning_rate="lin_2.5e-4", clip_range="lin_0.1")

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from ppo_dict.config import Config
-from ppo_dict.performance import build_env_pool
+from ppo_dict.run_plan import build_env_pool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 GOAL = dict(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",))

@@ -1,11 +1,14 @@
-"""How a run uses the machine: the main process's share of the envs, update threads checked against
+"""How a run uses the machine: the run plan (the main process's share of the envs), update threads checked against
 one thread, and the time/* figures. None of it may change a number."""
+import pytest
 import torch
 
 import ppo_dict.ppo as ppo_module
+from ppo_dict.collect import TIMING_KEYS
 from ppo_dict.config import Config
-from ppo_dict.performance import TIMING_KEYS, build_env_pool, plan_main_envs
+from ppo_dict.errors import ConfigError
 from ppo_dict.ppo import PPO
+from ppo_dict.run_plan import build_env_pool, plan_main_envs, plan_run
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.shm_pool import balanced_main_envs
 
@@ -31,6 +34,22 @@ def test_plan_measures_without_touching_the_rngs() -> None:
     assert plan_main_envs(cfg.replace(main_envs=3), backend) is None  # the user's count stands
     assert plan_main_envs(cfg.replace(main_steps_envs=False), backend) is None
     assert plan_main_envs(cfg.replace(num_workers=0, n_envs=8), backend) is None
+
+
+def test_the_plan_is_made_once_and_the_pool_follows_it() -> None:
+    """plan_run checks the config, keeps the recipe and the probed backend, balances the share; its
+    pool has that share, and a bad config is refused before anything is probed."""
+    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=16, batch_size=32)
+    plan = plan_run(cfg)
+    assert plan.spec == env_spec(cfg) and plan.backend.observation_space == probe_env(env_spec(cfg)).observation_space
+    assert isinstance(plan.main_envs, int)
+    pool = plan.env_pool()
+    try:
+        assert pool.main_envs == plan.main_envs and pool.num_envs == 8
+    finally:
+        pool.close()
+    with pytest.raises(ConfigError, match="n_steps"):
+        plan_run(cfg.replace(n_steps=0, env="gym_NoSuchEnv-v0"))
 
 
 def test_a_balanced_pool_gives_the_same_numbers_as_one_process() -> None:
