@@ -263,7 +263,7 @@ class MaskedMultiBinarySpec(Masked, MultiBinarySpec):
 
 
 def huge_neg(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The 0-d -1e8 of a masked logit, made once per rollout step (``ppo_dict.masking.masked_logits``)."""
+    """The 0-d -1e8 of a masked logit, made once per sampler, not per step (``ppo_dict.masking.masked_logits``)."""
     return torch.tensor(HUGE_NEG, dtype=dtype, device=device)
 
 

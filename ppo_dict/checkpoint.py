@@ -26,7 +26,7 @@ import numpy as np
 
 from ppo_dict.errors import CheckpointError
 from ppo_dict.export import model_state, write_model_file
-from ppo_dict.files import MODEL_FILE, load_model_state, to_numpy
+from ppo_dict.files import MODEL_FILE, load_model_state, space_mismatch, to_numpy
 from ppo_dict.seeding import set_rng_state
 
 if TYPE_CHECKING:
@@ -159,10 +159,9 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     if "optimizer" not in state:
         raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
                               "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
-    for what, saved, current in (("Observation", state["observation_space"], str(ppo.pool.observation_space)),
-                                 ("Action", state["action_space"], str(ppo.pool.action_space))):
-        if saved != current:  # sb3's check_for_correct_spaces wording
-            raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current} (env {ppo.cfg.env})")
+    mismatch = space_mismatch(state, ppo.pool.observation_space, ppo.pool.action_space)
+    if mismatch:
+        raise CheckpointError(f"{source}: {mismatch} (env {ppo.cfg.env})")
     if (state["normalizer"] is None) != (ppo.normalizer is None):
         raise CheckpointError(f"{source}: saved with normalize={state['normalizer'] is not None}, "
                               f"but this run has normalize={ppo.normalizer is not None}")

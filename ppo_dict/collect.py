@@ -20,7 +20,6 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.actions import action_spec
 from ppo_dict.config import Config
 from ppo_dict.episodes import EpisodeLog
 from ppo_dict.errors import NonFiniteError
@@ -98,7 +97,7 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
-        self.to_env = action_spec(pool.action_space).to_env  # what the envs get of the sampled actions
+        self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Optional[int]) -> None:

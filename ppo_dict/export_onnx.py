@@ -33,14 +33,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.actions import action_spec
 from ppo_dict.checkpoint import model_file
 from ppo_dict.errors import CheckpointError, ExportError
 from ppo_dict.files import atomic_write
 from ppo_dict.masking import METHOD, mask_sizes
 from ppo_dict.model import Model
-from ppo_dict.normalize import Normalizer
-from ppo_dict.policy import ActorCritic
 from ppo_dict.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
@@ -52,9 +49,9 @@ MASKS_INPUT = METHOD
 class DeterministicPolicy(nn.Module):
     """Observations as the env gives them -> the action the env gets; the module that is exported."""
 
-    def __init__(self, policy: ActorCritic, normalizer: Optional[Normalizer], observation_space: spaces.Space,
-                 action_space: spaces.Space):
+    def __init__(self, model: Model):
         super().__init__()
+        policy, normalizer, observation_space = model.policy, model.normalizer, model.observation_space
         self.policy = policy
         self.dict_obs = isinstance(observation_space, spaces.Dict)
         self.keys = list(obs_layout(observation_space))
@@ -70,7 +67,7 @@ class DeterministicPolicy(nn.Module):
             rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
             self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
             self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
-        self.to_env = action_spec(action_space).env_module()  # Box: clamped to the bounds
+        self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``."""
@@ -140,7 +137,7 @@ def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
     an existing ``out`` is then left as it was.
     """
     model = Model.from_file(path)
-    module = DeterministicPolicy(model.policy, model.normalizer, model.observation_space, model.action_space).eval()
+    module = DeterministicPolicy(model).eval()
     example = tuple(torch.as_tensor(v) for v in sample_inputs(module, model.observation_space, model.action_space, 4).values())
     batch = torch.export.Dim("batch")
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
@@ -182,7 +179,7 @@ def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
     import onnxruntime
 
     model = Model.from_file(model_path)
-    module = DeterministicPolicy(model.policy, model.normalizer, model.observation_space, model.action_space)
+    module = DeterministicPolicy(model)
     inputs = sample_inputs(module, model.observation_space, model.action_space, n, seed=1)
     ours = model.predict_batch({key: inputs[key] for key in module.keys}, masks=inputs.get(MASKS_INPUT))
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])

@@ -88,3 +88,13 @@ def load_model_state(path: str) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': 'ppo_dict/1')")
     return state
+
+
+def space_mismatch(state: dict[str, Any], observation_space: Any, action_space: Any) -> str:
+    """How a model file's spaces (``state``'s texts) differ from an env's, in sb3's ``check_for_correct_spaces``
+    wording (``"Observation spaces do not match: ... != ..."``); ``""`` when both match."""
+    for what, saved, current in (("Observation", state["observation_space"], str(observation_space)),
+                                 ("Action", state["action_space"], str(action_space))):
+        if saved != current:
+            return f"{what} spaces do not match: {saved} != {current}"
+    return ""

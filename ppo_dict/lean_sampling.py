@@ -80,17 +80,21 @@ class StateDependentSampler(LeanSampler):
         return actions, torch.sum(log_prob, dim=1, out=None if out is None else out[1])
 
 
+def into(out: Pair, actions: torch.Tensor, log_prob: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(actions, log_prob)`` copied into ``out``'s rows (int actions into the float32 row), or as they are."""
+    if out is None:
+        return actions, log_prob
+    out[0].copy_(actions.reshape(out[0].shape))
+    out[1].copy_(log_prob)
+    return out[0], out[1]
+
+
 def categorical(logits: torch.Tensor, out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
     """``Categorical(logits=...).sample()`` and its ``log_prob``: normalised logits, softmax, one multinomial draw."""
     normalized = logits - logits.logsumexp(dim=-1, keepdim=True)
     probs = torch.softmax(normalized, dim=-1)
     actions = torch.multinomial(probs, 1, True).T.reshape(-1)
-    log_prob = normalized.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    if out is not None:
-        out[0].copy_(actions.reshape(out[0].shape))
-        out[1].copy_(log_prob)
-        return out[0], out[1]
-    return actions, log_prob
+    return into(out, actions, normalized.gather(-1, actions.unsqueeze(-1)).squeeze(-1))
 
 
 class CategoricalSampler(LeanSampler):
@@ -120,10 +124,4 @@ class CategoricalsSampler(CategoricalSampler):
         mask_splits = [None] * len(self.sizes) if masks is None else torch.split(masks.to(torch.bool), self.sizes, dim=1)
         pairs = [categorical(masked_logits(split, mask, self.huge_neg) if self.masked else split, None)
                  for split, mask in zip(splits, mask_splits)]
-        actions = torch.stack([a for a, _ in pairs], dim=1)
-        log_prob = torch.stack([lp for _, lp in pairs], dim=1).sum(dim=1)
-        if out is None:
-            return actions, log_prob
-        out[0].copy_(actions.reshape(out[0].shape))
-        out[1].copy_(log_prob)
-        return out[0], out[1]
+        return into(out, torch.stack([a for a, _ in pairs], dim=1), torch.stack([lp for _, lp in pairs], dim=1).sum(dim=1))

@@ -11,6 +11,7 @@ imports the trainer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 import numpy as np
@@ -20,7 +21,7 @@ from gymnasium import spaces
 from ppo_dict.config import Config
 from ppo_dict.envs import make_env
 from ppo_dict.errors import CheckpointError
-from ppo_dict.files import FORMAT, atomic_write, config_values, load_model_state, to_numpy, to_tensors
+from ppo_dict.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.normalize import Normalizer
 from ppo_dict.policy import ActorCritic, build_policy
 from ppo_dict.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
@@ -85,10 +86,9 @@ class Model:
     def from_state(cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space, source: str) -> "Model":
         """The model in a loaded file's ``state`` for an env with these spaces (on the CPU, in eval
         mode); spaces that differ from the saved ones, or weights that do not fit, are a :class:`CheckpointError`."""
-        for what, saved, current in (("Observation", state["observation_space"], str(observation_space)),
-                                     ("Action", state["action_space"], str(action_space))):
-            if saved != current:  # sb3's check_for_correct_spaces wording
-                raise CheckpointError(f"{source}: {what} spaces do not match: {saved} != {current}")
+        mismatch = space_mismatch(state, observation_space, action_space)
+        if mismatch:
+            raise CheckpointError(f"{source}: {mismatch}")
         cfg = Config.from_dict(state["config"])
         policy = build_policy(cfg, observation_space, action_space)
         try:
@@ -135,7 +135,7 @@ class Model:
         if self.normalizer is not None:
             batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
         batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
-        policy_input = policy_view(batch, channel_last_keys(self.observation_space), isinstance(self.observation_space, spaces.Dict))
+        policy_input = policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict))
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
         actions = self.policy(obs_to_tensor(policy_input, self.device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
@@ -151,23 +151,33 @@ class Model:
         actions = self.predict_batch(batch, deterministic, masks)
         return (actions if vectorized else actions[0]), None
 
+    @cached_property
+    def _channel_last(self) -> frozenset[str]:
+        return channel_last_keys(self.observation_space)
+
+    @cached_property
+    def _keys(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], np.dtype, spaces.Space]]:
+        """``{key: (one observation's shape as the env gives it, stored shape, dtype, leaf space)}``
+        (a Discrete key: a scalar, stored as ``(1,)``)."""
+        leaves = storage_keys(self.observation_space)
+        return {key: (() if isinstance(leaves[key], spaces.Discrete) else shape, shape, dtype, leaves[key])
+                for key, (shape, dtype) in obs_layout(self.observation_space).items()}
+
     def _as_batch(self, observation: Any) -> tuple[dict[str, np.ndarray], bool]:
         """``({key: [B, *shape]}, vectorized)`` in the storage's dtypes; sb3's ``is_vectorized_observation``
         tells one observation from a batch (a Discrete key: a scalar or ``[B]``)."""
-        layout, leaves = obs_layout(self.observation_space), storage_keys(self.observation_space)
         parts = obs_parts(self.observation_space, observation)
-        arrays = {key: np.asarray(parts[key]) for key in layout}
+        arrays = {key: np.asarray(parts[key]) for key in self._keys}
         verdicts = set()
         for key, arr in arrays.items():
-            single_shape = () if isinstance(leaves[key], spaces.Discrete) else layout[key][0]
+            single_shape, _, _, leaf = self._keys[key]
             if arr.shape == single_shape:
                 verdicts.add(False)
             elif arr.shape[1:] == single_shape:
                 verdicts.add(True)
             else:
-                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, *{single_shape}) "
-                                 f"for {leaves[key]}")
+                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, *{single_shape}) for {leaf}")
         if len(verdicts) != 1:
             raise ValueError("observation: some keys are batches and others single observations")
         vectorized = verdicts.pop()
-        return {key: np.asarray(arr, dtype=layout[key][1]).reshape(-1, *layout[key][0]) for key, arr in arrays.items()}, vectorized
+        return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()}, vectorized

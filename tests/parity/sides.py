@@ -7,6 +7,7 @@ final parameters, Adam state and RNG states.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -200,6 +201,13 @@ def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = 
         rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in n.obs_rms.items()},
                           "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count, "returns": n.returns}
     return rec
+
+
+def run_both(cfg: Config, pool=None) -> tuple[Record, Record]:
+    """``(sb3's record, ppo_dict's)`` of ``cfg`` (ppo_dict's on ``pool`` when given), sb3's warnings silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_sb3(cfg), run_ours(cfg, pool=pool)
 
 
 # ------------------------------------------------------------------------------------- comparisons

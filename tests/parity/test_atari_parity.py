@@ -7,13 +7,12 @@ The games are cut by ALE's frame limit (``max_num_frames_per_episode``), so a sh
 lives, game overs and time-limit truncations, whose value bootstrap reads the stacked channel-last
 terminal observation.
 """
-import warnings
 
 import pytest
 
 from ppo_dict.config import Config
 from ppo_dict.run_plan import build_env_pool
-from tests.parity.sides import Record, assert_same_record, run_ours, run_sb3
+from tests.parity.sides import Record, assert_same_record, run_both
 
 ATARI = dict(atari_wrapper=True, frame_stack=4, model="cnn", ent_coef=0.01, learning_rate="lin_2.5e-4", clip_range="lin_0.1")
 CONFIGS = {
@@ -31,17 +30,13 @@ CONFIGS = {
 }
 
 
-def run_both(cfg: Config) -> tuple[Record, Record]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sb3 = run_sb3(cfg)
-        ours = run_ours(cfg, build_env_pool(cfg) if cfg.num_workers else None)
-    return sb3, ours
+def run_atari_both(cfg: Config) -> tuple[Record, Record]:
+    return run_both(cfg, build_env_pool(cfg) if cfg.num_workers else None)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_atari_bit_exact_with_sb3(name: str) -> None:
-    sb3, ours = run_both(CONFIGS[name])
+    sb3, ours = run_atari_both(CONFIGS[name])
     assert_same_record(sb3, ours)
     # Guard: the run must hold what makes Atari differ, or equality would prove little.
     logged = ours.dumps[-1]

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from ppo_dict.config import Config
-from tests.parity.sides import assert_same_record, run_ours, run_sb3
+from tests.parity.sides import assert_same_record, run_both, run_ours
 
 CONFIGS = {
     # docs/sb3_parity.md test 8: discrete, CartPole
@@ -56,11 +56,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_end_to_end_bit_exact(name: str) -> None:
     cfg = CONFIGS[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sb3 = run_sb3(cfg)
-        ours = run_ours(cfg)
-    assert_same_record(sb3, ours)
+    assert_same_record(*run_both(cfg))
 
 
 def test_target_kl_config_really_stops_early() -> None:

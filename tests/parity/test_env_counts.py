@@ -5,13 +5,12 @@ first matmul (tests/parity/test_alignment.py checks the layout itself); these ru
 trainings with sb3 at 1, 3, 5 and 7 envs, with minibatches that do not divide the rollout and
 episodes cut by time limits (the bootstrap), exactly (``==``).
 """
-import warnings
 
 import pytest
 
 from ppo_dict.config import Config
 from ppo_dict.run_plan import build_env_pool
-from tests.parity.sides import assert_same_record, run_ours, run_sb3
+from tests.parity.sides import assert_same_record, run_both
 
 TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",))
 #: name: the env and policy settings of one space. Toy episodes are cut at 3 steps, images at 5: the
@@ -41,11 +40,7 @@ def config(space: str, n_envs: int, **overrides) -> Config:
 
 
 def assert_parity(cfg: Config, pool=None) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sb3 = run_sb3(cfg)
-        ours = run_ours(cfg, pool=pool)
-    assert_same_record(sb3, ours)
+    assert_same_record(*run_both(cfg, pool))
 
 
 @pytest.mark.parametrize("n_envs", [1, 3, 5, 7])

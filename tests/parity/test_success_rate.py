@@ -13,7 +13,7 @@ import pytest
 
 from ppo_dict.config import Config
 from ppo_dict.run_plan import build_env_pool
-from tests.parity.sides import assert_same_record, run_ours, run_sb3
+from tests.parity.sides import assert_same_record, run_both, run_ours
 
 GOAL = dict(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",))
 
@@ -25,10 +25,7 @@ def config(success_type: str, every_step: bool = True, **overrides) -> Config:
 
 
 def assert_success_rates_equal(cfg: Config, pool=None) -> list:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sb3 = run_sb3(cfg)
-        ours = run_ours(cfg, pool=pool)
+    sb3, ours = run_both(cfg, pool)
     rates = [d.get("rollout/success_rate") for d in sb3.dumps]
     assert [d.get("rollout/success_rate") for d in ours.dumps] == rates
     assert [type(d.get("rollout/success_rate")) for d in ours.dumps] == [type(r) for r in rates]
