@@ -34,7 +34,7 @@ from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
 from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
-from ppo_dict.config import Config  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
 
 GAME = "BreakoutNoFrameskip-v4"
 #: rl-zoo's atari entry (hyperparams/ppo.yml), linear schedules apart

@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa:
 from benchmarks.harness import (  # noqa: E402
     Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
 )
-from ppo_dict.config import Config  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
 
 #: "module:id" makes gymnasium import the module (and so register the id) in sb3's subprocesses too
 SB3_ENV_ID = "ppo_dict.envs.masked:PPODictMaskedJump-v0"

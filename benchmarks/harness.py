@@ -75,8 +75,8 @@ class Contender:
 def ppo_dict_contender(name: str, cfg, training: bool, iterations: int = 1) -> Contender:
     """ppo_dict's PPO on the env pool it trains with: per round ``iterations`` training iterations
     (``training``), else one rollout with its GAE. ``.model`` is the PPO (its ``timing``)."""
-    from ppo_dict.run_plan import build_env_pool
-    from ppo_dict.ppo import PPO
+    from ppo_dict.run.run_plan import build_env_pool
+    from ppo_dict.algo.ppo import PPO
 
     model = PPO(cfg, build_env_pool(cfg))
     model.start_envs()
@@ -212,7 +212,7 @@ def add_log_flags(parser) -> None:
 
 def add_bench_flags(parser, quick_help: str) -> None:
     """The flags every benchmark takes: ``--quick``, the ledger's (:func:`add_log_flags`), ``--envs`` and ``--workers``."""
-    from ppo_dict.config import physical_cores
+    from ppo_dict.core.config import physical_cores
 
     parser.add_argument("--quick", action="store_true", help=quick_help)
     add_log_flags(parser)

@@ -1,7 +1,7 @@
 """The errors of making and running environments, and the root of every ppo_dict error.
 
 ``envs`` is the bottom layer (it never imports the trainer), so the root class lives here and
-``ppo_dict.errors`` re-exports it with the trainer's own errors: ``except PPODictError`` catches
+``ppo_dict.core.errors`` re-exports it with the trainer's own errors: ``except PPODictError`` catches
 both. Each message names the env (id, game, binary) and says what to do.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Command line: ``python -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp``.
 
-Parses flags into one :class:`~ppo_dict.config.Config`, refuses a bad config before any env or
+Parses flags into one :class:`~ppo_dict.core.config.Config`, refuses a bad config before any env or
 process exists (exit 2, every problem listed), trains, saves what was asked, and prints one JSON
 summary line last. Ctrl-C / SIGTERM / SIGHUP finish the current update, save, close the workers and
 exit 130 / 143 / 129, within a few seconds whatever the envs do (a rollout whose envs are still
@@ -26,19 +26,19 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore
-from ppo_dict.checks import validate
-from ppo_dict.cli import config_from_flags, explicit_flags
-from ppo_dict.config import FIELDS, RESUME_AUTO, Config
+from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
+from ppo_dict.run.checks import validate
+from ppo_dict.run.cli import config_from_flags, explicit_flags
+from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.envs import EnvSpec
-from ppo_dict.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
-from ppo_dict.export import export_sb3, save_model, write_config
-from ppo_dict.logger import Logger
-from ppo_dict.ppo import PPO
-from ppo_dict.progress import Progress
-from ppo_dict.run_plan import plan_run
-from ppo_dict.tracking import CSVWriter, scalars
-from ppo_dict.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
+from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
+from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.core.logger import Logger
+from ppo_dict.algo.ppo import PPO
+from ppo_dict.run.progress import Progress
+from ppo_dict.run.run_plan import plan_run
+from ppo_dict.run.tracking import CSVWriter, scalars
+from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
@@ -144,12 +144,12 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logge
     closers: list[Callable[[], None]] = []
     tracker = None
     if cfg.project is not None:
-        from ppo_dict.tracking import WandbTracker
+        from ppo_dict.run.tracking import WandbTracker
 
         tracker = WandbTracker(cfg, run_dir, resuming=resumed is not None)
         logger.writers.append(tracker)
     if cfg.tensorboard_log is not None:
-        from ppo_dict.tracking import TensorBoardWriter
+        from ppo_dict.run.tracking import TensorBoardWriter
 
         board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
         logger.writers.append(board)
@@ -164,7 +164,7 @@ def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
     save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
     evaluator = None
     if cfg.eval_freq > 0:
-        from ppo_dict.evaluation import Evaluator
+        from ppo_dict.run.evaluation import Evaluator
 
         evaluator = Evaluator(cfg, spec, cfg.run_dir)
         evaluator.load_history(ppo.num_timesteps)
@@ -296,7 +296,7 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
     CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
     ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
-    ``flags``: the command line's flags (:func:`~ppo_dict.cli.explicit_flags`).
+    ``flags``: the command line's flags (:func:`~ppo_dict.run.cli.explicit_flags`).
     """
     path = flags.get("resume")
     if path == RESUME_AUTO:

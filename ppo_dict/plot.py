@@ -17,8 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from ppo_dict.files import atomic_write
-from ppo_dict.tracking import STEP, read_csv
+from ppo_dict.core.files import atomic_write
+from ppo_dict.run.tracking import STEP, read_csv
 
 KEY = "rollout/ep_rew_mean"
 EVAL_KEY = "eval/mean_reward"

@@ -2,7 +2,7 @@
 
 ``python -m ppo_dict.sweep sweeps/reacher.yaml --count 8 --n_jobs 2`` runs 8 trials, 2 at a time;
 ``--storage URL --study_name NAME`` puts the study where other processes, here or on other
-machines, join it with the same command (``ppo_dict.study``). Each trial is the command line a
+machines, join it with the same command (``ppo_dict.run.study``). Each trial is the command line a
 ``wandb agent`` would run for the same sweep file: the file's ``command`` with ``${env}``,
 ``${interpreter}`` and ``${args}`` expanded by wandb's own ``create_sweep_command`` /
 ``create_sweep_command_args`` (flags as ``--name=value``), run as a subprocess that prints its
@@ -24,8 +24,8 @@ import time
 from typing import Any, Optional
 
 from ppo_dict.envs.godot.game import die_with_parent
-from ppo_dict.errors import SweepError
-from ppo_dict.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
+from ppo_dict.core.errors import SweepError
+from ppo_dict.run.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform")

@@ -68,7 +68,7 @@ def tag():
 
 
 # ---------------------------------------------------------------------------------------- system parts
-from ppo_dict.config import Config  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
 from tests.system_parts import MARKER, PARTS, REQUIRE_ENV, needs, skip_reason  # noqa: E402
 
 _skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the summary

@@ -11,9 +11,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.config import Config
-from ppo_dict.logger import Logger
-from ppo_dict.ppo import PPO
+from ppo_dict.core.config import Config
+from ppo_dict.core.logger import Logger
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.system_parts import needs
@@ -123,7 +123,7 @@ def assert_learns_the_demo(cfg: Config, pool) -> None:
     """Train on ``pool`` (closed after); the deterministic return on 100 evaluation episodes (games seeded
     apart from training) must go from ~0 (< 2, reaching the goal < 10%) to > 10 (reaching it > 50%)."""
     from benchmarks.bench_godot import evaluate
-    from ppo_dict.evaluation import EVAL_SEED_OFFSET
+    from ppo_dict.run.evaluation import EVAL_SEED_OFFSET
 
     try:
         model = PPO(cfg, pool, Logger(verbose=0))

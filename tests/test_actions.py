@@ -9,8 +9,8 @@ from stable_baselines3.common.distributions import StateDependentNoiseDistributi
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import get_action_dim
 
-from ppo_dict.actions import SUPPORTED_ACTION_SPACES, action_space_problem, action_spec
-from ppo_dict.masking import mask_offsets, mask_sizes
+from ppo_dict.data.actions import SUPPORTED_ACTION_SPACES, action_space_problem, action_spec
+from ppo_dict.data.masking import mask_offsets, mask_sizes
 
 LATENT = 8
 CASES = {
@@ -56,7 +56,7 @@ def test_a_spec_tells_what_sb3_refuses_in_a_space_of_its_kind() -> None:
     # the storage lays out a space sb3 refuses (a shared-memory vec env steps it), so the spec exists
     assert action_spec(spaces.MultiBinary([2, 3])).layout == ((2, 3), np.dtype(np.int8), 6)
     with pytest.raises(ValueError, match="finite lower and upper bound"):
-        from ppo_dict.policy import ActorCritic
+        from ppo_dict.algo.policy import ActorCritic
         ActorCritic(spaces.Box(-1, 1, (3,)), spaces.Box(-np.inf, np.inf, (2,)))
 
 

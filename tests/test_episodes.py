@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from ppo_dict.episodes import KINDS, EpisodeBook, EpisodeLog, decode, encode
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.episodes import KINDS, EpisodeBook, EpisodeLog, decode, encode
+from ppo_dict.data.storage import RolloutStorage
 
 
 @pytest.mark.parametrize("value", [True, 3, 0.1, np.float32(0.1), np.bool_(False), np.int64(-7), np.uint8(200), np.float16(0.5),

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.evaluation import Evaluator
-from ppo_dict.files import load_model_state
-from ppo_dict.ppo import PPO
+from ppo_dict.run.evaluation import Evaluator
+from ppo_dict.core.files import load_model_state
+from ppo_dict.algo.ppo import PPO
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
 from tests.test_main_ppo import run_cli, summary_line
@@ -83,9 +83,9 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
 def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
     """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
     from ppo_dict.envs import make_env
-    from ppo_dict.evaluation import run_episodes
-    from ppo_dict.model import Model
-    from ppo_dict.policy import build_policy
+    from ppo_dict.run.evaluation import run_episodes
+    from ppo_dict.algo.model import Model
+    from ppo_dict.algo.policy import build_policy
 
     cfg = Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True, episode_length=5), seed=0)
     env = make_env(env_spec(cfg))
@@ -111,7 +111,7 @@ def test_atari_evaluation_is_rl_zoos(tmp_path) -> None:
     from stable_baselines3.common.vec_env import VecFrameStack
 
     from ppo_dict.envs import make_env
-    from ppo_dict.evaluation import run_episodes
+    from ppo_dict.run.evaluation import run_episodes
     from tests.parity.sides import make_ours, make_sb3
 
     kwargs = dict(max_num_frames_per_episode=1200)
@@ -163,7 +163,7 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
 
     from ppo_dict.envs import make_env
-    from ppo_dict.evaluation import run_episodes
+    from ppo_dict.run.evaluation import run_episodes
     from tests.parity.sides import make_ours, make_sb3
 
     kwargs = dict(success_type="mixed", success_every_step=False)

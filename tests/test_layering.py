@@ -1,8 +1,9 @@
 """The layering the code promises (README, "Layout"): dependencies point one way.
 
 Read with ``ast`` from the source, module-level and function-level imports alike: no import cycle
-between files, nothing under ``envs/`` (installed as ``ppo_dict.envs``) imports the trainer, no
-module over 400 lines and no function over 60.
+between files, the packages import only their own layer and the layers below it (``LAYERS``:
+nothing under ``envs/``, installed as ``ppo_dict.envs``, imports the trainer), the modules at the top
+of ``ppo_dict/`` are the command lines, no module over 400 lines and no function over 60.
 """
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: package folder -> the name it is installed under
 PACKAGES = {"ppo_dict": "ppo_dict", "envs": "ppo_dict.envs"}
+#: the layers, bottom first: a module imports modules of its own layer and of the layers below it only.
+#: ``ppo_dict`` itself holds the command lines (``python -m ppo_dict.main_ppo``, ...), the top.
+LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo", "ppo_dict.interop",
+          "ppo_dict.run", "ppo_dict")
 
 
 def modules() -> dict[str, Path]:
@@ -108,8 +113,34 @@ def test_envs_never_imports_the_trainer() -> None:
     assert up == []
 
 
+def layer(module: str) -> int:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to (the longest package prefix)."""
+    return max((i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")), key=lambda i: len(LAYERS[i]))
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """The imports that run from a layer to one above it."""
+    return sorted(f"{m} -> {d}" for m, deps in edges.items() for d in deps if layer(d) > layer(m))
+
+
+def test_imports_run_down_the_layers() -> None:
+    assert upward({"ppo_dict.core.config": {"ppo_dict.algo.ppo"}, "ppo_dict.run.cli": {"ppo_dict.core.config"}}) == [
+        "ppo_dict.core.config -> ppo_dict.algo.ppo"]  # the check finds what it is for
+    assert layer("ppo_dict.main_ppo") == len(LAYERS) - 1 and layer("ppo_dict.vec.runner") == LAYERS.index("ppo_dict.vec")
+    assert upward(graph()) == []
+
+
+def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
+    """Everything else lives in a layer's package: a flat module would belong to no layer."""
+    top = [path for name, path in modules().items() if name.count(".") == 1 and not name.startswith("ppo_dict.envs") and path.parent.name == "ppo_dict"]
+    not_commands = [p.name for p in top if p.name != "__init__.py" and 'if __name__ == "__main__":' not in p.read_text()]
+    assert len(top) > 1 and not_commands == []
+    packages = {p.parent.name for p in (ROOT / "ppo_dict").glob("*/__init__.py")}
+    assert packages == {name.rpartition(".")[2] for name in LAYERS[1:-1]}  # every package is a layer
+
+
 def test_config_is_a_leaf_of_the_trainer() -> None:
-    assert graph()["ppo_dict.config"] <= {"ppo_dict.errors", "ppo_dict.parse"}
+    assert graph()["ppo_dict.core.config"] <= {"ppo_dict.core.errors", "ppo_dict.core.parse"}
 
 
 def test_no_module_over_400_lines_no_function_over_60() -> None:

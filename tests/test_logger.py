@@ -4,7 +4,7 @@ import io
 import numpy as np
 from stable_baselines3.common.logger import HumanOutputFormat
 
-from ppo_dict.logger import Logger, format_table
+from ppo_dict.core.logger import Logger, format_table
 
 
 def test_table_is_sb3s() -> None:

@@ -55,7 +55,7 @@ def test_unknown_flag_is_an_argparse_error() -> None:
 def test_save_and_export_sb3_load_with_equal_parameters(tmp_path) -> None:
     from stable_baselines3 import PPO as SB3PPO
 
-    from ppo_dict.files import load_model_state
+    from ppo_dict.core.files import load_model_state
 
     zip_path, save_dir = tmp_path / "exported.zip", tmp_path / "model"
     proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK,
@@ -127,7 +127,7 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
     from stable_baselines3 import PPO as SB3PPO
 
     from ppo_dict.envs import make_env
-    from ppo_dict.model import Model
+    from ppo_dict.algo.model import Model
     from ppo_dict.vec import env_spec
 
     run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"

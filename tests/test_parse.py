@@ -1,7 +1,7 @@
 """Value parsers: every spelling a person, a YAML file or a wandb agent writes, and nothing evaluated."""
 import pytest
 
-from ppo_dict.parse import parse_net_arch
+from ppo_dict.core.parse import parse_net_arch
 
 
 @pytest.mark.parametrize("text, expected", [

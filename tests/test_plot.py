@@ -4,7 +4,7 @@ import json
 import numpy as np
 
 from ppo_dict.plot import main as plot_main, mean_and_spread
-from ppo_dict.tracking import CSVWriter
+from ppo_dict.run.tracking import CSVWriter
 
 
 def test_plot_several_runs_mean_and_spread(tmp_path) -> None:

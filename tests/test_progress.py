@@ -1,7 +1,7 @@
 """The progress display: a bar on a terminal, plain lines otherwise."""
 import io
 
-from ppo_dict.progress import Progress, format_duration
+from ppo_dict.run.progress import Progress, format_duration
 
 
 def test_progress_bar_on_a_terminal_and_lines_otherwise() -> None:

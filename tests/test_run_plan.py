@@ -3,12 +3,12 @@ one thread, and the time/* figures. None of it may change a number."""
 import pytest
 import torch
 
-import ppo_dict.ppo as ppo_module
-from ppo_dict.collect import TIMING_KEYS
-from ppo_dict.config import Config
-from ppo_dict.errors import ConfigError
-from ppo_dict.ppo import PPO
-from ppo_dict.run_plan import build_env_pool, plan_main_envs, plan_run
+import ppo_dict.algo.ppo as ppo_module
+from ppo_dict.algo.collect import TIMING_KEYS
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import ConfigError
+from ppo_dict.algo.ppo import PPO
+from ppo_dict.run.run_plan import build_env_pool, plan_main_envs, plan_run
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.shm_pool import balanced_main_envs
 

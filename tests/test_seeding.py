@@ -4,7 +4,7 @@ import random
 import numpy as np
 import torch
 
-from ppo_dict.seeding import preserved_rng, rng_state, set_random_seed, set_rng_state
+from ppo_dict.core.seeding import preserved_rng, rng_state, set_random_seed, set_rng_state
 
 
 def draws() -> tuple:

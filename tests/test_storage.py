@@ -4,8 +4,8 @@ import pytest
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from ppo_dict.actions import action_spec
-from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_layout
+from ppo_dict.data.actions import action_spec
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_layout
 
 
 def test_layout_and_dtypes_are_sb3s() -> None:

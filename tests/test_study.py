@@ -5,8 +5,8 @@ import sys
 import optuna
 import pytest
 
-from ppo_dict.errors import SweepError
-from ppo_dict.study import OUTCOME, OWNER, join_study, open_storage, owner_gone, recover, redact, retry, this_process
+from ppo_dict.core.errors import SweepError
+from ppo_dict.run.study import OUTCOME, OWNER, join_study, open_storage, owner_gone, recover, redact, retry, this_process
 
 SWEEP = {"method": "random", "metric": {"name": "score", "goal": "maximize"}, "command": ["${interpreter}", "${args}"],
          "parameters": {"x": {"min": 0.0, "max": 1.0}}}

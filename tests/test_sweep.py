@@ -11,9 +11,9 @@ import optuna
 import pytest
 import yaml
 
-from ppo_dict.checks import validate
-from ppo_dict.cli import config_from_args
-from ppo_dict.study import open_storage, retry
+from ppo_dict.run.checks import validate
+from ppo_dict.run.cli import config_from_args
+from ppo_dict.run.study import open_storage, retry
 from ppo_dict.sweep import agent_command, main as sweep_main
 from tests.conftest import ROOT
 from tests.system_parts import needs

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from ppo_dict.tracking import CSVWriter, read_csv, resolve_wandb_mode
+from ppo_dict.run.tracking import CSVWriter, read_csv, resolve_wandb_mode
 from tests.test_main_ppo import run_cli
 
 import numpy as np

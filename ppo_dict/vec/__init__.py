@@ -9,7 +9,7 @@
 * :mod:`.watchdog`: deadlines for the env calls the main process makes itself, and stop signals
   that interrupt them.
 
-Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.config.Config` asks for.
+Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.core.config.Config` asks for.
 """
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Optional, Protocol, Union
 from gymnasium import spaces
 
 from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
-from ppo_dict.masking import masked_backend
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.masking import masked_backend
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.shm_pool import ShmEnvPool
 
 if TYPE_CHECKING:
-    from ppo_dict.config import Config
+    from ppo_dict.core.config import Config
 
 
 class EnvPool(Protocol):
@@ -68,9 +68,9 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
 def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs: Optional[int] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
 
-    ``backend``: the env as ``ppo_dict.checks.validate`` probed it (probed here when not given).
+    ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given).
     ``main_envs``: the envs the main process steps (default ``cfg.main_envs``, else one worker's
-    share; ``ppo_dict.ppo.build_env_pool`` balances it from measured costs). A config with a bad
+    share; ``ppo_dict.algo.ppo.build_env_pool`` balances it from measured costs). A config with a bad
     setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()

@@ -18,8 +18,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, make_env
-from ppo_dict.storage import RolloutStorage
-from ppo_dict.errors import EnvTimeoutError
+from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.vec.runner import GymRunner, Runner
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 
@@ -36,7 +36,7 @@ class EnvBackend(Protocol):
             (evaluation, videos and the sb3 export need that).
         unit: a block of columns holds whole multiples of this many (1; a Godot game's agents).
         info_keywords: the info keys its runners record at episode ends (``--info_keywords``), which
-            every process's storage holds a column for (``ppo_dict.episodes``).
+            every process's storage holds a column for (``ppo_dict.data.episodes``).
     """
 
     label: str

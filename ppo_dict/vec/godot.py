@@ -16,8 +16,8 @@ from gymnasium import spaces
 from ppo_dict.envs import GODOT_DEMO, EnvSpec
 from ppo_dict.envs.godot.game import GodotGame
 from ppo_dict.envs.godot.protocol import AgentsObs
-from ppo_dict.episodes import EpisodeBook
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.episodes import EpisodeBook
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.runner import Seeds
 
 #: A game's own reply timeout is this share of ``step_timeout``: a hung game then fails with its
@@ -35,7 +35,7 @@ class GodotRunner:
     ``seeds[i]`` (a game gets the seed of its first column; the demo reseeds agent a with that
     + a); an ended episode stores its last obs in ``env_terminal_obs`` and ``env_obs[t+1]`` holds
     the next episode's first; rewards float32; the episode statistics are the
-    :class:`~ppo_dict.episodes.EpisodeBook`'s (return summed in float64, rounded to 6 decimals).
+    :class:`~ppo_dict.data.episodes.EpisodeBook`'s (return summed in float64, rounded to 6 decimals).
     Godot's protocol has no reset options and no infos: no success flag (``rollout/success_rate``)
     and no ``info_keywords`` come from a game.
 

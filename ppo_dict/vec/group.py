@@ -19,9 +19,9 @@ import time
 import weakref
 from typing import Any, Optional, Sequence
 
-from ppo_dict.config import MP_METHODS
-from ppo_dict.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.core.config import MP_METHODS
+from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 from ppo_dict.vec.watchdog import KILLERS

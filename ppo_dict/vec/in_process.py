@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import env_seeds
 from ppo_dict.vec.shm_pool import call_in_main, open_in_main, split_halves

@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 
 from ppo_dict.envs.monitor import is_wrapped
-from ppo_dict.episodes import EpisodeBook
-from ppo_dict.masking import MaskWriter
-from ppo_dict.storage import OBS_KEY, RolloutStorage, obs_parts
+from ppo_dict.data.episodes import EpisodeBook
+from ppo_dict.data.masking import MaskWriter
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
 from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
 from ppo_dict.vec.watchdog import WATCHDOG
 
@@ -35,7 +35,7 @@ class Runner(Protocol):
     writes ``env_obs[0]``; ``step(t, columns)`` (all of the runner's columns by default, else
     those in ``columns``: double-buffered rollouts step half of the envs at a time) applies ``env_actions`` and writes
     ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``, the terminal
-    observations and the episode statistics (through an :class:`~ppo_dict.episodes.EpisodeBook`:
+    observations and the episode statistics (through an :class:`~ppo_dict.data.episodes.EpisodeBook`:
     none but the success flag where the episode ended only for training, beneath which the env's
     own goes on: a lost Atari life). Both return what the caller asked the runner to
     record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
@@ -64,7 +64,7 @@ class GymRunner:
     sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
     (terminated or truncated) stores the last obs in ``env_terminal_obs`` and auto-resets
     (without a seed), so ``env_obs[t+1]`` holds the new episode's first obs; rewards are float32;
-    the episode statistics are the :class:`~ppo_dict.episodes.EpisodeBook`'s, from each step's
+    the episode statistics are the :class:`~ppo_dict.data.episodes.EpisodeBook`'s, from each step's
     reward and, at an episode end, the terminal step's info (sb3 reads it before the reset).
 
     With ``record_infos`` the runner also keeps what sb3's ``DummyVecEnv`` returns besides the

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from ppo_dict.storage import ALIGN, Alloc, RolloutStorage
+from ppo_dict.data.storage import ALIGN, Alloc, RolloutStorage
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class SharedLayout:
     """Where each env-written storage field lives in the shared buffer.
 
     ``fields[k] = (byte offset, shape, dtype string)`` of the k-th ``alloc`` call that
-    :class:`RolloutStorage` makes, each a multiple of :data:`~ppo_dict.storage.ALIGN` from the
+    :class:`RolloutStorage` makes, each a multiple of :data:`~ppo_dict.data.storage.ALIGN` from the
     buffer's first aligned byte; ``nbytes`` is the buffer size, with room to find that byte.
     """
 
@@ -52,7 +52,7 @@ def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_s
 
 def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
     """An ``alloc`` that returns the layout's views of ``buffer`` (a RawArray), in order, each starting
-    on an :data:`~ppo_dict.storage.ALIGN` boundary of this process's address space.
+    on an :data:`~ppo_dict.data.storage.ALIGN` boundary of this process's address space.
 
     ``multiprocessing`` places a RawArray at the same offset of a page-aligned mapping in every
     process, so the padding to the first aligned byte, and so every view, is the same in all of them.

@@ -4,7 +4,7 @@ With ``main_steps_envs`` the main process steps the first ``main_envs`` columns 
 runner code a worker runs) while ``num_workers - 1`` worker processes share the rest: the main
 process would only wait otherwise, and one process fewer competes for the cores. Which process
 steps which env changes no number, so ``main_envs`` is chosen for speed: the main process also
-evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.ppo.build_env_pool``
+evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.algo.ppo.build_env_pool``
 balances it from measured costs).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Optional
 
-from ppo_dict.errors import EnvTimeoutError
+from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup, split_columns
 from ppo_dict.vec.runner import Runner, env_seeds
@@ -79,7 +79,7 @@ def balanced_main_envs(n_envs: int, num_workers: int, env_seconds: float, main_s
 
 
 class ShmEnvPool:
-    """The env pool of :class:`ppo_dict.ppo.PPO` with ``num_workers`` blocks of ``envs_per_worker`` envs.
+    """The env pool of :class:`ppo_dict.algo.ppo.PPO` with ``num_workers`` blocks of ``envs_per_worker`` envs.
 
     ``storage`` is shared with the workers: PPO writes ``storage.env_actions`` and calls
     ``step(t)``; the workers write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``,

@@ -8,7 +8,7 @@ watchdog thread sleeps in ``select(2)`` until the deadline it last saw (or a sig
 ``signal.set_wakeup_fd``) and checks:
 
 * **soft stage**: the same call still armed past its deadline: it sends the main thread SIGALRM,
-  whose handler raises :class:`~ppo_dict.errors.EnvTimeoutError` inside the env's call (a
+  whose handler raises :class:`~ppo_dict.core.errors.EnvTimeoutError` inside the env's call (a
   ``time.sleep``, a socket read, any Python code), naming the env index, call, step and env.
 * **hard stage** (only where :func:`start` was told ``hard_exit``: the command line): the call
   still armed :data:`HARD_GRACE` seconds later (C code that never returns to Python, or an env
@@ -17,7 +17,7 @@ watchdog thread sleeps in ``select(2)`` until the deadline it last saw (or a sig
 
 Ctrl-C, SIGTERM and SIGHUP reach this thread as bytes on the wakeup fd even while the main
 thread is stuck in C code. After the first one, an env call still armed :data:`STOP_GRACE`
-seconds later is interrupted (:class:`~ppo_dict.errors.EnvCallInterrupted`, which the command
+seconds later is interrupted (:class:`~ppo_dict.core.errors.EnvCallInterrupted`, which the command
 line turns into "drop this rollout, save the last update's state"), then the hard stage as
 above. After a second one the process ends at once: by the main thread's own handler, else from here
 (:data:`SECOND_STUCK` seconds later if the main thread is still in the same env call, at most
@@ -41,7 +41,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ppo_dict.errors import EnvCallInterrupted, EnvTimeoutError
+from ppo_dict.core.errors import EnvCallInterrupted, EnvTimeoutError
 from ppo_dict.vec import guard
 from ppo_dict.vec.guard import (ACTIVE, CALL_CODES, COMMAND, DEADLINE, HARD_GRACE, SECOND_STUCK, STEP_AT,  # noqa: F401
                                 STOP_GRACE, STOP_SIGNALS, TIMEOUT, Beacon)

@@ -24,8 +24,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ppo_dict.errors import EnvWorkerError
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.core.errors import EnvWorkerError
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import Runner
 from ppo_dict.vec.shared_memory import SharedLayout, view_alloc

@@ -6,9 +6,9 @@ import pytest
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from ppo_dict.envs import zero_work
-from ppo_dict.run_plan import build_env_pool
+from ppo_dict.run.run_plan import build_env_pool
 
 
 def test_fixed_observation_no_reward_truncated_by_length() -> None:

@@ -22,13 +22,13 @@ from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 from gymnasium import spaces as gym_spaces
 
 from ppo_dict.envs import make_env
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.export import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
-from ppo_dict.masking import masked_backend
-from ppo_dict.collect import TIMING_KEYS
-from ppo_dict.ppo import PPO
+from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.data.masking import masked_backend
+from ppo_dict.algo.collect import TIMING_KEYS
+from ppo_dict.algo.ppo import PPO
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 #: wall-clock keys differ between any two runs
@@ -75,7 +75,7 @@ class _RolloutCapture(BaseCallback):
 
 def build_policies(sb3_cls: type, observation_space: Any, action_space: Any, sb3_kwargs: dict, our_kwargs: dict, seed: int):
     """``(sb3's policy, torch RNG after it, ours, torch RNG after it)``, each built from ``seed``."""
-    from ppo_dict.policy import ActorCritic
+    from ppo_dict.algo.policy import ActorCritic
 
     torch.manual_seed(seed)
     sb3 = sb3_cls(observation_space, action_space, lambda _: 3e-4, **sb3_kwargs)

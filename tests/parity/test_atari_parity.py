@@ -10,8 +10,8 @@ terminal observation.
 
 import pytest
 
-from ppo_dict.config import Config
-from ppo_dict.run_plan import build_env_pool
+from ppo_dict.core.config import Config
+from ppo_dict.run.run_plan import build_env_pool
 from tests.parity.sides import Record, assert_same_record, run_both
 
 ATARI = dict(atari_wrapper=True, frame_stack=4, model="cnn", ent_coef=0.01, learning_rate="lin_2.5e-4", clip_range="lin_0.1")

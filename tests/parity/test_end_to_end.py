@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from tests.parity.sides import assert_same_record, run_both, run_ours
 
 CONFIGS = {

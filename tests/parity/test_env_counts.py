@@ -8,8 +8,8 @@ episodes cut by time limits (the bootstrap), exactly (``==``).
 
 import pytest
 
-from ppo_dict.config import Config
-from ppo_dict.run_plan import build_env_pool
+from ppo_dict.core.config import Config
+from ppo_dict.run.run_plan import build_env_pool
 from tests.parity.sides import assert_same_record, run_both
 
 TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",))

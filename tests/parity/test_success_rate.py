@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 
-from ppo_dict.config import Config
-from ppo_dict.run_plan import build_env_pool
+from ppo_dict.core.config import Config
+from ppo_dict.run.run_plan import build_env_pool
 from tests.parity.sides import assert_same_record, run_both, run_ours
 
 GOAL = dict(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",))
@@ -63,8 +63,8 @@ def test_info_keywords_are_what_sb3_monitor_records() -> None:
     from stable_baselines3.common.env_util import make_vec_env
 
     import ppo_dict.envs.goal  # noqa: F401  (registers the id for sb3's gym.make)
-    from ppo_dict.episodes import safe_mean
-    from ppo_dict.export import sb3_ppo_kwargs
+    from ppo_dict.data.episodes import safe_mean
+    from ppo_dict.interop.sb3 import sb3_ppo_kwargs
     from tests.parity.sides import learn_sb3
 
     keywords = ("distance", "is_success")
@@ -88,7 +88,7 @@ def test_info_keywords_are_what_sb3_monitor_records() -> None:
 
 def test_a_missing_info_keyword_names_the_env() -> None:
     """sb3's Monitor fails on an info keyword the episode's last info lacks; so does ppo_dict, naming the env."""
-    from ppo_dict.errors import EnvWorkerError
+    from ppo_dict.core.errors import EnvWorkerError
 
     cfg = config("bool", info_keywords=("no_such_key",), num_workers=1, main_envs=0)
     with pytest.raises(EnvWorkerError, match=r"env \d.*no_such_key"):

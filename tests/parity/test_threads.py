@@ -12,9 +12,9 @@ import warnings
 import pytest
 import torch
 
-import ppo_dict.ppo
-from ppo_dict.config import Config, physical_cores
-from ppo_dict.ppo import PPO
+import ppo_dict.algo.ppo
+from ppo_dict.core.config import Config, physical_cores
+from ppo_dict.algo.ppo import PPO
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 CONFIGS = {
@@ -51,8 +51,8 @@ def test_the_threads_kept_give_sb3s_bits(name: str) -> None:
 def test_threads_that_round_differently_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     """The trial with the cores told apart from the real update (as on a CPU where they round
     differently): the run keeps ``torch_threads`` and its every bit is still sb3's."""
-    monkeypatch.setattr(ppo_dict.ppo, "physical_cores", lambda: 2)
-    monkeypatch.setattr(ppo_dict.ppo, "same_values", lambda a, b: False)
+    monkeypatch.setattr(ppo_dict.algo.ppo, "physical_cores", lambda: 2)
+    monkeypatch.setattr(ppo_dict.algo.ppo, "same_values", lambda a, b: False)
     cfg = CONFIGS["cnn"].replace(n_steps=32, batch_size=64, total_timesteps=2 * 4 * 32)
     ours, kept = run_recording_threads(cfg)
     assert kept == cfg.torch_threads == 1

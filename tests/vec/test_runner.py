@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from stable_baselines3.common.env_util import make_vec_env
 
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.runner import GymRunner, env_seeds
 
 

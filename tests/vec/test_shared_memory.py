@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from ppo_dict.storage import RolloutStorage
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 
 

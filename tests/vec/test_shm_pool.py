@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ppo_dict.envs import resolve_env_name
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.shm_pool import ShmEnvPool
@@ -165,7 +165,7 @@ def test_main_steps_worker_zeros_envs_in_one_process_fewer() -> None:
     ("reset_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in reset (seed=0): RuntimeError: reset boom (seed=0)\n"),
 ])
 def test_env_error_in_the_main_process_envs_is_reported_like_a_workers(mode: str, head: str) -> None:
-    from ppo_dict.errors import EnvWorkerError
+    from ppo_dict.core.errors import EnvWorkerError
     from tests.faults.fault_envs import fault_spec
 
     pool = ShmEnvPool(probe_env(fault_spec(mode=mode, bad_seed=0)), 2, 1, n_steps=8, main_steps_envs=True)

@@ -16,14 +16,14 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.actions import action_spec
-from ppo_dict.distributions import Distribution
+from ppo_dict.data.actions import action_spec
+from ppo_dict.data.distributions import Distribution
 from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
-from ppo_dict.parse import NetArch
-from ppo_dict.storage import TensorObs
+from ppo_dict.core.parse import NetArch
+from ppo_dict.data.storage import TensorObs
 
 if TYPE_CHECKING:
-    from ppo_dict.config import Config
+    from ppo_dict.core.config import Config
 
 ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -170,7 +170,7 @@ class ActorCritic(nn.Module):
     Args:
         observation_space: one env's observation space (images channel-first).
         action_space: Box (diagonal Gaussian, or gSDE with ``use_sde``), Discrete (categorical),
-            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.actions``.
+            MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.data.actions``.
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
         use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
@@ -333,7 +333,7 @@ def policy_settings(cfg: Config) -> dict[str, Any]:
 
 
 def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
-    """The policy a :class:`~ppo_dict.config.Config` describes (channel-last images seen as [C, H, W]).
+    """The policy a :class:`~ppo_dict.core.config.Config` describes (channel-last images seen as [C, H, W]).
     ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
     ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy`` instead."""
     return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,

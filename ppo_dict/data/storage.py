@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.actions import action_spec
+from ppo_dict.data.actions import action_spec
 from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
-from ppo_dict.episodes import episode_columns, read_row
-from ppo_dict.masking import mask_dim
+from ppo_dict.data.episodes import episode_columns, read_row
+from ppo_dict.data.masking import mask_dim
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 #: A batch as the policy takes it: the single array, or one array per key for Dict spaces.
@@ -152,9 +152,9 @@ class RolloutStorage:
         env_rewards: float32[n_steps, n_envs]; terminated, truncated: bool[n_steps, n_envs].
         episode_values: float64[n_envs, columns], episode_kinds: uint8[n_envs, columns]: the named
             statistics of an episode that ended at the last step (return, length, success flag,
-            ``info_keywords``), written by the runners' episode books (``ppo_dict.episodes``).
+            ``info_keywords``), written by the runners' episode books (``ppo_dict.data.episodes``).
         action_masks: bool[n_steps+1, n_envs, mask_dim] or None: the valid actions at ``env_obs[t]``,
-            written with it, when the action space is marked as giving masks (``ppo_dict.masking``).
+            written with it, when the action space is marked as giving masks (``ppo_dict.data.masking``).
     Read by environments:
         env_actions: [n_envs, *action_shape], the (clipped) actions to apply; for a Dict or Tuple
             action space (which only ``ShmVecEnv`` steps: sb3's PPO refuses them) one such array
@@ -233,7 +233,7 @@ class RolloutStorage:
         return self.terminated[t] | self.truncated[t]
 
     def episode(self, env: int) -> tuple[Optional[dict[str, Any]], Any]:
-        """``(episode, success)`` that env ``env``'s last episode end wrote (:func:`~ppo_dict.episodes.read_row`)."""
+        """``(episode, success)`` that env ``env``'s last episode end wrote (:func:`~ppo_dict.data.episodes.read_row`)."""
         return read_row(self.episode_values[env], self.episode_kinds[env], self.info_keywords)
 
     def env_action(self, env: int) -> Any:

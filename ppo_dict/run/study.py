@@ -29,7 +29,7 @@ import time
 import warnings
 from typing import Any, Callable, Iterator, Optional
 
-from ppo_dict.errors import SweepError
+from ppo_dict.core.errors import SweepError
 
 #: seconds between a running trial's heartbeats in SQL storages, and since the last one before it counts as crashed
 HEARTBEAT_INTERVAL, GRACE_PERIOD = 30, 120

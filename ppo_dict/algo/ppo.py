@@ -14,16 +14,16 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.config import Config, physical_cores
-from ppo_dict.collect import Collector, Timing
+from ppo_dict.core.config import Config, physical_cores
+from ppo_dict.algo.collect import Collector, Timing
 from ppo_dict.envs import contains_image
-from ppo_dict.episodes import EpisodeLog
-from ppo_dict.logger import Logger
-from ppo_dict.model import Model, build_normalizer, resolve_device
-from ppo_dict.parse import make_schedule
-from ppo_dict.policy import ActorCritic, build_policy
-from ppo_dict.seeding import same_values, set_random_seed, thread_count
-from ppo_dict.update import UpdateSettings, compute_gae, ppo_update
+from ppo_dict.data.episodes import EpisodeLog
+from ppo_dict.core.logger import Logger
+from ppo_dict.algo.model import Model, build_normalizer, resolve_device
+from ppo_dict.core.parse import make_schedule
+from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
+from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.vec import EnvPool
 
 
@@ -119,7 +119,7 @@ class PPO:
         """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).
 
         Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
-        (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.collect``).
+        (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.algo.collect``).
         """
         self.num_timesteps += self.collector.collect(self.num_timesteps)
 

@@ -1,8 +1,8 @@
 """Checkpoints: written atomically, rotated, verified, and resumed from bit for bit.
 
-A checkpoint is :func:`ppo_dict.export.model_state` (weights, Adam, normaliser, counters, RNG
+A checkpoint is :func:`model_state` (weights, Adam, normaliser, counters, RNG
 states, spaces, config) in ``RUN_DIR/checkpoints/checkpoint_<num_timesteps>.pt``, written with
-:func:`~ppo_dict.files.atomic_write` (temp file, fsync, rename, fsync of the directory), so a
+:func:`~ppo_dict.core.files.atomic_write` (temp file, fsync, rename, fsync of the directory), so a
 crash leaves the previous files as they were. A new checkpoint is loaded back before older ones
 are deleted.
 
@@ -17,25 +17,65 @@ from __future__ import annotations
 
 import copy
 import glob
+import json
 import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 import numpy as np
+import torch
 
-from ppo_dict.errors import CheckpointError
-from ppo_dict.export import model_state, write_model_file
-from ppo_dict.files import MODEL_FILE, load_model_state, space_mismatch, to_numpy
-from ppo_dict.seeding import set_rng_state
+from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, load_model_state, space_mismatch, to_numpy
+from ppo_dict.core.seeding import rng_state, set_rng_state
 
 if TYPE_CHECKING:
-    from ppo_dict.ppo import PPO
+    from ppo_dict.core.config import Config
+    from ppo_dict.algo.ppo import PPO
 
 CHECKPOINT_DIR = "checkpoints"
 #: the evaluation's best model in a run directory
 BEST_MODEL = "best_model.pt"
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+def model_state(ppo: "PPO") -> dict[str, Any]:
+    """Everything a trained model is, so that training can resume from it bit for bit.
+
+    Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
+    ``n_updates``), the episode buffers behind ``rollout/*`` (``ep_r``, ``ep_l``, ...:
+    ``episodes.EpisodeLog.state``), the RNG states of torch, numpy's global generator and python's
+    ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
+    Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
+    The model's part is ``ppo.model.state()`` (``ppo_dict.algo.model.Model``: what ``Model.from_file`` reads).
+    """
+    return {
+        **ppo.model.state(),
+        "optimizer": ppo.optimizer.state_dict(),
+        "iteration": ppo.iteration,
+        "n_updates": ppo.n_updates,
+        **ppo.episodes.state(),
+        "rng": rng_state(),
+    }
+
+
+def write_model_file(ppo: "PPO", path: str) -> str:
+    """Write :func:`model_state` to ``path`` atomically; returns ``path``."""
+    atomic_write(path, lambda f: torch.save(model_state(ppo), f))
+    return path
+
+
+def write_config(cfg: "Config", path: str) -> str:
+    """The resolved config as JSON (lists for tuples), atomically; returns ``path``."""
+    atomic_write(path, lambda f: json.dump(config_values(cfg), f, indent=2), mode="w")
+    return path
+
+
+def save_model(ppo: "PPO", directory: str) -> str:
+    """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
+    write_config(ppo.cfg, os.path.join(directory, "config.json"))
+    return write_model_file(ppo, os.path.join(directory, MODEL_FILE))
 
 
 def checkpoint_name(num_timesteps: int) -> str:

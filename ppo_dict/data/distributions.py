@@ -5,7 +5,7 @@ gSDE), :class:`CategoricalDist` (Discrete), :class:`MultiCategorical` (MultiDisc
 :class:`BernoulliDist` (MultiBinary). Each is a cheap wrapper made per forward pass over torch's own
 distributions, with sb3's expressions: the same torch calls on the same shapes, so the same floats
 and the same random draws. Which one a policy uses, and the layers that feed it, is its action
-space's spec (``ppo_dict.actions``).
+space's spec (``ppo_dict.data.actions``).
 """
 from __future__ import annotations
 

@@ -1,61 +1,21 @@
-"""Writing a trainer's files: its checkpoint state (the model and the training state), the run's
-model file and config, and a zip that sb3's ``PPO.load`` opens (``ppo_dict.files`` writes the bytes).
+"""sb3's file formats: a zip that sb3's ``PPO.load`` (sb3-contrib's ``MaskablePPO.load`` with masks)
+opens, with a ``VecNormalize`` pickle beside it, and the sb3 keyword arguments that mean what a config means.
+The trainer's own files (checkpoints, model files, the run's config) are ``ppo_dict.run.checkpoint``'s.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Any
 
-import torch
 from gymnasium import spaces
 
-from ppo_dict.files import MODEL_FILE, atomic_write, config_values
-from ppo_dict.parse import make_schedule
-from ppo_dict.policy import ACTIVATION_CLASSES, policy_settings
-from ppo_dict.seeding import rng_state
+from ppo_dict.core.files import atomic_write
+from ppo_dict.core.parse import make_schedule
+from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 
 if TYPE_CHECKING:
-    from ppo_dict.config import Config
-    from ppo_dict.ppo import PPO
-
-
-def model_state(ppo: "PPO") -> dict[str, Any]:
-    """Everything a trained model is, so that training can resume from it bit for bit.
-
-    Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
-    ``n_updates``), the episode buffers behind ``rollout/*`` (``ep_r``, ``ep_l``, ...:
-    ``episodes.EpisodeLog.state``), the RNG states of torch, numpy's global generator and python's
-    ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
-    Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
-    The model's part is ``ppo.model.state()`` (``ppo_dict.model.Model``: what ``Model.from_file`` reads).
-    """
-    return {
-        **ppo.model.state(),
-        "optimizer": ppo.optimizer.state_dict(),
-        "iteration": ppo.iteration,
-        "n_updates": ppo.n_updates,
-        **ppo.episodes.state(),
-        "rng": rng_state(),
-    }
-
-
-def write_model_file(ppo: "PPO", path: str) -> str:
-    """Write :func:`model_state` to ``path`` atomically; returns ``path``."""
-    atomic_write(path, lambda f: torch.save(model_state(ppo), f))
-    return path
-
-
-def write_config(cfg: "Config", path: str) -> str:
-    """The resolved config as JSON (lists for tuples), atomically; returns ``path``."""
-    atomic_write(path, lambda f: json.dump(config_values(cfg), f, indent=2), mode="w")
-    return path
-
-
-def save_model(ppo: "PPO", directory: str) -> str:
-    """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
-    write_config(ppo.cfg, os.path.join(directory, "config.json"))
-    return write_model_file(ppo, os.path.join(directory, MODEL_FILE))
+    from ppo_dict.core.config import Config
+    from ppo_dict.algo.ppo import PPO
 
 
 def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:
@@ -154,7 +114,7 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     from stable_baselines3.common.running_mean_std import RunningMeanStd as SB3RunningMeanStd
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from ppo_dict.storage import OBS_KEY
+    from ppo_dict.data.storage import OBS_KEY
 
     norm, cfg = ppo.normalizer, ppo.cfg
     if norm is None:

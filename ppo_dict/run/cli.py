@@ -1,4 +1,4 @@
-"""The command line generated from :class:`~ppo_dict.config.Config`'s fields: one ``--flag`` each.
+"""The command line generated from :class:`~ppo_dict.core.config.Config`'s fields: one ``--flag`` each.
 
 Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``: exactly
 what a wandb sweep agent sends. Unknown and abbreviated flags are argparse errors (exit 2).
@@ -9,9 +9,9 @@ import argparse
 import dataclasses
 from typing import Any, Optional
 
-from ppo_dict.config import Config
-from ppo_dict.hyperparams import load_hyperparams
-from ppo_dict.parse import parse_bool, parse_packages
+from ppo_dict.core.config import Config
+from ppo_dict.interop.hyperparams import load_hyperparams
+from ppo_dict.core.parse import parse_bool, parse_packages
 
 
 def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
 
 def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
                      pinned: Optional[dict[str, Any]] = None) -> Config:
-    """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.checks.validate``);
+    """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.run.checks.validate``);
     argparse exits 2 on unknown flags or bad values. See :func:`config_from_flags`."""
     return config_from_flags(explicit_flags(argv), base, pinned)
 

@@ -2,9 +2,9 @@
 
 Each sampler turns the action net's output of one rollout step into ``(actions, log_probs)`` with
 the torch operations sb3's distribution runs, on the same shapes, in the same order (see
-``ppo_dict.rollout_step``), writing into the storage's rows when given them. What depends only on
+``ppo_dict.algo.rollout_step``), writing into the storage's rows when given them. What depends only on
 the parameters is computed in :meth:`LeanSampler.refresh`, once per rollout. Which sampler a policy
-uses is its action spec's (``ppo_dict.actions.ActionSpec.sampler``).
+uses is its action spec's (``ppo_dict.data.actions.ActionSpec.sampler``).
 
 The torch-RNG draws per step: ``normal_`` (Gaussian) or ``multinomial`` (categorical) over the whole
 ``(n_envs, ...)`` batch, one ``multinomial`` per entry in order (categoricals); gSDE draws none.
@@ -16,8 +16,8 @@ from typing import Optional
 
 import torch
 
-from ppo_dict.distributions import GSDENoise
-from ppo_dict.masking import masked_logits
+from ppo_dict.data.distributions import GSDENoise
+from ppo_dict.data.masking import masked_logits
 
 #: ``(actions, log_probs)`` rows to write a step's samples into, or None for new tensors.
 Pair = Optional[tuple[torch.Tensor, torch.Tensor]]

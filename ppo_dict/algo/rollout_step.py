@@ -13,7 +13,7 @@ parity suite compares whole runs with sb3), but:
 * the sample's noise, the actions and the log-probs are written into preallocated tensors (on the
   CPU, the rollout storage's own rows).
 
-The sampling is the action space's: its spec's sampler (``ppo_dict.actions``, ``ppo_dict.lean_sampling``).
+The sampling is the action space's: its spec's sampler (``ppo_dict.data.actions``, ``ppo_dict.data.lean_sampling``).
 The torch-RNG draws per step are unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
 the whole ``(n_envs, ...)`` batch, one ``multinomial`` per entry in order (MultiDiscrete, and
 MultiBinary under sb3-contrib's masking: ``n`` two-way categoricals); gSDE draws none (its
@@ -35,8 +35,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.policy import ActorCritic, FlattenExtractor
-from ppo_dict.storage import TensorObs
+from ppo_dict.algo.policy import ActorCritic, FlattenExtractor
+from ppo_dict.data.storage import TensorObs
 
 #: ``(actions, values, log_probs)`` to write a step's outputs into.
 Out = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -71,7 +71,7 @@ class PolicyStep:
     def __init__(self, policy: ActorCritic, n_envs: int):
         self.policy, self.n_envs = policy, n_envs
         device = policy.value_net.weight.device
-        # the action space's own sampling (ppo_dict.lean_sampling), or None: ActorCritic.forward itself
+        # the action space's own sampling (ppo_dict.data.lean_sampling), or None: ActorCritic.forward itself
         self.sampler = policy.action_spec.sampler(n_envs, device, policy.action_net.weight.dtype)
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call

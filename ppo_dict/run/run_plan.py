@@ -11,10 +11,10 @@ from typing import Optional
 
 import torch
 
-from ppo_dict.config import Config
+from ppo_dict.core.config import Config
 from ppo_dict.envs import EnvSpec
-from ppo_dict.policy import build_policy
-from ppo_dict.rollout_step import policy_step_seconds
+from ppo_dict.algo.policy import build_policy
+from ppo_dict.algo.rollout_step import policy_step_seconds
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, probe_env
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shm_pool import balanced_main_envs

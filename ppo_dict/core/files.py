@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from ppo_dict.errors import CheckpointError
+from ppo_dict.core.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from ppo_dict.config import Config
+    from ppo_dict.core.config import Config
 
 #: a run's (or ``--save_path``'s) model file
 MODEL_FILE = "model.pt"
@@ -77,7 +77,7 @@ def config_values(cfg: "Config") -> dict[str, Any]:
 
 
 def load_model_state(path: str) -> dict[str, Any]:
-    """Read a model file or checkpoint (``ppo_dict.model.Model.save``, ``ppo_dict.export.save_model``, a checkpoint), or a
+    """Read a model file or checkpoint (``ppo_dict.algo.model.Model.save``, ``ppo_dict.run.checkpoint.save_model``, a checkpoint), or a
     directory's ``model.pt``: weights only, no code is unpickled. Raises :class:`CheckpointError`."""
     if os.path.isdir(path):
         path = os.path.join(path, MODEL_FILE)

@@ -1,6 +1,6 @@
 """Collecting a rollout: the policy acts, the envs step, sb3's per-step bookkeeping follows.
 
-:class:`Collector` fills :class:`~ppo_dict.storage.RolloutStorage` for ``n_steps`` steps of every
+:class:`Collector` fills :class:`~ppo_dict.data.storage.RolloutStorage` for ``n_steps`` steps of every
 env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO.learn`` runs next):
 
 * **exact** (default): at each step the policy samples actions for every env at once, every env
@@ -20,13 +20,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.config import Config
-from ppo_dict.episodes import EpisodeLog
-from ppo_dict.errors import NonFiniteError
-from ppo_dict.normalize import Normalizer
-from ppo_dict.policy import ActorCritic
-from ppo_dict.rollout_step import PolicyStep
-from ppo_dict.storage import StepObsToDevice, aligned, obs_to_tensor
+from ppo_dict.core.config import Config
+from ppo_dict.data.episodes import EpisodeLog
+from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.algo.normalize import Normalizer
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
 

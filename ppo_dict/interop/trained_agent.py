@@ -31,14 +31,14 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.config import FIELDS, Config
+from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
-from ppo_dict.errors import CheckpointError
-from ppo_dict.policy import ACTIVATION_CLASSES
-from ppo_dict.storage import OBS_KEY
+from ppo_dict.core.errors import CheckpointError
+from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.data.storage import OBS_KEY
 
 if TYPE_CHECKING:
-    from ppo_dict.ppo import PPO
+    from ppo_dict.algo.ppo import PPO
 
 #: sb3's PPO policy classes (``stable_baselines3.common.policies``) -> ppo_dict's model for them
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
@@ -256,7 +256,7 @@ def agent_problems(agent: TrainedAgent, cfg: Config, observation_space: spaces.S
             problems.append(f"{name}={getattr(cfg, name)!r}: the trained agent's {name} is {value!r} ({source}); "
                             f"drop --{name}, the zip decides it")
     if agent.normalizer_state is not None and cfg.normalize:
-        from ppo_dict.storage import vector_obs_shapes
+        from ppo_dict.data.storage import vector_obs_shapes
 
         ours = {key: tuple(shape) for key, shape in vector_obs_shapes(observation_space).items()}
         saved = {key: tuple(np.shape(rms["mean"])) for key, rms in agent.normalizer_state["obs_rms"].items()}

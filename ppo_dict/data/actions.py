@@ -1,7 +1,7 @@
 """One home per action space: :class:`ActionSpec` and its kinds, made by :func:`action_spec`.
 
 What ppo_dict does that depends on the kind of action space, it asks the space's spec; a new kind
-of space is a subclass here (and its distribution in ``ppo_dict.distributions``). A spec holds:
+of space is a subclass here (and its distribution in ``ppo_dict.data.distributions``). A spec holds:
 
 * sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; the factory refuses a
   space it has no spec for, by name);
@@ -9,7 +9,7 @@ of space is a subclass here (and its distribution in ``ppo_dict.distributions``)
 * the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and
   ``proba_distribution``; sb3-contrib's maskable distributions for the masked kinds), whose
   ``mode()`` is the deterministic action of evaluation and of the ONNX export;
-* the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.lean_sampling``);
+* the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.data.lean_sampling``);
 * the env-side conversion (:meth:`ActionSpec.to_env`: sb3 clips Box actions to the bounds before
   ``env.step`` and stores the unclipped ones; :meth:`ActionSpec.env_module` in an exported graph);
 * the training-side cast of a minibatch's actions (:meth:`ActionSpec.to_training`).
@@ -23,9 +23,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.distributions import BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MultiCategorical, StateDependentNoise
-from ppo_dict.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
-from ppo_dict.masking import HUGE_NEG, MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
+from ppo_dict.data.distributions import BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MultiCategorical, StateDependentNoise
+from ppo_dict.data.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
+from ppo_dict.data.masking import HUGE_NEG, MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
 
 
 class ActionSpec:
@@ -37,7 +37,7 @@ class ActionSpec:
 
     #: sb3-contrib's maskable distribution: the passes take the env's masks
     masked = False
-    #: ``ppo_dict.update.GaussianEvaluate`` scores the actions (a diagonal Gaussian, no gSDE)
+    #: ``ppo_dict.algo.update.GaussianEvaluate`` scores the actions (a diagonal Gaussian, no gSDE)
     lean_evaluate = False
 
     def __init__(self, space: spaces.Space):
@@ -263,7 +263,7 @@ class MaskedMultiBinarySpec(Masked, MultiBinarySpec):
 
 
 def huge_neg(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The 0-d -1e8 of a masked logit, made once per sampler, not per step (``ppo_dict.masking.masked_logits``)."""
+    """The 0-d -1e8 of a masked logit, made once per sampler, not per step (``ppo_dict.data.masking.masked_logits``)."""
     return torch.tensor(HUGE_NEG, dtype=dtype, device=device)
 
 

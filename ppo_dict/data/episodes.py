@@ -91,7 +91,7 @@ class EpisodeBook:
 
     @classmethod
     def for_storage(cls, storage: Any, env_ids: Sequence[int]) -> "EpisodeBook":
-        """The book of a runner's columns ``env_ids`` of a :class:`~ppo_dict.storage.RolloutStorage`."""
+        """The book of a runner's columns ``env_ids`` of a :class:`~ppo_dict.data.storage.RolloutStorage`."""
         return cls(storage.episode_values, storage.episode_kinds, env_ids, storage.info_keywords)
 
     @classmethod

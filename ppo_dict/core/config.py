@@ -2,8 +2,8 @@
 
 Names and defaults are Stable-Baselines3's (``PPO.__init__``, ``ActorCriticPolicy``,
 ``VecNormalize``); schedules are written as rl-zoo writes them (``lin_3e-4``). This module is a
-leaf of the trainer: the command line (``ppo_dict.cli``) is generated from the metadata, and the
-checks that need other modules (the env, the model, rl-zoo files) live in ``ppo_dict.checks``.
+leaf of the trainer: the command line (``ppo_dict.run.cli``) is generated from the metadata, and the
+checks that need other modules (the env, the model, rl-zoo files) live in ``ppo_dict.run.checks``.
 
 A ``Config`` built in Python reads its values with the same parsers as the command line
 (``Config(net_arch="64,64")`` is ``[64, 64]``; a value no parser reads is a :class:`ConfigError`
@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from ppo_dict.errors import ConfigError
-from ppo_dict.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
+from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn")

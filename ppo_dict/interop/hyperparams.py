@@ -4,7 +4,7 @@ An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` ke
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
 ``policy_kwargs``, ``frame_stack``, ``env_wrapper`` when it is sb3's AtariWrapper, and
 ``monitor_kwargs`` with sb3 Monitor's ``info_keywords``: ``--info_keywords``). String
-values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.core.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
 
 ``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
 (the ``zoo`` extra). An env without an entry takes the file's ``atari`` entry (games ale-py
@@ -17,8 +17,8 @@ import os
 from typing import Any
 
 from ppo_dict.envs import GYM_PREFIX, is_atari_env
-from ppo_dict.config import parse_values
-from ppo_dict.parse import safe_literal
+from ppo_dict.core.config import parse_values
+from ppo_dict.core.parse import safe_literal
 
 #: rl-zoo key -> Config field, where the names differ
 RENAMED = {"n_timesteps": "total_timesteps"}

@@ -1,7 +1,7 @@
 """Where logged values go besides the console: a CSV file, Weights & Biases, TensorBoard.
 
-Each is a :data:`ppo_dict.logger.Writer`: ``writer(values, step)`` gets every dump of the
-:class:`~ppo_dict.logger.Logger` (sb3's keys ``rollout/*``, ``time/*``, ``train/*`` and
+Each is a :data:`ppo_dict.core.logger.Writer`: ``writer(values, step)`` gets every dump of the
+:class:`~ppo_dict.core.logger.Logger` (sb3's keys ``rollout/*``, ``time/*``, ``train/*`` and
 ``eval/*``) with ``step = num_timesteps``. wandb and TensorBoard are imported only when used.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import sys
 from typing import Any, Optional, TextIO
 
-from ppo_dict.files import atomic_write
+from ppo_dict.core.files import atomic_write
 
 STEP = "step"
 
@@ -117,7 +117,7 @@ class WandbTracker:
     def __init__(self, cfg: Any, run_dir: str, resuming: bool, log: TextIO = sys.stderr):
         import wandb  # only when --project is set
 
-        from ppo_dict.files import config_values
+        from ppo_dict.core.files import config_values
 
         self.wandb, self.log = wandb, log
         mode, why = resolve_wandb_mode(cfg.wandb_mode)

@@ -44,7 +44,7 @@ class RunningMeanStd:
 class Normalizer:
     """Observation (per dict key) and reward normalisation for ``n_envs`` parallel envs.
 
-    ``obs_shapes`` are the observation keys to normalise (:func:`~ppo_dict.storage.vector_obs_shapes`:
+    ``obs_shapes`` are the observation keys to normalise (:func:`~ppo_dict.data.storage.vector_obs_shapes`:
     every Box key but uint8 images; the integer keys of Discrete, MultiDiscrete and MultiBinary are left alone).
     """
 

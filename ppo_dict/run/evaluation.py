@@ -16,20 +16,19 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.checkpoint import BEST_MODEL
+from ppo_dict.run.checkpoint import BEST_MODEL, write_model_file
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
-from ppo_dict.episodes import EpisodeBook
-from ppo_dict.export import write_model_file
-from ppo_dict.files import atomic_write
-from ppo_dict.masking import env_masks
-from ppo_dict.model import Model
-from ppo_dict.seeding import preserved_rng
+from ppo_dict.data.episodes import EpisodeBook
+from ppo_dict.core.files import atomic_write
+from ppo_dict.data.masking import env_masks
+from ppo_dict.algo.model import Model
+from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.vec.shm_pool import call_in_main
 from ppo_dict.vec.watchdog import Owner
 
 if TYPE_CHECKING:
-    from ppo_dict.ppo import PPO
+    from ppo_dict.algo.ppo import PPO
 
 #: offset of the eval env's seed from the training seed (rl-zoo seeds its eval env differently too)
 EVAL_SEED_OFFSET = 1_000_000
@@ -124,7 +123,7 @@ def run_episodes(
     clipped rewards) is played through them, as the policy was trained, and its episodes are the
     monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
     ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it). The
-    counting is the trainer's :class:`~ppo_dict.episodes.EpisodeBook`'s.
+    counting is the trainer's :class:`~ppo_dict.data.episodes.EpisodeBook`'s.
 
     Every env call goes through ``calls(command, call, detail)`` (the :class:`Evaluator`'s
     :class:`WatchedCalls`: a hang or a raise ends the run naming the eval env, the call and the step).

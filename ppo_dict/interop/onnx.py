@@ -1,0 +1,184 @@
+"""The deterministic policy as an ONNX file (the command: ``python -m ppo_dict.export_onnx RUN_DIR|FILE``).
+
+The graph takes observations as the env gives them (a batch: ``obs`` for a single space, one
+input per key for a Dict, in the env's dtypes, channel-last images as they are) and returns the
+action the env gets: what :meth:`ppo_dict.algo.model.Model.predict` computes. A model trained
+with ``--action_masks`` takes each step's masks too, as a last input ``action_masks`` (bool
+``[batch, mask_dim]``, the layout ``action_masks()`` gives: ``n`` entries for Discrete,
+``sum(nvec)`` for MultiDiscrete, ``2n`` for MultiBinary), and returns sb3-contrib's
+``MaskablePPO.predict(obs, action_masks=..., deterministic=True)``: masked logits -1e8, the most
+probable valid action of each categorical. With
+``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
+computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
+policies return their mean clipped to the action bounds, categorical ones their most probable
+action (int64), MultiDiscrete ones the most probable entry of each (int64), MultiBinary ones each
+bit whose probability rounds to 1. Runs in onnxruntime, or anything that reads ONNX; needs the ``onnx`` extra (``onnx``,
+``onnxscript``, torch's exporter, and ``onnxruntime`` to check the file against ppo_dict).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from ppo_dict.core.errors import ExportError
+from ppo_dict.core.files import atomic_write
+from ppo_dict.data.masking import METHOD, mask_sizes
+from ppo_dict.algo.model import Model
+from ppo_dict.data.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
+
+#: ONNX opset of the exported graph (torch's exporter's own default)
+OPSET = 18
+#: The masks' input of a masked policy's graph (sb3-contrib's name: ``predict``'s keyword, the env's method)
+MASKS_INPUT = METHOD
+
+
+class DeterministicPolicy(nn.Module):
+    """Observations as the env gives them -> the action the env gets; the module that is exported."""
+
+    def __init__(self, model: Model):
+        super().__init__()
+        policy, normalizer, observation_space = model.policy, model.normalizer, model.observation_space
+        self.policy = policy
+        self.dict_obs = isinstance(observation_space, spaces.Dict)
+        self.keys = list(obs_layout(observation_space))
+        self.masked = policy.masked
+        if self.masked and MASKS_INPUT in self.keys:
+            raise ExportError(f"the observation key {MASKS_INPUT!r} would collide with the graph's masks input of that name")
+        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else list(self.keys)
+        channel_last = channel_last_keys(observation_space)
+        self.channel_last = [k for k in self.keys if k in channel_last]
+        self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
+        self.clip_obs = normalizer.clip_obs if normalizer is not None else 0.0
+        for i, key in enumerate(self.normalized):  # sb3: (obs - mean) / sqrt(var + eps), in float64
+            rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
+            self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
+            self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
+        self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``."""
+        obs = dict(zip(self.keys, inputs))
+        masks = inputs[-1] if self.masked else None
+        for i, key in enumerate(self.normalized):
+            x = (obs[key].double() - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
+            obs[key] = x.clamp(-self.clip_obs, self.clip_obs).float()
+        for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
+            obs[key] = obs[key].permute(0, 3, 1, 2)
+        actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True, action_masks=masks)[0]
+        return self.to_env(actions)
+
+
+def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``n`` observations drawn from the space, ``{key: [n, *shape]}`` in the storage's dtypes.
+
+    Unbounded Box dimensions are drawn from a normal distribution (gymnasium's ``sample``)."""
+    observation_space.seed(seed)
+    draws = [observation_space.sample() for _ in range(n)]
+    layout, parts = obs_layout(observation_space), [obs_parts(observation_space, d) for d in draws]
+    return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts]) for key, (shape, dtype) in layout.items()}
+
+
+def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` random masks, bool ``[n, mask_dim]``, each allowing about half the actions and at least
+    one in every categorical of ``action_space`` (:func:`~ppo_dict.data.masking.mask_sizes`)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for size in mask_sizes(action_space):
+        part = rng.random((n, size)) < 0.5
+        part[np.arange(n), rng.integers(0, size, n)] = True  # one valid action, anywhere
+        parts.append(part)
+    return np.concatenate(parts, axis=1)
+
+
+def sample_inputs(module: "DeterministicPolicy", observation_space: spaces.Space, action_space: spaces.Space, n: int,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """The graph's inputs for ``n`` sampled observations (:func:`sample_batch`), masks included for a masked policy."""
+    inputs = sample_batch(observation_space, n, seed)
+    if module.masked:
+        inputs[MASKS_INPUT] = sample_masks(action_space, n, seed)
+    return inputs
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """torch's exporter logs each step and warns about optional packages (torchvision); keep errors only."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
+    """Write the deterministic policy of the model in ``path`` to ``out`` (atomically); returns ``out``.
+
+    Raises :class:`ExportError` when torch cannot export it (or the ``onnx`` extra is missing);
+    an existing ``out`` is then left as it was.
+    """
+    model = Model.from_file(path)
+    module = DeterministicPolicy(model).eval()
+    example = tuple(torch.as_tensor(v) for v in sample_inputs(module, model.observation_space, model.action_space, 4).values())
+    batch = torch.export.Dim("batch")
+    with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
+        scratch_file = os.path.join(scratch, "policy.onnx")
+        try:
+            torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=["action"],
+                              dynamic_shapes={"inputs": tuple({0: batch} for _ in example)}, opset_version=opset, external_data=False,
+                              dynamo=True, verbose=False)
+        except ImportError as exc:
+            raise ExportError(f"exporting to ONNX needs onnx and onnxscript: pip install onnx onnxscript onnxruntime "
+                              f"(ppo_dict's onnx extra) ({exc})") from exc
+        except Exception as exc:  # torch.export / onnxscript refusing an op, an opset it cannot target...
+            reason = " ".join(str(exc).split())[:600]
+            raise ExportError(f"cannot export {path} to ONNX (opset {opset}): {type(exc).__name__}: {reason}") from exc
+        written = written_opset(scratch_file)
+        if written != opset:  # torch falls back to its own opset when the version converter cannot reach the asked one
+            raise ExportError(f"cannot export {path} to ONNX opset {opset}: the exporter could only write opset {written} "
+                              f"(--opset {written} works)")
+        with open(scratch_file, "rb") as f:
+            data = f.read()
+    atomic_write(out, lambda f: f.write(data))
+    return out
+
+
+def written_opset(path: str) -> int:
+    """The default-domain opset an ONNX file declares."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    return next(int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
+    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict on ``n`` sampled observations
+    (and, for a masked policy, ``n`` random masks: :func:`sample_masks`).
+
+    Returns ``{"observations", "mismatched" (discrete: differing actions), "max_abs_diff"}``.
+    """
+    import onnxruntime
+
+    model = Model.from_file(model_path)
+    module = DeterministicPolicy(model)
+    inputs = sample_inputs(module, model.observation_space, model.action_space, n, seed=1)
+    ours = model.predict_batch({key: inputs[key] for key in module.keys}, masks=inputs.get(MASKS_INPUT))
+    session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    theirs = session.run(["action"], inputs)[0]
+    diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)
+    return {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
