@@ -85,9 +85,9 @@ class Collector:
             s.own_obs_stage(normalizer.normalized_keys)
         self.step_obs = StepObsToDevice(s, device)
         everything = range(self.n_envs)
-        self.parts = pool.halves if cfg.double_buffer else (everything,)
+        self.halves = pool.halves if cfg.double_buffer else (everything,)
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
-        self.policy_steps = {len(part): PolicyStep(policy, len(part)) for part in (*self.parts, everything)}
+        self.policy_steps = {len(columns): PolicyStep(policy, len(columns)) for columns in (*self.halves, everything)}
         # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
         # on an accelerator they come back through pinned buffers, with one synchronisation per step.
         self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
@@ -115,7 +115,7 @@ class Collector:
             step.refresh()
         if self.cfg.use_sde:  # sb3 collect_rollouts: new exploration matrices, one per env, before the first step
             self.policy.reset_noise(self.n_envs)
-        if len(self.parts) == 1:
+        if len(self.halves) == 1:
             self._collect_exact()
         else:
             self._collect_double_buffered()
@@ -123,7 +123,7 @@ class Collector:
         return self.storage.n_steps * self.n_envs
 
     def _collect_exact(self) -> None:
-        everything, timing, clock = self.parts[0], self.timing, time.perf_counter
+        everything, timing, clock = self.halves[0], self.timing, time.perf_counter
         for t in range(self.storage.n_steps):
             started = clock()
             self._act(t, everything)
@@ -135,7 +135,7 @@ class Collector:
 
     def _collect_double_buffered(self) -> None:
         """Half A steps while half B's actions are sampled, then the other way round."""
-        a, b = self.parts
+        a, b = self.halves
         timing, clock, n_steps = self.timing, time.perf_counter, self.storage.n_steps
         self._act(0, a)
         self.pool.step_async(0, a)
@@ -161,51 +161,51 @@ class Collector:
             timing.bookkeeping += booked_a - sent_b + clock() - sent_a
 
     # ------------------------------------------------------------------ one step of some envs
-    def _act(self, t: int, part: range) -> None:
-        """Sample step t's actions of the envs in ``part`` into storage: unclipped in ``actions[t]``
+    def _act(self, t: int, columns: range) -> None:
+        """Sample step t's actions of the envs in ``columns`` into storage: unclipped in ``actions[t]``
         (re-scored in train), clipped in ``env_actions`` (what the envs apply), as sb3 does; values
         and log-probs too."""
-        s, cols = self.storage, slice(part.start, part.stop)
-        if self.cfg.use_sde and self.cfg.sde_sample_freq > 0 and t % self.cfg.sde_sample_freq == 0 and part.start == 0:
+        s, span = self.storage, slice(columns.start, columns.stop)
+        if self.cfg.use_sde and self.cfg.sde_sample_freq > 0 and t % self.cfg.sde_sample_freq == 0 and columns.start == 0:
             self.policy.reset_noise(self.n_envs)  # sb3: every sde_sample_freq steps, step 0 included (a second draw there)
         obs = self.step_obs(t)
-        if len(part) < self.n_envs:
-            obs = {k: v[cols] for k, v in obs.items()} if isinstance(obs, dict) else obs[cols]
-        out = None if self.out is None else tuple(rows[t, cols] for rows in self.out)
-        masks = None if self.masks is None else self.masks[t, cols].to(self.device)  # sb3-contrib: the masks at obs[t]
-        actions, values, log_probs = self.policy_steps[len(part)](obs, out=out, rows=cols if len(part) < self.n_envs else None, masks=masks)
+        if len(columns) < self.n_envs:
+            obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
+        out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
+        masks = None if self.masks is None else self.masks[t, span].to(self.device)  # sb3-contrib: the masks at obs[t]
+        actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=span if len(columns) < self.n_envs else None, masks=masks)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
-            host = self.pinned[len(part)]
+            host = self.pinned[len(columns)]
             for buffer, result in zip(host, (actions, values, log_probs)):
                 buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
-            s.actions[t, cols], s.values[t, cols], s.log_probs[t, cols] = (buffer.numpy() for buffer in host)
-        self.to_env(s.actions[t, cols], out=self.env_actions[cols])  # Box: clipped to the bounds, as sb3
+            s.actions[t, span], s.values[t, span], s.log_probs[t, span] = (buffer.numpy() for buffer in host)
+        self.to_env(s.actions[t, span], out=self.env_actions[span])  # Box: clipped to the bounds, as sb3
 
-    def _after_env_step(self, t: int, part: range) -> None:
-        """What sb3 does between ``env.step`` and ``rollout_buffer.add``, for the envs in ``part``:
+    def _after_env_step(self, t: int, columns: range) -> None:
+        """What sb3 does between ``env.step`` and ``rollout_buffer.add``, for the envs in ``columns``:
         episode statistics, normalisation (sb3's VecNormalize sits in the vec env), the time-limit
         bootstrap."""
-        s, cols = self.storage, slice(part.start, part.stop)
-        dones = s.terminated[t, cols] | s.truncated[t, cols]
-        self._check_finite(t, part, dones)
-        self.episodes.read(s, np.flatnonzero(dones) + part.start)
-        s.rewards[t, cols] = s.env_rewards[t, cols]
+        s, span = self.storage, slice(columns.start, columns.stop)
+        dones = s.terminated[t, span] | s.truncated[t, span]
+        self._check_finite(t, columns, dones)
+        self.episodes.read(s, np.flatnonzero(dones) + columns.start)
+        s.rewards[t, span] = s.env_rewards[t, span]
         if self.normalizer is not None:
-            done_rows = np.flatnonzero(dones) + part.start
+            done_rows = np.flatnonzero(dones) + columns.start
             terminal = {key: arr[done_rows] for key, arr in s.env_terminal_obs.items()}
-            obs = {key: arr[t + 1, cols] for key, arr in s.env_obs.items()}
-            obs, s.rewards[t, cols], terminal = self.normalizer.step(obs, s.env_rewards[t, cols], dones, terminal, rows=cols)
-            self._write_obs(t + 1, cols, obs)
+            obs = {key: arr[t + 1, span] for key, arr in s.env_obs.items()}
+            obs, s.rewards[t, span], terminal = self.normalizer.step(obs, s.env_rewards[t, span], dones, terminal, rows=span)
+            self._write_obs(t + 1, span, obs)
             for key, values in terminal.items():
                 s.terminal_obs[key][done_rows] = values
-        self._bootstrap_truncated(s.rewards[t, cols], s.truncated[t, cols] & ~s.terminated[t, cols], part.start)
-        s.episode_starts[t, cols] = self.last_dones[cols]
-        self.last_dones[cols] = dones
+        self._bootstrap_truncated(s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns.start)
+        s.episode_starts[t, span] = self.last_dones[span]
+        self.last_dones[span] = dones
 
-    def _write_obs(self, t: int, cols: slice, normalized: dict[str, np.ndarray]) -> None:
+    def _write_obs(self, t: int, span: slice, normalized: dict[str, np.ndarray]) -> None:
         for key, values in normalized.items():
-            self.storage.obs[key][t, cols] = values
+            self.storage.obs[key][t, span] = values
 
     def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray, first: int) -> None:
         """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
@@ -215,7 +215,7 @@ class Collector:
         not sb3's numbers anyway: all of a half's cut episodes are valued in one batch.
         """
         value, rows = self.policy_steps[self.n_envs].value, np.flatnonzero(truncated)
-        if len(self.parts) > 1 and len(rows) > 1:
+        if len(self.halves) > 1 and len(rows) > 1:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
@@ -225,23 +225,23 @@ class Collector:
             terminal_value = value(obs_to_tensor(self.storage.terminal_input(first + idx), self.device))[0]
             rewards[idx] += self.cfg.gamma * terminal_value
 
-    def _check_finite(self, t: int, part: range, dones: np.ndarray) -> None:
+    def _check_finite(self, t: int, columns: range, dones: np.ndarray) -> None:
         """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
 
         Per step this is one ``isfinite().all()`` per float array (terminal observations only when
         an episode ended); the offending env is looked for only once something is not finite.
         """
-        s, cols = self.storage, slice(part.start, part.stop)
-        checks = [("reward", s.env_rewards[t, cols], None)]
-        checks += [(f"observation[{key!r}]", arr[t + 1, cols], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
+        s, span = self.storage, slice(columns.start, columns.stop)
+        checks = [("reward", s.env_rewards[t, span], None)]
+        checks += [(f"observation[{key!r}]", arr[t + 1, span], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
         if dones.any():
-            rows = np.flatnonzero(dones) + part.start
+            rows = np.flatnonzero(dones) + columns.start
             checks += [(f"terminal observation[{key!r}]", arr[rows], rows) for key, arr in s.env_terminal_obs.items() if arr.dtype.kind == "f"]
         for what, arr, rows in checks:
             if np.isfinite(arr).all():
                 continue
             bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
-            env = int(part.start + bad if rows is None else rows[bad])
+            env = int(columns.start + bad if rows is None else rows[bad])
             raise NonFiniteError(
                 f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
                 f"(total steps {self.steps_before + (t + 1) * self.n_envs}); statistics were not updated with it"

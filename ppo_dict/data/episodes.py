@@ -77,22 +77,22 @@ class EpisodeBook:
     ``make_vec_env`` puts its ``Monitor``: a lost Atari life records no return or length.
     """
 
-    def __init__(self, values: np.ndarray, kinds: np.ndarray, env_ids: Sequence[int], info_keywords: Sequence[str] = (),
+    def __init__(self, values: np.ndarray, kinds: np.ndarray, block: Sequence[int], info_keywords: Sequence[str] = (),
                  rounded: bool = True):
         # memoryviews of each env's rows: writing an item through one costs a fraction of numpy's item assignment
-        self.rows = [(memoryview(values[i]), memoryview(kinds[i])) for i in env_ids]
+        self.rows = [(memoryview(values[i]), memoryview(kinds[i])) for i in block]
         self._arrays = values, kinds
-        self._env_ids = list(env_ids)
+        self._block = list(block)
         self.keywords = tuple(enumerate(info_keywords, BUILT_IN))
         self.rounded = rounded
-        self.returns: list[float] = [0.0] * len(env_ids)
-        self.lengths: list[int] = [0] * len(env_ids)
-        self.monitored = [False] * len(env_ids)
+        self.returns: list[float] = [0.0] * len(block)
+        self.lengths: list[int] = [0] * len(block)
+        self.monitored = [False] * len(block)
 
     @classmethod
-    def for_storage(cls, storage: Any, env_ids: Sequence[int]) -> "EpisodeBook":
-        """The book of a runner's columns ``env_ids`` of a :class:`~ppo_dict.data.storage.RolloutStorage`."""
-        return cls(storage.episode_values, storage.episode_kinds, env_ids, storage.info_keywords)
+    def for_storage(cls, storage: Any, block: Sequence[int]) -> "EpisodeBook":
+        """The book of a runner's columns ``block`` of a :class:`~ppo_dict.data.storage.RolloutStorage`."""
+        return cls(storage.episode_values, storage.episode_kinds, block, storage.info_keywords)
 
     @classmethod
     def alone(cls, info_keywords: Sequence[str] = (), rounded: bool = True) -> "EpisodeBook":
@@ -139,7 +139,7 @@ class EpisodeBook:
 
     def read(self, j: int = 0) -> tuple[Optional[dict[str, Any]], Any]:
         """``(episode, success)`` of the last end of env ``j``: see :func:`read_row`."""
-        i = self._env_ids[j]
+        i = self._block[j]
         return read_row(self._arrays[0][i], self._arrays[1][i], [key for _, key in self.keywords])
 
 

@@ -46,8 +46,8 @@ class EnvBackend(Protocol):
     unit: int
     info_keywords: tuple[str, ...]
 
-    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> Runner:
-        """The runner of columns ``env_ids``; its ``open()`` builds their envs (in the calling process)."""
+    def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> Runner:
+        """The runner of columns ``block``; its ``open()`` builds their envs (in the calling process)."""
 
     def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "EnvBackend":
         """This backend as a pool runs it: blocks of ``envs_per_block`` columns, in worker processes or not."""
@@ -153,8 +153,8 @@ class GymBackend:
             if env is not None:
                 env.close()
 
-    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> GymRunner:
-        return GymRunner(self.factory, env_ids, storage, record_infos=self.record_infos)
+    def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
+        return GymRunner(self.factory, block, storage, record_infos=self.record_infos)
 
     def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GymBackend":
         return self

@@ -27,9 +27,9 @@ GAME_TIMEOUT_SHARE = 0.9
 
 
 class GodotRunner:
-    """Steps the games behind env columns ``env_ids`` and writes into ``storage`` (a :class:`Runner`).
+    """Steps the games behind env columns ``block`` and writes into ``storage`` (a :class:`Runner`).
 
-    ``open`` launches ``len(env_ids) / n_agents`` games from ``spec``; game g's launch
+    ``open`` launches ``len(block) / n_agents`` games from ``spec``; game g's launch
     ``--env_seed`` is ``spec.kwargs["seed"]`` (default 0) plus its first column. Semantics are
     the gymnasium runner's (sb3 ``DummyVecEnv`` + ``Monitor``): column i is first reset with
     ``seeds[i]`` (a game gets the seed of its first column; the demo reseeds agent a with that
@@ -40,18 +40,18 @@ class GodotRunner:
     and no ``info_keywords`` come from a game.
 
     Attributes:
-        games, env_ids, storage; n_agents: agents per game; active: ``(global env index, call)``
+        games, block, storage; n_agents: agents per game; active: ``(global env index, call)``
             of the call in progress or last made (the game's first column).
     """
 
-    def __init__(self, spec: EnvSpec, env_ids: Sequence[int], storage: RolloutStorage):
-        self.spec, self.env_ids, self.storage = spec, list(env_ids), storage
-        self.first = self.env_ids[0]
+    def __init__(self, spec: EnvSpec, block: Sequence[int], storage: RolloutStorage):
+        self.spec, self.block, self.storage = spec, list(block), storage
+        self.first = self.block[0]
         self._starts: list[int] = []  # game g's first column
         self.games: list[GodotGame] = []
         self.n_agents = 0
         self.active: tuple[int, str] = (-1, "")
-        self.book = EpisodeBook.for_storage(storage, self.env_ids)
+        self.book = EpisodeBook.for_storage(storage, self.block)
 
     def open(self) -> None:
         """Launch the games; raises ``ValueError`` if the columns do not split into whole games or the games differ."""
@@ -61,15 +61,15 @@ class GodotRunner:
         first = GodotGame(seed=launch_seed, **kwargs)
         self.games.append(first)
         self.n_agents = first.n_agents
-        if len(self.env_ids) % self.n_agents:
+        if len(self.block) % self.n_agents:
             raise ValueError(
-                f"{len(self.env_ids)} envs for {self.spec.name}: each Godot process runs {self.n_agents} agents, so the envs of a "
+                f"{len(self.block)} envs for {self.spec.name}: each Godot process runs {self.n_agents} agents, so the envs of a "
                 f"pool (or of one worker) must be a positive multiple of {self.n_agents} (one process per {self.n_agents} envs)"
             )
-        self._starts = self.env_ids[:: self.n_agents]
-        if any(self.env_ids[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents)) for g, a in enumerate(self._starts)):
-            raise ValueError(f"env_ids {self.env_ids} must be runs of {self.n_agents} contiguous columns, one per game")
-        for g in range(1, len(self.env_ids) // self.n_agents):
+        self._starts = self.block[:: self.n_agents]
+        if any(self.block[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents)) for g, a in enumerate(self._starts)):
+            raise ValueError(f"block {self.block} must be runs of {self.n_agents} contiguous columns, one per game")
+        for g in range(1, len(self.block) // self.n_agents):
             self.active = (self._starts[g], "constructor")
             game = GodotGame(seed=launch_seed + self._starts[g] - self.first, **kwargs)
             self.games.append(game)
@@ -77,7 +77,7 @@ class GodotRunner:
                 raise ValueError(f"{game.describe()} has other agents or spaces than {first.describe()}")
         self.active = (-1, "")
 
-    def _columns(self, g: int) -> slice:
+    def _span(self, g: int) -> slice:
         """Global storage columns of game g."""
         return slice(self._starts[g], self._starts[g] + self.n_agents)
 
@@ -85,25 +85,25 @@ class GodotRunner:
         """Whether game g steps for ``columns``; a game with only some of its agents there is an error."""
         if columns is None:
             return True
-        cols = self._columns(g)
-        inside = sum(i in columns for i in range(cols.start, cols.stop))
+        span = self._span(g)
+        inside = sum(i in columns for i in range(span.start, span.stop))
         if 0 < inside < self.n_agents:
-            raise ValueError(f"columns {columns} split game {g} (columns {cols.start}..{cols.stop - 1}): a game steps all its agents at once")
+            raise ValueError(f"columns {columns} split game {g} (columns {span.start}..{span.stop - 1}): a game steps all its agents at once")
         return inside == self.n_agents
 
     @staticmethod
-    def _write(target: dict[str, np.ndarray], cols: Union[slice, np.ndarray], obs: AgentsObs) -> None:
+    def _write(target: dict[str, np.ndarray], span: Union[slice, np.ndarray], obs: AgentsObs) -> None:
         for key, arr in target.items():
-            arr[cols] = obs[key]
+            arr[span] = obs[key]
 
     def reset(self, seeds: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
         """Reset every game (with the seed of its first column, global index) and write ``env_obs[0]``."""
         obs0 = self.storage.env_obs_at(0)
         for g, game in enumerate(self.games):
-            cols = self._columns(g)
-            self.active = (cols.start, "reset")
-            self._write(obs0, cols, game.reset(seeds[cols.start]))
-        for j in range(len(self.env_ids)):
+            span = self._span(g)
+            self.active = (span.start, "reset")
+            self._write(obs0, span, game.reset(seeds[span.start]))
+        for j in range(len(self.block)):
             self.book.start(j)
 
     def step(self, t: int, columns: Optional[range] = None) -> None:
@@ -115,27 +115,27 @@ class GodotRunner:
         s, book = self.storage, self.book
         stepping = [g for g in range(len(self.games)) if self._in(g, columns)]
         for g in stepping:
-            self.active = (self._columns(g).start, "step")
-            self.games[g].send_actions(s.env_actions[self._columns(g)])
+            self.active = (self._span(g).start, "step")
+            self.games[g].send_actions(s.env_actions[self._span(g)])
         next_obs = s.env_obs_at(t + 1)
         for g in stepping:
-            game, cols = self.games[g], self._columns(g)
-            self.active = (cols.start, "step")
+            game, span = self.games[g], self._span(g)
+            self.active = (span.start, "step")
             reply = game.receive_step()
-            s.env_rewards[t, cols] = reply.rewards
-            s.terminated[t, cols] = reply.terminated
-            s.truncated[t, cols] = reply.truncated
-            self._write(next_obs, cols, reply.obs)
+            s.env_rewards[t, span] = reply.rewards
+            s.terminated[t, span] = reply.terminated
+            s.truncated[t, span] = reply.truncated
+            self._write(next_obs, span, reply.obs)
             first = g * self.n_agents
             for j, reward in enumerate(reply.rewards.tolist(), first):  # Monitor: float(reward) summed in float64
                 book.returns[j] += reward
                 book.lengths[j] += 1
             for a in np.flatnonzero(reply.terminated | reply.truncated):
                 for key, arr in s.env_terminal_obs.items():
-                    arr[cols.start + a] = reply.terminal_obs[key][a]
+                    arr[span.start + a] = reply.terminal_obs[key][a]
                 book.end(first + a, None)
 
-    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+    def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         raise NotImplementedError(f"{kind}({name!r}): a Godot game's agents are not gymnasium envs; they have no attributes or methods")
 
     def close(self) -> None:
@@ -215,5 +215,5 @@ class GodotBackend:
             )
         return problems
 
-    def make_runner(self, env_ids: Sequence[int], storage: RolloutStorage) -> GodotRunner:
-        return GodotRunner(self.spec, env_ids, storage)
+    def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GodotRunner:
+        return GodotRunner(self.spec, block, storage)

@@ -29,7 +29,7 @@ def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
 
 
 class Runner(Protocol):
-    """Steps env columns ``env_ids`` (global indices) of a storage.
+    """Steps env columns ``block`` (global indices) of a storage.
 
     ``open`` builds the envs (a failure leaves ``active`` naming the env being built); ``reset``
     writes ``env_obs[0]``; ``step(t, columns)`` (all of the runner's columns by default, else
@@ -43,7 +43,7 @@ class Runner(Protocol):
     a failure can name its env.
     """
 
-    env_ids: Sequence[int]
+    block: Sequence[int]
     active: tuple[int, str]
 
     def open(self) -> None: ...
@@ -52,14 +52,14 @@ class Runner(Protocol):
 
     def step(self, t: int, columns: Optional[range] = None) -> Any: ...
 
-    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]: ...
+    def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]: ...
 
     def close(self) -> None: ...
 
 
 class GymRunner:
-    """Steps gymnasium envs in columns ``env_ids``, writing into ``storage``; ``open`` builds env
-    ``env_ids[j]`` as ``factory(env_ids[j])``.
+    """Steps gymnasium envs in columns ``block``, writing into ``storage``; ``open`` builds env
+    ``block[j]`` as ``factory(block[j])``.
 
     sb3 semantics: env i is first reset with ``seeds[i]`` (``seed + i``); an episode end
     (terminated or truncated) stores the last obs in ``env_terminal_obs`` and auto-resets
@@ -73,24 +73,24 @@ class GymRunner:
     ``(infos, reset_infos)`` and ``reset`` returns ``reset_infos``.
     """
 
-    def __init__(self, factory: Callable[[int], gym.Env], env_ids: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
-        self.factory, self.env_ids, self.storage = factory, list(env_ids), storage
+    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
+        self.factory, self.block, self.storage = factory, list(block), storage
         self.envs: list[gym.Env] = []
         self.single_obs = not isinstance(storage.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
         self.record_infos = record_infos
-        self.infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
-        self.reset_infos: list[dict[str, Any]] = [{} for _ in self.env_ids]
+        self.infos: list[dict[str, Any]] = [{} for _ in self.block]
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in self.block]
         self.active: tuple[int, str] = (-1, "")
-        self.book = EpisodeBook.for_storage(storage, self.env_ids)
+        self.book = EpisodeBook.for_storage(storage, self.block)
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
         # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
-        self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.env_ids] if multiprocessing.parent_process() is None else None
+        self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None else None
 
     def open(self) -> None:
         """Build the envs, in column order."""
-        for i in self.env_ids[len(self.envs) :]:
+        for i in self.block[len(self.envs) :]:
             self.active = (i, "constructor")
             WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR  # not hot: one per env built
             self.envs.append(self.factory(i))
@@ -115,7 +115,7 @@ class GymRunner:
         """
         obs0 = self.storage.env_obs_at(0)
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
-        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+        for j, (env, i) in enumerate(zip(self.envs, self.block)):
             self.active = (i, "reset")
             if codes:
                 beacon[slot] = codes[j] + RESET - STEP
@@ -137,7 +137,7 @@ class GymRunner:
         returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
-        for j, (env, i) in enumerate(zip(self.envs, self.env_ids)):
+        for j, (env, i) in enumerate(zip(self.envs, self.block)):
             if columns is not None and i not in columns:
                 continue
             self.active = (i, "step")
@@ -170,11 +170,11 @@ class GymRunner:
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
         return (self.infos, self.reset_infos) if self.record_infos else None
 
-    def call(self, kind: str, env_ids: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
+    def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""
-        local = dict(zip(self.env_ids, self.envs))
+        local = dict(zip(self.block, self.envs))
         results = []
-        for i in env_ids:
+        for i in indices:
             self.active = (i, kind)
             env = local[i]
             if kind == "get_attr":

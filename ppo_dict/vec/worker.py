@@ -6,7 +6,7 @@ serves commands until "close" or until the main process dies.
 
 Messages, main -> worker: ``("step", t)`` or ``("step", t, first, end)`` (only columns
 ``[first, end)``), ``("reset", seeds, options)``,
-``("call", kind, env_ids, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
+``("call", kind, indices, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
 ``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
 command, ``("raised", exception)`` when a call's caller erred (the worker stays usable), or an
 :data:`ErrorReport`, after which the worker exits.
@@ -40,7 +40,7 @@ class WorkerArgs:
     """Everything a worker needs, pickled once at process start (the RawArray by fd passing)."""
 
     worker_idx: int
-    env_ids: tuple[int, ...]
+    block: tuple[int, ...]
     backend: EnvBackend
     buffer: Any
     layout: SharedLayout
@@ -142,7 +142,7 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
     try:
         storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout),
                                  info_keywords=a.backend.info_keywords)
-        runner = a.backend.make_runner(a.env_ids, storage)
+        runner = a.backend.make_runner(a.block, storage)
         runner.open()
         limit_threads()  # again: env constructors may have imported torch or cv2
         conn.send(("ready",))
