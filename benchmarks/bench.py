@@ -37,9 +37,9 @@ from benchmarks.bench_pipeline import run_pipeline  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
     Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
 )
+from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402
-from ppo_dict.algo.ppo import PPO  # noqa: E402
 
 ENV_ID = "Reacher-v5"
 N_STEPS = 256

@@ -24,14 +24,14 @@ from gymnasium import spaces
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ppo_dict.core.config import Config  # noqa: E402
-from ppo_dict.envs.godot.game import DEFAULT_BINARY, GodotGame  # noqa: E402
-from ppo_dict.run.evaluation import EVAL_SEED_OFFSET  # noqa: E402
-from ppo_dict.core.logger import Logger  # noqa: E402
-from ppo_dict.main_ppo_godot import DEMO_DEFAULTS, DEMO_LAYOUT  # noqa: E402
 from ppo_dict.algo.policy import ActorCritic  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
+from ppo_dict.core.logger import Logger  # noqa: E402
 from ppo_dict.data.storage import obs_to_tensor  # noqa: E402
+from ppo_dict.envs.godot.game import DEFAULT_BINARY, GodotGame  # noqa: E402
+from ppo_dict.main_ppo_godot import DEMO_DEFAULTS, DEMO_LAYOUT  # noqa: E402
+from ppo_dict.run.evaluation import EVAL_SEED_OFFSET  # noqa: E402
 from ppo_dict.vec import EnvPool, make_env_pool  # noqa: E402
 
 

@@ -38,10 +38,10 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
 from ppo_dict.algo import update  # noqa: E402
-from ppo_dict.core.config import Config  # noqa: E402
-from ppo_dict.run.run_plan import build_env_pool
-from ppo_dict.core.seeding import same_values  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
+from ppo_dict.core.seeding import same_values  # noqa: E402
+from ppo_dict.run.run_plan import build_env_pool
 
 SETTING = "Reacher-v5, 8 envs, n_steps 256, batch 256, 10 epochs, --normalize, MLP 64x64, 1 thread"
 CFG = Config(env="gym_Reacher-v5", n_envs=8, num_workers=0, n_steps=256, batch_size=256, n_epochs=10, normalize=True, gamma=0.9,

@@ -75,8 +75,8 @@ class Contender:
 def ppo_dict_contender(name: str, cfg, training: bool, iterations: int = 1) -> Contender:
     """ppo_dict's PPO on the env pool it trains with: per round ``iterations`` training iterations
     (``training``), else one rollout with its GAE. ``.model`` is the PPO (its ``timing``)."""
-    from ppo_dict.run.run_plan import build_env_pool
     from ppo_dict.algo.ppo import PPO
+    from ppo_dict.run.run_plan import build_env_pool
 
     model = PPO(cfg, build_env_pool(cfg))
     model.start_envs()

@@ -26,19 +26,19 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from ppo_dict.algo.ppo import PPO
+from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
+from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
+from ppo_dict.core.logger import Logger
+from ppo_dict.envs import EnvSpec
+from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
 from ppo_dict.run.checks import validate
 from ppo_dict.run.cli import config_from_flags, explicit_flags
-from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
-from ppo_dict.envs import EnvSpec
-from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
-from ppo_dict.interop.sb3 import export_sb3
-from ppo_dict.core.logger import Logger
-from ppo_dict.algo.ppo import PPO
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.run_plan import plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
-from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
@@ -134,8 +134,9 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logge
 
     Returns ``(cfg with run_dir set, logger, wandb tracker or None, closers)``.
     """
-    run_dir = cfg.run_dir or default_run_dir(cfg)
-    cfg = cfg.replace(run_dir=run_dir)
+    if not cfg.run_dir:
+        cfg = cfg.replace(run_dir=default_run_dir(cfg))
+    run_dir = cfg.run_dir
     os.makedirs(run_dir, exist_ok=True)
     write_config(cfg, os.path.join(run_dir, "config.json"))
     resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
@@ -240,7 +241,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     exit_code, last_checkpoint = 1, None
     pool = plan.env_pool()
     try:
-        ppo = PPO(cfg, pool, logger)
+        ppo = PPO(cfg, pool, logger, device=plan.device)
         if device_notice(ppo.device):
             print(device_notice(ppo.device), flush=True)
         if resumed is not None:
@@ -346,6 +347,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if cfg.seed is None:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
+    if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
+        cfg = cfg.replace(run_dir=default_run_dir(cfg))
     try:
         return run(cfg, backend, resumed, agent)
     except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify

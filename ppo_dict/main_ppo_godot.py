@@ -18,8 +18,8 @@ import sys
 from typing import Any, Optional
 
 from ppo_dict import main_ppo
-from ppo_dict.run.cli import explicit_flags
 from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
+from ppo_dict.run.cli import explicit_flags
 
 #: The demo's tuned hyperparameters, as main_ppo flags (``benchmarks/bench_godot.py`` trains with them too).
 DEMO_DEFAULTS: dict[str, Any] = {

@@ -23,8 +23,8 @@ import threading
 import time
 from typing import Any, Optional
 
-from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.core.errors import SweepError
+from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.run.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

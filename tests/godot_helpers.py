@@ -11,9 +11,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.logger import Logger
-from ppo_dict.algo.ppo import PPO
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.system_parts import needs

@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 
-from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, restore
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
+from ppo_dict.core.files import load_model_state
+from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, restore
+from ppo_dict.run.checkpoint import model_state
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.run.checkpoint import model_state
-from ppo_dict.core.files import load_model_state
-from ppo_dict.algo.ppo import PPO
 from tests.conftest import ROOT
 from tests.faults.lines import Lines
 from tests.test_main_ppo import run_cli, summary_line
@@ -142,9 +142,9 @@ def test_checkpoint_for_other_spaces_is_refused(runs) -> None:
 
 SLOW_WRITER = """
 import sys, time, io, torch
+from ppo_dict.core.files import atomic_write
 import ppo_dict.run.checkpoint as ck, ppo_dict.main_ppo as mp, ppo_dict.algo.ppo as ppo_module
 from ppo_dict.run.checkpoint import model_state
-from ppo_dict.core.files import atomic_write
 signalled = []
 handler = mp.StopFlag.__call__
 def record(self, signum, frame):

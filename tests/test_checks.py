@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from ppo_dict.run.checks import validate
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.run.checks import validate
 from tests.system_parts import needs
 
 

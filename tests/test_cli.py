@@ -1,8 +1,8 @@
 """The command line generated from Config: spellings of booleans and of what a wandb agent sends, bad flags."""
 import pytest
 
-from ppo_dict.run.cli import config_from_args
 from ppo_dict.core.parse import make_schedule
+from ppo_dict.run.cli import config_from_args
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.run.run_plan import build_env_pool
-from ppo_dict.algo.ppo import PPO
 
 PENDULUM = Config(env="gym_Pendulum-v1", n_envs=32, num_workers=2, n_steps=16, batch_size=128, n_epochs=2, seed=1, total_timesteps=2 * 512,
                   normalize=True)

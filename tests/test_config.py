@@ -3,11 +3,11 @@ import dataclasses
 
 import pytest
 
-from ppo_dict.run.checks import validate
-from ppo_dict.run.cli import config_from_args
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
-from ppo_dict.algo.ppo import PPO
+from ppo_dict.run.checks import validate
+from ppo_dict.run.cli import config_from_args
 from ppo_dict.vec import make_env_pool
 
 

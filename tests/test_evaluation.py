@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
+from ppo_dict.core.files import load_model_state
+from ppo_dict.run.evaluation import Evaluator
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.run.evaluation import Evaluator
-from ppo_dict.core.files import load_model_state
-from ppo_dict.algo.ppo import PPO
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
 from tests.test_main_ppo import run_cli, summary_line
@@ -82,10 +82,10 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
 
 def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
     """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
-    from ppo_dict.envs import make_env
-    from ppo_dict.run.evaluation import run_episodes
     from ppo_dict.algo.model import Model
     from ppo_dict.algo.policy import build_policy
+    from ppo_dict.envs import make_env
+    from ppo_dict.run.evaluation import run_episodes
 
     cfg = Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True, episode_length=5), seed=0)
     env = make_env(env_spec(cfg))

@@ -4,12 +4,12 @@ import os
 import pytest
 import torch
 
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.run.checkpoint import model_state, save_model
-from ppo_dict.interop.sb3 import sb3_ppo_kwargs
 from ppo_dict.core.files import atomic_write, config_values, load_model_state
-from ppo_dict.algo.ppo import PPO
+from ppo_dict.interop.sb3 import sb3_ppo_kwargs
+from ppo_dict.run.checkpoint import model_state, save_model
 from ppo_dict.vec import make_env_pool
 
 

@@ -7,16 +7,17 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from ppo_dict.run.checkpoint import CheckpointManager
+from ppo_dict.algo.model import Model
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ExportError
-from ppo_dict.run.checkpoint import save_model
-from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.data.actions import mask_sizes
+from ppo_dict.data.masking import mask_offsets
 from ppo_dict.export_onnx import main as export_main
 from ppo_dict.interop.onnx import MASKS_INPUT, check_onnx, export_onnx, sample_batch, sample_masks
-from ppo_dict.algo.model import Model
-from ppo_dict.data.masking import mask_offsets, mask_sizes
-from ppo_dict.algo.ppo import PPO
+from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.run.checkpoint import CheckpointManager
+from ppo_dict.run.checkpoint import save_model
 from ppo_dict.vec import make_env_pool
 
 onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the onnx and test extras)")

@@ -9,11 +9,11 @@ import warnings
 import numpy as np
 import pytest
 
-from ppo_dict.run.checks import validate
-from ppo_dict.run.cli import config_from_args
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.files import load_model_state
 from ppo_dict.interop.hyperparams import ATARI_WRAPPER, UNSUPPORTED, hyperparams_file, load_hyperparams, translate
+from ppo_dict.run.checks import validate
+from ppo_dict.run.cli import config_from_args
 from tests.conftest import ROOT
 from tests.test_main_ppo import QUICK, run_cli
 

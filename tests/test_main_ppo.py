@@ -126,8 +126,8 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
     """Each trains from the command line; the sb3 zip loads and predicts our deterministic actions; enjoy replays it."""
     from stable_baselines3 import PPO as SB3PPO
 
-    from ppo_dict.envs import make_env
     from ppo_dict.algo.model import Model
+    from ppo_dict.envs import make_env
     from ppo_dict.vec import env_spec
 
     run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"

@@ -8,17 +8,18 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.run.checks import validate
-from ppo_dict.core.config import Config
-from ppo_dict.envs.masked import MaskedJumpEnv
-from ppo_dict.core.errors import ConfigError, EnvWorkerError
-from ppo_dict.run.evaluation import run_episodes
 from ppo_dict.algo.model import Model
-from ppo_dict.interop.sb3 import export_sb3
-from ppo_dict.data.masking import mask_dim, mask_problem, mask_sizes, with_action_masks
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import ConfigError, EnvWorkerError
+from ppo_dict.data.actions import mask_sizes
+from ppo_dict.data.masking import mask_dim, mask_problem, with_action_masks
 from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.envs.masked import MaskedJumpEnv
+from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.run.checks import validate
+from ppo_dict.run.evaluation import run_episodes
 from ppo_dict.vec import make_env_pool
 from ppo_dict.vec.shared_memory import plan_layout
 

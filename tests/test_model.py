@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_dict.run.checkpoint import load_for_resume, restore
-from ppo_dict.core.config import Config
-from ppo_dict.envs import make_env
-from ppo_dict.core.errors import CheckpointError
-from ppo_dict.run.checkpoint import save_model
-from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.algo.model import Model
-from ppo_dict.core.seeding import same_values
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.seeding import same_values
+from ppo_dict.envs import make_env
+from ppo_dict.interop.sb3 import export_sb3
+from ppo_dict.run.checkpoint import load_for_resume, restore
+from ppo_dict.run.checkpoint import save_model
 from ppo_dict.vec import env_spec, make_env_pool
 
 CONFIGS = {

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_dict.envs import resolve_env_name
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
+from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.envs import resolve_env_name
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.core.errors import NonFiniteError
-from ppo_dict.algo.ppo import PPO
 
 CFG = Config(env="gym_Pendulum-v1", n_envs=3, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, seed=13, total_timesteps=384, verbose=0)
 
@@ -62,8 +62,8 @@ def test_out_of_bounds_actions_are_clipped_for_the_env_but_stored_unclipped() ->
 
 
 def test_device_auto_keeps_mlp_policies_on_the_cpu_and_sends_image_policies_to_a_gpu() -> None:
-    from ppo_dict.main_ppo import device_notice
     from ppo_dict.algo.model import resolve_device
+    from ppo_dict.main_ppo import device_notice
 
     assert resolve_device("auto", images=False, cuda_available=True) == torch.device("cpu")  # bit-exact with sb3
     assert resolve_device("auto", images=True, cuda_available=True) == torch.device("cuda")

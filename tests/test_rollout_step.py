@@ -4,9 +4,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.data.masking import mask_offsets, mask_sizes, with_action_masks
+from ppo_dict.data.actions import mask_sizes
+
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.data.masking import mask_offsets, with_action_masks
 
 BOX_OBS = spaces.Box(-np.inf, np.inf, (11,), np.float64)
 IMAGE = spaces.Box(0, 255, (3, 36, 36), np.uint8)

@@ -3,11 +3,11 @@ one thread, and the time/* figures. None of it may change a number."""
 import pytest
 import torch
 
-import ppo_dict.algo.ppo as ppo_module
 from ppo_dict.algo.collect import TIMING_KEYS
+import ppo_dict.algo.ppo as ppo_module
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
-from ppo_dict.algo.ppo import PPO
 from ppo_dict.run.run_plan import build_env_pool, plan_main_envs, plan_run
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.shm_pool import balanced_main_envs
@@ -50,6 +50,24 @@ def test_the_plan_is_made_once_and_the_pool_follows_it() -> None:
         pool.close()
     with pytest.raises(ConfigError, match="n_steps"):
         plan_run(cfg.replace(n_steps=0, env="gym_NoSuchEnv-v0"))
+
+
+def test_the_run_config_is_checked_once_on_its_way_to_training(monkeypatch) -> None:
+    """The plan, the pool and PPO each refuse a bad config, however it was built; the same (frozen)
+    config is worked out once on its way through them, and PPO runs on the plan's device."""
+    found = []
+    find = Config._find_problems
+    monkeypatch.setattr(Config, "_find_problems", lambda self: found.append(self) or find(self))
+    cfg = CFG.replace(seed=4)
+    plan = plan_run(cfg)
+    with PPO(cfg, plan.env_pool(), device=plan.device) as model:
+        assert model.device == plan.device == torch.device("cpu")  # an MLP policy: "auto" keeps it on the CPU
+    assert found == [cfg]
+    bad = CFG.replace(n_steps=0)
+    for _ in range(2):  # a config that failed fails again
+        with pytest.raises(ConfigError, match="n_steps"):
+            bad.check()
+    assert found == [cfg, bad]
 
 
 def test_a_balanced_pool_gives_the_same_numbers_as_one_process() -> None:

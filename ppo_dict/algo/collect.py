@@ -20,12 +20,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.core.config import Config
-from ppo_dict.data.episodes import EpisodeLog
-from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
@@ -113,8 +113,7 @@ class Collector:
         self.policy.eval()
         for step in self.policy_steps.values():
             step.refresh()
-        if self.cfg.use_sde:  # sb3 collect_rollouts: new exploration matrices, one per env, before the first step
-            self.policy.reset_noise(self.n_envs)
+        self.policy.explore(self.n_envs)  # sb3 collect_rollouts: gSDE's new exploration matrices before the first step
         if len(self.halves) == 1:
             self._collect_exact()
         else:
@@ -166,8 +165,8 @@ class Collector:
         (re-scored in train), clipped in ``env_actions`` (what the envs apply), as sb3 does; values
         and log-probs too."""
         s, span = self.storage, slice(columns.start, columns.stop)
-        if self.cfg.use_sde and self.cfg.sde_sample_freq > 0 and t % self.cfg.sde_sample_freq == 0 and columns.start == 0:
-            self.policy.reset_noise(self.n_envs)  # sb3: every sde_sample_freq steps, step 0 included (a second draw there)
+        if columns.start == 0:  # once per rollout step (double-buffered: before the first half's)
+            self.policy.explore(self.n_envs, t, self.cfg.sde_sample_freq)
         obs = self.step_obs(t)
         if len(columns) < self.n_envs:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]

@@ -18,13 +18,13 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.core.config import Config
-from ppo_dict.envs import make_env
-from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.data.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
+from ppo_dict.envs import make_env
 
 def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
     """The torch device ``--device name`` means for a policy that takes images or not.

@@ -16,11 +16,11 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.distributions import Distribution
-from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
-from ppo_dict.core.parse import NetArch
 from ppo_dict.data.storage import TensorObs
+from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
 
 if TYPE_CHECKING:
     from ppo_dict.core.config import Config
@@ -288,6 +288,12 @@ class ActorCritic(nn.Module):
         if self.action_spec.gsde is None:
             raise ValueError("reset_noise() is only available when using gSDE")
         self.action_spec.gsde.sample_weights(self.log_std, batch_size=n_envs)
+
+    @torch.no_grad()
+    def explore(self, n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
+        """The action space's exploration-noise schedule (:meth:`~ppo_dict.data.actions.ActionSpec.explore`):
+        at a rollout's start (``t`` None) and before its step ``t``."""
+        self.action_spec.explore(getattr(self, "log_std", None), n_envs, t, sample_freq)
 
     def forward(self, obs: TensorObs, deterministic: bool = False,
                 action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

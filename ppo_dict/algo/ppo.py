@@ -14,16 +14,16 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.algo.collect import Collector, Timing
-from ppo_dict.envs import contains_image
-from ppo_dict.data.episodes import EpisodeLog
-from ppo_dict.core.logger import Logger
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
-from ppo_dict.core.parse import make_schedule
 from ppo_dict.algo.policy import ActorCritic, build_policy
-from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
+from ppo_dict.core.config import Config, physical_cores
+from ppo_dict.core.logger import Logger
+from ppo_dict.core.parse import make_schedule
+from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
+from ppo_dict.data.episodes import EpisodeLog
+from ppo_dict.envs import contains_image
 from ppo_dict.vec import EnvPool
 
 
@@ -36,11 +36,11 @@ class PPO:
     here (:meth:`Config.check`), however it was built.
     """
 
-    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None):
+    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None):
         cfg.check()
         self.cfg, self.pool, self.storage = cfg, pool, pool.storage
         self.n_envs = pool.num_envs
-        self.device = resolve_device(cfg.device, contains_image(pool.observation_space))
+        self.device = device or resolve_device(cfg.device, contains_image(pool.observation_space))  # the run plan's
         self.logger = logger or Logger(verbose=cfg.verbose)
         self.lr_schedule = make_schedule(cfg.learning_rate)
         self.clip_schedule = make_schedule(cfg.clip_range)

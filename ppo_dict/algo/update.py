@@ -15,10 +15,10 @@ from torch import nn
 from torch.optim.adam import adam as adam_functional
 from torch.nn import functional as F
 
-from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.data.lean_sampling import LOG_SQRT_2PI
 from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.data.lean_sampling import LOG_SQRT_2PI
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 

@@ -251,7 +251,15 @@ class Config:
 
     # ------------------------------------------------------------------ checks of the values alone
     def problems(self) -> list[str]:
-        """Every setting that is out of range or disagrees with another, one line each (empty: fine)."""
+        """Every setting that is out of range or disagrees with another, one line each (empty: fine).
+
+        Worked out once per config (it is frozen): the command line's checks, the run plan, the
+        pool and ``PPO`` all check the same config on the way to training, and only the first pays."""
+        if "_problems" not in self.__dict__:
+            object.__setattr__(self, "_problems", tuple(self._find_problems()))
+        return list(self.__dict__["_problems"])
+
+    def _find_problems(self) -> list[str]:
         problems = [p for f in dataclasses.fields(self) for p in [field_problem(f, getattr(self, f.name))] if p]
         bad = {p.split("=", 1)[0] for p in problems}
         if not bad & {"n_envs", "num_workers", "envs_per_worker"}:

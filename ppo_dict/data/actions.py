@@ -23,9 +23,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.data.distributions import BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MultiCategorical, StateDependentNoise
+from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MaskedCategorical,
+                                         MaskedDistribution, MaskedMultiCategorical, MultiCategorical, StateDependentNoise)
 from ppo_dict.data.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
-from ppo_dict.data.masking import HUGE_NEG, MaskedDistribution, mask_sizes, masked_distribution, masking_space_problem
 
 
 class ActionSpec:
@@ -58,6 +58,12 @@ class ActionSpec:
         """The action net's outputs."""
         raise NotImplementedError
 
+    @property
+    def mask_sizes(self) -> Optional[list[int]]:
+        """The categoricals an invalid-action mask covers, in order (their sum is sb3-contrib's
+        ``mask_dims``); None: sb3-contrib's MaskablePPO takes no masks for this space."""
+        return None
+
     def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
         """``(action_net, log_std or None)``, created as sb3's ``proba_distribution_net`` creates them
         (torch RNG: the Linear's init, then with gSDE the first exploration matrices)."""
@@ -73,6 +79,10 @@ class ActionSpec:
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         raise NotImplementedError
+
+    def explore(self, log_std: Optional[torch.Tensor], n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
+        """sb3's exploration-noise schedule during a rollout: at its start (``t`` None) and before
+        rollout step ``t`` (``sample_freq``: sb3's ``sde_sample_freq``). Nothing, for most kinds."""
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
         """The rollout step's lean sampling for ``n_envs`` envs (``dtype``: the action net's), or None:
@@ -148,7 +158,7 @@ class ClampToBounds(nn.Module):
 
 class StateDependentSpec(GaussianSpec):
     """Box with gSDE: sb3's ``StateDependentNoiseDistribution`` (no squashing, features not learned);
-    its exploration matrices (:class:`GSDENoise`) are drawn at sb3's cadence by the collector."""
+    its exploration matrices (:class:`GSDENoise`) are drawn at sb3's cadence (:meth:`explore`)."""
 
     lean_evaluate = False
 
@@ -167,6 +177,12 @@ class StateDependentSpec(GaussianSpec):
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return StateDependentNoise(head, log_std, latent_pi, self.gsde)
 
+    def explore(self, log_std: Optional[torch.Tensor], n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
+        """New exploration matrices, one per env (sb3 ``collect_rollouts``): before the first step, and
+        every ``sample_freq`` steps when it is positive, step 0 included (a second draw there)."""
+        if t is None or (sample_freq > 0 and t % sample_freq == 0):
+            self.gsde.sample_weights(log_std, batch_size=n_envs)  # type: ignore[union-attr]
+
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
         return StateDependentSampler(self.gsde)
 
@@ -181,6 +197,10 @@ class DiscreteSpec(ActionSpec):
     @property
     def n_outputs(self) -> int:
         return int(self.space.n)
+
+    @property
+    def mask_sizes(self) -> Optional[list[int]]:
+        return [int(self.space.n)]
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return CategoricalDist(head)
@@ -204,11 +224,15 @@ class MultiDiscreteSpec(ActionSpec):
     def n_outputs(self) -> int:
         return sum(int(n) for n in self.space.nvec)
 
+    @property
+    def mask_sizes(self) -> Optional[list[int]]:
+        return [int(n) for n in self.space.nvec] if self.space.nvec.ndim == 1 else None
+
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return MultiCategorical(head, [int(n) for n in self.space.nvec])
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
-        return CategoricalsSampler(mask_sizes(self.space), self.masked, huge_neg(dtype, device))
+        return CategoricalsSampler([int(n) for n in self.space.nvec], self.masked, huge_neg(dtype, device))
 
 
 class MultiBinarySpec(ActionSpec):
@@ -223,6 +247,11 @@ class MultiBinarySpec(ActionSpec):
     def n_outputs(self) -> int:
         return int(self.space.n)
 
+    @property
+    def mask_sizes(self) -> Optional[list[int]]:
+        """``n`` two-way categoricals: entry i's pair ``[may be 0, may be 1]``."""
+        return [2] * int(self.space.n) if isinstance(self.space.n, (int, np.integer)) else None
+
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return BernoulliDist(head)
 
@@ -235,20 +264,27 @@ class Masked:
     masked = True
     space: spaces.Space
 
+    mask_sizes: list[int]
+
     def problem(self) -> str:
-        return super().problem() or masking_space_problem(self.space)  # type: ignore[misc]
+        return super().problem() or ("" if self.mask_sizes is not None else masks_refused(self.space))  # type: ignore[misc]
 
     @property
     def n_outputs(self) -> int:
-        return sum(mask_sizes(self.space))
+        return sum(self.mask_sizes)
 
     def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
                      masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
-        return masked_distribution(head, self.space, masks)
+        """sb3-contrib ``make_masked_proba_distribution(space).proba_distribution(logits)`` with masks applied."""
+        return MaskedMultiCategorical(head, self.mask_sizes, masks)
 
 
 class MaskedDiscreteSpec(Masked, DiscreteSpec):
     """Discrete under sb3-contrib: ``MaskableCategoricalDistribution``."""
+
+    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
+                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+        return MaskedCategorical(head.view(-1, int(self.space.n)), masks)
 
 
 class MaskedMultiDiscreteSpec(Masked, MultiDiscreteSpec):
@@ -259,11 +295,11 @@ class MaskedMultiBinarySpec(Masked, MultiBinarySpec):
     """MultiBinary under sb3-contrib: ``MaskableBernoulliDistribution`` (``n`` two-way categoricals, one multinomial each)."""
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
-        return CategoricalsSampler(mask_sizes(self.space), self.masked, huge_neg(dtype, device))
+        return CategoricalsSampler(self.mask_sizes, self.masked, huge_neg(dtype, device))
 
 
 def huge_neg(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The 0-d -1e8 of a masked logit, made once per sampler, not per step (``ppo_dict.data.masking.masked_logits``)."""
+    """The 0-d -1e8 of a masked logit, made once per sampler, not per step (``ppo_dict.data.distributions.masked_logits``)."""
     return torch.tensor(HUGE_NEG, dtype=dtype, device=device)
 
 
@@ -275,6 +311,10 @@ KINDS: dict[type[spaces.Space], tuple[type[ActionSpec], Optional[type[ActionSpec
     spaces.MultiDiscrete: (MultiDiscreteSpec, None, MaskedMultiDiscreteSpec),
     spaces.MultiBinary: (MultiBinarySpec, None, MaskedMultiBinarySpec),
 }
+def _kinds(space: spaces.Space) -> Optional[tuple[type[ActionSpec], Optional[type[ActionSpec]], Optional[type[ActionSpec]]]]:
+    return next((kinds for kind, kinds in KINDS.items() if isinstance(space, kind)), None)
+
+
 #: The action spaces sb3's PPO takes (``PPO.__init__``'s ``supported_action_spaces``), in its message's order.
 SUPPORTED_ACTION_SPACES = tuple(KINDS)
 
@@ -285,14 +325,14 @@ def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False
     sb3-contrib's maskable distributions with ``masked``). Raises ``ValueError`` naming a space of
     no supported kind, or a kind sb3 refuses gSDE or masks for; what sb3 refuses in a space of a
     supported kind is the spec's :meth:`~ActionSpec.problem`."""
-    kinds = next((kinds for kind, kinds in KINDS.items() if isinstance(space, kind)), None)
+    kinds = _kinds(space)
     if kinds is None:
         raise ValueError(f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided")
     plain, state_dependent, maskable = kinds
     if use_sde and state_dependent is None:  # sb3 BaseAlgorithm.__init__
         raise ValueError("generalized State-Dependent Exploration (gSDE) can only be used with continuous actions.")
     if masked and maskable is None:
-        raise ValueError(masking_space_problem(space))
+        raise ValueError(masks_refused(space))
     if use_sde:
         return StateDependentSpec(space, full_std, use_expln)
     return (maskable if masked else plain)(space)
@@ -304,3 +344,27 @@ def action_space_problem(space: spaces.Space, use_sde: bool = False, masked: boo
         return action_spec(space, use_sde, masked).problem()
     except ValueError as exc:
         return str(exc)
+
+
+def masks_refused(space: spaces.Space) -> str:
+    """sb3-contrib's MaskablePPO's refusal of ``space`` as an action space with masks."""
+    return f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), not {space}"
+
+
+def masking_space_problem(space: spaces.Space) -> str:
+    """Why sb3-contrib's MaskablePPO refuses ``space`` as an action space (``""`` when it takes it):
+    a space of a kind it has masks for, whose masks its spec can lay out."""
+    kinds = _kinds(space)
+    if kinds is None or kinds[2] is None or kinds[2](space).mask_sizes is None:
+        return masks_refused(space)
+    return ""
+
+
+def mask_sizes(space: spaces.Space) -> list[int]:
+    """The categoricals a mask for ``space`` covers (its masked spec's :attr:`~ActionSpec.mask_sizes`):
+    ``[n]`` (Discrete), ``nvec`` (MultiDiscrete) or ``[2] * n`` (MultiBinary). Raises ``ValueError``
+    for a space MaskablePPO takes no masks for."""
+    problem = masking_space_problem(space)
+    if problem:
+        raise ValueError(problem)
+    return action_spec(space, masked=True).mask_sizes  # type: ignore[return-value]

@@ -5,14 +5,19 @@ gSDE), :class:`CategoricalDist` (Discrete), :class:`MultiCategorical` (MultiDisc
 :class:`BernoulliDist` (MultiBinary). Each is a cheap wrapper made per forward pass over torch's own
 distributions, with sb3's expressions: the same torch calls on the same shapes, so the same floats
 and the same random draws. Which one a policy uses, and the layers that feed it, is its action
-space's spec (``ppo_dict.data.actions``).
+space's spec (``ppo_dict.data.actions``). Under ``--action_masks``, sb3-contrib's maskable ones:
+:class:`MaskedCategorical` and :class:`MaskedMultiCategorical` (MultiBinary is the latter with
+``[2] * n``), the same torch calls on the same shapes, so the same floats and draws.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 from torch.distributions import Bernoulli, Categorical, Normal
+
+#: The logit of a masked action (sb3-contrib ``MaskableCategorical.apply_masking``'s ``HUGE_NEG``).
+HUGE_NEG = -1e8
 
 # ----------------------------------------------------------------------------------------------
 # The distributions of one forward pass: sample / mode [B, ...], log_prob / entropy [B]
@@ -161,3 +166,80 @@ class GSDENoise:
         if len(latent) == 1 or len(latent) != len(self.exploration_matrices):
             return torch.mm(latent, self.exploration_mat)
         return torch.bmm(latent.unsqueeze(dim=1), self.exploration_matrices).squeeze(dim=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# sb3-contrib's maskable distributions (``--action_masks``)
+
+
+def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor], huge_neg: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """What sb3-contrib's ``MaskableCategorical`` builds its final Categorical from: the logits as
+    torch's first Categorical normalised them (``logits - logsumexp``), masked entries -1e8 (the
+    Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None.
+    ``huge_neg``: the 0-d -1e8 tensor (the logits' dtype and device) made once by a caller that masks
+    every step (making it costs about as much as the ``where``), else made here as sb3-contrib makes it."""
+    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch.distributions.Categorical.__init__
+    if masks is None:
+        return normalized
+    if huge_neg is None:
+        huge_neg = torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=normalized.device)
+    return torch.where(masks, normalized, huge_neg)
+
+
+class MaskedCategorical:
+    """sb3-contrib ``MaskableCategorical`` over logits ``[B, n]``, masks bool ``[B, n]`` or None.
+
+    torch's Categorical is built twice, as sb3-contrib builds it: once from the raw logits (which
+    normalises them), once from those normalised logits, masked entries set to -1e8 (normalised
+    again: not PPO's floats even without masks).
+    """
+
+    def __init__(self, logits: torch.Tensor, masks: Optional[torch.Tensor] = None):
+        self.masks = None if masks is None else torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(logits.shape)
+        self.dist = Categorical(logits=masked_logits(logits, self.masks), validate_args=False)
+
+    def sample(self) -> torch.Tensor:
+        return self.dist.sample()
+
+    def mode(self) -> torch.Tensor:
+        return torch.argmax(self.dist.probs, dim=1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.dist.log_prob(actions)
+
+    def entropy(self) -> torch.Tensor:
+        """torch's entropy unmasked; masked, ``-sum(where(masks, logits * probs, 0))`` (no clamping of the logits)."""
+        if self.masks is None:
+            return self.dist.entropy()
+        p_log_p = self.dist.logits * self.dist.probs
+        p_log_p = torch.where(self.masks, p_log_p, torch.tensor(0.0, device=p_log_p.device))
+        return -p_log_p.sum(-1)
+
+
+class MaskedMultiCategorical:
+    """sb3-contrib ``MaskableMultiCategoricalDistribution`` (and ``MaskableBernoulliDistribution``,
+    ``sizes = [2] * n``): one :class:`MaskedCategorical` per ``torch.split`` of the logits and of the masks."""
+
+    def __init__(self, logits: torch.Tensor, sizes: list[int], masks: Optional[torch.Tensor] = None):
+        self.sizes = sizes
+        splits = torch.split(logits.view(-1, sum(sizes)), sizes, dim=1)
+        mask_splits: Sequence[Optional[torch.Tensor]] = [None] * len(sizes)
+        if masks is not None:
+            mask_splits = torch.split(torch.as_tensor(masks).view(-1, sum(sizes)), sizes, dim=1)
+        self.dists = [MaskedCategorical(split, mask) for split, mask in zip(splits, mask_splits)]
+
+    def sample(self) -> torch.Tensor:
+        return torch.stack([dist.sample() for dist in self.dists], dim=1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.stack([dist.mode() for dist in self.dists], dim=1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        actions = actions.view(-1, len(self.sizes))
+        return torch.stack([d.log_prob(a) for d, a in zip(self.dists, torch.unbind(actions, dim=1))], dim=1).sum(dim=1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([dist.entropy() for dist in self.dists], dim=1).sum(dim=1)
+
+
+MaskedDistribution = Union[MaskedCategorical, MaskedMultiCategorical]

@@ -16,8 +16,7 @@ from typing import Optional
 
 import torch
 
-from ppo_dict.data.distributions import GSDENoise
-from ppo_dict.data.masking import masked_logits
+from ppo_dict.data.distributions import GSDENoise, masked_logits
 
 #: ``(actions, log_probs)`` rows to write a step's samples into, or None for new tensors.
 Pair = Optional[tuple[torch.Tensor, torch.Tensor]]

@@ -10,52 +10,29 @@ What sb3-contrib does differently from PPO is listed in ``docs/sb3_parity.md`` s
   ``get_action_masks`` does through ``DummyVecEnv.env_method`` (``env.get_wrapper_attr``, so
   sb3-contrib's ``ActionMasker`` wrapper works), checks it and writes it into
   ``action_masks[t, env]`` after each reset and step.
-* **The policy side.** :class:`MaskedCategorical` and :class:`MaskedMultiCategorical` are
-  sb3-contrib's ``MaskableCategorical`` and ``MaskableMultiCategoricalDistribution`` (MultiBinary is
-  the latter with ``[2] * n``): the same torch calls on the same shapes, so the same floats and draws.
+* **The policy side.** The masked kinds of ``ppo_dict.data.actions`` (which spaces take masks, the
+  categoricals a mask covers: ``mask_sizes``) and their distributions in ``ppo_dict.data.distributions``
+  (sb3-contrib's ``MaskableCategorical`` and ``MaskableMultiCategoricalDistribution``).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import torch
 from gymnasium import spaces
-from torch.distributions import Categorical
+
+from ppo_dict.data.actions import mask_sizes, masking_space_problem
 
 #: The attribute that marks an action space whose envs give masks (see the module doc).
 MASKED = "ppo_dict_action_masks"
 #: sb3-contrib's name of the env method (``sb3_contrib.common.maskable.utils.EXPECTED_METHOD_NAME``).
 METHOD = "action_masks"
-#: The logit of a masked action (``MaskableCategorical.apply_masking``'s ``HUGE_NEG``).
-HUGE_NEG = -1e8
 
 
 # ----------------------------------------------------------------------------------------------
 # Spaces
-
-
-def masking_space_problem(space: spaces.Space) -> str:
-    """Why sb3-contrib's MaskablePPO refuses ``space`` as an action space (``""`` when it takes it)."""
-    if isinstance(space, spaces.Discrete):
-        return ""
-    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
-        return ""
-    if isinstance(space, spaces.MultiBinary) and isinstance(space.n, (int, np.integer)):
-        return ""
-    return f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), not {space}"
-
-
-def mask_sizes(space: spaces.Space) -> list[int]:
-    """The categoricals a mask covers, in order: ``[n]`` (Discrete), ``nvec`` (MultiDiscrete) or
-    ``[2] * n`` (MultiBinary: entry i's pair ``[may be 0, may be 1]``). Their sum is sb3-contrib's ``mask_dims``."""
-    if isinstance(space, spaces.Discrete):
-        return [int(space.n)]
-    if isinstance(space, spaces.MultiDiscrete):
-        return [int(n) for n in space.nvec]
-    return [2] * int(space.n)
 
 
 def with_action_masks(space: spaces.Space) -> spaces.Space:
@@ -164,87 +141,3 @@ def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, see
     finally:
         env.close()
     return ""
-
-
-# ----------------------------------------------------------------------------------------------
-# The policy side: sb3-contrib's maskable distributions
-
-
-def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor], huge_neg: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """What sb3-contrib's ``MaskableCategorical`` builds its final Categorical from: the logits as
-    torch's first Categorical normalised them (``logits - logsumexp``), masked entries -1e8 (the
-    Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None.
-    ``huge_neg``: the 0-d -1e8 tensor (the logits' dtype and device) made once by a caller that masks
-    every step (making it costs about as much as the ``where``), else made here as sb3-contrib makes it."""
-    normalized = logits - logits.logsumexp(dim=-1, keepdim=True)  # torch.distributions.Categorical.__init__
-    if masks is None:
-        return normalized
-    if huge_neg is None:
-        huge_neg = torch.tensor(HUGE_NEG, dtype=normalized.dtype, device=normalized.device)
-    return torch.where(masks, normalized, huge_neg)
-
-
-class MaskedCategorical:
-    """sb3-contrib ``MaskableCategorical`` over logits ``[B, n]``, masks bool ``[B, n]`` or None.
-
-    torch's Categorical is built twice, as sb3-contrib builds it: once from the raw logits (which
-    normalises them), once from those normalised logits, masked entries set to -1e8 (normalised
-    again: not PPO's floats even without masks).
-    """
-
-    def __init__(self, logits: torch.Tensor, masks: Optional[torch.Tensor] = None):
-        self.masks = None if masks is None else torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(logits.shape)
-        self.dist = Categorical(logits=masked_logits(logits, self.masks), validate_args=False)
-
-    def sample(self) -> torch.Tensor:
-        return self.dist.sample()
-
-    def mode(self) -> torch.Tensor:
-        return torch.argmax(self.dist.probs, dim=1)
-
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        return self.dist.log_prob(actions)
-
-    def entropy(self) -> torch.Tensor:
-        """torch's entropy unmasked; masked, ``-sum(where(masks, logits * probs, 0))`` (no clamping of the logits)."""
-        if self.masks is None:
-            return self.dist.entropy()
-        p_log_p = self.dist.logits * self.dist.probs
-        p_log_p = torch.where(self.masks, p_log_p, torch.tensor(0.0, device=p_log_p.device))
-        return -p_log_p.sum(-1)
-
-
-class MaskedMultiCategorical:
-    """sb3-contrib ``MaskableMultiCategoricalDistribution`` (and ``MaskableBernoulliDistribution``,
-    ``sizes = [2] * n``): one :class:`MaskedCategorical` per ``torch.split`` of the logits and of the masks."""
-
-    def __init__(self, logits: torch.Tensor, sizes: list[int], masks: Optional[torch.Tensor] = None):
-        self.sizes = sizes
-        splits = torch.split(logits.view(-1, sum(sizes)), sizes, dim=1)
-        mask_splits: Sequence[Optional[torch.Tensor]] = [None] * len(sizes)
-        if masks is not None:
-            mask_splits = torch.split(torch.as_tensor(masks).view(-1, sum(sizes)), sizes, dim=1)
-        self.dists = [MaskedCategorical(split, mask) for split, mask in zip(splits, mask_splits)]
-
-    def sample(self) -> torch.Tensor:
-        return torch.stack([dist.sample() for dist in self.dists], dim=1)
-
-    def mode(self) -> torch.Tensor:
-        return torch.stack([dist.mode() for dist in self.dists], dim=1)
-
-    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
-        actions = actions.view(-1, len(self.sizes))
-        return torch.stack([d.log_prob(a) for d, a in zip(self.dists, torch.unbind(actions, dim=1))], dim=1).sum(dim=1)
-
-    def entropy(self) -> torch.Tensor:
-        return torch.stack([dist.entropy() for dist in self.dists], dim=1).sum(dim=1)
-
-
-MaskedDistribution = Union[MaskedCategorical, MaskedMultiCategorical]
-
-
-def masked_distribution(logits: torch.Tensor, space: spaces.Space, masks: Optional[torch.Tensor]) -> MaskedDistribution:
-    """sb3-contrib ``make_masked_proba_distribution(space).proba_distribution(logits)`` with masks applied."""
-    if isinstance(space, spaces.Discrete):
-        return MaskedCategorical(logits.view(-1, int(space.n)), masks)
-    return MaskedMultiCategorical(logits, mask_sizes(space), masks)

@@ -24,9 +24,9 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.data.actions import action_spec
-from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
 from ppo_dict.data.episodes import episode_columns, read_row
 from ppo_dict.data.masking import mask_dim
+from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 #: A batch as the policy takes it: the single array, or one array per key for Dict spaces.

@@ -16,9 +16,9 @@ import importlib.util
 import os
 from typing import Any
 
-from ppo_dict.envs import GYM_PREFIX, is_atari_env
 from ppo_dict.core.config import parse_values
 from ppo_dict.core.parse import safe_literal
+from ppo_dict.envs import GYM_PREFIX, is_atari_env
 
 #: rl-zoo key -> Config field, where the names differ
 RENAMED = {"n_timesteps": "total_timesteps"}

@@ -30,10 +30,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from ppo_dict.algo.model import Model
 from ppo_dict.core.errors import ExportError
 from ppo_dict.core.files import atomic_write
-from ppo_dict.data.masking import METHOD, mask_sizes
-from ppo_dict.algo.model import Model
+from ppo_dict.data.actions import mask_sizes
+from ppo_dict.data.masking import METHOD
 from ppo_dict.data.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
@@ -90,7 +91,7 @@ def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict
 
 def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarray:
     """``n`` random masks, bool ``[n, mask_dim]``, each allowing about half the actions and at least
-    one in every categorical of ``action_space`` (:func:`~ppo_dict.data.masking.mask_sizes`)."""
+    one in every categorical of ``action_space`` (:func:`~ppo_dict.data.actions.mask_sizes`)."""
     rng = np.random.default_rng(seed)
     parts = []
     for size in mask_sizes(action_space):

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium import spaces
 
+from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.core.files import atomic_write
 from ppo_dict.core.parse import make_schedule
-from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 
 if TYPE_CHECKING:
-    from ppo_dict.core.config import Config
     from ppo_dict.algo.ppo import PPO
+    from ppo_dict.core.config import Config
 
 
 def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:

@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.core.config import FIELDS, Config
-from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
-from ppo_dict.core.errors import CheckpointError
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.core.config import FIELDS, Config
+from ppo_dict.core.errors import CheckpointError
 from ppo_dict.data.storage import OBS_KEY
+from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO

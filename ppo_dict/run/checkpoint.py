@@ -31,8 +31,8 @@ from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, load_mo
 from ppo_dict.core.seeding import rng_state, set_rng_state
 
 if TYPE_CHECKING:
-    from ppo_dict.core.config import Config
     from ppo_dict.algo.ppo import PPO
+    from ppo_dict.core.config import Config
 
 CHECKPOINT_DIR = "checkpoints"
 #: the evaluation's best model in a run directory

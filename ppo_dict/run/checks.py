@@ -12,13 +12,14 @@ import warnings
 from typing import Optional
 
 
-from ppo_dict.data.actions import action_space_problem
 from ppo_dict.core.config import MODELS, RESUME_AUTO, Config
-from ppo_dict.envs import contains_image, ppo_observation_problem
-from ppo_dict.data.storage import vector_obs_shapes
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.data.actions import action_space_problem
+from ppo_dict.data.actions import masking_space_problem
+from ppo_dict.data.masking import env_mask_problem
+from ppo_dict.data.storage import vector_obs_shapes
+from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
-from ppo_dict.data.masking import env_mask_problem, masking_space_problem
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.backend import EnvBackend, GymBackend

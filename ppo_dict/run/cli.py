@@ -10,8 +10,8 @@ import dataclasses
 from typing import Any, Optional
 
 from ppo_dict.core.config import Config
-from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.core.parse import parse_bool, parse_packages
+from ppo_dict.interop.hyperparams import load_hyperparams
 
 
 def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.run.checkpoint import BEST_MODEL, write_model_file
+from ppo_dict.algo.model import Model
+from ppo_dict.core.files import atomic_write
+from ppo_dict.core.seeding import preserved_rng
+from ppo_dict.data.episodes import EpisodeBook
+from ppo_dict.data.masking import env_masks
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
-from ppo_dict.data.episodes import EpisodeBook
-from ppo_dict.core.files import atomic_write
-from ppo_dict.data.masking import env_masks
-from ppo_dict.algo.model import Model
-from ppo_dict.core.seeding import preserved_rng
+from ppo_dict.run.checkpoint import BEST_MODEL, write_model_file
 from ppo_dict.vec.shm_pool import call_in_main
 from ppo_dict.vec.watchdog import Owner
 

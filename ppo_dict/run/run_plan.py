@@ -11,10 +11,11 @@ from typing import Optional
 
 import torch
 
-from ppo_dict.core.config import Config
-from ppo_dict.envs import EnvSpec
+from ppo_dict.algo.model import resolve_device
 from ppo_dict.algo.policy import build_policy
 from ppo_dict.algo.rollout_step import policy_step_seconds
+from ppo_dict.core.config import Config
+from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, probe_env
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shm_pool import balanced_main_envs
@@ -44,12 +45,13 @@ def plan_main_envs(cfg: Config, backend: EnvBackend) -> Optional[int]:
 @dataclass(frozen=True)
 class RunPlan:
     """``cfg`` (checked), its envs' ``spec`` and probed ``backend``, the envs the main process steps
-    (``main_envs``; None: the layout's default)."""
+    (``main_envs``; None: the layout's default), the ``device`` the policy runs on."""
 
     cfg: Config
     spec: EnvSpec
     backend: EnvBackend
     main_envs: Optional[int]
+    device: torch.device
 
     def env_pool(self) -> EnvPool:
         """The env pool PPO trains with (:func:`ppo_dict.vec.make_env_pool` on this plan)."""
@@ -59,11 +61,12 @@ class RunPlan:
 def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     """Work the run out once: check ``cfg`` (:meth:`Config.check`), its env recipe, the backend
     (``backend``: as ``checks.validate`` probed it; probed here when not given), the main
-    process's balanced share (:func:`plan_main_envs`)."""
+    process's balanced share (:func:`plan_main_envs`), the device (:func:`~ppo_dict.algo.model.resolve_device`)."""
     cfg.check()
     spec = env_spec(cfg)
     backend = backend or probe_env(spec)
-    return RunPlan(cfg, spec, backend, plan_main_envs(cfg, backend))
+    device = resolve_device(cfg.device, contains_image(backend.observation_space))
+    return RunPlan(cfg, spec, backend, plan_main_envs(cfg, backend), device)
 
 
 def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Optional, Protocol, Union
 
 from gymnasium import spaces
 
-from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.data.masking import masked_backend
 from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool

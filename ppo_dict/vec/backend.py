@@ -17,9 +17,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ppo_dict.envs import EnvSpec, make_env
-from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.core.errors import EnvTimeoutError
+from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.vec.runner import GymRunner, Runner
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 

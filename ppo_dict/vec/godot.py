@@ -13,11 +13,11 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 from gymnasium import spaces
 
+from ppo_dict.data.episodes import EpisodeBook
+from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.envs import GODOT_DEMO, EnvSpec
 from ppo_dict.envs.godot.game import GodotGame
 from ppo_dict.envs.godot.protocol import AgentsObs
-from ppo_dict.data.episodes import EpisodeBook
-from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.runner import Seeds
 
 #: A game's own reply timeout is this share of ``step_timeout``: a hung game then fails with its

@@ -13,10 +13,10 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ppo_dict.envs.monitor import is_wrapped
 from ppo_dict.data.episodes import EpisodeBook
 from ppo_dict.data.masking import MaskWriter
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
+from ppo_dict.envs.monitor import is_wrapped
 from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
 from ppo_dict.vec.watchdog import WATCHDOG
 

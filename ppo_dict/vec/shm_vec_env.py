@@ -37,9 +37,9 @@ from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper, Ve
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from ppo_dict.core.config import default_num_workers
-from ppo_dict.envs import vec_space_problem
 from ppo_dict.core.errors import NoAsyncCallError, PoolClosedError
 from ppo_dict.data.storage import OBS_KEY, storage_keys
+from ppo_dict.envs import vec_space_problem
 from ppo_dict.vec.backend import GymBackend, probe_spaces
 from ppo_dict.vec.group import WorkerGroup, split_columns
 

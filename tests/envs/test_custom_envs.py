@@ -8,11 +8,11 @@ import warnings
 import gymnasium as gym
 import pytest
 
-from ppo_dict.run.checks import validate
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.envs import resolve_env_name
 from ppo_dict.envs.make import is_mujoco_py_stub
-from ppo_dict.algo.ppo import PPO
+from ppo_dict.run.checks import validate
 from ppo_dict.vec import make_env_pool
 from tests.test_main_ppo import run_cli, summary_line
 

@@ -174,8 +174,8 @@ def shm_too_small() -> dict[str, Any]:
 
 def non_finite(mode: str) -> dict[str, Any]:
     """Cases 15-16: NaN obs / reward from env 3 at its 4th step, caught before the normaliser."""
-    from ppo_dict.core.config import Config
     from ppo_dict.algo.ppo import PPO
+    from ppo_dict.core.config import Config
 
     torch.set_num_threads(1)
     cfg = Config(env="gym_FaultEnv-v0", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, envs_per_worker=2,

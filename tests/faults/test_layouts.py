@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.run.evaluation import EVAL_SEED_OFFSET
-from ppo_dict.core.files import load_model_state
 from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER

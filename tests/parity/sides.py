@@ -21,14 +21,14 @@ from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from gymnasium import spaces as gym_spaces
 
-from ppo_dict.envs import make_env
-from ppo_dict.core.config import Config
-from ppo_dict.vec import env_spec, probe_env
-from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
-from ppo_dict.data.masking import masked_backend
 from ppo_dict.algo.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core.config import Config
+from ppo_dict.data.masking import masked_backend
+from ppo_dict.envs import make_env
+from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec.in_process import InProcessEnvPool
 
 BUFFER_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 #: wall-clock keys differ between any two runs

@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_dict.core.config import Config
-from ppo_dict.run.evaluation import run_episodes
-from ppo_dict.envs import make_env
-from ppo_dict.run.run_plan import build_env_pool
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.algo.update import RolloutTensors
+from ppo_dict.core.config import Config
+from ppo_dict.envs import make_env
+from ppo_dict.run.evaluation import run_episodes
+from ppo_dict.run.run_plan import build_env_pool
 from ppo_dict.vec import env_spec
 from tests.parity.test_env_counts import SPACES
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.core.config import Config
-from ppo_dict.data.masking import mask_offsets, mask_sizes, with_action_masks
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.core.config import Config
+from ppo_dict.data.actions import mask_sizes
+from ppo_dict.data.masking import mask_offsets, with_action_masks
 from ppo_dict.vec import make_env_pool
 from tests.parity.sides import Record, assert_same_record, assert_same_value, learn_sb3, make_maskable, run_ours
 
@@ -135,9 +136,9 @@ def test_continuing_a_maskable_ppo_zip_equals_maskable_load_learn(tmp_path) -> N
     from stable_baselines3.common.env_util import make_vec_env
 
     import ppo_dict.envs.masked  # noqa: F401 (registers the env for sb3's make_vec_env)
+    from ppo_dict.interop.trained_agent import apply_trained_agent, read_trained_agent
     from ppo_dict.run.checks import validate
     from ppo_dict.run.cli import config_from_args
-    from ppo_dict.interop.trained_agent import apply_trained_agent, read_trained_agent
 
     kwargs = dict(action="multi_discrete", size=6)
     first = MaskablePPO("MlpPolicy", make_vec_env("PPODictMaskedJump-v0", n_envs=3, seed=0, env_kwargs=kwargs), n_steps=32, batch_size=48,

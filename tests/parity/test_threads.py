@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import ppo_dict.algo.ppo
-from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core.config import Config, physical_cores
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 CONFIGS = {

@@ -18,11 +18,11 @@ from stable_baselines3 import A2C, PPO as SB3PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from ppo_dict.run.checks import validate
-from ppo_dict.run.cli import config_from_args
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError, ConfigError
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems, apply_trained_agent, gymnasium_unpatched, read_trained_agent
+from ppo_dict.run.checks import validate
+from ppo_dict.run.cli import config_from_args
 from tests.parity.sides import assert_same_record, learn_sb3, run_ours
 from tests.test_main_ppo import run_cli
 

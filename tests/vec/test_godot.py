@@ -10,14 +10,14 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.run.checks import validate
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
-from ppo_dict.envs.godot.game import GodotGame
-from ppo_dict.envs.godot.spec import godot_spec
 from ppo_dict.core.errors import ConfigError, EnvWorkerError, WorkerDiedError
 from ppo_dict.core.logger import Logger
-from ppo_dict.algo.ppo import PPO
 from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.envs.godot.game import GodotGame
+from ppo_dict.envs.godot.spec import godot_spec
+from ppo_dict.run.checks import validate
 from ppo_dict.vec import env_spec, make_env_pool
 from ppo_dict.vec.godot import GodotBackend, GodotRunner
 from ppo_dict.vec.in_process import InProcessEnvPool

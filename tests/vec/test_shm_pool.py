@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import pytest
 
-from ppo_dict.envs import resolve_env_name
 from ppo_dict.core.config import Config
+from ppo_dict.envs import resolve_env_name
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.shm_pool import ShmEnvPool
