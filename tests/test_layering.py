@@ -139,6 +139,18 @@ def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
     assert packages == {name.rpartition(".")[2] for name in LAYERS[1:-1]}  # every package is a layer
 
 
+def test_every_package_is_installed() -> None:
+    """setup.cfg names every package folder (a non-editable install would leave out one it does not)."""
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    listed = set(setup["options"]["packages"].split())
+    folders = {".".join([installed, *init.parent.relative_to(ROOT / folder).parts])
+               for folder, installed in PACKAGES.items() for init in (ROOT / folder).rglob("__init__.py")}
+    assert "ppo_dict.algo" in folders and listed == folders
+
+
 def test_config_is_a_leaf_of_the_trainer() -> None:
     assert graph()["ppo_dict.core.config"] <= {"ppo_dict.core.errors", "ppo_dict.core.parse"}
 
