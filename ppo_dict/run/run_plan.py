@@ -1,6 +1,6 @@
-"""The run worked out once from a checked config: the envs' recipe and their probed backend and
-the main process's share of the envs (balanced from measured costs); the pool and the evaluation
-take them from here.
+"""The run worked out once from a checked config: the envs' recipe and their probed backend, the
+main process's share of the envs (balanced from measured costs) and the device the policy runs on;
+the pool, ``PPO`` and the evaluation take them from here.
 
 None of it changes a number of the run: which process steps which env leaves every float as it is.
 """
