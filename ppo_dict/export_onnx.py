@@ -1,5 +1,6 @@
-"""Export a trained model's deterministic policy to ONNX and check it against ppo_dict:
-``python -m ppo_dict.export_onnx RUN_DIR|FILE`` (the graph: ``ppo_dict.interop.onnx``).
+"""Export a trained model's deterministic policy to ONNX and check it against ppo_dict.
+
+``python -m ppo_dict.export_onnx RUN_DIR|FILE``; the graph is ``ppo_dict.interop.onnx``'s.
 """
 from __future__ import annotations
 

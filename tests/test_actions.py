@@ -9,8 +9,7 @@ from stable_baselines3.common.distributions import StateDependentNoiseDistributi
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import get_action_dim
 
-from ppo_dict.data.actions import SUPPORTED_ACTION_SPACES, action_space_problem, action_spec
-from ppo_dict.data.actions import mask_sizes
+from ppo_dict.data.actions import SUPPORTED_ACTION_SPACES, action_space_problem, action_spec, mask_sizes
 from ppo_dict.data.masking import mask_offsets
 
 LATENT = 8

@@ -14,8 +14,7 @@ import torch
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.files import load_model_state
-from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, restore
-from ppo_dict.run.checkpoint import model_state
+from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, model_state, restore
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.conftest import ROOT

@@ -16,8 +16,7 @@ from ppo_dict.data.masking import mask_offsets
 from ppo_dict.export_onnx import main as export_main
 from ppo_dict.interop.onnx import MASKS_INPUT, check_onnx, export_onnx, sample_batch, sample_masks
 from ppo_dict.interop.sb3 import export_sb3
-from ppo_dict.run.checkpoint import CheckpointManager
-from ppo_dict.run.checkpoint import save_model
+from ppo_dict.run.checkpoint import CheckpointManager, save_model
 from ppo_dict.vec import make_env_pool
 
 onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the onnx and test extras)")

@@ -11,8 +11,7 @@ from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.seeding import same_values
 from ppo_dict.envs import make_env
 from ppo_dict.interop.sb3 import export_sb3
-from ppo_dict.run.checkpoint import load_for_resume, restore
-from ppo_dict.run.checkpoint import save_model
+from ppo_dict.run.checkpoint import load_for_resume, restore, save_model
 from ppo_dict.vec import env_spec, make_env_pool
 
 CONFIGS = {

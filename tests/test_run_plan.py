@@ -3,8 +3,8 @@ one thread, and the time/* figures. None of it may change a number."""
 import pytest
 import torch
 
-from ppo_dict.algo.collect import TIMING_KEYS
 import ppo_dict.algo.ppo as ppo_module
+from ppo_dict.algo.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError

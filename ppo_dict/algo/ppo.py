@@ -33,7 +33,8 @@ class PPO:
     Construction follows sb3's order, which fixes the torch RNG stream: the envs exist first,
     then the seeds are set, then the policy and Adam are built. ``cfg.seed=None`` seeds nothing
     (as in sb3); the command line always passes a seed. A config with a bad setting is refused
-    here (:meth:`Config.check`), however it was built.
+    here (:meth:`Config.check`), however it was built. ``device``: the run plan's
+    (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None):

@@ -17,7 +17,7 @@ The sampling is the action space's: its spec's sampler (``ppo_dict.data.actions`
 The torch-RNG draws per step are unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
 the whole ``(n_envs, ...)`` batch, one ``multinomial`` per entry in order (MultiDiscrete, and
 MultiBinary under sb3-contrib's masking: ``n`` two-way categoricals); gSDE draws none (its
-exploration matrices are drawn by the collector, at sb3's cadence), and its state-dependent scale
+exploration matrices are drawn at sb3's cadence by ``ActionSpec.explore``, which the collector calls), and its state-dependent scale
 is computed per step as sb3 does, with ``std**2`` (parameters only) once per rollout.
 
 A spec without a sampler (unmasked MultiBinary: one ``bernoulli``) takes ``ActorCritic.forward`` itself, then the

@@ -253,8 +253,9 @@ class Config:
     def problems(self) -> list[str]:
         """Every setting that is out of range or disagrees with another, one line each (empty: fine).
 
-        Worked out once per config (it is frozen): the command line's checks, the run plan, the
-        pool and ``PPO`` all check the same config on the way to training, and only the first pays."""
+        Worked out once per config (it is frozen): the run plan, the pool and ``PPO`` all check the
+        run's config (the command line's, once its seed and run directory are settled) on the way to
+        training, and only the first pays."""
         if "_problems" not in self.__dict__:
             object.__setattr__(self, "_problems", tuple(self._find_problems()))
         return list(self.__dict__["_problems"])

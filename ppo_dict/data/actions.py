@@ -12,7 +12,9 @@ of space is a subclass here (and its distribution in ``ppo_dict.data.distributio
 * the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.data.lean_sampling``);
 * the env-side conversion (:meth:`ActionSpec.to_env`: sb3 clips Box actions to the bounds before
   ``env.step`` and stores the unclipped ones; :meth:`ActionSpec.env_module` in an exported graph);
-* the training-side cast of a minibatch's actions (:meth:`ActionSpec.to_training`).
+* the training-side cast of a minibatch's actions (:meth:`ActionSpec.to_training`);
+* the categoricals an invalid-action mask covers (:attr:`ActionSpec.mask_sizes`; None: no masks);
+* the exploration-noise schedule of a rollout (:meth:`ActionSpec.explore`: gSDE's matrices).
 """
 from __future__ import annotations
 
@@ -258,7 +260,7 @@ class MultiBinarySpec(ActionSpec):
 
 class Masked:
     """sb3-contrib's ``MaskableActorCriticPolicy`` for a kind (a mixin before it): the maskable
-    distribution of ``mask_sizes(space)`` categoricals (MultiBinary as ``n`` two-way ones, ``2n``
+    distribution of the spec's ``mask_sizes`` categoricals (MultiBinary as ``n`` two-way ones, ``2n``
     outputs), MaskablePPO's refusals after PPO's."""
 
     masked = True
@@ -311,6 +313,8 @@ KINDS: dict[type[spaces.Space], tuple[type[ActionSpec], Optional[type[ActionSpec
     spaces.MultiDiscrete: (MultiDiscreteSpec, None, MaskedMultiDiscreteSpec),
     spaces.MultiBinary: (MultiBinarySpec, None, MaskedMultiBinarySpec),
 }
+
+
 def _kinds(space: spaces.Space) -> Optional[tuple[type[ActionSpec], Optional[type[ActionSpec]], Optional[type[ActionSpec]]]]:
     return next((kinds for kind, kinds in KINDS.items() if isinstance(space, kind)), None)
 

@@ -14,8 +14,7 @@ from typing import Optional
 
 from ppo_dict.core.config import MODELS, RESUME_AUTO, Config
 from ppo_dict.core.errors import ConfigError
-from ppo_dict.data.actions import action_space_problem
-from ppo_dict.data.actions import masking_space_problem
+from ppo_dict.data.actions import action_space_problem, masking_space_problem
 from ppo_dict.data.masking import env_mask_problem
 from ppo_dict.data.storage import vector_obs_shapes
 from ppo_dict.envs import contains_image, ppo_observation_problem

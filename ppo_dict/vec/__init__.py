@@ -70,7 +70,7 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs
 
     ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given).
     ``main_envs``: the envs the main process steps (default ``cfg.main_envs``, else one worker's
-    share; ``ppo_dict.algo.ppo.build_env_pool`` balances it from measured costs). A config with a bad
+    share; ``ppo_dict.run.run_plan.plan_main_envs`` balances it from measured costs). A config with a bad
     setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()

@@ -4,7 +4,7 @@ With ``main_steps_envs`` the main process steps the first ``main_envs`` columns 
 runner code a worker runs) while ``num_workers - 1`` worker processes share the rest: the main
 process would only wait otherwise, and one process fewer competes for the cores. Which process
 steps which env changes no number, so ``main_envs`` is chosen for speed: the main process also
-evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.algo.ppo.build_env_pool``
+evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.run.run_plan.plan_main_envs``
 balances it from measured costs).
 """
 from __future__ import annotations
@@ -118,8 +118,8 @@ class ShmEnvPool:
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)
         if halves:
-            parts = [split_columns(half.start, len(half), processes, backend.unit) for half in self.halves]
-            blocks = [(*a, *b) for a, b in zip(*parts)]
+            per_half = [split_columns(half.start, len(half), processes, backend.unit) for half in self.halves]
+            blocks = [(*a, *b) for a, b in zip(*per_half)]
         else:
             blocks = split_columns(in_main, n_envs - in_main, processes, backend.unit)
         blocks = [block for block in blocks if len(block)]  # more workers than units of envs: fewer processes

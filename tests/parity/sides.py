@@ -107,7 +107,7 @@ def make_sb3(cfg: Config) -> SB3PPO:
 
 
 def make_maskable(cfg: Config, vec_env_cls: Any = None) -> Any:
-    """sb3-contrib's ``MaskablePPO`` on :func:`make_normalized_venv`'s envs (``export.maskable_ppo_kwargs``)."""
+    """sb3-contrib's ``MaskablePPO`` on :func:`make_normalized_venv`'s envs (``ppo_dict.interop.sb3.maskable_ppo_kwargs``)."""
     from sb3_contrib import MaskablePPO
 
     venv = make_normalized_venv(cfg, vec_env_cls)
