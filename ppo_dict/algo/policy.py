@@ -289,11 +289,10 @@ class ActorCritic(nn.Module):
             raise ValueError("reset_noise() is only available when using gSDE")
         self.action_spec.gsde.sample_weights(self.log_std, batch_size=n_envs)
 
-    @torch.no_grad()
     def explore(self, n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
         """The action space's exploration-noise schedule (:meth:`~ppo_dict.data.actions.ActionSpec.explore`):
         at a rollout's start (``t`` None) and before its step ``t``."""
-        self.action_spec.explore(getattr(self, "log_std", None), n_envs, t, sample_freq)
+        self.action_spec.explore(self._parameters.get("log_std"), n_envs, t, sample_freq)  # not getattr: ~1 us per step for a miss
 
     def forward(self, obs: TensorObs, deterministic: bool = False,
                 action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
