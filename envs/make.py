@@ -17,7 +17,8 @@ from .render import check_mujoco_gl
 
 # gymnasium's envs that draw with pygame, not OpenGL
 PYGAME_ENTRIES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
-from .spec import ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions, is_atari_entry
+from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
+                   is_atari_entry)
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:
@@ -149,12 +150,10 @@ def resolve_env_name(
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
-    """Build one gymnasium env from its spec (in the main process or in a worker); not for Godot specs."""
-    if spec.is_godot:
-        raise ValueError(
-            f"{spec.name} is a Godot game: its agents are env columns of one Godot process, stepped by the trainer's "
-            "Godot runner (ppo_dict.vec.godot), not a gymnasium env that make_env can build"
-        )
+    """Build one gymnasium env from its spec (in the main process or in a worker); not for another backend's specs."""
+    if spec.backend != GYM_BACKEND:  # a Godot game's agents are env columns of one process, stepped by its runner
+        raise ValueError(f"{spec.label} is stepped by the trainer's {spec.backend!r} env backend (ppo_dict.vec.BACKENDS), "
+                         "not a gymnasium env that make_env can build")
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         from . import dummy  # noqa: F401  (registers the gymnasium id)

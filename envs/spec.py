@@ -16,6 +16,8 @@ GODOT_PREFIX = "godot"
 GODOT_DEMO = "godot_demo"
 #: The dummy pixel env for benchmarking and testing the pipeline (``envs/dummy.py``).
 TEST_DUMMY = "test_dummy"
+#: The trainer's env backends (``ppo_dict.vec.BACKENDS``) a spec names: gymnasium envs, and Godot games.
+GYM_BACKEND, GODOT_BACKEND = "gym", "godot"
 
 
 #: The keys of a rendered-pixels observation (``envs.pixels``): the frames, and the env's own state.
@@ -66,6 +68,8 @@ class EnvSpec:
         atari: sb3's ``AtariWrapper`` preprocessing of an Atari game (None: the game's raw frames).
         frame_stack: the last K observations stacked on the channel axis (sb3 ``VecFrameStack``);
             1 stacks nothing.
+        backend: which of the trainer's env backends steps it (``ppo_dict.vec.BACKENDS``):
+            :data:`GYM_BACKEND` (gymnasium envs, built by ``make_env``) or :data:`GODOT_BACKEND`.
     """
 
     name: str
@@ -76,11 +80,12 @@ class EnvSpec:
     pixel: Optional[PixelOptions] = None
     atari: Optional[AtariOptions] = None
     frame_stack: int = 1
+    backend: str = GYM_BACKEND
 
     @property
     def is_godot(self) -> bool:
         """A Godot game: its agents are env columns of one process, not gymnasium envs."""
-        return self.gym_id == GODOT_PREFIX
+        return self.backend == GODOT_BACKEND
 
     @property
     def is_atari(self) -> bool:

@@ -9,7 +9,7 @@ import inspect
 import os
 from typing import Any, Optional, Union
 
-from ..spec import GODOT_DEMO, GODOT_PREFIX, EnvSpec, PixelOptions
+from ..spec import GODOT_BACKEND, GODOT_DEMO, GODOT_PREFIX, EnvSpec, PixelOptions
 from .game import DEMO_PROJECT, GodotGame, check_program
 
 
@@ -19,7 +19,8 @@ def godot_spec(name: str = GODOT_DEMO, project: Union[str, os.PathLike, None] = 
     ``game_kwargs``: env_path, binary, seed (launch ``--env_seed`` of game 0), speedup,
     action_repeat, framerate, game_args, connect_timeout, step_timeout.
     """
-    return EnvSpec(name=name, gym_id=GODOT_PREFIX, kwargs={"project": None if project is None else str(project), **game_kwargs})
+    return EnvSpec(name=name, gym_id=GODOT_PREFIX, kwargs={"project": None if project is None else str(project), **game_kwargs},
+                   backend=GODOT_BACKEND)
 
 
 def resolve_godot(name: str, kwargs: dict[str, Any], pixel: Optional[PixelOptions] = None) -> EnvSpec:

@@ -35,6 +35,6 @@ def test_godot_names_resolve_and_refuse_clearly():
         resolve_env_name("godot_pong")
     with pytest.raises(ValueError, match=r"write gym_<gymnasium id> \(e.g. gym_Reacher-v2\), test_dummy, godot_demo \(the Godot demo game\) or godot"):
         resolve_env_name("pong")
-    with pytest.raises(ValueError, match=r"godot_demo is a Godot game: its agents are env columns of one Godot process, stepped by "
-                                         r"the trainer's Godot runner \(ppo_dict.vec.godot\)"):
+    with pytest.raises(ValueError, match=r"godot_demo is stepped by the trainer's 'godot' env backend \(ppo_dict.vec.BACKENDS\), "
+                                         r"not a gymnasium env that make_env can build"):
         make_env(godot_spec())
