@@ -59,8 +59,7 @@ def module_at(commit: str) -> ModuleType:
     if not found:
         raise SystemExit(f"no ppo_dict/algo/update.py or ppo_dict/update.py at {commit}")
     moved = {p.stem: ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in Path(ROOT, "ppo_dict").glob("*/*.py")}
-    source = re.sub(r"\bppo_dict\.(\w+)\b", lambda m: moved.get(m.group(1), m.group(0))
-                    if not Path(ROOT, "ppo_dict", m.group(1) + ".py").exists() else m.group(0), found[0])
+    source = re.sub(r"\bppo_dict\.(\w+)\b", lambda m: moved.get(m.group(1), m.group(0)), found[0])
     path = os.path.join(tempfile.mkdtemp(), "update_at_commit.py")
     with open(path, "w") as f:
         f.write(source)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 
+from ppo_dict.algo.model import Model
 from ppo_dict.core.errors import CheckpointError, ExportError
 from ppo_dict.interop.onnx import OPSET, check_onnx, export_onnx
 from ppo_dict.run.checkpoint import model_file
@@ -33,14 +34,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             path, default_out = args.source, os.path.splitext(args.source)[0] + ".onnx"
         out = args.out or default_out
-        export_onnx(path, out, args.opset)
+        model = Model.from_file(path)  # loaded once, for the export and the check
+        export_onnx(path, out, args.opset, model=model)
     except (CheckpointError, ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result: dict[str, Any] = {"model": path, "onnx": out, "opset": args.opset}
     if args.check > 0:
         try:
-            result["check"] = check_onnx(out, path, args.check)
+            result["check"] = check_onnx(out, model, args.check)
         except ImportError:
             result["check"] = "skipped: onnxruntime is not installed"
     print(json.dumps(result))

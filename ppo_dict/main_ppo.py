@@ -129,13 +129,10 @@ class Every:
         return True
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logger, Any, list[Callable[[], None]]]:
-    """The run directory with its ``config.json``, and the logger with its writers (CSV, wandb, TensorBoard).
-
-    Returns ``(cfg with run_dir set, logger, wandb tracker or None, closers)``.
+def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Logger, Any, list[Callable[[], None]]]:
+    """The run directory ``cfg.run_dir`` (settled by ``main``) with its ``config.json``, and the logger
+    with its writers (CSV, wandb, TensorBoard). Returns ``(logger, wandb tracker or None, closers)``.
     """
-    if not cfg.run_dir:
-        cfg = cfg.replace(run_dir=default_run_dir(cfg))
     run_dir = cfg.run_dir
     os.makedirs(run_dir, exist_ok=True)
     write_config(cfg, os.path.join(run_dir, "config.json"))
@@ -155,7 +152,7 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Config, Logge
         board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
         logger.writers.append(board)
         closers.append(board.close)
-    return cfg, logger, tracker, closers
+    return logger, tracker, closers
 
 
 def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
@@ -227,8 +224,8 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
 
 
 def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None) -> int:
-    """Train with a validated config on its probed env (resuming from ``resumed``, or starting
-    from the trained ``agent``); returns the exit code."""
+    """Train with a validated config, its seed and run directory settled (``main``), on its probed env
+    (resuming from ``resumed``, or starting from the trained ``agent``); returns the exit code."""
     stop = StopFlag()
     stop.install()
     watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
@@ -236,7 +233,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
     if plan.spec.notice:
         print(plan.spec.notice, flush=True)
-    cfg, logger, tracker, closers = open_outputs(cfg, resumed)
+    logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None
     pool = plan.env_pool()

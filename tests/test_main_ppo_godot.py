@@ -43,7 +43,7 @@ def test_plugin_style_game_trains_through_workers_with_env_path(tmp_path):
     ) in odd.stderr
     infos = run_cli([*args[:4], "--info_keywords", "is_success", "--run_dir", str(tmp_path / "infos")], tmp_path)
     assert infos.returncode == 2 and (
-        f"info_keywords=is_success: not supported for godot ({game}) (the Godot RL Agents protocol sends no infos)"
+        f"info_keywords=is_success: not supported for godot ({game}) (not gymnasium envs: they send no infos)"
     ) in infos.stderr
 
 

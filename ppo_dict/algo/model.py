@@ -76,6 +76,16 @@ class Model:
             "config": config_values(self.cfg),
         }
 
+    def load(self, policy_state: dict[str, Any], normalizer_state: Optional[dict[str, Any]], source: str) -> None:
+        """Load saved weights (and the normaliser's statistics, numpy) into this model's own policy and
+        normaliser, in place; weights that do not fit are a :class:`CheckpointError` naming ``source``."""
+        try:
+            self.policy.load_state_dict(policy_state)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"{source}: the saved policy does not fit the config ({type(exc).__name__}: {exc})") from exc
+        if self.normalizer is not None and normalizer_state is not None:
+            self.normalizer.load_state_dict(normalizer_state)
+
     def save(self, path: str) -> str:
         """Write :meth:`state` to ``path`` atomically (:meth:`from_file` reads it; training cannot
         resume from it: it holds no optimiser); returns ``path``."""
@@ -90,16 +100,11 @@ class Model:
         if mismatch:
             raise CheckpointError(f"{source}: {mismatch}")
         cfg = Config.from_dict(state["config"])
-        policy = build_policy(cfg, observation_space, action_space)
-        try:
-            policy.load_state_dict(state["policy"])
-        except (RuntimeError, KeyError) as exc:
-            raise CheckpointError(f"{source}: the saved policy does not fit its config ({type(exc).__name__}: {exc})") from exc
-        policy.eval()
-        normalizer = build_normalizer(cfg, observation_space, 1)
-        if normalizer is not None:
-            normalizer.load_state_dict(to_numpy(state["normalizer"]))
-        return cls(cfg, policy, normalizer, observation_space, action_space, int(state["num_timesteps"]))
+        model = cls(cfg, build_policy(cfg, observation_space, action_space), build_normalizer(cfg, observation_space, 1),
+                    observation_space, action_space, int(state["num_timesteps"]))
+        model.load(state["policy"], to_numpy(state["normalizer"]), source)
+        model.policy.eval()
+        return model
 
     @classmethod
     def from_file(cls, path: str, env: Any = None) -> "Model":

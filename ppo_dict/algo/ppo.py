@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.policy import ActorCritic, build_policy
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
+from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
@@ -66,6 +67,13 @@ class PPO:
     def model(self) -> Model:
         """The model being trained (its policy and normaliser themselves, not copies)."""
         return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps)
+
+    def load_optimizer(self, optimizer_state: dict[str, Any], source: str) -> None:
+        """Adam's saved state into this run's optimizer; one that does not fit is a :class:`CheckpointError`."""
+        try:
+            self.optimizer.load_state_dict(optimizer_state)
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: {exc})") from exc
 
     # ------------------------------------------------------------------ the iteration
     def learn(

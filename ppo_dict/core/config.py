@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
@@ -256,9 +257,11 @@ class Config:
         Worked out once per config (it is frozen): the run plan, the pool and ``PPO`` all check the
         run's config (the command line's, once its seed and run directory are settled) on the way to
         training, and only the first pays."""
-        if "_problems" not in self.__dict__:
-            object.__setattr__(self, "_problems", tuple(self._find_problems()))
-        return list(self.__dict__["_problems"])
+        return list(self._problems)
+
+    @cached_property
+    def _problems(self) -> tuple[str, ...]:
+        return tuple(self._find_problems())
 
     def _find_problems(self) -> list[str]:
         problems = [p for f in dataclasses.fields(self) for p in [field_problem(f, getattr(self, f.name))] if p]

@@ -86,7 +86,7 @@ def load_model_state(path: str) -> dict[str, Any]:
     except Exception as exc:
         raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': 'ppo_dict/1')")
+        raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': {FORMAT!r})")
     return state
 
 

@@ -121,13 +121,18 @@ class MaskWriter:
         self.masks[row, env_idx] = mask.reshape(-1)
 
 
-def env_masks(env: Any, action_space: spaces.Space, when: str) -> np.ndarray:
-    """One env's checked mask as a batch of one, ``[1, mask_dim]`` (sb3-contrib's ``get_action_masks``
-    on a one-env vec env); ``when``: the moment, for messages."""
+def env_masks(env: Any, action_space: spaces.Space) -> Callable[[str], np.ndarray]:
+    """What reads one env's checked mask as a batch of one, ``[1, mask_dim]`` (sb3-contrib's
+    ``get_action_masks`` on a one-env vec env), given the moment for messages: its method is found
+    and its buffer made once (the array is that buffer, rewritten by the next read)."""
     writer = MaskWriter(np.zeros((1, 1, sum(mask_sizes(action_space))), dtype=bool), action_space)
     writer.bind(env, 0)
-    writer.write(0, 0, 0, when)
-    return writer.masks[0]
+
+    def read(when: str) -> np.ndarray:
+        writer.write(0, 0, 0, when)
+        return writer.masks[0]
+
+    return read
 
 
 def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, seed: Optional[int]) -> str:
@@ -135,7 +140,7 @@ def env_mask_problem(make: Callable[[int], Any], action_space: spaces.Space, see
     env = make(0)
     try:
         env.reset(seed=seed)
-        env_masks(env, action_space, "after its first reset (one env built to check it, before training)")
+        env_masks(env, action_space)("after its first reset (one env built to check it, before training)")
     except ValueError as exc:
         return str(exc)
     finally:

@@ -23,7 +23,7 @@ import logging
 import os
 import tempfile
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -101,12 +101,11 @@ def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarra
     return np.concatenate(parts, axis=1)
 
 
-def sample_inputs(module: "DeterministicPolicy", observation_space: spaces.Space, action_space: spaces.Space, n: int,
-                  seed: int = 0) -> dict[str, np.ndarray]:
+def sample_inputs(model: Model, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     """The graph's inputs for ``n`` sampled observations (:func:`sample_batch`), masks included for a masked policy."""
-    inputs = sample_batch(observation_space, n, seed)
-    if module.masked:
-        inputs[MASKS_INPUT] = sample_masks(action_space, n, seed)
+    inputs = sample_batch(model.observation_space, n, seed)
+    if model.policy.masked:
+        inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
     return inputs
 
 
@@ -127,15 +126,16 @@ def quiet_exporter() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def export_onnx(path: str, out: str, opset: int = OPSET) -> str:
+def export_onnx(path: str, out: str, opset: int = OPSET, model: Optional[Model] = None) -> str:
     """Write the deterministic policy of the model in ``path`` to ``out`` (atomically); returns ``out``.
+    ``model``: that file's model, when the caller has loaded it already.
 
     Raises :class:`ExportError` when torch cannot export it (or the ``onnx`` extra is missing);
     an existing ``out`` is then left as it was.
     """
-    model = Model.from_file(path)
+    model = model or Model.from_file(path)
     module = DeterministicPolicy(model).eval()
-    example = tuple(torch.as_tensor(v) for v in sample_inputs(module, model.observation_space, model.action_space, 4).values())
+    example = tuple(torch.as_tensor(v) for v in sample_inputs(model, 4).values())
     batch = torch.export.Dim("batch")
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
         scratch_file = os.path.join(scratch, "policy.onnx")
@@ -167,18 +167,18 @@ def written_opset(path: str) -> int:
     return next(int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx"))
 
 
-def check_onnx(onnx_path: str, model_path: str, n: int = 256) -> dict[str, Any]:
-    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict on ``n`` sampled observations
-    (and, for a masked policy, ``n`` random masks: :func:`sample_masks`).
+def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[str, Any]:
+    """Run the ONNX file in onnxruntime and ppo_dict's deterministic predict of ``model`` (a model file,
+    or its loaded :class:`Model`) on ``n`` sampled observations (and, for a masked policy, ``n`` random
+    masks: :func:`sample_masks`).
 
     Returns ``{"observations", "mismatched" (discrete: differing actions), "max_abs_diff"}``.
     """
     import onnxruntime
 
-    model = Model.from_file(model_path)
-    module = DeterministicPolicy(model)
-    inputs = sample_inputs(module, model.observation_space, model.action_space, n, seed=1)
-    ours = model.predict_batch({key: inputs[key] for key in module.keys}, masks=inputs.get(MASKS_INPUT))
+    model = Model.from_file(model) if isinstance(model, str) else model
+    inputs = sample_inputs(model, n, seed=1)
+    ours = model.predict_batch({key: inputs[key] for key in obs_layout(model.observation_space)}, masks=inputs.get(MASKS_INPUT))
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     theirs = session.run(["action"], inputs)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)

@@ -271,13 +271,8 @@ def apply_trained_agent(ppo: "PPO", agent: TrainedAgent) -> None:
 
     Counters stay at 0, as after sb3's ``learn(reset_num_timesteps=True)``.
     """
-    try:
-        ppo.policy.load_state_dict(agent.policy_state)
-        ppo.optimizer.load_state_dict(agent.optimizer_state)
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{agent.path}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
+    ppo.model.load(agent.policy_state, agent.normalizer_state, agent.path)
+    ppo.load_optimizer(agent.optimizer_state, agent.path)
     ppo.n_updates = agent.n_updates
     if ppo.policy.use_sde:
         ppo.policy.reset_noise()  # sb3's load ends so: one exploration matrix from the loaded log_std (torch RNG draws)
-    if agent.normalizer_state is not None and ppo.normalizer is not None:
-        ppo.normalizer.load_state_dict(agent.normalizer_state)

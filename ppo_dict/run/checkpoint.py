@@ -155,6 +155,15 @@ class LastUpdate:
         restore(ppo, self.state, "the state after the last update")
 
 
+def resumable(source: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` if training can resume from it: a model file without the training state is refused here,
+    before the run builds anything."""
+    if "optimizer" not in state:
+        raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
+                              "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
+    return state
+
+
 def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str, Any]]:
     """``(file, state)`` to resume from: a checkpoint file, or a run directory's newest valid one.
 
@@ -164,7 +173,7 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
     file with its reason. Nothing is ever deleted here, and there is no silent fresh start.
     """
     if os.path.isfile(path):
-        return path, load_model_state(path)
+        return path, resumable(path, load_model_state(path))
     directory = os.path.join(path, CHECKPOINT_DIR) if os.path.isdir(os.path.join(path, CHECKPOINT_DIR)) else path
     remove_stale_temp_files(directory, log)
     candidates = list_checkpoints(directory)
@@ -180,7 +189,7 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
             print(f"warning: {exc}; renamed it to {os.path.basename(candidate)}.corrupt and trying the previous checkpoint",
                   file=log, flush=True)
             continue
-        return candidate, state
+        return candidate, resumable(candidate, state)
     raise CheckpointError(f"no loadable checkpoint in {directory}:\n" + "\n".join(f"  - {f}" for f in failures))
 
 
@@ -196,22 +205,14 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
 
     After this, ``model_state(ppo)`` equals ``state`` exactly (the test checks every tensor).
     """
-    if "optimizer" not in state:
-        raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
-                              "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
     mismatch = space_mismatch(state, ppo.pool.observation_space, ppo.pool.action_space)
     if mismatch:
         raise CheckpointError(f"{source}: {mismatch} (env {ppo.cfg.env})")
     if (state["normalizer"] is None) != (ppo.normalizer is None):
         raise CheckpointError(f"{source}: saved with normalize={state['normalizer'] is not None}, "
                               f"but this run has normalize={ppo.normalizer is not None}")
-    try:
-        ppo.policy.load_state_dict(state["policy"])
-        ppo.optimizer.load_state_dict(state["optimizer"])
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{source}: the saved policy does not fit this config ({type(exc).__name__}: {exc})") from exc
-    if ppo.normalizer is not None:
-        ppo.normalizer.load_state_dict(to_numpy(state["normalizer"]))
+    ppo.model.load(state["policy"], to_numpy(state["normalizer"]), source)
+    ppo.load_optimizer(state["optimizer"], source)
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
     ppo.episodes.load_state(state)
     set_rng_state(state["rng"])

@@ -21,7 +21,7 @@ from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.vec import env_spec, probe_env
-from ppo_dict.vec.backend import EnvBackend, GymBackend
+from ppo_dict.vec.backend import EnvBackend
 
 
 def model_problem(model: str, observation_space) -> str:
@@ -74,8 +74,8 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
         problems += masking_problems(cfg, backend)
     if cfg.double_buffer and n_envs < 2 * backend.unit:
         problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
-    if cfg.info_keywords and not isinstance(backend, GymBackend):
-        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (the Godot RL Agents protocol sends no infos)")
+    if cfg.info_keywords and not backend.makes_gym_envs:
+        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: they send no infos)")
     if not backend.makes_gym_envs:
         asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
         problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
@@ -86,8 +86,8 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
 def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     """What ``--action_masks`` cannot do with this env: its backend, its action space, its ``action_masks()``
     (one env built here and reset with the run's seed, its first mask checked)."""
-    if not isinstance(backend, GymBackend):
-        return [f"action_masks=True: not supported for {backend.label} (the Godot RL Agents protocol sends no action masks)"]
+    if not backend.makes_gym_envs:
+        return [f"action_masks=True: not supported for {backend.label} (not gymnasium envs: they have no action_masks())"]
     problem = masking_space_problem(backend.action_space)
     if problem:
         return [f"action_masks=True: {problem} ({cfg.env})"]

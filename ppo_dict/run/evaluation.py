@@ -133,13 +133,14 @@ def run_episodes(
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = calls("reset", lambda: env.reset(seed=seed), [seed])
+    read_masks = calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked else None
     while len(returns) < n_episodes:
         at = f"at evaluation step {book.lengths[0]} of episode {len(returns) + 1}"
         if video is not None and not returns and video.frames < video_length:
             frame = calls("render", lambda: render_frame(env), at)
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
-        masks = calls("action_masks", lambda: env_masks(env, model.action_space, at), at) if model.policy.masked else None
+        masks = None if read_masks is None else calls("action_masks", lambda: read_masks(at), at)
         action = model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
         obs, reward, terminated, truncated, info = calls("step", lambda: env.step(action), at)
         book.returns[0] += float(reward)

@@ -14,14 +14,13 @@ Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.core.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Union
 
 from gymnasium import spaces
 
 from ppo_dict.data.masking import masked_backend
 from ppo_dict.data.storage import RolloutStorage
-from ppo_dict.envs import AtariOptions, EnvSpec, PixelOptions, resolve_env_name
-from ppo_dict.envs.spec import GODOT_BACKEND, GYM_BACKEND
+from ppo_dict.envs import GODOT_BACKEND, GYM_BACKEND, AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
 from ppo_dict.vec.in_process import InProcessEnvPool
@@ -61,17 +60,17 @@ def env_spec(cfg: "Config") -> EnvSpec:
     return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari, frame_stack=cfg.frame_stack)
 
 
-#: The env backends by the name a spec gives (``EnvSpec.backend``): a new kind of env is a backend
-#: module here (its runner and ``probe``) and its line in this table; ``envs/`` names its specs.
-BACKENDS: dict[str, type] = {GYM_BACKEND: GymBackend, GODOT_BACKEND: GodotBackend}
+#: How to probe each env backend, by the name a spec gives (``EnvSpec.backend``): a new kind of env is a
+#: backend module here (its runner and its probe) and its line in this table; ``envs/`` names its specs.
+BACKENDS: dict[str, Callable[[EnvSpec], EnvBackend]] = {GYM_BACKEND: GymBackend.probe, GODOT_BACKEND: GodotBackend.probe}
 
 
 def probe_env(spec: EnvSpec) -> EnvBackend:
     """The backend of ``spec``, probed once in this process (one env built, or one game launched, briefly)."""
-    backend = BACKENDS.get(spec.backend)
-    if backend is None:
+    probe = BACKENDS.get(spec.backend)
+    if probe is None:
         raise ValueError(f"{spec.label}: no env backend named {spec.backend!r} (ppo_dict.vec.BACKENDS has {', '.join(BACKENDS)})")
-    return backend.probe(spec)
+    return probe(spec)
 
 
 def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs: Optional[int] = None) -> Union[InProcessEnvPool, ShmEnvPool]:

@@ -33,7 +33,8 @@ class EnvBackend(Protocol):
         label: the env's name in messages (``gym_Reacher-v2 = Reacher-v5``).
         observation_space, action_space: one env column's spaces.
         makes_gym_envs: whether one env column can also be built alone as a gymnasium env
-            (evaluation, videos and the sb3 export need that).
+            (evaluation, videos, the sb3 export, info keywords and action masks need that); such a
+            backend also has ``factory``, which builds env column ``i`` in the calling process.
         unit: a block of columns holds whole multiples of this many (1; a Godot game's agents).
         info_keywords: the info keys its runners record at episode ends (``--info_keywords``), which
             every process's storage holds a column for (``ppo_dict.data.episodes``).

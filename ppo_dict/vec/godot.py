@@ -48,6 +48,7 @@ class GodotRunner:
         self.spec, self.block, self.storage = spec, list(block), storage
         self.first = self.block[0]
         self._starts: list[int] = []  # game g's first column
+        self._spans: list[slice] = []  # game g's storage columns
         self.games: list[GodotGame] = []
         self.n_agents = 0
         self.active: tuple[int, str] = (-1, "")
@@ -67,6 +68,7 @@ class GodotRunner:
                 f"pool (or of one worker) must be a positive multiple of {self.n_agents} (one process per {self.n_agents} envs)"
             )
         self._starts = self.block[:: self.n_agents]
+        self._spans = [slice(start, start + self.n_agents) for start in self._starts]
         if any(self.block[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents)) for g, a in enumerate(self._starts)):
             raise ValueError(f"block {self.block} must be runs of {self.n_agents} contiguous columns, one per game")
         for g in range(1, len(self.block) // self.n_agents):
@@ -77,16 +79,12 @@ class GodotRunner:
                 raise ValueError(f"{game.describe()} has other agents or spaces than {first.describe()}")
         self.active = (-1, "")
 
-    def _span(self, g: int) -> slice:
-        """Global storage columns of game g."""
-        return slice(self._starts[g], self._starts[g] + self.n_agents)
-
     def _in(self, g: int, columns: Optional[range]) -> bool:
-        """Whether game g steps for ``columns``; a game with only some of its agents there is an error."""
+        """Whether game g steps for ``columns`` (contiguous); a game with only some of its agents there is an error."""
         if columns is None:
             return True
-        span = self._span(g)
-        inside = sum(i in columns for i in range(span.start, span.stop))
+        span = self._spans[g]
+        inside = max(0, min(span.stop, columns.stop) - max(span.start, columns.start))
         if 0 < inside < self.n_agents:
             raise ValueError(f"columns {columns} split game {g} (columns {span.start}..{span.stop - 1}): a game steps all its agents at once")
         return inside == self.n_agents
@@ -100,7 +98,7 @@ class GodotRunner:
         """Reset every game (with the seed of its first column, global index) and write ``env_obs[0]``."""
         obs0 = self.storage.env_obs_at(0)
         for g, game in enumerate(self.games):
-            span = self._span(g)
+            span = self._spans[g]
             self.active = (span.start, "reset")
             self._write(obs0, span, game.reset(seeds[span.start]))
         for j in range(len(self.block)):
@@ -112,14 +110,14 @@ class GodotRunner:
 
         Every game gets its actions before any reply is read, so the Godot processes step in parallel.
         """
-        s, book = self.storage, self.book
+        s, book, spans = self.storage, self.book, self._spans
         stepping = [g for g in range(len(self.games)) if self._in(g, columns)]
         for g in stepping:
-            self.active = (self._span(g).start, "step")
-            self.games[g].send_actions(s.env_actions[self._span(g)])
+            self.active = (spans[g].start, "step")
+            self.games[g].send_actions(s.env_actions[spans[g]])
         next_obs = s.env_obs_at(t + 1)
         for g in stepping:
-            game, span = self.games[g], self._span(g)
+            game, span = self.games[g], spans[g]
             self.active = (span.start, "step")
             reply = game.receive_step()
             s.env_rewards[t, span] = reply.rewards

@@ -27,7 +27,8 @@ def test_a_spec_names_its_backend_and_the_table_finds_it(monkeypatch) -> None:
     spec = resolve_env_name("gym_CartPole-v1")
     assert spec.backend == "gym" and type(probe_env(spec)) is GymBackend
     assert godot_spec().backend == "godot" and godot_spec().is_godot and not spec.is_godot
-    monkeypatch.setitem(BACKENDS, "logged", LoggedGym)  # one line of the table
+    monkeypatch.setitem(BACKENDS, "logged", LoggedGym.probe)  # one line of the table
+    monkeypatch.setattr(LoggedGym, "probes", [])
     logged = dataclasses.replace(spec, backend="logged")
     pool = InProcessEnvPool(probe_env(logged), 2, n_steps=1)
     try:
