@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 from typing import Any, Optional
 
-from ppo_dict.core.config import Config
+from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.parse import parse_bool, parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
@@ -56,13 +56,11 @@ def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = No
     trained agent's saved hyperparameters), the ``--hyperparams`` file's entry for the env,
     ``pinned`` (what a trained agent fixes: its policy), then the flags actually typed.
     """
-    values = Config().to_dict()
     layered: dict[str, Any] = dict(base or {})
     hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
     if hyperparams_file and "resume" not in given:
-        env = given.get("env", layered.get("env", values["env"]))
+        env = given.get("env", layered.get("env", FIELDS["env"].default))
         layered.update(load_hyperparams(hyperparams_file, env)[0])
     layered.update(pinned or {})
     layered.update(given)
-    values.update(layered)
-    return Config(**values)
+    return Config(**layered)  # the dataclass fills in sb3's defaults
