@@ -4,7 +4,8 @@
 * :mod:`.backend`: the :class:`~.backend.EnvBackend` interface and the gymnasium backend;
   :mod:`.godot`: the Godot backend.
 * :mod:`.in_process`: every env in this process. :mod:`.shm_pool`: the worker pool, over
-  :mod:`.group` (the main side), :mod:`.worker` (a worker process) and :mod:`.shared_memory`.
+  :mod:`.group` (the main side), :mod:`.worker` (a worker process), :mod:`.channel` (the line between
+  them) and :mod:`.shared_memory`.
 * :mod:`.shm_vec_env`: ``ShmVecEnv``, an sb3 ``VecEnv`` on the same workers.
 * :mod:`.watchdog`: deadlines for the env calls the main process makes itself, and stop signals
   that interrupt them.

@@ -2,7 +2,8 @@
 
 Worker w owns the env columns ``blocks[w]`` of one shared :class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
 under /dev/shm on Linux: nothing can leak, even after SIGKILL). Control is a tiny pickled message
-per worker per command over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them). The main process
+per worker per command over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them), written and read
+by a :class:`~ppo_dict.vec.channel.Channel` (one system call a message; a step's frame encoded once). The main process
 blocks in ``poll(2)`` on every pipe and every worker's process sentinel, with a timeout; there are
 no ``ctx.Queue``/``Lock``/``Event``: under forkserver/spawn their named semaphores outlive a
 SIGKILLed process group in /dev/shm.
@@ -23,6 +24,7 @@ from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.channel import Channel, encode, frame_of
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 from ppo_dict.vec.watchdog import KILLERS
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
@@ -142,6 +144,7 @@ class WorkerGroup:
                                       info_keywords=backend.info_keywords)
         self._procs: list = []
         self._conns: list = []
+        self._channels: list[Channel] = []  # the same lines, read and written by the main process
         self.pids: list[int] = []  # kept after close, for checks that they are gone
         # Registered before the first start, so a failure half-way still stops what started.
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns, CLOSE_GRACE)
@@ -160,6 +163,7 @@ class WorkerGroup:
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
             self._conns.append(parent_conn)
+            self._channels.append(Channel(parent_conn))
             proc.start()
             self._procs.append(proc)
             self.pids.append(proc.pid)
@@ -175,23 +179,32 @@ class WorkerGroup:
     def worker_envs(self, w: int) -> tuple[int, ...]:
         return self.blocks[w]
 
-    def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None) -> None:
-        """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers."""
+    def send(self, msg: tuple, workers: Optional[Sequence[int]] = None, detail: Any = None, cache: bool = False) -> None:
+        """Send ``msg`` to ``workers`` (default all); :meth:`gather` collects the answers.
+        ``cache``: a message of ints, strings and None sent again and again (a step), encoded once."""
         workers = range(self.num_workers) if workers is None else workers
-        self.send_each({w: msg for w in workers}, detail)
+        frame = frame_of(msg) if cache else encode(msg)
+        self._write({w: frame for w in workers}, msg[0], detail)
 
     def send_each(self, messages: dict[int, tuple], detail: Any = None) -> None:
         """Send ``messages[w]`` to each worker w; ``detail`` (step index, reset seeds) goes into errors."""
+        if messages:
+            self._write({w: encode(msg) for w, msg in messages.items()}, next(iter(messages.values()))[0], detail)
+        else:
+            self._write({}, "", detail)
+
+    def _write(self, frames: dict[int, bytes], command: str, detail: Any) -> None:
         if self.closed:
             raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")
         if self._awaiting is not None:
             self.gather()  # replies of an interrupted command: drain them so none is read as ours
-        if not messages:
+        if not frames:
             return  # no worker owns what was asked: gather() has nothing to wait for
-        self._awaiting = (next(iter(messages.values()))[0], set(messages), detail)
-        for w, msg in messages.items():
+        self._awaiting = (command, set(frames), detail)
+        channels = self._channels
+        for w, frame in frames.items():
             try:
-                self._conns[w].send(msg)
+                channels[w].write(frame)
             except OSError:
                 pass  # the worker is dead; gather() reports it with its exit code
 
@@ -234,13 +247,13 @@ class WorkerGroup:
 
     def _receive(self, w: int, kind: str, command: str, pending: set[int]) -> Optional[tuple]:
         """Worker w's message behind a poll event, None when there is none to read; a dead worker fails the group."""
-        conn = self._conns[w]
-        if kind == "sentinel" and not conn.poll(0):
+        channel = self._channels[w]
+        if kind == "sentinel" and not channel.ready():
             self._fail(self._died(w, command))
-        if w not in pending and kind == "pipe" and not conn.poll(0):
+        if w not in pending and kind == "pipe" and not channel.ready():
             return None
         try:
-            return conn.recv()
+            return channel.recv()
         except (EOFError, OSError):
             self._fail(self._died(w, command))
         return None  # unreachable: _fail raises

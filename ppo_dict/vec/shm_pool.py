@@ -156,7 +156,7 @@ class ShmEnvPool:
 
     def step(self, t: int) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t."""
-        self._group.send(("step", t), detail=t)
+        self._group.send(("step", t), detail=t, cache=True)
         self._in_main("step", lambda runner: runner.step(t), detail=t)
         self._gather("step", t)
 
@@ -166,7 +166,7 @@ class ShmEnvPool:
         workers = self._workers_of.get(columns)
         if workers is None:
             workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)]
-        self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=t)
+        self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=t, cache=True)
         self._in_main("step", lambda runner: runner.step(t, columns), detail=t)
 
     def step_wait(self) -> None:

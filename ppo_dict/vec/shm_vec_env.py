@@ -123,7 +123,7 @@ class ShmVecEnv(VecEnv):
                 self.storage.env_actions[key][...] = batch
         else:
             self.storage.env_actions[...] = checked
-        self._group.send(("step", 0))
+        self._group.send(("step", 0), cache=True)
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:

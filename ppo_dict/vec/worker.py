@@ -27,6 +27,7 @@ from typing import Any, Optional
 from ppo_dict.core.errors import EnvWorkerError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.channel import Channel
 from ppo_dict.vec.runner import Runner
 from ppo_dict.vec.shared_memory import SharedLayout, view_alloc
 
@@ -101,26 +102,27 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
     Blocks in ``poll(2)`` on the pipe and on the parent's sentinel: no CPU while idle.
     """
     parent = multiprocessing.parent_process()
+    channel = Channel(conn)
     poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN)
+    poller.register(channel.fd, select.POLLIN)
     if parent is not None:
         poller.register(parent.sentinel, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in poller.poll()}
-        if conn.fileno() not in ready:
+        if not channel.pending and channel.fd not in {fd for fd, _ in poller.poll()}:
             return  # the main process died
         try:
-            msg = conn.recv()
+            msg = channel.recv()
         except EOFError:
             return
         command = msg[0]
         runner.active = (-1, command)
         if command == "step":  # ("step", t) or ("step", t, first column, end column)
-            conn.send(("ok", runner.step(msg[1], range(msg[2], msg[3]) if len(msg) > 2 else None)))
+            result = runner.step(msg[1], range(msg[2], msg[3]) if len(msg) > 2 else None)
+            channel.send(("ok", result), cache=result is None)
         elif command == "reset":
-            conn.send(("ok", runner.reset(msg[1], msg[2])))
+            channel.send(("ok", runner.reset(msg[1], msg[2])))
         elif command == "call":
-            conn.send(answer_call(runner, msg[1:]))
+            channel.send(answer_call(runner, msg[1:]))
         elif command == "close":
             return
         else:
