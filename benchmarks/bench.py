@@ -4,8 +4,8 @@ Reacher-v5 with sb3's MLP (64x64 tanh), the configuration PPO users train with: 
 4 minibatches, 10 epochs. For each env count:
   1. the ceiling: one Reacher-v5 stepped in this process with fixed actions (raw steps/s);
   2. rollouts (collection and GAE): sb3's ``collect_rollouts`` on DummyVecEnv and SubprocVecEnv
-     against ppo_dict's exact rollouts on the worker pool (the main process's share of envs
-     balanced), double-buffered ones, and the in-process pool; the main process's own work per
+     against ppo_dict's exact rollouts on the worker pool (the main process stepping
+     a worker's share), double-buffered ones, and the in-process pool; the main process's own work per
      step (policy and bookkeeping) from ppo_dict's time/* figures;
   3. training (rollouts and updates): sb3 on DummyVecEnv against ppo_dict, exact and double-buffered;
 then pure env stepping through the pool with 1 and 2 worker processes, a 1M-step soak (resident

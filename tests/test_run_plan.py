@@ -8,44 +8,35 @@ from ppo_dict.algo.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
-from ppo_dict.run.run_plan import build_env_pool, plan_main_envs, plan_run
+from ppo_dict.run.run_plan import build_env_pool, plan_run
 from ppo_dict.vec import env_spec, probe_env
-from ppo_dict.vec.shm_pool import balanced_main_envs
 
 CFG = Config(env="gym_Pendulum-v1", n_envs=4, num_workers=0, n_steps=32, batch_size=64, n_epochs=2, seed=3, total_timesteps=256, verbose=0)
 
 
-def test_balance_gives_the_main_process_fewer_envs_the_more_its_own_work_costs() -> None:
-    assert balanced_main_envs(32, 2, env_seconds=30e-6, main_seconds=0.0) == 16  # nothing else to do: an equal share
-    assert balanced_main_envs(32, 2, env_seconds=30e-6, main_seconds=150e-6) == 14  # 16 - 150 / 60 = 13.5
-    assert balanced_main_envs(32, 4, env_seconds=30e-6, main_seconds=120e-6) == 5  # 8 - 120 * 3 / 120 = 5
-    assert balanced_main_envs(8, 2, env_seconds=10e-6, main_seconds=1e-3) == 0  # a costly policy: no envs in main
-    assert balanced_main_envs(8, 2, env_seconds=1.0, main_seconds=-50.0) == 7  # at most all but one env per worker
-
-
-def test_plan_measures_without_touching_the_rngs() -> None:
-    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2)
+def test_the_main_process_steps_one_workers_share_unless_told_otherwise() -> None:
+    """Exact rollouts sample every action before any env steps, so nothing overlaps the policy: the
+    step ends when the slowest process has stepped its envs, and an equal share ends it soonest."""
+    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=16, batch_size=32)
     backend = probe_env(env_spec(cfg))
-    torch.manual_seed(0)
-    before = torch.get_rng_state()
-    planned = plan_main_envs(cfg, backend)
-    assert torch.equal(torch.get_rng_state(), before)
-    assert isinstance(planned, int) and 0 <= planned <= 4
-    assert plan_main_envs(cfg.replace(main_envs=3), backend) is None  # the user's count stands
-    assert plan_main_envs(cfg.replace(main_steps_envs=False), backend) is None
-    assert plan_main_envs(cfg.replace(num_workers=0, n_envs=8), backend) is None
+    for layout, main_envs, blocks in ((cfg, 4, [4]), (cfg.replace(n_envs=12, num_workers=3), 4, [4, 4]), (cfg.replace(main_envs=1), 1, [7]),
+                                      (cfg.replace(main_steps_envs=False), 0, [4, 4])):
+        pool = build_env_pool(layout, backend)
+        try:
+            assert pool.main_envs == main_envs and [len(block) for block in pool._group.blocks] == blocks
+        finally:
+            pool.close()
 
 
 def test_the_plan_is_made_once_and_the_pool_follows_it() -> None:
-    """plan_run checks the config, keeps the recipe and the probed backend, balances the share; its
-    pool has that share, and a bad config is refused before anything is probed."""
+    """plan_run checks the config, keeps the recipe and the probed backend; its pool steps that
+    backend's envs, and a bad config is refused before anything is probed."""
     cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=16, batch_size=32)
     plan = plan_run(cfg)
     assert plan.spec == env_spec(cfg) and plan.backend.observation_space == probe_env(env_spec(cfg)).observation_space
-    assert isinstance(plan.main_envs, int)
     pool = plan.env_pool()
     try:
-        assert pool.main_envs == plan.main_envs and pool.num_envs == 8
+        assert pool.backend.label == plan.backend.label and pool.num_envs == 8
     finally:
         pool.close()
     with pytest.raises(ConfigError, match="n_steps"):
@@ -70,7 +61,7 @@ def test_the_run_config_is_checked_once_on_its_way_to_training(monkeypatch) -> N
     assert found == [cfg, bad]
 
 
-def test_a_balanced_pool_gives_the_same_numbers_as_one_process() -> None:
+def test_a_pool_with_a_share_in_the_main_process_gives_the_same_numbers_as_one_process() -> None:
     cfg = CFG.replace(env="gym_Reacher-v5", num_workers=2, n_envs=6, main_envs=1)
     pools = [build_env_pool(cfg), build_env_pool(cfg.replace(num_workers=0))]
     assert pools[0].main_envs == 1 and [len(b) for b in pools[0]._group.blocks] == [5]  # 1 env here, 5 in the worker

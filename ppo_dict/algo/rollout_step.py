@@ -26,10 +26,8 @@ overhead.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
@@ -128,24 +126,3 @@ class PolicyStep:
         if self._features is None:
             return self.policy.predict_values(obs)
         return self._value_head(run(self._vf, self._features(self.policy._preprocess(obs))))
-
-
-def policy_step_seconds(policy: ActorCritic, n_envs: int, budget: float = 0.05) -> float:
-    """Median wall seconds of one :class:`PolicyStep` on ``n_envs`` zero observations, measured
-    within about ``budget`` seconds. Draws from the torch RNG: call it under ``torch.random.fork_rng``."""
-    step = PolicyStep(policy, n_envs)
-    obs = zero_obs(policy.observation_space, n_envs)
-    times, deadline = [], time.perf_counter() + budget
-    while len(times) < 200 and time.perf_counter() < deadline:
-        start = time.perf_counter()
-        step(obs)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times[1:] or times))
-
-
-def zero_obs(space: spaces.Space, n: int) -> TensorObs:
-    """A batch of ``n`` all-zero observations of ``space`` (as stored: Discrete as ``[n, 1]``)."""
-    if isinstance(space, spaces.Dict):
-        return {key: zero_obs(sub, n) for key, sub in space.spaces.items()}
-    shape = (1,) if isinstance(space, spaces.Discrete) else space.shape
-    return torch.zeros((n, *shape), dtype=torch.from_numpy(np.zeros(0, dtype=space.dtype)).dtype)

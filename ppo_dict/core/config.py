@@ -160,7 +160,7 @@ class Config:
     envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", none_or(int), "workers", range=(1, inf))
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers", choices=MP_METHODS)
     main_steps_envs: bool = _opt(True, "the main process steps some envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
-    main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: balanced from the measured cost of an env step and of the policy step)", none_or(int), "workers", range=(0, inf))
+    main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: one worker's share, envs_per_worker)", none_or(int), "workers", range=(0, inf))
     double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that also holds the GIL stops every thread of the process: a guard process SIGKILLs the run 1 s after that, exit status 137)", float, "workers", range=(0.0, inf, True, False))
 

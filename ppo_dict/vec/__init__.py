@@ -74,13 +74,11 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     return probe(spec)
 
 
-def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs: Optional[int] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
 
     ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given).
-    ``main_envs``: the envs the main process steps (default ``cfg.main_envs``, else one worker's
-    share; ``ppo_dict.run.run_plan.plan_main_envs`` balances it from measured costs). A config with a bad
-    setting is refused first (:meth:`Config.check`), however it was built.
+    A config with a bad setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
@@ -93,6 +91,6 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, main_envs
         return InProcessEnvPool(backend, n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     return ShmEnvPool(
         backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
-        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs if main_envs is None else main_envs,
+        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs,
         halves=cfg.double_buffer,
     )

@@ -8,20 +8,15 @@ only this interface; :func:`ppo_dict.vec.probe_env` picks the backend of an
 """
 from __future__ import annotations
 
-import copy
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
-from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.vec.runner import GymRunner, Runner
-from ppo_dict.vec.watchdog import WATCHDOG, Owner
 
 EnvFactory = Callable[[int], gym.Env]
 
@@ -56,8 +51,6 @@ class EnvBackend(Protocol):
     def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
         """What a layout asks of this backend that cannot work (empty when it can)."""
 
-    def step_seconds(self, budget: float) -> float:
-        """Wall seconds of one column's step in this process, measured within about ``budget`` seconds (0: unknown)."""
 
 
 class SpecFactory:
@@ -83,32 +76,6 @@ def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, 
         env.close()
 
 
-#: At most this many steps time an env's step (fewer when a step is slow).
-TIMED_STEPS = 200
-
-
-def time_env_step(env: gym.Env, budget: float) -> float:
-    """Median seconds of one ``env.step``, random actions from a seeded copy of the action space."""
-    env.reset(seed=0)
-    space = copy.deepcopy(env.action_space)
-    space.seed(0)
-    times, deadline = [], time.perf_counter() + budget
-    while len(times) < TIMED_STEPS and time.perf_counter() < deadline:
-        action = space.sample()
-        start = time.perf_counter()
-        _, _, terminated, truncated, _ = env.step(action)
-        times.append(time.perf_counter() - start)
-        if terminated or truncated:
-            env.reset()
-    return float(np.median(times))
-
-
-class MeasuredEnv:
-    """The env :meth:`GymBackend.step_seconds` times, as the watchdog names it (a runner's ``active``)."""
-
-    active = (-1, "constructor")
-
-
 @dataclass(frozen=True)
 class GymBackend:
     """Gymnasium envs, built by ``factory(env index)`` and stepped by :class:`GymRunner`.
@@ -130,29 +97,6 @@ class GymBackend:
         """Build one env of ``spec`` here to read its spaces (an unknown id or bad kwargs fail here)."""
         observation_space, action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
         return cls(SpecFactory(spec), observation_space, action_space, spec.label)
-
-    def step_seconds(self, budget: float) -> float:
-        """Build one more env here and time its steps; 0 when that env fails (its workers will say why).
-
-        Under the watchdog's default deadline: an env that hangs here is reported at once
-        (:class:`EnvTimeoutError`), as it would be a moment later in the run.
-        """
-        env = None
-        measured = MeasuredEnv()
-        WATCHDOG.arm(Owner(self.label, measured), "step", "while one env step was timed in the main process, before any worker started",
-                     WATCHDOG.default_timeout)
-        try:
-            env = self.factory(0)
-            measured.active = (0, "step")
-            return time_env_step(env, budget)
-        except EnvTimeoutError:
-            raise
-        except Exception:  # noqa: BLE001 (a measurement only: the pool reports the env's failure itself)
-            return 0.0
-        finally:
-            WATCHDOG.clear()
-            if env is not None:
-                env.close()
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
         return GymRunner(self.factory, block, storage, record_infos=self.record_infos)

@@ -172,9 +172,6 @@ class GodotBackend:
         """Agents per game: a block of columns holds whole games."""
         return int((self.spec.kwargs.get("game_args") or {}).get("n_agents", self.n_agents))
 
-    def step_seconds(self, budget: float) -> float:
-        return 0.0  # blocks hold whole games: the pool does not balance them column by column
-
     def agents_per_game(self, envs_per_block: int) -> int:
         """Agents per Godot process in a pool: the demo's ``game_args`` ``n_agents``, by default
         ``envs_per_block`` (one game per worker, or one in-process); another game's own count."""

@@ -3,9 +3,12 @@
 With ``main_steps_envs`` the main process steps the first ``main_envs`` columns itself (the same
 runner code a worker runs) while ``num_workers - 1`` worker processes share the rest: the main
 process would only wait otherwise, and one process fewer competes for the cores. Which process
-steps which env changes no number, so ``main_envs`` is chosen for speed: the main process also
-evaluates the policy, so it should get fewer envs than a worker (``ppo_dict.run.run_plan.plan_main_envs``
-balances it from measured costs).
+steps which env changes no number, so ``main_envs`` is chosen for speed. By default it is one
+worker's share (``envs_per_worker``): in exact rollouts every action is sampled before any env
+steps, so the workers wait while the main process evaluates the policy and keeps its books, and
+the step ends when the last process has stepped its envs; equal shares make that soonest. (The
+main process also sends the commands before it steps its own envs, and each worker starts only
+once the kernel has woken it, so the main process's block starts no later than a worker's.)
 """
 from __future__ import annotations
 
@@ -64,18 +67,6 @@ def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
     """The two halves of the columns that double-buffered rollouts alternate, in whole ``unit``s."""
     middle = (n_envs // unit + 1) // 2 * unit
     return range(0, middle), range(middle, n_envs)
-
-
-def balanced_main_envs(n_envs: int, num_workers: int, env_seconds: float, main_seconds: float) -> int:
-    """The main process's share of ``n_envs`` that makes every core finish a step together.
-
-    The main process spends ``main_seconds`` per step on its own work (policy, bookkeeping,
-    messages) plus ``k * env_seconds`` stepping its envs; each of the ``num_workers - 1`` workers
-    spends ``(n_envs - k) / (num_workers - 1) * env_seconds``. Equal when
-    ``k = n_envs / W - main_seconds * (W - 1) / (W * env_seconds)``, clamped to what the layout allows.
-    """
-    k = n_envs / num_workers - main_seconds * (num_workers - 1) / (num_workers * env_seconds)
-    return int(min(max(round(k), 0), n_envs - (num_workers - 1)))
 
 
 class ShmEnvPool:

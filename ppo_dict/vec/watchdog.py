@@ -1,7 +1,7 @@
 """Deadlines for the env calls the main process makes itself, and Ctrl-C that works during them.
 
 A worker's hung env is caught by the main process's timed ``poll(2)``; the main process's own
-envs (its balanced share, ``--num_workers 0``) have nobody watching them, so a thread does.
+envs (its share, ``--num_workers 0``) have nobody watching them, so a thread does.
 Before each batch of env calls the pool *arms* the watchdog (:meth:`Watchdog.arm`: one tuple
 stored, about 0.2 µs) with the call, the step and a deadline, and *disarms* it after. The
 watchdog thread sleeps in ``select(2)`` until the deadline it last saw (or a signal byte from

@@ -47,8 +47,8 @@ class Layout:
 
 
 LAYOUTS = {
-    # a costly env (5 ms a step): the balanced share gives the main process envs 0 and 1
-    "balanced": Layout(("--num_workers", "2", "--n_envs", "4"), 1, True, "step_s=0.005"),
+    # a costly env (5 ms a step): the main process's default share is envs 0 and 1
+    "share": Layout(("--num_workers", "2", "--n_envs", "4"), 1, True, "step_s=0.005"),
     "main_envs": Layout(("--num_workers", "2", "--n_envs", "4", "--main_envs", "2"), 1, True),
     "main_envs_0": Layout(("--num_workers", "2", "--n_envs", "4", "--main_envs", "0"), 1, False),
     "in_process": Layout(("--num_workers", "0", "--n_envs", "2"), 1, True),
@@ -190,7 +190,7 @@ def game_children(pid: int, game: str) -> list[int]:
 
 
 @pytest.mark.parametrize("flags", [("--num_workers", "0", "--n_envs", "2"), ("--num_workers", "2", "--n_envs", "4")],
-                         ids=["in_process", "balanced"])
+                         ids=["in_process", "share"])
 def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flags: tuple[str, ...], tmp_path) -> None:
     """A Godot-protocol game the main process owns stops answering (SIGSTOP: alive, its socket open):
     the game's reply timeout (0.9 x step_timeout) ends the run naming the game; nothing is left behind."""
@@ -223,7 +223,7 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
 
 
 #: the fast set: a hang in the main process's share, in a worker, in-process; the rest with ``slow``
-FAST_SIGNAL_CASES = {("balanced", signal.SIGINT), ("main_envs_0", signal.SIGINT), ("in_process", signal.SIGINT)}
+FAST_SIGNAL_CASES = {("share", signal.SIGINT), ("main_envs_0", signal.SIGINT), ("in_process", signal.SIGINT)}
 
 
 @pytest.mark.parametrize("name, sig", [
@@ -275,7 +275,7 @@ def assert_ended_by_the_guard(code: int, err: str) -> None:
     assert 'in _hang\n' in err and err.index('in _hang\n') < err.index("error: "), err  # where it hangs, from the main thread
 
 
-@pytest.mark.parametrize("name", ["balanced", "in_process", pytest.param("main_envs", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["share", "in_process", pytest.param("main_envs", marks=pytest.mark.slow)])
 def test_a_hang_holding_the_gil_is_ended_by_the_guard_process(name: str, tmp_path) -> None:
     """C code that holds the GIL stops every thread of the main process, the watchdog's too: the guard
     process ends the run MARGIN s after the watchdog would have, naming the env, the call and the step."""
@@ -297,7 +297,7 @@ def test_a_hang_holding_the_gil_is_ended_by_the_guard_process(name: str, tmp_pat
 def test_ctrl_c_during_a_hang_holding_the_gil_ends_the_run(presses: int, tmp_path) -> None:
     """No handler and no watchdog can run: the guard sees the signal left untaken on the wakeup socket
     and ends the run STOP_GRACE + HARD_GRACE + MARGIN s later (SECOND_STUCK + MARGIN after a second one)."""
-    layout, shm_before = LAYOUTS["balanced"], shm_entries()
+    layout, shm_before = LAYOUTS["share"], shm_entries()
     run = start_run(layout, "hang_gil", tmp_path, "--step_timeout", "600")
     hang_began(run, layout)
     time.sleep(0.5)  # the env is in its C call (it printed the marker just before)

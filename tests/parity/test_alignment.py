@@ -116,7 +116,7 @@ def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_in_process(recorde
 @pytest.mark.parametrize("n_envs", [3, 5, 13])
 def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_with_workers(recorded: dict, n_envs: int, main_envs) -> None:
     """Worker processes write the rows in shared memory (one worker, as the odd counts divide no more; default layout: the main process steps a
-    balanced share of the envs itself; ``main_envs=0``: the workers step them all)."""
+    share of the envs itself; ``main_envs=0``: the workers step them all)."""
     cfg = Config(**SPACES["dict_normalized"], **RUN, n_envs=n_envs, num_workers=1, batch_size=n_envs + 1,
                  main_envs=main_envs, total_timesteps=4 * n_envs)
     train_and_evaluate(cfg)

@@ -52,7 +52,7 @@ def test_odd_env_counts_in_process(space: str, n_envs: int) -> None:
 @pytest.mark.parametrize("main_envs", [None, 0])
 @pytest.mark.parametrize("space,n_envs", [("box", 3), ("dict_normalized", 5), ("multi_binary", 7)])
 def test_odd_env_counts_through_a_worker_pool(space: str, n_envs: int, main_envs) -> None:
-    """The workers write the rows into shared memory; by default the main process steps a balanced
+    """The workers write the rows into shared memory; by default the main process steps a worker's
     share of the envs itself, with ``main_envs=0`` none."""
     cfg = config(space, n_envs, num_workers=1, main_envs=main_envs)
     assert_parity(cfg, pool=build_env_pool(cfg))
