@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 SYSTEM_PACKAGES := $(strip $(shell sed -e 's/\#.*//' -e 's/^[^:]*://' system-packages.txt))
 APT_FLAGS ?=
 
-.PHONY: install train test test-all bench clean system-deps
+.PHONY: install train test test-all bench bench-scale clean system-deps
 
 install:
 	$(PYTHON) -m pip install -q "$(TORCH)"
@@ -30,6 +30,10 @@ bench: install
 	$(PYTHON) benchmarks/bench_pixels.py
 	$(PYTHON) benchmarks/bench_atari.py
 	$(PYTHON) benchmarks/bench_masked.py
+
+# Throughput against the worker count (for a many-core machine; bench_scale.py --help splits it into shorter calls).
+bench-scale: install
+	$(PYTHON) benchmarks/bench_scale.py --sb3
 
 # Needs root (`sudo make system-deps`); .ci/run runs it (APT_FLAGS=-qq).
 system-deps:

@@ -46,8 +46,9 @@ N_STEPS = 256
 PIPELINE_ENVS = [64, 256]
 
 
-def raw_env(steps: int) -> Contender:
-    env = gym.make(ENV_ID)
+def raw_env(steps: int, env_id: str = ENV_ID) -> Contender:
+    """One ``env_id`` stepped in this process with fixed actions: the ceiling a core can reach."""
+    env = gym.make(env_id)
     env.reset(seed=0)
     action = np.zeros(env.action_space.shape, np.float32)
 
@@ -58,17 +59,17 @@ def raw_env(steps: int) -> Contender:
                 env.reset()
         return steps
 
-    return Contender("one Reacher-v5 in this process, no policy", run, close=env.close)
+    return Contender(f"one {env_id} in this process, no policy", run, close=env.close)
 
 
-def sb3_contender(name: str, vec_env_cls, n_envs: int, device: str, training: bool) -> Contender:
-    venv = make_vec_env(ENV_ID, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls)
-    model = SB3PPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10, seed=0, verbose=0, device=device)
+def sb3_contender(name: str, vec_env_cls, n_envs: int, device: str, training: bool, env_id: str = ENV_ID, n_steps: int = N_STEPS) -> Contender:
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls)
+    model = SB3PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=n_steps * n_envs // 4, n_epochs=10, seed=0, verbose=0, device=device)
     return sb3_model_contender(name, model, training)
 
 
-def ours_config(n_envs: int, num_workers: int, device: str, **changes) -> Config:
-    return Config(env=f"gym_{ENV_ID}", n_envs=n_envs, num_workers=num_workers, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4,
+def ours_config(n_envs: int, num_workers: int, device: str, env_id: str = ENV_ID, n_steps: int = N_STEPS, **changes) -> Config:
+    return Config(env=f"gym_{env_id}", n_envs=n_envs, num_workers=num_workers, n_steps=n_steps, batch_size=n_steps * n_envs // 4,
                   n_epochs=10, seed=0, verbose=0, device=device, total_timesteps=10**12, **changes)
 
 

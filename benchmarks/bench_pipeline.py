@@ -31,7 +31,7 @@ sys.path.insert(0, ROOT)
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
-from benchmarks.harness import Contender, Table, add_bench_flags, cpu_seconds, interleave, log_path, machine_times, ratio_text  # noqa: E402
+from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ratio_text  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.envs import zero_work  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402
