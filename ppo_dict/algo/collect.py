@@ -209,20 +209,27 @@ class Collector:
     def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray, first: int) -> None:
         """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
 
-        Exact rollouts: one env at a time, in env order, in torch float32 arithmetic, as sb3 does
-        (batching the terminal observations changes the rounding, 1.2e-7). Double-buffered ones are
-        not sb3's numbers anyway: all of a half's cut episodes are valued in one batch.
+        Exact rollouts: one env at a time, in env order, each terminal observation a batch of one,
+        as sb3 does (batching them changes the rounding, 1.2e-7). sb3's ``rewards[idx] += gamma *
+        value`` multiplies a float32 tensor by a Python float in float32 and adds in float32; the
+        same two roundings are done here on numpy float32 scalars, which spares a tensor op and a
+        conversion per env. Double-buffered rollouts are not sb3's numbers anyway: all of a half's
+        cut episodes are valued in one batch.
         """
-        value, rows = self.policy_steps[self.n_envs].value, np.flatnonzero(truncated)
+        step, rows = self.policy_steps[self.n_envs], np.flatnonzero(truncated)
         if len(self.halves) > 1 and len(rows) > 1:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
-            rewards[rows] += self.cfg.gamma * value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
+            rewards[rows] += self.cfg.gamma * step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
             return
-        for idx in rows:
-            terminal_value = value(obs_to_tensor(self.storage.terminal_input(first + idx), self.device))[0]
-            rewards[idx] += self.cfg.gamma * terminal_value
+        if not len(rows):
+            return
+        gamma = np.float32(self.cfg.gamma)
+        with torch.inference_mode():
+            for idx in rows:
+                terminal_value = step.critic(obs_to_tensor(self.storage.terminal_input(first + idx), self.device)).item()
+                rewards[idx] += gamma * np.float32(terminal_value)
 
     def _check_finite(self, t: int, columns: range, dones: np.ndarray) -> None:
         """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.

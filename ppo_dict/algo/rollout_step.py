@@ -123,6 +123,10 @@ class PolicyStep:
     @torch.inference_mode()
     def value(self, obs: TensorObs) -> torch.Tensor:
         """``ActorCritic.predict_values``: the critic only, ``[B, 1]``."""
+        return self.critic(obs)
+
+    def critic(self, obs: TensorObs) -> torch.Tensor:
+        """:meth:`value` without entering inference mode (for a caller already in it, calling it often)."""
         if self._features is None:
             return self.policy.predict_values(obs)
         return self._value_head(run(self._vf, self._features(self.policy._preprocess(obs))))
