@@ -4,7 +4,10 @@ For each env id and env count, in interleaved rounds: ppo_dict's rollouts (colle
 MLP 64x64 on the CPU) on 1, 2, 4, ... workers, exact and ``--double_buffer``, beside sb3's PPO on
 DummyVecEnv and SubprocVecEnv at the same env count (``--sb3``), and one env stepped in this
 process with fixed actions (the raw rate of a core). Efficiency = throughput / (workers x the raw
-rate): 1.0 is linear scaling. An env count that a worker count does not divide is rounded to the
+rate, measured in the same interleaved rounds): 1.0 is linear scaling. Exact rollouts on W >= 2
+workers run W processes (the main process steps a worker's share); on 1 worker, and with
+``--double_buffer``, the main process runs beside the W workers, so a low worker count can pass
+1.0 there. An env count that a worker count does not divide is rounded to the
 nearest multiple (256 envs on 15 workers: 255). Rows are appended to perf_log.md and throughput is
 drawn against workers, with the linear line, in a PNG beside it (``--plot``).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import textwrap
 import warnings
@@ -51,10 +55,12 @@ def layout(n_envs: int, workers: int) -> int:
     return workers * max(1, round(n_envs / workers))
 
 
-def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: list[str], sb3: bool, rounds: int, n_steps: int,
-            raw_rate: float) -> dict[str, list[tuple[int, float]]]:
-    """The rows of one env id and env count; returns ``{mode: [(workers, steps/s)]}`` for the plot."""
-    contenders: list[tuple[Optional[str], int, Contender]] = []
+def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: list[str], sb3: bool, rounds: int,
+            n_steps: int) -> tuple[float, dict[str, list[tuple[int, float]]]]:
+    """The rows of one env id and env count; returns the raw rate and ``{mode: [(workers, steps/s)]}`` for the plot.
+    The raw env runs in the same interleaved rounds as the rest, so a busy minute lowers both."""
+    raw = raw_env(n_steps * 16, env_id)
+    contenders: list[tuple[Optional[str], int, Contender]] = [("raw", 0, raw)]
     for mode in modes:
         for w in workers:
             n = layout(n_envs, w)
@@ -66,13 +72,15 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
     curves: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}
     try:
         interleave([c for _, _, c in contenders], rounds, warmup=True)
+        raw_rate = raw.rate
         sb3_sides = [c for mode, _, c in contenders if mode is None]
         best_sb3 = max(sb3_sides, key=lambda c: c.rate) if sb3_sides else None
         setting = f"{env_id}, {n_envs} envs, MLP 64x64 on the CPU, n_steps {n_steps}, rollouts"
+        table.row(setting, "raw: one env stepped in this process, fixed actions, no policy", f"{raw_rate:.0f} steps/s")
         for c in sb3_sides:
             table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step")
         for mode, w, c in contenders:
-            if mode is None:
+            if mode not in MODES:
                 continue
             curves[mode].append((w, c.rate))
             linear = w * raw_rate
@@ -82,7 +90,7 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
     finally:
         for _, _, c in contenders:
             c.close()
-    return curves
+    return raw_rate, curves
 
 
 def plot(path: str, title: str, raw_rates: dict[str, float], curves: dict[tuple[str, int, str], list[tuple[int, float]]]) -> None:
@@ -133,23 +141,18 @@ def main() -> None:
     torch.set_num_threads(1)
     rounds = 1 if args.quick else 3
     started, table = machine_times(), Table()
-    raw_rates: dict[str, float] = {}
+    raw_rates: dict[str, list[float]] = {}
     curves: dict[tuple[str, int, str], list[tuple[int, float]]] = {}
     for env_id in args.env_ids.split(","):
-        raw = raw_env(2000, env_id)
-        try:
-            interleave([raw], 3)
-        finally:
-            raw.close()
-        raw_rates[env_id] = raw.rate
-        table.row(env_id, "raw: one env stepped in this process, fixed actions, no policy", f"{raw.rate:.0f} steps/s")
         for n_envs in (int(n) for n in args.envs.split(",")):
-            for mode, points in measure(table, env_id, n_envs, workers, modes, args.sb3, rounds, args.n_steps, raw.rate).items():
+            raw_rate, by_mode = measure(table, env_id, n_envs, workers, modes, args.sb3, rounds, args.n_steps)
+            raw_rates.setdefault(env_id, []).append(raw_rate)
+            for mode, points in by_mode.items():
                 curves[(env_id, n_envs, mode)] = points
     command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:])
     table.write("bench_scale", command.strip(), started, log=log_path(args))
     if args.plot:
-        plot(args.plot, f"{command.strip()}: {machine_line()}", raw_rates, curves)
+        plot(args.plot, f"{command.strip()}: {machine_line()}", {env: statistics.median(rates) for env, rates in raw_rates.items()}, curves)
 
 
 if __name__ == "__main__":
