@@ -20,10 +20,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.bench import ENV_ID, N_STEPS, ours_config  # noqa: E402
 from benchmarks.harness import Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
-from ppo_dict.core.config import Config  # noqa: E402
-
-ENV_ID, N_STEPS = "Reacher-v5", 256
 
 
 def shares(n_envs: int, workers: int) -> list[int]:
@@ -36,8 +34,7 @@ def compare(table: Table, n_envs: int, workers: int, rounds: int) -> None:
     setting = f"{ENV_ID}, {n_envs} envs, {workers} workers, MLP 64x64, n_steps {N_STEPS}, exact rollouts"
     contenders = []
     for k in shares(n_envs, workers):
-        cfg = Config(env=f"gym_{ENV_ID}", n_envs=n_envs, num_workers=workers, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4,
-                     seed=0, verbose=0, total_timesteps=10**12, main_envs=k)
+        cfg = ours_config(n_envs, workers, "cpu", main_envs=k)
         contenders.append(ppo_dict_contender(f"main process steps {k} of {n_envs} envs", cfg, training=False))
     try:
         interleave(contenders, rounds)

@@ -217,13 +217,13 @@ class Collector:
         cut episodes are valued in one batch.
         """
         step, rows = self.policy_steps[self.n_envs], np.flatnonzero(truncated)
+        if not len(rows):
+            return
         if len(self.halves) > 1 and len(rows) > 1:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
             rewards[rows] += self.cfg.gamma * step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
-            return
-        if not len(rows):
             return
         gamma = np.float32(self.cfg.gamma)
         with torch.inference_mode():

@@ -66,6 +66,12 @@ class Channel:
         while view:
             view = view[os.write(self.fd, view):]
 
+    def close(self) -> None:
+        """Close the connection; later writes and reads fail with ``OSError`` (the fd is not kept:
+        its number may belong to another file by then)."""
+        self.conn.close()
+        self.fd = -1
+
     def ready(self) -> bool:
         """A message (or its start, or the end of the line) is there to read without waiting."""
         return bool(self.pending) or self.conn.poll(0)

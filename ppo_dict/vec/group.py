@@ -33,15 +33,15 @@ from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
 CLOSE_GRACE = 1.0
 
 
-def stop_workers(procs: list, conns: list, grace: float) -> None:
+def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
     """Send close, wait ``grace``, terminate, wait 1 s, kill, reap; close the pipes.
 
     Never reads a reply, so a worker still busy with a step cannot block it. Module-level so
     that ``weakref.finalize`` holds no reference to the group.
     """
-    for conn in conns:
+    for channel in channels:
         try:
-            conn.send(("close",))
+            channel.send(("close",))
         except (OSError, ValueError):
             pass
     for escalate, wait_s in ((None, grace), ("terminate", 1.0), ("kill", 1.0)):
@@ -62,8 +62,8 @@ def stop_workers(procs: list, conns: list, grace: float) -> None:
         p.join(0.1)
         if p.exitcode is not None:
             p.close()
-    for conn in conns:
-        conn.close()
+    for channel in channels:
+        channel.close()
 
 
 def split_columns(first: int, n_columns: int, n_blocks: int, unit: int = 1) -> list[range]:
@@ -143,11 +143,10 @@ class WorkerGroup:
         self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
                                       info_keywords=backend.info_keywords)
         self._procs: list = []
-        self._conns: list = []
-        self._channels: list[Channel] = []  # the same lines, read and written by the main process
+        self._channels: list[Channel] = []  # the main process's line to each worker
         self.pids: list[int] = []  # kept after close, for checks that they are gone
         # Registered before the first start, so a failure half-way still stops what started.
-        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._conns, CLOSE_GRACE)
+        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
             self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs))
@@ -162,7 +161,6 @@ class WorkerGroup:
         for w in range(self.num_workers):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
-            self._conns.append(parent_conn)
             self._channels.append(Channel(parent_conn))
             proc.start()
             self._procs.append(proc)
@@ -170,8 +168,8 @@ class WorkerGroup:
             child_conn.close()  # only the worker holds its end: its death reads as EOF here
         self._poller = select.poll()
         self._fd_owner: dict[int, tuple[int, str]] = {}
-        for w, (proc, conn) in enumerate(zip(self._procs, self._conns)):
-            for fd, kind in ((conn.fileno(), "pipe"), (proc.sentinel, "sentinel")):
+        for w, (proc, channel) in enumerate(zip(self._procs, self._channels)):
+            for fd, kind in ((channel.fd, "pipe"), (proc.sentinel, "sentinel")):
                 self._poller.register(fd, select.POLLIN)
                 self._fd_owner[fd] = (w, kind)
 
@@ -188,10 +186,8 @@ class WorkerGroup:
 
     def send_each(self, messages: dict[int, tuple], detail: Any = None) -> None:
         """Send ``messages[w]`` to each worker w; ``detail`` (step index, reset seeds) goes into errors."""
-        if messages:
-            self._write({w: encode(msg) for w, msg in messages.items()}, next(iter(messages.values()))[0], detail)
-        else:
-            self._write({}, "", detail)
+        command = next(iter(messages.values()), ("",))[0]
+        self._write({w: encode(msg) for w, msg in messages.items()}, command, detail)
 
     def _write(self, frames: dict[int, bytes], command: str, detail: Any) -> None:
         if self.closed:
@@ -301,4 +297,4 @@ class WorkerGroup:
         self.closed = True
         self._awaiting = None
         self._finalizer.detach()
-        stop_workers(self._procs, self._conns, grace)
+        stop_workers(self._procs, self._channels, grace)

@@ -76,3 +76,13 @@ def test_repeated_frames_are_encoded_once_and_equal_a_fresh_encoding():
     assert frame_of(msg) is frame_of(msg)
     assert frame_of(msg) == encode(msg)
     assert encode(msg)[:4] == len(encode(msg)[4:]).to_bytes(4, "big")  # Connection's header: the payload's length
+
+
+def test_a_closed_channel_refuses_to_write_or_read(line):
+    reader, writer, channel_writer, _ = line
+    channel_writer.close()
+    reader.close()
+    with pytest.raises(OSError):
+        channel_writer.send(("close",))
+    with pytest.raises(OSError):
+        reader.recv()
