@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import inspect
 import os
 import re
 import statistics
@@ -118,6 +119,13 @@ class TorchCalls:
         self.optimizer.step()
 
 
+def cast_argument(module: ModuleType, policy: torch.nn.Module) -> object:
+    """``RolloutTensors``' second argument in ``module``: the action spec's cast (this tree), or the
+    older ``discrete`` flag (False: Reacher's Box)."""
+    takes_cast = "cast" in inspect.signature(module.RolloutTensors).parameters
+    return policy.action_spec.to_training if takes_cast else False
+
+
 def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float]:
     """CPU microseconds per minibatch of each part of ``module``'s update loop."""
     m, totals = fixture.model, defaultdict(float)
@@ -125,7 +133,7 @@ def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float
     takes_tensor = hasattr(module, "GradientStep")  # its take() gets the rows as a tensor
     for _ in range(repeats):
         fixture.restore()
-        rollout = module.RolloutTensors(m.storage.flat_samples(), False, m.device)
+        rollout = module.RolloutTensors(m.storage.flat_samples(), cast_argument(module, m.policy), m.device)
         step, log = stepper(m.policy, m.optimizer), module.UpdateLog()
         lean = {"evaluate": module.GaussianEvaluate.of(m.policy)} if hasattr(module, "GaussianEvaluate") else {}
         for _ in range(CFG.n_epochs):
@@ -135,7 +143,7 @@ def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float
                 marks = [time.thread_time()]
                 batch = rollout.take(indices[start : start + CFG.batch_size])
                 marks.append(time.thread_time())
-                loss, _ = module.minibatch_loss(m.policy, batch, fixture.settings, log, **lean)
+                loss = module.minibatch_loss(m.policy, batch, fixture.settings, log, **lean)[0]
                 marks.append(time.thread_time())
                 step.zero_grad()
                 marks.append(time.thread_time())
