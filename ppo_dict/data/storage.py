@@ -236,13 +236,18 @@ class RolloutStorage:
         """``(episode, success)`` that env ``env``'s last episode end wrote (:func:`~ppo_dict.data.episodes.read_row`)."""
         return read_row(self.episode_values[env], self.episode_kinds[env], self.info_keywords)
 
-    def env_action(self, env: int) -> Any:
-        """Env ``env``'s action as the env takes it: a copy of its row (a dict or tuple of rows for a
-        Dict or Tuple action space), so that the env cannot write into the shared batch."""
+    def env_actions_of(self, envs: Union[slice, list[int]]) -> list[Any]:
+        """The actions of envs ``envs`` (a slice or a list of env indices), each as its env takes it:
+        its row (a dict or tuple of rows for a Dict or Tuple action space) of one copy of their rows,
+        taken once per step, so that no env can write into the shared batch. sb3's DummyVecEnv
+        likewise hands each env a row of the step's action array."""
+        def rows(arr: np.ndarray) -> np.ndarray:
+            return arr[envs].copy() if isinstance(envs, slice) else arr[envs]  # a list index copies already
         if not self.composite_actions:
-            return self.env_actions[env].copy()
-        parts = {key: arr[env].copy() for key, arr in self.env_actions.items()}
-        return parts if isinstance(self.action_space, spaces.Dict) else tuple(parts.values())
+            return list(rows(self.env_actions))
+        parts = {key: rows(arr) for key, arr in self.env_actions.items()}
+        dicts = [dict(zip(parts, row)) for row in zip(*parts.values())]
+        return dicts if isinstance(self.action_space, spaces.Dict) else [tuple(d.values()) for d in dicts]
 
     def as_policy_input(self, obs: dict[str, np.ndarray]) -> PolicyObs:
         """:func:`policy_view` of ``[B, ...]`` batches of this storage's observations."""

@@ -8,7 +8,7 @@ layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's run
 from __future__ import annotations
 
 import multiprocessing
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,12 @@ Seeds = Sequence[Optional[int]]
 def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
     """sb3 ``VecEnv.seed``: env i is first reset with ``seed + i`` (all ``None`` for no seed)."""
     return [None if seed is None else seed + i for i in range(n_envs)]
+
+
+def columns_index(columns: Sequence[int]) -> Union[slice, list[int]]:
+    """Env columns as a numpy index: a slice where they are consecutive (a view, no gather)."""
+    consecutive = len(columns) > 0 and list(columns) == list(range(columns[0], columns[0] + len(columns)))
+    return slice(columns[0], columns[0] + len(columns)) if consecutive else list(columns)
 
 
 class Runner(Protocol):
@@ -82,6 +88,8 @@ class GymRunner:
         self.reset_infos: list[dict[str, Any]] = [{} for _ in self.block]
         self.active: tuple[int, str] = (-1, "")
         self.book = EpisodeBook.for_storage(storage, self.block)
+        # which of the runner's envs a step takes, and their columns as an index: all, or a double-buffered half's
+        self._subsets: dict[Optional[range], tuple[list[int], Union[slice, list[int]]]] = {}
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
@@ -132,23 +140,28 @@ class GymRunner:
 
     def step(self, t: int, columns: Optional[range] = None) -> Optional[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
         """Apply ``env_actions``; write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``, ``truncated[t]``
-        (of the envs in ``columns`` only, when given)."""
-        s, book = self.storage, self.book
+        (of the envs in ``columns`` only, when given). The actions are copied and the rewards and
+        episode ends written once for all the envs, not per env (numpy converts each value as an
+        element assignment would)."""
+        s, book, block = self.storage, self.book, self.block
         returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
+        single_obs = next_obs[OBS_KEY] if self.single_obs else None
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
-        for j, (env, i) in enumerate(zip(self.envs, self.block)):
-            if columns is not None and i not in columns:
-                continue
+        stepped, envs = self._subsets[columns] if columns in self._subsets else self._subset(columns)
+        actions = s.env_actions_of(envs)
+        rewards, terminations, truncations = [], [], []
+        for k, j in enumerate(stepped):
+            env, i = self.envs[j], block[j]
             self.active = (i, "step")
             if codes:
                 beacon[slot] = codes[j]
-            obs, reward, terminated, truncated, info = env.step(s.env_action(i))
+            obs, reward, terminated, truncated, info = env.step(actions[k])
             returns[j] += float(reward)
             lengths[j] += 1
-            s.env_rewards[t, i] = reward
-            s.terminated[t, i] = terminated
-            s.truncated[t, i] = truncated
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
             if self.record_infos:
                 # sb3 DummyVecEnv.step_wait: set on every step, not only at episode ends.
                 info["TimeLimit.truncated"] = truncated and not terminated
@@ -162,13 +175,25 @@ class GymRunner:
                 if codes:
                     beacon[slot] = codes[j] + RESET - STEP
                 obs, self.reset_infos[j] = env.reset()
-            self._write_obs(next_obs, i, obs)
+            if single_obs is None:
+                self._write_obs(next_obs, i, obs)
+            else:
+                single_obs[i] = obs
             if self.masks is not None:
                 self.active = (i, "action_masks")
                 if codes:
                     beacon[slot] = codes[j] + ACTION_MASKS - STEP
                 self.masks.write(j, i, t + 1, f"after rollout step {t}")
+        s.env_rewards[t, envs] = rewards
+        s.terminated[t, envs] = terminations
+        s.truncated[t, envs] = truncations
         return (self.infos, self.reset_infos) if self.record_infos else None
+
+    def _subset(self, columns: Optional[range]) -> tuple[list[int], Union[slice, list[int]]]:
+        """``(positions j of the envs in columns, their columns as an index)``; all for None. Kept per ``columns``."""
+        stepped = [j for j, i in enumerate(self.block) if columns is None or i in columns]
+        self._subsets[columns] = stepped, columns_index([self.block[j] for j in stepped])
+        return self._subsets[columns]
 
     def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""
