@@ -84,3 +84,56 @@ def test_episode_statistics_come_from_beneath_the_training_wrappers() -> None:
     assert len(scores) >= 2 and lives >= 1 and max(scores) >= 50  # unclipped scores
     runner.close()
     sb3.close()
+
+
+REWARDS = [1, 2**60 + 12345, np.float64(0.1), np.float32(0.3), 0.7, True, np.int64(2**55 + 3), np.float16(0.25), -7, np.uint8(7)]
+
+
+class TypedRewards(gym.Env):
+    """Rewards of every type an env may return, episode ends as Python and numpy bools; keeps the
+    actions it got and scribbles on them (which must not reach the storage)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def __init__(self, i: int):
+        self.i, self.t, self.actions = i, 0, []
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.actions.append(action.copy())
+        action[...] = 9.0
+        self.t += 1
+        reward = REWARDS[(self.i + self.t) % len(REWARDS)]
+        return np.full(2, self.t, np.float32), reward, np.bool_((self.i + self.t) % 4 == 0), self.t % 5 == 0, {}
+
+
+@pytest.mark.parametrize("block", [range(0, 6), [1, 3, 4]])
+def test_runner_writes_each_value_as_an_element_assignment_would(block) -> None:
+    """One write per step for all the runner's envs (consecutive columns or not, all or a
+    double-buffered half's) stores what per-env element assignments store: the same float32 of
+    every reward type, the same episode ends; each env gets its own copy of its action row."""
+    storage = RolloutStorage(TypedRewards.observation_space, TypedRewards.action_space, n_steps=8, n_envs=6)
+    runner = GymRunner(TypedRewards, block, storage)
+    runner.open()
+    runner.reset(env_seeds(0, 6))
+    expected = np.zeros((8, 6), np.float32)
+    ends = np.zeros((2, 8, 6), bool)
+    for t in range(8):
+        given = np.arange(12, dtype=np.float32).reshape(6, 2) + t
+        storage.env_actions[...] = given
+        columns = range(0, 3) if t % 2 else None  # a double-buffered half on odd steps
+        runner.step(t, columns)
+        for j, i in enumerate(block):
+            if columns is not None and i not in columns:
+                continue
+            env = runner.envs[j]
+            expected[t, i] = REWARDS[(env.i + env.t) % len(REWARDS)]
+            ends[:, t, i] = (env.i + env.t) % 4 == 0, env.t % 5 == 0
+            assert np.array_equal(env.actions[-1], given[i])
+        assert np.array_equal(storage.env_actions, given)  # the envs' scribbles stayed in their copies
+    assert expected.tobytes() == storage.env_rewards.tobytes()
+    assert np.array_equal(ends[0], storage.terminated) and np.array_equal(ends[1], storage.truncated)
+    runner.close()
