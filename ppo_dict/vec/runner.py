@@ -7,6 +7,7 @@ layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's run
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
@@ -146,9 +147,10 @@ class GymRunner:
         s, book, block = self.storage, self.book, self.block
         returns, lengths = book.returns, book.lengths
         next_obs = s.env_obs_at(t + 1)
-        single_obs = next_obs[OBS_KEY] if self.single_obs else None
+        # a single array's row is set directly (no call into _write_obs per env)
+        write_obs = next_obs[OBS_KEY].__setitem__ if self.single_obs else functools.partial(self._write_obs, next_obs)
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
-        stepped, envs = self._subsets[columns] if columns in self._subsets else self._subset(columns)
+        stepped, envs = self._subsets.get(columns) or self._subset(columns)
         actions = s.env_actions_of(envs)
         rewards, terminations, truncations = [], [], []
         for k, j in enumerate(stepped):
@@ -175,10 +177,7 @@ class GymRunner:
                 if codes:
                     beacon[slot] = codes[j] + RESET - STEP
                 obs, self.reset_infos[j] = env.reset()
-            if single_obs is None:
-                self._write_obs(next_obs, i, obs)
-            else:
-                single_obs[i] = obs
+            write_obs(i, obs)
             if self.masks is not None:
                 self.active = (i, "action_masks")
                 if codes:
