@@ -5,7 +5,7 @@ Reacher-v5 with sb3's MLP (64x64 tanh), the configuration PPO users train with: 
   1. the ceiling: one Reacher-v5 stepped in this process with fixed actions (raw steps/s);
   2. rollouts (collection and GAE): sb3's ``collect_rollouts`` on DummyVecEnv and SubprocVecEnv
      against ppo_dict's exact rollouts on the worker pool (the main process stepping
-     a worker's share), double-buffered ones, and the in-process pool; the main process's own work per
+     a worker's share; again with ``--spin_wait_us 0``), double-buffered ones, and the in-process pool; the main process's own work per
      step (policy and bookkeeping) from ppo_dict's time/* figures;
   3. training (rollouts and updates): sb3 on DummyVecEnv against ppo_dict, exact and double-buffered;
 then pure env stepping through the pool with 1 and 2 worker processes, a 1M-step soak (resident
@@ -83,14 +83,18 @@ def rollouts(table: Table, n_envs: int, workers: int, device: str, rounds: int) 
     dummy = sb3_contender("sb3 DummyVecEnv", DummyVecEnv, n_envs, device, training=False)
     subproc = sb3_contender("sb3 SubprocVecEnv (one process per env)", SubprocVecEnv, n_envs, device, training=False)
     exact = ours_contender(f"ppo_dict, {workers} workers, exact", ours_config(n_envs, workers, device), training=False)
+    asleep = ours_contender(f"ppo_dict, {workers} workers, exact, --spin_wait_us 0", ours_config(n_envs, workers, device, spin_wait_us=0.0),
+                            training=False)
     double = ours_contender(f"ppo_dict, {workers} workers, --double_buffer", ours_config(n_envs, workers, device, double_buffer=True), training=False)
     in_process = ours_contender("ppo_dict in-process (--num_workers 0)", ours_config(n_envs, 0, device), training=False)
-    contenders = [raw, dummy, subproc, exact, double, in_process]
+    contenders = [raw, dummy, subproc, exact, asleep, double, in_process]
     try:
         interleave(contenders, rounds)
         for c in contenders[1:]:
             table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
                       "vs sb3 DummyVecEnv" if c is not dummy else "", ratio_text(c, dummy, 2.0 if c is exact else None) if c is not dummy else "")
+        table.row(setting, "ppo_dict exact: looking before sleeping (--spin_wait_us 1000) vs sleeping at once (0)",
+                  f"{exact.rate:.0f} vs {asleep.rate:.0f} steps/s; {exact.cpu:.0f} vs {asleep.cpu:.0f} CPU-us/step", "", ratio_text(exact, asleep))
         cores = workers * raw.rate
         table.row(setting, f"rollout, ppo_dict exact vs {workers} cores x raw Reacher-v5 ({raw.rate:.0f} steps/s each)",
                   f"{exact.rate:.0f} of {cores:.0f} steps/s", "", f"**{exact.rate / cores:.2f}** (target >= 0.75: {'met' if exact.rate >= 0.75 * cores else 'NOT met'})")

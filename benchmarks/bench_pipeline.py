@@ -6,7 +6,8 @@ the actions, the env wrappers (sb3's Monitor on both sides), writing observation
 episode ends, resets at episode ends, waiting. For each env count (64 and 256 by default):
   * sb3 DummyVecEnv: ``venv.step(actions)`` with fixed actions;
   * ppo_dict's pool with worker processes, the main process stepping no env itself: the main
-    process's CPU is the pool's coordination alone, the workers' CPU the per-env work;
+    process's CPU is the pool's coordination alone, the workers' CPU the per-env work; again with
+    ``--spin_wait_us 0`` (every wait sleeps in ``poll(2)`` at once);
   * ppo_dict in-process (``--num_workers 0``): the same envs stepped in this process.
 Steps/s, wall microseconds per env step and CPU microseconds per env step (main process and
 workers apart, from /proc/<pid>/schedstat) are the medians over the rounds. Targets (issue 21):
@@ -52,9 +53,9 @@ def sb3_dummy(n_envs: int, steps: int) -> Contender:
     return Contender("sb3 DummyVecEnv", run, close=venv.close, workers=lambda: [])
 
 
-def ours(name: str, n_envs: int, num_workers: int, steps: int) -> Contender:
+def ours(name: str, n_envs: int, num_workers: int, steps: int, **changes) -> Contender:
     cfg = Config(env=ENV, gym_packages=(zero_work.MODULE,), n_envs=n_envs, num_workers=num_workers, n_steps=steps, seed=0, verbose=0,
-                 main_steps_envs=False)
+                 main_steps_envs=False, **changes)
     pool = build_env_pool(cfg)
     pool.reset(0)
     pool.storage.env_actions[...] = 0.1
@@ -77,14 +78,17 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
     setting = f"{zero_work.GYM_ID} (no work; obs float32[4], Box(1) action), {n_envs} envs"
     sb3 = sb3_dummy(n_envs, steps)
     pool = ours(f"ppo_dict pool, {workers} workers, main steps no env", n_envs, workers, steps)
+    asleep = ours(f"ppo_dict pool, {workers} workers, main steps no env, --spin_wait_us 0", n_envs, workers, steps, spin_wait_us=0.0)
     in_process = ours("ppo_dict in-process (--num_workers 0)", n_envs, 0, steps)
-    contenders = [sb3, pool, in_process]
+    contenders = [sb3, pool, asleep, in_process]
     try:
         interleave(contenders, rounds)
         for c in contenders:
             cpu = f"main {median(c.cpu_main_us):.2f} + workers {median(c.cpu_workers_us):.2f} CPU-us/env step"
             table.row(setting, f"env stepping, {c.name}", f"{c.rate:.0f} steps/s ({1e6 / c.rate:.2f} us/env step); {cpu}",
                       "vs sb3 DummyVecEnv" if c is not sb3 else "", ratio_text(c, sb3, 3.0 if c is pool else None) if c is not sb3 else "")
+        table.row(setting, "ppo_dict pool: looking before sleeping (--spin_wait_us 1000) vs sleeping at once (0)",
+                  f"{pool.rate:.0f} vs {asleep.rate:.0f} steps/s", "", ratio_text(pool, asleep))
         worker_us, main_us = median(pool.cpu_workers_us), median(pool.cpu_main_us)
         table.row(setting, f"ppo_dict pool ({workers} workers): CPU per env step", f"workers {worker_us:.2f} us, main process {main_us:.2f} us",
                   "targets: workers <= 5 us, main <= 2 us per env (at 256 envs)",

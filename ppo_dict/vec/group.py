@@ -24,7 +24,7 @@ from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.channel import Channel, encode, frame_of
+from ppo_dict.vec.channel import SPIN_WAIT, Channel, encode, frame_of, wait_for
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 from ppo_dict.vec.watchdog import KILLERS
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
@@ -88,7 +88,7 @@ def columns_text(columns: Sequence[int]) -> str:
     return ", ".join(runs)
 
 
-def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any) -> list[str]:
+def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin: Any = SPIN_WAIT) -> list[str]:
     """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
     problems = []
     if not (isinstance(blocks, (list, tuple)) and blocks and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)):
@@ -97,6 +97,8 @@ def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any) -> list[str]
         problems.append(f"mp_method={mp_method!r}: must be one of {', '.join(MP_METHODS)}")
     if not step_timeout > 0:
         problems.append(f"step_timeout={step_timeout!r}: must be > 0 seconds")
+    if not (isinstance(spin, (int, float)) and 0 <= spin <= 1):
+        problems.append(f"spin={spin!r}: must be in [0, 1] seconds")
     return problems
 
 
@@ -105,7 +107,9 @@ class WorkerGroup:
 
     ``blocks[w]`` are worker w's columns, in order; the storage has ``n_envs`` columns (default:
     up to the largest in a block), and columns in no block are the caller's to step
-    (:class:`~ppo_dict.vec.shm_pool.ShmEnvPool` with ``main_steps_envs``).
+    (:class:`~ppo_dict.vec.shm_pool.ShmEnvPool` with ``main_steps_envs``). ``spin``: seconds a
+    worker waiting for its next command, and this process waiting for the answers, look without
+    sleeping first (:func:`~ppo_dict.vec.channel.wait_for`; 0: sleep at once).
     """
 
     def __init__(
@@ -117,8 +121,9 @@ class WorkerGroup:
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
         n_envs: Optional[int] = None,
+        spin: float = SPIN_WAIT,
     ):
-        problems = layout_problems(blocks, mp_method, step_timeout)
+        problems = layout_problems(blocks, mp_method, step_timeout, spin)
         if problems:
             raise ValueError("; ".join(problems))
         self.blocks, self.num_workers = [tuple(b) for b in blocks], len(blocks)
@@ -128,7 +133,7 @@ class WorkerGroup:
         for w, block in enumerate(self.blocks):
             for i in block:
                 self.owner[i] = w
-        self.label, self.step_timeout = backend.label, step_timeout
+        self.label, self.step_timeout, self.spin = backend.label, step_timeout, spin
         self.closed = False
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
         layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords)
@@ -149,7 +154,7 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs))
+            self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, spin))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
@@ -221,7 +226,7 @@ class WorkerGroup:
         raised: list[Exception] = []  # exceptions of get_attr/env_method calls, re-raised here
         while pending:
             remaining = deadline - time.monotonic()
-            events = self._poller.poll(max(0, math.ceil(remaining * 1000))) if remaining > 0 else []
+            events = wait_for(self._poller, max(0, math.ceil(remaining * 1000)), self.spin) if remaining > 0 else []
             if not events:
                 self._fail(WorkerTimeoutError(self._timeout_message(command, sorted(pending), timeout, detail)))
             for fd, _ in sorted(events, key=lambda e: self._fd_owner[e[0]][1] != "pipe"):  # pipes before sentinels

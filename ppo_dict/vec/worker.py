@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ppo_dict.core.errors import EnvWorkerError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.channel import Channel
+from ppo_dict.vec.channel import SPIN_WAIT, Channel, wait_for
 from ppo_dict.vec.runner import Runner
 from ppo_dict.vec.shared_memory import SharedLayout, view_alloc
 
@@ -47,6 +47,7 @@ class WorkerArgs:
     layout: SharedLayout
     n_steps: int
     n_envs: int
+    spin: float = SPIN_WAIT
 
 
 def limit_threads() -> None:
@@ -96,10 +97,11 @@ def answer_call(runner: Runner, call: tuple) -> tuple[str, Any]:
         return ("raised", exc)
 
 
-def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
+def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: float = SPIN_WAIT) -> None:
     """Answer commands until "close", or until the main process dies (nobody left to serve).
 
-    Blocks in ``poll(2)`` on the pipe and on the parent's sentinel: no CPU while idle.
+    Waits in ``poll(2)`` on the pipe and on the parent's sentinel, after looking for up to ``spin``
+    seconds (:func:`~ppo_dict.vec.channel.wait_for`): no CPU while idle longer.
     """
     parent = multiprocessing.parent_process()
     channel = Channel(conn)
@@ -108,7 +110,7 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection) -> None:
     if parent is not None:
         poller.register(parent.sentinel, select.POLLIN)
     while True:
-        if not channel.pending and channel.fd not in {fd for fd, _ in poller.poll()}:
+        if not channel.pending and channel.fd not in {fd for fd, _ in wait_for(poller, None, spin)}:
             return  # the main process died
         try:
             msg = channel.recv()
@@ -149,7 +151,7 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
         limit_threads()  # again: env constructors may have imported torch or cv2
         conn.send(("ready",))
         command = "serve"
-        serve(runner, conn)
+        serve(runner, conn, a.spin)
     except BaseException as exc:  # noqa: B036 (report everything, including SystemExit, then exit)
         try:
             conn.send(error_report(a.worker_idx, runner, command, exc))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from ppo_dict.vec.channel import Channel, encode, frame_of
+from ppo_dict.vec.channel import Channel, encode, frame_of, wait_for
 
 
 @pytest.fixture(params=[True, False], ids=["socket pair", "pipe"])
@@ -86,3 +88,52 @@ def test_a_closed_channel_refuses_to_write_or_read(line):
         channel_writer.send(("close",))
     with pytest.raises(OSError):
         reader.recv()
+
+
+def poller_of(*fds: int) -> select.poll:
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return poller
+
+
+def test_wait_for_sees_a_message_that_arrives_while_it_looks_without_sleeping():
+    """A write during the looks is returned by them: the poll after the looks would come only after
+    ``spin`` (5 s) and then not wait at all (timeout 0)."""
+    r, w = os.pipe()
+    try:
+        writer = threading.Timer(0.01, os.write, (w, b"x"))
+        started = time.perf_counter()
+        writer.start()
+        events = wait_for(poller_of(r), timeout_ms=0, spin=5.0)
+        writer.join()
+        assert events == [(r, select.POLLIN)] and time.perf_counter() - started < 5.0
+    finally:
+        os.close(r), os.close(w)
+
+
+def test_wait_for_sleeps_in_poll_after_looking_for_spin_seconds_and_keeps_the_timeout():
+    r, w = os.pipe()
+    try:
+        started = time.perf_counter()
+        assert wait_for(poller_of(r), timeout_ms=50, spin=0.02) == []  # 20 ms of looks, then poll's 50 ms
+        assert time.perf_counter() - started >= 0.065
+        started = time.perf_counter()
+        assert wait_for(poller_of(r), timeout_ms=50, spin=0.0) == []  # no looks: poll(2) at once
+        assert time.perf_counter() - started >= 0.045
+        os.write(w, b"x")
+        assert wait_for(poller_of(r), timeout_ms=None, spin=0.0) == [(r, select.POLLIN)]
+    finally:
+        os.close(r), os.close(w)
+
+
+def test_wait_for_sees_a_process_exit_while_it_looks():
+    """Deaths are poll events on the process sentinel: the looks see them as the sleep would."""
+    proc = multiprocessing.get_context("fork").Process(target=os._exit, args=(3,))
+    proc.start()
+    try:
+        events = wait_for(poller_of(proc.sentinel), timeout_ms=None, spin=5.0)
+        assert [fd for fd, _ in events] == [proc.sentinel]
+    finally:
+        proc.join()
+    assert proc.exitcode == 3

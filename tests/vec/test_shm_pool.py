@@ -21,7 +21,7 @@ from tests.parity.sides import assert_same_record, run_ours, run_sb3
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method,
-                      main_steps_envs=cfg.main_steps_envs)
+                      main_steps_envs=cfg.main_steps_envs, spin=cfg.spin_wait_us / 1e6)
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:
@@ -51,6 +51,8 @@ LAYOUTS = {
     # the main process steps worker 0's envs itself (the CLI's default)
     "discrete-3x2-main-steps": discrete(3, 2).replace(main_steps_envs=True),
     "continuous-2x3-main-steps": continuous(2, 3).replace(main_steps_envs=True),
+    # every wait sleeps in poll(2) at once instead of looking first: the same numbers
+    "continuous-2x3-main-steps-no-spin": continuous(2, 3).replace(main_steps_envs=True, spin_wait_us=0.0),
 }
 
 
