@@ -93,7 +93,7 @@ def rollouts(table: Table, n_envs: int, workers: int, device: str, rounds: int) 
         for c in contenders[1:]:
             table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
                       "vs sb3 DummyVecEnv" if c is not dummy else "", ratio_text(c, dummy, 2.0 if c is exact else None) if c is not dummy else "")
-        table.row(setting, "ppo_dict exact: looking before sleeping (--spin_wait_us 1000) vs sleeping at once (0)",
+        table.row(setting, f"ppo_dict exact: waits that look for {exact.model.pool.spin * 1e6:g} us before they sleep (the default here) vs sleeping at once",
                   f"{exact.rate:.0f} vs {asleep.rate:.0f} steps/s; {exact.cpu:.0f} vs {asleep.cpu:.0f} CPU-us/step", "", ratio_text(exact, asleep))
         cores = workers * raw.rate
         table.row(setting, f"rollout, ppo_dict exact vs {workers} cores x raw Reacher-v5 ({raw.rate:.0f} steps/s each)",

@@ -7,7 +7,7 @@ episode ends, resets at episode ends, waiting. For each env count (64 and 256 by
   * sb3 DummyVecEnv: ``venv.step(actions)`` with fixed actions;
   * ppo_dict's pool with worker processes, the main process stepping no env itself: the main
     process's CPU is the pool's coordination alone, the workers' CPU the per-env work; again with
-    ``--spin_wait_us 0`` (every wait sleeps in ``poll(2)`` at once);
+    the other setting of ``--spin_wait_us`` (waits that look for 1000 us before they sleep, or sleep at once);
   * ppo_dict in-process (``--num_workers 0``): the same envs stepped in this process.
 Steps/s, wall microseconds per env step and CPU microseconds per env step (main process and
 workers apart, from /proc/<pid>/schedstat) are the medians over the rounds. Targets (issue 21):
@@ -36,6 +36,7 @@ from benchmarks.harness import Contender, Table, add_bench_flags, interleave, lo
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.envs import zero_work  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402
+from ppo_dict.vec.channel import SPIN_WAIT  # noqa: E402
 
 ENV = f"gym_{zero_work.GYM_ID}"
 
@@ -66,7 +67,9 @@ def ours(name: str, n_envs: int, num_workers: int, steps: int, **changes) -> Con
         return steps * n_envs
 
     workers = lambda: list(getattr(pool, "pids", []))  # noqa: E731  (none in-process)
-    return Contender(name, run, lambda: [os.getpid(), *workers()], pool.close, workers=workers)
+    contender = Contender(name, run, lambda: [os.getpid(), *workers()], pool.close, workers=workers)
+    contender.pool = pool  # type: ignore[attr-defined]
+    return contender
 
 
 def median(values: list[float]) -> float:
@@ -78,17 +81,22 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
     setting = f"{zero_work.GYM_ID} (no work; obs float32[4], Box(1) action), {n_envs} envs"
     sb3 = sb3_dummy(n_envs, steps)
     pool = ours(f"ppo_dict pool, {workers} workers, main steps no env", n_envs, workers, steps)
-    asleep = ours(f"ppo_dict pool, {workers} workers, main steps no env, --spin_wait_us 0", n_envs, workers, steps, spin_wait_us=0.0)
+    default_us = pool.pool.spin * 1e6
+    pool.name += f" (waits look {default_us:g} us by default here)"
+    other_us = 0.0 if default_us else SPIN_WAIT * 1e6
+    other = ours(f"ppo_dict pool, {workers} workers, main steps no env, --spin_wait_us {other_us:g}", n_envs, workers, steps,
+                 spin_wait_us=other_us)
+    looks, sleeps = (pool, other) if default_us else (other, pool)
     in_process = ours("ppo_dict in-process (--num_workers 0)", n_envs, 0, steps)
-    contenders = [sb3, pool, asleep, in_process]
+    contenders = [sb3, pool, other, in_process]
     try:
         interleave(contenders, rounds)
         for c in contenders:
             cpu = f"main {median(c.cpu_main_us):.2f} + workers {median(c.cpu_workers_us):.2f} CPU-us/env step"
             table.row(setting, f"env stepping, {c.name}", f"{c.rate:.0f} steps/s ({1e6 / c.rate:.2f} us/env step); {cpu}",
                       "vs sb3 DummyVecEnv" if c is not sb3 else "", ratio_text(c, sb3, 3.0 if c is pool else None) if c is not sb3 else "")
-        table.row(setting, "ppo_dict pool: looking before sleeping (--spin_wait_us 1000) vs sleeping at once (0)",
-                  f"{pool.rate:.0f} vs {asleep.rate:.0f} steps/s", "", ratio_text(pool, asleep))
+        table.row(setting, f"ppo_dict pool: waits that look for {SPIN_WAIT * 1e6:g} us before they sleep vs sleeping at once",
+                  f"{looks.rate:.0f} vs {sleeps.rate:.0f} steps/s", "", ratio_text(looks, sleeps))
         worker_us, main_us = median(pool.cpu_workers_us), median(pool.cpu_main_us)
         table.row(setting, f"ppo_dict pool ({workers} workers): CPU per env step", f"workers {worker_us:.2f} us, main process {main_us:.2f} us",
                   "targets: workers <= 5 us, main <= 2 us per env (at 256 envs)",

@@ -92,5 +92,5 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[
     return ShmEnvPool(
         backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
         step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs,
-        halves=cfg.double_buffer, spin=cfg.spin_wait_us / 1e6,
+        halves=cfg.double_buffer, spin_wait_us=cfg.spin_wait_us,
     )

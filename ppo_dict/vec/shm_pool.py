@@ -17,7 +17,6 @@ from typing import Any, Callable, Optional
 
 from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.channel import SPIN_WAIT
 from ppo_dict.vec.group import WorkerGroup, split_columns
 from ppo_dict.vec.runner import Runner, env_seeds
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
@@ -76,8 +75,8 @@ class ShmEnvPool:
     ``storage`` is shared with the workers: PPO writes ``storage.env_actions`` and calls
     ``step(t)``; the workers write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``,
     ``truncated[t]``, the terminal observations and the episode statistics. Env i is first
-    reset with ``seed + i``. ``spin``: seconds the workers and this process look for each other's
-    messages before they sleep (:class:`~ppo_dict.vec.group.WorkerGroup`).
+    reset with ``seed + i``. ``spin_wait_us``: how long the workers and this process look for each
+    other's messages before they sleep (:class:`~ppo_dict.vec.group.WorkerGroup`).
     """
 
     def __init__(
@@ -92,7 +91,7 @@ class ShmEnvPool:
         main_steps_envs: bool = False,
         main_envs: Optional[int] = None,
         halves: bool = False,
-        spin: float = SPIN_WAIT,
+        spin_wait_us: Optional[float] = None,
     ):
         """``main_envs``: the columns the main process steps (default: one block of ``envs_per_worker``);
         only with ``main_steps_envs`` and more than one worker. ``halves``: every worker owns part of
@@ -118,7 +117,7 @@ class ShmEnvPool:
             blocks = split_columns(in_main, n_envs - in_main, processes, backend.unit)
         blocks = [block for block in blocks if len(block)]  # more workers than units of envs: fewer processes
         self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
-                                  start_timeout=start_timeout, n_envs=n_envs, spin=spin)
+                                  start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us)
         self.num_envs = self._group.num_envs
         self.storage = self._group.storage
         self._workers_of: dict[range, list[int]] = {}
@@ -193,6 +192,11 @@ class ShmEnvPool:
     @property
     def pids(self) -> list[int]:
         return self._group.pids
+
+    @property
+    def spin(self) -> float:
+        """Seconds a wait looks before it sleeps (``spin_wait_us`` as the group settled it)."""
+        return self._group.spin
 
     @property
     def closed(self) -> bool:

@@ -41,7 +41,6 @@ from ppo_dict.core.errors import NoAsyncCallError, PoolClosedError
 from ppo_dict.data.storage import OBS_KEY, storage_keys
 from ppo_dict.envs import vec_space_problem
 from ppo_dict.vec.backend import GymBackend, probe_spaces
-from ppo_dict.vec.channel import SPIN_WAIT
 from ppo_dict.vec.group import WorkerGroup, split_columns
 
 
@@ -67,7 +66,8 @@ class ShmVecEnv(VecEnv):
     :param num_workers: worker processes (default: the largest divisor of n_envs <= physical cores).
     :param step_timeout: seconds one step/reset may take before the workers are declared hung.
     :param spin_wait_us: microseconds the workers and this process look for each other's messages
-        before sleeping (``ppo_dict.vec.channel.wait_for``; 0: sleep at once).
+        before sleeping (``ppo_dict.vec.channel.wait_for``; 0: sleep at once; None: 1000 where the
+        workers and this process each have a physical core, else 0).
 
     ``env_fns[0]`` is also called once in this process to read the spaces (the shared storage is
     sized before any worker starts), as gymnasium's ``AsyncVectorEnv`` does.
@@ -79,7 +79,7 @@ class ShmVecEnv(VecEnv):
         start_method: Optional[str] = None,
         num_workers: Optional[int] = None,
         step_timeout: float = 60.0,
-        spin_wait_us: float = SPIN_WAIT * 1e6,
+        spin_wait_us: Optional[float] = None,
     ):
         n_envs = len(env_fns)
         if n_envs == 0:
@@ -97,7 +97,7 @@ class ShmVecEnv(VecEnv):
                                  "MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec envs do")
         backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
         blocks = split_columns(0, n_envs, num_workers)
-        self._group = WorkerGroup(backend, blocks, n_steps=1, mp_method=start_method, step_timeout=step_timeout, spin=spin_wait_us / 1e6)
+        self._group = WorkerGroup(backend, blocks, n_steps=1, mp_method=start_method, step_timeout=step_timeout, spin_wait_us=spin_wait_us)
         self.storage = self._group.storage
         self._leaves = storage_keys(observation_space)  # {storage key: leaf space}, read by every step's _obs
         self.waiting = False

@@ -14,6 +14,8 @@ from ppo_dict.core.config import Config
 from ppo_dict.envs import resolve_env_name
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
+from ppo_dict.vec import group
+from ppo_dict.vec.channel import SPIN_WAIT
 from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
@@ -21,7 +23,7 @@ from tests.parity.sides import assert_same_record, run_ours, run_sb3
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), num_workers, envs_per_worker, cfg.n_steps, mp_method=mp_method,
-                      main_steps_envs=cfg.main_steps_envs, spin=cfg.spin_wait_us / 1e6)
+                      main_steps_envs=cfg.main_steps_envs, spin_wait_us=cfg.spin_wait_us)
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:
@@ -158,8 +160,23 @@ def test_main_steps_worker_zeros_envs_in_one_process_fewer() -> None:
 
         for i in range(4):  # envs 0-1 in this process, 2-3 in the worker: all reset with seed + i
             assert np.array_equal(pool.storage.obs["obs"][0, i], gym.make("CartPole-v1").reset(seed=i)[0])
+        assert pool.spin == group.default_spin(1)  # one worker process beside this one
     finally:
         pool.close()
+
+
+def test_waits_look_only_where_every_process_has_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look takes a core: it is the default only where the worker processes and this one fit the
+    physical cores; a setting given is kept, and a bad one refused before any process starts."""
+    monkeypatch.setattr(group, "physical_cores", lambda: 4)
+    assert [group.default_spin(workers) for workers in (1, 3, 4, 15)] == [SPIN_WAIT, SPIN_WAIT, 0.0, 0.0]
+    monkeypatch.setattr(group, "physical_cores", lambda: 16)
+    assert group.default_spin(15) == SPIN_WAIT and group.default_spin(16) == 0.0
+    assert group.layout_problems([[0]], "forkserver", 1.0, 0.0) == group.layout_problems([[0]], "forkserver", 1.0, 250.0) == []
+    for bad in (-1.0, 2e6, "1000"):
+        assert group.layout_problems([[0]], "forkserver", 1.0, bad) == [
+            f"spin_wait_us={bad!r}: must be None or in [0, 1000000] microseconds"]
+    assert "spin_wait_us=-5.0: must be in [0.0, 1000000.0]" in "; ".join(Config(spin_wait_us=-5.0).problems())
 
 
 @pytest.mark.parametrize("mode, head", [
