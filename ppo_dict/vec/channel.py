@@ -26,7 +26,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
 
-#: Seconds a waiting process keeps looking before it sleeps (``spin_wait_us``, 1000, by default).
+#: Seconds a waiting process keeps looking before it sleeps, where every process has a physical core
+#: (``spin_wait_us`` 1000; ``ppo_dict.vec.group.default_spin``).
 SPIN_WAIT = 0.001
 
 #: Frames kept by :meth:`Channel.send` (``cache=True``): a rollout's step commands and the plain answer.
