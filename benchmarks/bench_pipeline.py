@@ -36,7 +36,7 @@ from benchmarks.harness import Contender, Table, add_bench_flags, interleave, lo
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.envs import zero_work  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402
-from ppo_dict.vec.channel import SPIN_WAIT  # noqa: E402
+from ppo_dict.vec.group import SPIN_WAIT  # noqa: E402
 
 ENV = f"gym_{zero_work.GYM_ID}"
 

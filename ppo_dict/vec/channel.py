@@ -26,10 +26,6 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional
 
-#: Seconds a waiting process keeps looking before it sleeps, where every process has a physical core
-#: (``spin_wait_us`` 1000; ``ppo_dict.vec.group.default_spin``).
-SPIN_WAIT = 0.001
-
 #: Frames kept by :meth:`Channel.send` (``cache=True``): a rollout's step commands and the plain answer.
 _FRAMES: dict[tuple, bytes] = {}
 _MAX_FRAMES = 1 << 16
@@ -126,7 +122,7 @@ def payload_bounds(data: bytes) -> Optional[tuple[int, int]]:
     return 12, 12 + struct.unpack_from("!Q", data, 4)[0]
 
 
-def wait_for(poller: select.poll, timeout_ms: Optional[int] = None, spin: float = SPIN_WAIT) -> list[tuple[int, int]]:
+def wait_for(poller: select.poll, timeout_ms: Optional[int], spin: float) -> list[tuple[int, int]]:
     """``poller.poll(timeout_ms)``, but looked at without blocking for up to ``spin`` seconds first,
     yielding the CPU between looks (``sched_yield``: a process that has work on this core runs
     instead; on a core of its own, the look comes round again at once).

@@ -24,13 +24,15 @@ from ppo_dict.core.config import MP_METHODS, physical_cores
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.channel import SPIN_WAIT, Channel, encode, frame_of, wait_for
+from ppo_dict.vec.channel import Channel, encode, frame_of, wait_for
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 from ppo_dict.vec.watchdog import KILLERS
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
 
 #: Seconds workers get to exit after "close" before they are terminated, then killed.
 CLOSE_GRACE = 1.0
+#: Seconds a waiting process looks before it sleeps where every process has a physical core (``spin_wait_us`` 1000: :func:`default_spin`).
+SPIN_WAIT = 0.001
 
 
 def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
@@ -68,7 +70,7 @@ def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
 
 def default_spin(processes: int) -> float:
     """How long waits look before they sleep (:func:`~ppo_dict.vec.channel.wait_for`) for ``processes``
-    worker processes beside this one: :data:`~ppo_dict.vec.channel.SPIN_WAIT` where each of them and
+    worker processes beside this one: :data:`SPIN_WAIT` where each of them and
     this process have a physical core of their own, else 0: a look would take a core that a process
     with work needs (three processes on two cores, zero-work env: 0.75-0.81x as fast with looks at
     256 envs, 1.14-1.93x at 64)."""

@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ppo_dict.core.errors import EnvWorkerError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.channel import SPIN_WAIT, Channel, wait_for
+from ppo_dict.vec.channel import Channel, wait_for
 from ppo_dict.vec.runner import Runner
 from ppo_dict.vec.shared_memory import SharedLayout, view_alloc
 
@@ -47,7 +47,7 @@ class WorkerArgs:
     layout: SharedLayout
     n_steps: int
     n_envs: int
-    spin: float = SPIN_WAIT
+    spin: float  # seconds a wait for the next command looks before it sleeps (WorkerGroup.spin)
 
 
 def limit_threads() -> None:
@@ -97,7 +97,7 @@ def answer_call(runner: Runner, call: tuple) -> tuple[str, Any]:
         return ("raised", exc)
 
 
-def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: float = SPIN_WAIT) -> None:
+def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: float) -> None:
     """Answer commands until "close", or until the main process dies (nobody left to serve).
 
     Waits in ``poll(2)`` on the pipe and on the parent's sentinel, after looking for up to ``spin``

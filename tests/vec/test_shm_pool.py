@@ -12,10 +12,9 @@ import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.envs import resolve_env_name
-from ppo_dict.vec import probe_env
+from ppo_dict.vec import group, probe_env
+from ppo_dict.vec.group import SPIN_WAIT
 from ppo_dict.vec.in_process import InProcessEnvPool
-from ppo_dict.vec import group
-from ppo_dict.vec.channel import SPIN_WAIT
 from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
