@@ -40,7 +40,10 @@ def parse_schedule(text: Union[str, float]) -> Union[float, str]:
         return float(text)
     text = str(text).strip()
     if text.startswith("lin_"):
-        float(text[4:])  # raises ValueError if the initial value is not a number
+        try:
+            float(text[4:])
+        except ValueError:
+            raise ValueError(f"a linear schedule is lin_<initial value>, got {text!r}") from None
         return text
     return float(text)
 
@@ -75,7 +78,11 @@ def safe_literal(text: str) -> Any:
             return ast.unparse(node)
         return ast.literal_eval(node)  # constants and signed numbers; raises ValueError on anything else
 
-    return convert(ast.parse(text.strip(), mode="eval").body)
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:  # a ValueError like every other unreadable value, with the parser's reason
+        raise ValueError(f"not a Python literal ({exc.msg}): {text!r}") from None
+    return convert(tree.body)
 
 
 def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
@@ -94,19 +101,38 @@ def parse_net_arch(text: Union[str, list, dict]) -> NetArch:
         return _check_net_arch(value)
     if "=" in text:
         arch: dict[str, list[int]] = {}
-        for part in text.split(";"):
+        for n, part in enumerate(text.split(";"), 1):
             key, _, sizes = part.partition("=")
-            arch[key.strip()] = [int(s) for s in sizes.split(",") if s.strip()]
+            key = key.strip()
+            if key in arch:
+                raise ValueError(f"part {n} gives {key}= again")
+            arch[key] = layer_sizes(sizes, f" of {key}= (part {n})")
         return _check_net_arch(arch)
-    if text == "":
+    return _check_net_arch(layer_sizes(text))
+
+
+def layer_sizes(text: str, where: str = "") -> list[int]:
+    """``64,64`` as ``[64, 64]``; an empty item (``64,,64``, a trailing comma) or a non-integer is
+    refused naming its position, since a typo there would silently change the network; nothing at
+    all (``pi=;vf=64``) is no layers."""
+    if not text.strip():
         return []
-    return _check_net_arch([int(s) for s in text.split(",") if s.strip()])
+    sizes = []
+    for i, item in enumerate(text.split(","), 1):
+        item = item.strip()
+        if not item:
+            raise ValueError(f"item {i}{where} is empty (write sizes as 64,64)")
+        try:
+            sizes.append(int(item))
+        except ValueError:
+            raise ValueError(f"item {i}{where} is not an integer: {item!r}") from None
+    return sizes
 
 
 def _check_net_arch(value: Any) -> NetArch:
-    if isinstance(value, list) and all(isinstance(v, int) and v > 0 for v in value):
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
         return list(value)
-    if isinstance(value, dict) and set(value) <= {"pi", "vf"}:
+    if isinstance(value, dict) and set(value) <= {"pi", "vf"} and all(isinstance(v, (list, tuple)) for v in value.values()):
         return {k: _check_net_arch(list(v)) for k, v in value.items()}  # type: ignore[misc]
     raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
 
@@ -123,4 +149,7 @@ def parse_kwargs(text: Union[str, dict]) -> dict[str, Any]:
     value = text if isinstance(text, dict) else safe_literal(str(text)) if str(text).strip() else {}
     if not isinstance(value, dict):
         raise ValueError(f"expected dict(...) of keyword arguments, got {text!r}")
+    names = [key for key in value if not (isinstance(key, str) and key.isidentifier())]
+    if names:
+        raise ValueError(f"keyword argument names must be identifiers, got {', '.join(map(repr, names))}")
     return value
