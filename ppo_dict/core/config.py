@@ -11,15 +11,17 @@ at once), and :meth:`Config.problems` lists what is out of range however the con
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import difflib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.machine import physical_cores  # noqa: F401  (re-exported: the trainer and benchmarks ask it here)
 from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
@@ -28,33 +30,9 @@ MP_METHODS = ("forkserver", "spawn", "fork")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 WANDB_MODES = ("online", "offline", "disabled")
 RESUME_AUTO = "auto"  # --resume auto: resume from --run_dir if it holds a checkpoint, else start fresh
+MAX_TIMEOUT = 2_000_000.0  # seconds: poll(2) takes at most 2**31-1 ms (24.8 days)
 MONITOR_KEYS = ("r", "l", "t")  # what sb3's Monitor writes into an episode's info itself: no info keyword may be one
 inf = math.inf
-
-
-def physical_cores() -> int:
-    """Physical CPU cores this process may run on: distinct (package, core) pairs in /proc/cpuinfo,
-    at most the CPUs of its affinity mask (``taskset``, a container's cpuset); else os.cpu_count()."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(_physical_cores(), allowed)
-
-
-def _physical_cores() -> int:
-    try:
-        with open("/proc/cpuinfo") as f:
-            pairs, package = set(), None
-            for line in f:
-                name, _, value = line.partition(":")
-                name = name.strip()
-                if name == "physical id":
-                    package = value.strip()
-                elif name == "core id":
-                    pairs.add((package, value.strip()))
-        if pairs:
-            return len(pairs)
-    except OSError:
-        pass
-    return os.cpu_count() or 1
 
 
 def default_num_workers(n_envs: int) -> int:
@@ -83,6 +61,9 @@ def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str, *, ra
 
 def _int(text: Any) -> int:
     return int(float(text))
+
+
+FIELDS: dict[str, dataclasses.Field] = {}  # filled in below the class: {name: field}
 
 
 @dataclass(frozen=True)
@@ -163,7 +144,8 @@ class Config:
     main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: one worker's share, envs_per_worker)", none_or(int), "workers", range=(0, inf))
     spin_wait_us: Optional[float] = _opt(None, "microseconds a process waiting for another (a worker for its next command, the main process for the workers' answers) keeps looking, yielding the CPU between looks, before it sleeps: waking a sleeping process costs 20-90 us on a VM, on every rollout step's critical path (None: 1000 where the worker processes and the main process each have a physical core, else 0, as a look takes a core another process needs; 0: sleep at once; the numbers are the same either way)", none_or(float), "workers", range=(0.0, 1e6))
     double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
-    step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that also holds the GIL stops every thread of the process: a guard process SIGKILLs the run 1 s after that, exit status 137)", float, "workers", range=(0.0, inf, True, False))
+    step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that also holds the GIL stops every thread of the process: a guard process SIGKILLs the run 1 s after that, exit status 137)", float, "workers", range=(0.0, MAX_TIMEOUT, True, False))
+    oversubscribe: bool = _opt(False, "allow more worker processes (num_workers) or torch threads than 4x the usable CPU cores: slow envs (games that wait on rendering or a network) may want many more workers than cores; without it such a layout is refused", parse_bool, "workers")
 
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
@@ -201,14 +183,24 @@ class Config:
 
     def __post_init__(self) -> None:
         """Read every value with its flag's parser; a value none can read is refused here, all at once."""
-        problems = []
-        for f in dataclasses.fields(self):
-            try:
-                object.__setattr__(self, f.name, read_value(f, getattr(self, f.name)))
-            except (ValueError, TypeError, SyntaxError, argparse.ArgumentTypeError) as exc:
-                problems.append(f"{f.name}={getattr(self, f.name)!r}: {exc}")
-        if problems:
-            raise ConfigError(problems)
+        values, unreadable = read_values(self.to_dict())
+        if unreadable:
+            raise ConfigError(list(unreadable.values()))
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def read(cls, values: dict[str, Any]) -> tuple["Config", dict[str, str]]:
+        """``(config, unreadable)``: the config of ``values`` (keyword arguments, or flags as typed)
+        with every value its parser cannot read left at its default, and ``{setting: problem}`` for
+        those and for names that are not settings. Never raises: ``ppo_dict.run.checks.validate(config,
+        unreadable=...)`` lists these problems with every other one, in one :class:`ConfigError`."""
+        known = {k: v for k, v in values.items() if k in FIELDS}
+        read, unreadable = read_values(known)
+        for name in values.keys() - known.keys():
+            close = difflib.get_close_matches(name, FIELDS, n=1)
+            unreadable[name] = f"{name}: no such setting" + (f" (did you mean {close[0]}?)" if close else "")
+        return cls(**read), unreadable
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -273,7 +265,7 @@ class Config:
                 problems.append(f"n_envs={n}: must equal num_workers x envs_per_worker = {w} x {e}; choose n_envs divisible by num_workers={w}")
             if not bad & {"n_steps", "batch_size"}:
                 problems += self._minibatch_problems()
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+        if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", self.device):
             problems.append(f"device={self.device!r}: must be auto, cpu, cuda or cuda:N")
         if self.resume == RESUME_AUTO and self.run_dir is None:
             problems.append("resume='auto': needs --run_dir (the directory a requeued job resumes from, or starts in)")
@@ -331,7 +323,9 @@ class Config:
         return cls(**parse_values(values))
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+FIELDS.update((f.name, f) for f in dataclasses.fields(Config))
 
 
 def read_value(f: dataclasses.Field, value: Any) -> Any:
@@ -346,6 +340,24 @@ def read_value(f: dataclasses.Field, value: Any) -> Any:
     if isinstance(value, bool) and parse is not parse_bool:
         raise TypeError(f"expected {getattr(parse, '__name__', 'a value')}, got a boolean")
     return parse(str(value))
+
+
+def read_values(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(read, unreadable)``: each of ``values`` (keys: Config fields) read by its field's parser,
+    and ``{field: "field=value: why"}`` for those no parser reads (whatever the parser raised: they
+    read text and touch nothing, so any exception means the value cannot be read)."""
+    read, unreadable = {}, {}
+    for name, value in values.items():
+        try:
+            read[name] = read_value(FIELDS[name], value)
+        except Exception as exc:  # noqa: BLE001 (ValueError, SyntaxError, OverflowError, RecursionError...: all unreadable)
+            unreadable[name] = f"{name}={value!r}: {exc}"
+    return read, unreadable
+
+
+def problem_setting(problem: str) -> str:
+    """The setting a problem line names first: ``n_envs`` in ``"n_envs=0: must be in [1, inf]"``."""
+    return re.split(r"[=:*\s]", problem, maxsplit=1)[0]
 
 
 def field_problem(f: dataclasses.Field, value: Any) -> str:

@@ -1,56 +1,112 @@
 """The command line generated from :class:`~ppo_dict.core.config.Config`'s fields: one ``--flag`` each.
 
 Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``: exactly
-what a wandb sweep agent sends. Unknown and abbreviated flags are argparse errors (exit 2).
+what a wandb sweep agent sends. Unknown and abbreviated flags are argparse errors (exit 2). Values
+are read by the fields' own parsers after argparse, so that every unreadable value is listed (with
+the other problems, by ``ppo_dict.run.checks.validate``), not only argparse's first.
+
+``--dry_run`` is the command line's own flag, not a setting: check the config, print the run plan,
+start nothing.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Optional
+import difflib
+from typing import Any, NoReturn, Optional
 
-from ppo_dict.core.config import FIELDS, Config
+from ppo_dict.core.config import FIELDS, Config, read_values
+from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.parse import parse_bool, parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
 
+class FlagParser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (not the 60-line usage) with the nearest flag
+    names for an unknown one; exit status 2, as argparse's."""
+
+    def error(self, message: str) -> NoReturn:
+        flags = [s for action in self._actions for s in action.option_strings]
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        near = {word: difflib.get_close_matches(word.split("=")[0], flags, n=1) for word in unknown if word.startswith("-")}
+        hints = "".join(f"; {word}: did you mean {match[0]}?" for word, match in near.items() if match)
+        self.exit(2, f"{self.prog}: error: {message}{hints} (--help lists every flag)\n")
+
+
 def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:
-    """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are.
+    """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are,
+    and ``--dry_run``. Values are kept as typed (:func:`read_flags` reads them).
 
     With ``suppress_defaults`` only the flags given appear in the result (to tell them apart).
     """
-    parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = FlagParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in dataclasses.fields(Config):
         group = groups.setdefault(f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
-        kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
+        kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=str)
         if kwargs["default"] is dataclasses.MISSING:
             kwargs["default"] = f.default_factory()  # type: ignore[misc]
         if f.metadata["parse"] is parse_bool:
             kwargs.update(nargs="?", const=True, metavar="True|False")
         elif f.metadata["parse"] is parse_packages:
-            kwargs.update(nargs="*", type=str, metavar="NAME")
+            kwargs.update(nargs="*", metavar="NAME")
         if suppress_defaults:
             kwargs["default"] = argparse.SUPPRESS
         group.add_argument(f"--{f.name}", **kwargs)
+    parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
+                        type=str, metavar="True|False",
+                        help="check the config (every problem, the machine's resources included), print the run plan and exit "
+                             "without starting any process (0: the run would start; 2: it would be refused)")
     return parser
 
 
+def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(flags, unreadable)``: ``{field: value}`` read for the flags actually given on the command
+    line (plus ``dry_run`` when given), and ``{field: problem}`` for values no parser reads.
+    argparse exits 2 only for what is not a value: an unknown flag, a flag without its value."""
+    given = vars(build_parser(suppress_defaults=True).parse_args(argv))
+    dry_run = given.pop("dry_run", None)
+    flags, unreadable = read_values(given)
+    if dry_run is not None:
+        try:
+            flags["dry_run"] = parse_bool(dry_run)
+        except argparse.ArgumentTypeError as exc:
+            unreadable["dry_run"] = f"dry_run={dry_run!r}: {exc}"
+    return flags, unreadable
+
+
 def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
-    """``{field: value}`` for the flags actually given on the command line (parsed)."""
-    ns = build_parser(suppress_defaults=True).parse_args(argv)
-    return {k: parse_packages(v) if k in ("gym_packages", "tags") else v for k, v in vars(ns).items()}
+    """``{field: value}`` for the flags actually given on the command line (parsed); one
+    :class:`ConfigError` lists every value no parser reads."""
+    flags, unreadable = read_flags(argv)
+    if unreadable:
+        raise ConfigError(list(unreadable.values()))
+    return flags
 
 
 def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
                      pinned: Optional[dict[str, Any]] = None) -> Config:
     """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.run.checks.validate``);
-    argparse exits 2 on unknown flags or bad values. See :func:`config_from_flags`."""
-    return config_from_flags(explicit_flags(argv), base, pinned)
+    argparse exits 2 on unknown flags, :class:`ConfigError` lists the values no parser reads.
+    See :func:`config_from_flags`."""
+    flags = explicit_flags(argv)
+    flags.pop("dry_run", None)
+    return config_from_flags(flags, base, pinned)
 
 
 def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None) -> Config:
-    """The :class:`Config` of a command line parsed once (``given``: :func:`explicit_flags`).
+    """The :class:`Config` of a command line parsed once (``given``: :func:`explicit_flags`); raises
+    one :class:`ConfigError` for values no parser reads. See :func:`read_config`."""
+    cfg, unreadable = read_config(given, base, pinned)
+    if unreadable:
+        raise ConfigError(list(unreadable.values()))
+    return cfg
+
+
+def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
+                pinned: Optional[dict[str, Any]] = None) -> tuple[Config, dict[str, str]]:
+    """``(config, unreadable)`` (:meth:`Config.read`) of a command line read once (``given``:
+    :func:`read_flags`' flags, ``dry_run`` left out).
 
     Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config, or a
     trained agent's saved hyperparameters), the ``--hyperparams`` file's entry for the env,
@@ -63,4 +119,4 @@ def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = No
         layered.update(load_hyperparams(hyperparams_file, env)[0])
     layered.update(pinned or {})
     layered.update(given)
-    return Config(**layered)  # the dataclass fills in sb3's defaults
+    return Config.read(layered)  # the dataclass fills in sb3's defaults
