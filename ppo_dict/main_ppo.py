@@ -1,7 +1,8 @@
 """Command line: ``python -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp``.
 
 Parses flags into one :class:`~ppo_dict.core.config.Config`, refuses a bad config before any env or
-process exists (exit 2, every problem listed), trains, saves what was asked, and prints one JSON
+process exists (exit 2, every problem listed, the machine's resources included; ``--dry_run`` stops
+there and prints the run plan, exit 0), trains, saves what was asked, and prints one JSON
 summary line last. Ctrl-C / SIGTERM / SIGHUP finish the current update, save, close the workers and
 exit 130 / 143 / 129, within a few seconds whatever the envs do (a rollout whose envs are still
 running 2 s later is dropped and the last update's state saved); a second signal stops at once
@@ -28,16 +29,16 @@ import torch
 
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
-from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, WorkerDiedError
+from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
-from ppo_dict.run.checks import validate
-from ppo_dict.run.cli import config_from_flags, explicit_flags
+from ppo_dict.run.checks import check_run
+from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.run_plan import plan_run
+from ppo_dict.run.run_plan import dry_run_text, plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
@@ -294,7 +295,7 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
     CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
     ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
-    ``flags``: the command line's flags (:func:`~ppo_dict.run.cli.explicit_flags`).
+    ``flags``: the command line's flags (:func:`~ppo_dict.run.cli.read_flags`).
     """
     path = flags.get("resume")
     if path == RESUME_AUTO:
@@ -318,36 +319,48 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     return agent
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    agent = None
-    try:
-        flags = explicit_flags(argv)  # the one parse of the command line: argparse exits 2 on bad flags
-        resumed = resume_source(flags)
-        if resumed is None:  # a resumed run continues its checkpoint, which already started from the zip
-            agent = trained_agent_source(flags)
-        base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
-        cfg = config_from_flags(flags, base=base, pinned=None if agent is None else agent.pinned)
-    except (CheckpointError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if cfg.video:
-        from ppo_dict.envs.make import video_may_need_mujoco_gl
-        from ppo_dict.envs.render import select_mujoco_gl
+def sources(flags: dict[str, Any], unreadable: dict[str, str]) -> tuple[Optional[RESUMED], Optional[TrainedAgent]]:
+    """``(resumed, agent)``: the checkpoint ``--resume`` names, else the zip ``--trained_agent`` names
+    (a resumed run continues its checkpoint, which already started from the zip). One that cannot be
+    read is a problem of its setting, added to ``unreadable`` to be listed with the others."""
+    for name, read in (("resume", resume_source), ("trained_agent", trained_agent_source)):
+        try:
+            found = read(flags)
+        except CheckpointError as exc:
+            unreadable[name] = f"{name}={flags.get(name)!r}: {exc}"
+            return None, None
+        if found is not None:
+            return (found, None) if name == "resume" else (None, found)
+    return None, None
 
-        if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
-            select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
+
+def main(argv: Optional[list[str]] = None) -> int:
+    flags, unreadable = read_flags(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
+    dry_run = flags.pop("dry_run", False)
+    resumed, agent = sources(flags, unreadable)
+    base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
+    cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
     try:
-        backend = validate(cfg, agent)
-    except ConfigError as exc:
+        if cfg.video:
+            from ppo_dict.envs.make import video_may_need_mujoco_gl
+            from ppo_dict.envs.render import select_mujoco_gl
+
+            if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
+                select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
+        check = check_run(cfg, agent, {**more, **unreadable})  # every problem, the machine's resources included
+    except (ConfigError, RenderBackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if dry_run:
+        print(dry_run_text(cfg, check), flush=True)
+        return 0
     if cfg.seed is None:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
         cfg = cfg.replace(run_dir=default_run_dir(cfg))
     try:
-        return run(cfg, backend, resumed, agent)
+        return run(cfg, check.backend, resumed, agent)
     except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
         print(f"error: {exc}", file=sys.stderr)
         return 2

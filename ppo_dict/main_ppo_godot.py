@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from ppo_dict import main_ppo
 from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
-from ppo_dict.run.cli import explicit_flags
+from ppo_dict.run.cli import read_flags
 
 #: The demo's tuned hyperparameters, as main_ppo flags (``benchmarks/bench_godot.py`` trains with them too).
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -49,8 +49,10 @@ def godot_argv(argv: list[str]) -> list[str]:
     pre = argparse.ArgumentParser(prog="python -m ppo_dict.main_ppo_godot", add_help=False, allow_abbrev=False)
     pre.add_argument("--env_path", default=None, help="another Godot game: an exported binary or a project folder")
     known, rest = pre.parse_known_args(argv)
-    given = explicit_flags(rest)  # argparse exits 2 on a bad flag, as main_ppo would
+    given, unreadable = read_flags(rest)  # argparse exits 2 on an unknown flag; main_ppo lists unreadable values
     if known.env_path is not None:
+        if "env_kwargs" in unreadable:  # it cannot be merged with the path: refused alone
+            pre.error(unreadable["env_kwargs"])
         if given.get("env", GODOT_PREFIX) != GODOT_PREFIX:
             pre.error(f"--env_path trains another Godot game (--env {GODOT_PREFIX}); drop --env {given['env']}")
         key = "project" if os.path.isdir(known.env_path) else "env_path"

@@ -7,21 +7,29 @@ probed env backend, which ``ppo_dict.vec.make_env_pool`` then uses without probi
 """
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import warnings
+from dataclasses import dataclass
 from typing import Optional
 
+import torch
 
-from ppo_dict.core.config import MODELS, RESUME_AUTO, Config
+from ppo_dict.algo.model import resolve_device
+from ppo_dict.core.config import FIELDS, MODELS, RESUME_AUTO, Config, problem_setting
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.machine import Machine
 from ppo_dict.data.actions import action_space_problem, masking_space_problem
 from ppo_dict.data.masking import env_mask_problem
 from ppo_dict.data.storage import vector_obs_shapes
 from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
+from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.shm_pool import main_envs_problem
 
 
 def model_problem(model: str, observation_space) -> str:
@@ -64,6 +72,9 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
         problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
+        if cfg.main_steps_envs and num_workers > 1 and not cfg.double_buffer:
+            in_main = envs_per_worker if cfg.main_envs is None else cfg.main_envs
+            problems.append(main_envs_problem(in_main, num_workers, envs_per_worker, backend.unit, backend.label))
     if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
         stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
         if stacked:
@@ -95,29 +106,119 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
-def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
-    """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend.
+@dataclass(frozen=True)
+class RunCheck:
+    """What the check of a run found, for the run (and ``--dry_run``'s plan) to use: the probed env
+    ``backend``, the ``device`` the policy runs on, what the run ``needs`` of the machine, and the
+    ``machine`` it was judged against."""
 
+    backend: EnvBackend
+    device: torch.device
+    needs: Needs
+    machine: Machine
+
+
+def validate(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
+             machine: Optional[Machine] = None) -> EnvBackend:
+    """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend
+    (:func:`check_run`, which also says what the run needs of the machine)."""
+    return check_run(cfg, agent, unreadable, machine).backend
+
+
+def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
+              machine: Optional[Machine] = None) -> RunCheck:
+    """The whole check: raise one :class:`ConfigError` listing every problem, or return the :class:`RunCheck`.
+
+    ``cfg``: a config from flags or keyword arguments; ``unreadable``: the values no parser could
+    read (:meth:`Config.read`), listed first, in place of what ``cfg`` holds for them (their defaults).
     ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags.
+    ``machine``: what to judge the resources against (default: this machine, probed now).
 
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
     """
-    problems = cfg.problems() + path_problems(cfg)
-    backend: Optional[EnvBackend] = None
-    try:
-        backend = probe_env(env_spec(cfg))
-    except Exception as exc:  # gymnasium's own text carries the "Did you mean" hint
-        problems.append(f"env={cfg.env!r}: {exc}")
+    unreadable = dict(unreadable or {})
+    machine = machine or Machine.probe()
+    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg) + core_problems(cfg, machine)
+    backend = probe_backend(cfg, unreadable, problems)
+    result = None
     if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):
-        problems += env_problems(cfg, backend)
+        found = env_problems(cfg, backend)
         if agent is not None:
-            problems += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
-    if problems:
-        raise ConfigError(problems)
+            found += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
+        if not found and not any(problem_setting(p) in MEASURED_SETTINGS for p in problems):
+            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] == "policy" for p in problems)
+            result, found = machine_check(cfg, backend, machine, measure_policy=policy_ok)
+        problems += found
+    problems = [p for p in problems if p in unreadable.values() or problem_setting(p) not in unreadable]
+    if problems or result is None:  # (no problem means the machine check ran and gave a result)
+        raise ConfigError(list(dict.fromkeys(problems)))
     if cfg.rollout_size % cfg.minibatch_size > 0:
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
-    return backend
+    return result
+
+
+#: Settings that size the rollout storage or place the policy: while one is refused, the run is not measured.
+MEASURED_SETTINGS = ("n_envs", "num_workers", "envs_per_worker", "n_steps", "batch_size", "num_batches", "main_envs", "info_keywords",
+                     "device")
+#: Field groups that shape the env, and the settings that size what a probe builds (see probe_backend).
+ENV_GROUPS, ENV_SIZES = ("env", "pixels", "atari"), ("frame_stack", "image_size")
+
+
+def probe_backend(cfg: Config, unreadable: dict[str, str], problems: list[str]) -> Optional[EnvBackend]:
+    """The env's backend, probed once (one env built here), or None after adding why it cannot be.
+    Not probed while a setting that shapes the env is unreadable (it would be another env), nor while
+    one that sizes it is above its range (``frame_stack=1000000`` would stack a million observations)."""
+    if any(name in FIELDS and FIELDS[name].metadata["group"] in ENV_GROUPS for name in unreadable):
+        return None
+    if any(getattr(cfg, name) > FIELDS[name].metadata["range"][1] for name in ENV_SIZES):
+        return None
+    for module in cfg.gym_packages:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 (a module that fails to import, whatever it raises)
+            problems.append(f"gym_packages={module}: cannot be imported: {type(exc).__name__}: {exc}")
+    if any(p.startswith("gym_packages=") for p in problems):
+        return None
+    try:
+        return probe_env(env_spec(cfg))
+    except Exception as exc:  # noqa: BLE001 (gymnasium's own text carries the "Did you mean" hint)
+        problems.append(f"env={cfg.env!r}: {exc}")
+    return None
+
+
+def machine_check(cfg: Config, backend: EnvBackend, machine: Machine, measure_policy: bool) -> tuple[Optional[RunCheck], list[str]]:
+    """``(check, problems)``: the device, the policy (measured on the meta device when
+    ``measure_policy``: no other problem, so it can be built), what the run needs, and where that
+    does not fit the machine."""
+    problems = device_problems(cfg.device)
+    if problems:
+        return None, problems
+    device = resolve_device(cfg.device, contains_image(backend.observation_space))
+    parameters, floats = None, 0
+    if measure_policy:
+        try:
+            parameters, floats = policy_size(cfg, backend.observation_space, backend.action_space)
+        except Exception as exc:  # noqa: BLE001 (what building the policy for real would raise)
+            return None, [f"model={cfg.model!r}: the policy cannot be built for {backend.label}'s observations "
+                          f"({backend.observation_space}): {type(exc).__name__}: {exc}"]
+    try:
+        needs = run_needs(cfg, backend, device, parameters, floats)
+    except (ValueError, OverflowError, MemoryError) as exc:
+        return None, [f"n_steps x n_envs = {cfg.n_steps} x {cfg.num_envs}: the rollout storage cannot be laid out ({exc})"]
+    return RunCheck(backend, device, needs, machine), resource_problems(cfg, needs, machine)
+
+
+def device_problems(device: str) -> list[str]:
+    """A CUDA device this machine does not have."""
+    if not re.fullmatch(r"cuda(:[0-9]+)?", device):
+        return []  # cpu, auto, or a spelling Config.problems refuses
+    if not torch.cuda.is_available():
+        return [f"device={device!r}: no CUDA device is available here (torch {torch.__version__}); use --device cpu or auto"]
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"]
+    return []
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:

@@ -12,6 +12,8 @@ import torch
 
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import Config
+from ppo_dict.run.checks import RunCheck
+from ppo_dict.run.resources import MB, main_share
 from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, probe_env
 from ppo_dict.vec.backend import EnvBackend
@@ -47,3 +49,31 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
     return plan_run(cfg, backend).env_pool()
 
 
+
+
+def dry_run_text(cfg: Config, check: RunCheck) -> str:
+    """``--dry_run``'s report: what the checked run would be, and what it would ask of the machine."""
+    needs, machine, backend = check.needs, check.machine, check.backend
+    n_envs, num_workers, _ = cfg.worker_layout
+    layout = f"{n_envs} envs in this process"
+    if num_workers:
+        layout = f"{n_envs} envs: worker processes {needs.workers} ({cfg.mp_method}), this process steps {main_share(cfg)}"
+    memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
+    available = "unknown" if machine.memory_available is None else f"{machine.memory_available / MB:.0f} MB"
+    shm = "" if not needs.shared or machine.shm_free is None else f" (/dev/shm: {machine.shm_free / MB:.0f} MB free)"
+    parameters = "not measured" if needs.parameters is None else f"{needs.parameters:,} parameters"
+    rollouts = -(-cfg.total_timesteps // cfg.rollout_size)
+    return "\n".join([
+        "dry run: the config passes every check; nothing was started",
+        f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
+        f"layout: {layout}",
+        f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
+        f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
+        f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
+        f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
+        f"workers {needs.worker_memory / MB:.0f} MB",
+        f"processes: about {needs.tasks} processes and threads ({machine.cpus} usable CPU cores), {needs.files} more open files "
+        f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
+        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+    ])

@@ -11,11 +11,12 @@ import os
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from gymnasium import spaces
 
+from ppo_dict.core.machine import free_bytes
 from ppo_dict.data.storage import ALIGN, Alloc, RolloutStorage
 
 
@@ -70,35 +71,34 @@ def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
     return alloc
 
 
-def free_bytes(path: str) -> int:
-    """Free bytes for an unprivileged writer on the filesystem holding ``path``."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
 def check_shared_memory(nbytes: int, shm_dir: str = "/dev/shm") -> None:
-    """Refuse (or warn about) a buffer that does not fit where ``RawArray`` will put it.
+    """Refuse (RuntimeError) or warn about a buffer that does not fit where ``RawArray`` will put it
+    (:func:`shared_memory_problem`; the run's config check refuses it before anything starts)."""
+    if not os.path.isdir(shm_dir):
+        return
+    tmp = tempfile.gettempdir()
+    refusal, warning = shared_memory_problem(nbytes, free_bytes(shm_dir), free_bytes(tmp), shm_dir, tmp)
+    if refusal:
+        raise RuntimeError(refusal)
+    if warning:
+        warnings.warn(warning, RuntimeWarning, stacklevel=3)
+
+
+def shared_memory_problem(nbytes: int, shm_free: Optional[int], tmp_free: Optional[int], shm_dir: str = "/dev/shm",
+                          tmp: Optional[str] = None) -> tuple[str, str]:
+    """``(refusal, warning)`` for a shared buffer of ``nbytes`` (``""``: none).
 
     On Linux ``multiprocessing`` backs a RawArray with an unlinked file in /dev/shm when /dev/shm
     has room for it and otherwise, silently, with one in the temp dir (disk-backed page cache:
     slower, but no SIGBUS). The buffer is zero-filled at allocation, so its pages are committed then.
     """
-    if not os.path.isdir(shm_dir):
-        return
+    if shm_free is None or nbytes <= shm_free:
+        return "", ""
+    tmp = tmp or tempfile.gettempdir()
     mb = nbytes / 2**20
-    shm_free = free_bytes(shm_dir)
-    if nbytes <= shm_free:
-        return
-    tmp = tempfile.gettempdir()
     advice = f"use docker run --shm-size={max(1, math.ceil(nbytes * 1.25 / 2**30))}g, or fewer n_steps x n_envs"
-    if nbytes > free_bytes(tmp):
-        raise RuntimeError(
-            f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free "
-            f"and {tmp} has {free_bytes(tmp) / 2**20:.1f} MB; {advice}"
-        )
-    warnings.warn(
-        f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free; "
-        f"multiprocessing will back it with a file in {tmp} instead (slower); {advice}",
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    if tmp_free is not None and nbytes > tmp_free:
+        return (f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free "
+                f"and {tmp} has {tmp_free / 2**20:.1f} MB; {advice}"), ""
+    return "", (f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free; "
+                f"multiprocessing will back it with a file in {tmp} instead (slower); {advice}")

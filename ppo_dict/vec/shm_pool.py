@@ -63,6 +63,15 @@ def open_in_main(owner: Owner, timeout: float, cleanup: Callable[[BaseException]
     call_in_main(owner, "constructor", owner.runner.open, "while the envs were built", timeout, cleanup)
 
 
+def main_envs_problem(in_main: Any, num_workers: int, envs_per_worker: int, unit: int, label: str) -> str:
+    """What is wrong with the main process stepping ``in_main`` of ``num_workers x envs_per_worker``
+    envs (``""``: nothing): whole units, and every worker keeps at least one."""
+    largest = num_workers * envs_per_worker - (num_workers - 1) * unit
+    if isinstance(in_main, int) and 0 <= in_main <= largest and in_main % unit == 0:
+        return ""
+    return f"main_envs={in_main!r}: must be a multiple of {unit} in [0, {largest}] for {num_workers} workers x {envs_per_worker} envs of {label}"
+
+
 def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
     """The two halves of the columns that double-buffered rollouts alternate, in whole ``unit``s."""
     middle = (n_envs // unit + 1) // 2 * unit
@@ -103,10 +112,9 @@ class ShmEnvPool:
         in_main = 0
         if main_steps_envs and num_workers > 1 and not halves:
             in_main = envs_per_worker if main_envs is None else main_envs
-            largest = n_envs - (num_workers - 1) * backend.unit  # every worker keeps at least one unit
-            if not (isinstance(in_main, int) and 0 <= in_main <= largest and in_main % backend.unit == 0):
-                raise ValueError(f"main_envs={in_main!r}: must be a multiple of {backend.unit} in [0, {largest}] for "
-                                 f"{num_workers} workers x {envs_per_worker} envs of {backend.label}")
+            problem = main_envs_problem(in_main, num_workers, envs_per_worker, backend.unit, backend.label)
+            if problem:
+                raise ValueError(problem)
         processes = num_workers - 1 if in_main else num_workers
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)

@@ -1,0 +1,177 @@
+"""Bad input refused in one clean message before anything starts (docs/bad_input.md): the issue's six
+commands, the machine's resources, the Python face's path through the same check, ``--dry_run``,
+and the failures the command-line fuzzer found (``test_fuzz_cli.py``), kept as ordinary tests."""
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing.process
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from ppo_dict import main_ppo
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.machine import Machine
+from ppo_dict.run.checks import check_run
+from tests.conftest import ROOT
+
+GB = 2**30
+#: A roomy machine: 8 cores, 16 GB, a large /dev/shm, no process limit.
+ROOMY = Machine(cpus=8, memory_available=16 * GB, shm_free=8 * GB, tmp_free=100 * GB, nproc_limit=None, user_tasks=0,
+                task_room=30000, nofile_limit=1024, open_files=10)
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[str]:
+    """The processes of the run that the code under test starts (workers; the forkserver starts with the first).
+    (Imports may run short helpers of their own: glfw's, imported with MuJoCo, asks a subprocess its version.)"""
+    starts: list[str] = []
+    start = multiprocessing.process.BaseProcess.start
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", lambda self: starts.append(self.name) or start(self))
+    return starts
+
+
+def refuse(capsys, *argv: str) -> list[str]:
+    """Run the command line here; it must exit 2 with one clean message: its problem lines."""
+    code = main_ppo.main(list(argv))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    problems = [line.removeprefix("  - ") for line in err.splitlines() if line.startswith("  - ")]
+    assert err.startswith(f"error: {len(problems)} invalid setting(s):\n  - "), err
+    return problems
+
+
+# ------------------------------------------------------------------------------ the issue's six commands
+def test_the_issues_six_commands_give_one_clean_message_each_and_start_nothing(capsys, started, tmp_path) -> None:
+    run_dir = ["--run_dir", str(tmp_path / "run")]
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--num_workers", "99999", "--total_timesteps", "100", *run_dir)[0].startswith(
+        "num_workers=99999: more than 4x the ")
+    shm = refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--n_envs", "64", "--num_workers", "2", "--n_steps", "65536", *run_dir)
+    assert any(p.startswith("n_steps x n_envs = 65536 x 64: rollout storage needs 84698.6 MB of shared memory") for p in shm) or \
+        any(p.startswith("n_steps x n_envs = 65536 x 64: the run needs about ") for p in shm), shm
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--n_envs", "0", "--batch_size", "3", "--learning_rate", "abc", *run_dir) == [
+        "learning_rate='abc': could not convert string to float: 'abc'", "n_envs=0: must be in [1, inf]"]
+    assert refuse(capsys, "--net_arch", "64,,64", *run_dir) == ["net_arch='64,,64': item 2 is empty (write sizes as 64,64)"]
+    threads = refuse(capsys, "--env", "gym_CartPole-v1", "--torch_threads", "1000000", *run_dir)
+    assert threads[0].startswith("torch_threads=1000000: more than 4x the ")
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--env_kwargs", "{", *run_dir) == [
+        "env_kwargs='{': not a Python literal ('{' was never closed): '{'"]
+    assert started == [] and not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("flags, first", [
+    (("--num_workers", "99999", "--total_timesteps", "100"), "  - num_workers=99999: more than 4x the "),
+    (("--torch_threads", "1000000"), "  - torch_threads=1000000: more than 4x the "),
+])
+def test_the_issues_worst_commands_as_real_commands(flags: tuple[str, ...], first: str) -> None:
+    """Today's 99,999 worker starts and SIGSEGV: exit 2, one message, no traceback, no process left."""
+    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", *flags], capture_output=True,
+                          text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, start_new_session=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[1].startswith(first) and "--oversubscribe True" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ resources (a machine described)
+def problems(cfg: Config, machine: Machine) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        check_run(cfg, machine=machine)
+    return exc.value.problems
+
+
+def test_more_workers_or_threads_than_4x_the_cores_need_oversubscribe() -> None:
+    two_cores = dataclasses.replace(ROOMY, cpus=2)
+    cfg = Config(env="gym_CartPole-v1", num_workers=9, n_envs=9, update_threads=9, n_steps=8, batch_size=8)
+    assert problems(cfg, two_cores) == [
+        "num_workers=9: more than 4x the 2 usable CPU cores (8); use at most 8, or --oversubscribe True if you mean it "
+        "(slow envs, such as games, may want more workers than cores)",
+        "update_threads=9: more than 4x the 2 usable CPU cores (8); use at most 8, or --oversubscribe True if you mean it "
+        "(slow envs, such as games, may want more workers than cores)"]
+    check = check_run(cfg.replace(oversubscribe=True), machine=two_cores)
+    assert check.needs.workers == 8 and check.needs.threads == 9  # the main process steps one worker's share
+
+
+def test_process_and_file_limits_and_docker_shm_are_judged_before_start() -> None:
+    cfg = Config(env="gym_CartPole-v1", num_workers=8, n_envs=8, n_steps=8, batch_size=8)
+    low = dataclasses.replace(ROOMY, nproc_limit=40, user_tasks=30, nofile_limit=64, open_files=20, task_room=None)
+    assert problems(cfg, low) == [
+        "num_workers=8: the run needs about 20 processes and threads (7 workers, 1 torch threads), this user runs 30 of the 40 "
+        "that ulimit -u allows; use fewer, or raise ulimit -u",
+        "num_workers=8: 7 workers need about 112 open files, ulimit -n allows 64; raise it (ulimit -n 128), or use fewer workers"]
+    docker = dataclasses.replace(ROOMY, shm_free=64 * 2**20, tmp_free=32 * 2**20)
+    big = Config(env="gym_Pendulum-v1", num_workers=2, n_envs=64, n_steps=100_000)
+    assert problems(big, docker) == [
+        "n_steps x n_envs = 100000 x 64: rollout storage needs 109.9 MB of shared memory, /dev/shm has 64.0 MB free and "
+        f"{tempfile.gettempdir()} has 32.0 MB; use docker run --shm-size=1g, or fewer n_steps x n_envs"]
+    # where the temp dir has room, multiprocessing puts the storage there: taken (the pool warns when it starts)
+    assert check_run(big, machine=dataclasses.replace(docker, tmp_free=100 * GB)).needs.shared > docker.shm_free
+
+
+def test_memory_names_the_largest_part() -> None:
+    small = dataclasses.replace(ROOMY, memory_available=2 * GB)
+    assert problems(Config(env="gym_CartPole-v1", net_arch="10000,10000", num_workers=0), small)[0].startswith(
+        "net_arch=[10000, 10000]: the run needs about ")
+    assert problems(Config(env="gym_CartPole-v1", n_envs=2000, num_workers=0, n_steps=50_000), small)[0].startswith(
+        "n_steps x n_envs = 50000 x 2000: the run needs about ")
+    assert problems(Config(env="gym_CartPole-v1", num_workers=64, n_envs=64, mp_method="spawn", oversubscribe=True), small)[0].startswith(
+        "num_workers=64: the run needs about ")
+
+
+# ------------------------------------------------------------------------------ the Python face: the same check
+def test_keyword_arguments_go_through_the_same_check_every_problem_listed() -> None:
+    """``Config.read`` (what a Python API gives its keyword arguments to) never raises; ``check_run``
+    lists the unreadable values, unknown names and every other problem together."""
+    cfg, unreadable = Config.read(dict(env="gym_CartPole-v1", learning_rate="abc", n_envs=0, bacth_size=3, net_arch="64,,64"))
+    assert unreadable == {"learning_rate": "learning_rate='abc': could not convert string to float: 'abc'",
+                          "net_arch": "net_arch='64,,64': item 2 is empty (write sizes as 64,64)",
+                          "bacth_size": "bacth_size: no such setting (did you mean batch_size?)"}
+    with pytest.raises(ConfigError) as exc:
+        check_run(cfg, unreadable=unreadable, machine=ROOMY)
+    assert exc.value.problems == [*unreadable.values(), "n_envs=0: must be in [1, inf]"]
+    with pytest.raises(ConfigError, match="learning_rate='abc'"):  # built directly, a Config refuses what it cannot read
+        Config(learning_rate="abc")
+
+
+# ------------------------------------------------------------------------------ --dry_run
+def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, started, tmp_path) -> None:
+    code = main_ppo.main(["--env", "gym_CartPole-v1", "--n_envs", "4", "--num_workers", "2", "--n_steps", "64", "--run_dir",
+                          str(tmp_path / "run"), "--dry_run"])
+    out = capsys.readouterr().out
+    assert code == 0 and started == [] and not os.path.exists(tmp_path / "run")
+    lines = out.splitlines()
+    assert lines[0] == "dry run: the config passes every check; nothing was started"
+    assert lines[2] == "layout: 4 envs: worker processes 1 (forkserver), this process steps 2"
+    assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
+    assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
+    assert lines[-1] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
+
+
+# ------------------------------------------------------------------------------ found by the fuzzer
+@pytest.mark.parametrize("argv, expected", [
+    (["--resume", "/etc/hostname"], "resume='/etc/hostname': cannot load /etc/hostname: UnpicklingError: "),
+    (["--device", "cuda:x"], "device='cuda:x': must be auto, cpu, cuda or cuda:N"),
+    (["--step_timeout", "1e308"], "step_timeout=1e+308: must be in (0.0, 2000000.0]"),
+    (["--total_timesteps", "inf"], "total_timesteps='inf': cannot convert float infinity to integer"),
+    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 2 workers x 2 envs"),
+    (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
+    (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
+    (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),
+])
+def test_fuzzer_findings_are_refused_naming_the_setting(capsys, argv: list[str], expected: str) -> None:
+    assert refuse(capsys, "--env", "gym_CartPole-v1", *argv)[0].startswith(expected)
+
+
+def test_an_env_setting_out_of_range_is_not_built_to_probe_it(capsys) -> None:
+    """``frame_stack=1000000`` once stacked a million observations while probing the env (an OOM kill)."""
+    assert refuse(capsys, "--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy", "--frame_stack", "1000000") == [
+        "frame_stack=1000000: must be in [1, 64]"]
+
+
+def test_a_policy_that_cannot_take_the_observation_is_refused(capsys) -> None:
+    """NatureCNN on 8x8 images raised inside PPO (a traceback); the check builds the policy on the meta device first."""
+    assert refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=8)")[0].startswith(
+        "model='cnn': the policy cannot be built for test_dummy = PPODictTestDummy-v0's observations (Box(0, 255, (3, 8, 8), uint8)): "
+        "RuntimeError: ")
