@@ -39,6 +39,12 @@ class WorkerDiedError(PPODictError, RuntimeError):
     """A worker process exited without reporting an error."""
 
 
+class WorkerStartError(PPODictError, RuntimeError):
+    """A worker process could not be started (fork refused, out of memory, a limit reached, the
+    forkserver gone); the message names the worker, the OS error and what to change. Every worker
+    already started is stopped before it is raised."""
+
+
 class WorkerTimeoutError(PPODictError, TimeoutError):
     """A worker did not answer within the step timeout."""
 

@@ -10,6 +10,7 @@ SIGKILLed process group in /dev/shm.
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import multiprocessing
@@ -20,8 +21,9 @@ import time
 import weakref
 from typing import Any, Optional, Sequence
 
-from ppo_dict.core.config import MP_METHODS, physical_cores
-from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerTimeoutError
+from ppo_dict.core.config import MP_METHODS
+from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
+from ppo_dict.core.machine import Machine, physical_cores
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.channel import Channel, encode, frame_of, wait_for
@@ -99,6 +101,29 @@ def columns_text(columns: Sequence[int]) -> str:
     return ", ".join(runs)
 
 
+def start_failure_text(w: int, columns: Sequence[int], label: str, mp_method: str, exc: BaseException) -> str:
+    """Why worker ``w`` could not be started and what to change, from the error and the machine's limits now."""
+    machine, code = Machine.probe(), getattr(exc, "errno", None)
+    if code in (errno.EMFILE, errno.ENFILE):
+        advice = (f"too many open files: this process may open {machine.nofile_limit or 'unlimited'} (ulimit -n) and has "
+                  f"{machine.open_files} open; raise ulimit -n, or use fewer --num_workers")
+    elif code == errno.EAGAIN:
+        limit = f"ulimit -u {machine.nproc_limit}, {machine.user_tasks} in use" if machine.nproc_limit else "ulimit -u"
+        advice = (f"the system refused a new process: the process limit ({limit}) or the kernel's pid_max/threads-max "
+                  f"({machine.task_room} tasks left) is reached; use fewer --num_workers, or raise ulimit -u")
+    elif code == errno.ENOMEM or isinstance(exc, MemoryError):
+        mb = "unknown" if machine.memory_available is None else f"{machine.memory_available / 2**20:.0f} MB"
+        advice = f"not enough memory to start a process ({mb} available); use fewer --num_workers or smaller n_steps x n_envs"
+    elif mp_method == "forkserver" and isinstance(exc, (EOFError, ConnectionError, RuntimeError)):
+        advice = ("multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when it "
+                  "cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer --num_workers, "
+                  "or --mp_method spawn")
+    else:
+        advice = "use fewer --num_workers, or another --mp_method"
+    return (f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: {exc}; "
+            f"{advice}; the workers already started were stopped")
+
+
 def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us: Any = None) -> list[str]:
     """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
     problems = []
@@ -167,20 +192,27 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin))
+            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
             self.close(grace=0.2)
             raise
 
-    def _start(self, ctx: Any, args_of: Any) -> None:
-        """Start every worker, and watch each one's pipe and process sentinel."""
+    def _start(self, ctx: Any, mp_method: str, args_of: Any) -> None:
+        """Start every worker, and watch each one's pipe and process sentinel. A worker that cannot be
+        started is a :class:`WorkerStartError` (the caller stops those already started)."""
         for w in range(self.num_workers):
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
-            self._channels.append(Channel(parent_conn))
-            proc.start()
+            child_conn = None
+            try:
+                parent_conn, child_conn = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
+                self._channels.append(Channel(parent_conn))
+                proc.start()
+            except Exception as exc:  # OSError (EAGAIN, ENOMEM, EMFILE), or the forkserver's EOF / broken pipe
+                if child_conn is not None:
+                    child_conn.close()
+                raise WorkerStartError(start_failure_text(w, self.worker_envs(w), self.label, mp_method, exc)) from exc
             self._procs.append(proc)
             self.pids.append(proc.pid)
             child_conn.close()  # only the worker holds its end: its death reads as EOF here

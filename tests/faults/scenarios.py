@@ -307,7 +307,36 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     return {}
 
 
+def start_failure(how: str, mp_method: str) -> dict[str, Any]:
+    """A worker that cannot be started: this process's open-file limit reached after a worker or two (``nofile``),
+    or the forkserver unable to take the request (``forkserver``: its own open-file limit lowered
+    with prlimit, so it dies as it does when it cannot fork). Then a pool starts again."""
+    import resource
+    from multiprocessing import forkserver
+
+    backend = probe_env(resolve_env_name("gym_CartPole-v1"))
+    warm = ShmEnvPool(backend, 1, 1, n_steps=8, mp_method=mp_method)  # the forkserver and resource tracker are running now
+    if how == "forkserver":
+        server = forkserver._forkserver._forkserver_pid
+        files = len(os.listdir(f"/proc/{server}/fd"))
+        resource.prlimit(server, resource.RLIMIT_NOFILE, (files, files))
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if how == "nofile":  # room for two more workers' descriptors (3 each: measured), not three
+        files = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files + 7, limits[1]))
+    result = capture(lambda: ShmEnvPool(backend, 6, 1, n_steps=8, mp_method=mp_method, main_steps_envs=False))
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    result["strays_after_failure"] = [pid for pid in strays() if pid not in warm.pids]
+    warm.close()
+    again = ShmEnvPool(backend, 2, 1, n_steps=8, mp_method=mp_method)
+    again.reset(0)
+    again.close()
+    result["strays"] = strays()
+    return result
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "start_failure": start_failure,
     "main_process_envs": main_process_envs,
     "vec_env_ctrl_c": vec_env_ctrl_c,
     "env_error": env_error,

@@ -47,16 +47,21 @@ def assert_session_gone(session: int, seconds: float = 2.0) -> None:
     assert wait_until(lambda: not session_processes(session), seconds), f"left behind: {session_processes(session)}"
 
 
+def finish(proc: subprocess.Popen, timeout: float, hung: str) -> tuple[str, str]:
+    """``proc``'s output once it exits; after ``timeout`` s its session is killed and the test fails saying ``hung``."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{hung} for more than {timeout} s")
+
+
 def run_scenario(*args: str, timeout: float = 30.0) -> dict[str, Any]:
     """Run a scenario to its end; fail if it hangs, errs, or leaves processes or /dev/shm entries."""
     shm_before = shm_entries()
     proc = start(*args)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"scenario {args} hung for more than {timeout} s")
+    out, err = finish(proc, timeout, f"scenario {args} hung")
     assert proc.returncode == 0, err
     assert_session_gone(proc.pid)
     assert shm_entries() <= shm_before, shm_entries() - shm_before
