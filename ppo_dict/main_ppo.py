@@ -322,12 +322,12 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
 def sources(flags: dict[str, Any], unreadable: dict[str, str]) -> tuple[Optional[RESUMED], Optional[TrainedAgent]]:
     """``(resumed, agent)``: the checkpoint ``--resume`` names, else the zip ``--trained_agent`` names
     (a resumed run continues its checkpoint, which already started from the zip). One that cannot be
-    read is a problem of its setting, added to ``unreadable`` to be listed with the others."""
+    read is a problem of its setting, added to ``unreadable``: the config built on it cannot be judged."""
     for name, read in (("resume", resume_source), ("trained_agent", trained_agent_source)):
         try:
             found = read(flags)
         except CheckpointError as exc:
-            unreadable[name] = f"{name}={flags.get(name)!r}: {exc}"
+            unreadable[name] = f"{name}={flags.get(name)!r}: {str(exc).removeprefix(f'{flags.get(name)}: ')}"
             return None, None
         if found is not None:
             return (found, None) if name == "resume" else (None, found)
@@ -338,6 +338,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     flags, unreadable = read_flags(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
     dry_run = flags.pop("dry_run", False)
     resumed, agent = sources(flags, unreadable)
+    if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
+        print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
+        return 2
     base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
     try:

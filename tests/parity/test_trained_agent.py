@@ -190,7 +190,8 @@ def test_cli_refuses_another_algorithm_before_anything_starts(tmp_path) -> None:
     before = os.listdir(tmp_path)
     proc = run_cli("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "sac.zip"), "--run_dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert f"error: {tmp_path}/sac.zip: not an sb3 PPO model: its policy is stable_baselines3.sac.policies.SACPolicy (SAC)" in proc.stderr
+    assert proc.stderr.startswith(f"error: 1 invalid setting(s):\n  - trained_agent='{tmp_path}/sac.zip': not an sb3 PPO model: "
+                                  "its policy is stable_baselines3.sac.policies.SACPolicy (SAC)")
     assert os.listdir(tmp_path) == before  # no run directory, the zip untouched
     missing = run_cli("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "nope.zip"))
     assert missing.returncode == 2 and f"trained_agent='{tmp_path}/nope.zip': no such .zip file" in missing.stderr
