@@ -71,10 +71,11 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
         problems.append(model_problem(cfg.model, backend.observation_space))
     n_envs, num_workers, envs_per_worker = cfg.worker_layout
     if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
-        problems += backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
-        if cfg.main_steps_envs and num_workers > 1 and not cfg.double_buffer:
-            in_main = envs_per_worker if cfg.main_envs is None else cfg.main_envs
-            problems.append(main_envs_problem(in_main, num_workers, envs_per_worker, backend.unit, backend.label))
+        layout = backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
+        problems += layout
+        if cfg.main_envs is not None and cfg.main_steps_envs and num_workers > 1 and not cfg.double_buffer and not layout:
+            unit = backend.for_blocks(envs_per_worker, cfg.step_timeout, True).unit  # as the pool will run it
+            problems.append(main_envs_problem(cfg.main_envs, num_workers, envs_per_worker, unit, backend.label))
     if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
         stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
         if stacked:
