@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 SYSTEM_PACKAGES := $(strip $(shell sed -e 's/\#.*//' -e 's/^[^:]*://' system-packages.txt))
 APT_FLAGS ?=
 
-.PHONY: install train test test-all bench bench-scale clean system-deps
+.PHONY: install train test test-all test-orders bench bench-scale clean system-deps
 
 install:
 	$(PYTHON) -m pip install -q "$(TORCH)"
@@ -21,6 +21,13 @@ train: install
 
 test: install
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The parity suite must not depend on what ran before it in the process: reversed with the garbage
+# collected between tests, then shuffled (ORDER_SEED, printed; set it to replay an order).
+ORDER_SEED ?= $(shell date +%s)
+test-orders: install
+	$(PYTHON) -m pytest tests/parity -m "not slow" --order reverse --gc-between-tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) $(PYTEST_ARGS)
 
 test-all: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
