@@ -24,7 +24,7 @@ DOCS = Path(ROOT) / "docs"
 
 
 def load_hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks_flags", DOCS / "hooks" / "flags.py")
+    spec = importlib.util.spec_from_file_location("docs_hooks_generated", DOCS / "hooks" / "generated.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -58,7 +58,7 @@ def test_flags_page_lists_every_flag_with_its_help_and_default() -> None:
 
 def test_flags_page_says_what_every_flag_reads() -> None:
     """A flag whose parser the page does not know would show its raw type annotation: name the parser in
-    ``VALUE_KINDS`` (docs/hooks/flags.py) or give the field choices."""
+    ``VALUE_KINDS`` (docs/hooks/generated.py) or give the field choices."""
     unknown = [f.name for fields in flag_groups().values() for f in fields
                if not f.metadata["choices"] and getattr(f.metadata["parse"], "__name__", "") not in HOOKS.VALUE_KINDS]
     assert not unknown

@@ -1,7 +1,7 @@
 """Draw the headline speed figure (``docs/img/speed.png``) from ``docs/figures/speed.csv``.
 
 ``make docs`` runs it before building the site; README and the speed page show the picture, and their
-tables come from the same file (the site's by ``docs/hooks/flags.py``, README's checked by
+tables come from the same file (the site's by ``docs/hooks/generated.py``, README's checked by
 ``tests/test_docs.py``). Each row is ppo_dict's throughput over sb3's, the median of interleaved rounds
 with their range; the rows and their runs are in perf_log.md.
 """

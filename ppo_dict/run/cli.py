@@ -37,7 +37,7 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
 def flag_groups() -> dict[str, list[dataclasses.Field]]:
     """``{--help group: [Config field, ...]}`` in ``--help``'s order: one flag per field, its help text,
     parser, bounds and choices in ``f.metadata``. The one source of ``--help`` and of the flags page of
-    the documentation (``docs/hooks/flags.py``)."""
+    the documentation (``docs/hooks/generated.py``)."""
     groups: dict[str, list[dataclasses.Field]] = {}
     for f in dataclasses.fields(Config):
         groups.setdefault(f.metadata["group"], []).append(f)

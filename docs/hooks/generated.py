@@ -6,7 +6,7 @@
 * ``speed.md`` and ``index.md``: the headline speed table, from ``docs/figures/speed.csv`` (the file
   ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
 
-A page asks for a generated part with a marker line (``MARKERS``); a page that has the marker gets
+A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
 the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
 """
 from __future__ import annotations
