@@ -93,7 +93,7 @@ def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]]
     return "\n".join(out)
 
 
-def command_help(module: str, width: int = 100) -> str:
+def command_help(module: str, width: int = 78) -> str:
     """What ``python -m <module> --help`` prints, from the module's own parser (in this process)."""
     import importlib
 
