@@ -119,15 +119,9 @@ def case_id(command: Command) -> str:
     return "-".join([program, *env, *flags])
 
 
-#: the cases that take more than ~20 s on the 2-core machine even cut short: rendering, and NatureCNN on Atari frames
-SLOW = {"main_ppo-gym_Reacher-v2-pixel_obs_wrapper", "main_ppo-gym_BreakoutNoFrameskip-v4"}
-
-
-def marks(command: Command) -> list[pytest.MarkDecorator]:
-    return parts_needed(command.shell) + ([pytest.mark.slow] if case_id(command) in SLOW else [])
-
-
-RUNNABLE = [pytest.param(c, id=case_id(c), marks=marks(c)) for c in COMMANDS if c.need is None]
+# Cut short, each case takes 6-18 CPU seconds, its processes included (the most: the ONNX export's check, the
+# sweep, Atari's NatureCNN and rendered frames): none is slow, so `make test` runs them all.
+RUNNABLE = [pytest.param(c, id=case_id(c), marks=parts_needed(c.shell)) for c in COMMANDS if c.need is None]
 
 
 @pytest.fixture(scope="module")
