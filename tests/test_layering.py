@@ -1,4 +1,4 @@
-"""The layering the code promises (README, "Layout"): dependencies point one way.
+"""The layering the code promises (docs/architecture.md, "Layers"): dependencies point one way.
 
 Read with ``ast`` from the source, module-level and function-level imports alike: no import cycle
 between files, the packages import only their own layer and the layers below it (``LAYERS``:
