@@ -19,7 +19,8 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors

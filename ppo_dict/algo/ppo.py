@@ -16,7 +16,8 @@ import torch
 
 from ppo_dict.algo.collect import Collector, Timing
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
-from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError

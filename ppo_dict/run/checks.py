@@ -26,11 +26,11 @@ from ppo_dict.vec.backend import EnvBackend
 
 def model_problem(model: str, observation_space) -> str:
     """Why ``model`` cannot take the observation, or ``""`` when it can."""
-    images = contains_image(observation_space)
-    if model == "mlp" and images:
-        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
-    if model == "cnn" and not images:
-        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
+    images, suffix = contains_image(observation_space), "_lstm" if model.endswith("_lstm") else ""
+    if model.removesuffix(suffix) == "mlp" and images:
+        return f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for dict observations)"
+    if model.removesuffix(suffix) == "cnn" and not images:
+        return f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to observe frames)"
     return ""
 
 
@@ -115,9 +115,19 @@ def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
             problems += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
     if problems:
         raise ConfigError(problems)
-    if cfg.rollout_size % cfg.minibatch_size > 0:
+    if cfg.rollout_size % cfg.minibatch_size > 0 and not cfg.recurrent:  # RecurrentPPO does not warn: its minibatches are not a permutation
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
+    if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
+        warn_single_step_sequences(cfg)
     return backend
+
+
+def warn_single_step_sequences(cfg: Config) -> None:
+    """RecurrentPPO takes these settings, but every training sequence is one step long: the LSTM is
+    trained from stored states only, never through time."""
+    why = f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1 else f"batch_size={cfg.minibatch_size}: each minibatch is one step"
+    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through time "
+                  "in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:

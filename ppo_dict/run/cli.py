@@ -9,8 +9,8 @@ import argparse
 import dataclasses
 from typing import Any, Optional
 
-from ppo_dict.core.config import FIELDS, Config
-from ppo_dict.core.parse import parse_bool, parse_packages
+from ppo_dict.core.config import FIELDS, Config, reads_bool
+from ppo_dict.core.parse import parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
 
@@ -26,7 +26,7 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
         kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
         if kwargs["default"] is dataclasses.MISSING:
             kwargs["default"] = f.default_factory()  # type: ignore[misc]
-        if f.metadata["parse"] is parse_bool:
+        if reads_bool(f.metadata["parse"]):
             kwargs.update(nargs="?", const=True, metavar="True|False")
         elif f.metadata["parse"] is parse_packages:
             kwargs.update(nargs="*", type=str, metavar="NAME")
