@@ -178,7 +178,7 @@ class Config:
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
     torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
-    update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads)", none_or(int), "system", range=(1, inf))
+    update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads; torch_threads for a recurrent model, whose update shapes change between updates)", none_or(int), "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
