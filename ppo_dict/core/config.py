@@ -15,11 +15,12 @@ import argparse
 import dataclasses
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
 from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
@@ -69,24 +70,6 @@ def default_num_workers(n_envs: int) -> int:
 def schedule_start(value: Union[float, str]) -> float:
     """The value a ``lin_<x>`` schedule starts from (a constant is its own start)."""
     return float(value[4:]) if isinstance(value, str) else float(value)
-
-
-# ----------------------------------------------------------------------------------------------
-# Field metadata: help text, parser, --help group, and the checks Config.problems() runs
-
-
-def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str, *, range: Optional[tuple] = None,
-         choices: tuple[str, ...] = (), measure: Callable[[Any], float] = lambda v: v) -> Any:
-    """A field: ``range=(lo, hi)`` or ``(lo, hi, lo_open, hi_open)`` bounds ``measure(value)``;
-    ``choices`` lists the allowed values; an optional field (default None) is checked when set."""
-    metadata = {"help": help, "parse": parse, "group": group, "range": range, "choices": choices, "measure": measure}
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def _int(text: Any) -> int:
-    return int(float(text))
 
 
 @dataclass(frozen=True)
@@ -380,44 +363,6 @@ class Config:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-
-
-def read_value(f: dataclasses.Field, value: Any) -> Any:
-    """``value`` read by field ``f``'s parser, as the command line reads its text.
-
-    Numbers and other scalars are read from their text (``Config(seed=3.7)`` is refused, as
-    ``--seed 3.7`` is); lists, tuples and dicts go to the parser as they are.
-    """
-    parse = f.metadata["parse"]
-    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, str):
-        return parse(value)
-    if isinstance(value, bool) and not reads_bool(parse):
-        raise TypeError(f"expected {getattr(parse, '__name__', 'a value')}, got a boolean")
-    return parse(str(value))
-
-
-def reads_bool(parse: Callable[[Any], Any]) -> bool:
-    """Whether a field's parser reads booleans: :func:`parse_bool`, or ``none_or(parse_bool)`` (an optional boolean)."""
-    return parse is parse_bool or getattr(parse, "__name__", "") == parse_bool.__name__
-
-
-def field_problem(f: dataclasses.Field, value: Any) -> str:
-    """What is wrong with ``value`` by ``f``'s ``range`` and ``choices`` (``""`` when nothing is)."""
-    if value is None and f.default is None:
-        return ""
-    choices, bounds = f.metadata["choices"], f.metadata["range"]
-    if choices and value not in choices:
-        return f"{f.name}={value!r}: must be one of {', '.join(choices)}" + (" or None" if f.default is None else "")
-    if bounds is None:
-        return ""
-    lo, hi, lo_open, hi_open = (*bounds, False, False)[:4]
-    measured = f.metadata["measure"](value)
-    ok = isinstance(measured, (int, float)) and math.isfinite(measured)
-    if ok:
-        ok = (measured > lo if lo_open else measured >= lo) and (measured < hi if hi_open else measured <= hi)
-    if ok:
-        return ""
-    return f"{f.name}={measured!r}: must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
 
 
 def parse_values(values: dict[str, Any]) -> dict[str, Any]:

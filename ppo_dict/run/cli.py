@@ -9,7 +9,8 @@ import argparse
 import dataclasses
 from typing import Any, Optional
 
-from ppo_dict.core.config import FIELDS, Config, reads_bool
+from ppo_dict.core.config import FIELDS, Config
+from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
