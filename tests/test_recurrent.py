@@ -254,3 +254,24 @@ def test_double_buffered_recurrent_training_learns() -> None:
         rec = run_ours(cfg, build_env_pool(cfg))
     returns = [d["rollout/ep_rew_mean"] for d in rec.dumps if "rollout/ep_rew_mean" in d]
     assert returns[-1] > 3 * returns[0] and returns[-1] > 100, returns[::10]
+
+
+@pytest.mark.parametrize("layers, hidden, n_envs", [(1, 64, 8), (1, 256, 5), (2, 16, 1), (1, 32, 32)])
+def test_packed_lstm_equals_torch_lstm(layers: int, hidden: int, n_envs: int) -> None:
+    """The rollout's LSTM call with weights laid out for oneDNN once (``PackedLstm``): ``torch.lstm``'s bits, on the
+    oneDNN path itself where torch takes it (here), after the weights change too."""
+    from ppo_dict.algo.lstm_inference import PackedLstm, takes_onednn_path
+
+    torch.manual_seed(layers + hidden)
+    lstm = torch.nn.LSTM(11, hidden, num_layers=layers).eval()
+    packed = PackedLstm(lstm, n_envs)
+    for _ in range(2):
+        packed.refresh()
+        assert packed.enabled == takes_onednn_path(lstm) == torch.backends.mkldnn.is_available()
+        x, hx = torch.randn(1, n_envs, 11), (torch.randn(layers, n_envs, hidden), torch.randn(layers, n_envs, hidden))
+        with torch.inference_mode():
+            ours, theirs = packed(x, hx), recurrent_policy.run_lstm(lstm, x, hx)
+        assert_same_value((ours[0], *ours[1]), (theirs[0], *theirs[1]), "output, h, c")
+        with torch.no_grad():
+            for p in lstm.parameters():
+                p.add_(0.01 * torch.randn_like(p))  # an update

@@ -6,7 +6,9 @@ between the features and the MLPs: every env's sequence is one step long, so eac
 ``1 - episode_start`` first when any env starts an episode (sb3-contrib's ``_process_sequence``
 takes its loop branch then: the same one call per LSTM, on the zeroed states). The states after
 the step are returned for the caller to store. Values, the sampler and the RNG draws are
-:class:`PolicyStep`'s, so every float is sb3-contrib's ``forward``'s.
+:class:`PolicyStep`'s, so every float is sb3-contrib's ``forward``'s. The LSTM calls take their
+weights laid out for oneDNN once per rollout (:class:`~ppo_dict.algo.lstm_inference.PackedLstm`:
+the same kernel on the same values).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.recurrent_policy import HiddenCell, RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.lstm_inference import PackedLstm
+from ppo_dict.algo.recurrent_policy import HiddenCell, RecurrentActorCritic, process_sequence
 from ppo_dict.algo.rollout_step import Out, PolicyStep, linear, run
 from ppo_dict.data.recurrent import LstmStates
 from ppo_dict.data.storage import TensorObs
@@ -28,11 +31,20 @@ class RecurrentStep(PolicyStep):
     policy: RecurrentActorCritic
 
     def __init__(self, policy: RecurrentActorCritic, n_envs: int):
+        # the LSTMs with their weights laid out for oneDNN once per rollout (ppo_dict.algo.lstm_inference)
+        self._packed = [PackedLstm(lstm, n_envs) for lstm in (policy.lstm_actor, policy.lstm_critic) if lstm is not None]
+        self._actor = self._packed[0]
+        self._critic_lstm = self._packed[1] if policy.lstm_critic is not None else None
         super().__init__(policy, n_envs)
-        self._actor = lstm_call(policy.lstm_actor)
-        self._critic_lstm = None if policy.lstm_critic is None else lstm_call(policy.lstm_critic)
         self._critic_linear = None if policy.critic is None else linear(policy.critic)
         self.input_size = policy.lstm_actor.input_size
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """:meth:`PolicyStep.refresh`, and the LSTMs' weights laid out anew (once per rollout: the update changed them)."""
+        super().refresh()
+        for lstm in self._packed:
+            lstm.refresh()
 
     def features(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actor features, critic features)`` (the same tensor when the extractor is shared)."""

@@ -17,7 +17,7 @@ without episode starts, else one call per time step), known here from numpy with
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -170,7 +170,3 @@ def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimi
             break
     return update_logs(policy, log, rollout.data, settings, n_updates), n_updates
 
-
-def recurrent_rollout_record(storage: RolloutStorage) -> dict[str, Any]:
-    """The stored LSTM states as sb3-contrib's buffer holds them after a rollout, ``{name: [n_steps, n_layers, n_envs, hidden]}``."""
-    return {name: storage.lstm_states.rollout(name) for name in STATE_NAMES}
