@@ -187,7 +187,7 @@ class Collector:
         else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
             group = self.halves.index(columns)
             keep = RecurrentStep.keep(self.last_dones[span], self.device)
-            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group), keep, out=out, rows=rows)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out, rows=rows)
             self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]
@@ -276,7 +276,7 @@ class Collector:
         """sb3-contrib's bootstrap: each cut env's terminal observation valued one env at a time, in env
         order, from that env's critic states after step t (``vf[:, idx:idx + 1].contiguous()``), no episode start."""
         step, first, gamma = self.policy_steps[self.n_envs], columns.start, np.float32(self.cfg.gamma)
-        vf = self.states.at(t + 1, self.halves.index(columns)).vf
+        vf = self.states.at(t + 1, self.halves.index(columns), self.device).vf
         no_start = torch.zeros(1, device=self.device)
         with torch.inference_mode():
             for idx in rows:
@@ -290,7 +290,7 @@ class Collector:
         step, obs = self.policy_steps[self.n_envs], self.step_obs(self.storage.n_steps)
         if self.states is None:
             return step.value(obs)
-        rows = [self.states.at(self.storage.n_steps, g).vf for g in range(len(self.halves))]
+        rows = [self.states.at(self.storage.n_steps, g, self.device).vf for g in range(len(self.halves))]
         states = rows[0] if len(rows) == 1 else tuple(torch.cat([row[i] for row in rows], dim=1) for i in range(2))
         with torch.inference_mode():
             starts = torch.as_tensor(self.last_dones, dtype=torch.float32, device=self.device)

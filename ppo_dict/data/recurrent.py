@@ -52,10 +52,14 @@ class StateStore:
             self.arrays.append(arrays)
         self.tensors = [{name: torch.from_numpy(arr) for name, arr in arrays.items()} for arrays in self.arrays]
 
-    def at(self, t: int, group: int = 0) -> LstmStates:
-        """Rollout row ``t`` of ``group`` as tensors (views of the store: the states before step t)."""
+    def at(self, t: int, group: int = 0, device: Optional[torch.device] = None) -> LstmStates:
+        """Rollout row ``t`` of ``group`` as tensors (the states before step t): views of the store, or
+        copies on ``device`` when it is not the CPU."""
         s = self.tensors[group]
-        return LstmStates((s["hidden_states_pi"][t], s["cell_states_pi"][t]), (s["hidden_states_vf"][t], s["cell_states_vf"][t]))
+        states = LstmStates((s["hidden_states_pi"][t], s["cell_states_pi"][t]), (s["hidden_states_vf"][t], s["cell_states_vf"][t]))
+        if device is None or device.type == "cpu":
+            return states
+        return LstmStates(*(tuple(x.to(device) for x in pair) for pair in states))
 
     def write(self, t: int, states: LstmStates, group: int = 0) -> None:
         """Row ``t`` of ``group`` := ``states`` (the states after step t-1's forward)."""
