@@ -46,7 +46,7 @@ VALUE_KINDS = {
     "parse_kwargs": "keyword arguments: `dict(key=value, ...)`",
     "parse_packages": "names, separated by commas or spaces",
     "int": "an integer",
-    "_int": "an integer (`1e6` is read as 1000000)",
+    "whole_number": "an integer (`1e6` is read as 1000000)",
     "float": "a number",
     "str": "text",
 }

@@ -10,7 +10,8 @@ import dataclasses
 from typing import Any, Optional
 
 from ppo_dict.core.config import FIELDS, Config
-from ppo_dict.core.parse import parse_bool, parse_packages
+from ppo_dict.core.fields import reads_bool
+from ppo_dict.core.parse import parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
 
@@ -24,7 +25,7 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
         group = parser.add_argument_group(group_name)
         for f in fields:
             kwargs: dict[str, Any] = dict(default=flag_default(f), help=f.metadata["help"], type=f.metadata["parse"])
-            if f.metadata["parse"] is parse_bool:
+            if reads_bool(f.metadata["parse"]):
                 kwargs.update(nargs="?", const=True, metavar="True|False")
             elif f.metadata["parse"] is parse_packages:
                 kwargs.update(nargs="*", type=str, metavar="NAME")
