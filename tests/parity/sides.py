@@ -187,7 +187,8 @@ class RecordingPPO(PPO):
 def make_ours(cfg: Config, pool=None) -> RecordingPPO:
     backend = probe_env(env_spec(cfg)) if pool is None else None
     pool = pool or InProcessEnvPool(masked_backend(backend) if cfg.action_masks else backend, cfg.num_envs, cfg.n_steps)
-    model = RecordingPPO(cfg.replace(verbose=0), pool)
+    # sb3's side runs on the CPU (sb3_ppo_kwargs); "auto" would send an image policy to a GPU where one is present
+    model = RecordingPPO(cfg.replace(verbose=0, device="cpu"), pool)
     model.rollouts = []
     return model
 
