@@ -212,6 +212,8 @@ class RolloutStorage:
         self.episode_starts = zeros((T, N), np.dtype(np.float32))
         self.advantages = zeros((T, N), np.dtype(np.float32))
         self.returns = zeros((T, N), np.dtype(np.float32))
+        # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
+        self.lstm_states: Optional[Any] = None
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
@@ -277,6 +279,8 @@ class RolloutStorage:
                 arr[0] = arr[self.n_steps]
         if self.action_masks is not None:
             self.action_masks[0] = self.action_masks[self.n_steps]
+        if self.lstm_states is not None:
+            self.lstm_states.carry_over()
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:

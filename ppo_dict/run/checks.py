@@ -34,11 +34,11 @@ from ppo_dict.vec.shm_pool import main_envs_problem
 
 def model_problem(model: str, observation_space) -> str:
     """Why ``model`` cannot take the observation, or ``""`` when it can."""
-    images = contains_image(observation_space)
-    if model == "mlp" and images:
-        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
-    if model == "cnn" and not images:
-        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
+    images, suffix = contains_image(observation_space), "_lstm" if model.endswith("_lstm") else ""
+    if model.removesuffix(suffix) == "mlp" and images:
+        return f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for dict observations)"
+    if model.removesuffix(suffix) == "cnn" and not images:
+        return f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to observe frames)"
     return ""
 
 
@@ -107,6 +107,18 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
+def recurrent_problems(cfg: Config) -> list[str]:
+    """What a recurrent run cannot do yet: act with carried LSTM states outside training (evaluation,
+    videos), write or read sb3-contrib files, resume with the states a checkpoint would need to hold."""
+    if not cfg.recurrent:
+        return []
+    asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None,
+             "trained_agent": cfg.trained_agent is not None, "resume": cfg.resume is not None}
+    return [f"{flag}: not supported with a recurrent model (model={cfg.model!r}) yet: recurrent runs train, log and save "
+            "checkpoints, but evaluation, sb3-contrib files and resuming need the LSTM states carried outside training"
+            for flag, on in asked.items() if on]
+
+
 @dataclass(frozen=True)
 class RunCheck:
     """What the check of a run found, for the run (and ``--dry_run``'s plan) to use: the probed env
@@ -140,7 +152,7 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
     """
     unreadable = dict(unreadable or {})
     machine = machine or Machine.probe()
-    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg) + core_problems(cfg, machine)
+    problems = list(unreadable.values()) + cfg.problems() + recurrent_problems(cfg) + path_problems(cfg) + core_problems(cfg, machine)
     backend = probe_backend(cfg, unreadable, problems)
     result = None
     if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):
@@ -154,8 +166,10 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
     problems = [p for p in problems if p in unreadable.values() or problem_setting(p) not in unreadable]
     if problems or result is None:  # (no problem means the machine check ran and gave a result)
         raise ConfigError(list(dict.fromkeys(problems)))
-    if cfg.rollout_size % cfg.minibatch_size > 0:
+    if cfg.rollout_size % cfg.minibatch_size > 0 and not cfg.recurrent:  # RecurrentPPO does not warn: its minibatches are not a permutation
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
+    if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
+        warn_single_step_sequences(cfg)
     return result
 
 
@@ -220,6 +234,14 @@ def device_problems(device: str) -> list[str]:
     if index >= torch.cuda.device_count():
         return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"]
     return []
+
+
+def warn_single_step_sequences(cfg: Config) -> None:
+    """RecurrentPPO takes these settings, but every training sequence is one step long: the LSTM is
+    trained from stored states only, never through time."""
+    why = f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1 else f"batch_size={cfg.minibatch_size}: each minibatch is one step"
+    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through time "
+                  "in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:
