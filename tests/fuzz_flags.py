@@ -21,8 +21,9 @@ from typing import Any, Callable, Optional
 
 from hypothesis import strategies as st
 
-from ppo_dict.core.config import FIELDS, problem_setting
-from ppo_dict.core.parse import parse_bool, parse_kwargs, parse_packages, parse_schedule
+from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, problem_setting
+from ppo_dict.core.fields import reads_bool
+from ppo_dict.core.parse import parse_kwargs, parse_packages, parse_schedule
 
 #: Cheap envs to build (a probe builds one), with packages that register some; and names that are not envs.
 GOOD_ENVS = ("gym_CartPole-v1", "gym_Pendulum-v1", "gym_Acrobot-v1", "test_dummy", "gym_PPODictToy-v0", "gym_PPODictMaskedJump-v0")
@@ -36,7 +37,10 @@ PATH_FIELDS = ("save_path", "export_sb3", "hyperparams", "run_dir", "resume", "t
 #: Settings that make a real run slow or large: kept small when a run is started for real.
 SMALL = {"n_steps": (8, 256), "n_envs": (1, 8), "num_workers": (0, 4), "envs_per_worker": (1, 4), "batch_size": (2, 256),
          "n_epochs": (1, 4), "total_timesteps": (64, 5000), "frame_stack": (1, 4), "eval_episodes": (1, 2),
-         "video_length": (1, 50), "keep_checkpoints": (1, 3), "torch_threads": (1, 2), "update_threads": (1, 2)}
+         "video_length": (1, 50), "keep_checkpoints": (1, 3), "torch_threads": (1, 2), "update_threads": (1, 2),
+         "lstm_hidden_size": (1, 64), "n_lstm_layers": (1, 2)}
+#: The flags of a recurrent run (the config's "recurrent" group), drawn together with a recurrent model a quarter of the time.
+LSTM_FIELDS = tuple(name for name, f in FIELDS.items() if f.metadata["group"] == "recurrent")
 
 WRONG_TYPE = ("abc", "", " ", "1.5", "1e3", "nan", "inf", "-inf", "True", "None", "0x10", "1,2", "[1]", "{", "'", "\\")
 HUGE = (10**6, 10**9, 10**12, 10**30, 2**63, -(10**9))
@@ -61,8 +65,8 @@ def field_values(f: dataclasses.Field, folder: str, good_only: bool = False) -> 
     parse, bounds, choices = f.metadata["parse"], f.metadata["range"], f.metadata["choices"]
     if f.name in PATH_FIELDS:
         return path_values(f.name, folder, good_only)
-    if parse is parse_bool:
-        good = st.sampled_from([None, "True", "False", "true", "0", "1", "yes"])
+    if reads_bool(parse):
+        good = st.sampled_from([None, "True", "False", "true", "0", "1", "yes"] + (["None"] if f.default is None else []))
         return good if good_only else st.one_of(good, st.sampled_from(["maybe", "", "2", "Truee", "none"]))
     if choices:
         good = st.sampled_from(choices + (("None",) if f.default is None else ()))
@@ -142,6 +146,10 @@ def command_lines(draw: Callable, folder: str, good_only: bool = False, max_flag
     if bad():
         argv += ["--gym_packages", draw(st.sampled_from(BAD_PACKAGES))]
     names = draw(st.lists(st.sampled_from([n for n in FIELDS if n not in NOT_DRAWN]), max_size=max_flags, unique=True))
+    if draw(st.integers(0, 3)) == 0:  # a recurrent run: its model, and its LSTM flags (bad ones too: given with another model)
+        model = draw(st.sampled_from(RECURRENT_MODELS + (("mlp",) if bad() else ())))
+        argv += ["--model", model]
+        names = [n for n in names if n != "model"] + [n for n in draw(st.lists(st.sampled_from(LSTM_FIELDS), unique=True)) if n not in names]
     for name in names:
         value = draw(field_values(FIELDS[name], folder, good_only=not bad()))
         argv += [f"--{name}"] + ([] if value is None else [value])

@@ -159,6 +159,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
     (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),
+    (["--model", "mlp_lstm", "--n_lstm_layers", "1000000000"], "n_lstm_layers=1000000000: must be in [1, 100]"),
 ])
 def test_fuzzer_findings_are_refused_naming_the_setting(capsys, argv: list[str], expected: str) -> None:
     assert refuse(capsys, "--env", "gym_CartPole-v1", *argv)[0].startswith(expected)
@@ -175,3 +176,11 @@ def test_a_policy_that_cannot_take_the_observation_is_refused(capsys) -> None:
     assert refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=8)")[0].startswith(
         "model='cnn': the policy cannot be built for test_dummy = PPODictTestDummy-v0's observations (Box(0, 255, (3, 8, 8), uint8)): "
         "RuntimeError: ")
+
+
+def test_a_refused_lstm_setting_is_listed_alone_not_again_as_a_policy_that_cannot_be_built(capsys) -> None:
+    """sb3-contrib's own refusal of shared_lstm with a critic LSTM was listed a second time, as the measured policy's failure;
+    a billion LSTM layers were built on the meta device to be measured (a hang)."""
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--shared_lstm", "True") == [
+        "shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, True by default): "
+        "add --enable_critic_lstm False (sb3-contrib refuses both)"]

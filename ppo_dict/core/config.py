@@ -93,7 +93,7 @@ class Config:
 
     # Recurrent policies (sb3-contrib RecurrentActorCriticPolicy keyword arguments), with --model mlp_lstm | cnn_lstm
     lstm_hidden_size: Optional[int] = _opt(None, "hidden units of each LSTM layer (None: 256, sb3-contrib's default)", none_or(int), "recurrent", range=(1, inf))
-    n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, inf))
+    n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, 100))
     shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own (None: False)", none_or(parse_bool), "recurrent")
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
 

@@ -160,7 +160,7 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
         if agent is not None:
             found += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
         if not found and not any(problem_setting(p) in MEASURED_SETTINGS for p in problems):
-            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] == "policy" for p in problems)
+            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS for p in problems)
             result, found = machine_check(cfg, backend, machine, measure_policy=policy_ok)
         problems += found
     problems = [p for p in problems if p in unreadable.values() or problem_setting(p) not in unreadable]
@@ -176,6 +176,8 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
 #: Settings that size the rollout storage or place the policy: while one is refused, the run is not measured.
 MEASURED_SETTINGS = ("n_envs", "num_workers", "envs_per_worker", "n_steps", "batch_size", "num_batches", "main_envs", "info_keywords",
                      "device")
+#: Field groups that shape the policy: while one of their settings is refused, the policy is not built to be measured.
+POLICY_GROUPS = ("policy", "recurrent")
 #: Field groups that shape the env, and the settings that size what a probe builds (see probe_backend).
 ENV_GROUPS, ENV_SIZES = ("env", "pixels", "atari"), ("frame_stack", "image_size")
 
