@@ -120,6 +120,16 @@ def test_memory_names_the_largest_part() -> None:
         "num_workers=64: the run needs about ")
 
 
+
+def test_a_recurrent_runs_stored_lstm_states_are_counted() -> None:
+    """Each env's (h, c) of both LSTMs at every step: 128 x 8192 x 256 x 16 bytes = 4.3 GB, where the
+    same rollout of a feed-forward policy needs about 100 MB."""
+    small = dataclasses.replace(ROOMY, memory_available=2 * GB)
+    settings = dict(env="gym_CartPole-v1", n_envs=128, num_workers=0, n_steps=8192, batch_size=8192)
+    check_run(Config(**settings), machine=small)  # fits
+    assert problems(Config(model="mlp_lstm", **settings), small)[0].startswith("n_steps x n_envs = 8192 x 128: the run needs about ")
+
+
 # ------------------------------------------------------------------------------ the Python face: the same check
 def test_keyword_arguments_go_through_the_same_check_every_problem_listed() -> None:
     """``Config.read`` (what a Python API gives its keyword arguments to) never raises; ``check_run``

@@ -129,6 +129,9 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values())
     copies = 2 if cfg.normalize and cfg.norm_obs else 1  # the update's flattened copy, and the normalised stage
     learner = (T + 1) * n_envs * obs_row * copies + T * n_envs * 64  # actions, values, log-probs, advantages, ...
+    if cfg.recurrent:  # each env's LSTM states at every step: (h, c) of the actor's and the critic's LSTMs, float32
+        lstm = cfg.lstm_settings
+        learner += (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * 4
     on_cpu = device.type == "cpu"
     batch = max(cfg.minibatch_size, n_envs)
     return Needs(
