@@ -1,0 +1,107 @@
+"""The algorithms of sb3's API, one table entry each: the sb3 class whose signature they take, their
+policy names, the policy keyword arguments those take, and what they fix in the config.
+
+A new algorithm (sb3-contrib's RecurrentPPO, once ppo_dict has recurrent policies) is an entry here
+and a subclass of :class:`~ppo_dict.api.base.Algorithm` with its own ``learn`` and ``predict``
+signatures (below: PPO's and MaskablePPO's).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Optional
+
+import numpy as np
+
+from ppo_dict.api.arguments import POLICY_FIELDS, extras_signature
+from ppo_dict.api.base import Algorithm
+from ppo_dict.api.learning import learn
+
+#: sb3's policy aliases and the model ppo_dict builds for each (None: by the observation, CombinedExtractor)
+ACTOR_CRITIC = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": None}
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm of sb3's API.
+
+    Attributes:
+        name: sb3's class name. sb3_class: ``"module:Class"`` of the class whose signature, defaults
+            and zips the algorithm takes. policies: alias -> model. policy_classes: the class names a
+            zip of it names -> alias. policy_kwargs: the policy keyword arguments its policies take
+            (of :data:`~ppo_dict.api.arguments.POLICY_FIELDS`). fixed: config values it sets.
+    """
+
+    name: str
+    sb3_class: str
+    policies: dict[str, Optional[str]]
+    policy_classes: dict[str, str]
+    policy_kwargs: tuple[str, ...]
+    fixed: dict[str, Any]
+
+    def sb3(self) -> type:
+        module, _, name = self.sb3_class.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def signature(self) -> inspect.Signature:
+        """sb3's ``__init__`` signature (self dropped) with ppo_dict's keyword-only settings after it."""
+        return _signature(self.name)
+
+    def bind(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(sb3 arguments with their defaults, the ppo_dict settings given)`` of a call (a setting
+        not given is the config's default, or what the vec env given asks for); a wrong call is sb3's TypeError."""
+        bound = self.signature().bind(*args, **kwargs)
+        extras = {p.name for p in extras_signature()}
+        given = {k: v for k, v in bound.arguments.items() if k in extras}
+        bound.apply_defaults()
+        return {k: v for k, v in bound.arguments.items() if k not in extras}, given
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    "PPO": AlgorithmSpec(
+        "PPO", "stable_baselines3:PPO", ACTOR_CRITIC,
+        {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy", "MultiInputActorCriticPolicy": "MultiInputPolicy"},
+        POLICY_FIELDS, {}),
+    "MaskablePPO": AlgorithmSpec(
+        "MaskablePPO", "sb3_contrib:MaskablePPO", ACTOR_CRITIC,
+        {"MaskableActorCriticPolicy": "MlpPolicy", "MaskableActorCriticCnnPolicy": "CnnPolicy",
+         "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy"},
+        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln")), {"action_masks": True}),
+}
+
+
+@lru_cache(maxsize=None)
+def _signature(name: str) -> inspect.Signature:
+    parameters = list(inspect.signature(ALGORITHMS[name].sb3().__init__).parameters.values())[1:]
+    return inspect.Signature(parameters + extras_signature())
+
+
+class PPO(Algorithm):
+    """``stable_baselines3.PPO``'s API on ppo_dict's trainer: the same arguments, defaults and numbers
+    (bit for bit on the CPU), with ppo_dict's settings as keyword-only arguments (``docs/python_api.md``)."""
+
+    spec = ALGORITHMS["PPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "PPO",
+              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "PPO":
+        """sb3's ``learn``: train for ``total_timesteps`` env steps with sb3's callbacks."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+
+class MaskablePPO(Algorithm):
+    """``sb3_contrib.MaskablePPO``'s API on ppo_dict's trainer (the envs' ``action_masks()``, written by
+    the workers beside the observation): the same arguments, defaults and numbers."""
+
+    spec = ALGORITHMS["MaskablePPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskablePPO",
+              reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskablePPO":
+        """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (True only: ppo_dict always samples among valid actions)."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+        """sb3-contrib's ``predict``: only the actions ``action_masks`` allows (all of them when None)."""
+        return self._predict(observation, state, deterministic, action_masks)
