@@ -105,8 +105,10 @@ class Algorithm:
             return VecEnvPool(self.env, self.cfg.n_steps, masks=self.cfg.action_masks, label=self.envs.label)
         import dataclasses
 
-        # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main module
-        pool = make_env_pool(self.cfg, dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False))
+        # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main
+        # module, episode statistics as sb3 reads them (from its Monitor's info["episode"])
+        backend = dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False, episodes_from_infos=True)
+        pool = make_env_pool(self.cfg, backend)
         self.envs.facade.attach(pool)  # the vec env the script holds steps through the trainer's pool from now on
         return pool
 

@@ -28,7 +28,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import configure_logger
 
-from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO as Trainer
@@ -115,7 +115,7 @@ class CallbackHooks:
             {k: torch.as_tensor(np.array(v)) for k, v in s.as_policy_input(s.obs_at(t)).items()},
             "actions": actions, "values": torch.from_numpy(s.values[t].copy()).reshape(n, 1), "log_probs": torch.from_numpy(s.log_probs[t].copy()),
             "new_obs": batch_obs(s.as_policy_input(s.obs_at(t + 1)), space, n), "rewards": s.rewards[t].copy(),
-            "dones": s.terminated[t] | s.truncated[t], "infos": list(self.trainer.pool.infos),
+            "dones": s.terminated[t] | s.truncated[t], "infos": self.infos(s.terminated[t] | s.truncated[t]),
         }
         if self.masks is None:  # PPO: what the envs were given (Box: clipped)
             values["clipped_actions"] = s.env_actions.copy() if isinstance(algorithm.action_space, spaces.Box) else actions
@@ -123,6 +123,27 @@ class CallbackHooks:
             values["action_masks"] = s.action_masks[t].copy() if self.masks else None
             values["use_masking"] = self.masks
         return values
+
+    def infos(self, dones: np.ndarray) -> list[dict[str, Any]]:
+        """The envs' infos as sb3's vec env wrappers return them: a terminal observation normalised
+        (``VecNormalize``, with the statistics after the step) and channel-first (``VecTransposeImage``),
+        taken from the storage's terminal observations, which the trainer made so."""
+        infos, s, normalizer = list(self.trainer.pool.infos), self.trainer.storage, self.trainer.normalizer
+        changed = (normalizer.normalized_keys if normalizer is not None else ()) if self.algorithm.envs.facade is not None else ()
+        transposed = s.channel_last_keys if self.algorithm.envs.facade is not None else frozenset()
+        if not (changed or transposed):
+            return infos
+        for i in np.flatnonzero(dones):
+            raw = infos[i].get("terminal_observation")
+            if raw is None:
+                continue
+            parts = dict(obs_parts(s.observation_space, raw))
+            for key in changed:
+                parts[key] = s.terminal_obs[key][i].reshape(np.shape(parts[key])).copy()
+            for key in transposed:
+                parts[key] = np.transpose(parts[key], (2, 0, 1))
+            infos[i] = {**infos[i], "terminal_observation": type(raw)(parts) if isinstance(raw, dict) else parts[OBS_KEY]}
+        return infos
 
     def rollout_end(self) -> None:
         """sb3's end of ``collect_rollouts`` (after GAE): PPO's last ``update_locals``, then ``on_rollout_end()``."""
