@@ -28,6 +28,8 @@ DEFAULT_ONLY = {"rollout_buffer_class": None, "rollout_buffer_kwargs": None, "st
 #: what a zip holds for those defaults (sb3's ``_setup_model`` picks the buffer class, ``__init__`` turns None into {})
 SAVED_DEFAULTS = {"rollout_buffer_class": ("RolloutBuffer", "DictRolloutBuffer", "MaskableRolloutBuffer", "MaskableDictRolloutBuffer"),
                   "rollout_buffer_kwargs": ({},)}
+#: the sb3 modules of those buffer classes
+BUFFER_MODULES = ("stable_baselines3.common.buffers", "sb3_contrib.common.maskable.buffers")
 #: the policy keyword arguments that are config fields of the same name (``activation_fn`` as its name)
 POLICY_FIELDS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                  "full_std", "use_expln")
@@ -109,7 +111,8 @@ def unsupported(arguments: dict[str, Any]) -> list[str]:
     """The sb3 arguments given with a value ppo_dict does not implement, each by name."""
     def is_default(name: str, value: Any) -> bool:
         saved = SAVED_DEFAULTS.get(name, ())
-        return value == DEFAULT_ONLY[name] or value in saved or getattr(value, "__name__", None) in saved
+        sb3s = getattr(value, "__name__", None) in saved and getattr(value, "__module__", None) in BUFFER_MODULES
+        return value == DEFAULT_ONLY[name] or (not isinstance(value, type) and value in saved) or sb3s
 
     problems = [f"{name}={arguments[name]!r}: not supported (ppo_dict implements {default!r} only)"
                 for name, default in DEFAULT_ONLY.items() if name in arguments and not is_default(name, arguments[name])]

@@ -234,7 +234,51 @@ def maskable(api: SimpleNamespace, tmp: str, record: Record) -> None:
     eval_env.close()
 
 
+def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
+    """sb3's callbacks together: a CallbackList, a function, CheckpointCallback (and its VecNormalize
+    pickles), EvalCallback syncing the VecNormalize statistics with StopTrainingOnRewardThreshold on a
+    new best, StopTrainingOnMaxEpisodes, the progress bar; the logger configured to CSV and TensorBoard."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.callbacks import (CallbackList, CheckpointCallback, EvalCallback, StopTrainingOnMaxEpisodes,
+                                                    StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(api.make_vec_env("Pendulum-v1", n_envs=2, seed=10), gamma=0.9)
+    eval_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1, seed=11), training=False, norm_reward=False)
+    seen = []
+
+    def function(locals_: dict, globals_: dict) -> bool:
+        seen.append((locals_["self"].num_timesteps, locals_["n_steps"], locals_["rewards"].copy()))
+        return True
+
+    model = api.PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, gamma=0.9, seed=3, verbose=0)
+    logger = configure(os.path.join(tmp, "logs"), ["csv", "tensorboard"])
+    logger.output_formats.append(Capture(record.dumps))
+    model.set_logger(logger)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=-1e9)  # the first evaluation is a new best: it stops there
+    chain = CallbackList([CheckpointCallback(save_freq=32, save_path=os.path.join(tmp, "ckpt"), save_vecnormalize=True),
+                          EvalCallback(eval_env, eval_freq=100, n_eval_episodes=1, callback_on_new_best=stop, verbose=0),
+                          StopTrainingOnMaxEpisodes(max_episodes=1), Watch(record)])
+    model.learn(2000, callback=chain, progress_bar=True)
+    record.results["stopped_at"] = model.num_timesteps
+    model.learn(128, callback=function, reset_num_timesteps=False)
+    record.results["seen"] = seen
+    saved = sorted(os.listdir(os.path.join(tmp, "ckpt")))
+    record.results["checkpoints"] = {name: SB3PPO.load(os.path.join(tmp, "ckpt", name), device="cpu").policy.state_dict()
+                                     for name in saved if name.endswith(".zip")}
+    record.results["statistics"] = {name: VecNormalize.load(os.path.join(tmp, "ckpt", name), eval_env).obs_rms.mean
+                                    for name in saved if name.endswith(".pkl")}
+    record.results["eval_statistics"] = (eval_env.obs_rms.mean.copy(), eval_env.ret_rms.var.copy())
+    record.results["logs"] = sorted(name.split(".tfevents.")[0] for name in os.listdir(os.path.join(tmp, "logs")))  # less time and pid
+    record.keep("stopped", model)
+    env.close()
+    eval_env.close()
+
+
 SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
+    "callbacks": callbacks,
     "pendulum_eval": pendulum_eval, "stop_early": stop_early, "save_load_continue": save_load_continue,
     "vec_normalize": vec_normalize, "multi_input": multi_input, "cnn": cnn, "maskable": maskable,
 }

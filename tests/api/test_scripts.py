@@ -26,17 +26,29 @@ def assert_same_run(sb3, ours) -> None:
     assert_same_value(sb3.results, ours.results, "results")
 
 
-FAST = ["pendulum_eval", "stop_early", "save_load_continue", "vec_normalize", "maskable"]
+FAST = ["pendulum_eval", "stop_early", "save_load_continue", "vec_normalize", "maskable", "callbacks"]
+
+
+def assert_exercised(name: str, record) -> None:
+    """What a script is for happened (else its comparison could not fail where it matters)."""
+    if name == "callbacks":  # the threshold stopped training at the first evaluation, after checkpoints
+        assert 0 < record.results["stopped_at"] < 2000 and len(record.results["checkpoints"]) >= 2 and record.results["statistics"]
+        assert [e[0] for e in record.events].count("training_start") == 1 and record.results["seen"]
+    if name == "stop_early":
+        assert record.results["stopped_at"] == 150 and len(record.rollouts) > 0
+    if name == "pendulum_eval":
+        assert len(record.results["evaluations"]["timesteps"]) == 3
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_script_with_the_import_changed_gives_sb3s_numbers(name: str, tmp_path) -> None:
     sb3 = run(name, "sb3", os.path.join(tmp_path, "sb3"))
     ours = run(name, "ppo_dict", os.path.join(tmp_path, "ours"))
+    assert_exercised(name, ours)
     assert_same_run(sb3, ours)
 
 
-@pytest.mark.parametrize("name", ["save_load_continue", "vec_normalize", "multi_input"])
+@pytest.mark.parametrize("name", ["save_load_continue", "vec_normalize", "multi_input", "callbacks"])
 def test_script_with_ppo_dict_make_vec_env_gives_sb3s_numbers(name: str, tmp_path) -> None:
     """The faster form: ppo_dict's make_vec_env, whose envs the trainer's pool takes over."""
     sb3 = run(name, "sb3", os.path.join(tmp_path, "sb3"))
