@@ -9,6 +9,8 @@ observations the training vec env gives (after its ``VecNormalize``, as sb3's pr
 """
 from __future__ import annotations
 
+import sys
+import time
 from collections import deque
 from typing import Any, ClassVar, Optional
 
@@ -176,6 +178,18 @@ class Algorithm:
     def rollout_buffer(self) -> Optional[RolloutBufferView]:
         """sb3's buffer arrays (``[n_steps, n_envs, ...]``), read from the rollout storage."""
         return None if self.trainer is None else RolloutBufferView(self.trainer.storage, self.observation_space)
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        """sb3's ``dump_logs`` (``LogEveryNTimesteps`` calls it): the rollout and time keys, then a dump."""
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        if iteration > 0:
+            self.logger.record("time/iterations", iteration, exclude="tensorboard")
+        for key, value in self._require_trainer().episodes.logs().items():
+            self.logger.record(key, value)
+        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(step=self.num_timesteps)
 
     def get_env(self) -> Optional[VecEnv]:
         return self.env

@@ -78,11 +78,19 @@ def zip_path(path: Any) -> Any:
     return path
 
 
+def is_sb3_zip(path: Any) -> bool:
+    """Whether ``path`` is a zip sb3 wrote (its ``data`` entry), not a torch file (a zip too) or a run directory."""
+    if not (os.path.isfile(path) and zipfile.is_zipfile(path)):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return "data" in archive.namelist()
+
+
 def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[dict[str, Any]], print_system_info: bool,
          force_reset: bool, **kwargs: Any) -> Algorithm:
     """See the module doc; ``cls``: the algorithm class loading."""
     path = zip_path(path)
-    if isinstance(path, (str, os.PathLike)) and os.path.isfile(path) and not zipfile.is_zipfile(path):
+    if isinstance(path, (str, os.PathLike)) and os.path.exists(path) and not is_sb3_zip(path):
         return load_ppo_dict_file(cls, str(path), env, device, **kwargs)
     data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
     if not data or not params:

@@ -237,10 +237,11 @@ def maskable(api: SimpleNamespace, tmp: str, record: Record) -> None:
 def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """sb3's callbacks together: a CallbackList, a function, CheckpointCallback (and its VecNormalize
     pickles), EvalCallback syncing the VecNormalize statistics with StopTrainingOnRewardThreshold on a
-    new best, StopTrainingOnMaxEpisodes, the progress bar; the logger configured to CSV and TensorBoard."""
+    new best, StopTrainingOnMaxEpisodes, LogEveryNTimesteps, the progress bar; the logger configured
+    to CSV and TensorBoard."""
     from stable_baselines3 import PPO as SB3PPO
-    from stable_baselines3.common.callbacks import (CallbackList, CheckpointCallback, EvalCallback, StopTrainingOnMaxEpisodes,
-                                                    StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.callbacks import (CallbackList, CheckpointCallback, EvalCallback, LogEveryNTimesteps,
+                                                    StopTrainingOnMaxEpisodes, StopTrainingOnRewardThreshold)
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import VecNormalize
@@ -260,7 +261,7 @@ def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
     stop = StopTrainingOnRewardThreshold(reward_threshold=-1e9)  # the first evaluation is a new best: it stops there
     chain = CallbackList([CheckpointCallback(save_freq=32, save_path=os.path.join(tmp, "ckpt"), save_vecnormalize=True),
                           EvalCallback(eval_env, eval_freq=100, n_eval_episodes=1, callback_on_new_best=stop, verbose=0),
-                          StopTrainingOnMaxEpisodes(max_episodes=1), Watch(record)])
+                          StopTrainingOnMaxEpisodes(max_episodes=1), LogEveryNTimesteps(n_steps=50), Watch(record)])
     model.learn(2000, callback=chain, progress_bar=True)
     record.results["stopped_at"] = model.num_timesteps
     model.learn(128, callback=function, reset_num_timesteps=False)

@@ -24,6 +24,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 import ppo_dict
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.run.cli import config_from_args
+from tests.faults.scenarios import alive
 from tests.parity.sides import assert_same_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,15 +84,6 @@ def test_ppo_dict_make_vec_env_is_the_trainers_pool() -> None:
         assert obs.shape == (4, 4) and rewards.dtype == np.float32 and len(infos) == 4 and "TimeLimit.truncated" in infos[0]
         pids = venv.pids
     assert venv.closed and not [pid for pid in pids if alive(pid)]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "\nState:\tZ" not in f.read()
-    except OSError:
-        return False
 
 
 LIFETIME = """
