@@ -127,6 +127,9 @@ def config_values(arguments: dict[str, Any], extras: dict[str, Any], fixed: dict
     (``fixed``: what the algorithm sets, e.g. MaskablePPO's masks). Values are read by the config's
     parsers later, as a typed flag is."""
     values = {name: arguments[name] for name in SAME_NAME if name in arguments}
+    if "batch_size" in values and values["batch_size"] is None:  # sb3-contrib's: the whole rollout, one minibatch
+        del values["batch_size"]
+        values["num_batches"] = 1
     values["device"] = sb3_device(arguments.get("device", "auto"))
     given = {name: value for name, value in extras.items() if value is not None}  # None: the config's default
     threads = given.pop("torch_threads", None) or torch.get_num_threads()  # sb3 sets none: the process's own

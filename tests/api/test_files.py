@@ -92,15 +92,22 @@ def cli(*args: str) -> None:
 
 
 def test_a_ppo_dict_checkpoint_continues_as_resume_does(tmp_path) -> None:
+    """A run trained with --normalize: the env given is in a VecNormalize, which takes its statistics."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
     run_dir = os.path.join(tmp_path, "run")
-    cli("--total_timesteps", "128", "--run_dir", run_dir, "--save_freq", "64", "--keep_checkpoints", "5")
+    cli("--total_timesteps", "128", "--run_dir", run_dir, "--save_freq", "64", "--keep_checkpoints", "5", "--normalize", "True")
     first = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "checkpoint_*.pt")))[0]  # at 64 steps
     cli("--resume", first, "--total_timesteps", "192", "--run_dir", os.path.join(tmp_path, "resumed"))
     resumed = load_model_state(sorted(glob.glob(os.path.join(tmp_path, "resumed", "checkpoints", "checkpoint_*.pt")))[-1])
-    model = ppo_dict.PPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
-    assert model.num_timesteps == 64
+    env = VecNormalize(ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
+    model = ppo_dict.PPO.load(first, env=env)
+    assert model.num_timesteps == 64 and env.obs_rms.count == load_model_state(first)["normalizer"]["obs_rms"]["obs"]["count"]
     model.learn(128, reset_num_timesteps=False)
     assert model.num_timesteps == resumed["num_timesteps"] == 192
     assert_same_value(resumed["policy"], model.policy.state_dict(), "parameters")
     assert_same_value(resumed["optimizer"]["state"], model.policy.optimizer.state_dict()["state"], "Adam's state")
+    saved = resumed["normalizer"]["obs_rms"]["obs"]
+    assert_same_value((saved["mean"].numpy(), saved["var"].numpy(), float(saved["count"])), (env.obs_rms.mean, env.obs_rms.var, env.obs_rms.count),
+                      "the VecNormalize's statistics")
     model.close()
