@@ -9,6 +9,7 @@ observations the training vec env gives (after its ``VecNormalize``, as sb3's pr
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import deque
@@ -105,8 +106,6 @@ class Algorithm:
             return None
         if self.envs.facade is None:
             return VecEnvPool(self.env, self.cfg.n_steps, masks=self.cfg.action_masks, label=self.envs.label)
-        import dataclasses
-
         # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main
         # module, episode statistics as sb3 reads them (from its Monitor's info["episode"])
         backend = dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False, episodes_from_infos=True)
@@ -263,7 +262,7 @@ class Algorithm:
     def _predict(self, observation: Any, state: Any, deterministic: bool, action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
         model = self._model_for_predict()
         actions, _ = model.predict(env_layout(observation, model.observation_space), deterministic=deterministic, action_masks=action_masks)
-        return actions, state
+        return np.asarray(actions), state  # one Discrete action: a 0-d array, as sb3's squeeze gives it
 
     def _model_for_predict(self) -> Model:
         """The Model of this policy, without the normaliser (sb3's predict takes normalised observations),
