@@ -78,8 +78,18 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         raise ConfigError(problems + exc.problems) from None
     problems += cfg.problems()
     if envs is not None and not problems:
-        problems += env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
+        found = env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
+        problems += [in_sb3_words(p, alias) for p in found]
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def in_sb3_words(problem: str, alias: Optional[str]) -> str:
+    """A problem of the config's ``model`` (the command line's ``--model``) said of sb3's ``policy``."""
+    if problem.startswith("model='mlp': the observation holds images"):
+        return f"policy={alias!r}: the observation holds images; use CnnPolicy (ppo_dict does not flatten images into an MLP)"
+    if problem.startswith("model='cnn': the observation holds no image"):
+        return f"policy={alias!r}: the observation holds no image; use MlpPolicy"
+    return problem
 

@@ -164,3 +164,7 @@ def test_a_custom_policy_class_and_unknown_names_are_refused() -> None:
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", rollout_buffer=None)  # sb3's own signature: an unknown name is a TypeError
     with pytest.raises(ConfigError, match="You must use `MultiInputPolicy`"):
         ppo_dict.PPO("MlpPolicy", "PPODictToy-v0", env_kwargs=dict(observation="dict"), gym_packages="ppo_dict.envs.toy")
+    with pytest.raises(ConfigError, match="policy='MlpPolicy': the observation holds images; use CnnPolicy"):
+        ppo_dict.PPO("MlpPolicy", "PPODictTestDummy-v0", env_kwargs=dict(image_size=36), gym_packages="ppo_dict.envs.dummy")
+    with pytest.raises(ConfigError, match="policy='CnnPolicy': the observation holds no image; use MlpPolicy"):
+        ppo_dict.PPO("CnnPolicy", "CartPole-v1")
