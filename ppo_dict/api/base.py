@@ -85,6 +85,14 @@ class Algorithm:
             return arguments[name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """sb3's hyperparameters are the config's, fixed once built: setting one would change nothing, so it is an error
+        (``verbose`` and ``tensorboard_log`` apply at the next ``learn``, as in sb3; ``env`` is ``set_env``'s)."""
+        if name in self.__dict__.get("_arguments", ()) and name not in ("env", "verbose", "tensorboard_log"):
+            raise AttributeError(f"{type(self).__name__}.{name} is read-only in ppo_dict (its config is built once): "
+                                 f"give {name}= to the constructor, or to {type(self).__name__}.load(path, env, {name}=...)")
+        object.__setattr__(self, name, value)
+
     # ------------------------------------------------------------------ building the model
     def _setup_model(self) -> None:
         """sb3's ``_setup_model``: the envs' pool (its processes), the seeds, then the policy and Adam."""
