@@ -160,9 +160,14 @@ def classify_vec_env(env: VecEnv, verbose: int) -> TrainingEnvs:
     while hasattr(env, "venv"):
         env = env.venv
         names.append(type(env).__name__)
-    notice = (f"note: {'('.join(names)}{')' * (len(names) - 1)} is stepped as sb3 steps it, one vec env step at a time "
-              "(the same numbers); ppo_dict.make_vec_env with the same arguments (or an env id, or env factories) runs the envs "
-              "in ppo_dict's worker processes, which write straight into the rollout storage: faster")
+    chain = f"{'('.join(names)}{')' * (len(names) - 1)}"
+    if isinstance(facade, PoolVecEnv):  # ppo_dict's vec env under wrappers the trainer does not reproduce
+        why = ("ppo_dict's pool takes a ppo_dict vec env alone, or in a VecNormalize of its vector observations (under sb3's "
+               "VecTransposeImage)")
+    else:
+        why = ("ppo_dict.make_vec_env with the same arguments (or an env id, or env factories) runs the envs in ppo_dict's "
+               "worker processes, which write straight into the rollout storage: faster")
+    notice = f"note: {chain} is stepped as sb3 steps it, one vec env step at a time (the same numbers); {why}"
     return TrainingEnvs(wrapped, names[-1], notice=notice)
 
 

@@ -70,6 +70,16 @@ def test_an_sb3_vec_env_is_stepped_as_sb3_steps_it_with_one_notice(capsys) -> No
     assert_same_value(sb3, trained(model), "parameters")
 
 
+def test_other_wrappers_around_ppo_dicts_vec_env_are_stepped_as_sb3_steps_them(capsys) -> None:
+    """VecFrameStack over ppo_dict.make_vec_env: the vec env runs its own workers, the wrapper is sb3's."""
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    sb3 = trained(SB3PPO("MlpPolicy", VecFrameStack(sb3_make_vec_env("CartPole-v1", n_envs=2, seed=1), 3), **SETTINGS))
+    model = ppo_dict.PPO("MlpPolicy", VecFrameStack(ppo_dict.make_vec_env("CartPole-v1", n_envs=2, seed=1), 3), **SETTINGS)
+    assert "VecFrameStack(ShmVecEnv) is stepped as sb3 steps it" in capsys.readouterr().out
+    assert_same_value(sb3, trained(model), "parameters")
+
+
 def test_ppo_dict_make_vec_env_is_the_trainers_pool() -> None:
     """ppo_dict.make_vec_env starts nothing; given to PPO, its vec env steps through the trainer's pool
     (one set of processes), before, during and after learning."""
