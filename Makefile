@@ -3,11 +3,15 @@ PYTHON ?= python3
 # The CPU build: a bare `torch` would pull several GB of CUDA packages on a machine without a GPU.
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# Appended to `make train`'s command (later flags win): tests/test_readme.py cuts its steps short with it.
+TRAIN_ARGS ?=
+# Where `make docs` writes the site.
+SITE_DIR ?= site
 # The Debian packages that turn every skipped test into a run: system-packages.txt, one `part: packages` a line.
 SYSTEM_PACKAGES := $(strip $(shell sed -e 's/\#.*//' -e 's/^[^:]*://' system-packages.txt))
 APT_FLAGS ?=
 
-.PHONY: install train test test-all bench bench-scale clean system-deps
+.PHONY: install train test test-all test-orders docs bench bench-scale clean system-deps
 
 install:
 	$(PYTHON) -m pip install -q "$(TORCH)"
@@ -17,13 +21,26 @@ install:
 train: install
 	$(PYTHON) -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp \
 		--total_timesteps 500000 --n_envs 8 --n_steps 256 --batch_size 256 --n_epochs 10 \
-		--gamma 0.9 --gae_lambda 0.95 --learning_rate 3e-4 --normalize True --seed 0 --log_interval 10
+		--gamma 0.9 --gae_lambda 0.95 --learning_rate 3e-4 --normalize True --seed 0 --log_interval 10 $(TRAIN_ARGS)
 
 test: install
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# The parity suite must not depend on what ran before it in the process: reversed with the garbage
+# collected between tests, then shuffled (ORDER_SEED, printed; set it to replay an order).
+ORDER_SEED ?= $(shell date +%s)
+test-orders: install
+	$(PYTHON) -m pytest tests/parity -m "not slow" --order reverse --gc-between-tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) $(PYTEST_ARGS)
+
 test-all: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# The documentation site (mkdocs.yml, docs/) into site/: the speed figure redrawn from docs/figures/speed.csv,
+# then every MkDocs warning an error (a broken link or anchor, a missing page, a page left out of the nav).
+docs: install
+	$(PYTHON) docs/figures/speed.py
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --site-dir $(SITE_DIR)
 
 bench: install
 	$(PYTHON) benchmarks/bench.py
@@ -31,6 +48,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_atari.py
 	$(PYTHON) benchmarks/bench_masked.py
 	$(PYTHON) benchmarks/bench_api.py
+	$(PYTHON) benchmarks/bench_recurrent.py
 
 # Throughput against the worker count (for a many-core machine; bench_scale.py --help splits it into shorter calls).
 bench-scale: install
@@ -42,4 +60,4 @@ system-deps:
 	DEBIAN_FRONTEND=noninteractive apt-get install -y $(APT_FLAGS) --no-install-recommends $(SYSTEM_PACKAGES)
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache
+	rm -rf build dist site *.egg-info .pytest_cache

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from .errors import RenderBackendError
+from .gl_guard import guard_mujoco_viewers
 
 # The Debian packages of each backend, as system-packages.txt lists them (tests/envs/test_pixels.py checks)
 PACKAGES = {
@@ -37,18 +38,16 @@ PROBE = (
 
 
 def render_frame(env: Any) -> Any:
-    """``env.render()`` with the env's own GL context made current first.
+    """``env.render()``, drawn in the env's own GL context and safe from other renderers' teardown.
 
-    gymnasium switches contexts only between the viewers of one env, so with several rendering
-    envs in one process (in-process pools, several envs per worker, an evaluation env beside a
-    training one) a frame would be drawn with whichever context was created last.
+    With several rendering envs in one process (in-process pools, several envs per worker, an
+    evaluation env beside a training one, a user's envs), gymnasium alone would draw a frame in
+    whichever context another env made current last, and free a closed env's MuJoCo context inside
+    another live one, blanking its frames: ``envs.gl_guard`` (installed here, once) prevents both.
     """
     renderer = getattr(env.unwrapped, "mujoco_renderer", None)
-    viewer = getattr(renderer, "viewer", None)
-    if viewer is not None and hasattr(viewer, "make_context_current"):
-        viewer.make_context_current()
-        return env.render()
     try:  # the first frame creates the GL context: where a backend with its library but no driver fails
+        guard_mujoco_viewers()
         return env.render()
     except (ImportError, RuntimeError, AttributeError) as exc:
         if renderer is None or getattr(renderer, "viewer", None) is not None:

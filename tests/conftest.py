@@ -1,7 +1,9 @@
 """Shared fixtures: every test runs torch single-threaded (bit-exactness needs the same thread
 count on both sides of a parity test; MKL's QR differs between 1 and 2 threads), and Godot tests
 fail if they leave a game process behind."""
+import gc
 import os
+import random
 import signal
 import sys
 import uuid
@@ -74,6 +76,29 @@ from tests.system_parts import MARKER, PARTS, REQUIRE_ENV, needs, skip_reason  #
 _skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the summary
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Run the suite in another order, or collect garbage between tests: nothing a test asserts may
+    depend on what ran before it in the process (``make test-orders``)."""
+    parser.addoption("--order", default="file", help="file (the default), reverse, or random:SEED (a shuffle, seeded)")
+    parser.addoption("--gc-between-tests", action="store_true", help="gc.collect() after every test")
+
+
+def _reorder(items: list[pytest.Item], order: str) -> None:
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("random:"):
+        random.Random(order.partition(":")[2]).shuffle(items)
+    elif order != "file":
+        raise pytest.UsageError(f"--order {order!r}: expected file, reverse or random:SEED")
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_after(request: pytest.FixtureRequest):
+    yield
+    if request.config.getoption("--gc-between-tests"):
+        gc.collect()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(part): needs a system part ({', '.join(PARTS)}); skipped, naming "
                                        f"its Debian packages, where it is missing (failed with {REQUIRE_ENV}=1)")
@@ -90,9 +115,10 @@ def _case_configs(item: pytest.Item) -> list:
     return found
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A case whose Config renders MuJoCo frames (``pixel_obs_wrapper``) needs a GL backend, in files that
-    do not mark their cases one by one."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order asked for (``--order``); a case whose Config renders MuJoCo frames (``pixel_obs_wrapper``)
+    needs a GL backend, in files that do not mark their cases one by one."""
+    _reorder(items, config.getoption("--order"))
     for item in items:
         if not any(True for _ in item.iter_markers(MARKER)) and any(cfg.pixel_obs_wrapper for cfg in _case_configs(item)):
             item.add_marker(needs("gl"))
@@ -120,6 +146,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     """The CPU the run used (also under ``-q``, so a log says where parity was shown), then how many
     tests were skipped for which missing part (and for what else), and how to run them."""
     terminalreporter.section("machine")
+    if config.getoption("--order") != "file" or config.getoption("--gc-between-tests"):
+        terminalreporter.write_line(f"order: {config.getoption('--order')}; gc between tests: {config.getoption('--gc-between-tests')}")
     for line in cpu_description():
         terminalreporter.write_line(line)
     counts: dict[str, int] = {}

@@ -67,7 +67,7 @@ def test_every_range_and_choice_comes_from_field_metadata() -> None:
         checked += 1
     assert checked >= 30
     assert Config(log_std_init=float("nan")).problems() == ["log_std_init=nan: must be in (-inf, inf)"]
-    assert Config(model="resnet").problems() == ["model='resnet': must be one of mlp, cnn"]
+    assert Config(model="resnet").problems() == ["model='resnet': must be one of mlp, cnn, mlp_lstm, cnn_lstm"]
     assert Config(wandb_mode="online").problems() == [] and Config(wandb_mode="x").problems() == [
         "wandb_mode='x': must be one of online, offline, disabled or None"]
 

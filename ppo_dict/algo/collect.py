@@ -22,10 +22,13 @@ import torch
 
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
+from ppo_dict.algo.recurrent_step import RecurrentStep
 from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.episodes import EpisodeLog
+from ppo_dict.data.recurrent import StateStore
 from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
@@ -100,7 +103,11 @@ class Collector:
         everything = range(self.n_envs)
         self.halves = pool.halves if cfg.double_buffer else (everything,)
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
-        self.policy_steps = {len(columns): PolicyStep(policy, len(columns)) for columns in (*self.halves, everything)}
+        step_class = RecurrentStep if isinstance(policy, RecurrentActorCritic) else PolicyStep
+        self.policy_steps = {len(columns): step_class(policy, len(columns)) for columns in (*self.halves, everything)}
+        # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
+        self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
+            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states)
         # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
         # on an accelerator they come back through pinned buffers, with one synchronisation per step.
         self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
@@ -116,10 +123,12 @@ class Collector:
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
-        """First reset of every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``)
-        and of the normaliser."""
+        """First reset of every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``),
+        of the normaliser and of the LSTM states."""
         self.last_dones = np.ones(self.n_envs, dtype=bool)
         self.pool.reset(seed, options)
+        if self.states is not None:
+            self.states.reset()
         if self.normalizer is not None:
             self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
             self._write_obs(0, slice(None), self.normalizer.reset(self.storage.env_obs_at(0)))
@@ -198,7 +207,14 @@ class Collector:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
         out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
         masks = None if self.masks is None else self.masks[t, span].to(self.device)  # sb3-contrib: the masks at obs[t]
-        actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=span if len(columns) < self.n_envs else None, masks=masks)
+        rows = span if len(columns) < self.n_envs else None
+        if self.states is None:
+            actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=rows, masks=masks)
+        else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
+            group = self.halves.index(columns)
+            keep = RecurrentStep.keep(self.last_dones[span], self.device)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out, rows=rows)
+            self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]
             for buffer, result in zip(host, (actions, values, log_probs)):
@@ -228,7 +244,7 @@ class Collector:
             self.stopped = t
             return False
         self.episodes.read(s, np.flatnonzero(dones) + columns.start)
-        self._bootstrap_truncated(s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns.start)
+        self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
         s.episode_starts[t, span] = self.last_dones[span]
         self.last_dones[span] = dones
         return True
@@ -237,7 +253,7 @@ class Collector:
         for key, values in normalized.items():
             self.storage.obs[key][t, span] = values
 
-    def _bootstrap_truncated(self, rewards: np.ndarray, truncated: np.ndarray, first: int) -> None:
+    def _bootstrap_truncated(self, t: int, rewards: np.ndarray, truncated: np.ndarray, columns: range) -> None:
         """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
 
         Exact rollouts: one env at a time, in env order, each terminal observation a batch of one,
@@ -247,8 +263,11 @@ class Collector:
         conversion per env. Double-buffered rollouts are not sb3's numbers anyway: all of a half's
         cut episodes are valued in one batch.
         """
-        step, rows = self.policy_steps[self.n_envs], np.flatnonzero(truncated)
+        step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
+            return
+        if self.states is not None:
+            self._bootstrap_recurrent(t, rewards, rows, columns)
             return
         if len(self.halves) > 1 and len(rows) > 1:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
@@ -284,6 +303,26 @@ class Collector:
                 f"(total steps {self.steps_before + (t + 1) * self.n_envs}); statistics were not updated with it"
             )
 
+    def _bootstrap_recurrent(self, t: int, rewards: np.ndarray, rows: np.ndarray, columns: range) -> None:
+        """sb3-contrib's bootstrap: each cut env's terminal observation valued one env at a time, in env
+        order, from that env's critic states after step t (``vf[:, idx:idx + 1].contiguous()``), no episode start."""
+        step, first, gamma = self.policy_steps[self.n_envs], columns.start, np.float32(self.cfg.gamma)
+        vf = self.states.at(t + 1, self.halves.index(columns), self.device).vf
+        no_start = torch.zeros(1, device=self.device)
+        with torch.inference_mode():
+            for idx in rows:
+                states = (vf[0][:, idx : idx + 1].contiguous(), vf[1][:, idx : idx + 1].contiguous())
+                obs = obs_to_tensor(self.storage.terminal_input(first + idx), self.device)
+                rewards[idx] += gamma * np.float32(step.recurrent_critic(obs, states, no_start, resets=False).item())
+
     def last_values(self) -> torch.Tensor:
-        """``V(obs[n_steps])`` for every env, ``[n_envs, 1]`` (sb3's values after the last step)."""
-        return self.policy_steps[self.n_envs].value(self.step_obs(self.storage.n_steps))
+        """``V(obs[n_steps])`` for every env, ``[n_envs, 1]`` (sb3's values after the last step; a recurrent
+        policy's from the critic states after it, reset where the last step ended an episode, as sb3-contrib)."""
+        step, obs = self.policy_steps[self.n_envs], self.step_obs(self.storage.n_steps)
+        if self.states is None:
+            return step.value(obs)
+        rows = [self.states.at(self.storage.n_steps, g, self.device).vf for g in range(len(self.halves))]
+        states = rows[0] if len(rows) == 1 else tuple(torch.cat([row[i] for row in rows], dim=1) for i in range(2))
+        with torch.inference_mode():
+            starts = torch.as_tensor(self.last_dones, dtype=torch.float32, device=self.device)
+            return step.recurrent_critic(obs, states, starts, resets=bool(self.last_dones.any()))

@@ -19,7 +19,8 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
@@ -136,6 +137,8 @@ class Model:
         ``predict``), or the most probable or a sampled discrete action; ``masks`` (``[B, mask_dim]``,
         masked policies): only valid actions, as sb3-contrib's ``predict(..., action_masks=...)``.
         """
+        if getattr(self.policy, "lstm_actor", None) is not None:  # a recurrent policy acts from carried LSTM states
+            raise NotImplementedError("predict of a recurrent model (mlp_lstm, cnn_lstm), with its LSTM states, is not available yet")
         batch = dict(batch)
         if self.normalizer is not None:
             batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics

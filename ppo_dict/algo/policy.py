@@ -224,7 +224,7 @@ class ActorCritic(nn.Module):
         self.features_dim = self.features_extractor.features_dim
         self.pi_features_extractor = self.features_extractor
         self.vf_features_extractor = self.features_extractor if share_features_extractor else make_features_extractor()
-        self.mlp_extractor = MlpExtractor(self.features_dim, net_arch, act_cls)
+        self.mlp_extractor = MlpExtractor(self.latent_input_dim(), net_arch, act_cls)
         self.action_dim = self.action_spec.n_outputs
         self.action_net, log_std = self.action_spec.build(self.mlp_extractor.latent_dim_pi, log_std_init)
         if log_std is not None:  # Box only: train/std is logged when the policy has a log_std
@@ -233,6 +233,10 @@ class ActorCritic(nn.Module):
 
         if ortho_init:
             self._orthogonal_init()
+
+    def latent_input_dim(self) -> int:
+        """The width the actor's and critic's MLPs take: the features (an LSTM policy: its hidden size)."""
+        return self.features_dim
 
     def _orthogonal_init(self) -> None:
         """sb3's orthogonal re-initialisation, module by module in sb3's order (it is part of the RNG stream)."""
@@ -335,11 +339,3 @@ def policy_settings(cfg: Config) -> dict[str, Any]:
         full_std=cfg.full_std,
         use_expln=cfg.use_expln,
     )
-
-
-def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
-    """The policy a :class:`~ppo_dict.core.config.Config` describes (channel-last images seen as [C, H, W]).
-    ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
-    ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy`` instead."""
-    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
-                       action_masks=cfg.action_masks, **policy_settings(cfg))

@@ -16,7 +16,9 @@ import torch
 
 from ppo_dict.algo.collect import Collector, Timing
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
-from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError
@@ -61,6 +63,7 @@ class PPO:
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
+        self.update = recurrent_update if cfg.recurrent else ppo_update  # sb3-contrib's sequence minibatches, or sb3's
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
@@ -162,7 +165,7 @@ class PPO:
             self.update_threads, (logs, self.n_updates) = self._first_update(settings)
         else:
             with thread_count(self.update_threads):
-                logs, self.n_updates = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+                logs, self.n_updates = self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
         self.logger.record("train/learning_rate", settings.learning_rate)
         self.logger.record_many(logs)
         return logs
@@ -174,21 +177,23 @@ class PPO:
         To check, the update runs once with the cores from a snapshot of the parameters, Adam and
         the numpy RNG, the snapshot is put back, and the real update runs with ``torch_threads``.
         Threads split GEMMs and large reductions by the tensors' shapes, which stay the same for a
-        run; where a split changes the rounding, the run keeps ``torch_threads``.
+        run; where a split changes the rounding, the run keeps ``torch_threads``. A recurrent update's
+        shapes change from one update to the next (sequence lengths, sb3-contrib's two LSTM branches,
+        oneDNN's LSTM kernels splitting by them), so one trial proves nothing there: it keeps ``torch_threads``.
         """
         base, cores = self.cfg.torch_threads, physical_cores()
         chosen = self.cfg.update_threads or base
         trial = None
-        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base:
+        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent:
             snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
             with thread_count(cores):
-                ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+                self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
             trial = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()["state"]))
             self.policy.load_state_dict(snapshot[0])
             self.optimizer.load_state_dict(snapshot[1])
             np.random.set_state(snapshot[2])
         with thread_count(chosen):
-            result = ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+            result = self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
         if trial is not None and same_values(trial, (self.policy.state_dict(), self.optimizer.state_dict()["state"])):
             chosen = cores
         return chosen, result

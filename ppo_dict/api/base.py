@@ -24,7 +24,8 @@ from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from ppo_dict.algo.model import Model, build_normalizer
-from ppo_dict.algo.policy import ActorCritic, build_policy
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.ppo import PPO as Trainer
 from ppo_dict.api.arguments import sb3_device
 from ppo_dict.api.checks import build_config

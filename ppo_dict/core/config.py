@@ -15,15 +15,20 @@ import argparse
 import dataclasses
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
 from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "mlp_lstm", "cnn_lstm")
+#: the recurrent models (sb3-contrib's RecurrentPPO: MlpLstmPolicy, CnnLstmPolicy; MultiInputLstmPolicy for Dict observations)
+RECURRENT_MODELS = ("mlp_lstm", "cnn_lstm")
+#: ``(n_steps, batch_size)`` when not given: sb3's PPO's, and sb3-contrib's RecurrentPPO's for a recurrent model
+ROLLOUT_DEFAULTS = {False: (2048, 64), True: (128, 128)}
 MP_METHODS = ("forkserver", "spawn", "fork")
 PROGRESS_MODES = ("auto", "bar", "lines", "none")
 WANDB_MODES = ("online", "offline", "disabled")
@@ -70,24 +75,6 @@ def schedule_start(value: Union[float, str, Callable[[float], float]]) -> float:
     return float(value[4:]) if isinstance(value, str) else float(value)
 
 
-# ----------------------------------------------------------------------------------------------
-# Field metadata: help text, parser, --help group, and the checks Config.problems() runs
-
-
-def _opt(default: Any, help: str, parse: Callable[[Any], Any], group: str, *, range: Optional[tuple] = None,
-         choices: tuple[str, ...] = (), measure: Callable[[Any], float] = lambda v: v) -> Any:
-    """A field: ``range=(lo, hi)`` or ``(lo, hi, lo_open, hi_open)`` bounds ``measure(value)``;
-    ``choices`` lists the allowed values; an optional field (default None) is checked when set."""
-    metadata = {"help": help, "parse": parse, "group": group, "range": range, "choices": choices, "measure": measure}
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def _int(text: Any) -> int:
-    return int(float(text))
-
-
 @dataclass(frozen=True)
 class Config:
     """Every setting of a run. Flags are ``--<field name>``; defaults are sb3's.
@@ -120,7 +107,7 @@ class Config:
     atari_action_repeat_probability: float = _opt(0.0, "AtariWrapper action_repeat_probability: sticky actions", float, "atari", range=(0.0, 1.0))
 
     # Policy (sb3 ActorCriticPolicy keyword arguments)
-    model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)}", str, "policy", choices=MODELS)
+    model: str = _opt("mlp", f"policy network: {' | '.join(MODELS)} (the _lstm models are sb3-contrib's RecurrentPPO: an LSTM after the features extractor, Dict observations taking its multi-input form)", str, "policy", choices=MODELS)
     net_arch: Optional[NetArch] = _opt(None, "hidden layers: 64,64 | pi=256,256;vf=256,256 | [256, 256] (default: sb3's)", none_or(parse_net_arch), "policy")
     activation_fn: str = _opt("tanh", f"activation: {' | '.join(ACTIVATIONS)}", lambda s: str(s).lower().removeprefix("nn."), "policy", choices=ACTIVATIONS)
     ortho_init: bool = _opt(True, "orthogonal initialisation with sb3's gains", parse_bool, "policy")
@@ -130,10 +117,16 @@ class Config:
     full_std: bool = _opt(True, "with use_sde: one std parameter per (latent feature, action) pair, else one per latent feature", parse_bool, "policy")
     use_expln: bool = _opt(False, "with use_sde: gSDE's expln() instead of exp() for the std (keeps it above zero, grows it slowly)", parse_bool, "policy")
 
+    # Recurrent policies (sb3-contrib RecurrentActorCriticPolicy keyword arguments), with --model mlp_lstm | cnn_lstm
+    lstm_hidden_size: Optional[int] = _opt(None, "hidden units of each LSTM layer (None: 256, sb3-contrib's default)", none_or(int), "recurrent", range=(1, inf))
+    n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, inf))
+    shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own (None: False)", none_or(parse_bool), "recurrent")
+    enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
+
     # PPO (sb3 PPO keyword arguments)
     learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
-    n_steps: int = _opt(2048, "steps per env per rollout", int, "ppo", range=(1, inf))
-    batch_size: int = _opt(64, "minibatch size", int, "ppo", range=(1, inf))
+    n_steps: Optional[int] = _opt(None, "steps per env per rollout (None: 2048, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
+    batch_size: Optional[int] = _opt(None, "minibatch size in transitions (None: 64, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
     num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", none_or(int), "ppo")
     n_epochs: int = _opt(10, "epochs over the rollout per update", int, "ppo", range=(1, inf))
     gamma: float = _opt(0.99, "discount factor", float, "ppo", range=(0.0, 1.0))
@@ -171,7 +164,7 @@ class Config:
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
     torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
-    update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads)", none_or(int), "system", range=(1, inf))
+    update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads; torch_threads for a recurrent model, whose update shapes change between updates)", none_or(int), "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
@@ -212,8 +205,24 @@ class Config:
                 problems.append(f"{f.name}={getattr(self, f.name)!r}: {exc}")
         if problems:
             raise ConfigError(problems)
+        # A default that depends on the model is settled here, once: the config then holds the value the
+        # run uses (config.json, checkpoints, a sweep agent's --n_steps=128 mean the same as a typed one).
+        n_steps, batch_size = ROLLOUT_DEFAULTS[self.recurrent]
+        object.__setattr__(self, "n_steps", n_steps if self.n_steps is None else self.n_steps)
+        object.__setattr__(self, "batch_size", batch_size if self.batch_size is None else self.batch_size)
 
     # ------------------------------------------------------------------ derived values
+    @property
+    def recurrent(self) -> bool:
+        """An LSTM policy (``--model mlp_lstm | cnn_lstm``): sb3-contrib's RecurrentPPO."""
+        return self.model in RECURRENT_MODELS
+
+    @property
+    def lstm_settings(self) -> dict[str, Any]:
+        """sb3-contrib's LSTM keyword arguments, each unset one at its default."""
+        return dict(lstm_hidden_size=self.lstm_hidden_size or 256, n_lstm_layers=self.n_lstm_layers or 1,
+                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False)
+
     @property
     def worker_layout(self) -> tuple[int, int, int]:
         """``(n_envs, num_workers, envs_per_worker)``; num_workers 0 means in-process.
@@ -289,6 +298,7 @@ class Config:
             if w == 0 or n < 2:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
+        problems += self._recurrent_problems()
         if self.action_masks and self.use_sde:
             problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde")
         if self.atari_wrapper and self.pixel_obs_wrapper:
@@ -303,6 +313,26 @@ class Config:
             problems.append(f"info_keywords={','.join(repeated)}: given more than once")
         return problems
 
+    def _recurrent_problems(self) -> list[str]:
+        """The LSTM flags: set only with a recurrent model, in a combination sb3-contrib takes."""
+        lstm_flags = {"lstm_hidden_size": self.lstm_hidden_size, "n_lstm_layers": self.n_lstm_layers,
+                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm}
+        if not self.recurrent:
+            return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
+                    for name, value in lstm_flags.items() if value is not None]
+        problems = []
+        settings = self.lstm_settings
+        if settings["shared_lstm"] and settings["enable_critic_lstm"]:
+            problems.append("shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, "
+                            "True by default): add --enable_critic_lstm False (sb3-contrib refuses both)")
+        if settings["shared_lstm"] and not self.share_features_extractor:
+            problems.append("shared_lstm=True: needs share_features_extractor=True (sb3-contrib: the LSTM cannot be shared "
+                            "when the features extractor is not)")
+        if self.action_masks:
+            problems.append(f"action_masks=True: sb3-contrib has no masked recurrent PPO (MaskablePPO has no LSTM policies); "
+                            f"drop --action_masks or use --model {self.model.removesuffix('_lstm')}")
+        return problems
+
     def _minibatch_problems(self) -> list[str]:
         if self.num_batches is not None and not 1 <= self.num_batches <= max(1, self.rollout_size):
             return [f"num_batches={self.num_batches!r}: must be in [1, {max(1, self.rollout_size)}]"]
@@ -312,10 +342,11 @@ class Config:
             problems.append(f"batch_size={self.minibatch_size}: must be > 1 when normalize_advantage is True (sb3 issue #440)")
         if self.normalize_advantage and self.rollout_size <= 1:
             problems.append(f"n_steps*n_envs={self.rollout_size}: must be > 1 when normalize_advantage is True")
-        if self.action_masks and self.normalize_advantage and self.rollout_size % self.minibatch_size == 1 and self.rollout_size > 1:
-            problems.append(f"batch_size={self.minibatch_size}: with action_masks and normalize_advantage, the last minibatch of each epoch "
-                            f"holds one sample (n_steps*n_envs={self.rollout_size}), whose advantage std is NaN in MaskablePPO "
-                            "(it has no single-sample guard): choose a batch_size that leaves no single sample")
+        unguarded = "MaskablePPO" if self.action_masks else "RecurrentPPO" if self.recurrent else None
+        if unguarded and self.normalize_advantage and self.rollout_size % self.minibatch_size == 1 and self.rollout_size > 1:
+            problems.append(f"batch_size={self.minibatch_size}: with {'action_masks' if self.action_masks else 'a recurrent model'} and "
+                            f"normalize_advantage, the last minibatch of each epoch holds one sample (n_steps*n_envs={self.rollout_size}), "
+                            f"whose advantage std is NaN in {unguarded} (it has no single-sample guard): choose a batch_size that leaves no single sample")
         return problems
 
     def check(self) -> None:
@@ -339,39 +370,6 @@ class Config:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
-
-
-def read_value(f: dataclasses.Field, value: Any) -> Any:
-    """``value`` read by field ``f``'s parser, as the command line reads its text.
-
-    Numbers and other scalars are read from their text (``Config(seed=3.7)`` is refused, as
-    ``--seed 3.7`` is); lists, tuples and dicts go to the parser as they are.
-    """
-    parse = f.metadata["parse"]
-    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, str) or callable(value):
-        return parse(value)
-    if isinstance(value, bool) and parse is not parse_bool:
-        raise TypeError(f"expected {getattr(parse, '__name__', 'a value')}, got a boolean")
-    return parse(str(value))
-
-
-def field_problem(f: dataclasses.Field, value: Any) -> str:
-    """What is wrong with ``value`` by ``f``'s ``range`` and ``choices`` (``""`` when nothing is)."""
-    if value is None and f.default is None:
-        return ""
-    choices, bounds = f.metadata["choices"], f.metadata["range"]
-    if choices and value not in choices:
-        return f"{f.name}={value!r}: must be one of {', '.join(choices)}" + (" or None" if f.default is None else "")
-    if bounds is None:
-        return ""
-    lo, hi, lo_open, hi_open = (*bounds, False, False)[:4]
-    measured = f.metadata["measure"](value)
-    ok = isinstance(measured, (int, float)) and math.isfinite(measured)
-    if ok:
-        ok = (measured > lo if lo_open else measured >= lo) and (measured < hi if hi_open else measured <= hi)
-    if ok:
-        return ""
-    return f"{f.name}={measured!r}: must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
 
 
 def parse_values(values: dict[str, Any]) -> dict[str, Any]:

@@ -212,6 +212,8 @@ class RolloutStorage:
         self.episode_starts = zeros((T, N), np.dtype(np.float32))
         self.advantages = zeros((T, N), np.dtype(np.float32))
         self.returns = zeros((T, N), np.dtype(np.float32))
+        # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
+        self.lstm_states: Optional[Any] = None
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
@@ -279,6 +281,12 @@ class RolloutStorage:
                 arr[0] = arr[row]
         if self.action_masks is not None:
             self.action_masks[0] = self.action_masks[row]
+        if self.lstm_states is not None:
+            states = self.lstm_states
+            if row != self.n_steps:  # sb3-contrib keeps _last_lstm_states from before the stopped step too
+                for group in range(len(states.groups)):
+                    states.write(self.n_steps, states.at(row, group), group)
+            states.carry_over()
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:

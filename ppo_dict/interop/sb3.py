@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 
 def sb3_policy_name(observation_space: spaces.Space, model: str) -> str:
+    """sb3's policy alias for ``--model`` (sb3-contrib's RecurrentPPO's ``*LstmPolicy`` for a recurrent model)."""
+    lstm = "Lstm" if model.endswith("_lstm") else ""
     if isinstance(observation_space, spaces.Dict):
-        return "MultiInputPolicy"
-    return "CnnPolicy" if model == "cnn" else "MlpPolicy"
+        return f"MultiInput{lstm}Policy"
+    return f"Cnn{lstm}Policy" if model.startswith("cnn") else f"Mlp{lstm}Policy"
 
 
 def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
@@ -58,6 +60,14 @@ def maskable_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     arguments less gSDE's, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none)."""
     kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
     kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln")}
+    return kwargs
+
+
+def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
+    """The ``sb3_contrib.RecurrentPPO`` keyword arguments that mean what ``cfg`` means: sb3's PPO
+    arguments, with the LSTM's in the policy's (``RecurrentActorCriticPolicy``)."""
+    kwargs = sb3_ppo_kwargs(cfg)
+    kwargs["policy_kwargs"] = {**kwargs["policy_kwargs"], **cfg.lstm_settings}
     return kwargs
 
 

@@ -26,11 +26,11 @@ from ppo_dict.vec.backend import EnvBackend
 
 def model_problem(model: str, observation_space) -> str:
     """Why ``model`` cannot take the observation, or ``""`` when it can."""
-    images = contains_image(observation_space)
-    if model == "mlp" and images:
-        return "model='mlp': the observation holds images; use --model cnn (NatureCNN, or per-key NatureCNN for dict observations)"
-    if model == "cnn" and not images:
-        return "model='cnn': the observation holds no image; use --model mlp (or --pixel_obs_wrapper True to observe frames)"
+    images, suffix = contains_image(observation_space), "_lstm" if model.endswith("_lstm") else ""
+    if model.removesuffix(suffix) == "mlp" and images:
+        return f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for dict observations)"
+    if model.removesuffix(suffix) == "cnn" and not images:
+        return f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to observe frames)"
     return ""
 
 
@@ -95,6 +95,18 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
+def recurrent_problems(cfg: Config) -> list[str]:
+    """What a recurrent run cannot do yet: act with carried LSTM states outside training (evaluation,
+    videos), write or read sb3-contrib files, resume with the states a checkpoint would need to hold."""
+    if not cfg.recurrent:
+        return []
+    asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None,
+             "trained_agent": cfg.trained_agent is not None, "resume": cfg.resume is not None}
+    return [f"{flag}: not supported with a recurrent model (model={cfg.model!r}) yet: recurrent runs train, log and save "
+            "checkpoints, but evaluation, sb3-contrib files and resuming need the LSTM states carried outside training"
+            for flag, on in asked.items() if on]
+
+
 def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend.
 
@@ -103,7 +115,7 @@ def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
     """
-    problems = cfg.problems() + path_problems(cfg)
+    problems = cfg.problems() + recurrent_problems(cfg) + path_problems(cfg)
     backend: Optional[EnvBackend] = None
     try:
         backend = probe_env(env_spec(cfg))
@@ -115,9 +127,19 @@ def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
             problems += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
     if problems:
         raise ConfigError(problems)
-    if cfg.rollout_size % cfg.minibatch_size > 0:
+    if cfg.rollout_size % cfg.minibatch_size > 0 and not cfg.recurrent:  # RecurrentPPO does not warn: its minibatches are not a permutation
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
+    if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
+        warn_single_step_sequences(cfg)
     return backend
+
+
+def warn_single_step_sequences(cfg: Config) -> None:
+    """RecurrentPPO takes these settings, but every training sequence is one step long: the LSTM is
+    trained from stored states only, never through time."""
+    why = f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1 else f"batch_size={cfg.minibatch_size}: each minibatch is one step"
+    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through time "
+                  "in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:

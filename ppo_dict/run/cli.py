@@ -10,7 +10,8 @@ import dataclasses
 from typing import Any, Optional
 
 from ppo_dict.core.config import FIELDS, Config
-from ppo_dict.core.parse import parse_bool, parse_packages
+from ppo_dict.core.fields import reads_bool
+from ppo_dict.core.parse import parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
 
 
@@ -20,20 +21,33 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
     With ``suppress_defaults`` only the flags given appear in the result (to tell them apart).
     """
     parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for f in dataclasses.fields(Config):
-        group = groups.setdefault(f.metadata["group"], parser.add_argument_group(f.metadata["group"]))
-        kwargs: dict[str, Any] = dict(default=f.default, help=f.metadata["help"], type=f.metadata["parse"])
-        if kwargs["default"] is dataclasses.MISSING:
-            kwargs["default"] = f.default_factory()  # type: ignore[misc]
-        if f.metadata["parse"] is parse_bool:
-            kwargs.update(nargs="?", const=True, metavar="True|False")
-        elif f.metadata["parse"] is parse_packages:
-            kwargs.update(nargs="*", type=str, metavar="NAME")
-        if suppress_defaults:
-            kwargs["default"] = argparse.SUPPRESS
-        group.add_argument(f"--{f.name}", **kwargs)
+    for group_name, fields in flag_groups().items():
+        group = parser.add_argument_group(group_name)
+        for f in fields:
+            kwargs: dict[str, Any] = dict(default=flag_default(f), help=f.metadata["help"], type=f.metadata["parse"])
+            if reads_bool(f.metadata["parse"]):
+                kwargs.update(nargs="?", const=True, metavar="True|False")
+            elif f.metadata["parse"] is parse_packages:
+                kwargs.update(nargs="*", type=str, metavar="NAME")
+            if suppress_defaults:
+                kwargs["default"] = argparse.SUPPRESS
+            group.add_argument(f"--{f.name}", **kwargs)
     return parser
+
+
+def flag_groups() -> dict[str, list[dataclasses.Field]]:
+    """``{--help group: [Config field, ...]}`` in ``--help``'s order: one flag per field, its help text,
+    parser, bounds and choices in ``f.metadata``. The one source of ``--help`` and of the flags page of
+    the documentation (``docs/hooks/generated.py``)."""
+    groups: dict[str, list[dataclasses.Field]] = {}
+    for f in dataclasses.fields(Config):
+        groups.setdefault(f.metadata["group"], []).append(f)
+    return groups
+
+
+def flag_default(f: dataclasses.Field) -> Any:
+    """The default ``--help`` shows for field ``f`` (a dict field's from its factory)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:

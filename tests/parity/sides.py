@@ -26,7 +26,8 @@ from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.data.masking import masked_backend
 from ppo_dict.envs import make_env
-from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
+from ppo_dict.data.recurrent import STATE_NAMES
+from ppo_dict.interop.sb3 import maskable_ppo_kwargs, recurrent_ppo_kwargs, sb3_policy_name, sb3_ppo_kwargs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 
@@ -70,6 +71,7 @@ class _RolloutCapture(BaseCallback):
     def _on_rollout_end(self) -> None:
         buf = self.model.rollout_buffer
         names = (*BUFFER_FIELDS, "action_masks") if hasattr(buf, "action_masks") else BUFFER_FIELDS  # MaskablePPO's buffer
+        names = (*names, *STATE_NAMES) if hasattr(buf, STATE_NAMES[0]) else names  # RecurrentPPO's
         self.rollouts.append({name: getattr(buf, name).copy() for name in names})
 
 
@@ -112,6 +114,14 @@ def make_maskable(cfg: Config, vec_env_cls: Any = None) -> Any:
 
     venv = make_normalized_venv(cfg, vec_env_cls)
     return MaskablePPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **maskable_ppo_kwargs(cfg))
+
+
+def make_recurrent(cfg: Config, vec_env_cls: Any = None) -> Any:
+    """sb3-contrib's ``RecurrentPPO`` on :func:`make_normalized_venv`'s envs (``ppo_dict.interop.sb3.recurrent_ppo_kwargs``)."""
+    from sb3_contrib import RecurrentPPO
+
+    venv = make_normalized_venv(cfg, vec_env_cls)
+    return RecurrentPPO(sb3_policy_name(venv.observation_space, cfg.model), venv, verbose=0, **recurrent_ppo_kwargs(cfg))
 
 
 def make_normalized_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
@@ -165,6 +175,8 @@ class RecordingPPO(PPO):
             "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(), "episode_starts": s.episode_starts.copy(),
             "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
         })
+        if s.lstm_states is not None:  # RecurrentPPO's buffer: the states before each step
+            self.rollouts[-1].update({name: s.lstm_states.rollout(name) for name in STATE_NAMES})
         if s.action_masks is not None:  # MaskablePPO's buffer holds them as float32
             self.rollouts[-1]["action_masks"] = s.action_masks[: s.n_steps].astype(np.float32)
 
@@ -175,7 +187,8 @@ class RecordingPPO(PPO):
 def make_ours(cfg: Config, pool=None) -> RecordingPPO:
     backend = probe_env(env_spec(cfg)) if pool is None else None
     pool = pool or InProcessEnvPool(masked_backend(backend) if cfg.action_masks else backend, cfg.num_envs, cfg.n_steps)
-    model = RecordingPPO(cfg.replace(verbose=0), pool)
+    # sb3's side runs on the CPU (sb3_ppo_kwargs); "auto" would send an image policy to a GPU where one is present
+    model = RecordingPPO(cfg.replace(verbose=0, device="cpu"), pool)
     model.rollouts = []
     return model
 
@@ -237,7 +250,9 @@ def assert_same_record(sb3: Record, ours: Record) -> None:
     assert len(sb3.rollouts) == len(ours.rollouts) > 0
     for i, (a, b) in enumerate(zip(sb3.rollouts, ours.rollouts)):
         assert ("action_masks" in a) == ("action_masks" in b), f"rollout {i}: masks recorded on one side only"
-        for name in (*BUFFER_FIELDS, "action_masks") if "action_masks" in a else BUFFER_FIELDS:
+        assert (STATE_NAMES[0] in a) == (STATE_NAMES[0] in b), f"rollout {i}: LSTM states recorded on one side only"
+        names = (*BUFFER_FIELDS, "action_masks") if "action_masks" in a else BUFFER_FIELDS
+        for name in (*names, *STATE_NAMES) if STATE_NAMES[0] in a else names:
             assert_same_value(a[name], b[name], f"rollout {i} {name}")
     assert len(sb3.dumps) == len(ours.dumps) > 0
     for i, (a, b) in enumerate(zip(sb3.dumps, ours.dumps)):

@@ -50,6 +50,18 @@ CONFIGS = {
         env="gym_Reacher-v2", model="cnn", pixel_obs_wrapper=True, pixel_keep_state=True, grayscale=True, frame_stack=2, image_size=36,
         normalize=True, n_envs=2, n_steps=40, batch_size=40, n_epochs=2, seed=8, total_timesteps=2 * 80, num_workers=0,
     ),
+    # Longer runs (21-22 updates, small networks), so that a difference that starts late shows: a
+    # renderer blanked mid-run by another's teardown (the rollouts of iteration 2 on), drifting rounding.
+    "long_discrete": Config(env="gym_CartPole-v1", n_envs=3, n_steps=16, batch_size=20, n_epochs=2, net_arch=[16, 16], seed=9,
+                            total_timesteps=22 * 48, num_workers=0),
+    "long_mujoco_normalize": Config(
+        env="gym_Reacher-v2", n_envs=3, n_steps=16, batch_size=20, n_epochs=2, normalize=True, net_arch=[16, 16], seed=10,
+        total_timesteps=21 * 48, num_workers=0,
+    ),
+    "long_multi_input_pixels": Config(
+        env="gym_Reacher-v2", model="cnn", pixel_obs_wrapper=True, pixel_keep_state=True, grayscale=True, frame_stack=2, image_size=36,
+        normalize=True, n_envs=2, n_steps=8, batch_size=16, n_epochs=1, net_arch=[16], seed=11, total_timesteps=21 * 16, num_workers=0,
+    ),
 }
 
 

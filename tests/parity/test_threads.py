@@ -27,6 +27,13 @@ CONFIGS = {
 }
 
 
+#: The same two policy kinds over 20 updates: a choice made at the first update must hold for the run.
+LONG = {
+    "mlp-256": CONFIGS["mlp-256"].replace(n_steps=64, batch_size=256, total_timesteps=20 * 8 * 64),
+    "cnn": CONFIGS["cnn"].replace(n_steps=32, batch_size=64, total_timesteps=20 * 4 * 32),
+}
+
+
 def run_recording_threads(cfg: Config):
     """``(record, the update threads the run kept)``."""
     models: list[PPO] = []
@@ -46,6 +53,22 @@ def test_the_threads_kept_give_sb3s_bits(name: str) -> None:
     assert kept in {cfg.torch_threads, max(cfg.torch_threads, physical_cores())}
     assert_same_record(sb3, ours)
     assert torch.get_num_threads() == 1  # the rollout and this process are back to one thread
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", list(LONG))
+def test_the_threads_kept_give_sb3s_bits_over_twenty_updates(name: str, seed: int) -> None:
+    """The evidence for choosing the threads automatically: per policy kind and seed, 20 updates with
+    the count kept at the first one, equal to sb3's one-thread run to the last bit."""
+    cfg = LONG[name].replace(seed=seed)
+    ours, kept = run_recording_threads(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = run_sb3(cfg)
+    assert len(sb3.rollouts) == 20
+    assert_same_record(sb3, ours)
+    print(f"{name} seed {seed}: kept {kept} update threads of {physical_cores()} cores")
 
 
 def test_threads_that_round_differently_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,12 +80,13 @@ def test_continuing_an_rl_zoo_agent_with_vecnormalize_equals_sb3_load_learn(tmp_
     env.close()
 
     # 3. ppo_dict: --env gym_CartPole-v1 --hyperparams FILE --trained_agent ZIP --seed 1
+    import gymnasium
+
+    time_limit = gymnasium.wrappers.TimeLimit  # rl-zoo's patched one if an earlier test imported rl_zoo3 outside a guard
     (tmp_path / "ppo.yml").write_text(ZOO_ENTRY)
     cfg, agent, ours = continue_with_ours(["--env", "gym_CartPole-v1", "--hyperparams", str(tmp_path / "ppo.yml"), "--seed", "1"], zip_path)
     assert agent.vecnormalize == str(tmp_path / "logs" / "CartPole-v1" / "vecnormalize.pkl")
-    import gymnasium
-
-    assert gymnasium.wrappers.TimeLimit.__name__ == "TimeLimit"  # reading the zip imported rl_zoo3, whose patch was undone
+    assert gymnasium.wrappers.TimeLimit is time_limit  # reading the zip (which imports rl_zoo3) left gymnasium as it found it
     # the zip's policy (not the entry's policy_kwargs), the zip's ent_coef (the entry has none), the entry's n_steps
     assert (cfg.net_arch, cfg.activation_fn, cfg.ent_coef, cfg.n_steps, cfg.learning_rate) == ([32, 32], "relu", 0.01, 64, "lin_0.001")
     assert (cfg.normalize, cfg.norm_gamma, cfg.total_timesteps) == (True, 0.98, 384)

@@ -1,0 +1,150 @@
+"""Throughput of recurrent training: ppo_dict ``--model mlp_lstm`` (exact) against sb3-contrib's RecurrentPPO.
+
+Two settings, each at 8 and 32 envs: rl-zoo's CartPoleNoVel-v1 entry of ``ppo_lstm.yml`` (VecNormalize,
+n_steps 32, batch 256, 20 epochs, LSTM 64, ReLU, pi/vf [64]) and Reacher-v5 with MlpLstmPolicy's
+defaults (LSTM 256, n_steps 128, batch 128, 10 epochs). In interleaved rounds: rollouts (collection
+and GAE) of RecurrentPPO on DummyVecEnv against ppo_dict's exact rollouts on the worker pool, then
+training (rollouts and updates). Both sides run one torch thread. Then, once per setting, where an
+update's time goes on each side (torch's profiler over one update): oneDNN's LSTM kernels forward
+(``mkldnn_rnn_layer``) and backward (``mkldnn_rnn_layer_backward``), which both sides call alike (the
+same calls on the same shapes: exactness needs them), and the rest. The ratio of an update's time to
+its oneDNN time is what an exact update can gain at most. Rows are appended to perf_log.md.
+
+    python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import rl_zoo3.import_envs  # noqa: E402,F401 (registers CartPoleNoVel-v1 with rl-zoo's velocity mask)
+from sb3_contrib import RecurrentPPO  # noqa: E402
+from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
+from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
+
+from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
+from ppo_dict.core.config import Config  # noqa: E402
+from ppo_dict.interop.sb3 import recurrent_ppo_kwargs  # noqa: E402
+
+#: name: (gymnasium id, the settings besides n_envs, VecNormalize)
+SETTINGS = {
+    "cartpole": ("CartPoleNoVel-v1", dict(gym_packages=("rl_zoo3.import_envs",), n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                                          n_epochs=20, learning_rate="lin_0.001", clip_range="lin_0.2", ortho_init=False, activation_fn="relu",
+                                          lstm_hidden_size=64, enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64])), True),
+    "reacher": ("Reacher-v5", dict(), False),
+}
+
+
+def config(setting: str, n_envs: int, workers: int) -> Config:
+    gym_id, settings, normalize = SETTINGS[setting]
+    return Config(env=f"gym_{gym_id}", model="mlp_lstm", normalize=normalize, n_envs=n_envs, num_workers=workers, seed=0, verbose=0,
+                  device="cpu", total_timesteps=10**12, **settings)
+
+
+def recurrent_contender(name: str, cfg: Config, training: bool) -> Contender:
+    """RecurrentPPO on DummyVecEnv (faster than its SubprocVecEnv here): per round one training iteration, or one rollout."""
+    venv = make_vec_env(SETTINGS[_setting_of(cfg)][0], n_envs=cfg.num_envs, seed=0)
+    if cfg.normalize:
+        venv = VecNormalize(venv, gamma=cfg.gamma)
+    model = RecurrentPPO("MlpLstmPolicy", venv, verbose=0, **{**recurrent_ppo_kwargs(cfg), "seed": 0})
+    rollout = cfg.rollout_size
+    if training:
+        def run() -> int:
+            model.learn(rollout, reset_num_timesteps=False)
+            return rollout
+    else:
+        _, callback = model._setup_learn(10**12, None)
+        callback.on_training_start(locals(), globals())
+
+        def run() -> int:
+            model.collect_rollouts(model.env, callback, model.rollout_buffer, n_rollout_steps=cfg.n_steps)
+            return rollout
+    contender = Contender(name, run, close=venv.close)
+    contender.model = model  # type: ignore[attr-defined]
+    return contender
+
+
+def _setting_of(cfg: Config) -> str:
+    return next(name for name, (gym_id, _, _) in SETTINGS.items() if cfg.env == f"gym_{gym_id}")
+
+
+def update_profile(update) -> tuple[float, float, float]:
+    """``(seconds, oneDNN LSTM forward seconds, oneDNN LSTM backward seconds)`` of one call of ``update``, from torch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        update()
+        seconds = time.perf_counter() - started
+    by_name = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    return seconds, by_name.get("aten::mkldnn_rnn_layer", 0.0), by_name.get("aten::mkldnn_rnn_layer_backward", 0.0)
+
+
+def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender) -> None:
+    """Where one update's time goes on each side (after the rounds: both have a full rollout in their buffers)."""
+    sb3_model, our_model = sb3.model, ours.model  # type: ignore[attr-defined]
+    sb3_model._current_progress_remaining = 0.5
+    rows = {"RecurrentPPO.train": update_profile(sb3_model.train), "ppo_dict recurrent_update": update_profile(lambda: our_model.train(0.5))}
+    for name, (seconds, forward, backward) in rows.items():
+        lstm = forward + backward
+        table.row(setting_text, f"one update, {name} (under torch's profiler)",
+                  f"{seconds:.2f} s: oneDNN LSTM forward {forward:.2f} s, backward {backward:.2f} s, the rest {seconds - lstm:.2f} s",
+                  "cap of an exact update's speed-up (update / its oneDNN time)", f"{seconds / max(lstm, 1e-9):.2f}x")
+
+
+def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int) -> None:
+    cfg = config(setting, n_envs, workers)
+    text = f"{cfg.env.removeprefix('gym_')}, {n_envs} envs, LSTM {cfg.lstm_settings['lstm_hidden_size']}, n_steps {cfg.n_steps}, batch {cfg.batch_size}, {cfg.n_epochs} epochs"
+    sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=False)
+    exact = ppo_dict_contender(f"ppo_dict mlp_lstm, {workers} workers, exact", cfg, False)
+    in_process = ppo_dict_contender("ppo_dict mlp_lstm in-process (--num_workers 0), exact", cfg.replace(num_workers=0), False)
+    try:
+        interleave([sb3, exact, in_process], rounds)
+        table.row(text, "rollout, RecurrentPPO DummyVecEnv", f"{sb3.rate:.0f} steps/s, {sb3.cpu:.0f} CPU-us/step")
+        for c in (exact, in_process):
+            table.row(text, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step", "vs RecurrentPPO", ratio_text(c, sb3, 2.0))
+    finally:
+        sb3.close(), exact.close(), in_process.close()
+    sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=True)
+    exact = ppo_dict_contender("ppo_dict mlp_lstm exact", cfg, True)
+    try:
+        interleave([sb3, exact], train_rounds)
+        timing = exact.model.timing
+        table.row(text, "training fps, ppo_dict exact vs RecurrentPPO", f"{exact.rate:.0f} vs {sb3.rate:.0f} steps/s; {exact.cpu:.0f} vs {sb3.cpu:.0f} CPU-us/step",
+                  f"ppo_dict's time since its warm-up: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s", ratio_text(exact, sb3, 2.0))
+        profile_rows(table, text, sb3, exact)
+    finally:
+        sb3.close(), exact.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_bench_flags(parser, "fewer rounds (a smoke run)")
+    parser.add_argument("--settings", default="cartpole,reacher", help=f"which of {', '.join(SETTINGS)}, comma-separated")
+    parser.add_argument("--rounds", type=int, default=0, help="rollout rounds (default 4, --quick 1)")
+    parser.add_argument("--train_rounds", type=int, default=0, help="training rounds, one iteration each (default 3, --quick 1)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    parser_rounds = (1, 1) if args.quick else (4, 3)
+    rounds, train_rounds = args.rounds or parser_rounds[0], args.train_rounds or parser_rounds[1]
+    started, table = machine_times(), Table()
+    for setting in args.settings.split(","):
+        for n_envs in (int(n) for n in args.envs.split(",")):
+            measure(table, setting, n_envs, args.workers, rounds, train_rounds)
+    flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
+                                 args.settings != "cartpole,reacher" and f"--settings {args.settings}",
+                                 args.rounds and f"--rounds {args.rounds}", args.train_rounds and f"--train_rounds {args.train_rounds}") if f)
+    table.write("bench_recurrent", f"python benchmarks/bench_recurrent.py {flags}".strip(), started, log=log_path(args))
+
+
+if __name__ == "__main__":
+    main()

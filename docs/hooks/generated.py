@@ -1,0 +1,156 @@
+"""MkDocs hook: the pages that are generated when the site is built, so that they cannot drift.
+
+* ``flags.md``: every ``python -m ppo_dict.main_ppo`` flag, from ``Config``'s field metadata through
+  ``ppo_dict.run.cli.flag_groups`` (the source ``--help`` is built from), then the ``--help`` of the
+  other command lines, captured from their own parsers.
+* ``speed.md`` and ``index.md``: the headline speed table, from ``docs/figures/speed.csv`` (the file
+  ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+
+A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
+the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import html
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEED_CSV = ROOT / "docs" / "figures" / "speed.csv"
+
+#: --help group -> the heading the flags page gives it (a group not named here is shown by its own name)
+GROUP_TITLES = {
+    "env": "Environment",
+    "pixels": "Pixel observations",
+    "atari": "Atari games",
+    "policy": "Policy",
+    "ppo": "PPO",
+    "normalize": "Normalisation",
+    "workers": "Worker processes",
+    "system": "System and output",
+    "run": "Run directory, checkpoints and resume",
+    "eval": "Evaluation and video",
+    "tracking": "Experiment tracking (Weights & Biases)",
+}
+#: a flag's parser (by its name; ``none_or`` keeps the name of the parser it wraps) -> the values it reads
+VALUE_KINDS = {
+    "parse_bool": "`True` or `False` (`--flag` alone: `True`)",
+    "parse_schedule": "a number, or `lin_<x>` (linear from x to 0)",
+    "parse_net_arch": "layer sizes: `64,64`, `pi=256,256;vf=256,256`, `[256, 256]`, `dict(pi=[256], vf=[256])`",
+    "parse_kwargs": "keyword arguments: `dict(key=value, ...)`",
+    "parse_packages": "names, separated by commas or spaces",
+    "int": "an integer",
+    "whole_number": "an integer (`1e6` is read as 1000000)",
+    "float": "a number",
+    "str": "text",
+}
+#: the other command lines whose --help the flags page shows, in this order
+COMMANDS = ("ppo_dict.main_ppo_godot", "ppo_dict.enjoy", "ppo_dict.plot", "ppo_dict.export_onnx", "ppo_dict.sweep")
+
+
+def cell(text: str) -> str:
+    """``text`` as plain text inside a Markdown table cell: no HTML, emphasis, links or column breaks."""
+    text = html.escape(str(text), quote=False)
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
+
+
+def code(text: str) -> str:
+    """``text`` as inline code inside a table cell (a pipe would end the cell: written as an entity)."""
+    return "<code>" + html.escape(str(text), quote=False).replace("|", "&#124;") + "</code>"
+
+
+def values_of(f: dataclasses.Field) -> str:
+    """What a flag accepts: its choices, else the kind its parser reads; then its bounds, and None."""
+    meta = f.metadata
+    if meta["choices"]:
+        kind = " ".join(f"`{choice}`" for choice in meta["choices"])
+    else:
+        kind = VALUE_KINDS.get(getattr(meta["parse"], "__name__", ""), f"`{f.type}`")
+    if meta["range"] is not None:
+        lo, hi, lo_open, hi_open = (*meta["range"], False, False)[:4]
+        kind += f", in `{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}`"
+    if f.default is None:
+        kind += ", or `None`"
+    return kind
+
+
+def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], flag_default: Callable[[dataclasses.Field], Any]) -> str:
+    """The flags reference: one table per ``--help`` group, one row per flag, in ``--help``'s order."""
+    out = []
+    for group, fields in flag_groups().items():
+        out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "",
+                "| flag | default | values | what it does |", "| --- | --- | --- | --- |"]
+        for f in fields:
+            anchor = f'<a id="{f.name}"></a>'
+            out.append(f"| {anchor}`--{f.name}` | {code(flag_default(f))} | {values_of(f)} | {cell(f.metadata['help'])} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def command_help(module: str, width: int = 78) -> str:
+    """What ``python -m <module> --help`` prints, from the module's own parser (in this process)."""
+    import importlib
+
+    main = importlib.import_module(module).main
+    buffer = io.StringIO()
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)  # argparse wraps at the terminal's width: the page's, not the builder's
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
+            main(["--help"])
+    finally:
+        if previous is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = previous
+    return buffer.getvalue().rstrip()
+
+
+def commands_markdown() -> str:
+    """A section per other command line, each with its ``--help`` (main_ppo_godot's: its docstring)."""
+    out = []
+    for module in COMMANDS:
+        text = command_help(module)
+        if module == "ppo_dict.main_ppo_godot":  # its --help is its docstring, then main_ppo's whole --help
+            text = text.split("\nusage: python -m ppo_dict.main_ppo ", 1)[0].rstrip() + "\n\n(then main_ppo's --help: the flags above)"
+        out += [f"### `python -m {module}`", "", "```text", text, "```", ""]
+    return "\n".join(out)
+
+
+def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:
+    """The headline figures: one row per workload (``docs/figures/speed.csv``)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def speed_markdown(rows: list[dict[str, str]]) -> str:
+    """The headline speed table, as README shows it (``tests/test_docs.py`` compares the two)."""
+    out = ["| workload | ppo_dict / sb3 | over the rounds | measured by, on |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, {row['where']} |")
+    return "\n".join(out)
+
+
+def generated_parts() -> dict[str, Callable[[], str]]:
+    """``{marker line: what replaces it}``."""
+    from ppo_dict.run.cli import flag_default, flag_groups
+
+    return {
+        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, flag_default)}\n</div>',
+        "<!-- generated: commands -->": commands_markdown,
+        "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
+    }
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: put each generated part where its marker line stands."""
+    for marker, make in generated_parts().items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, make())
+    return markdown

@@ -1,0 +1,179 @@
+"""sb3-contrib's recurrent actor-critic (``RecurrentActorCriticPolicy``: MlpLstmPolicy, CnnLstmPolicy,
+MultiInputLstmPolicy), and :func:`build_policy`, the policy a config describes.
+
+The layout: features -> LSTM -> the actor's and critic's MLPs -> heads. Built as sb3-contrib builds
+it, so the torch RNG is drawn in its order: first everything sb3's ``ActorCriticPolicy`` builds
+(its MLPs taking the LSTM's width, then sb3's orthogonal init), then ``lstm_actor`` and the
+critic's ``lstm_critic`` or ``critic`` Linear with torch's own initialisation. Parameter order and
+names are sb3-contrib's: ``[log_std], features extractor, mlp_extractor, action_net, value_net,
+lstm_actor, lstm_critic | critic``.
+
+The LSTMs are run as ``nn.LSTM.forward`` runs them (``_VF.lstm``, the op the module calls), without
+the module call around each time step (:func:`lstm_call`). :func:`process_sequence` is
+``_process_sequence``: one LSTM call for a batch without episode starts, else one call per time step
+with the states zeroed where an episode starts. The two give the same outputs but different
+gradients, so the update takes the branch sb3-contrib takes, minibatch by minibatch.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import torch
+from gymnasium import spaces
+from torch import _VF, nn
+
+from ppo_dict.algo.policy import ActorCritic, policy_settings
+from ppo_dict.data.recurrent import LstmStates
+from ppo_dict.data.storage import TensorObs
+from ppo_dict.envs import channel_first_space
+
+if TYPE_CHECKING:
+    from ppo_dict.core.config import Config
+
+HiddenCell = tuple[torch.Tensor, torch.Tensor]
+LstmCall = Callable[[torch.Tensor, HiddenCell], tuple[torch.Tensor, HiddenCell]]
+
+
+def run_lstm(lstm: nn.LSTM, x: torch.Tensor, hx: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
+    """``lstm(x, (h, c))`` for a time-major 3-d ``x`` and given states: the ``_VF.lstm`` call of
+    ``nn.LSTM.forward`` with the module's own arguments, without its per-call checks and hooks."""
+    out, h, c = _VF.lstm(x, hx, lstm._flat_weights, lstm.bias, lstm.num_layers, float(lstm.dropout), lstm.training,
+                         lstm.bidirectional, lstm.batch_first)
+    return out, (h, c)
+
+
+def lstm_call(lstm: nn.LSTM) -> LstmCall:
+    """:func:`run_lstm` of ``lstm``."""
+    return lambda x, hx: run_lstm(lstm, x, hx)
+
+
+def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall,
+                     input_size: int, resets: Optional[bool] = None) -> tuple[torch.Tensor, HiddenCell]:
+    """sb3-contrib's ``_process_sequence``: ``features [n_seq * len, input_size]`` (sequence-major),
+    ``states`` ``[n_layers, n_seq, hidden]`` at each sequence's start, ``episode_starts [n_seq * len]``.
+    Returns ``(output [n_seq * len, hidden], states after the last step)``.
+
+    ``resets``: whether any episode start is set, when the caller knows (else read from the tensor,
+    as ``th.all(episode_starts == 0.0)``). ``1 - episode_start`` is computed once per step for h and c
+    (sb3-contrib computes it twice: the same values, and no gradient flows through it).
+    """
+    n_seq = states[0].shape[1]
+    features_sequence = features.reshape((n_seq, -1, input_size)).swapaxes(0, 1)
+    if resets is None:
+        resets = not bool(torch.all(episode_starts == 0.0))
+    if not resets:
+        output, states = call(features_sequence, states)
+        return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
+    keep = 1.0 - episode_starts.reshape((n_seq, -1)).swapaxes(0, 1)
+    outputs = []
+    for step_features, step_keep in zip(features_sequence, keep):
+        step_keep = step_keep.view(1, n_seq, 1)
+        hidden, states = call(step_features.unsqueeze(dim=0), (step_keep * states[0], step_keep * states[1]))
+        outputs.append(hidden)
+    return torch.flatten(torch.cat(outputs).transpose(0, 1), start_dim=0, end_dim=1), states
+
+
+class RecurrentActorCritic(ActorCritic):
+    """sb3-contrib's ``RecurrentActorCriticPolicy`` without the optimizer (see the module doc).
+
+    Args (besides :class:`~ppo_dict.algo.policy.ActorCritic`'s): ``lstm_hidden_size``,
+    ``n_lstm_layers``, ``shared_lstm`` (the critic reads the actor's LSTM output, detached),
+    ``enable_critic_lstm`` (an LSTM of the critic's own; with neither, a ``Linear(features, hidden)``).
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, model: str = "mlp", lstm_hidden_size: int = 256,
+                 n_lstm_layers: int = 1, shared_lstm: bool = False, enable_critic_lstm: bool = True, **kwargs: Any):
+        if shared_lstm and enable_critic_lstm:
+            raise ValueError("You must choose between shared LSTM, seperate or no LSTM for the critic.")  # sb3-contrib's words
+        if shared_lstm and not kwargs.get("share_features_extractor", True):
+            raise ValueError("If the features extractor is not shared, the LSTM cannot be shared.")
+        if kwargs.get("action_masks"):
+            raise ValueError("sb3-contrib has no masked recurrent policy")
+        self.lstm_output_dim = lstm_hidden_size  # before ActorCritic builds the MLPs on it, as sb3-contrib
+        super().__init__(observation_space, action_space, model=model, **kwargs)
+        self.shared_lstm, self.enable_critic_lstm = shared_lstm, enable_critic_lstm
+        self.lstm_actor = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers)
+        self.lstm_hidden_state_shape = (n_lstm_layers, 1, lstm_hidden_size)
+        self.critic: Optional[nn.Linear] = None
+        self.lstm_critic: Optional[nn.LSTM] = None
+        if not (shared_lstm or enable_critic_lstm):
+            self.critic = nn.Linear(self.features_dim, lstm_hidden_size)
+        if enable_critic_lstm:
+            self.lstm_critic = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers)
+
+    def latent_input_dim(self) -> int:
+        return self.lstm_output_dim
+
+    @property
+    def critic_has_states(self) -> bool:
+        """Whether the critic's LSTM states are its own (else they are the actor's)."""
+        return self.lstm_critic is not None
+
+    # ------------------------------------------------------------------ the passes (sb3-contrib's)
+    def features_pair(self, obs: TensorObs) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor features, critic features)``: sb3's ``extract_features`` (one tensor when shared)."""
+        features = self._preprocess(obs)
+        pi_features = self.pi_features_extractor(features)
+        return pi_features, (pi_features if self.share_features_extractor else self.vf_features_extractor(features))
+
+    def lstm_latents(self, pi_features: torch.Tensor, vf_features: torch.Tensor, states: LstmStates, episode_starts: torch.Tensor,
+                     resets: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, LstmStates]:
+        """The LSTMs' outputs for the actor and the critic, and the states after them (sb3-contrib ``forward``'s first half)."""
+        latent_pi, states_pi = process_sequence(pi_features, states.pi, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size, resets)
+        if self.lstm_critic is not None:
+            latent_vf, states_vf = process_sequence(vf_features, states.vf, episode_starts, lstm_call(self.lstm_critic), self.lstm_critic.input_size, resets)
+        elif self.shared_lstm:
+            latent_vf, states_vf = latent_pi.detach(), (states_pi[0].detach(), states_pi[1].detach())
+        else:
+            latent_vf, states_vf = self.critic(vf_features), states_pi
+        return latent_pi, latent_vf, LstmStates(states_pi, states_vf)
+
+    def forward(self, obs: TensorObs, states: LstmStates, episode_starts: torch.Tensor,  # type: ignore[override]
+                deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
+        """``(actions, values [B, 1], log_probs [B], states after the step)`` (sb3-contrib ``forward``)."""
+        latent_pi, latent_vf, states = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
+        latent_pi = self.mlp_extractor.forward_actor(latent_pi)
+        latent_vf = self.mlp_extractor.forward_critic(latent_vf)
+        values = self.value_net(latent_vf)
+        dist = self.distribution(latent_pi)
+        actions = dist.mode() if deterministic else dist.sample()
+        log_prob = dist.log_prob(actions)
+        return actions.reshape((-1, *self.action_space.shape)), values, log_prob, states
+
+    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor, states: LstmStates,  # type: ignore[override]
+                         episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [B, 1], log_prob [B], entropy [B])`` of padded sequences (sb3-contrib ``evaluate_actions``)."""
+        latent_pi, latent_vf, _ = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
+        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi))
+        log_prob = dist.log_prob(actions)
+        values = self.value_net(self.mlp_extractor.forward_critic(latent_vf))
+        return values, log_prob, dist.entropy()
+
+    def predict_values(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """Critic only, from the critic's states (sb3-contrib ``predict_values``): ``values [B, 1]``."""
+        features = self.vf_features_extractor(self._preprocess(obs))
+        if self.lstm_critic is not None:
+            latent_vf, _ = process_sequence(features, states, episode_starts, lstm_call(self.lstm_critic), self.lstm_critic.input_size)
+        elif self.shared_lstm:
+            latent_vf = process_sequence(features, states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size)[0].detach()
+        else:
+            latent_vf = self.critic(features)
+        return self.value_net(self.mlp_extractor.forward_critic(latent_vf))
+
+    def initial_states(self, n_envs: int, device: Optional[torch.device] = None) -> LstmStates:
+        """Zero states for ``n_envs`` envs (sb3-contrib's first rollout, and ``predict`` without a state)."""
+        shape = (self.lstm_actor.num_layers, n_envs, self.lstm_actor.hidden_size)
+        zero = lambda: torch.zeros(shape, device=device)  # noqa: E731
+        return LstmStates((zero(), zero()), (zero(), zero()))
+
+
+def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
+    """The policy a :class:`~ppo_dict.core.config.Config` describes (channel-last images seen as [C, H, W]).
+    ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
+    ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy``, a recurrent model its
+    ``RecurrentActorCriticPolicy``."""
+    if cfg.recurrent:
+        return RecurrentActorCritic(channel_first_space(observation_space), action_space, model=cfg.model.removesuffix("_lstm"),
+                                    use_sde=cfg.use_sde, **policy_settings(cfg), **cfg.lstm_settings)
+    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
+                       action_masks=cfg.action_masks, **policy_settings(cfg))

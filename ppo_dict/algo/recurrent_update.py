@@ -1,0 +1,172 @@
+"""The recurrent update: sb3-contrib's ``RecurrentPPO.train`` on its sequence minibatches, bit for bit.
+
+What differs from PPO's update (``ppo_dict.algo.update``), as sb3-contrib does it:
+
+* minibatches are not a permutation: each epoch draws one ``np.random.randint(N)`` and rotates the
+  env-major index list there; minibatches are contiguous slices of ``batch_size`` transitions (the
+  last may be short), cut into sequences at episode starts, env changes and the minibatch's start,
+  padded with zeros (:class:`~ppo_dict.data.recurrent.SequencePlan`: one gather per array here,
+  where sb3-contrib makes a tensor per sequence and pads them);
+* each sequence starts from the LSTM states stored at its first transition;
+* every loss term is a mean over the real transitions (``[mask]``): advantage normalisation (its
+  unbiased std, no single-sample guard), the clipped surrogate, the value loss (a masked mean, not
+  ``mse_loss``), the entropy, the clip fraction and approx-KL.
+
+The LSTMs take the branch sb3-contrib's ``_process_sequence`` takes for the minibatch (one call
+without episode starts, else one call per time step), known here from numpy without a tensor read.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.rollout_step import layers_of, run
+from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, _check_finite, update_logs
+from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, SequencePlan, env_change, rotated_indices
+from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
+
+
+class SequenceBatch(NamedTuple):
+    """One padded minibatch: ``[n_seq * max_len, ...]`` rows, sequence-major (sb3-contrib's ``RecurrentRolloutBufferSamples``)."""
+
+    obs: TensorObs
+    actions: torch.Tensor
+    old_values: torch.Tensor
+    old_log_prob: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    states: LstmStates
+    episode_starts: torch.Tensor
+    mask: torch.Tensor  # bool: a transition, not padding
+    resets: bool  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
+
+
+class SequenceRollout:
+    """The flattened rollout as tensors, each with one zero row appended (the padding), made once per update."""
+
+    def __init__(self, storage: RolloutStorage, cast, device: torch.device):
+        data = storage.flat_samples()
+        self.data, self.cast, self.device = data, cast, device
+        self.episode_starts = storage.episode_starts.swapaxes(0, 1).reshape(-1)  # env-major, as sb3's swap_and_flatten
+        self.env_change = env_change(storage.n_steps, storage.n_envs)
+        obs = obs_to_tensor(data["observations"], device)
+        self.obs = {k: _padded(v) for k, v in obs.items()} if isinstance(obs, dict) else _padded(obs)
+        columns = {"actions": data["actions"].astype(np.float32, copy=False), "values": data["values"], "log_probs": data["log_probs"],
+                   "advantages": data["advantages"], "returns": data["returns"], "episode_starts": self.episode_starts}
+        self.columns = {k: _padded(torch.as_tensor(v.reshape(len(v), -1) if k == "actions" else v.reshape(-1), device=device))
+                        for k, v in columns.items()}
+        self.states = {name: torch.as_tensor(storage.lstm_states.flat(name), device=device) for name in STATE_NAMES}
+
+    def take(self, batch_inds: np.ndarray) -> SequenceBatch:
+        plan = SequencePlan(batch_inds, self.episode_starts, self.env_change)
+        gather = torch.as_tensor(plan.gather, device=self.device)
+        rows = lambda t: torch.index_select(t, 0, gather)  # noqa: E731  (a fresh contiguous copy, as pad_sequence gives)
+        obs = {k: rows(v) for k, v in self.obs.items()} if isinstance(self.obs, dict) else rows(self.obs)
+        c = self.columns
+        starts = torch.as_tensor(plan.starts, device=self.device)
+        # (n_seq, n_layers, hidden) -> (n_layers, n_seq, hidden), fresh and contiguous as sb3-contrib's to_torch(...).contiguous()
+        first = {name: torch.index_select(arr, 0, starts).transpose(0, 1).contiguous() for name, arr in self.states.items()}
+        states = LstmStates((first["hidden_states_pi"], first["cell_states_pi"]), (first["hidden_states_vf"], first["cell_states_vf"]))
+        mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
+        return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
+                             rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()))
+
+
+def _padded(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with one zero row after its last: the row a padded position gathers."""
+    return torch.cat([tensor, tensor.new_zeros((1, *tensor.shape[1:]))])
+
+
+class SequenceEvaluate:
+    """``policy.evaluate_actions`` on a padded minibatch without the module calls (the MLPs' layers'
+    ``F.linear``, the LSTMs' ``_VF.lstm``): the same operations in sb3-contrib's order, so the same
+    autograd graph and gradients (tests/test_recurrent.py compares them)."""
+
+    def __init__(self, policy: RecurrentActorCritic):
+        self.policy = policy
+        self.actor, self.critic = lstm_call(policy.lstm_actor), None if policy.lstm_critic is None else lstm_call(policy.lstm_critic)
+        self.pi, self.vf = layers_of(policy.mlp_extractor.policy_net), layers_of(policy.mlp_extractor.value_net)
+
+    def __call__(self, batch: SequenceBatch, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        p, input_size = self.policy, self.policy.lstm_actor.input_size
+        pi_features, vf_features = p.features_pair(batch.obs)
+        latent_pi, _ = process_sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets)
+        if self.critic is not None:
+            latent_vf, _ = process_sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets)
+        elif p.shared_lstm:
+            latent_vf = latent_pi.detach()
+        else:
+            latent_vf = p.critic.forward(vf_features)
+        latent_pi, latent_vf = run(self.pi, latent_pi), run(self.vf, latent_vf)
+        dist = p.distribution(latent_pi)
+        log_prob = dist.log_prob(actions)
+        values = p.value_net.forward(latent_vf)
+        return values, log_prob, dist.entropy()
+
+
+def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+    """``RecurrentPPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
+    Returns ``(loss, approx_kl)``."""
+    mask = batch.mask
+    values, log_prob, entropy = evaluate(batch, batch.actions)
+    values = values.flatten()
+    advantages = batch.advantages
+    if settings.normalize_advantage:  # over the real transitions; no single-sample guard (sb3-contrib has none)
+        advantages = (advantages - advantages[mask].mean()) / (advantages[mask].std() + 1e-8)
+    ratio = torch.exp(log_prob - batch.old_log_prob)
+    policy_loss_1 = advantages * ratio
+    policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
+    policy_loss = -torch.mean(torch.min(policy_loss_1, policy_loss_2)[mask])
+    log.pg_losses.append(policy_loss.item())
+    with torch.no_grad():  # a logged figure: the same values without autograd nodes
+        log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()[mask]).item())
+    if settings.clip_range_vf is None:
+        values_pred = values
+    else:
+        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
+    value_loss = torch.mean(((batch.returns - values_pred) ** 2)[mask])
+    log.value_losses.append(value_loss.item())
+    entropy_loss = -torch.mean(entropy[mask])
+    log.entropy_losses.append(entropy_loss.item())
+    loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
+    log.loss = loss
+    with torch.no_grad():
+        log_ratio = log_prob - batch.old_log_prob
+        approx_kl_div = torch.mean(((torch.exp(log_ratio) - 1) - log_ratio)[mask]).cpu().numpy()
+    return loss, approx_kl_div
+
+
+def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
+                     n_updates: int, device: torch.device, splits: Optional[list[int]] = None) -> tuple[dict[str, float], int]:
+    """``n_epochs`` passes of sb3-contrib's sequence minibatches (``RecurrentPPO.train``); returns the
+    ``train/*`` logs and the updated epoch counter, as :func:`~ppo_dict.algo.update.ppo_update`.
+    ``splits``: each epoch's rotation, instead of numpy's draws (tests)."""
+    policy.train()
+    for group in optimizer.param_groups:
+        group["lr"] = settings.learning_rate
+    rollout = SequenceRollout(storage, policy.action_spec.to_training, device)
+    size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
+    step, evaluate, log = GradientStep(policy, optimizer), SequenceEvaluate(policy), UpdateLog()
+    for epoch in range(settings.n_epochs):
+        log.approx_kl_divs = []
+        indices = rotated_indices(size, None if splits is None else splits[epoch])
+        stopped = False
+        for start in range(0, size, batch_size):
+            loss, approx_kl_div = sequence_loss(evaluate, rollout.take(indices[start : start + batch_size]), settings, log)
+            log.approx_kl_divs.append(approx_kl_div)
+            if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
+                stopped = True  # before the step: this minibatch is logged, not applied
+                break
+            step.zero_grad()
+            loss.backward()
+            grad_norm = step.clip_grad_norm(settings.max_grad_norm)
+            _check_finite(n_updates, epoch, start // batch_size, loss=loss, grad_norm=grad_norm)
+            step.adam_step()
+        n_updates += 1
+        if stopped:
+            break
+    return update_logs(policy, log, rollout.data, settings, n_updates), n_updates
+

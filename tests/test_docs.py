@@ -1,0 +1,121 @@
+"""The documentation cannot drift: the flags page is generated from ``Config`` (the source of ``--help``)
+and lists every flag with its help text; every ``main_ppo`` command the pages and README show parses
+with today's flags; README's speed table is the one the site draws from ``docs/figures/speed.csv``.
+
+The site itself is built with every warning an error by ``make docs`` (``tests/test_readme.py`` runs it,
+as README shows it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ppo_dict.core.config import Config
+from ppo_dict.main_ppo_godot import godot_argv
+from ppo_dict.run.cli import build_parser, explicit_flags, flag_default, flag_groups
+from tests.conftest import ROOT
+
+DOCS = Path(ROOT) / "docs"
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks_generated", DOCS / "hooks" / "generated.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOKS = load_hooks()
+
+
+def test_every_flag_has_help_text() -> None:
+    missing = [f.name for fields in flag_groups().values() for f in fields if not str(f.metadata.get("help", "")).strip()]
+    assert not missing, f"flags without help text (the `help` of their field in ppo_dict/core/config.py): {missing}"
+
+
+def test_flag_groups_are_the_config_and_help_in_order() -> None:
+    names = [f.name for fields in flag_groups().values() for f in fields]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(Config))
+    help_text = build_parser().format_help()
+    positions = [help_text.index(f"--{name} ") for name in names]
+    assert positions == sorted(positions), "the flags page lists the flags in --help's order"
+
+
+def test_flags_page_lists_every_flag_with_its_help_and_default() -> None:
+    page = HOOKS.flags_markdown(flag_groups, flag_default)
+    for group, fields in flag_groups().items():
+        assert f"## {HOOKS.GROUP_TITLES.get(group, group)}" in page
+        for f in fields:
+            row = next((line for line in page.splitlines() if f'<a id="{f.name}"></a>`--{f.name}`' in line), None)
+            assert row is not None, f"--{f.name} is not on the flags page"
+            assert HOOKS.cell(f.metadata["help"]) in row and HOOKS.code(flag_default(f)) in row
+
+
+def test_flags_page_says_what_every_flag_reads() -> None:
+    """A flag whose parser the page does not know would show its raw type annotation: name the parser in
+    ``VALUE_KINDS`` (docs/hooks/generated.py) or give the field choices."""
+    unknown = [f.name for fields in flag_groups().values() for f in fields
+               if not f.metadata["choices"] and getattr(f.metadata["parse"], "__name__", "") not in HOOKS.VALUE_KINDS]
+    assert not unknown
+
+
+def test_a_table_cell_keeps_its_text() -> None:
+    assert HOOKS.cell("gym_<gymnasium id> | a*b") == r"gym\_&lt;gymnasium id&gt; \| a\*b"
+    assert HOOKS.code("a|b") == "<code>a&#124;b</code>"
+
+
+def test_other_commands_help_is_captured() -> None:
+    for module in HOOKS.COMMANDS:
+        text = HOOKS.command_help(module)
+        assert text.startswith(("usage: python -m " + module, "Command line for Godot games")), (module, text[:200])
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """``(file, command)`` for every ``python -m ppo_dict.main_ppo`` command in the ``bash`` blocks of README
+    and the pages."""
+    found = []
+    for path in [Path(ROOT) / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = re.sub(r"\s+#.*$", "", " ".join(line.split()))
+                match = re.search(r"python -m ppo_dict\.main_ppo(_godot)? .*", line)
+                if match and "--help" not in line.split():
+                    found.append((path.name, match.group(0)))
+    return found
+
+
+DOC_COMMANDS = doc_commands()
+
+
+def test_the_pages_show_commands() -> None:
+    assert len(DOC_COMMANDS) > 30 and {name for name, _ in DOC_COMMANDS} >= {"README.md", "training.md", "experiments.md"}
+
+
+@pytest.mark.parametrize("where, command", DOC_COMMANDS, ids=[f"{name}:{i}" for i, (name, _) in enumerate(DOC_COMMANDS)])
+def test_documented_command_parses(where: str, command: str) -> None:
+    """Every flag a page shows exists today and reads its value (argparse exits 2 on an unknown one)."""
+    argv = shlex.split(command.replace("$SLURM_ARRAY_TASK_ID", "3"))[3:]
+    argv = argv[: argv.index("&&")] if "&&" in argv else argv  # `main_ppo ... && tensorboard ...`: the first command
+    if "main_ppo_godot" in command:
+        argv = godot_argv(argv)  # main_ppo's flags, as main_ppo_godot hands them on
+    flags = explicit_flags(argv)
+    flags.pop("hyperparams", None)  # the rl-zoo file is read by the run; here only the flags typed
+    Config(**flags)
+
+
+def test_readme_speed_table_is_the_sites() -> None:
+    table = HOOKS.speed_markdown(HOOKS.speed_rows())
+    assert table in (Path(ROOT) / "README.md").read_text(), "README's speed table differs from docs/figures/speed.csv"
+
+
+def test_pages_with_generated_parts_have_their_markers() -> None:
+    parts = HOOKS.generated_parts()
+    assert "<!-- generated: flags -->" in (DOCS / "flags.md").read_text()
+    assert "<!-- generated: commands -->" in (DOCS / "flags.md").read_text()
+    assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
+    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->"}
