@@ -33,12 +33,14 @@ BUFFER_MODULES = ("stable_baselines3.common.buffers", "sb3_contrib.common.maskab
 #: the policy keyword arguments that are config fields of the same name (``activation_fn`` as its name)
 POLICY_FIELDS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                  "full_std", "use_expln")
+#: sb3-contrib's recurrent policies' keyword arguments that are config fields of the same name (the command line's LSTM flags)
+LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
 #: ppo_dict's own settings, keyword-only, with the command line's names and defaults; torch_threads and
 #: update_threads default to the process's torch thread count (sb3 sets none), n_envs to 1 for an env id
 EXTRAS = ("n_envs", "num_workers", "envs_per_worker", "mp_method", "main_steps_envs", "main_envs", "spin_wait_us", "double_buffer",
           "step_timeout", "torch_threads", "update_threads", "env_kwargs", "gym_packages")
-#: sb3's default features extractor of each policy, by the model ppo_dict builds (None: a Dict's CombinedExtractor)
-DEFAULT_EXTRACTORS = {"mlp": "FlattenExtractor", "cnn": "NatureCNN", None: "CombinedExtractor"}
+#: sb3's default features extractor of a policy, by its alias's first word (MlpPolicy, MlpLstmPolicy: FlattenExtractor)
+DEFAULT_EXTRACTORS = {"Mlp": "FlattenExtractor", "Cnn": "NatureCNN", "MultiInput": "CombinedExtractor"}
 
 
 def extras_signature() -> list[inspect.Parameter]:
@@ -54,29 +56,34 @@ def sb3_device(device: Any) -> str:
     return "cuda" if device.type == "cuda" and device.index is None else str(device)
 
 
-def model_of(policy_alias: str, default_model: Optional[str], observation_space: spaces.Space) -> str:
-    """The config's ``model`` for a policy alias: its own, or by the observation for ``MultiInputPolicy``."""
+def model_of(default_model: Optional[str], observation_space: spaces.Space, suffix: str = "") -> str:
+    """The config's ``model`` for a policy: its own, or by the observation for a multi-input policy
+    (``suffix``: ``"_lstm"`` for sb3-contrib's MultiInputLstmPolicy)."""
     if default_model is not None:
         return default_model
-    return "cnn" if contains_image(observation_space) else "mlp"
+    return ("cnn" if contains_image(observation_space) else "mlp") + suffix
 
 
-def policy_problems(alias: str, observation_space: spaces.Space) -> list[str]:
-    """What sb3 refuses of a policy for the observation (its own words where it has them)."""
-    if alias in ("MlpPolicy", "CnnPolicy") and isinstance(observation_space, spaces.Dict):
-        return [f"policy={alias!r}: You must use `MultiInputPolicy` when working with dict observation space, not {alias}"]
-    if alias == "MultiInputPolicy" and not isinstance(observation_space, spaces.Dict):
-        return [f"policy='MultiInputPolicy': takes a Dict observation space, not {observation_space} (use MlpPolicy or CnnPolicy)"]
+def policy_problems(alias: str, observation_space: spaces.Space, multi_input: str) -> list[str]:
+    """What sb3 refuses of a policy for the observation (its own words where it has them);
+    ``multi_input``: the algorithm's policy for Dict observations."""
+    is_dict = isinstance(observation_space, spaces.Dict)
+    if alias != multi_input and is_dict:
+        return [f"policy={alias!r}: You must use `{multi_input}` when working with dict observation space, not {alias}"]
+    if alias == multi_input and not is_dict:
+        others = f"{multi_input.replace('MultiInput', 'Mlp')} or {multi_input.replace('MultiInput', 'Cnn')}"
+        return [f"policy={alias!r}: takes a Dict observation space, not {observation_space} (use {others})"]
     return []
 
 
-def policy_values(policy_kwargs: Optional[dict[str, Any]], model: Optional[str], taken: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """``(config values, problems)`` of sb3's ``policy_kwargs`` for a policy building ``model``;
-    ``taken``: the keyword arguments the algorithm's policies take (MaskablePPO's: no Gaussian ones)."""
+def policy_values(policy_kwargs: Optional[dict[str, Any]], alias: Optional[str], taken: tuple[str, ...],
+                  algorithm: str = "PPO") -> tuple[dict[str, Any], list[str]]:
+    """``(config values, problems)`` of sb3's ``policy_kwargs`` for policy ``alias`` of ``algorithm``;
+    ``taken``: the keyword arguments its policies take (MaskablePPO's: no Gaussian ones; RecurrentPPO's: the LSTM's too)."""
     values: dict[str, Any] = {}
     problems: list[str] = []
     for name, value in dict(policy_kwargs or {}).items():
-        if name in POLICY_FIELDS and name in taken:
+        if name in taken:
             if name == "activation_fn":
                 names = {cls: key for key, cls in ACTIVATION_CLASSES.items()}
                 if value not in names:
@@ -86,17 +93,18 @@ def policy_values(policy_kwargs: Optional[dict[str, Any]], model: Optional[str],
             if name == "net_arch" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
                 value = value[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], unwrapped as sb3 unwraps it
             values[name] = value
-        elif not default_policy_kwarg(name, value, model):
-            why = "MaskablePPO's policies take no such argument" if name in POLICY_FIELDS else "ppo_dict builds sb3's default only"
+        elif not default_policy_kwarg(name, value, alias):
+            why = f"{algorithm}'s policies take no such argument" if name in POLICY_FIELDS + LSTM_FIELDS else "ppo_dict builds sb3's default only"
             problems.append(f"policy_kwargs {name}={value!r}: not supported ({why})")
     return values, problems
 
 
-def default_policy_kwarg(name: str, value: Any, model: Optional[str]) -> bool:
+def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     """Whether a policy keyword argument ppo_dict has no field for asks for what it builds anyway."""
     if name == "features_extractor_class":
-        return getattr(value, "__name__", None) == DEFAULT_EXTRACTORS[model]
-    if name in ("features_extractor_kwargs",):
+        kind = next((k for k in DEFAULT_EXTRACTORS if (alias or "").startswith(k)), None)
+        return kind is not None and getattr(value, "__name__", None) == DEFAULT_EXTRACTORS[kind]
+    if name in ("features_extractor_kwargs", "lstm_kwargs"):
         return value in (None, {})
     if name == "optimizer_class":
         return value is torch.optim.Adam
@@ -107,8 +115,8 @@ def default_policy_kwarg(name: str, value: Any, model: Optional[str]) -> bool:
     return False
 
 
-def unsupported(arguments: dict[str, Any]) -> list[str]:
-    """The sb3 arguments given with a value ppo_dict does not implement, each by name."""
+def unsupported(arguments: dict[str, Any], aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")) -> list[str]:
+    """The sb3 arguments given with a value ppo_dict does not implement, each by name (``aliases``: the algorithm's policies)."""
     def is_default(name: str, value: Any) -> bool:
         saved = SAVED_DEFAULTS.get(name, ())
         sb3s = getattr(value, "__name__", None) in saved and getattr(value, "__module__", None) in BUFFER_MODULES
@@ -118,7 +126,7 @@ def unsupported(arguments: dict[str, Any]) -> list[str]:
                 for name, default in DEFAULT_ONLY.items() if name in arguments and not is_default(name, arguments[name])]
     if not isinstance(arguments.get("policy"), str):
         problems.append(f"policy={arguments.get('policy')!r}: a custom policy class is not supported "
-                        "(MlpPolicy, CnnPolicy and MultiInputPolicy are: ppo_dict builds them itself)")
+                        f"({', '.join(aliases[:-1])} and {aliases[-1]} are: ppo_dict builds them itself)")
     return problems
 
 

@@ -58,7 +58,7 @@ def vec_env_problems(cfg: Config, envs: TrainingEnvs) -> list[str]:
 
 def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], envs: Optional[TrainingEnvs]) -> Config:
     """The run's :class:`Config` (``spec``: the algorithm's table entry); raises one ConfigError listing every problem."""
-    problems = unsupported(arguments)
+    problems = unsupported(arguments, tuple(spec.policies))
     alias = arguments["policy"] if isinstance(arguments["policy"], str) else None
     values, env_problem_list = env_values(envs, extras)
     problems += env_problem_list
@@ -67,9 +67,9 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         problems.append(f"policy={alias!r}: Policy {alias} unknown ({', '.join(spec.policies)})")
     model = None
     if alias in spec.policies:
-        model = spec.policies[alias] if observation_space is None else model_of(alias, spec.policies[alias], observation_space)
-        problems += [] if observation_space is None else policy_problems(alias, observation_space)
-    policy, policy_kwargs_problems = policy_values(arguments.get("policy_kwargs"), model, spec.policy_kwargs)
+        model = spec.policies[alias] if observation_space is None else model_of(spec.policies[alias], observation_space, spec.model_suffix)
+        problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
+    policy, policy_kwargs_problems = policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
     problems += policy_kwargs_problems
     values.update(config_values(arguments, extras, spec.fixed), **policy, **({} if model is None else {"model": model}))
     try:
@@ -79,17 +79,18 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
     problems += cfg.problems()
     if envs is not None and not problems:
         found = env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
-        problems += [in_sb3_words(p, alias) for p in found]
+        problems += [in_sb3_words(p, alias, spec) for p in found]
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
-def in_sb3_words(problem: str, alias: Optional[str]) -> str:
+def in_sb3_words(problem: str, alias: Optional[str], spec: Any) -> str:
     """A problem of the config's ``model`` (the command line's ``--model``) said of sb3's ``policy``."""
-    if problem.startswith("model='mlp': the observation holds images"):
-        return f"policy={alias!r}: the observation holds images; use CnnPolicy (ppo_dict does not flatten images into an MLP)"
-    if problem.startswith("model='cnn': the observation holds no image"):
-        return f"policy={alias!r}: the observation holds no image; use MlpPolicy"
+    mlp, cnn = (f"{kind}{spec.model_suffix}" for kind in ("mlp", "cnn"))
+    by_model = {model: name for name, model in spec.policies.items() if model is not None}
+    if problem.startswith(f"model={mlp!r}: the observation holds images"):
+        return f"policy={alias!r}: the observation holds images; use {by_model[cnn]} (ppo_dict does not flatten images into an MLP)"
+    if problem.startswith(f"model={cnn!r}: the observation holds no image"):
+        return f"policy={alias!r}: the observation holds no image; use {by_model[mlp]}"
     return problem
-

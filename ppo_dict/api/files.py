@@ -148,6 +148,9 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     """A ppo_dict model file or checkpoint, with its config's settings (``kwargs`` override them)."""
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
+    if cfg.recurrent:
+        raise CheckpointError(f"{path}: a recurrent model (model={cfg.model!r}): RecurrentPPO.load does not read recurrent models yet, "
+                              "and PPO's and MaskablePPO's policies have no LSTM")
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
     arguments["policy_kwargs"] = (maskable_ppo_kwargs if cfg.action_masks else sb3_ppo_kwargs)(cfg)["policy_kwargs"]
     alias = "MultiInputPolicy" if state["observation_space"].startswith("Dict(") else "CnnPolicy" if cfg.model == "cnn" else "MlpPolicy"

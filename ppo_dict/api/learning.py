@@ -28,6 +28,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import configure_logger
 
+from ppo_dict.data.recurrent import STATE_NAMES
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class RolloutBufferView:
     def __getattr__(self, name: str) -> np.ndarray:
         if name in ("actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"):
             return getattr(self.storage, name)
+        if name in STATE_NAMES and self.storage.lstm_states is not None:  # RecurrentPPO's, [n_steps, n_layers, n_envs, hidden]
+            return self.storage.lstm_states.rollout(name)
         if name == "action_masks" and self.storage.action_masks is not None:  # MaskablePPO's buffer holds them as float32
             return self.storage.action_masks[: self.storage.n_steps].astype(np.float32)
         raise AttributeError(f"rollout_buffer has no {name!r}")
@@ -117,12 +120,22 @@ class CallbackHooks:
             "new_obs": batch_obs(s.as_policy_input(s.obs_at(t + 1)), space, n), "rewards": s.rewards[t].copy(),
             "dones": s.terminated[t] | s.truncated[t], "infos": self.infos(s.terminated[t] | s.truncated[t]),
         }
-        if self.masks is None:  # PPO: what the envs were given (Box: clipped)
+        if self.masks is None:  # PPO, RecurrentPPO: what the envs were given (Box: clipped)
             values["clipped_actions"] = s.env_actions.copy() if isinstance(algorithm.action_space, spaces.Box) else actions
         else:
             values["action_masks"] = s.action_masks[t].copy() if self.masks else None
             values["use_masking"] = self.masks
+        if self.trainer.collector.states is not None:  # RecurrentPPO's: the states after the step's forward, its episode starts
+            values["lstm_states"], values["episode_starts"] = self.lstm_states(t + 1), torch.tensor(self.trainer.collector.last_dones, dtype=torch.float32)
         return values
+
+    def lstm_states(self, row: int) -> Any:
+        """sb3-contrib's ``RNNStates`` of every env at rollout row ``row``, as copies."""
+        from sb3_contrib.common.recurrent.type_aliases import RNNStates
+
+        store = self.trainer.collector.states
+        groups = [store.at(row, g) for g in range(len(store.groups))]
+        return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(2)) for part in ("pi", "vf")))
 
     def infos(self, dones: np.ndarray) -> list[dict[str, Any]]:
         """The envs' infos as sb3's vec env wrappers return them: a terminal observation normalised
@@ -148,7 +161,7 @@ class CallbackHooks:
     def rollout_end(self) -> None:
         """sb3's end of ``collect_rollouts`` (after GAE): PPO's last ``update_locals``, then ``on_rollout_end()``."""
         self.algorithm._rollout_steps = 0
-        if self.masks is None:
+        if self.masks is None and self.trainer.collector.states is None:  # sb3-contrib's have no last update_locals
             self.callback.update_locals({"values": self.trainer.last_values, "n_steps": self.trainer.storage.n_steps})
         self.callback.on_rollout_end()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -30,16 +30,15 @@ TIMED = ("time/fps", "time/time_elapsed")
 
 def imports(which: str) -> SimpleNamespace:
     """The names a script imports: ``sb3``'s; ``ppo_dict`` for the one import changed (``PPO``,
-    ``MaskablePPO``; sb3's ``make_vec_env`` stays); ``ppo_dict_envs``: ppo_dict's ``make_vec_env`` too."""
-    from sb3_contrib import MaskablePPO
+    ``MaskablePPO``, ``RecurrentPPO``; sb3's ``make_vec_env`` stays); ``ppo_dict_envs``: ppo_dict's ``make_vec_env`` too."""
+    from sb3_contrib import MaskablePPO, RecurrentPPO
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
     if which == "sb3":
-        return SimpleNamespace(PPO=PPO, MaskablePPO=MaskablePPO, make_vec_env=make_vec_env)
-    if which == "ppo_dict":
-        return SimpleNamespace(PPO=ppo_dict.PPO, MaskablePPO=ppo_dict.MaskablePPO, make_vec_env=make_vec_env)
-    return SimpleNamespace(PPO=ppo_dict.PPO, MaskablePPO=ppo_dict.MaskablePPO, make_vec_env=ppo_dict.make_vec_env)
+        return SimpleNamespace(PPO=PPO, MaskablePPO=MaskablePPO, RecurrentPPO=RecurrentPPO, make_vec_env=make_vec_env)
+    algorithms = dict(PPO=ppo_dict.PPO, MaskablePPO=ppo_dict.MaskablePPO, RecurrentPPO=ppo_dict.RecurrentPPO)
+    return SimpleNamespace(**algorithms, make_vec_env=make_vec_env if which == "ppo_dict" else ppo_dict.make_vec_env)
 
 
 class Capture(KVWriter):
@@ -285,14 +284,15 @@ SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
 }
 
 
-def run(name: str, which: str, tmp: str) -> Record:
-    """The record of script ``name`` under import ``which`` (see :func:`imports`), its files in ``tmp``."""
+def run(name: str, which: str, tmp: str, scripts: Optional[dict[str, Callable[[SimpleNamespace, str, Record], None]]] = None) -> Record:
+    """The record of script ``name`` (of ``scripts``, else :data:`SCRIPTS`) under import ``which`` (see
+    :func:`imports`), its files in ``tmp``."""
     import warnings
 
     record = Record()
     os.makedirs(tmp, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        SCRIPTS[name](imports(which), tmp, record)
+        (scripts or SCRIPTS)[name](imports(which), tmp, record)
     torch.set_num_threads(1)
     return record
