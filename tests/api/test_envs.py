@@ -119,7 +119,9 @@ if how != "exit":
 """
 
 
-@pytest.mark.parametrize("how", ["close", "with", "exit"])
+# a fresh interpreter starting worker processes each: 30-50 s on 2 cores; the interpreter's exit, which no
+# script line ends, runs in make test, the other two with the slow tests
+@pytest.mark.parametrize("how", [pytest.param("close", marks=pytest.mark.slow), pytest.param("with", marks=pytest.mark.slow), "exit"])
 def test_no_worker_outlives_its_model(how: str, tmp_path) -> None:
     """Real worker processes end with model.env.close(), with ``with``, and when the interpreter exits
     (a script without a ``__main__`` guard, as sb3's documentation writes them)."""

@@ -16,6 +16,7 @@ import sys
 import warnings
 
 import numpy as np
+import pytest
 import torch
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.env_util import make_vec_env
@@ -91,6 +92,7 @@ def cli(*args: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow  # two runs of the command line in subprocesses: 30-40 s on 2 cores
 def test_a_ppo_dict_checkpoint_continues_as_resume_does(tmp_path) -> None:
     """A run trained with --normalize: the env given is in a VecNormalize, which takes its statistics."""
     from stable_baselines3.common.vec_env import VecNormalize
