@@ -47,6 +47,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_pixels.py
 	$(PYTHON) benchmarks/bench_atari.py
 	$(PYTHON) benchmarks/bench_masked.py
+	$(PYTHON) benchmarks/bench_api.py
 	$(PYTHON) benchmarks/bench_recurrent.py
 
 # Throughput against the worker count (for a many-core machine; bench_scale.py --help splits it into shorter calls).

@@ -38,7 +38,7 @@ from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdat
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.run_plan import dry_run_text, plan_run
+from ppo_dict.run.run_plan import device_notice, dry_run_text, plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
@@ -97,14 +97,6 @@ def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, check
         "checkpoint": checkpoint,
         "metrics": metrics,
     }
-
-
-def device_notice(device: torch.device) -> str:
-    """One line when results on ``device`` will not be bit-exact with sb3 on the CPU ("" on the CPU)."""
-    if device.type == "cpu":
-        return ""
-    return (f"note: training on {device}: results are close to sb3's, not bit-exact (Adam's {device.type} kernels and "
-            "convolution algorithms round differently); --device cpu reproduces sb3 on the CPU bit for bit")
 
 
 def default_run_dir(cfg: Config, root: str = "runs") -> str:

@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: package folder -> the name it is installed under
 PACKAGES = {"ppo_dict": "ppo_dict", "envs": "ppo_dict.envs"}
 #: the layers, bottom first: a module imports modules of its own layer and of the layers below it only.
-#: ``ppo_dict`` itself holds the command lines (``python -m ppo_dict.main_ppo``, ...), the top.
+#: ``ppo_dict.api`` is sb3's Python API (the other face); ``ppo_dict`` itself holds the command lines
+#: (``python -m ppo_dict.main_ppo``, ...), the top.
 LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo", "ppo_dict.interop",
-          "ppo_dict.run", "ppo_dict")
+          "ppo_dict.run", "ppo_dict.api", "ppo_dict")
 
 
 def modules() -> dict[str, Path]:

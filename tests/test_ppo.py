@@ -63,7 +63,7 @@ def test_out_of_bounds_actions_are_clipped_for_the_env_but_stored_unclipped() ->
 
 def test_device_auto_keeps_mlp_policies_on_the_cpu_and_sends_image_policies_to_a_gpu() -> None:
     from ppo_dict.algo.model import resolve_device
-    from ppo_dict.main_ppo import device_notice
+    from ppo_dict.run.run_plan import device_notice
 
     assert resolve_device("auto", images=False, cuda_available=True) == torch.device("cpu")  # bit-exact with sb3
     assert resolve_device("auto", images=True, cuda_available=True) == torch.device("cuda")

@@ -186,3 +186,20 @@ def test_readme_command(command: Command, work: Path) -> None:
     if command.shell.startswith(TRAINERS) or command.shell == "make train":
         summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
         assert summary["env_steps"] > 0 and summary["interrupted"] is False
+
+
+#: README's Python block cut short as its commands are: one short rollout, one evaluation episode
+PYTHON_CUT = {"n_steps=1024": "n_steps=64", "total_timesteps=50_000": "total_timesteps=64", "n_eval_episodes=10": "n_eval_episodes=1"}
+
+
+def test_readme_python_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's Python block (sb3's API with the import changed) runs as written, cut short, in a folder of its own."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) == 1 and "from ppo_dict import PPO" in blocks[0]
+    code = blocks[0]
+    for written, cut in PYTHON_CUT.items():
+        assert written in code, written
+        code = code.replace(written, cut)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, str(README), "exec"), {"__name__": "readme"})
+    assert (tmp_path / "ppo_pendulum.zip").exists()

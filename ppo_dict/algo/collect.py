@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -69,11 +69,24 @@ class Timing:
 TIMING_KEYS = tuple(Timing().logs(1))
 
 
+class RolloutHooks(Protocol):
+    """What sb3's callbacks see of a rollout (``ppo_dict.api``): ``rollout_start()`` after the
+    rollout's exploration noise is drawn, ``step(t)`` after every env has stepped rollout step
+    ``t`` and the normaliser has seen it, before the episode statistics, the time-limit bootstrap
+    and the episode starts (sb3 ``collect_rollouts``' ``callback.on_step()``); False stops the rollout."""
+
+    def rollout_start(self) -> None: ...
+
+    def step(self, t: int) -> bool: ...
+
+
 class Collector:
     """Steps ``pool``'s envs into its storage with ``policy``; sb3's bookkeeping on the way.
 
     Keeps what crosses rollouts: the last step's episode ends (sb3's ``_last_episode_starts``) and
-    the episode statistics behind ``rollout/*`` (``episodes``, shared with PPO).
+    the episode statistics behind ``rollout/*`` (``episodes``, shared with PPO). ``hooks``: sb3's
+    callbacks (None: nothing is asked per step); ``stopped``: the rollout step at which they
+    stopped the last rollout, else None.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
@@ -105,11 +118,15 @@ class Collector:
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
+        self.hooks: Optional[RolloutHooks] = None
+        self.stopped: Optional[int] = None
 
     # ------------------------------------------------------------------ a rollout
-    def reset(self, seed: Optional[int]) -> None:
-        """First reset of every env (env i with ``seed + i``) and of the normaliser."""
-        self.pool.reset(seed)
+    def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """First reset of every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``),
+        of the normaliser and of the LSTM states."""
+        self.last_dones = np.ones(self.n_envs, dtype=bool)
+        self.pool.reset(seed, options)
         if self.states is not None:
             self.states.reset()
         if self.normalizer is not None:
@@ -123,14 +140,14 @@ class Collector:
         for step in self.policy_steps.values():
             step.refresh()
         self.policy.explore(self.n_envs)  # sb3 collect_rollouts: gSDE's new exploration matrices before the first step
-        if len(self.halves) == 1:
-            self._collect_exact()
-        else:
-            self._collect_double_buffered()
-        self.timing.steps += self.storage.n_steps
-        return self.storage.n_steps * self.n_envs
+        self.stopped = None
+        if self.hooks is not None:
+            self.hooks.rollout_start()
+        steps = self._collect_exact() if len(self.halves) == 1 else self._collect_double_buffered()
+        self.timing.steps += steps
+        return steps * self.n_envs
 
-    def _collect_exact(self) -> None:
+    def _collect_exact(self) -> int:
         everything, timing, clock = self.halves[0], self.timing, time.perf_counter
         for t in range(self.storage.n_steps):
             started = clock()
@@ -138,11 +155,15 @@ class Collector:
             acted = clock()
             self.pool.step(t)
             stepped = clock()
-            self._after_env_step(t, everything)
+            going = self._after_env_step(t, everything)
             timing.policy, timing.envs, timing.bookkeeping = timing.policy + acted - started, timing.envs + stepped - acted, timing.bookkeeping + clock() - stepped
+            if not going:
+                return t + 1
+        return self.storage.n_steps
 
-    def _collect_double_buffered(self) -> None:
-        """Half A steps while half B's actions are sampled, then the other way round."""
+    def _collect_double_buffered(self) -> int:
+        """Half A steps while half B's actions are sampled, then the other way round (the hooks'
+        step comes after half B's bookkeeping; a stop waits for half A's step in flight)."""
         a, b = self.halves
         timing, clock, n_steps = self.timing, time.perf_counter, self.storage.n_steps
         self._act(0, a)
@@ -163,10 +184,15 @@ class Collector:
             if t + 1 < n_steps:
                 self.pool.step_async(t + 1, a)
             sent_a = clock()
-            self._after_env_step(t, b)
+            going = self._after_env_step(t, b)
             timing.policy += acted_b - mark + acted_a - booked_a
             timing.envs += sent_b - acted_b + sent_a - acted_a
             timing.bookkeeping += booked_a - sent_b + clock() - sent_a
+            if not going:
+                if t + 1 < n_steps:
+                    self.pool.step_wait()
+                return t + 1
+        return n_steps
 
     # ------------------------------------------------------------------ one step of some envs
     def _act(self, t: int, columns: range) -> None:
@@ -197,14 +223,14 @@ class Collector:
             s.actions[t, span], s.values[t, span], s.log_probs[t, span] = (buffer.numpy() for buffer in host)
         self.to_env(s.actions[t, span], out=self.env_actions[span])  # Box: clipped to the bounds, as sb3
 
-    def _after_env_step(self, t: int, columns: range) -> None:
+    def _after_env_step(self, t: int, columns: range) -> bool:
         """What sb3 does between ``env.step`` and ``rollout_buffer.add``, for the envs in ``columns``:
-        episode statistics, normalisation (sb3's VecNormalize sits in the vec env), the time-limit
-        bootstrap."""
+        normalisation (sb3's VecNormalize sits in the vec env), the hooks' step (sb3's
+        ``callback.on_step()``, once every env has stepped: False ends the rollout here, as it does
+        sb3's), episode statistics, the time-limit bootstrap."""
         s, span = self.storage, slice(columns.start, columns.stop)
         dones = s.terminated[t, span] | s.truncated[t, span]
         self._check_finite(t, columns, dones)
-        self.episodes.read(s, np.flatnonzero(dones) + columns.start)
         s.rewards[t, span] = s.env_rewards[t, span]
         if self.normalizer is not None:
             done_rows = np.flatnonzero(dones) + columns.start
@@ -214,9 +240,14 @@ class Collector:
             self._write_obs(t + 1, span, obs)
             for key, values in terminal.items():
                 s.terminal_obs[key][done_rows] = values
+        if self.hooks is not None and columns.stop == self.n_envs and not self.hooks.step(t):
+            self.stopped = t
+            return False
+        self.episodes.read(s, np.flatnonzero(dones) + columns.start)
         self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
         s.episode_starts[t, span] = self.last_dones[span]
         self.last_dones[span] = dones
+        return True
 
     def _write_obs(self, t: int, span: slice, normalized: dict[str, np.ndarray]) -> None:
         for key, values in normalized.items():

@@ -35,10 +35,21 @@ class RunningMeanStd:
         self.count = batch_count + self.count
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean.copy(), "var": self.var.copy(), "count": float(self.count)}
+        return rms_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mean, self.var, self.count = np.array(state["mean"]), np.array(state["var"]), float(state["count"])
+        load_rms(self, state)
+
+
+def rms_state(rms: Any) -> dict[str, Any]:
+    """The statistics of a running mean/std, this module's or sb3's (``ppo_dict.PPO`` keeps a
+    ``VecNormalize``'s own objects): copies of ``mean``, ``var`` and ``count``."""
+    return {"mean": rms.mean.copy(), "var": rms.var.copy(), "count": float(rms.count)}
+
+
+def load_rms(rms: Any, state: dict[str, Any]) -> None:
+    """Put :func:`rms_state`'s values into ``rms``, in place (the object stays the one shared)."""
+    rms.mean, rms.var, rms.count = np.array(state["mean"]), np.array(state["var"]), float(state["count"])
 
 
 class Normalizer:
@@ -121,13 +132,13 @@ class Normalizer:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "obs_rms": {key: rms.state_dict() for key, rms in self.obs_rms.items()},
-            "ret_rms": self.ret_rms.state_dict(),
+            "obs_rms": {key: rms_state(rms) for key, rms in self.obs_rms.items()},
+            "ret_rms": rms_state(self.ret_rms),
             "returns": self.returns.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, rms in self.obs_rms.items():
-            rms.load_state_dict(state["obs_rms"][key])
-        self.ret_rms.load_state_dict(state["ret_rms"])
+            load_rms(rms, state["obs_rms"][key])
+        load_rms(self.ret_rms, state["ret_rms"])
         self.returns = np.array(state["returns"])

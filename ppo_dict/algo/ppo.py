@@ -65,6 +65,8 @@ class PPO:
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         self.update = recurrent_update if cfg.recurrent else ppo_update  # sb3-contrib's sequence minibatches, or sb3's
         self._envs_started = False
+        self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
+        self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
 
     @property
     def model(self) -> Model:
@@ -85,21 +87,28 @@ class PPO:
         should_stop: Callable[[], bool] = lambda: False,
         after_update: Optional[Callable[["PPO"], None]] = None,
         on_rollout: Optional[Callable[["PPO"], None]] = None,
+        log_interval: Optional[int] = -1,
     ) -> "PPO":
         """Train until ``total_timesteps`` env steps (sb3 ``OnPolicyAlgorithm.learn``).
 
         ``on_rollout(self)`` sees each finished rollout in storage (after GAE, before the update);
         ``after_update(self)`` runs after each update (progress, evaluation, checkpoints); both
         must leave the RNG streams as they found them. ``should_stop`` is asked next; True ends
-        training there (Ctrl-C). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
+        training there (Ctrl-C). A rollout the collector's hooks stop ends training at once (sb3's
+        callbacks). A resumed model continues its counters (sb3's ``reset_num_timesteps=False``).
+        ``log_interval``: dump the logs every this many rollouts (-1: ``cfg.log_interval``; None: never).
         """
-        total = total_timesteps or self.cfg.total_timesteps
+        total = self.cfg.total_timesteps if total_timesteps is None else total_timesteps
+        log_interval = self.cfg.log_interval if log_interval == -1 else log_interval
         self.start_envs()
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
         self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
             started = time.perf_counter()
             self.collect_rollout()  # n_steps of every env; time-limit truncations bootstrapped on the way
+            if self.collector.stopped is not None:  # as sb3: no GAE, no update; the next rollout starts from obs[t]
+                self.storage.carry_over(self.collector.stopped)
+                break
             self.compute_advantages()  # V(last obs), then GAE in float32 as sb3
             self.timing.rollout += time.perf_counter() - started
             self.iteration += 1
@@ -107,7 +116,7 @@ class PPO:
                 on_rollout(self)
             # After the rollout: the first update uses 1 - n_steps*n_envs/total, never 1.0.
             progress_remaining = 1.0 - float(self.num_timesteps) / float(total)
-            if self.iteration % self.cfg.log_interval == 0:
+            if log_interval is not None and self.iteration % log_interval == 0:
                 self._record_rollout_logs()
                 self.logger.dump(step=self.num_timesteps)
             started = time.perf_counter()
@@ -124,8 +133,13 @@ class PPO:
     def start_envs(self) -> None:
         """First reset of every env (env i with ``env_seed + i``) and of the normaliser; idempotent."""
         if not self._envs_started:
-            self.collector.reset(self.env_seed)
-            self._envs_started = True
+            self.reset_envs(self.env_seed)
+
+    def reset_envs(self, seed: Any, options: Optional[list[dict[str, Any]]] = None) -> None:
+        """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
+        normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``)."""
+        self.collector.reset(seed, options)
+        self._envs_started = True
 
     def collect_rollout(self) -> None:
         """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).
@@ -138,7 +152,7 @@ class PPO:
     def compute_advantages(self) -> None:
         """``V(obs[n_steps])`` and GAE over the stored rollout (sb3 ``compute_returns_and_advantage``)."""
         s = self.storage
-        last_values = self.collector.last_values()
+        last_values = self.last_values = self.collector.last_values()
         s.advantages[...], s.returns[...] = compute_gae(
             s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self.collector.last_dones,
             self.cfg.gamma, self.cfg.gae_lambda,
@@ -205,7 +219,8 @@ class PPO:
         self.logger.record("time/fps", int((self.num_timesteps - self._start_steps) / time_elapsed))
         self.logger.record("time/time_elapsed", int(time_elapsed))
         self.logger.record("time/total_timesteps", self.num_timesteps)
-        self.logger.record_many(self.timing.logs(self.n_envs))
+        if self.timing_logs:
+            self.logger.record_many(self.timing.logs(self.n_envs))
 
     @property
     def ep_rew_mean(self) -> float:

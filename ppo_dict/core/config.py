@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
@@ -44,8 +44,11 @@ def default_num_workers(n_envs: int) -> int:
     return max(d for d in range(1, min(n_envs, physical_cores()) + 1) if n_envs % d == 0)
 
 
-def schedule_start(value: Union[float, str]) -> float:
-    """The value a ``lin_<x>`` schedule starts from (a constant is its own start)."""
+def schedule_start(value: Union[float, str, Callable[[float], float]]) -> float:
+    """The value a schedule starts from: ``lin_<x>``'s x, a function's value at progress 1 (where sb3
+    builds Adam with it), a constant itself."""
+    if callable(value):
+        return float(value(1.0))
     return float(value[4:]) if isinstance(value, str) else float(value)
 
 
@@ -98,15 +101,15 @@ class Config:
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
-    learning_rate: Union[float, str] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
+    learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
     n_steps: Optional[int] = _opt(None, "steps per env per rollout (None: 2048, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
     batch_size: Optional[int] = _opt(None, "minibatch size in transitions (None: 64, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
     num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", none_or(int), "ppo")
     n_epochs: int = _opt(10, "epochs over the rollout per update", int, "ppo", range=(1, inf))
     gamma: float = _opt(0.99, "discount factor", float, "ppo", range=(0.0, 1.0))
     gae_lambda: float = _opt(0.95, "GAE lambda", float, "ppo", range=(0.0, 1.0))
-    clip_range: Union[float, str] = _opt(0.2, "PPO clip range, or lin_<initial>", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
-    clip_range_vf: Optional[Union[float, str]] = _opt(None, "value clip range, or lin_<initial> (None: no value clipping)", none_or(parse_schedule), "ppo", range=(0.0, inf, True, True), measure=schedule_start)
+    clip_range: Union[float, str, Callable[[float], float]] = _opt(0.2, "PPO clip range, or lin_<initial>", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
+    clip_range_vf: Optional[Union[float, str, Callable[[float], float]]] = _opt(None, "value clip range, or lin_<initial> (None: no value clipping)", none_or(parse_schedule), "ppo", range=(0.0, inf, True, True), measure=schedule_start)
     normalize_advantage: bool = _opt(True, "normalise advantages per minibatch", parse_bool, "ppo")
     ent_coef: float = _opt(0.0, "entropy coefficient", float, "ppo", range=(0.0, inf, False, True))
     vf_coef: float = _opt(0.5, "value loss coefficient", float, "ppo", range=(0.0, inf, False, True))
@@ -126,7 +129,7 @@ class Config:
     norm_epsilon: float = _opt(1e-8, "VecNormalize epsilon", float, "normalize", range=(0.0, inf, True, True))
 
     # Worker processes
-    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs)", none_or(int), "workers", range=(0, inf))
+    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs; 0 where that is 1)", none_or(int), "workers", range=(0, inf))
     envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", none_or(int), "workers", range=(1, inf))
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers", choices=MP_METHODS)
     main_steps_envs: bool = _opt(True, "the main process steps some envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
@@ -213,7 +216,9 @@ class Config:
         """``(n_envs, num_workers, envs_per_worker)``; num_workers 0 means in-process.
 
         Unset values are derived: W defaults to the largest divisor of n_envs not above the
-        physical core count; n_envs defaults to W x E (or 1). :meth:`problems` reports values
+        physical core count, and to 0 (every env in this process) where that is 1 and the main
+        process may step envs: it would only wait for that one worker (Pendulum, 1 env: 2.1x the
+        rollout speed in-process); n_envs defaults to W x E (or 1). :meth:`problems` reports values
         that disagree (``n_envs != W x E``).
         """
         n, w, e = self.n_envs, self.num_workers, self.envs_per_worker
@@ -223,6 +228,8 @@ class Config:
             if n is None and e is None:
                 n = 1
             w = physical_cores() if n is None else default_num_workers(n)
+            if w == 1 and self.main_steps_envs and not self.double_buffer:
+                return (n or e or 1), 0, 0
         if n is None:
             n = w * (e or 1)
         if e is None:

@@ -33,10 +33,10 @@ def read_value(f: dataclasses.Field, value: Any) -> Any:
     """``value`` read by field ``f``'s parser, as the command line reads its text.
 
     Numbers and other scalars are read from their text (``Config(seed=3.7)`` is refused, as
-    ``--seed 3.7`` is); lists, tuples and dicts go to the parser as they are.
+    ``--seed 3.7`` is); lists, tuples, dicts and functions (a schedule given from Python) go to the parser as they are.
     """
     parse = f.metadata["parse"]
-    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, str):
+    if isinstance(value, (list, tuple, dict)) or value is None or isinstance(value, str) or callable(value):
         return parse(value)
     if isinstance(value, bool) and not reads_bool(parse):
         raise TypeError(f"expected {getattr(parse, '__name__', 'a value')}, got a boolean")

@@ -34,8 +34,11 @@ def none_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_optional
 
 
-def parse_schedule(text: Union[str, float]) -> Union[float, str]:
-    """A float, or rl-zoo's ``lin_<initial>`` linear schedule (kept as its string)."""
+def parse_schedule(text: Union[str, float, Callable[[float], float]]) -> Union[float, str, Callable[[float], float]]:
+    """A float, rl-zoo's ``lin_<initial>`` linear schedule (kept as its string), or a function of the
+    remaining progress (sb3's schedules, given from Python: kept as it is)."""
+    if callable(text):
+        return text
     if isinstance(text, (int, float)):
         return float(text)
     text = str(text).strip()
@@ -48,8 +51,11 @@ def parse_schedule(text: Union[str, float]) -> Union[float, str]:
     return float(text)
 
 
-def make_schedule(value: Union[float, str]) -> Callable[[float], float]:
-    """``progress_remaining -> value``: rl-zoo's ``linear_schedule`` for ``lin_<x>``, else a constant."""
+def make_schedule(value: Union[float, str, Callable[[float], float]]) -> Callable[[float], float]:
+    """``progress_remaining -> value``: rl-zoo's ``linear_schedule`` for ``lin_<x>``, a function's
+    value as a float (sb3's ``FloatSchedule``), else a constant."""
+    if callable(value):
+        return lambda progress_remaining: float(value(progress_remaining))
     if isinstance(value, str):
         initial = float(value[len("lin_") :])
         return lambda progress_remaining: progress_remaining * initial

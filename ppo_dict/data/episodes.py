@@ -30,9 +30,10 @@ import torch
 
 from ppo_dict.envs.monitor import EPISODE, is_monitored
 
-#: the columns of the episode arrays: Monitor's return and length, sb3's success flag; the info keywords follow
-RETURN, LENGTH, SUCCESS = 0, 1, 2
-BUILT_IN = 3
+#: the columns of the episode arrays: Monitor's return and length, sb3's success flag, Monitor's own
+#: episode time where its info["episode"] gave one (``t``: seconds since the Monitor was built); the info keywords follow
+RETURN, LENGTH, SUCCESS, TIME = 0, 1, 2, 3
+BUILT_IN = 4
 #: the info key sb3's ``_update_info_buffer`` reads at an episode end
 SUCCESS_KEY = "is_success"
 #: sb3's ``stats_window_size``: the episodes behind ``rollout/*``
@@ -113,6 +114,7 @@ class EpisodeBook:
         (None: a backend without infos). sb3 records the success flag at every episode end, a lost
         life's included; Monitor records return, length and the info keywords at the ends it sees."""
         values, kinds = self.rows[j]
+        kinds[TIME] = ABSENT
         if not self.monitored[j]:
             ended = True
             values[RETURN] = round(self.returns[j], 6) if self.rounded else self.returns[j]
@@ -122,6 +124,8 @@ class EpisodeBook:
             ended = episode is not None
             if ended:
                 values[RETURN], values[LENGTH] = float(episode["r"]), float(episode["l"])
+                if "t" in episode:
+                    values[TIME], kinds[TIME] = encode(episode["t"], "info['episode']['t']")
         kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
         success = None if info is None else info.get(SUCCESS_KEY)
         if success is None:
@@ -145,12 +149,15 @@ class EpisodeBook:
 
 def read_row(values: np.ndarray, kinds: np.ndarray, info_keywords: Sequence[str]) -> tuple[Optional[dict[str, Any]], Any]:
     """``(episode, success)`` from one env's row: sb3's ``info["episode"]`` as Monitor makes it
-    (``{"r": float, "l": int, key: value...}``; None where no return was recorded) and its
+    (``{"r": float, "l": int, "t": float, key: value...}``, ``t`` where the env's Monitor gave it;
+    None where no return was recorded) and its
     ``info["is_success"]`` (None where the info had none)."""
     values, kinds = values.tolist(), kinds.tolist()
     episode = None
     if kinds[RETURN]:
         episode = {"r": decode(values[RETURN], kinds[RETURN]), "l": decode(values[LENGTH], kinds[LENGTH])}
+        if kinds[TIME]:
+            episode["t"] = decode(values[TIME], kinds[TIME])
         for column, key in enumerate(info_keywords, BUILT_IN):
             episode[key] = decode(values[column], kinds[column])
     return episode, decode(values[SUCCESS], kinds[SUCCESS])

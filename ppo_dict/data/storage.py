@@ -272,15 +272,21 @@ class RolloutStorage:
                 obs[key] = one.reshape((-1, *one.shape))
         return obs if self.is_dict_obs else obs[OBS_KEY]
 
-    def carry_over(self) -> None:
-        """Start the next rollout from the last observation of this one (both stages)."""
+    def carry_over(self, row: Optional[int] = None) -> None:
+        """Start the next rollout from the last observation of this one (both stages), or from ``row``'s
+        (a rollout stopped after its step ``row``: sb3 keeps ``_last_obs`` from before that step)."""
+        row = self.n_steps if row is None else row
         for arrays in (self.env_obs, self.obs):
             for arr in arrays.values():
-                arr[0] = arr[self.n_steps]
+                arr[0] = arr[row]
         if self.action_masks is not None:
-            self.action_masks[0] = self.action_masks[self.n_steps]
+            self.action_masks[0] = self.action_masks[row]
         if self.lstm_states is not None:
-            self.lstm_states.carry_over()
+            states = self.lstm_states
+            if row != self.n_steps:  # sb3-contrib keeps _last_lstm_states from before the stopped step too
+                for group in range(len(states.groups)):
+                    states.write(self.n_steps, states.at(row, group), group)
+            states.carry_over()
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:

@@ -33,6 +33,15 @@ class RunPlan:
         return make_env_pool(self.cfg, self.backend)
 
 
+def device_notice(device: torch.device, how: str = "--device cpu") -> str:
+    """One line when results on ``device`` will not be bit-exact with sb3 on the CPU ("" on the CPU);
+    ``how``: what the user types to stay on the CPU."""
+    if device.type == "cpu":
+        return ""
+    return (f"note: training on {device}: results are close to sb3's, not bit-exact (Adam's {device.type} kernels and "
+            f"convolution algorithms round differently); {how} reproduces sb3 on the CPU bit for bit")
+
+
 def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     """Work the run out once: check ``cfg`` (:meth:`Config.check`), its env recipe, the backend
     (``backend``: as ``checks.validate`` probed it; probed here when not given), the device

@@ -15,7 +15,7 @@ Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.core.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, Union
 
 from gymnasium import spaces
 
@@ -32,21 +32,33 @@ if TYPE_CHECKING:
 
 
 class EnvPool(Protocol):
-    """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``."""
+    """What PPO needs from the envs: they read ``storage.env_actions`` and write into ``storage``.
+
+    sb3's API (``PoolVecEnv``, callbacks) also reads ``infos`` and ``reset_infos`` (each env's last
+    sb3 infos, kept while ``record_infos(True)``) and calls ``call`` (``get_attr``, ``env_method``...).
+    """
 
     backend: EnvBackend
     num_envs: int
     observation_space: spaces.Space
     action_space: spaces.Space
     storage: RolloutStorage
+    infos: list[dict[str, Any]]
+    reset_infos: list[dict[str, Any]]
 
-    def reset(self, seed: Optional[int]) -> None: ...  # writes env_obs[0]; env i reset with seed + i
+    # writes env_obs[0]; env i reset with seed + i (or seed[i] for a list), with options[i]
+    def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None: ...
 
-    def step(self, t: int) -> None: ...  # writes env_obs[t+1], env_rewards[t], terminated[t], truncated[t]
+    # writes env_obs[t+1], env_rewards[t], terminated[t], truncated[t] (rollout False: not a rollout's step t)
+    def step(self, t: int, rollout: bool = True) -> None: ...
 
-    def step_async(self, t: int, columns: range) -> None: ...  # starts step t of the envs in columns
+    def step_async(self, t: int, columns: range, rollout: bool = True) -> None: ...  # starts step t of the envs in columns
 
     def step_wait(self) -> None: ...  # waits for them
+
+    def record_infos(self, on: bool) -> None: ...
+
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]: ...
 
     def close(self) -> None: ...
 

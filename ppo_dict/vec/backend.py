@@ -65,13 +65,18 @@ class SpecFactory:
 
 def probe_spaces(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, spaces.Space, Optional[str]]:
     """Build one env in this process to read its spaces: ``(observation_space, action_space, env id or None)``."""
+    return probe(make, what)[:3]
+
+
+def probe(make: Callable[[], gym.Env], what: str) -> tuple[spaces.Space, spaces.Space, Optional[str], Optional[str]]:
+    """:func:`probe_spaces` and the env's ``render_mode``."""
     try:
         env = make()
     except Exception as exc:
         exc.add_note(f"while building one {what} in the main process to read its spaces (before any worker started)")
         raise
     try:
-        return env.observation_space, env.action_space, getattr(env.spec, "id", None)
+        return env.observation_space, env.action_space, getattr(env.spec, "id", None), getattr(env, "render_mode", None)
     finally:
         env.close()
 
@@ -81,6 +86,12 @@ class GymBackend:
     """Gymnasium envs, built by ``factory(env index)`` and stepped by :class:`GymRunner`.
 
     ``record_infos``: runners also keep sb3's infos (``ShmVecEnv`` hands them to sb3).
+    ``episodes_from_infos``: an episode's return and length are ``info["episode"]``'s (sb3's
+    ``Monitor``) and none is recorded without one, as sb3's ``_update_info_buffer`` reads them
+    (``ppo_dict.PPO``'s envs); else the runner counts them itself, as Monitor would.
+    ``needs_main``: the workers import the main module (spawn's and forkserver's way, for what it
+    defines); False where ``factory`` pickles all it needs by value (``ppo_dict.PPO``'s envs: a
+    script without a ``__main__`` guard must not start itself again in every worker).
     """
 
     factory: EnvFactory
@@ -91,6 +102,8 @@ class GymBackend:
     makes_gym_envs: bool = True
     unit: int = 1
     info_keywords: tuple[str, ...] = ()
+    episodes_from_infos: bool = False
+    needs_main: bool = True
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GymBackend":
@@ -99,7 +112,7 @@ class GymBackend:
         return cls(SpecFactory(spec), observation_space, action_space, spec.label)
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
-        return GymRunner(self.factory, block, storage, record_infos=self.record_infos)
+        return GymRunner(self.factory, block, storage, record_infos=self.record_infos, episodes_from_infos=self.episodes_from_infos)
 
     def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GymBackend":
         return self

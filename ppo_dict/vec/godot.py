@@ -41,8 +41,11 @@ class GodotRunner:
 
     Attributes:
         games, block, storage; n_agents: agents per game; active: ``(global env index, call)``
-            of the call in progress or last made (the game's first column).
+            of the call in progress or last made (the game's first column); record_infos: ignored
+            (there are no infos to record).
     """
+
+    record_infos = False
 
     def __init__(self, spec: EnvSpec, block: Sequence[int], storage: RolloutStorage):
         self.spec, self.block, self.storage = spec, list(block), storage

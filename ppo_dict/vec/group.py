@@ -10,6 +10,7 @@ SIGKILLed process group in /dev/shm.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -17,9 +18,10 @@ import multiprocessing
 import multiprocessing.connection
 import select
 import signal
+import sys
 import time
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
@@ -68,6 +70,24 @@ def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
             p.close()
     for channel in channels:
         channel.close()
+
+
+@contextlib.contextmanager
+def main_not_rerun() -> Iterator[None]:
+    """Workers started inside do not run the main module again (spawn and forkserver children import
+    it by path or name, to unpickle what it defines): for backends whose workers need nothing from
+    it (their env recipes pickled by value), so that a script without ``if __name__ == "__main__":``
+    (sb3's documentation's, whose DummyVecEnv starts no process) does not start itself again."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
+        if "__spec__" not in saved:
+            del main.__spec__
 
 
 def default_spin(processes: int) -> float:
@@ -192,23 +212,25 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin))
+            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin),
+                        rerun_main=getattr(backend, "needs_main", True))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
             self.close(grace=0.2)
             raise
 
-    def _start(self, ctx: Any, mp_method: str, args_of: Any) -> None:
-        """Start every worker, and watch each one's pipe and process sentinel. A worker that cannot be
-        started is a :class:`WorkerStartError` (the caller stops those already started)."""
+    def _start(self, ctx: Any, mp_method: str, args_of: Any, rerun_main: bool = True) -> None:
+        """Start every worker (``rerun_main``: see :func:`main_not_rerun`), and watch each one's pipe and process
+        sentinel. A worker that cannot be started is a :class:`WorkerStartError` (the caller stops those already started)."""
         for w in range(self.num_workers):
             child_conn = None
             try:
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
                 self._channels.append(Channel(parent_conn))
-                proc.start()
+                with contextlib.nullcontext() if rerun_main else main_not_rerun():
+                    proc.start()
             except Exception as exc:  # OSError (EAGAIN, ENOMEM, EMFILE), or the forkserver's EOF / broken pipe
                 if child_conn is not None:
                     child_conn.close()

@@ -1,11 +1,11 @@
 """Every env column stepped in the calling process, in env order (sb3 ``DummyVecEnv``): ``--num_workers 0``."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.runner import env_seeds
+from ppo_dict.vec.runner import Seeds, env_seeds
 from ppo_dict.vec.shm_pool import call_in_main, open_in_main, split_halves
 from ppo_dict.vec.watchdog import Owner
 
@@ -13,7 +13,8 @@ from ppo_dict.vec.watchdog import Owner
 class InProcessEnvPool:
     """``n_envs`` env columns of ``backend`` in one runner, in this process.
 
-    Attributes: backend, num_envs, observation_space, action_space, storage (ordinary memory), runner.
+    Attributes: backend, num_envs, observation_space, action_space, storage (ordinary memory), runner;
+    infos, reset_infos: each env's last sb3 infos while :meth:`record_infos` is on.
     An env that raises gives :class:`EnvWorkerError` and one that hangs for ``step_timeout`` seconds
     :class:`EnvTimeoutError` (where ``ppo_dict.vec.watchdog`` runs), as the worker pool's envs do.
     """
@@ -35,19 +36,41 @@ class InProcessEnvPool:
         self.closed = False
         self.halves = split_halves(n_envs, backend.unit)
         self.step_timeout = step_timeout
+        self.infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
+        self.reset_infos: list[dict[str, Any]] = [{} for _ in range(n_envs)]
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
+    def reset(self, seed: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """Reset env i with ``seed + i`` (no seed for ``None``; a list: each env's seed), ``options[i]``
+        when given, and write ``env_obs[0]``."""
         seeds = env_seeds(seed, self.num_envs)
-        call_in_main(self._owner, "reset", lambda: self.runner.reset(seeds), seeds, self.step_timeout, self._fail)
+        result = call_in_main(self._owner, "reset", lambda: self.runner.reset(seeds, options), seeds, self.step_timeout, self._fail)
+        if result is not None:
+            self.reset_infos = list(result)
 
-    def step(self, t: int) -> None:
-        """Step every env with ``storage.env_actions``; results land in storage at step t."""
-        call_in_main(self._owner, "step", lambda: self.runner.step(t), t, self.step_timeout, self._fail)
+    def step(self, t: int, rollout: bool = True) -> None:
+        """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
+        errors name t as the rollout step; False for a vec env's step)."""
+        result = call_in_main(self._owner, "step", lambda: self.runner.step(t), t if rollout else None, self.step_timeout, self._fail)
+        if result is not None:
+            self.infos, self.reset_infos = list(result[0]), list(result[1])
 
-    def step_async(self, t: int, columns: range) -> None:
+    def record_infos(self, on: bool) -> None:
+        """Whether steps and resets keep sb3's infos in :attr:`infos` and :attr:`reset_infos` (they cost a dict per env step)."""
+        self.runner.record_infos = on
+
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
+        """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``, in their order."""
+        return self.runner.call(kind, list(indices), name, args, kwargs or {})
+
+    @property
+    def pids(self) -> list[int]:
+        return []
+
+    def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Step the envs in ``columns`` (here, at once: there is no other process to wait for)."""
-        call_in_main(self._owner, "step", lambda: self.runner.step(t, columns), t, self.step_timeout, self._fail)
+        result = call_in_main(self._owner, "step", lambda: self.runner.step(t, columns), t if rollout else None, self.step_timeout, self._fail)
+        if result is not None:
+            self.infos, self.reset_infos = list(result[0]), list(result[1])
 
     def step_wait(self) -> None:
         """Nothing to wait for: :meth:`step_async` stepped its envs already."""

@@ -24,8 +24,13 @@ from ppo_dict.vec.watchdog import WATCHDOG
 Seeds = Sequence[Optional[int]]
 
 
-def env_seeds(seed: Optional[int], n_envs: int) -> list[Optional[int]]:
-    """sb3 ``VecEnv.seed``: env i is first reset with ``seed + i`` (all ``None`` for no seed)."""
+def env_seeds(seed: Union[None, int, Sequence[Optional[int]]], n_envs: int) -> list[Optional[int]]:
+    """sb3 ``VecEnv.seed``: env i is first reset with ``seed + i`` (all ``None`` for no seed); a
+    sequence is each env's seed already (a vec env's pending ``_seeds``)."""
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != n_envs:
+            raise ValueError(f"{len(seed)} seeds for {n_envs} envs")
+        return list(seed)
     return [None if seed is None else seed + i for i in range(n_envs)]
 
 
@@ -45,13 +50,14 @@ class Runner(Protocol):
     observations and the episode statistics (through an :class:`~ppo_dict.data.episodes.EpisodeBook`:
     none but the success flag where the episode ended only for training, beneath which the env's
     own goes on: a lost Atari life). Both return what the caller asked the runner to
-    record besides the arrays (``GymRunner(record_infos=True)``: sb3's infos), else None.
+    record besides the arrays (``record_infos``: sb3's infos, where the runner has them), else None.
     ``active`` is ``(global env index, call)`` of the env call in progress or last made, so that
     a failure can name its env.
     """
 
     block: Sequence[int]
     active: tuple[int, str]
+    record_infos: bool  # set by the pool while someone reads the infos (sb3's VecEnv API, callbacks)
 
     def open(self) -> None: ...
 
@@ -80,7 +86,8 @@ class GymRunner:
     ``(infos, reset_infos)`` and ``reset`` returns ``reset_infos``.
     """
 
-    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage, record_infos: bool = False):
+    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage, record_infos: bool = False,
+                 episodes_from_infos: bool = False):
         self.factory, self.block, self.storage = factory, list(block), storage
         self.envs: list[gym.Env] = []
         self.single_obs = not isinstance(storage.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -89,6 +96,7 @@ class GymRunner:
         self.reset_infos: list[dict[str, Any]] = [{} for _ in self.block]
         self.active: tuple[int, str] = (-1, "")
         self.book = EpisodeBook.for_storage(storage, self.block)
+        self.episodes_from_infos = episodes_from_infos  # GymBackend's: statistics from info["episode"] only
         # which of the runner's envs a step takes, and their columns as an index: all, or a double-buffered half's
         self._subsets: dict[Optional[range], tuple[list[int], Union[slice, list[int]]]] = {}
         # --action_masks: each env's mask is written beside its observation (sb3-contrib asks for it per step)
@@ -104,6 +112,7 @@ class GymRunner:
             WATCHDOG.beacon.ints[ACTIVE] = i * ACTIVE_SCALE + CONSTRUCTOR  # not hot: one per env built
             self.envs.append(self.factory(i))
             self.book.watch(len(self.envs) - 1, self.envs[-1])
+            self.book.monitored[len(self.envs) - 1] |= self.episodes_from_infos
             if self.masks is not None:
                 self.masks.bind(self.envs[-1], i)
         self.active = (-1, "")

@@ -13,12 +13,13 @@ once the kernel has woken it, so the main process's block starts no later than a
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Optional
+from collections import defaultdict
+from typing import Any, Callable, Optional, Sequence
 
 from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup, split_columns
-from ppo_dict.vec.runner import Runner, env_seeds
+from ppo_dict.vec.runner import Runner, Seeds, env_seeds
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.worker import env_worker_error, error_report
 
@@ -85,7 +86,9 @@ class ShmEnvPool:
     ``step(t)``; the workers write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``,
     ``truncated[t]``, the terminal observations and the episode statistics. Env i is first
     reset with ``seed + i``. ``spin_wait_us``: how long the workers and this process look for each
-    other's messages before they sleep (:class:`~ppo_dict.vec.group.WorkerGroup`).
+    other's messages before they sleep (:class:`~ppo_dict.vec.group.WorkerGroup`). ``infos`` and
+    ``reset_infos``: each env's last sb3 infos while :meth:`record_infos` is on (the workers send
+    them back with their answers, pickled: only while someone reads them).
     """
 
     def __init__(
@@ -132,62 +135,125 @@ class ShmEnvPool:
         self._main_runner: Optional[Runner] = None
         self.step_timeout = step_timeout
         self._waiting = Owner(backend.label)  # armed while waiting for the workers: a stop interrupts it
+        self._recording, self._pending_main = False, None  # infos kept; what this process's envs answered to the last step_async
+        self.infos, self.reset_infos = [{} for _ in range(self.num_envs)], [{} for _ in range(self.num_envs)]
         if in_main:
-            runner = backend.make_runner(range(in_main), self.storage)
-            self._owner = Owner(backend.label, runner)
+            self._main_runner = self._open_main(range(in_main), start_timeout)
 
-            def cleanup(error: BaseException) -> None:
-                runner.close()
-                self._group.close()
+    def _open_main(self, block: range, start_timeout: float) -> Runner:
+        """The runner of the envs this process steps, its envs built (every worker stopped if that fails)."""
+        runner = self.backend.make_runner(block, self.storage)
+        self._owner = Owner(self.backend.label, runner)
 
-            try:
-                open_in_main(self._owner, start_timeout, cleanup)
-            except BaseException as exc:
-                if not isinstance(exc, Exception):  # KeyboardInterrupt: call_in_main cleans up only after errors
-                    cleanup(exc)
-                raise
-            self._main_runner = runner
+        def cleanup(error: BaseException) -> None:
+            runner.close()
+            self._group.close()
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset env i with ``seed + i`` (no seed for ``None``) and write ``env_obs[0]``."""
+        try:
+            open_in_main(self._owner, start_timeout, cleanup)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # KeyboardInterrupt: call_in_main cleans up only after errors
+                cleanup(exc)
+            raise
+        return runner
+
+    def reset(self, seed: Seeds, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
+        """Reset env i with ``seed + i`` (no seed for ``None``; a list: each env's seed), ``options[i]``
+        when given, and write ``env_obs[0]``."""
         seeds = env_seeds(seed, self.num_envs)
-        self._group.send(("reset", seeds, None), detail=seeds)
-        self._in_main("reset", lambda runner: runner.reset(seeds, None), detail=seeds)
-        self._gather("reset", None)
+        self._group.send(("reset", seeds, options), detail=seeds)
+        mine = self._in_main("reset", lambda runner: runner.reset(seeds, options), detail=seeds)
+        answers = self._gather("reset", None)
+        if self._recording:
+            self._keep(mine, answers, (self.reset_infos,))
 
-    def step(self, t: int) -> None:
-        """Step every env with ``storage.env_actions``; results land in storage at step t."""
-        self._group.send(("step", t), detail=t, cache=True)
-        self._in_main("step", lambda runner: runner.step(t), detail=t)
-        self._gather("step", t)
+    def step(self, t: int, rollout: bool = True) -> None:
+        """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
+        errors name t as the rollout step; False for a vec env's step)."""
+        detail = t if rollout else None
+        self._group.send(("step", t), detail=detail, cache=True)
+        mine = self._in_main("step", lambda runner: runner.step(t), detail=detail)
+        answers = self._gather("step", detail)
+        if self._recording:
+            self._keep(mine, answers, (self.infos, self.reset_infos))
 
-    def step_async(self, t: int, columns: range) -> None:
+    def _keep(self, mine: Any, answers: dict[int, Any], into: tuple[list, ...]) -> None:
+        """Each env's infos from the runners' answers (``(infos, reset_infos)`` or ``reset_infos``, in block order)."""
+        blocks = [(range(self.main_envs), mine)] + [(self._group.blocks[w], answer) for w, answer in answers.items()]
+        for block, answer in blocks:
+            if answer is None:
+                continue
+            for target, values in zip(into, answer if len(into) > 1 else (answer,)):
+                for i, value in zip(block, values):
+                    target[i] = value
+
+    def record_infos(self, on: bool) -> None:
+        """Whether steps and resets keep sb3's infos in :attr:`infos` and :attr:`reset_infos` (each
+        worker then pickles a dict per env step into its answer)."""
+        if on == self._recording:
+            return
+        self._recording = on
+        if self._main_runner is not None:
+            self._main_runner.record_infos = on
+        self._group.send(("infos", on))
+        self._gather("infos", None)
+
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
+        """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``
+        (Python list indices already resolved), in their order, each where its env lives."""
+        by_worker: dict[int, list[tuple[int, int]]] = defaultdict(list)  # worker (-1: this process) -> [(position, env)]
+        for position, env in enumerate(indices):
+            by_worker[self._group.owner[env]].append((position, env))
+        mine = by_worker.pop(-1, [])
+        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args, kwargs or {}) for w, calls in by_worker.items()})
+        results: list[Any] = [None] * len(indices)
+        error = None
+        try:
+            if mine:
+                for (position, _), value in zip(mine, self._main_runner.call(kind, [env for _, env in mine], name, args, kwargs or {})):
+                    results[position] = value
+        except Exception as exc:  # noqa: BLE001 (re-raised once the workers have answered)
+            error = exc
+        answers = self._group.gather()
+        if error is not None:
+            raise error
+        for w, calls in by_worker.items():
+            for (position, _), value in zip(calls, answers[w]):
+                results[position] = value
+        return results
+
+    def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Start stepping the envs in ``columns`` (the workers owning any of them); :meth:`step_wait`
-        waits for them. Envs the main process steps are stepped here, before it returns."""
+        waits for them. Envs the main process steps are stepped here, before it returns
+        (``rollout``: as :meth:`step`)."""
         workers = self._workers_of.get(columns)
         if workers is None:
             workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)]
-        self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=t, cache=True)
-        self._in_main("step", lambda runner: runner.step(t, columns), detail=t)
+        detail = t if rollout else None
+        self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=detail, cache=True)
+        self._pending_main = self._in_main("step", lambda runner: runner.step(t, columns), detail=detail)
 
     def step_wait(self) -> None:
         """Wait for the envs :meth:`step_async` started."""
-        self._gather("step", None)
+        answers = self._gather("step", None)
+        if self._recording:
+            self._keep(self._pending_main, answers, (self.infos, self.reset_infos))
 
-    def _gather(self, command: str, detail: Any) -> None:
+    def _gather(self, command: str, detail: Any) -> dict[int, Any]:
         """The workers' answers (they time out themselves); a stop signal may interrupt the wait."""
         WATCHDOG.arm(self._waiting, command, detail, None)
         try:
-            self._group.gather()
+            return self._group.gather()
         finally:
             WATCHDOG.clear()
 
-    def _in_main(self, command: str, call: Callable[[Runner], Any], detail: Any) -> None:
+    def _in_main(self, command: str, call: Callable[[Runner], Any], detail: Any) -> Any:
         """Run ``call`` on the envs this process steps, while the workers step theirs
-        (:func:`call_in_main`: failures and hangs reported like a worker's, every worker stopped)."""
+        (:func:`call_in_main`: failures and hangs reported like a worker's, every worker stopped); its result."""
         runner = self._main_runner
-        if runner is not None:
-            call_in_main(self._owner, command, lambda: call(runner), detail, self.step_timeout, self._fail)
+        if runner is None:
+            return None
+        return call_in_main(self._owner, command, lambda: call(runner), detail, self.step_timeout, self._fail)
 
     def _fail(self, error: BaseException) -> None:
         """An env of this process failed: collect the workers' answers to the command (unless it hung:

@@ -7,7 +7,7 @@ serves commands until "close" or until the main process dies.
 Messages, main -> worker: ``("step", t)`` or ``("step", t, first, end)`` (only columns
 ``[first, end)``), ``("reset", seeds, options)``,
 ``("call", kind, indices, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
-``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
+``("infos", on)`` (whether step and reset answer with sb3's infos: ``runner.record_infos``), ``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
 command, ``("raised", exception)`` when a call's caller erred (the worker stays usable), or an
 :data:`ErrorReport`, after which the worker exits.
 """
@@ -125,6 +125,9 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: flo
             channel.send(("ok", runner.reset(msg[1], msg[2])))
         elif command == "call":
             channel.send(answer_call(runner, msg[1:]))
+        elif command == "infos":
+            runner.record_infos = msg[1]
+            channel.send(("ok", None))
         elif command == "close":
             return
         else:

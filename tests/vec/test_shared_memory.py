@@ -14,7 +14,7 @@ from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_al
 
 def test_layout_covers_every_env_written_field() -> None:
     """Pendulum: obs float32[T+1,N,3], terminal obs, rewards, 2 flags, the episode
-    statistics (return, length, success: values and kinds), actions;
+    statistics (return, length, success, Monitor's time: values and kinds), actions;
     the observations hold rows padded to 64 bytes (a step's 2 x 3 floats: 16 floats), the terminal
     observations one padded row per env; rewards and flags (numpy's alone) are not padded."""
     import gymnasium as gym
@@ -22,7 +22,7 @@ def test_layout_covers_every_env_written_field() -> None:
     env = gym.make("Pendulum-v1")
     layout = plan_layout(env.observation_space, env.action_space, n_steps=5, n_envs=2)
     shapes = [(shape, dtype) for _, shape, dtype in layout.fields]
-    assert shapes == [((6, 16), "<f4"), ((2, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2, 3), "<f8"), ((2, 3), "|u1"), ((2, 1), "<f4")]
+    assert shapes == [((6, 16), "<f4"), ((2, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2, 4), "<f8"), ((2, 4), "|u1"), ((2, 1), "<f4")]
     assert all(offset % 64 == 0 for offset, _, _ in layout.fields)
     assert layout.nbytes == 6 * 64 + 2 * 64 + 6 * 64 + 64  # the last 64: room to find the first aligned byte
 

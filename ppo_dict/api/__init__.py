@@ -1,0 +1,15 @@
+"""sb3's Python API on ppo_dict's trainer: change one import, keep the script, get the same numbers.
+
+    from ppo_dict import PPO          # instead of: from stable_baselines3 import PPO
+    from ppo_dict import MaskablePPO  # instead of: from sb3_contrib import MaskablePPO
+    from ppo_dict import RecurrentPPO # instead of: from sb3_contrib import RecurrentPPO
+    from ppo_dict import make_vec_env # sb3's signature; its envs run in ppo_dict's workers
+
+``docs/python_api.md`` is the guide. The algorithms are a table (:mod:`.algorithms`); the
+arguments become the command line's config (:mod:`.arguments`, :mod:`.checks`); the envs
+(:mod:`.envs`); ``learn`` with sb3's callbacks (:mod:`.learning`); sb3's zips (:mod:`.files`).
+"""
+from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, PPO, RecurrentPPO
+from ppo_dict.api.envs import make_vec_env
+
+__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "ALGORITHMS", "make_vec_env"]

@@ -1,0 +1,163 @@
+"""The algorithms of sb3's API, one table entry each: the sb3 class whose signature they take, their
+policy names, the policy keyword arguments those take, and what they fix in the config.
+
+A new algorithm is an entry here and a subclass of :class:`~ppo_dict.api.base.Algorithm` with its
+own ``learn`` and ``predict`` signatures (below: PPO's, MaskablePPO's and RecurrentPPO's).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Optional
+
+import numpy as np
+
+from ppo_dict.api.arguments import LSTM_FIELDS, POLICY_FIELDS, extras_signature
+from ppo_dict.api.base import Algorithm
+from ppo_dict.api.learning import learn
+
+#: sb3's policy aliases and the model ppo_dict builds for each (None: by the observation, CombinedExtractor)
+ACTOR_CRITIC = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": None}
+#: sb3-contrib's RecurrentPPO's (None: by the observation, CombinedExtractor then the LSTM)
+RECURRENT = {"MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": None}
+#: why a recurrent model cannot act, be saved or be loaded outside ``learn`` yet, by method
+RECURRENT_NOT_YET = {
+    "predict": "acting outside training needs each env's LSTM states carried from call to call, which ppo_dict's models "
+               "do not do yet (the command line refuses evaluation and videos of recurrent runs too)",
+    "save": "ppo_dict does not write sb3-contrib's RecurrentPPO zips yet (the command line refuses --export_sb3 for "
+            "recurrent runs too)",
+    "load": "ppo_dict does not read recurrent models yet, neither sb3-contrib's RecurrentPPO zips nor its own recurrent "
+            "checkpoints (the command line refuses --trained_agent and --resume for recurrent runs too)",
+}
+
+
+def not_yet(method: str) -> NotImplementedError:
+    """The error of a RecurrentPPO method ppo_dict does not have yet, with why and what works."""
+    return NotImplementedError(f"RecurrentPPO.{method} is not available yet: {RECURRENT_NOT_YET[method]}; learn, policy, "
+                               "get_parameters and set_parameters work (sb3-contrib's parameter names)")
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm of sb3's API.
+
+    Attributes:
+        name: sb3's class name. sb3_class: ``"module:Class"`` of the class whose signature, defaults
+            and zips the algorithm takes. policies: alias -> model. policy_classes: the class names a
+            zip of it names -> alias. policy_kwargs: the policy keyword arguments its policies take
+            (of :data:`~ppo_dict.api.arguments.POLICY_FIELDS` and ``LSTM_FIELDS``). fixed: config values it
+            sets. model_suffix: what its multi-input policy adds to the model the observation picks.
+    """
+
+    name: str
+    sb3_class: str
+    policies: dict[str, Optional[str]]
+    policy_classes: dict[str, str]
+    policy_kwargs: tuple[str, ...]
+    fixed: dict[str, Any]
+    model_suffix: str = ""
+
+    @property
+    def multi_input(self) -> str:
+        """The policy for Dict observations (its model is picked by the observation)."""
+        return next(alias for alias, model in self.policies.items() if model is None)
+
+    def sb3(self) -> type:
+        module, _, name = self.sb3_class.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def signature(self) -> inspect.Signature:
+        """sb3's ``__init__`` signature (self dropped) with ppo_dict's keyword-only settings after it."""
+        return _signature(self.name)
+
+    def bind(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(sb3 arguments with their defaults, the ppo_dict settings given)`` of a call (a setting
+        not given is the config's default, or what the vec env given asks for); a wrong call is sb3's TypeError."""
+        bound = self.signature().bind(*args, **kwargs)
+        extras = {p.name for p in extras_signature()}
+        given = {k: v for k, v in bound.arguments.items() if k in extras}
+        bound.apply_defaults()
+        return {k: v for k, v in bound.arguments.items() if k not in extras}, given
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    "PPO": AlgorithmSpec(
+        "PPO", "stable_baselines3:PPO", ACTOR_CRITIC,
+        {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy", "MultiInputActorCriticPolicy": "MultiInputPolicy"},
+        POLICY_FIELDS, {}),
+    "MaskablePPO": AlgorithmSpec(
+        "MaskablePPO", "sb3_contrib:MaskablePPO", ACTOR_CRITIC,
+        {"MaskableActorCriticPolicy": "MlpPolicy", "MaskableActorCriticCnnPolicy": "CnnPolicy",
+         "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy"},
+        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln")), {"action_masks": True}),
+    "RecurrentPPO": AlgorithmSpec(
+        "RecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT,
+        {"RecurrentActorCriticPolicy": "MlpLstmPolicy", "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
+         "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy"},
+        POLICY_FIELDS + LSTM_FIELDS, {}, "_lstm"),
+}
+
+
+@lru_cache(maxsize=None)
+def _signature(name: str) -> inspect.Signature:
+    parameters = list(inspect.signature(ALGORITHMS[name].sb3().__init__).parameters.values())[1:]
+    return inspect.Signature(parameters + extras_signature())
+
+
+class PPO(Algorithm):
+    """``stable_baselines3.PPO``'s API on ppo_dict's trainer: the same arguments, defaults and numbers
+    (bit for bit on the CPU), with ppo_dict's settings as keyword-only arguments (``docs/python_api.md``)."""
+
+    spec = ALGORITHMS["PPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "PPO",
+              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "PPO":
+        """sb3's ``learn``: train for ``total_timesteps`` env steps with sb3's callbacks."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+
+class MaskablePPO(Algorithm):
+    """``sb3_contrib.MaskablePPO``'s API on ppo_dict's trainer (the envs' ``action_masks()``, written by
+    the workers beside the observation): the same arguments, defaults and numbers."""
+
+    spec = ALGORITHMS["MaskablePPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskablePPO",
+              reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskablePPO":
+        """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (True only: ppo_dict always samples among valid actions)."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+        """sb3-contrib's ``predict``: only the actions ``action_masks`` allows (all of them when None)."""
+        return self._predict(observation, state, deterministic, action_masks)
+
+
+class RecurrentPPO(Algorithm):
+    """``sb3_contrib.RecurrentPPO``'s API on ppo_dict's trainer (``--model mlp_lstm | cnn_lstm``): the same
+    arguments, defaults (``n_steps=128, batch_size=128``) and numbers; ``policy_kwargs``' LSTM settings
+    are the command line's flags. ``predict``, ``save`` and ``load`` are refused for now (:data:`RECURRENT_NOT_YET`),
+    and with ``predict`` what calls it (``evaluate_policy``, ``EvalCallback``)."""
+
+    spec = ALGORITHMS["RecurrentPPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "RecurrentPPO",
+              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "RecurrentPPO":
+        """sb3-contrib's ``learn``: as PPO's, the LSTM states carried from rollout to rollout."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
+        """sb3-contrib's ``predict(observation, state, episode_start)``: not available yet."""
+        raise not_yet("predict")
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """sb3-contrib's ``save``: not available yet."""
+        raise not_yet("save")
+
+    @classmethod
+    def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: Optional[dict[str, Any]] = None,
+             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> "RecurrentPPO":
+        """sb3-contrib's ``load``: not available yet."""
+        raise not_yet("load")

@@ -1,0 +1,333 @@
+"""An algorithm of sb3's API on ppo_dict's trainer: construction, the envs, parameters and actions.
+
+One model object: the algorithm holds ppo_dict's trainer (``trainer``, ``ppo_dict.algo.ppo.PPO``), whose
+policy, normaliser and spaces are the :class:`~ppo_dict.algo.model.Model` that ppo_dict's files
+hold (``trainer.model``: the same objects, no copies). ``predict`` is that Model's predict on the
+observations the training vec env gives (after its ``VecNormalize``, as sb3's predict takes them);
+``save`` writes sb3's zip of it; ``load`` reads sb3's zips and ppo_dict's model files
+(``ppo_dict.api.files``); ``learn`` is sb3's loop with its callbacks (``ppo_dict.api.learning``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections import deque
+from typing import Any, ClassVar, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.logger import Logger as SB3Logger
+from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.utils import check_for_correct_spaces
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
+
+from ppo_dict.algo.model import Model, build_normalizer
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.ppo import PPO as Trainer
+from ppo_dict.api.arguments import sb3_device
+from ppo_dict.api.checks import build_config
+from ppo_dict.api.envs import TrainingEnvs, classify
+from ppo_dict.api.learning import LoggerBridge, RolloutBufferView
+from ppo_dict.core.parse import make_schedule, parse_packages
+from ppo_dict.core.seeding import preserved_rng, set_random_seed
+from ppo_dict.envs import is_image_space, leaf_spaces
+from ppo_dict.run.run_plan import device_notice
+from ppo_dict.vec import make_env_pool
+from ppo_dict.vec.vec_env_pool import VecEnvPool
+
+
+class Algorithm:
+    """The common part of :class:`~ppo_dict.api.algorithms.PPO` and ``MaskablePPO`` (``spec``: the table entry)."""
+
+    spec: ClassVar[Any]
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        arguments, extras = self.spec.bind(*args, **kwargs)
+        self.verbose, self.seed = arguments["verbose"], arguments["seed"]
+        self.policy_kwargs = {} if arguments["policy_kwargs"] is None else arguments["policy_kwargs"]
+        self.tensorboard_log = arguments["tensorboard_log"]
+        self.device = torch.device(sb3_device(arguments["device"]))
+        if self.verbose >= 1:
+            print(f"Using {self.device} device")
+        env, packages = arguments["env"], extras.get("gym_packages", ())
+        self.envs: Optional[TrainingEnvs] = None if env is None else classify(
+            env, extras.get("n_envs"), dict(extras.get("env_kwargs") or {}), parse_packages(packages), self.verbose)
+        self.cfg = build_config(self.spec, arguments, extras, self.envs)  # one ConfigError listing every problem
+        self._arguments, self._extras = arguments, extras
+        if extras.get("torch_threads") is not None:
+            torch.set_num_threads(extras["torch_threads"])  # asked for; else the process's own count, as sb3 leaves it
+        if self.envs is not None and self.envs.notice:
+            print(self.envs.notice, flush=True)
+        self.env: Optional[VecEnv] = None if self.envs is None else self.envs.vec_env
+        self.observation_space: Optional[spaces.Space] = None if self.env is None else self.env.observation_space
+        self.action_space: Optional[spaces.Space] = None if self.env is None else self.env.action_space
+        self.n_envs = 0 if self.env is None else self.env.num_envs
+        self.trainer: Optional[Trainer] = None
+        self._policy: Optional[ActorCritic] = None  # a model without envs (loaded to predict) has a policy alone
+        self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._needs_reset = True  # sb3's _last_obs is None: the next learn resets the envs
+        self._logger: Optional[SB3Logger] = None
+        self._custom_logger = False
+        self._rollout_steps = 0  # env steps of the rollout in progress (sb3 counts them as they are taken)
+        self._total_timesteps, self._num_timesteps_at_start, self.start_time = 0, 0, 0.0
+        self._current_progress_remaining = 1.0
+        self._episode_num = 0
+        self._predictor: Optional[Model] = None
+        if arguments["_init_setup_model"]:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ sb3's arguments, read-only
+    def __getattr__(self, name: str) -> Any:
+        arguments = self.__dict__.get("_arguments", {})
+        if name in arguments and name not in ("policy", "env"):
+            return arguments[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """sb3's hyperparameters are the config's, fixed once built: setting one would change nothing, so it is an error
+        (``verbose`` and ``tensorboard_log`` apply at the next ``learn``, as in sb3; ``env`` is ``set_env``'s)."""
+        if name in self.__dict__.get("_arguments", ()) and name not in ("env", "verbose", "tensorboard_log"):
+            raise AttributeError(f"{type(self).__name__}.{name} is read-only in ppo_dict (its config is built once): "
+                                 f"give {name}= to the constructor, or to {type(self).__name__}.load(path, env, {name}=...)")
+        object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------------ building the model
+    def _setup_model(self) -> None:
+        """sb3's ``_setup_model``: the envs' pool (its processes), the seeds, then the policy and Adam."""
+        pool = self._make_pool()
+        self.set_random_seed(self.seed)
+        if pool is None:  # as the trainer builds them (sb3's default optimizer_kwargs: eps=1e-5)
+            self._policy = build_policy(self.cfg, self.observation_space, self.action_space).to(self.device)
+            self._optimizer = torch.optim.Adam(self._policy.parameters(), lr=make_schedule(self.cfg.learning_rate)(1), eps=1e-5)
+            self._policy.optimizer = self._optimizer
+            return
+        self._start_trainer(pool)
+        notice = device_notice(self.device, 'device="cpu"')
+        if notice:
+            print(notice, flush=True)
+
+    def _make_pool(self) -> Any:
+        """The pool the trainer steps: the envs' own recipe in ppo_dict's pool, or the sb3 vec env itself."""
+        if self.envs is None:
+            return None
+        if self.envs.facade is None:
+            return VecEnvPool(self.env, self.cfg.n_steps, masks=self.cfg.action_masks, label=self.envs.label)
+        # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main
+        # module, episode statistics as sb3 reads them (from its Monitor's info["episode"])
+        backend = dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False, episodes_from_infos=True)
+        pool = make_env_pool(self.cfg, backend)
+        self.envs.facade.attach(pool)  # the vec env the script holds steps through the trainer's pool from now on
+        return pool
+
+    def _start_trainer(self, pool: Any) -> None:
+        self.trainer = Trainer(self.cfg, pool, LoggerBridge(self), device=self.device)
+        self.trainer.timing_logs = False  # sb3's keys only
+        self.trainer.policy.optimizer = self.trainer.optimizer  # sb3's name: policy.optimizer
+        vn = self.envs.vec_normalize
+        if vn is not None:  # the trainer's statistics are the VecNormalize's own objects: EvalCallback and save() see them live
+            norm = self.trainer.normalizer
+            if vn.norm_obs:
+                norm.obs_rms = dict(vn.obs_rms) if isinstance(vn.obs_rms, dict) else {next(iter(norm.obs_rms)): vn.obs_rms}
+            norm.ret_rms = vn.ret_rms
+        self._predictor = None
+
+    def set_random_seed(self, seed: Optional[int] = None) -> None:
+        """sb3's: python, numpy and torch seeded, the action space, and the envs' next reset (env i: ``seed + i``)."""
+        if seed is None:
+            return
+        set_random_seed(seed, using_cuda=self.device.type == "cuda")
+        if self.action_space is not None:
+            self.action_space.seed(seed)
+        if self.env is not None:
+            self.env.seed(seed)
+
+    # ------------------------------------------------------------------ what scripts read
+    @property
+    def policy(self) -> ActorCritic:
+        """The networks, with sb3's parameter names (and sb3's ``policy.optimizer``)."""
+        return self.trainer.policy if self.trainer is not None else self._policy
+
+    @property
+    def logger(self) -> SB3Logger:
+        return self._logger
+
+    def set_logger(self, logger: SB3Logger) -> None:
+        """sb3's: this logger from now on (``learn`` then configures none of its own)."""
+        self._logger, self._custom_logger = logger, True
+
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps so far, counted as sb3 counts them (during a rollout too)."""
+        return (self.trainer.num_timesteps if self.trainer is not None else self.__dict__.get("_saved_timesteps", 0)) + self._rollout_steps
+
+    @num_timesteps.setter
+    def num_timesteps(self, value: int) -> None:
+        if self.trainer is None:
+            self.__dict__["_saved_timesteps"] = int(value)
+        else:
+            self.trainer.num_timesteps = int(value)
+
+    @property
+    def _n_updates(self) -> int:
+        return 0 if self.trainer is None else self.trainer.n_updates
+
+    @property
+    def ep_info_buffer(self) -> Optional[deque]:
+        return None if self.trainer is None else self.trainer.episodes.info_buffer
+
+    @property
+    def ep_success_buffer(self) -> Optional[deque]:
+        return None if self.trainer is None else self.trainer.episodes.success_buffer
+
+    @property
+    def rollout_buffer(self) -> Optional[RolloutBufferView]:
+        """sb3's buffer arrays (``[n_steps, n_envs, ...]``), read from the rollout storage."""
+        return None if self.trainer is None else RolloutBufferView(self.trainer.storage, self.observation_space)
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        """sb3's ``dump_logs`` (``LogEveryNTimesteps`` calls it): the rollout and time keys, then a dump."""
+        elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        if iteration > 0:
+            self.logger.record("time/iterations", iteration, exclude="tensorboard")
+        for key, value in self._require_trainer().episodes.logs().items():
+            self.logger.record(key, value)
+        self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
+        self.logger.record("time/time_elapsed", int(elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(step=self.num_timesteps)
+
+    def get_env(self) -> Optional[VecEnv]:
+        return self.env
+
+    def get_vec_normalize_env(self) -> Optional[VecNormalize]:
+        return None if self.env is None else unwrap_vec_normalize(self.env)
+
+    # ------------------------------------------------------------------ envs
+    def set_env(self, env: Any, force_reset: bool = True) -> None:
+        """sb3's: train on ``env`` from now on (as many envs, the same spaces). Its envs get their own
+        pool; the policy, Adam, counters and episode statistics carry over."""
+        envs = classify(env, self.n_envs or None, dict(self._extras.get("env_kwargs") or {}), (), self.verbose)
+        if self.n_envs and envs.vec_env.num_envs != self.n_envs:
+            raise ValueError("The number of environments to be set is different from the number of environments in the model: "
+                             f"({envs.vec_env.num_envs} != {self.n_envs}), whereas `set_env` requires them to be the same. To load a "
+                             f"model with a different number of environments, you must use `{type(self).__name__}.load(path, env)` instead")
+        if self.observation_space is not None:
+            check_for_correct_spaces(envs.vec_env, self.observation_space, self.action_space)
+        old_policy, old_optimizer, old_trainer = self.policy, self._optimizer_of(), self.trainer
+        self.envs, self.env = envs, envs.vec_env
+        self.cfg = build_config(self.spec, self._arguments, {**self._extras, "n_envs": None}, envs)
+        self.observation_space, self.action_space, self.n_envs = self.env.observation_space, self.env.action_space, self.env.num_envs
+        with preserved_rng():  # building the trainer draws a policy: sb3's set_env draws nothing
+            self._start_trainer(self._make_pool())
+        self.trainer.policy.load_state_dict(old_policy.state_dict())
+        self.trainer.optimizer.load_state_dict(old_optimizer.state_dict())
+        if old_trainer is not None:
+            self.trainer.num_timesteps, self.trainer.n_updates = old_trainer.num_timesteps, old_trainer.n_updates
+            self.trainer.episodes.load_state(old_trainer.episodes.state())
+        else:
+            self.trainer.num_timesteps = self.__dict__.pop("_saved_timesteps", 0)
+            self.trainer.n_updates = self.__dict__.pop("_saved_updates", 0)
+        self._policy = self._optimizer = None
+        self._needs_reset = self._needs_reset or force_reset
+
+    def _optimizer_of(self) -> torch.optim.Optimizer:
+        return self.trainer.optimizer if self.trainer is not None else self._optimizer
+
+    def _require_trainer(self) -> Trainer:
+        if self.trainer is None:
+            raise ValueError(f"{type(self).__name__} has no env to learn from: pass env= (or set_env(env)) first")
+        return self.trainer
+
+    # ------------------------------------------------------------------ parameters
+    def get_parameters(self) -> dict[str, dict]:
+        """sb3's: ``{"policy": state dict, "policy.optimizer": Adam's state dict}``."""
+        return {"policy": self.policy.state_dict(), "policy.optimizer": self._optimizer_of().state_dict()}
+
+    def set_parameters(self, load_path_or_dict: Any, exact_match: bool = True, device: Any = "auto") -> None:
+        """sb3's: parameters from a zip or from :meth:`get_parameters`' dict, in place."""
+        params = load_path_or_dict
+        if not isinstance(params, dict):
+            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+        objects = {"policy": self.policy, "policy.optimizer": self._optimizer_of()}
+        for name, state in params.items():
+            if name not in objects:
+                raise ValueError(f"Key {name} is an invalid object name.")
+            if name == "policy":
+                objects[name].load_state_dict(state, strict=exact_match)
+            else:
+                objects[name].load_state_dict(state)
+        if exact_match and set(params) != set(objects):
+            raise ValueError(f"Names of parameters do not match agents' parameters: expected {set(objects)}, got {set(params)}")
+
+    # ------------------------------------------------------------------ actions
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
+        """sb3's ``predict``: ``(actions, state)`` for one observation or a batch, as the training vec
+        env gives them (normalised by its ``VecNormalize``; images channel-first or channel-last)."""
+        return self._predict(observation, state, deterministic, None)
+
+    def _predict(self, observation: Any, state: Any, deterministic: bool, action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
+        model = self._model_for_predict()
+        actions, _ = model.predict(env_layout(observation, model.observation_space), deterministic=deterministic, action_masks=action_masks)
+        return np.asarray(actions), state  # one Discrete action: a 0-d array, as sb3's squeeze gives it
+
+    def _model_for_predict(self) -> Model:
+        """The Model of this policy, without the normaliser (sb3's predict takes normalised observations),
+        for observations laid out as the envs give them."""
+        if self._predictor is None or self._predictor.policy is not self.policy:
+            space = self.observation_space if self.envs is None or self.envs.facade is None else self.envs.facade.observation_space
+            self._predictor = Model(self.cfg, self.policy, None, space, self.action_space, self.num_timesteps)
+        return self._predictor
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Stop the envs' processes (the training vec env's, and the trainer's pool); idempotent."""
+        if self.env is not None:
+            self.env.close()  # an sb3 vec env's pool is the vec env itself
+        if self.trainer is not None and self.envs is not None and self.envs.facade is not None:
+            self.trainer.close()
+
+    def __enter__(self) -> "Algorithm":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ files (ppo_dict.api.files)
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """sb3's zip of this model, which ``stable_baselines3.PPO.load`` (``sb3_contrib.MaskablePPO.load``) opens."""
+        from ppo_dict.api.files import save
+
+        save(self, path, exclude, include)
+
+    @classmethod
+    def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: Optional[dict[str, Any]] = None,
+             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> "Algorithm":
+        """sb3's ``load`` of an sb3 zip (sb3's own included), or of a ppo_dict model file or checkpoint."""
+        from ppo_dict.api.files import load
+
+        return load(cls, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)
+
+
+def env_layout(observation: Any, space: spaces.Space) -> Any:
+    """``observation`` with each image laid out as ``space`` has it: a channel-first image for a
+    channel-last space (or the other way round) as a transposed view, as sb3's ``maybe_transpose``."""
+    leaves = leaf_spaces(space)
+    if not any(is_image_space(sub) for sub in leaves.values()):
+        return observation
+
+    def one(obs: Any, sub: spaces.Space) -> Any:
+        if not is_image_space(sub):
+            return obs
+        obs = np.asarray(obs)
+        channel_first = int(np.argmin(sub.shape)) == 0  # sb3's is_image_space_channels_first
+        transposed = (*sub.shape[1:], sub.shape[0]) if channel_first else (sub.shape[2], *sub.shape[:2])
+        if obs.shape[-3:] != tuple(sub.shape) and obs.shape[-3:] == transposed:
+            return np.moveaxis(obs, -1, -3) if channel_first else np.moveaxis(obs, -3, -1)
+        return obs
+
+    if isinstance(space, spaces.Dict):
+        return {key: one(value, space[key]) for key, value in observation.items()}
+    return one(observation, space)

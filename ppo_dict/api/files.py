@@ -1,0 +1,172 @@
+"""``save`` and ``load`` of sb3's API: sb3's zips (written as sb3 writes them) and ppo_dict's files.
+
+* ``save(path)``: the zip an sb3 model of the same settings would write, with this model's
+  parameters, Adam state and counters: ``stable_baselines3.PPO.load`` (sb3-contrib's
+  ``MaskablePPO.load``) opens it with equal parameters.
+* ``load(path, env)``: an sb3 zip (sb3's own included) is loaded as sb3's ``load`` does it: the
+  saved settings (``kwargs`` override them), ``_setup_model`` with the saved seed (which seeds the
+  RNGs and the envs' next reset, as sb3's does), then the parameters, Adam's state, the counters,
+  and a new gSDE exploration matrix; so ``learn`` continues as after sb3's ``load``, bit for bit.
+  A ppo_dict model file or checkpoint (``Model.save``, ``--save_path``, ``checkpoints/``) is loaded
+  from its config; a checkpoint restores the training state too (RNG streams, counters, episode
+  statistics, the envs' reset seed), so ``learn(n, reset_num_timesteps=False)`` continues as
+  ``--resume`` with ``--total_timesteps`` n more does.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import zipfile
+from collections import deque
+from typing import Any, Optional
+
+from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
+from stable_baselines3.common.vec_env.patch_gym import _convert_space
+
+from ppo_dict.api.arguments import SAME_NAME
+from ppo_dict.core.config import Config
+from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.files import load_model_state, to_numpy
+from ppo_dict.core.seeding import preserved_rng
+from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_ppo_kwargs
+from ppo_dict.run.checkpoint import restore
+
+
+#: an algorithm of sb3's API (``ppo_dict.api.base.Algorithm``, which imports this module)
+Algorithm = Any
+#: sb3 arguments that are not hyperparameters a zip holds
+NOT_SAVED = ("policy", "env", "device", "_init_setup_model")
+
+
+def sb3_model(algorithm: Algorithm) -> Any:
+    """An sb3 model object (no env) of ``algorithm``'s settings, parameters, Adam state and counters."""
+    arguments = {k: v for k, v in algorithm._arguments.items() if k not in NOT_SAVED}
+    with preserved_rng():  # building sb3's policy draws from the RNGs: this model's streams stay as they are
+        model = algorithm.spec.sb3()(algorithm._arguments["policy"], None, device="cpu", _init_setup_model=False, **arguments)
+        model.observation_space = copy.deepcopy(algorithm.observation_space)
+        model.action_space = copy.deepcopy(algorithm.action_space)
+        model.n_envs = algorithm.n_envs or 1
+        model._setup_lr_schedule()  # sb3's _setup_model without its seeding and its rollout buffer
+        takes_sde = "use_sde" in inspect.signature(model.policy_class).parameters
+        model.policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule,
+                                          **({"use_sde": model.use_sde} if takes_sde else {}), **model.policy_kwargs)
+        model.clip_range = FloatSchedule(model.clip_range)
+        if model.clip_range_vf is not None:
+            model.clip_range_vf = FloatSchedule(model.clip_range_vf)
+    model.policy.load_state_dict({k: v.detach().cpu() for k, v in algorithm.policy.state_dict().items()})
+    model.policy.optimizer.load_state_dict(algorithm._optimizer_of().state_dict())
+    model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
+    model._total_timesteps, model._current_progress_remaining = algorithm._total_timesteps, algorithm._current_progress_remaining
+    model._episode_num = algorithm._episode_num
+    if algorithm.ep_info_buffer is not None:
+        model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=100)
+        model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=100)
+    return model
+
+
+def save(algorithm: Algorithm, path: Any, exclude: Any = None, include: Any = None) -> None:
+    """sb3's ``save`` of :func:`sb3_model` (``.zip`` added to a path without it, as sb3 adds it)."""
+    sb3_model(algorithm).save(path, exclude, include)
+
+
+def zip_path(path: Any) -> Any:
+    """The file sb3's ``load`` opens: ``path``, else ``path.zip``."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and os.path.exists(f"{path}.zip"):
+        return f"{path}.zip"
+    return path
+
+
+def is_sb3_zip(path: Any) -> bool:
+    """Whether ``path`` is a zip sb3 wrote (its ``data`` entry), not a torch file (a zip too) or a run directory."""
+    if not (os.path.isfile(path) and zipfile.is_zipfile(path)):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return "data" in archive.namelist()
+
+
+def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[dict[str, Any]], print_system_info: bool,
+         force_reset: bool, **kwargs: Any) -> Algorithm:
+    """See the module doc; ``cls``: the algorithm class loading."""
+    path = zip_path(path)
+    if isinstance(path, (str, os.PathLike)) and os.path.exists(path) and not is_sb3_zip(path):
+        return load_ppo_dict_file(cls, str(path), env, device, **kwargs)
+    data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
+    if not data or not params:
+        raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
+    policy_kwargs = dict(data.get("policy_kwargs") or {})
+    policy_kwargs.pop("device", None)
+    if isinstance(policy_kwargs.get("net_arch"), list) and policy_kwargs["net_arch"] and isinstance(policy_kwargs["net_arch"][0], dict):
+        policy_kwargs["net_arch"] = policy_kwargs["net_arch"][0]  # sb3's backward compatibility
+    if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != policy_kwargs:
+        raise ValueError(f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
+                         f"specified kwargs: {kwargs['policy_kwargs']}")
+    alias = policy_alias(cls, path, data["policy_class"])
+    names = cls.spec.signature().parameters
+    arguments = {k: v for k, v in data.items() if k in names and k not in NOT_SAVED}
+    arguments.update(policy_kwargs=policy_kwargs, **kwargs)
+    model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
+    observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])
+    if model.env is not None:
+        check_for_correct_spaces(model.env, observation_space, action_space)
+    else:
+        model.observation_space, model.action_space, model.n_envs = observation_space, action_space, data.get("n_envs", 1)
+    model._setup_model()
+    model.set_parameters(params, exact_match=True, device=device)
+    continue_counters(model, data)
+    if model.policy.use_sde:
+        model.policy.reset_noise()  # sb3's load ends so: an exploration matrix from the loaded log_std (torch RNG draws)
+    return model
+
+
+def policy_alias(cls: type, path: Any, policy_class: Any) -> str:
+    """The alias of a zip's policy class, or a CheckpointError naming what the zip holds."""
+    name, module = getattr(policy_class, "__name__", repr(policy_class)), getattr(policy_class, "__module__", "?")
+    if name in cls.spec.policy_classes and module.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
+        return cls.spec.policy_classes[name]
+    raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load takes a zip "
+                          f"saved by {cls.spec.sb3_class.replace(':', '.')}")
+
+
+def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
+    """The zip's counters and episode buffers, as sb3's ``load`` puts them back."""
+    model.num_timesteps = int(data.get("num_timesteps", 0))
+    model._total_timesteps = int(data.get("_total_timesteps", 0))
+    model._current_progress_remaining = float(data.get("_current_progress_remaining", 1.0))
+    model._episode_num = int(data.get("_episode_num", 0))
+    if model.trainer is None:
+        model.__dict__["_saved_updates"] = int(data.get("_n_updates", 0))
+        return
+    model.trainer.n_updates = int(data.get("_n_updates", 0))
+    for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer), ("ep_success_buffer", model.trainer.episodes.success_buffer)):
+        target.clear()
+        target.extend(data.get(name) or ())
+
+
+def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: Any) -> Algorithm:
+    """A ppo_dict model file or checkpoint, with its config's settings (``kwargs`` override them)."""
+    state = load_model_state(path)
+    cfg = Config.from_dict(state["config"])
+    if cfg.recurrent:
+        raise CheckpointError(f"{path}: a recurrent model (model={cfg.model!r}): RecurrentPPO.load does not read recurrent models yet, "
+                              "and PPO's and MaskablePPO's policies have no LSTM")
+    arguments = {name: getattr(cfg, name) for name in SAME_NAME}
+    arguments["policy_kwargs"] = (maskable_ppo_kwargs if cfg.action_masks else sb3_ppo_kwargs)(cfg)["policy_kwargs"]
+    alias = "MultiInputPolicy" if state["observation_space"].startswith("Dict(") else "CnnPolicy" if cfg.model == "cnn" else "MlpPolicy"
+    arguments.update(kwargs)
+    model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
+    if model.env is None:
+        raise CheckpointError(f"{path}: a ppo_dict model file loads with env= (its spaces and envs come from the env given)")
+    if (state["normalizer"] is not None) != (model.envs.vec_normalize is not None):
+        raise CheckpointError(f"{path}: saved with normalize={state['normalizer'] is not None}: pass an env "
+                              f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's settings")
+    model._setup_model()
+    if "optimizer" in state:
+        restore(model.trainer, state, path)  # weights, Adam, counters, episodes, RNG streams, the envs' reset seed
+        if model.trainer.env_seed is not None:
+            model.env.seed(model.trainer.env_seed)
+    else:
+        model.trainer.model.load(state["policy"], to_numpy(state["normalizer"]), path)
+    return model
+
