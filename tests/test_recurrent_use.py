@@ -86,3 +86,64 @@ def test_predict_of_one_observation_and_its_defaults() -> None:
     assert np.array_equal(restarted[1][0], h)  # an episode start zeroes the states first
     with pytest.raises(ValueError, match=r"expected \(h, c\), each \(n_lstm_layers=2, n_envs=1, lstm_hidden_size=8\)"):
         ours.predict(obs, state=(np.zeros((1, 1, 8)), np.zeros((1, 1, 8))))
+
+
+def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
+    """``run_episodes`` (periodic and final evaluation, ``enjoy``) on a recurrent model: the returns and lengths
+    of sb3's ``evaluate_policy`` on ``RecurrentPPO`` (states carried, ``episode_start=done``), deterministic and
+    sampled (the same torch seed), the states reset at each episode's start."""
+    import gymnasium as gym
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from ppo_dict.run.evaluation import run_episodes
+
+    cfg = Config(env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=16, n_envs=1, n_steps=64, batch_size=64, n_epochs=2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = make_recurrent(cfg).learn(128)  # weights that act differently at different states
+    ours = model_like(sb3, cfg)
+    for deterministic in (True, False):
+        venv = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+        venv.seed(7)
+        torch.manual_seed(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # evaluate_policy: no Monitor, it sums the rewards itself (unrounded, as ours)
+            returns, lengths = evaluate_policy(sb3, venv, n_eval_episodes=4, deterministic=deterministic, return_episode_rewards=True)
+        venv.close()
+        env = gym.make("CartPole-v1")
+        torch.manual_seed(3)
+        mine = run_episodes(ours, env, 4, seed=7, deterministic=deterministic)
+        env.close()
+        assert (returns, lengths) == mine and len(set(lengths)) > 1
+    # without the states (each step a new episode) the episodes differ: the test can tell
+    stateless = Model(cfg, ours.policy, None, ours.observation_space, ours.action_space)
+    stateless.predict = lambda obs, state, start, deterministic, action_masks=None: Model.predict(ours, obs, None, None, deterministic)
+    env = gym.make("CartPole-v1")
+    assert run_episodes(stateless, env, 4, seed=7)[1] != mine[1]
+    env.close()
+
+
+def test_a_recurrent_run_evaluates_records_and_replays(tmp_path) -> None:
+    """The command line: periodic evaluation with a video, the best model, then ``enjoy`` of it with a video."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.test_main_ppo import run_cli, summary_line
+
+    run_dir = tmp_path / "run"
+    proc = run_cli("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
+                   "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed", "0", "--verbose", "0",
+                   "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2", "--video", "--video_length", "10")
+    assert proc.returncode == 0, proc.stderr
+    assert (run_dir / "videos" / "eval-000000000256.mp4").is_file() and (run_dir / "best_model.pt").is_file()
+    assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] > 0
+    with np.load(run_dir / "evaluations.npz") as data:
+        assert data["timesteps"].tolist() == [128, 256]
+    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "2", "--video"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": ROOT})
+    assert enjoy.returncode == 0, enjoy.stderr
+    result = json.loads(enjoy.stdout.strip().splitlines()[-1])
+    assert len(result["lengths"]) == 2 and result["video"].endswith(".mp4")
