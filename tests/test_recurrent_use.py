@@ -147,3 +147,91 @@ def test_a_recurrent_run_evaluates_records_and_replays(tmp_path) -> None:
     assert enjoy.returncode == 0, enjoy.stderr
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert len(result["lengths"]) == 2 and result["video"].endswith(".mp4")
+
+
+def test_export_sb3_writes_a_zip_recurrent_ppo_loads_with_equal_parameters(tmp_path) -> None:
+    """``--export_sb3`` of a recurrent run: ``RecurrentPPO.load`` opens it with the run's parameters and Adam state
+    (``==``), its LSTM settings, and ``VecNormalize.load`` the statistics beside it; it predicts as the run's model."""
+    from sb3_contrib import RecurrentPPO
+
+    from ppo_dict.core.files import load_model_state
+    from tests.test_main_ppo import run_cli
+
+    zip_path, save_dir = tmp_path / "CartPole-v1.zip", tmp_path / "model"
+    proc = run_cli("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "12", "--n_lstm_layers", "2",
+                   "--enable_critic_lstm", "False", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size", "32",
+                   "--n_epochs", "2", "--total_timesteps", "128", "--seed", "0", "--verbose", "0", "--normalize", "True",
+                   "--run_dir", str(tmp_path / "run"), "--save_path", str(save_dir), "--export_sb3", str(zip_path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"exported {zip_path} (sb3_contrib.RecurrentPPO.load)" in proc.stdout
+    saved = load_model_state(str(save_dir))
+    loaded = RecurrentPPO.load(str(zip_path), device="cpu")
+    theirs = loaded.policy.state_dict()
+    assert list(theirs) == list(saved["policy"]) and "critic.weight" in theirs and "lstm_critic.weight_ih_l0" not in theirs
+    for key, value in saved["policy"].items():
+        assert torch.equal(theirs[key], value), key
+    assert (loaded.policy.lstm_actor.hidden_size, loaded.policy.lstm_actor.num_layers) == (12, 2)
+    assert loaded.num_timesteps == 128 and loaded._n_updates == saved["n_updates"]
+    adam = loaded.policy.optimizer.state_dict()["state"]
+    for index, entry in saved["optimizer"]["state"].items():
+        assert all(torch.equal(adam[index][k], v) for k, v in entry.items())
+    assert (tmp_path / "CartPole-v1" / "vecnormalize.pkl").is_file()
+    ours = Model.from_file(str(save_dir))
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    a, sa = loaded.predict(obs, deterministic=True)
+    b, sb = Model(ours.cfg, ours.policy, None, ours.observation_space, ours.action_space).predict(obs, deterministic=True)  # unnormalised, as the zip
+    assert np.array_equal(a, b) and all(np.array_equal(x, y) for x, y in zip(sa, sb))
+
+
+def test_continuing_a_recurrent_ppo_zip_equals_recurrent_ppo_load_learn(tmp_path) -> None:
+    """``--trained_agent`` from a RecurrentPPO zip: sb3-contrib trains 128 steps and saves; ``RecurrentPPO.load(zip, env,
+    seed).learn(192)`` and ppo_dict continuing from the zip for 192 steps give the same run, ``==``: every rollout buffer
+    (the LSTM states, from zeros as after sb3-contrib's load), log, parameter and Adam state. Pendulum cut at 40 steps
+    (the time-limit bootstrap from each env's critic state), two layers, the critic's Linear, the zip's settings."""
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from tests.parity.sides import assert_same_record, learn_sb3
+    from tests.parity.test_trained_agent import continue_with_ours
+
+    kwargs = dict(max_episode_steps=40)
+    first = RecurrentPPO("MlpLstmPolicy", make_vec_env("Pendulum-v1", n_envs=2, seed=3, env_kwargs=kwargs), n_steps=32, batch_size=48,
+                         n_epochs=2, learning_rate=7e-4, seed=3, device="cpu",
+                         policy_kwargs=dict(lstm_hidden_size=12, n_lstm_layers=2, enable_critic_lstm=False, log_std_init=-0.5))
+    first.learn(128)
+    zip_path = str(tmp_path / "pendulum_lstm.zip")
+    first.save(zip_path)
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=4, env_kwargs=kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = learn_sb3(RecurrentPPO.load(zip_path, env=env, seed=4, device="cpu"), 192)
+    env.close()
+    cfg, agent, ours = continue_with_ours(["--env", "gym_Pendulum-v1", "--env_kwargs", repr(kwargs), "--n_envs", "2", "--seed", "4",
+                                           "--total_timesteps", "192"], zip_path)
+    assert (cfg.model, cfg.lstm_hidden_size, cfg.n_lstm_layers, cfg.enable_critic_lstm, cfg.shared_lstm) == ("mlp_lstm", 12, 2, False, False)
+    assert (cfg.n_steps, cfg.batch_size, cfg.learning_rate, cfg.log_std_init) == (32, 48, 7e-4, -0.5)
+    assert agent.n_updates == first._n_updates > 0
+    assert_same_record(sb3, ours)
+
+
+def test_recurrent_and_plain_zips_refuse_the_other_kind_of_model(tmp_path) -> None:
+    """A RecurrentPPO zip continued with ``--model mlp``, or a PPO zip with ``--model mlp_lstm``: one ConfigError
+    naming the model the zip holds, before anything starts."""
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from ppo_dict.core.errors import ConfigError
+    from ppo_dict.interop.trained_agent import read_trained_agent
+    from ppo_dict.run.checks import validate
+    from ppo_dict.run.cli import config_from_args
+
+    venv = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    for algo, policy, flag, held in ((RecurrentPPO, "MlpLstmPolicy", "mlp", "mlp_lstm"), (SB3PPO, "MlpPolicy", "mlp_lstm", "mlp")):
+        path = str(tmp_path / f"{held}.zip")
+        algo(policy, venv, n_steps=16, batch_size=16, device="cpu").save(path)
+        agent = read_trained_agent(path, "gym_CartPole-v1")
+        cfg = config_from_args(["--env", "gym_CartPole-v1", "--model", flag, "--trained_agent", path], base=agent.saved, pinned=agent.pinned)
+        with pytest.raises(ConfigError, match=rf"model='{flag}': the trained agent's model is '{held}' \(its policy\); drop --model"):
+            validate(cfg, agent)
+    venv.close()

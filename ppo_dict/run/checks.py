@@ -96,10 +96,10 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
 
 
 def recurrent_problems(cfg: Config) -> list[str]:
-    """What a recurrent run cannot do yet: write or read sb3-contrib files, resume with the states a checkpoint would need to hold."""
+    """What a recurrent run cannot do yet: resume with the states a checkpoint would need to hold."""
     if not cfg.recurrent:
         return []
-    asked = {"export_sb3": cfg.export_sb3 is not None, "trained_agent": cfg.trained_agent is not None, "resume": cfg.resume is not None}
+    asked = {"resume": cfg.resume is not None}
     return [f"{flag}: not supported with a recurrent model (model={cfg.model!r}) yet" for flag, on in asked.items() if on]
 
 
