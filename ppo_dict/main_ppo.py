@@ -338,7 +338,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
             select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     try:
-        backend = validate(cfg, agent)
+        backend = validate(cfg, agent, resumed)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -235,3 +235,94 @@ def test_recurrent_and_plain_zips_refuse_the_other_kind_of_model(tmp_path) -> No
         with pytest.raises(ConfigError, match=rf"model='{flag}': the trained agent's model is '{held}' \(its policy\); drop --model"):
             validate(cfg, agent)
     venv.close()
+
+
+# ------------------------------------------------------------------------------------ checkpoints and --resume
+RECURRENT_SMALL = ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
+                   "--n_steps", "64", "--batch_size", "64", "--n_epochs", "2", "--seed", "0", "--normalize", "True", "--verbose", "0",
+                   "--plot", "False"]
+
+
+def test_a_recurrent_checkpoint_restores_bit_for_bit_its_states_included() -> None:
+    """``model_state`` of a recurrent run holds the LSTM states that start its next rollout, one set per
+    ``--double_buffer`` half; a fresh run restored from it holds exactly what was saved, and its first rollout
+    stores those states in its row 0 (what the interrupted run would have stored)."""
+    from ppo_dict.run.checkpoint import model_state, restore
+    from ppo_dict.run.run_plan import build_env_pool
+    from tests.test_checkpoint import assert_same
+    from tests.test_recurrent import DOUBLE_BUFFERED
+
+    from ppo_dict.algo.ppo import PPO
+
+    cfg = DOUBLE_BUFFERED.replace(total_timesteps=2 * 256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = PPO(cfg, build_env_pool(cfg))
+        try:
+            first.learn()
+            saved = {k: v for k, v in model_state(first).items()}
+        finally:
+            first.close()
+        assert len(saved["lstm_states"]) == 2 and saved["lstm_states"][0]["hidden_states_pi"].shape == (1, 4, 32)
+        assert all(float(g[name].abs().max()) > 0.01 for g in saved["lstm_states"] for name in g)
+        torch.manual_seed(5)
+        fresh = PPO(cfg, build_env_pool(cfg))
+        try:
+            restore(fresh, saved, "memory")
+            assert_same(model_state(fresh), saved)
+            fresh.start_envs()
+            for arrays, group in zip(fresh.collector.states.arrays, saved["lstm_states"]):
+                for name, arr in arrays.items():
+                    assert np.array_equal(arr[0], group[name].numpy())
+        finally:
+            fresh.close()
+
+
+@pytest.fixture(scope="module")
+def recurrent_runs(tmp_path_factory):
+    """A: 512 steps uninterrupted (checkpoint every 128). B: 256 steps, then resumed to 512; C: B resumed again."""
+    from tests.test_checkpoint import interrupted_runs
+
+    return interrupted_runs(tmp_path_factory.mktemp("recurrent_runs"), RECURRENT_SMALL, 512, 128)
+
+
+def test_a_recurrent_run_resumes_as_the_others_do(recurrent_runs) -> None:
+    """What the interrupted run saved equals what the uninterrupted one had at that step (the LSTM states with every
+    other saved value, ``==``); resuming is deterministic; the counters continue."""
+    from ppo_dict.core.files import load_model_state
+    from tests.test_checkpoint import assert_same, without_config
+
+    def checkpoint(run: str, step: int) -> dict:
+        return without_config(load_model_state(str(recurrent_runs / run / "checkpoints" / f"checkpoint_{step:012d}.pt")))
+
+    a256, b256 = checkpoint("a", 256), checkpoint("b_at_256", 256)
+    assert "lstm_states" in b256 and float(b256["lstm_states"][0]["cell_states_vf"].abs().max()) > 0.01
+    assert_same(b256, a256)
+    b_end, c_end, a_end = checkpoint("b", 512), checkpoint("c", 512), checkpoint("a", 512)
+    assert_same(b_end, c_end)
+    assert (b_end["num_timesteps"], b_end["iteration"], b_end["n_updates"]) == (a_end["num_timesteps"], a_end["iteration"], a_end["n_updates"])
+
+
+def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(recurrent_runs, tmp_path) -> None:
+    """A recurrent checkpoint resumed with ``--model mlp`` (or other LSTMs), or a plain one with ``--model mlp_lstm``:
+    exit 2, one error naming what differs, no run directory touched."""
+    from tests.test_main_ppo import run_cli
+
+    ckpt = recurrent_runs / "b_at_256" / "checkpoints" / "checkpoint_000000000256.pt"
+    proc = run_cli("--resume", str(ckpt), "--model", "mlp", "--run_dir", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "the checkpoint holds a recurrent model and this run asks for a model without LSTM" in proc.stderr
+    assert "model='mlp_lstm' there, 'mlp' here" in proc.stderr and not (tmp_path / "x").exists()
+    proc = run_cli("--resume", str(ckpt), "--lstm_hidden_size", "32", "--run_dir", str(tmp_path / "y"))
+    assert proc.returncode == 2 and "lstm_hidden_size=16 there, 32 here" in proc.stderr
+    from ppo_dict.algo.ppo import PPO
+    from ppo_dict.run.checkpoint import CheckpointManager
+    from ppo_dict.run.run_plan import build_env_pool
+
+    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=16, batch_size=16, n_epochs=1, total_timesteps=16, seed=0, verbose=0)
+    plain = PPO(cfg, build_env_pool(cfg))
+    try:
+        plain_file = CheckpointManager(str(tmp_path / "plain"), keep=1).save(plain.learn())
+    finally:
+        plain.close()
+    proc = run_cli("--resume", plain_file, "--model", "mlp_lstm", "--run_dir", str(tmp_path / "z"))
+    assert proc.returncode == 2 and "the checkpoint holds a model without LSTM and this run asks for a recurrent model" in proc.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
+from typing import Any, Optional
 
 
 from ppo_dict.core.config import MODELS, RESUME_AUTO, Config
@@ -95,23 +95,34 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
-def recurrent_problems(cfg: Config) -> list[str]:
-    """What a recurrent run cannot do yet: resume with the states a checkpoint would need to hold."""
-    if not cfg.recurrent:
+def recurrent_settings(cfg: Config) -> dict[str, Any]:
+    """What makes a model recurrent, and how: its model and sb3-contrib's LSTM arguments, resolved."""
+    return {"model": cfg.model, **cfg.lstm_settings} if cfg.recurrent else {"model": cfg.model}
+
+
+def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str]:
+    """Why the checkpoint ``saved`` (its config) cannot continue as ``cfg``: a recurrent model resumed as another, or
+    the reverse, or other LSTMs: each setting that differs, named."""
+    then = Config.from_dict(saved["config"])
+    if then.recurrent == cfg.recurrent and recurrent_settings(then) == recurrent_settings(cfg):
         return []
-    asked = {"resume": cfg.resume is not None}
-    return [f"{flag}: not supported with a recurrent model (model={cfg.model!r}) yet" for flag, on in asked.items() if on]
+    kind = lambda c: "a recurrent model" if c.recurrent else "a model without LSTM"  # noqa: E731
+    old, new = recurrent_settings(then), recurrent_settings(cfg)
+    differ = ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k))
+    return [f"resume={source!r}: the checkpoint holds {kind(then)} and this run asks for {kind(cfg)} ({differ}): "
+            "resume with the checkpoint's model settings (drop the flags that change them)"]
 
 
-def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
+def validate(cfg: Config, agent: Optional[TrainedAgent] = None, resumed: Optional[tuple[str, dict[str, Any]]] = None) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend.
 
-    ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags.
+    ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags;
+    ``resumed``: the ``--resume`` checkpoint ``(file, state)``, whose model the flags must not change.
 
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
     """
-    problems = cfg.problems() + recurrent_problems(cfg) + path_problems(cfg)
+    problems = cfg.problems() + path_problems(cfg) + ([] if resumed is None else resume_problems(cfg, resumed[1], resumed[0]))
     backend: Optional[EnvBackend] = None
     try:
         backend = probe_env(env_spec(cfg))
