@@ -326,3 +326,46 @@ def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(r
         plain.close()
     proc = run_cli("--resume", plain_file, "--model", "mlp_lstm", "--run_dir", str(tmp_path / "z"))
     assert proc.returncode == 2 and "the checkpoint holds a model without LSTM and this run asks for a recurrent model" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------ ONNX
+@pytest.mark.parametrize("name", ["discrete_3_envs_sampled", "box_two_layers_shared", pytest.param("cnn_image", marks=pytest.mark.slow)])
+def test_onnx_graph_takes_and_returns_the_states_as_recurrent_ppo_predict(tmp_path, name: str) -> None:
+    """The exported graph (observations, ``lstm_h``, ``lstm_c``, ``episode_start`` -> action, ``lstm_h_out``,
+    ``lstm_c_out``) run in onnxruntime over whole episodes of every env, states carried and reset at episode starts,
+    against ``RecurrentPPO.predict(obs, state, episode_start, deterministic=True)`` on the same parameters: the same
+    discrete actions, Box actions and states within 1e-5 (onnxruntime's kernels are not torch's: allclose)."""
+    onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the onnx and test extras)")
+    from ppo_dict.interop.onnx import check_onnx, export_onnx
+
+    cfg = PREDICT_CASES[name][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb3 = make_recurrent(cfg)
+    ours = model_like(sb3, cfg)
+    out = export_onnx("memory", str(tmp_path / "policy.onnx"), model=ours)
+    checked = check_onnx(out, ours, 64)
+    assert checked["mismatched"] == 0 or checked["max_abs_diff"] < 1e-5, checked
+    assert checked["max_abs_state_diff"] < 1e-5, checked
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()][-3:] == ["lstm_h", "lstm_c", "episode_start"]
+    venv = sb3.get_env()
+    obs, state, h, c = venv.reset(), None, None, None
+    starts = np.ones(cfg.num_envs, dtype=bool)
+    ended = 0
+    for _ in range(80):
+        actions, state = sb3.predict(obs, state=state, episode_start=starts, deterministic=True)
+        if h is None:
+            h = c = np.zeros_like(state[0])
+        action, h, c = session.run(["action", "lstm_h_out", "lstm_c_out"], {"obs": np.asarray(obs), "lstm_h": h, "lstm_c": c, "episode_start": starts})
+        if np.issubdtype(action.dtype, np.integer):
+            assert np.array_equal(action, actions)
+        else:
+            np.testing.assert_allclose(action, actions, atol=1e-5)
+        np.testing.assert_allclose(h, state[0], atol=1e-5)
+        np.testing.assert_allclose(c, state[1], atol=1e-5)
+        h, c = state  # carry sb3-contrib's states: each step is checked from the same inputs
+        obs, _, starts, _ = venv.step(actions)
+        ended += int(starts.sum())
+    venv.close()
+    assert ended >= 1
