@@ -43,7 +43,7 @@ def path_problems(cfg: Config) -> list[str]:
     if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
         problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
-        problems += load_hyperparams(cfg.hyperparams, cfg.env)[1]
+        problems += load_hyperparams(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
     return problems
 
 

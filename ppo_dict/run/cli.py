@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 from typing import Any, Optional
 
-from ppo_dict.core.config import FIELDS, Config
+from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config
 from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_packages
 from ppo_dict.interop.hyperparams import load_hyperparams
@@ -74,7 +74,8 @@ def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = No
     hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
     if hyperparams_file and "resume" not in given:
         env = given.get("env", layered.get("env", FIELDS["env"].default))
-        layered.update(load_hyperparams(hyperparams_file, env)[0])
+        recurrent = str(given.get("model", layered.get("model", ""))) in RECURRENT_MODELS  # rl_zoo3: its ppo_lstm.yml
+        layered.update(load_hyperparams(hyperparams_file, env, recurrent)[0])
     layered.update(pinned or {})
     layered.update(given)
     return Config(**layered)  # the dataclass fills in sb3's defaults
