@@ -26,7 +26,7 @@ LSTM_TABLE = {
                                                "MinitaurBullet", "MinitaurBulletDuck", "HumanoidBullet", "InvertedDoublePendulumBullet",
                                                "InvertedPendulumSwingupBullet")},
     "CarRacing-v3": ("refused", ["env_wrapper"]),  # rl-zoo's resize and gymnasium's greyscale wrappers
-    # MuJoCo (v2/v4 mapped to the versions gymnasium makes, as for ppo.yml)
+    # MuJoCo (the v4 ids gymnasium still makes; the v2 ids mapped to the newest version, as for ppo.yml)
     **{name: "loaded" for name in ("Ant-v4", "Swimmer-v4", "HalfCheetah-v4", "Hopper-v4", "HumanoidStandup-v2", "Humanoid-v4",
                                    "InvertedDoublePendulum-v2", "InvertedPendulum-v2", "Reacher-v2", "Walker2d-v4")},
 }
