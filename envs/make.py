@@ -91,6 +91,16 @@ def video_may_need_mujoco_gl(env_name: str) -> bool:
     return not (isinstance(entry, str) and entry.startswith(PYGAME_ENTRIES))
 
 
+def with_no_velocity_envs(gym_id: str, packages: tuple[str, ...]) -> tuple[str, ...]:
+    """``packages``, and the module registering rl-zoo's NoVel ids (``envs.no_velocity``, without rl_zoo3) when
+    ``gym_id`` is one nothing registered yet: imported here, and in each worker."""
+    if gym_id in gym.registry:
+        return packages
+    from .no_velocity import MODULE, NO_VELOCITY_IDS
+
+    return packages + (MODULE,) if gym_id in NO_VELOCITY_IDS else packages
+
+
 def resolve_env_name(
     name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None,
     atari: Optional[AtariOptions] = None, frame_stack: int = 1,
@@ -124,6 +134,7 @@ def resolve_env_name(
             f"{GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs \"dict(env_path=...)\" (another Godot game)"
         )
     gym_id = name[len(GYM_PREFIX) :]
+    packages = with_no_velocity_envs(gym_id, tuple(gym_packages))
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
     if is_mujoco_py_stub(spec):
@@ -138,7 +149,6 @@ def resolve_env_name(
         from .pixels import check_pixel_env
 
         check_pixel_env(gym.spec(gym_id))
-    packages = tuple(gym_packages)
     if is_atari_entry(spec.entry_point) and ALE_MODULE not in packages:
         packages += (ALE_MODULE,)  # each worker imports it, which registers the Atari ids there
     if atari is not None:

@@ -25,7 +25,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="the ONNX file to write (default: RUN_DIR/policy.onnx, or FILE with .onnx)")
     parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset version")
     parser.add_argument("--check", type=int, default=256, help="compare with ppo_dict on this many sampled observations "
-                        "(with random masks for a model trained with --action_masks; 0: no check)")
+                        "(with random masks for a model trained with --action_masks, random LSTM states and episode starts for a recurrent one; 0: no check)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:

@@ -182,7 +182,8 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
     if cfg.save_path:
         print(f"saved {save_model(ppo, cfg.save_path)}", flush=True)
     if cfg.export_sb3:
-        print(f"exported {export_sb3(ppo, cfg.export_sb3)} (stable_baselines3.PPO.load)", flush=True)
+        loader = "sb3_contrib.RecurrentPPO" if cfg.recurrent else "sb3_contrib.MaskablePPO" if cfg.action_masks else "stable_baselines3.PPO"
+        print(f"exported {export_sb3(ppo, cfg.export_sb3)} ({loader}.load)", flush=True)
     if cfg.plot:
         from ppo_dict.plot import plot_run
 
@@ -342,7 +343,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
             if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
                 select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
-        check = check_run(cfg, agent, {**more, **unreadable})  # every problem, the machine's resources included
+        check = check_run(cfg, agent, {**more, **unreadable}, resumed=resumed)  # every problem, the machine's resources included
     except (ConfigError, RenderBackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -62,23 +62,29 @@ def test_restored_state_is_bit_identical_to_the_saved_one(tmp_path) -> None:
     fresh.pool.close()
 
 
+def interrupted_runs(root, flags: list[str], total: int, save_freq: int):
+    """A: ``total`` steps uninterrupted (a checkpoint every ``save_freq``). B: half of them, then resumed to ``total``;
+    C: B resumed again. ``root/b_at_<half>`` keeps B as it was before its resume."""
+    half = total // 2
+    a, b, c = root / "a", root / "b", root / "c"
+    proc = run_cli(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5", "--run_dir", str(a))
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(*flags, "--total_timesteps", str(half), "--run_dir", str(b))
+    assert proc.returncode == 0, proc.stderr
+    shutil.copytree(b, c)
+    shutil.copytree(b, root / f"b_at_{half}")
+    for run_dir in (b, c):
+        proc = run_cli("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "2")
+        assert proc.returncode == 0, proc.stderr
+        assert f"resumed from {run_dir}/checkpoints/checkpoint_{half:012d}.pt at {half} steps" in proc.stdout
+        assert summary_line(proc.stdout)["env_steps"] == total
+    return root
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A: 1024 steps uninterrupted (checkpoint every 256). B: 512 steps, then resumed to 1024; C: B resumed again."""
-    root = tmp_path_factory.mktemp("runs")
-    a, b, c = root / "a", root / "b", root / "c"
-    proc = run_cli(*SMALL, "--total_timesteps", "1024", "--save_freq", "256", "--keep_checkpoints", "5", "--run_dir", str(a))
-    assert proc.returncode == 0, proc.stderr
-    proc = run_cli(*SMALL, "--total_timesteps", "512", "--run_dir", str(b))
-    assert proc.returncode == 0, proc.stderr
-    shutil.copytree(b, c)
-    shutil.copytree(b, root / "b_at_512")
-    for run_dir in (b, c):
-        proc = run_cli("--resume", str(run_dir), "--total_timesteps", "1024", "--save_freq", "256", "--keep_checkpoints", "2")
-        assert proc.returncode == 0, proc.stderr
-        assert f"resumed from {run_dir}/checkpoints/checkpoint_000000000512.pt at 512 steps" in proc.stdout
-        assert summary_line(proc.stdout)["env_steps"] == 1024
-    return root
+    return interrupted_runs(tmp_path_factory.mktemp("runs"), SMALL, 1024, 256)
 
 
 def test_resume_continues_everything_saved_and_says_what_it_does_with_envs(runs) -> None:

@@ -20,7 +20,7 @@ from gymnasium import spaces
 
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
@@ -127,34 +127,69 @@ class Model:
     def device(self) -> torch.device:
         return self.policy.value_net.weight.device
 
+    @property
+    def recurrent(self) -> bool:
+        """An LSTM policy (sb3-contrib's RecurrentPPO): it acts from states the caller carries (:meth:`predict`)."""
+        return isinstance(self.policy, RecurrentActorCritic)
+
+    def policy_input(self, batch: dict[str, np.ndarray]) -> Any:
+        """A batch of observations as the env wrote them -> the policy's tensors: normalised with the frozen
+        statistics, laid out as fresh tensors, channel-last images seen as ``[B, C, H, W]`` (sb3's ``VecTransposeImage``)."""
+        batch = dict(batch)
+        if self.normalizer is not None:
+            batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
+        batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
+        return obs_to_tensor(policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict)), self.device)
+
     @torch.no_grad()
     def predict_batch(self, batch: dict[str, np.ndarray], deterministic: bool = True, masks: Optional[np.ndarray] = None) -> np.ndarray:
         """The actions the env gets for a batch of observations ``{key: [B, *shape]}`` as the env
         wrote them (:func:`~ppo_dict.data.storage.obs_layout`'s keys and dtypes); ``[B, *action_shape]``.
 
-        Normalised with the frozen statistics, channel-last images seen as ``[B, C, H, W]`` (sb3's
-        ``VecTransposeImage``), the Gaussian mean or a sample (clipped to the action bounds, as sb3's
+        :meth:`policy_input`'s tensors; the Gaussian mean or a sample (clipped to the action bounds, as sb3's
         ``predict``), or the most probable or a sampled discrete action; ``masks`` (``[B, mask_dim]``,
         masked policies): only valid actions, as sb3-contrib's ``predict(..., action_masks=...)``.
+        A recurrent model acts from zero states here, each observation a new episode (:meth:`predict_recurrent` carries them).
         """
-        if getattr(self.policy, "lstm_actor", None) is not None:  # a recurrent policy acts from carried LSTM states
-            raise NotImplementedError("predict of a recurrent model (mlp_lstm, cnn_lstm), with its LSTM states, is not available yet")
-        batch = dict(batch)
-        if self.normalizer is not None:
-            batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
-        batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
-        policy_input = policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict))
+        if self.recurrent:
+            return self.predict_recurrent(batch, None, None, deterministic)[0]
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
-        actions = self.policy(obs_to_tensor(policy_input, self.device), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
+        actions = self.policy(self.policy_input(batch), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
+    @torch.no_grad()
+    def predict_recurrent(self, batch: dict[str, np.ndarray], state: Any, episode_start: Any,
+                          deterministic: bool) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """sb3-contrib's ``RecurrentActorCriticPolicy.predict`` for a batch of ``B`` observations: ``(actions,
+        (h, c))``, the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
+        before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere)."""
+        n = len(next(iter(batch.values())))
+        policy: RecurrentActorCritic = self.policy  # type: ignore[assignment]
+        if state is None:
+            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),) * 2
+        hx = tuple(torch.tensor(np.asarray(s), dtype=torch.float32, device=self.device) for s in state)
+        if hx[0].shape != (policy.lstm_actor.num_layers, n, policy.lstm_actor.hidden_size):
+            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected (h, c), each "
+                             f"(n_lstm_layers={policy.lstm_actor.num_layers}, n_envs={n}, lstm_hidden_size={policy.lstm_actor.hidden_size})")
+        starts = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start).reshape(n)
+        starts = torch.tensor(starts, dtype=torch.float32, device=self.device)
+        actions, (h, c) = policy.act(self.policy_input(batch), hx, starts, deterministic)  # type: ignore[arg-type]
+        return self.policy.action_spec.to_env(actions.cpu().numpy()), (h.cpu().numpy(), c.cpu().numpy())
+
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
-                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, None]:
-        """sb3's ``predict``: ``(actions, None)`` for one observation as the env returns it, or a
-        batch (each array with a leading batch dimension), with sb3's and sb3-contrib's arguments
-        (``state`` and ``episode_start`` are for recurrent policies: unused). Stochastic unless
-        ``deterministic``, as sb3's default."""
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[tuple[np.ndarray, np.ndarray]]]:
+        """sb3's ``predict``: ``(actions, state)`` for one observation as the env returns it, or a batch (each
+        array with a leading batch dimension), with sb3's and sb3-contrib's arguments. Stochastic unless
+        ``deterministic``, as sb3's default.
+
+        A recurrent model is sb3-contrib's ``RecurrentPPO.predict``: ``state`` is the actor's ``(h, c)``
+        returned by the previous call (None: zeros), ``episode_start`` flags each env whose episode starts
+        with this observation (its states are zeroed first); the states after the step are returned. Other
+        models return ``None`` and ignore both, as sb3's ``PPO.predict``."""
         batch, vectorized = self._as_batch(observation)
+        if self.recurrent:
+            actions, states = self.predict_recurrent(batch, state, episode_start, deterministic)
+            return (actions if vectorized else actions[0]), states
         masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
         actions = self.predict_batch(batch, deterministic, masks)
         return (actions if vectorized else actions[0]), None

@@ -67,6 +67,7 @@ class PPO:
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
+        self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
 
     @property
     def model(self) -> Model:
@@ -131,15 +132,40 @@ class PPO:
         return self
 
     def start_envs(self) -> None:
-        """First reset of every env (env i with ``env_seed + i``) and of the normaliser; idempotent."""
+        """First reset of every env (env i with ``env_seed + i``) and of the normaliser; idempotent. A resumed
+        recurrent run's first rollout starts from the LSTM states it saved (:meth:`load_lstm_states`)."""
         if not self._envs_started:
             self.reset_envs(self.env_seed)
+            if self._resumed_lstm_states is not None:
+                self.load_lstm_states(self._resumed_lstm_states)
+                self._resumed_lstm_states = None
 
     def reset_envs(self, seed: Any, options: Optional[list[dict[str, Any]]] = None) -> None:
         """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
         normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``)."""
         self.collector.reset(seed, options)
         self._envs_started = True
+
+    def lstm_states(self) -> Optional[list[dict[str, np.ndarray]]]:
+        """A recurrent run's LSTM states that start the next rollout (sb3-contrib's ``_last_lstm_states``), copies:
+        per group of envs (all of them, or each ``--double_buffer`` half) ``{name: float32[n_layers, n_envs_of_group,
+        hidden]}`` under sb3-contrib's buffer names; None for other models."""
+        store = self.collector.states
+        if store is None:
+            return None
+        if not self._envs_started and self._resumed_lstm_states is not None:  # restored, to start the first rollout
+            return [{name: arr.copy() for name, arr in group.items()} for group in self._resumed_lstm_states]
+        return [{name: arr[0].copy() for name, arr in arrays.items()} for arrays in store.arrays]
+
+    def load_lstm_states(self, states: list[dict[str, np.ndarray]]) -> None:
+        """Put :meth:`lstm_states`' values back as the next rollout's start (once the envs start, when they have not)."""
+        store = self.collector.states
+        if not self._envs_started:
+            self._resumed_lstm_states = states
+            return
+        for arrays, saved in zip(store.arrays, states):
+            for name, arr in arrays.items():
+                arr[0] = saved[name]
 
     def collect_rollout(self) -> None:
         """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).

@@ -160,6 +160,16 @@ class RecurrentActorCritic(ActorCritic):
             latent_vf = self.critic(features)
         return self.value_net(self.mlp_extractor.forward_critic(latent_vf))
 
+    def act(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, HiddenCell]:
+        """The actor alone (sb3-contrib ``_predict``, what ``predict`` runs): ``(actions [B, *action_shape],
+        the actor's states after the step)`` from its states ``[n_layers, B, hidden]`` before it, zeroed where
+        ``episode_starts [B]`` is set."""
+        features = self.pi_features_extractor(self._preprocess(obs))
+        latent_pi, states = process_sequence(features, states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size)
+        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi))
+        actions = dist.mode() if deterministic else dist.sample()
+        return actions.reshape((-1, *self.action_space.shape)), states
+
     def initial_states(self, n_envs: int, device: Optional[torch.device] = None) -> LstmStates:
         """Zero states for ``n_envs`` envs (sb3-contrib's first rollout, and ``predict`` without a state)."""
         shape = (self.lstm_actor.num_layers, n_envs, self.lstm_actor.hidden_size)

@@ -7,7 +7,8 @@ plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
 values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.core.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
 
 ``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
-(the ``zoo`` extra). An env without an entry takes the file's ``atari`` entry (games ale-py
+(the ``zoo`` extra), or its ``ppo_lstm.yml`` (sb3-contrib's RecurrentPPO: ``MlpLstmPolicy``, ``CnnLstmPolicy``,
+``MultiInputLstmPolicy`` and the LSTM's ``policy_kwargs``) when ``--model`` names a recurrent model. An env without an entry takes the file's ``atari`` entry (games ale-py
 makes) or its ``default`` entry, as rl-zoo's ``ExperimentManager.read_hyperparameters`` does.
 """
 from __future__ import annotations
@@ -32,8 +33,10 @@ NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_
                     "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln")
-POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp"}
+                 "full_std", "use_expln", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+#: sb3's policy names, and sb3-contrib RecurrentPPO's (rl-zoo's ``ppo_lstm.yml``)
+POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp",
+            "MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": "mlp_lstm"}
 #: keys rl-zoo knows that ppo_dict does not implement, with the reason
 UNSUPPORTED = {
     "vec_env_wrapper": "vec env wrappers from the file are not applied",
@@ -42,12 +45,14 @@ UNSUPPORTED = {
 }
 
 
-#: ``--hyperparams rl_zoo3``: rl-zoo's PPO file from the installed package
+#: ``--hyperparams rl_zoo3``: rl-zoo's PPO file from the installed package (its RecurrentPPO file for a recurrent run)
 RL_ZOO = "rl_zoo3"
+RL_ZOO_FILES = {False: "ppo.yml", True: "ppo_lstm.yml"}
 
 
-def hyperparams_file(name: str) -> str:
-    """The file ``--hyperparams name`` means: a path, or ``rl_zoo3`` for the installed rl-zoo's ``ppo.yml``.
+def hyperparams_file(name: str, recurrent: bool = False) -> str:
+    """The file ``--hyperparams name`` means: a path, or ``rl_zoo3`` for the installed rl-zoo's ``ppo.yml``
+    (``ppo_lstm.yml``, rl-zoo's ``--algo ppo_lstm``, when ``recurrent``: ``--model mlp_lstm | cnn_lstm``).
 
     Found without importing rl_zoo3 (which imports sb3, optuna and huggingface_hub); raises
     ``FileNotFoundError`` naming the extra to install when rl_zoo3 is not there.
@@ -57,7 +62,7 @@ def hyperparams_file(name: str) -> str:
     spec = importlib.util.find_spec(RL_ZOO)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("rl_zoo3 is not installed: pip install rl_zoo3 (or ppo_dict's zoo extra), or give a file path")
-    return os.path.join(list(spec.submodule_search_locations)[0], "hyperparams", "ppo.yml")
+    return os.path.join(list(spec.submodule_search_locations)[0], "hyperparams", RL_ZOO_FILES[recurrent])
 
 
 #: the one rl-zoo ``env_wrapper`` ppo_dict applies (itself, in the workers: ``--atari_wrapper True``)
@@ -165,12 +170,13 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
     return parsed, problems
 
 
-def load_hyperparams(path: str, env: str) -> tuple[dict[str, Any], list[str]]:
-    """``(Config values, problems)`` from ``path``'s entry for ``env``; problems name the file and key."""
+def load_hyperparams(path: str, env: str, recurrent: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """``(Config values, problems)`` from ``path``'s entry for ``env`` (:func:`hyperparams_file` of ``path`` and
+    ``recurrent``); problems name the file and key."""
     import yaml  # PyYAML comes with wandb and gymnasium; imported only for this feature
 
     try:
-        with open(hyperparams_file(path)) as f:
+        with open(hyperparams_file(path, recurrent)) as f:
             document = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as exc:
         return {}, [f"hyperparams={path!r}: cannot read: {exc}"]

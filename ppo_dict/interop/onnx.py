@@ -7,7 +7,10 @@ with ``--action_masks`` takes each step's masks too, as a last input ``action_ma
 ``[batch, mask_dim]``, the layout ``action_masks()`` gives: ``n`` entries for Discrete,
 ``sum(nvec)`` for MultiDiscrete, ``2n`` for MultiBinary), and returns sb3-contrib's
 ``MaskablePPO.predict(obs, action_masks=..., deterministic=True)``: masked logits -1e8, the most
-probable valid action of each categorical. With
+probable valid action of each categorical. A recurrent model's graph takes the actor's LSTM states and the episode
+starts as its last inputs (``lstm_h``, ``lstm_c``: float32 ``[n_layers, batch, hidden]``, ``episode_start``: bool
+``[batch]``) and returns the states after the step (``lstm_h_out``, ``lstm_c_out``) after the action: sb3-contrib's
+``RecurrentPPO.predict(obs, state, episode_start, deterministic=True)``, the states fed back at the next step. With
 ``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
 computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
 policies return their mean clipped to the action bounds, categorical ones their most probable
@@ -41,6 +44,10 @@ from ppo_dict.data.storage import OBS_KEY, channel_last_keys, obs_layout, obs_pa
 OPSET = 18
 #: The masks' input of a masked policy's graph (sb3-contrib's name: ``predict``'s keyword, the env's method)
 MASKS_INPUT = METHOD
+#: A recurrent policy's extra inputs (the actor's LSTM states before the step, float32 ``[n_layers, batch, hidden]``, and
+#: bool ``[batch]`` episode starts) and outputs (the states after it): sb3-contrib's ``predict(obs, state, episode_start)``
+STATE_INPUTS = ("lstm_h", "lstm_c", "episode_start")
+STATE_OUTPUTS = ("lstm_h_out", "lstm_c_out")
 
 
 class DeterministicPolicy(nn.Module):
@@ -55,7 +62,11 @@ class DeterministicPolicy(nn.Module):
         self.masked = policy.masked
         if self.masked and MASKS_INPUT in self.keys:
             raise ExportError(f"the observation key {MASKS_INPUT!r} would collide with the graph's masks input of that name")
-        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else list(self.keys)
+        self.recurrent = model.recurrent
+        if self.recurrent and set(STATE_INPUTS) & set(self.keys):
+            raise ExportError(f"an observation key among {STATE_INPUTS} would collide with the graph's state inputs of that name")
+        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else [*self.keys, *STATE_INPUTS] if self.recurrent else list(self.keys)
+        self.output_names = ["action", *STATE_OUTPUTS] if self.recurrent else ["action"]
         channel_last = channel_last_keys(observation_space)
         self.channel_last = [k for k in self.keys if k in channel_last]
         self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
@@ -66,8 +77,9 @@ class DeterministicPolicy(nn.Module):
             self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
         self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``."""
+    def forward(self, *inputs: torch.Tensor) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``, or
+        (recurrent policies) :data:`STATE_INPUTS`; returns the actions (and the states after the step)."""
         obs = dict(zip(self.keys, inputs))
         masks = inputs[-1] if self.masked else None
         for i, key in enumerate(self.normalized):
@@ -75,8 +87,21 @@ class DeterministicPolicy(nn.Module):
             obs[key] = x.clamp(-self.clip_obs, self.clip_obs).float()
         for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
             obs[key] = obs[key].permute(0, 3, 1, 2)
-        actions = self.policy(obs if self.dict_obs else obs[OBS_KEY], deterministic=True, action_masks=masks)[0]
+        obs = obs if self.dict_obs else obs[OBS_KEY]
+        if self.recurrent:
+            return self.recurrent_actions(obs, *inputs[len(self.keys):])
+        actions = self.policy(obs, deterministic=True, action_masks=masks)[0]
         return self.to_env(actions)
+
+    def recurrent_actions(self, obs: Any, h: torch.Tensor, c: torch.Tensor, episode_start: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """sb3-contrib's deterministic ``predict`` as one graph: the states multiplied by ``1 - episode_start`` (its
+        loop branch: the one-call branch's outputs, as a graph has no data-dependent branch), one LSTM step, the mode."""
+        policy = self.policy
+        keep = (1.0 - episode_start.float()).view(1, -1, 1)
+        features = policy.pi_features_extractor(policy._preprocess(obs))
+        latent, (h, c) = policy.lstm_actor(features.unsqueeze(0), (keep * h, keep * c))
+        actions = policy.distribution(policy.mlp_extractor.forward_actor(latent[0])).mode()
+        return self.to_env(actions.reshape((-1, *policy.action_space.shape))), h, c
 
 
 def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -106,6 +131,11 @@ def sample_inputs(model: Model, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     inputs = sample_batch(model.observation_space, n, seed)
     if model.policy.masked:
         inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
+    if model.recurrent:  # states as an episode carries them, and an episode start in about a third of the batch
+        rng, lstm = np.random.default_rng(seed), model.policy.lstm_actor
+        for name in STATE_INPUTS[:2]:
+            inputs[name] = rng.normal(0.0, 0.3, (lstm.num_layers, n, lstm.hidden_size)).astype(np.float32)
+        inputs[STATE_INPUTS[2]] = rng.random(n) < 0.3
     return inputs
 
 
@@ -140,8 +170,9 @@ def export_onnx(path: str, out: str, opset: int = OPSET, model: Optional[Model] 
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
         scratch_file = os.path.join(scratch, "policy.onnx")
         try:
-            torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=["action"],
-                              dynamic_shapes={"inputs": tuple({0: batch} for _ in example)}, opset_version=opset, external_data=False,
+            dims = tuple({1: batch} if name in STATE_INPUTS[:2] else {0: batch} for name in module.input_names)  # states: [layers, B, H]
+            torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=module.output_names,
+                              dynamic_shapes={"inputs": dims}, opset_version=opset, external_data=False,
                               dynamo=True, verbose=False)
         except ImportError as exc:
             raise ExportError(f"exporting to ONNX needs onnx and onnxscript: pip install onnx onnxscript onnxruntime "
@@ -178,8 +209,15 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
 
     model = Model.from_file(model) if isinstance(model, str) else model
     inputs = sample_inputs(model, n, seed=1)
-    ours = model.predict_batch({key: inputs[key] for key in obs_layout(model.observation_space)}, masks=inputs.get(MASKS_INPUT))
+    batch = {key: inputs[key] for key in obs_layout(model.observation_space)}
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    theirs = session.run(["action"], inputs)[0]
+    if model.recurrent:
+        ours, states = model.predict_recurrent(batch, (inputs["lstm_h"], inputs["lstm_c"]), inputs["episode_start"], deterministic=True)
+        theirs, *their_states = session.run(["action", *STATE_OUTPUTS], inputs)
+        state_diff = max(float(np.abs(a - b).max()) for a, b in zip(states, their_states))
+    else:
+        ours = model.predict_batch(batch, masks=inputs.get(MASKS_INPUT))
+        theirs = session.run(["action"], inputs)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)
-    return {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
+    result = {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
+    return {**result, "max_abs_state_diff": state_diff} if model.recurrent else result

@@ -1,4 +1,4 @@
-"""sb3's file formats: a zip that sb3's ``PPO.load`` (sb3-contrib's ``MaskablePPO.load`` with masks)
+"""sb3's file formats: a zip that sb3's ``PPO.load`` (sb3-contrib's ``MaskablePPO.load`` with masks, ``RecurrentPPO.load`` with an LSTM)
 opens, with a ``VecNormalize`` pickle beside it, and the sb3 keyword arguments that mean what a config means.
 The trainer's own files (checkpoints, model files, the run's config) are ``ppo_dict.run.checkpoint``'s.
 """
@@ -72,10 +72,10 @@ def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
 
 
 def export_sb3(ppo: "PPO", path: str) -> str:
-    """Write an sb3 ``PPO`` zip (with ``--action_masks``, an sb3-contrib ``MaskablePPO`` zip) whose
-    policy parameters equal ours exactly.
+    """Write an sb3 ``PPO`` zip (with ``--action_masks``, an sb3-contrib ``MaskablePPO`` zip; with a recurrent
+    model, a ``RecurrentPPO`` zip) whose policy parameters equal ours exactly.
 
-    Needs stable-baselines3 (the ``test`` extra; sb3-contrib for masks). The policy's module names
+    Needs stable-baselines3 (the ``test`` extra; sb3-contrib for masks and LSTMs). The policy's module names
     are sb3's, so the state dict loads unchanged; the optimizer state and step counter are carried over too.
     """
     from stable_baselines3 import PPO as SB3PPO  # optional dependency of this feature only
@@ -94,6 +94,10 @@ def export_sb3(ppo: "PPO", path: str) -> str:
             from sb3_contrib import MaskablePPO
 
             model_class, kwargs = MaskablePPO, maskable_ppo_kwargs(cfg)
+        elif cfg.recurrent:
+            from sb3_contrib import RecurrentPPO
+
+            model_class, kwargs = RecurrentPPO, recurrent_ppo_kwargs(cfg)
         else:
             model_class, kwargs = SB3PPO, sb3_ppo_kwargs(cfg)
         sb3_model = model_class(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **kwargs)

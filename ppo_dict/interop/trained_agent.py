@@ -1,4 +1,4 @@
-"""Starting from an sb3 PPO zip: ``--trained_agent FILE.zip``, rl-zoo's ``--trained-agent``.
+"""Starting from an sb3 PPO zip (sb3-contrib's MaskablePPO's, RecurrentPPO's): ``--trained_agent FILE.zip``, rl-zoo's ``--trained-agent``.
 
 rl-zoo continues a saved agent as ``PPO.load(zip, env, seed=seed, **hyperparams).learn(n)``
 (``ExperimentManager._load_pretrained_agent``, then ``learn`` with ``reset_num_timesteps=True``),
@@ -44,7 +44,13 @@ if TYPE_CHECKING:
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
 #: sb3-contrib's MaskablePPO policy classes (``sb3_contrib.common.maskable.policies``): ppo_dict's with ``--action_masks``
 MASKABLE_POLICIES = {"MaskableActorCriticPolicy": "mlp", "MaskableActorCriticCnnPolicy": "cnn", "MaskableMultiInputActorCriticPolicy": None}
-POLICY_MODULES = {"stable_baselines3.common.policies": PPO_POLICIES, "sb3_contrib.common.maskable.policies": MASKABLE_POLICIES}
+#: sb3-contrib's RecurrentPPO policy classes (``sb3_contrib.common.recurrent.policies``): ppo_dict's recurrent models
+RECURRENT_POLICIES = {"RecurrentActorCriticPolicy": "mlp_lstm", "RecurrentActorCriticCnnPolicy": "cnn_lstm",
+                      "RecurrentMultiInputActorCriticPolicy": None}
+POLICY_MODULES = {"stable_baselines3.common.policies": PPO_POLICIES, "sb3_contrib.common.maskable.policies": MASKABLE_POLICIES,
+                  "sb3_contrib.common.recurrent.policies": RECURRENT_POLICIES}
+#: RecurrentActorCriticPolicy's keyword arguments (Config fields under the same name) and their defaults
+LSTM_KWARGS = {"lstm_hidden_size": 256, "n_lstm_layers": 1, "shared_lstm": False, "enable_critic_lstm": True}
 #: the sb3 ``PPO`` attributes a zip saves that are Config fields under the same name
 HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
                    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
@@ -145,7 +151,7 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     if name not in POLICY_MODULES.get(module, ()):
         algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
         raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
-                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO)")
+                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO, RecurrentPPO)")
     missing = [k for k in ("clip_range", "n_epochs", "batch_size") if k not in data]
     if missing or "policy.optimizer" not in params:
         raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
@@ -162,6 +168,13 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
         unsupported["features_extractor_class"] = extractor
     if getattr(unsupported.get("optimizer_class"), "__name__", "") == "Adam":
         unsupported.pop("optimizer_class")
+    policy_name = data["policy_class"].__name__
+    recurrent = policy_name in RECURRENT_POLICIES
+    if recurrent:
+        for name in LSTM_KWARGS:
+            unsupported.pop(name, None)
+        if not unsupported.get("lstm_kwargs", {}):
+            unsupported.pop("lstm_kwargs", None)
     if unsupported:
         raise CheckpointError(f"{path}: the policy uses policy_kwargs ppo_dict does not implement: "
                               + ", ".join(f"{k}={v!r}" for k, v in unsupported.items()))
@@ -172,14 +185,15 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     net_arch = kwargs.get("net_arch")
     if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
-    policy_name = data["policy_class"].__name__
-    model = {**PPO_POLICIES, **MASKABLE_POLICIES}[policy_name] or ("cnn" if contains_image(observation_space) else "mlp")
+    model = {**PPO_POLICIES, **MASKABLE_POLICIES, **RECURRENT_POLICIES}[policy_name]
+    model = model or ("cnn" if contains_image(observation_space) else "mlp") + ("_lstm" if recurrent else "")
+    lstm = {name: kwargs.get(name, default) for name, default in LSTM_KWARGS.items()} if recurrent else {}
     defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                                                          "full_std", "use_expln")}
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
     return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
             "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
-            **{name: kwargs.get(name, default) for name, default in defaults.items()}}
+            **lstm, **{name: kwargs.get(name, default) for name, default in defaults.items()}}
 
 
 def saved_values(data: dict[str, Any]) -> dict[str, Any]:

@@ -46,10 +46,13 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
     Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
     ``n_updates``), the episode buffers behind ``rollout/*`` (``ep_r``, ``ep_l``, ...:
     ``episodes.EpisodeLog.state``), the RNG states of torch, numpy's global generator and python's
-    ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config.
+    ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config; a recurrent
+    run's LSTM states that start its next rollout (``lstm_states``: ``PPO.lstm_states``, one set per
+    ``--double_buffer`` half).
     Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
     The model's part is ``ppo.model.state()`` (``ppo_dict.algo.model.Model``: what ``Model.from_file`` reads).
     """
+    lstm_states = ppo.lstm_states()
     return {
         **ppo.model.state(),
         "optimizer": ppo.optimizer.state_dict(),
@@ -57,6 +60,7 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
         "rng": rng_state(),
+        **({} if lstm_states is None else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
     }
 
 
@@ -215,5 +219,11 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     ppo.load_optimizer(state["optimizer"], source)
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
     ppo.episodes.load_state(state)
+    if ("lstm_states" in state) != ppo.cfg.recurrent or len(state.get("lstm_states", ())) != len(ppo.lstm_states() or ()):
+        raise CheckpointError(f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
+                              f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "
+                              f"double_buffer={ppo.cfg.double_buffer}")
+    if "lstm_states" in state:
+        ppo.load_lstm_states([{k: v.numpy() for k, v in group.items()} for group in state["lstm_states"]])
     set_rng_state(state["rng"])
     ppo.env_seed = resume_env_seed(ppo.cfg.seed, ppo.num_timesteps)

@@ -12,7 +12,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -51,7 +51,7 @@ def path_problems(cfg: Config) -> list[str]:
     if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
         problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
-        problems += load_hyperparams(cfg.hyperparams, cfg.env)[1]
+        problems += load_hyperparams(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
     return problems
 
 
@@ -107,16 +107,22 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     return [f"action_masks=True: {problem} ({backend.label})"] if problem else []
 
 
-def recurrent_problems(cfg: Config) -> list[str]:
-    """What a recurrent run cannot do yet: act with carried LSTM states outside training (evaluation,
-    videos), write or read sb3-contrib files, resume with the states a checkpoint would need to hold."""
-    if not cfg.recurrent:
+def recurrent_settings(cfg: Config) -> dict[str, Any]:
+    """What makes a model recurrent, and how: its model and sb3-contrib's LSTM arguments, resolved."""
+    return {"model": cfg.model, **cfg.lstm_settings} if cfg.recurrent else {"model": cfg.model}
+
+
+def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str]:
+    """Why the checkpoint ``saved`` (its config) cannot continue as ``cfg``: a recurrent model resumed as another, or
+    the reverse, or other LSTMs: each setting that differs, named."""
+    then = Config.from_dict(saved["config"])
+    if then.recurrent == cfg.recurrent and recurrent_settings(then) == recurrent_settings(cfg):
         return []
-    asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None,
-             "trained_agent": cfg.trained_agent is not None, "resume": cfg.resume is not None}
-    return [f"{flag}: not supported with a recurrent model (model={cfg.model!r}) yet: recurrent runs train, log and save "
-            "checkpoints, but evaluation, sb3-contrib files and resuming need the LSTM states carried outside training"
-            for flag, on in asked.items() if on]
+    kind = lambda c: "a recurrent model" if c.recurrent else "a model without LSTM"  # noqa: E731
+    old, new = recurrent_settings(then), recurrent_settings(cfg)
+    differ = ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k))
+    return [f"resume={source!r}: the checkpoint holds {kind(then)} and this run asks for {kind(cfg)} ({differ}): "
+            "resume with the checkpoint's model settings (drop the flags that change them)"]
 
 
 @dataclass(frozen=True)
@@ -132,27 +138,29 @@ class RunCheck:
 
 
 def validate(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
-             machine: Optional[Machine] = None) -> EnvBackend:
+             machine: Optional[Machine] = None, resumed: Optional[tuple[str, dict[str, Any]]] = None) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend
     (:func:`check_run`, which also says what the run needs of the machine)."""
-    return check_run(cfg, agent, unreadable, machine).backend
+    return check_run(cfg, agent, unreadable, machine, resumed).backend
 
 
 def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
-              machine: Optional[Machine] = None) -> RunCheck:
+              machine: Optional[Machine] = None, resumed: Optional[tuple[str, dict[str, Any]]] = None) -> RunCheck:
     """The whole check: raise one :class:`ConfigError` listing every problem, or return the :class:`RunCheck`.
 
     ``cfg``: a config from flags or keyword arguments; ``unreadable``: the values no parser could
     read (:meth:`Config.read`), listed first, in place of what ``cfg`` holds for them (their defaults).
     ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags.
     ``machine``: what to judge the resources against (default: this machine, probed now).
+    ``resumed``: the ``--resume`` checkpoint ``(file, state)``, whose model the flags must not change.
 
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
     """
     unreadable = dict(unreadable or {})
     machine = machine or Machine.probe()
-    problems = list(unreadable.values()) + cfg.problems() + recurrent_problems(cfg) + path_problems(cfg) + core_problems(cfg, machine)
+    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg) + core_problems(cfg, machine)
+    problems += [] if resumed is None else resume_problems(cfg, resumed[1], resumed[0])
     backend = probe_backend(cfg, unreadable, problems)
     result = None
     if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):

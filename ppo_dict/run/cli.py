@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 from typing import Any, NoReturn, Optional
 
-from ppo_dict.core.config import FIELDS, Config, read_values
+from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config, read_values
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_bool, parse_packages
@@ -130,7 +130,8 @@ def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
     hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
     if hyperparams_file and "resume" not in given:
         env = given.get("env", layered.get("env", FIELDS["env"].default))
-        layered.update(load_hyperparams(hyperparams_file, env)[0])
+        recurrent = str(given.get("model", layered.get("model", ""))) in RECURRENT_MODELS  # rl_zoo3: its ppo_lstm.yml
+        layered.update(load_hyperparams(hyperparams_file, env, recurrent)[0])
     layered.update(pinned or {})
     layered.update(given)
     return Config.read(layered)  # the dataclass fills in sb3's defaults

@@ -115,7 +115,9 @@ def run_episodes(
     ``info["is_success"]`` of every episode end that has one (sb3 ``EvalCallback``'s success buffer).
 
     The first reset uses ``seed``; later episodes continue the env's own RNG. The actions are
-    ``model.predict``'s (observations normalised with its statistics, which are not updated). The first episode's
+    ``model.predict``'s (observations normalised with its statistics, which are not updated); a recurrent
+    model's LSTM states go from each step to the next and are zeroed where an episode starts (after every
+    reset, a lost life's too: sb3's ``evaluate_policy`` passes ``episode_start=done``). The first episode's
     frames go to ``video`` (at most ``video_length``). A masked policy acts on the env's
     ``action_masks()`` of each step (sb3-contrib's masked ``evaluate_policy``).
 
@@ -133,6 +135,7 @@ def run_episodes(
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = calls("reset", lambda: env.reset(seed=seed), [seed])
+    state, episode_start = None, np.array([True])  # a recurrent model's LSTM states, carried from step to step
     read_masks = calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked else None
     while len(returns) < n_episodes:
         at = f"at evaluation step {book.lengths[0]} of episode {len(returns) + 1}"
@@ -141,8 +144,9 @@ def run_episodes(
             if frame is not None:
                 video.add(np.asarray(frame, dtype=np.uint8))
         masks = None if read_masks is None else calls("action_masks", lambda: read_masks(at), at)
-        action = model.predict(obs, deterministic=deterministic, action_masks=masks)[0]
+        action, state = model.predict(obs, state, episode_start, deterministic, action_masks=masks)
         obs, reward, terminated, truncated, info = calls("step", lambda: env.step(action), at)
+        episode_start = np.array([terminated or truncated])
         book.returns[0] += float(reward)
         book.lengths[0] += 1
         if terminated or truncated:

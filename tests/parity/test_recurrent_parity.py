@@ -67,6 +67,9 @@ POOLS = {
     "dict_5_envs": (5, 1, True),
     "multi_discrete_3_envs": (3, 1, False),
     "cnn_3_envs": (1, 3, True),
+    "gsde_1_env": (1, 1, False),  # gSDE's exploration matrices, the env in a worker
+    "shared_lstm": (3, 1, True),  # target_kl's early stop, the main process's share
+    "cnn_channel_last": (1, 1, True),  # channel-last images, stepped by the main process
 }
 
 
@@ -94,7 +97,8 @@ def test_worker_pool_bit_exact(name: str) -> None:
     assert_same_record(sb3, ours)
 
 
-def test_multi_binary_actions_first_rollout_bit_exact() -> None:
+@pytest.mark.parametrize("pool_layout", [None, (3, 1, True)], ids=["in_process", "pool_with_main_share"])
+def test_multi_binary_actions_first_rollout_bit_exact(pool_layout) -> None:
     """MultiBinary actions: RecurrentPPO 2.9.2 collects its rollout, then cannot train (its sequence buffer
     hands the int8 actions to ``Bernoulli.log_prob``, which refuses them; sb3's PPO casts them to float32, as
     ppo_dict does). The initial parameters and the first rollout, stored states included, equal ppo_dict's."""
@@ -106,7 +110,13 @@ def test_multi_binary_actions_first_rollout_bit_exact() -> None:
         initial = {k: v.clone() for k, v in model.policy.state_dict().items()}
         with pytest.raises(RuntimeError, match="can't be cast"):
             learn_sb3_into(model, sb3, cfg.total_timesteps)
-        ours = run_ours(cfg.replace(total_timesteps=cfg.rollout_size), prepare=lambda m: assert_same_value(initial, m.policy.state_dict(), "init"))
+        ours_cfg = cfg.replace(total_timesteps=cfg.rollout_size)
+        pool = None
+        if pool_layout is not None:
+            workers, per_worker, main_steps = pool_layout
+            ours_cfg = ours_cfg.replace(num_workers=workers, envs_per_worker=per_worker, main_steps_envs=main_steps, main_envs=1)
+            pool = build_env_pool(ours_cfg)
+        ours = run_ours(ours_cfg, pool, prepare=lambda m: assert_same_value(initial, m.policy.state_dict(), "init"))
     assert len(sb3.rollouts) == 1 and sb3.rollouts[0]["actions"].dtype == np.int8
     for name in (*BUFFER_FIELDS, *STATE_NAMES):
         assert_same_value(sb3.rollouts[0][name], ours.rollouts[0][name], f"rollout 0 {name}")
