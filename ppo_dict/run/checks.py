@@ -8,6 +8,7 @@ probed env backend, which ``ppo_dict.vec.make_env_pool`` then uses without probi
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Optional
 
@@ -131,7 +132,14 @@ def validate(cfg: Config, agent: Optional[TrainedAgent] = None) -> EnvBackend:
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
     if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
         warn_single_step_sequences(cfg)
+    if cfg.lstm_fast_path:
+        print(FAST_PATH_NOTICE, file=sys.stderr, flush=True)
     return backend
+
+
+#: the one line a run with ``--lstm_fast_path True`` prints
+FAST_PATH_NOTICE = ("notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): sb3-contrib "
+                    "RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)")
 
 
 def warn_single_step_sequences(cfg: Config) -> None:
