@@ -34,25 +34,32 @@ def starts_pattern(n_seq: int, length: int, resets: bool) -> torch.Tensor:
 @pytest.mark.parametrize("resets", [False, True])
 @pytest.mark.parametrize("n_layers", [1, 2])
 def test_process_sequence_and_its_gradients_equal_sb3_contribs(resets: bool, n_layers: int) -> None:
-    """The lean ``_VF.lstm`` call and :func:`process_sequence` (one call, or one per step with resets):
-    sb3-contrib's ``_process_sequence`` on ``nn.LSTM``, the same outputs, states and gradients."""
+    """The lean ``_VF.lstm`` call and :func:`process_sequence` (one call, or one per step with resets), and
+    the update's per-step loop of ATen's oneDNN calls (``step_loop``): sb3-contrib's ``_process_sequence``
+    on ``nn.LSTM``, the same outputs, states and gradients."""
+    from ppo_dict.algo.lstm_inference import step_loop
+
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(5, 8, num_layers=n_layers)
     n_seq, length = 3, 6
     features0, h0, c0 = torch.randn(n_seq * length, 5), torch.randn(n_layers, n_seq, 8), torch.randn(n_layers, n_seq, 8)
     starts = starts_pattern(n_seq, length, resets)
     results = []
-    for ours in (False, True):
+    assert step_loop(lstm) is not None or not torch.backends.mkldnn.is_available()
+    for ours in (False, True, "loop"):
         lstm.zero_grad()
         features, h, c = (t.clone().requires_grad_(True) for t in (features0, h0, c0))
         if ours:
-            out, (hy, cy) = process_sequence(features, (h, c), starts, lstm_call(lstm), 5, resets)
+            out, (hy, cy) = process_sequence(features, (h, c), starts, lstm_call(lstm), 5, resets, step_loop(lstm) if ours == "loop" else None)
         else:
             out, (hy, cy) = RecurrentActorCriticPolicy._process_sequence(features, (h, c), starts, lstm)
         (out.sin().sum() + hy.cos().sum() + (cy * cy).sum()).backward()
         results.append([out, hy, cy, features.grad, h.grad, c.grad, *(p.grad for p in lstm.parameters())])
-    for what, a, b in zip(("output", "h", "c", "d features", "d h0", "d c0", "d w_ih", "d w_hh", "d b_ih", "d b_hh"), *results):
-        assert_same_value(a.detach(), b.detach(), what)
+    for other in results[1:]:
+        names = ("output", "h", "c", "d features", "d h0", "d c0", *(f"d {name}" for name, _ in lstm.named_parameters()))
+        assert len(names) == len(other)
+        for what, a, b in zip(names, results[0], other):
+            assert_same_value(a.detach(), b.detach(), what)
 
 
 def test_the_two_branches_give_the_same_outputs() -> None:

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
+from ppo_dict.algo.lstm_inference import step_loop
 from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, lstm_call, process_sequence
 from ppo_dict.algo.rollout_step import layers_of, run
 from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, _check_finite, update_logs
@@ -95,15 +96,16 @@ class SequenceEvaluate:
     def __init__(self, policy: RecurrentActorCritic, whole_sequences: bool = False):
         self.policy, self.whole_sequences = policy, whole_sequences
         self.actor, self.critic = lstm_call(policy.lstm_actor), None if policy.lstm_critic is None else lstm_call(policy.lstm_critic)
+        self.actor_loop, self.critic_loop = step_loop(policy.lstm_actor), None if policy.lstm_critic is None else step_loop(policy.lstm_critic)
         self.pi, self.vf = layers_of(policy.mlp_extractor.policy_net), layers_of(policy.mlp_extractor.value_net)
 
     def __call__(self, batch: SequenceBatch, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         p, input_size = self.policy, self.policy.lstm_actor.input_size
         pi_features, vf_features = p.features_pair(batch.obs)
         sequence = whole_sequence if self.whole_sequences else process_sequence
-        latent_pi, _ = sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets)
+        latent_pi, _ = sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets, self.actor_loop)
         if self.critic is not None:
-            latent_vf, _ = sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets)
+            latent_vf, _ = sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets, self.critic_loop)
         elif p.shared_lstm:
             latent_vf = latent_pi.detach()
         else:
@@ -116,10 +118,11 @@ class SequenceEvaluate:
 
 
 def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall, input_size: int,
-                   resets: bool = True) -> tuple[torch.Tensor, HiddenCell]:
+                   resets: bool = True, loop: object = None) -> tuple[torch.Tensor, HiddenCell]:
     """The fast path's :func:`~ppo_dict.algo.recurrent_policy.process_sequence` for sequences that start
     at their only episode start (a :class:`~ppo_dict.data.recurrent.SequencePlan`'s): the states of the
-    sequences whose first step starts an episode zeroed, then one call over every time step."""
+    sequences whose first step starts an episode zeroed, then one call over every time step (``loop``:
+    unused, :func:`process_sequence`'s signature)."""
     n_seq = states[0].shape[1]
     if resets:
         keep = (1.0 - episode_starts.reshape((n_seq, -1))[:, 0]).view(1, n_seq, 1)
