@@ -129,6 +129,10 @@ def plot(out: str) -> None:
     fig.tight_layout()
     fig.savefig(PLOT, dpi=90)
     print(f"wrote {PLOT}")
+    print("| mode | seed | final evaluation (10 episodes, deterministic) | last ep_rew_mean | wall s |\n| --- | --- | --- | --- | --- |")
+    for r in results:
+        last = r["curve"][-1][1] if r["curve"] else float("nan")
+        print(f"| {r['mode']} | {r['seed']} | {r['eval_mean']:.1f} | {last:.1f} | {r['seconds']:.0f} |")
 
 
 def main() -> None:
