@@ -119,6 +119,8 @@ def plot(out: str) -> None:
             curves.append(np.interp(grid, steps, values, left=np.nan))
         if curves:
             ax.plot(grid, np.nanmean(curves, axis=0), color="black", lw=2, label="mean")
+        else:
+            ax.text(0.5, 0.5, f"no {mode} runs in {os.path.basename(out)}", ha="center", transform=ax.transAxes)
         solved = sum(r["eval_mean"] >= 500 for r in runs)
         ax.set_title(f"{'exact (RecurrentPPO bits)' if mode == 'exact' else '--lstm_fast_path True'}: {solved} of {len(runs)} seeds at 500")
         ax.set_xlabel("env steps")
