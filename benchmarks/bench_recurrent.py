@@ -1,16 +1,19 @@
-"""Throughput of recurrent training: ppo_dict ``--model mlp_lstm`` (exact) against sb3-contrib's RecurrentPPO.
+"""Throughput of recurrent training: ppo_dict ``--model mlp_lstm`` (exact, and ``--lstm_fast_path True``)
+against sb3-contrib's RecurrentPPO.
 
 Two settings, each at 8 and 32 envs: rl-zoo's CartPoleNoVel-v1 entry of ``ppo_lstm.yml`` (VecNormalize,
 n_steps 32, batch 256, 20 epochs, LSTM 64, ReLU, pi/vf [64]) and Reacher-v5 with MlpLstmPolicy's
 defaults (LSTM 256, n_steps 128, batch 128, 10 epochs). In interleaved rounds: rollouts (collection
-and GAE) of RecurrentPPO on DummyVecEnv against ppo_dict's exact rollouts on the worker pool, then
-training (rollouts and updates). Both sides run one torch thread. Then, once per setting, where an
+and GAE) of RecurrentPPO on DummyVecEnv against ppo_dict's exact rollouts on the worker pool (the
+fast path's rollouts are these: it changes the update only), then training (rollouts and updates) of
+RecurrentPPO, ppo_dict exact and ppo_dict's fast path in the same rounds. Every side runs one torch
+thread. Ratios are medians of per-round ratios of env steps per second. Then, once per setting, where an
 update's time goes on each side (torch's profiler over one update): oneDNN's LSTM kernels forward
 (``mkldnn_rnn_layer``) and backward (``mkldnn_rnn_layer_backward``), which both sides call alike (the
 same calls on the same shapes: exactness needs them), and the rest. The ratio of an update's time to
 its oneDNN time is what an exact update can gain at most. Rows are appended to perf_log.md.
 
-    python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher]
+    python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher] [--no_profile]
 """
 from __future__ import annotations
 
@@ -88,11 +91,13 @@ def update_profile(update) -> tuple[float, float, float]:
     return seconds, by_name.get("aten::mkldnn_rnn_layer", 0.0), by_name.get("aten::mkldnn_rnn_layer_backward", 0.0)
 
 
-def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender) -> None:
-    """Where one update's time goes on each side (after the rounds: both have a full rollout in their buffers)."""
-    sb3_model, our_model = sb3.model, ours.model  # type: ignore[attr-defined]
+def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender) -> None:
+    """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers)."""
+    sb3_model = sb3.model  # type: ignore[attr-defined]
     sb3_model._current_progress_remaining = 0.5
-    rows = {"RecurrentPPO.train": update_profile(sb3_model.train), "ppo_dict recurrent_update": update_profile(lambda: our_model.train(0.5))}
+    rows = {"RecurrentPPO.train": update_profile(sb3_model.train),
+            "ppo_dict recurrent_update, exact": update_profile(lambda: ours.model.train(0.5)),  # type: ignore[attr-defined]
+            "ppo_dict recurrent_update, fast path": update_profile(lambda: fast.model.train(0.5))}  # type: ignore[attr-defined]
     for name, (seconds, forward, backward) in rows.items():
         lstm = forward + backward
         table.row(setting_text, f"one update, {name} (under torch's profiler)",
@@ -100,7 +105,7 @@ def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contende
                   "cap of an exact update's speed-up (update / its oneDNN time)", f"{seconds / max(lstm, 1e-9):.2f}x")
 
 
-def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int) -> None:
+def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int, profile: bool = True) -> None:
     cfg = config(setting, n_envs, workers)
     text = f"{cfg.env.removeprefix('gym_')}, {n_envs} envs, LSTM {cfg.lstm_settings['lstm_hidden_size']}, n_steps {cfg.n_steps}, batch {cfg.batch_size}, {cfg.n_epochs} epochs"
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=False)
@@ -115,14 +120,18 @@ def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, 
         sb3.close(), exact.close(), in_process.close()
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=True)
     exact = ppo_dict_contender("ppo_dict mlp_lstm exact", cfg, True)
+    fast = ppo_dict_contender("ppo_dict mlp_lstm --lstm_fast_path True", cfg.replace(lstm_fast_path=True), True)
     try:
-        interleave([sb3, exact], train_rounds)
-        timing = exact.model.timing
-        table.row(text, "training fps, ppo_dict exact vs RecurrentPPO", f"{exact.rate:.0f} vs {sb3.rate:.0f} steps/s; {exact.cpu:.0f} vs {sb3.cpu:.0f} CPU-us/step",
-                  f"ppo_dict's time since its warm-up: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s", ratio_text(exact, sb3, 2.0))
-        profile_rows(table, text, sb3, exact)
+        interleave([sb3, exact, fast], train_rounds)
+        for c, what, target in ((exact, "exact", 2.0), (fast, "fast path", 10.0)):
+            timing = c.model.timing  # type: ignore[attr-defined]
+            table.row(text, f"training fps, ppo_dict {what} vs RecurrentPPO", f"{c.rate:.0f} vs {sb3.rate:.0f} steps/s; {c.cpu:.0f} vs {sb3.cpu:.0f} CPU-us/step "
+                      f"({sb3.cpu / c.cpu:.2f}x in CPU time)", f"ppo_dict's time since its warm-up: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s",
+                      ratio_text(c, sb3, target))
+        if profile:
+            profile_rows(table, text, sb3, exact, fast)
     finally:
-        sb3.close(), exact.close()
+        sb3.close(), exact.close(), fast.close()
 
 
 def main() -> None:
@@ -131,6 +140,7 @@ def main() -> None:
     parser.add_argument("--settings", default="cartpole,reacher", help=f"which of {', '.join(SETTINGS)}, comma-separated")
     parser.add_argument("--rounds", type=int, default=0, help="rollout rounds (default 4, --quick 1)")
     parser.add_argument("--train_rounds", type=int, default=0, help="training rounds, one iteration each (default 3, --quick 1)")
+    parser.add_argument("--no_profile", action="store_true", help="skip the profiled update of each side")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -139,10 +149,11 @@ def main() -> None:
     started, table = machine_times(), Table()
     for setting in args.settings.split(","):
         for n_envs in (int(n) for n in args.envs.split(",")):
-            measure(table, setting, n_envs, args.workers, rounds, train_rounds)
+            measure(table, setting, n_envs, args.workers, rounds, train_rounds, not args.no_profile)
     flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
                                  args.settings != "cartpole,reacher" and f"--settings {args.settings}",
-                                 args.rounds and f"--rounds {args.rounds}", args.train_rounds and f"--train_rounds {args.train_rounds}") if f)
+                                 args.rounds and f"--rounds {args.rounds}", args.train_rounds and f"--train_rounds {args.train_rounds}",
+                                 args.no_profile and "--no_profile") if f)
     table.write("bench_recurrent", f"python benchmarks/bench_recurrent.py {flags}".strip(), started, log=log_path(args))
 
 

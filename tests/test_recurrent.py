@@ -34,25 +34,32 @@ def starts_pattern(n_seq: int, length: int, resets: bool) -> torch.Tensor:
 @pytest.mark.parametrize("resets", [False, True])
 @pytest.mark.parametrize("n_layers", [1, 2])
 def test_process_sequence_and_its_gradients_equal_sb3_contribs(resets: bool, n_layers: int) -> None:
-    """The lean ``_VF.lstm`` call and :func:`process_sequence` (one call, or one per step with resets):
-    sb3-contrib's ``_process_sequence`` on ``nn.LSTM``, the same outputs, states and gradients."""
+    """The lean ``_VF.lstm`` call and :func:`process_sequence` (one call, or one per step with resets), and
+    the update's per-step loop of ATen's oneDNN calls (``step_loop``): sb3-contrib's ``_process_sequence``
+    on ``nn.LSTM``, the same outputs, states and gradients."""
+    from ppo_dict.algo.lstm_inference import step_loop
+
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(5, 8, num_layers=n_layers)
     n_seq, length = 3, 6
     features0, h0, c0 = torch.randn(n_seq * length, 5), torch.randn(n_layers, n_seq, 8), torch.randn(n_layers, n_seq, 8)
     starts = starts_pattern(n_seq, length, resets)
     results = []
-    for ours in (False, True):
+    assert step_loop(lstm) is not None or not torch.backends.mkldnn.is_available()
+    for ours in (False, True, "loop"):
         lstm.zero_grad()
         features, h, c = (t.clone().requires_grad_(True) for t in (features0, h0, c0))
         if ours:
-            out, (hy, cy) = process_sequence(features, (h, c), starts, lstm_call(lstm), 5, resets)
+            out, (hy, cy) = process_sequence(features, (h, c), starts, lstm_call(lstm), 5, resets, step_loop(lstm) if ours == "loop" else None)
         else:
             out, (hy, cy) = RecurrentActorCriticPolicy._process_sequence(features, (h, c), starts, lstm)
         (out.sin().sum() + hy.cos().sum() + (cy * cy).sum()).backward()
         results.append([out, hy, cy, features.grad, h.grad, c.grad, *(p.grad for p in lstm.parameters())])
-    for what, a, b in zip(("output", "h", "c", "d features", "d h0", "d c0", "d w_ih", "d w_hh", "d b_ih", "d b_hh"), *results):
-        assert_same_value(a.detach(), b.detach(), what)
+    for other in results[1:]:
+        names = ("output", "h", "c", "d features", "d h0", "d c0", *(f"d {name}" for name, _ in lstm.named_parameters()))
+        assert len(names) == len(other)
+        for what, a, b in zip(names, results[0], other):
+            assert_same_value(a.detach(), b.detach(), what)
 
 
 def test_the_two_branches_give_the_same_outputs() -> None:
@@ -200,15 +207,25 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(monkeypatch: pytest
     calls = []
     run_lstm = recurrent_policy.run_lstm
 
-    def recording(lstm, x, hx):
+    def check(x, hx):
         calls.append(1)
         seen.extend(misplaced("lstm state", hx[0]))
         seen.extend(misplaced("lstm state", hx[1]))
         if x.untyped_storage().data_ptr() % 64:
             seen.append(f"lstm input at {x.untyped_storage().data_ptr() % 64}")
+
+    def recording(lstm, x, hx):
+        check(x, hx)
         return run_lstm(lstm, x, hx)
 
     monkeypatch.setattr(recurrent_policy, "run_lstm", recording)
+    from ppo_dict.algo import lstm_inference, recurrent_update
+
+    def recording_loop(lstm):  # the update's per-step branch (lstm_inference.step_loop): its states and inputs
+        loop = lstm_inference.step_loop(lstm)
+        return None if loop is None else lambda features, keep, hx: (check(features, hx), loop(features, keep, hx))[1]
+
+    monkeypatch.setattr(recurrent_update, "step_loop", recording_loop)
     cfg = Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="box", action="box", episode_length=3),
                  model="mlp_lstm", lstm_hidden_size=6, n_lstm_layers=2, n_envs=n_envs, num_workers=num_workers, n_steps=4, batch_size=7,
                  n_epochs=1, seed=0, total_timesteps=8 * n_envs, verbose=0, plot=False)
@@ -219,7 +236,7 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(monkeypatch: pytest
             model.learn()
         finally:
             model.close()
-    assert len(calls) > 8 and seen == []
+    assert len(calls) >= 8 and seen == []
 
 
 DOUBLE_BUFFERED = Config(env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=32, n_envs=8, num_workers=2, double_buffer=True,

@@ -76,3 +76,35 @@ class PackedLstm:
             hs.append(hy)
             cs.append(cy)
         return x, (torch.stack(hs, 0), torch.stack(cs, 0))
+
+
+def step_loop(lstm: nn.LSTM):
+    """:func:`~ppo_dict.algo.recurrent_policy.process_sequence`'s per-step loop for ``lstm`` as ATen runs
+    it, without ``torch.lstm``'s wrapper around each step, or None where torch would not take oneDNN's
+    path (or would draw dropout between layers).
+
+    Per step ``torch.lstm`` on the CPU is ``mkldnn_rnn``: the input made contiguous, each layer's states
+    selected, ``mkldnn_rnn_layer`` per layer, the states stacked. Here the states stay one ``[n, hidden]``
+    tensor per layer through the loop and are stacked once at the end: the same products by
+    ``1 - episode_start``, the same kernel calls on the same values in the same order, without a
+    select and a stack (and their backward nodes, which only copy) per step, so the same outputs and
+    gradients (``tests/test_recurrent.py`` compares them with sb3-contrib's ``_process_sequence``)."""
+    if not takes_onednn_path(lstm) or (lstm.dropout and lstm.num_layers > 1):
+        return None
+
+    def loop(features_sequence: torch.Tensor, keep: torch.Tensor, states: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
+        weights, n_seq, layers = lstm._flat_weights, keep.shape[1], range(lstm.num_layers)
+        hs, cs = list(states[0].unbind(0)), list(states[1].unbind(0))
+        outputs = []
+        for step_features, step_keep in zip(features_sequence, keep):
+            step_keep = step_keep.view(n_seq, 1)
+            x = step_features.unsqueeze(dim=0).contiguous()
+            for layer in layers:
+                x, hs[layer], cs[layer], _ = torch.ops.aten.mkldnn_rnn_layer(
+                    x, weights[4 * layer], weights[4 * layer + 1], weights[4 * layer + 2], weights[4 * layer + 3],
+                    step_keep * hs[layer], step_keep * cs[layer], False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False,
+                    False, lstm.training)
+            outputs.append(x)
+        return torch.cat(outputs), (torch.stack(hs, 0), torch.stack(cs, 0))
+
+    return loop

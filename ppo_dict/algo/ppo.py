@@ -7,6 +7,7 @@ this module sees only the storage arrays.
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -63,7 +64,8 @@ class PPO:
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
-        self.update = recurrent_update if cfg.recurrent else ppo_update  # sb3-contrib's sequence minibatches, or sb3's
+        # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
+        self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout

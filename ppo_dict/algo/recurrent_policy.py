@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 HiddenCell = tuple[torch.Tensor, torch.Tensor]
 LstmCall = Callable[[torch.Tensor, HiddenCell], tuple[torch.Tensor, HiddenCell]]
+#: the per-step branch: ``(features [T, n_seq, input], 1 - episode_starts [T, n_seq], states) -> (output [T, n_seq, hidden], states)``
+StepLoop = Callable[[torch.Tensor, torch.Tensor, HiddenCell], tuple[torch.Tensor, HiddenCell]]
 
 
 def run_lstm(lstm: nn.LSTM, x: torch.Tensor, hx: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
@@ -48,14 +50,15 @@ def lstm_call(lstm: nn.LSTM) -> LstmCall:
 
 
 def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall,
-                     input_size: int, resets: Optional[bool] = None) -> tuple[torch.Tensor, HiddenCell]:
+                     input_size: int, resets: Optional[bool] = None, loop: Optional[StepLoop] = None) -> tuple[torch.Tensor, HiddenCell]:
     """sb3-contrib's ``_process_sequence``: ``features [n_seq * len, input_size]`` (sequence-major),
     ``states`` ``[n_layers, n_seq, hidden]`` at each sequence's start, ``episode_starts [n_seq * len]``.
     Returns ``(output [n_seq * len, hidden], states after the last step)``.
 
     ``resets``: whether any episode start is set, when the caller knows (else read from the tensor,
     as ``th.all(episode_starts == 0.0)``). ``1 - episode_start`` is computed once per step for h and c
-    (sb3-contrib computes it twice: the same values, and no gradient flows through it).
+    (sb3-contrib computes it twice: the same values, and no gradient flows through it). ``loop``: the
+    per-step branch as ATen runs it (:func:`~ppo_dict.algo.lstm_inference.step_loop`), else ``call`` per step.
     """
     n_seq = states[0].shape[1]
     features_sequence = features.reshape((n_seq, -1, input_size)).swapaxes(0, 1)
@@ -65,6 +68,9 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
         output, states = call(features_sequence, states)
         return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
     keep = 1.0 - episode_starts.reshape((n_seq, -1)).swapaxes(0, 1)
+    if loop is not None:
+        output, states = loop(features_sequence, keep, states)
+        return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
     outputs = []
     for step_features, step_keep in zip(features_sequence, keep):
         step_keep = step_keep.view(1, n_seq, 1)

@@ -14,6 +14,13 @@ What differs from PPO's update (``ppo_dict.algo.update``), as sb3-contrib does i
 
 The LSTMs take the branch sb3-contrib's ``_process_sequence`` takes for the minibatch (one call
 without episode starts, else one call per time step), known here from numpy without a tensor read.
+
+``--lstm_fast_path True`` (``whole_sequences``) gives up those bits for speed, as sb3-contrib's PR 118
+does: every sequence already starts at an episode start (the plan splits there), so zeroing the
+states of the sequences whose first step starts an episode and running each LSTM once over the
+padded ``[max_len, n_seq]`` batch computes the same function as the per-step loop. The forward
+values are the loop's; the gradients differ in rounding only (oneDNN's backward over a sequence sums
+in another order), and the losses and masks are the same.
 """
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.lstm_inference import step_loop
+from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, lstm_call, process_sequence
 from ppo_dict.algo.rollout_step import layers_of, run
 from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, _check_finite, update_logs
 from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, SequencePlan, env_change, rotated_indices
@@ -85,17 +93,19 @@ class SequenceEvaluate:
     ``F.linear``, the LSTMs' ``_VF.lstm``): the same operations in sb3-contrib's order, so the same
     autograd graph and gradients (tests/test_recurrent.py compares them)."""
 
-    def __init__(self, policy: RecurrentActorCritic):
-        self.policy = policy
+    def __init__(self, policy: RecurrentActorCritic, whole_sequences: bool = False):
+        self.policy, self.whole_sequences = policy, whole_sequences
         self.actor, self.critic = lstm_call(policy.lstm_actor), None if policy.lstm_critic is None else lstm_call(policy.lstm_critic)
+        self.actor_loop, self.critic_loop = step_loop(policy.lstm_actor), None if policy.lstm_critic is None else step_loop(policy.lstm_critic)
         self.pi, self.vf = layers_of(policy.mlp_extractor.policy_net), layers_of(policy.mlp_extractor.value_net)
 
     def __call__(self, batch: SequenceBatch, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         p, input_size = self.policy, self.policy.lstm_actor.input_size
         pi_features, vf_features = p.features_pair(batch.obs)
-        latent_pi, _ = process_sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets)
+        sequence = whole_sequence if self.whole_sequences else process_sequence
+        latent_pi, _ = sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets, self.actor_loop)
         if self.critic is not None:
-            latent_vf, _ = process_sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets)
+            latent_vf, _ = sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets, self.critic_loop)
         elif p.shared_lstm:
             latent_vf = latent_pi.detach()
         else:
@@ -105,6 +115,20 @@ class SequenceEvaluate:
         log_prob = dist.log_prob(actions)
         values = p.value_net.forward(latent_vf)
         return values, log_prob, dist.entropy()
+
+
+def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall, input_size: int,
+                   resets: bool = True, loop: object = None) -> tuple[torch.Tensor, HiddenCell]:
+    """The fast path's :func:`~ppo_dict.algo.recurrent_policy.process_sequence` for sequences that start
+    at their only episode start (a :class:`~ppo_dict.data.recurrent.SequencePlan`'s): the states of the
+    sequences whose first step starts an episode zeroed, then one call over every time step (``loop``:
+    unused, :func:`process_sequence`'s signature)."""
+    n_seq = states[0].shape[1]
+    if resets:
+        keep = (1.0 - episode_starts.reshape((n_seq, -1))[:, 0]).view(1, n_seq, 1)
+        states = (keep * states[0], keep * states[1])
+    output, states = call(features.reshape((n_seq, -1, input_size)).swapaxes(0, 1), states)
+    return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
 
 
 def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
@@ -140,16 +164,18 @@ def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: Up
 
 
 def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
-                     n_updates: int, device: torch.device, splits: Optional[list[int]] = None) -> tuple[dict[str, float], int]:
+                     n_updates: int, device: torch.device, splits: Optional[list[int]] = None,
+                     whole_sequences: bool = False) -> tuple[dict[str, float], int]:
     """``n_epochs`` passes of sb3-contrib's sequence minibatches (``RecurrentPPO.train``); returns the
     ``train/*`` logs and the updated epoch counter, as :func:`~ppo_dict.algo.update.ppo_update`.
-    ``splits``: each epoch's rotation, instead of numpy's draws (tests)."""
+    ``splits``: each epoch's rotation, instead of numpy's draws (tests); ``whole_sequences``: the fast
+    path (:func:`whole_sequence`, ``--lstm_fast_path``)."""
     policy.train()
     for group in optimizer.param_groups:
         group["lr"] = settings.learning_rate
     rollout = SequenceRollout(storage, policy.action_spec.to_training, device)
     size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
-    step, evaluate, log = GradientStep(policy, optimizer), SequenceEvaluate(policy), UpdateLog()
+    step, evaluate, log = GradientStep(policy, optimizer), SequenceEvaluate(policy, whole_sequences), UpdateLog()
     for epoch in range(settings.n_epochs):
         log.approx_kl_divs = []
         indices = rotated_indices(size, None if splits is None else splits[epoch])

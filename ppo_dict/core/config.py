@@ -99,6 +99,7 @@ class Config:
     n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, 100))
     shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own (None: False)", none_or(parse_bool), "recurrent")
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
+    lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
     learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, True, True), measure=schedule_start)
@@ -307,7 +308,7 @@ class Config:
                       "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm}
         if not self.recurrent:
             return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
-                    for name, value in lstm_flags.items() if value is not None]
+                    for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items() if value is not None]
         problems = []
         settings = self.lstm_settings
         if settings["shared_lstm"] and settings["enable_critic_lstm"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -178,6 +179,8 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
     if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
         warn_single_step_sequences(cfg)
+    if cfg.lstm_fast_path:
+        print(FAST_PATH_NOTICE, file=sys.stderr, flush=True)
     return result
 
 
@@ -244,6 +247,11 @@ def device_problems(device: str) -> list[str]:
     if index >= torch.cuda.device_count():
         return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"]
     return []
+
+
+#: the one line a run with ``--lstm_fast_path True`` prints
+FAST_PATH_NOTICE = ("notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): sb3-contrib "
+                    "RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)")
 
 
 def warn_single_step_sequences(cfg: Config) -> None:
