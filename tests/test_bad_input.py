@@ -145,6 +145,21 @@ def test_keyword_arguments_go_through_the_same_check_every_problem_listed() -> N
         Config(learning_rate="abc")
 
 
+
+def test_sb3s_python_api_judges_the_machine_as_the_command_line_does(started) -> None:
+    """``from ppo_dict import PPO`` with an env ppo_dict's workers will step: the machine's resources
+    are judged before the pool starts, in the command line's words."""
+    from ppo_dict import PPO
+
+    with pytest.raises(ConfigError) as exc:
+        PPO("MlpPolicy", "CartPole-v1", torch_threads=10**6)
+    assert exc.value.problems[0].startswith("torch_threads=1000000: more than 4x the ")
+    assert any("processes and threads" in p for p in exc.value.problems)
+    with pytest.raises(ConfigError, match=r"n_steps x n_envs = 100000000 x 64: "):
+        PPO("MlpPolicy", "CartPole-v1", n_envs=64, n_steps=10**8)
+    assert [name for name in started if name.startswith("ppo_dict")] == []
+
+
 # ------------------------------------------------------------------------------ --dry_run
 def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, started, tmp_path) -> None:
     code = main_ppo.main(["--env", "gym_CartPole-v1", "--n_envs", "4", "--num_workers", "2", "--n_steps", "64", "--run_dir",

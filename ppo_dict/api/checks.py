@@ -12,7 +12,8 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.data.actions import masking_space_problem
 from ppo_dict.data.masking import METHOD
-from ppo_dict.run.checks import env_problems, model_problem, space_problems
+from ppo_dict.core.machine import Machine
+from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
 from ppo_dict.run.cli import config_from_flags
 
 
@@ -79,6 +80,8 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
     problems += cfg.problems()
     if envs is not None and not problems:
         found = env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
+        if envs.facade is not None and not found:  # the pool to start: the machine's resources, judged as the command line's
+            found = machine_check(cfg, envs.backend, Machine.probe(), measure_policy=True)[1]
         problems += [in_sb3_words(p, alias, spec) for p in found]
     if problems:
         raise ConfigError(problems)
