@@ -138,15 +138,16 @@ class PPO:
         recurrent run's first rollout starts from the LSTM states it saved (:meth:`load_lstm_states`)."""
         if not self._envs_started:
             self.reset_envs(self.env_seed)
-            if self._resumed_lstm_states is not None:
-                self.load_lstm_states(self._resumed_lstm_states)
-                self._resumed_lstm_states = None
 
     def reset_envs(self, seed: Any, options: Optional[list[dict[str, Any]]] = None) -> None:
         """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
-        normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``)."""
+        normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``), with
+        the LSTM states a resumed recurrent run saved on the first reset (else zeros)."""
         self.collector.reset(seed, options)
         self._envs_started = True
+        if self._resumed_lstm_states is not None:
+            self.load_lstm_states(self._resumed_lstm_states)
+            self._resumed_lstm_states = None
 
     def lstm_states(self) -> Optional[list[dict[str, np.ndarray]]]:
         """A recurrent run's LSTM states that start the next rollout (sb3-contrib's ``_last_lstm_states``), copies:

@@ -22,23 +22,6 @@ from ppo_dict.api.learning import learn
 ACTOR_CRITIC = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": None}
 #: sb3-contrib's RecurrentPPO's (None: by the observation, CombinedExtractor then the LSTM)
 RECURRENT = {"MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": None}
-#: why a recurrent model cannot act, be saved or be loaded outside ``learn`` yet, by method
-RECURRENT_NOT_YET = {
-    "predict": "acting outside training needs each env's LSTM states carried from call to call, which ppo_dict's models "
-               "do not do yet (the command line refuses evaluation and videos of recurrent runs too)",
-    "save": "ppo_dict does not write sb3-contrib's RecurrentPPO zips yet (the command line refuses --export_sb3 for "
-            "recurrent runs too)",
-    "load": "ppo_dict does not read recurrent models yet, neither sb3-contrib's RecurrentPPO zips nor its own recurrent "
-            "checkpoints (the command line refuses --trained_agent and --resume for recurrent runs too)",
-}
-
-
-def not_yet(method: str) -> NotImplementedError:
-    """The error of a RecurrentPPO method ppo_dict does not have yet, with why and what works."""
-    return NotImplementedError(f"RecurrentPPO.{method} is not available yet: {RECURRENT_NOT_YET[method]}; learn, policy, "
-                               "get_parameters and set_parameters work (sb3-contrib's parameter names)")
-
-
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """One algorithm of sb3's API.
@@ -63,6 +46,15 @@ class AlgorithmSpec:
     def multi_input(self) -> str:
         """The policy for Dict observations (its model is picked by the observation)."""
         return next(alias for alias, model in self.policies.items() if model is None)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether its policies have an LSTM (sb3-contrib's RecurrentPPO)."""
+        return "lstm_hidden_size" in self.policy_kwargs
+
+    def policy_for(self, model: str) -> str:
+        """The alias of the policy that builds ``model`` (a config's ``--model``) for an observation that is no Dict."""
+        return next(alias for alias, built in self.policies.items() if built == model)
 
     def sb3(self) -> type:
         module, _, name = self.sb3_class.partition(":")
@@ -132,14 +124,15 @@ class MaskablePPO(Algorithm):
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
                 action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
         """sb3-contrib's ``predict``: only the actions ``action_masks`` allows (all of them when None)."""
-        return self._predict(observation, state, deterministic, action_masks)
+        return self._predict(observation, state, episode_start, deterministic, action_masks)
 
 
 class RecurrentPPO(Algorithm):
     """``sb3_contrib.RecurrentPPO``'s API on ppo_dict's trainer (``--model mlp_lstm | cnn_lstm``): the same
     arguments, defaults (``n_steps=128, batch_size=128``) and numbers; ``policy_kwargs``' LSTM settings
-    are the command line's flags. ``predict``, ``save`` and ``load`` are refused for now (:data:`RECURRENT_NOT_YET`),
-    and with ``predict`` what calls it (``evaluate_policy``, ``EvalCallback``)."""
+    are the command line's flags. ``predict`` carries the actor's LSTM states as sb3-contrib's does (so
+    ``evaluate_policy`` and ``EvalCallback`` work); ``save`` writes sb3-contrib's zip and ``load`` reads it
+    (and ppo_dict's recurrent model files and checkpoints)."""
 
     spec = ALGORITHMS["RecurrentPPO"]
 
@@ -149,15 +142,7 @@ class RecurrentPPO(Algorithm):
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
-        """sb3-contrib's ``predict(observation, state, episode_start)``: not available yet."""
-        raise not_yet("predict")
-
-    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
-        """sb3-contrib's ``save``: not available yet."""
-        raise not_yet("save")
-
-    @classmethod
-    def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: Optional[dict[str, Any]] = None,
-             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> "RecurrentPPO":
-        """sb3-contrib's ``load``: not available yet."""
-        raise not_yet("load")
+        """sb3-contrib's ``predict``: ``(actions, (h, c))``, the actor's LSTM states after the step (float32
+        ``[n_lstm_layers, n_envs, lstm_hidden_size]``); ``state``: those the previous call returned (None: zeros);
+        ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
+        return self._predict(observation, state, episode_start, deterministic, None)

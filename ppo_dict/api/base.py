@@ -266,12 +266,14 @@ class Algorithm:
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
         """sb3's ``predict``: ``(actions, state)`` for one observation or a batch, as the training vec
         env gives them (normalised by its ``VecNormalize``; images channel-first or channel-last)."""
-        return self._predict(observation, state, deterministic, None)
+        return self._predict(observation, state, episode_start, deterministic, None)
 
-    def _predict(self, observation: Any, state: Any, deterministic: bool, action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
+    def _predict(self, observation: Any, state: Any, episode_start: Any, deterministic: bool,
+                 action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
+        """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as given (sb3's)."""
         model = self._model_for_predict()
-        actions, _ = model.predict(env_layout(observation, model.observation_space), deterministic=deterministic, action_masks=action_masks)
-        return np.asarray(actions), state  # one Discrete action: a 0-d array, as sb3's squeeze gives it
+        actions, states = model.predict(env_layout(observation, model.observation_space), state, episode_start, deterministic, action_masks)
+        return np.asarray(actions), (states if model.recurrent else state)  # one Discrete action: a 0-d array, as sb3's squeeze gives it
 
     def _model_for_predict(self) -> Model:
         """The Model of this policy, without the normaliser (sb3's predict takes normalised observations),

@@ -30,7 +30,7 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
 from ppo_dict.core.seeding import preserved_rng
-from ppo_dict.interop.sb3 import maskable_ppo_kwargs, sb3_ppo_kwargs
+from ppo_dict.interop.sb3 import sb3_kwargs
 from ppo_dict.run.checkpoint import restore
 
 
@@ -148,12 +148,12 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     """A ppo_dict model file or checkpoint, with its config's settings (``kwargs`` override them)."""
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
-    if cfg.recurrent:
-        raise CheckpointError(f"{path}: a recurrent model (model={cfg.model!r}): RecurrentPPO.load does not read recurrent models yet, "
-                              "and PPO's and MaskablePPO's policies have no LSTM")
+    if cfg.recurrent != cls.spec.recurrent:
+        raise CheckpointError(f"{path}: {'a' if cfg.recurrent else 'not a'} recurrent model (model={cfg.model!r}): "
+                              f"{'RecurrentPPO' if cfg.recurrent else 'PPO or MaskablePPO'}.load reads it, not {cls.spec.name}.load")
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
-    arguments["policy_kwargs"] = (maskable_ppo_kwargs if cfg.action_masks else sb3_ppo_kwargs)(cfg)["policy_kwargs"]
-    alias = "MultiInputPolicy" if state["observation_space"].startswith("Dict(") else "CnnPolicy" if cfg.model == "cnn" else "MlpPolicy"
+    arguments["policy_kwargs"] = sb3_kwargs(cfg)["policy_kwargs"]
+    alias = cls.spec.multi_input if state["observation_space"].startswith("Dict(") else cls.spec.policy_for(cfg.model)
     arguments.update(kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     if model.env is None:

@@ -71,6 +71,12 @@ def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     return kwargs
 
 
+def sb3_kwargs(cfg: "Config") -> dict[str, Any]:
+    """The keyword arguments of the sb3 class a run of ``cfg`` is (MaskablePPO's with ``--action_masks``, RecurrentPPO's
+    with a recurrent model, else PPO's)."""
+    return maskable_ppo_kwargs(cfg) if cfg.action_masks else recurrent_ppo_kwargs(cfg) if cfg.recurrent else sb3_ppo_kwargs(cfg)
+
+
 def export_sb3(ppo: "PPO", path: str) -> str:
     """Write an sb3 ``PPO`` zip (with ``--action_masks``, an sb3-contrib ``MaskablePPO`` zip; with a recurrent
     model, a ``RecurrentPPO`` zip) whose policy parameters equal ours exactly.
@@ -93,14 +99,14 @@ def export_sb3(ppo: "PPO", path: str) -> str:
         if cfg.action_masks:
             from sb3_contrib import MaskablePPO
 
-            model_class, kwargs = MaskablePPO, maskable_ppo_kwargs(cfg)
+            model_class = MaskablePPO
         elif cfg.recurrent:
             from sb3_contrib import RecurrentPPO
 
-            model_class, kwargs = RecurrentPPO, recurrent_ppo_kwargs(cfg)
+            model_class = RecurrentPPO
         else:
-            model_class, kwargs = SB3PPO, sb3_ppo_kwargs(cfg)
-        sb3_model = model_class(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **kwargs)
+            model_class = SB3PPO
+        sb3_model = model_class(sb3_policy_name(policy.observation_space, cfg.model), vec_env, **sb3_kwargs(cfg))
         sb3_model.policy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
         sb3_model.policy.optimizer.load_state_dict(ppo.optimizer.state_dict())
         sb3_model.num_timesteps, sb3_model._n_updates = ppo.num_timesteps, ppo.n_updates

@@ -6,6 +6,7 @@ step's forward, the episode starts) and the rollout buffer's stored states.
 """
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 from typing import Callable
 
@@ -69,6 +70,58 @@ def lstm_multi_input(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env.close()
 
 
+def lstm_eval_save_load(api: SimpleNamespace, tmp: str, record: Record) -> None:
+    """sb3-contrib's README example, shortened: train with an EvalCallback, ``evaluate_policy``, save, load without
+    an env, then ``predict`` with states over an episode; the zip opened by sb3-contrib's own ``load`` too."""
+    from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    eval_env = api.make_vec_env("CartPole-v1", n_envs=2, seed=7)
+    model = api.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=6, verbose=0,
+                             policy_kwargs=dict(lstm_hidden_size=16))
+    record.attach(model)
+    evaluation = EvalCallback(eval_env, eval_freq=32, n_eval_episodes=3, best_model_save_path=os.path.join(tmp, "best"), log_path=tmp, verbose=0)
+    model.learn(96, callback=[evaluation, WatchStates(record)])
+    record.results["evaluated"] = evaluate_policy(model, eval_env, n_eval_episodes=4, warn=False)
+    with np.load(os.path.join(tmp, "evaluations.npz")) as f:
+        record.results["evaluations"] = {k: f[k] for k in f.files}
+    model.save(os.path.join(tmp, "ppo_recurrent"))
+    record.keep("trained", model)
+    model.get_env().close()
+    del model
+    model = api.RecurrentPPO.load(os.path.join(tmp, "ppo_recurrent"))
+    obs, lstm_states, episode_starts, episode = eval_env.reset(), None, np.ones((2,), dtype=bool), []
+    while not (len(episode) > 1 and episode_starts[0]):  # env 0's first episode, env 1 alongside it
+        action, lstm_states = model.predict(obs, state=lstm_states, episode_start=episode_starts, deterministic=True)
+        obs, rewards, episode_starts, _ = eval_env.step(action)
+        episode.append((action, lstm_states[0].copy(), lstm_states[1].copy(), rewards))
+    record.results["episode"] = episode
+    record.results["single"] = model.predict(obs[0])  # one observation: zero states, a scalar action
+    for name in ("ppo_recurrent", "best/best_model"):
+        record.results[name] = ContribRecurrentPPO.load(os.path.join(tmp, name), device="cpu").policy.state_dict()
+    eval_env.close()
+
+
+def lstm_zip_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
+    """A zip sb3-contrib wrote (gSDE on Pendulum: ``load`` draws a new exploration matrix), loaded with an env and trained on."""
+    from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
+
+    model = ContribRecurrentPPO("MlpLstmPolicy", api.make_vec_env("Pendulum-v1", n_envs=2, seed=8), n_steps=32, batch_size=32,
+                                n_epochs=2, use_sde=True, seed=9, policy_kwargs=dict(lstm_hidden_size=8))
+    model.learn(64)
+    model.save(os.path.join(tmp, "contrib"))
+    model.get_env().close()
+    env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=10)
+    model = api.RecurrentPPO.load(os.path.join(tmp, "contrib"), env=env, n_epochs=3)
+    record.results["loaded"] = (model.n_epochs, model.num_timesteps)
+    record.attach(model)
+    model.learn(64, reset_num_timesteps=False, callback=WatchStates(record))
+    record.keep("continued", model)
+    env.close()
+
+
 RECURRENT_SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
     "lstm_stop_continue": lstm_stop_continue, "lstm_time_limits": lstm_time_limits, "lstm_multi_input": lstm_multi_input,
+    "lstm_eval_save_load": lstm_eval_save_load, "lstm_zip_continue": lstm_zip_continue,
 }

@@ -1,5 +1,6 @@
-"""RecurrentPPO: sb3-contrib's scripts with the import changed give its numbers, bit for bit; its
-arguments are the command line's recurrent config; what ppo_dict cannot do yet is refused by name.
+"""RecurrentPPO: sb3-contrib's scripts with the import changed give its numbers, bit for bit (training,
+``predict`` with states, ``evaluate_policy`` and ``EvalCallback``, ``save`` and ``load``); its arguments are
+the command line's recurrent config; a ppo_dict recurrent checkpoint continues as ``--resume`` does.
 
 The scripts (``tests/api/recurrent_scripts.py``) run under sb3-contrib's import and ppo_dict's, and
 are compared as ``tests/api/test_scripts.py`` compares PPO's: every step the callbacks saw (with the
@@ -8,20 +9,26 @@ dump, the parameters and Adam's state.
 """
 from __future__ import annotations
 
+import glob
 import inspect
 import multiprocessing
 import os
+import subprocess
+import sys
 
 import pytest
 from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
-from stable_baselines3.common.evaluation import evaluate_policy
 
 import ppo_dict
 from ppo_dict.api.algorithms import ALGORITHMS
-from ppo_dict.core.errors import ConfigError
-from tests.api.recurrent_scripts import RECURRENT_SCRIPTS
+from ppo_dict.core.errors import CheckpointError, ConfigError
+from ppo_dict.core.files import load_model_state
+from tests.api.recurrent_scripts import RECURRENT_SCRIPTS, STATES
 from tests.api.scripts import run
 from tests.api.test_scripts import assert_same_run
+from tests.parity.sides import assert_same_value
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def assert_exercised(name: str, record) -> None:
@@ -30,6 +37,11 @@ def assert_exercised(name: str, record) -> None:
         assert record.results["stopped_at"] == 45 and len(record.rollouts) == 3
     if name == "lstm_time_limits":  # episodes cut by the time limit: bootstrapped from each env's critic states
         assert any(info.get("TimeLimit.truncated") for step in record.steps for info in step[10])
+    if name == "lstm_eval_save_load":  # three evaluations, a whole episode of env 0 predicted with states
+        assert len(record.results["evaluations"]["timesteps"]) == 3 and record.results["episode"][-1][3] is not None
+        assert record.results["single"][0].shape == () and record.results["single"][1][0].shape == (1, 1, 16)
+    if name == "lstm_zip_continue":  # sb3-contrib's zip, loaded with n_epochs overridden
+        assert record.results["loaded"] == (3, 64) and len(record.rollouts) == 1
     states = [event for event in record.events if event[0] == "states"]
     assert len(states) == len(record.steps) and any(bool(event[2][0].abs().sum() > 0) for event in states)
 
@@ -65,20 +77,41 @@ def test_the_signature_and_defaults_are_sb3_contribs_and_the_config_the_command_
     assert dict_env.cfg.model == "mlp_lstm" and dict_env.cfg.lstm_settings["lstm_hidden_size"] == 256
 
 
-def test_what_recurrent_models_cannot_do_yet_is_refused_by_name(tmp_path) -> None:
-    with ppo_dict.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=16, batch_size=16, n_epochs=1, seed=0,
-                               policy_kwargs=dict(lstm_hidden_size=8)) as model:
-        model.learn(16)
-        obs = model.get_env().reset()
-        for call in (lambda: model.predict(obs), lambda: evaluate_policy(model, model.get_env(), n_eval_episodes=1)):
-            with pytest.raises(NotImplementedError, match=r"RecurrentPPO.predict is not available yet: .*LSTM states carried"):
-                call()
-        with pytest.raises(NotImplementedError, match=r"RecurrentPPO.save is not available yet: .*--export_sb3"):
-            model.save(os.path.join(tmp_path, "model"))
-        assert not os.listdir(tmp_path)
-        assert set(model.get_parameters()["policy"]) >= {"lstm_actor.weight_ih_l0", "lstm_critic.weight_hh_l0"}  # contrib's names
-    with pytest.raises(NotImplementedError, match=r"RecurrentPPO.load is not available yet: .*--trained_agent and --resume"):
-        ppo_dict.RecurrentPPO.load(os.path.join(tmp_path, "model"))
+def cli(*args: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "2",
+                           "--num_workers", "0", "--n_steps", "16", "--batch_size", "16", "--n_epochs", "2", "--lstm_hidden_size", "8",
+                           "--seed", "5", "--update_threads", "1", "--verbose", "0", "--plot", "False", "--progress", "none", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow  # two runs of the command line in subprocesses: 30-40 s on 2 cores
+def test_a_recurrent_checkpoint_continues_as_resume_does(tmp_path) -> None:
+    """The checkpoint holds the LSTM states that start the next rollout: ``learn`` starts from them, as ``--resume`` does."""
+    run_dir = os.path.join(tmp_path, "run")
+    cli("--total_timesteps", "64", "--run_dir", run_dir, "--save_freq", "32", "--keep_checkpoints", "5")
+    first = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "checkpoint_*.pt")))[0]  # at 32 steps
+    saved = load_model_state(first)
+    assert any(bool(t.abs().sum() > 0) for t in saved["lstm_states"][0].values())
+    cli("--resume", first, "--total_timesteps", "96", "--run_dir", os.path.join(tmp_path, "resumed"))
+    resumed = load_model_state(sorted(glob.glob(os.path.join(tmp_path, "resumed", "checkpoints", "checkpoint_*.pt")))[-1])
+    with pytest.raises(CheckpointError, match=r"a recurrent model \(model='mlp_lstm'\): RecurrentPPO.load reads it, not PPO.load"):
+        ppo_dict.PPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
+    model = ppo_dict.RecurrentPPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
+    assert model.num_timesteps == 32
+    first_rows = []  # the states stored at the first step of each rollout: the first rollout's are the checkpoint's
+    def keep_first_row(local: dict, _: dict) -> bool:
+        if local["n_steps"] == 1:  # row 0 is stored by then (sb3-contrib stores it after the step's callback)
+            first_rows.append({name: getattr(local["self"].rollout_buffer, name)[0].copy() for name in STATES})
+        return True
+
+    model.learn(64, reset_num_timesteps=False, callback=keep_first_row)
+    assert_same_value(first_rows[0], {k: v.numpy() for k, v in saved["lstm_states"][0].items()}, "the first rollout's stored states")
+    assert model.num_timesteps == resumed["num_timesteps"] == 96
+    assert_same_value(resumed["policy"], model.policy.state_dict(), "parameters")
+    assert_same_value(resumed["optimizer"]["state"], model.policy.optimizer.state_dict()["state"], "Adam's state")
+    assert_same_value([{k: v.numpy() for k, v in g.items()} for g in resumed["lstm_states"]], model.trainer.lstm_states(), "LSTM states")
+    model.close()
 
 
 def test_bad_recurrent_arguments_are_refused_together_before_any_process_starts() -> None:
