@@ -75,12 +75,13 @@ class Beacon:
     (every process that is not the command line's main process: writes cost the same and go nowhere).
     """
 
-    def __init__(self, fd: Optional[int] = None):
+    def __init__(self, fd: Optional[int] = None, attach: bool = False):
         self.fd = fd
         self._memory = mmap.mmap(fd, SIZE) if fd is not None else bytearray(SIZE)
         self.floats = memoryview(self._memory).cast("d")
         self.ints = memoryview(self._memory).cast("q")
-        self.ints[STEP_AT] = self.ints[ACTIVE] = -1
+        if not attach:  # the guard attaches to the main process's beacon: writing here would erase a call in progress
+            self.ints[STEP_AT] = self.ints[ACTIVE] = -1
 
     @classmethod
     def shared(cls) -> "Beacon":
@@ -248,7 +249,7 @@ def run_guard(argv: list[str]) -> None:
         signal.signal(signum, signal.SIG_IGN)
     pid, beacon_fd, wake_fd, label = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
     wake = socket.socket(fileno=wake_fd)
-    Guard(pid, Beacon(beacon_fd), wake, label).watch()
+    Guard(pid, Beacon(beacon_fd, attach=True), wake, label).watch()
 
 
 if __name__ == "__main__":
