@@ -32,7 +32,7 @@ import torch
 from ppo_dict.algo.lstm_inference import step_loop
 from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, lstm_call, process_sequence
 from ppo_dict.algo.rollout_step import layers_of, run
-from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, _check_finite, update_logs
+from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, run_epochs, update_logs
 from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, SequencePlan, env_change, rotated_indices
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
 
@@ -174,25 +174,10 @@ def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimi
     for group in optimizer.param_groups:
         group["lr"] = settings.learning_rate
     rollout = SequenceRollout(storage, policy.action_spec.to_training, device)
-    size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
-    step, evaluate, log = GradientStep(policy, optimizer), SequenceEvaluate(policy, whole_sequences), UpdateLog()
-    for epoch in range(settings.n_epochs):
-        log.approx_kl_divs = []
-        indices = rotated_indices(size, None if splits is None else splits[epoch])
-        stopped = False
-        for start in range(0, size, batch_size):
-            loss, approx_kl_div = sequence_loss(evaluate, rollout.take(indices[start : start + batch_size]), settings, log)
-            log.approx_kl_divs.append(approx_kl_div)
-            if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
-                stopped = True  # before the step: this minibatch is logged, not applied
-                break
-            step.zero_grad()
-            loss.backward()
-            grad_norm = step.clip_grad_norm(settings.max_grad_norm)
-            _check_finite(n_updates, epoch, start // batch_size, loss=loss, grad_norm=grad_norm)
-            step.adam_step()
-        n_updates += 1
-        if stopped:
-            break
+    size, evaluate, log = storage.n_steps * storage.n_envs, SequenceEvaluate(policy, whole_sequences), UpdateLog()
+    n_updates = run_epochs(
+        GradientStep(policy, optimizer), settings, size, n_updates, log,
+        lambda epoch: rotated_indices(size, None if splits is None else splits[epoch]),
+        lambda indices: sequence_loss(evaluate, rollout.take(indices), settings, log))
     return update_logs(policy, log, rollout.data, settings, n_updates), n_updates
 

@@ -305,16 +305,28 @@ def ppo_update(
         group["lr"] = settings.learning_rate
     data = storage.flat_samples()
     rollout = RolloutTensors(data, policy.action_spec.to_training, device)
-    buffer_size, batch_size = storage.n_steps * storage.n_envs, settings.batch_size
-    step, evaluate = GradientStep(policy, optimizer), GaussianEvaluate.of(policy)
-    log = UpdateLog()
+    buffer_size = storage.n_steps * storage.n_envs
+    evaluate, log = GaussianEvaluate.of(policy), UpdateLog()
+    n_updates = run_epochs(
+        GradientStep(policy, optimizer), settings, buffer_size, n_updates, log,
+        lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),  # one tensor per epoch, sliced per minibatch
+        lambda indices: minibatch_loss(policy, rollout.take(indices), settings, log, evaluate))
+    return update_logs(policy, log, data, settings, n_updates), n_updates
+
+
+def run_epochs(step: "GradientStep", settings: UpdateSettings, size: int, n_updates: int, log: UpdateLog,
+               epoch_indices: Callable[[int], Any], loss_of: Callable[[Any], tuple[torch.Tensor, np.ndarray]]) -> int:
+    """sb3's epoch loop, for PPO and RecurrentPPO alike: per epoch, ``epoch_indices(epoch)`` (the RNG draw
+    of that epoch, made only when the epoch starts), then minibatches of ``batch_size`` of them, each
+    ``loss_of(indices)`` -> ``(loss, approx_kl)``; a minibatch past ``1.5 * target_kl`` is logged, not
+    applied, and ends the update. Returns the epoch counter, the early-stopped epoch counted."""
+    batch_size = settings.batch_size
     for epoch in range(settings.n_epochs):
         log.approx_kl_divs = []  # reset every epoch: the logged approx_kl covers the last epoch only
-        indices = torch.from_numpy(np.random.permutation(buffer_size)).to(device)  # one tensor per epoch, sliced per minibatch
+        indices = epoch_indices(epoch)
         stopped = False
-        for start in range(0, buffer_size, batch_size):
-            batch = rollout.take(indices[start : start + batch_size])
-            loss, approx_kl_div = minibatch_loss(policy, batch, settings, log, evaluate)
+        for start in range(0, size, batch_size):
+            loss, approx_kl_div = loss_of(indices[start : start + batch_size])
             log.approx_kl_divs.append(approx_kl_div)
             if settings.target_kl is not None and approx_kl_div > 1.5 * settings.target_kl:
                 stopped = True  # before the step: this minibatch is logged, not applied
@@ -327,7 +339,7 @@ def ppo_update(
         n_updates += 1  # once per epoch, the early-stopped one included
         if stopped:
             break
-    return update_logs(policy, log, data, settings, n_updates), n_updates
+    return n_updates
 
 
 def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings, n_updates: int) -> dict[str, float]:
