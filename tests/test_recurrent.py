@@ -198,8 +198,8 @@ def test_single_step_sequences_warn_and_bad_flags_stop_before_any_process(tmp_pa
 
 @pytest.mark.parametrize("num_workers, n_envs", [(0, 3), (1, 5)])
 def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(monkeypatch: pytest.MonkeyPatch, num_workers: int, n_envs: int) -> None:
-    """Every state handed to an LSTM (rollout rows, bootstrap columns, minibatch starts, reset states) and every
-    input's memory start at a 64-byte boundary, dense, as sb3-contrib's fresh tensors (an odd env count, a worker pool)."""
+    """Every state handed to an LSTM (rollout rows, bootstrap columns, minibatch starts, reset states, each kernel
+    call of the update's per-step loop) and every input's memory start at a 64-byte boundary, dense, as sb3-contrib's fresh tensors (an odd env count, a worker pool)."""
     from ppo_dict.algo.ppo import PPO
     from ppo_dict.run.run_plan import build_env_pool
 
@@ -221,11 +221,27 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(monkeypatch: pytest
     monkeypatch.setattr(recurrent_policy, "run_lstm", recording)
     from ppo_dict.algo import lstm_inference, recurrent_update
 
-    def recording_loop(lstm):  # the update's per-step branch (lstm_inference.step_loop): its states and inputs
+    layer_call, in_loop = lstm_inference.rnn_layer, []
+
+    def recording_loop(lstm):  # the update's per-step branch (lstm_inference.step_loop): its states, and every kernel call's
         loop = lstm_inference.step_loop(lstm)
-        return None if loop is None else lambda features, keep, hx: (check(features, hx), loop(features, keep, hx))[1]
+
+        def recorded(features, keep, zeroing, hx):
+            check(features, hx)
+            in_loop.append(True)
+            try:
+                return loop(features, keep, zeroing, hx)
+            finally:
+                in_loop.pop()
+        return None if loop is None else recorded
+
+    def recording_layer(x, w_ih, w_hh, b_ih, b_hh, h, c, *args):
+        if in_loop:
+            check(x, (h, c))
+        return layer_call(x, w_ih, w_hh, b_ih, b_hh, h, c, *args)
 
     monkeypatch.setattr(recurrent_update, "step_loop", recording_loop)
+    monkeypatch.setattr(lstm_inference, "rnn_layer", recording_layer)
     cfg = Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), env_kwargs=dict(observation="box", action="box", episode_length=3),
                  model="mlp_lstm", lstm_hidden_size=6, n_lstm_layers=2, n_envs=n_envs, num_workers=num_workers, n_steps=4, batch_size=7,
                  n_epochs=1, seed=0, total_timesteps=8 * n_envs, verbose=0, plot=False)

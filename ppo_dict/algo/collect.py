@@ -123,12 +123,12 @@ class Collector:
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
-        """First reset of every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``),
-        of the normaliser and of the LSTM states."""
+        """Reset of every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and of
+        the normaliser. The LSTM states stay: zeros before the first rollout, else the last rollout's,
+        stored in the next rollout's first row (its episode starts zero them in the forward), as
+        sb3-contrib's ``_last_lstm_states``, made once with the model."""
         self.last_dones = np.ones(self.n_envs, dtype=bool)
         self.pool.reset(seed, options)
-        if self.states is not None:
-            self.states.reset()
         if self.normalizer is not None:
             self.normalizer.returns = np.zeros(self.n_envs)  # a resumed statistic may come from another n_envs
             self._write_obs(0, slice(None), self.normalizer.reset(self.storage.env_obs_at(0)))

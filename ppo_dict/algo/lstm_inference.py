@@ -19,6 +19,8 @@ from ppo_dict.algo.recurrent_policy import HiddenCell, run_lstm
 
 #: oneDNN's kind for an LSTM (ideep's ``rnn_kind::LSTM``), as ``torch.lstm`` passes it
 LSTM_MODE = 2
+#: ATen's op for one layer of ``torch.lstm`` on oneDNN's path (a name the tests can wrap)
+rnn_layer = torch.ops.aten.mkldnn_rnn_layer
 
 
 def takes_onednn_path(lstm: nn.LSTM) -> bool:
@@ -70,7 +72,7 @@ class PackedLstm:
         x, h, c = x.contiguous(), hx[0].contiguous(), hx[1].contiguous()
         hs, cs = [], []
         for layer, (w_ih, w_hh) in enumerate(self.packed):
-            x, hy, cy, _ = torch.ops.aten.mkldnn_rnn_layer(x, w_ih, w_hh, weights[4 * layer + 2], weights[4 * layer + 3], h[layer], c[layer],
+            x, hy, cy, _ = rnn_layer(x, w_ih, w_hh, weights[4 * layer + 2], weights[4 * layer + 3], h[layer], c[layer],
                                                            False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False,
                                                            lstm.training)
             hs.append(hy)
@@ -86,24 +88,25 @@ def step_loop(lstm: nn.LSTM):
     Per step ``torch.lstm`` on the CPU is ``mkldnn_rnn``: the input made contiguous, each layer's states
     selected, ``mkldnn_rnn_layer`` per layer, the states stacked. Here the states stay one ``[n, hidden]``
     tensor per layer through the loop and are stacked once at the end: the same products by
-    ``1 - episode_start``, the same kernel calls on the same values in the same order, without a
-    select and a stack (and their backward nodes, which only copy) per step, so the same outputs and
-    gradients (``tests/test_recurrent.py`` compares them with sb3-contrib's ``_process_sequence``)."""
+    ``1 - episode_start`` where they can change a value (:func:`~ppo_dict.algo.recurrent_policy.steps_zeroing`),
+    the same kernel calls on the same values in the same order, without a select and a stack (and
+    their backward nodes, which only copy) per step, so the same outputs and gradients
+    (``tests/test_recurrent.py`` compares them with sb3-contrib's ``_process_sequence``)."""
     if not takes_onednn_path(lstm) or (lstm.dropout and lstm.num_layers > 1):
         return None
 
-    def loop(features_sequence: torch.Tensor, keep: torch.Tensor, states: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
+    def loop(features_sequence: torch.Tensor, keep: torch.Tensor, zeroing: list[bool], states: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
         weights, n_seq, layers = lstm._flat_weights, keep.shape[1], range(lstm.num_layers)
         hs, cs = list(states[0].unbind(0)), list(states[1].unbind(0))
         outputs = []
-        for step_features, step_keep in zip(features_sequence, keep):
+        for step_features, step_keep, zeroes in zip(features_sequence, keep, zeroing):
             step_keep = step_keep.view(n_seq, 1)
             x = step_features.unsqueeze(dim=0).contiguous()
             for layer in layers:
-                x, hs[layer], cs[layer], _ = torch.ops.aten.mkldnn_rnn_layer(
+                h, c = (step_keep * hs[layer], step_keep * cs[layer]) if zeroes else (hs[layer], cs[layer])
+                x, hs[layer], cs[layer], _ = rnn_layer(
                     x, weights[4 * layer], weights[4 * layer + 1], weights[4 * layer + 2], weights[4 * layer + 3],
-                    step_keep * hs[layer], step_keep * cs[layer], False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False,
-                    False, lstm.training)
+                    h, c, False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False, lstm.training)
             outputs.append(x)
         return torch.cat(outputs), (torch.stack(hs, 0), torch.stack(cs, 0))
 

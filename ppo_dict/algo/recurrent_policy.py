@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 HiddenCell = tuple[torch.Tensor, torch.Tensor]
 LstmCall = Callable[[torch.Tensor, HiddenCell], tuple[torch.Tensor, HiddenCell]]
-#: the per-step branch: ``(features [T, n_seq, input], 1 - episode_starts [T, n_seq], states) -> (output [T, n_seq, hidden], states)``
-StepLoop = Callable[[torch.Tensor, torch.Tensor, HiddenCell], tuple[torch.Tensor, HiddenCell]]
+#: the per-step branch: ``(features [T, n_seq, input], 1 - episode_starts [T, n_seq], the steps that zero states
+#: (:func:`steps_zeroing`), states) -> (output [T, n_seq, hidden], states)``
+StepLoop = Callable[[torch.Tensor, torch.Tensor, list[bool], HiddenCell], tuple[torch.Tensor, HiddenCell]]
 
 
 def run_lstm(lstm: nn.LSTM, x: torch.Tensor, hx: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
@@ -68,15 +69,30 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
         output, states = call(features_sequence, states)
         return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
     keep = 1.0 - episode_starts.reshape((n_seq, -1)).swapaxes(0, 1)
+    zeroing = steps_zeroing(episode_starts, n_seq)
     if loop is not None:
-        output, states = loop(features_sequence, keep, states)
+        output, states = loop(features_sequence, keep, zeroing, states)
         return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
     outputs = []
-    for step_features, step_keep in zip(features_sequence, keep):
-        step_keep = step_keep.view(1, n_seq, 1)
-        hidden, states = call(step_features.unsqueeze(dim=0), (step_keep * states[0], step_keep * states[1]))
+    for step_features, step_keep, zeroes in zip(features_sequence, keep, zeroing):
+        if zeroes:
+            step_keep = step_keep.view(1, n_seq, 1)
+            states = (step_keep * states[0], step_keep * states[1])
+        hidden, states = call(step_features.unsqueeze(dim=0), states)
         outputs.append(hidden)
     return torch.flatten(torch.cat(outputs).transpose(0, 1), start_dim=0, end_dim=1), states
+
+
+def steps_zeroing(episode_starts: torch.Tensor, n_seq: int) -> list[bool]:
+    """Per time step of the per-step branch, whether sb3-contrib's ``(1 - episode_start) * state`` can
+    change a value: at the first step always (the states given are the caller's tensors), after it
+    where some sequence starts an episode. Elsewhere the factor is 1.0 everywhere, and ``1.0 * x`` is
+    ``x`` to the bit, forward and in the gradient, so the step takes the previous step's states as they
+    are: a sequence of a minibatch starts an episode only at its first step, so an update's loop
+    multiplies once per sequence batch, not twice per step and LSTM."""
+    zeroing = (episode_starts.reshape((n_seq, -1)) != 0.0).any(dim=0).tolist()
+    zeroing[0] = True
+    return zeroing
 
 
 class RecurrentActorCritic(ActorCritic):

@@ -76,12 +76,6 @@ class StateStore:
             for arr in {id(a): a for a in arrays.values()}.values():
                 arr[0] = arr[self.n_steps]
 
-    def reset(self) -> None:
-        """Zeros, as before a run's first rollout (a resumed run's envs are reset too)."""
-        for arrays in self.arrays:
-            for arr in arrays.values():
-                arr[...] = 0.0
-
     def rollout(self, name: str) -> np.ndarray:
         """``name``'s first ``n_steps`` rows of every env, ``[n_steps, n_layers, n_envs, hidden]`` (sb3-contrib's buffer array)."""
         return np.concatenate([arrays[name][: self.n_steps] for arrays in self.arrays], axis=2)

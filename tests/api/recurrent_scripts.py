@@ -35,7 +35,9 @@ class WatchStates(Watch):
 
 def lstm_stop_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """sb3-contrib's example, shortened: MlpLstmPolicy on CartPole (two LSTM layers), a callback that
-    stops in the middle of a rollout, then ``learn(reset_num_timesteps=False)``."""
+    stops in the middle of a rollout, then ``learn(reset_num_timesteps=False)``, then ``learn`` again
+    from reset envs (whose first rollout row stores the LSTM states the last one left: sb3-contrib
+    zeros them once, when it builds the model)."""
     model = api.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=24, n_epochs=2, seed=0, verbose=0,
                              policy_kwargs=dict(lstm_hidden_size=16, n_lstm_layers=2, net_arch=dict(pi=[16], vf=[16])))
     record.attach(model)
@@ -43,6 +45,8 @@ def lstm_stop_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
     record.results["stopped_at"] = model.num_timesteps
     model.learn(64, reset_num_timesteps=False, callback=WatchStates(record))
     record.keep("continued", model)
+    model.learn(32, callback=WatchStates(record))
+    record.keep("learned again", model)
     model.get_env().close()
 
 

@@ -33,8 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def assert_exercised(name: str, record) -> None:
     """What a script is for happened (else its comparison could not fail where it matters)."""
-    if name == "lstm_stop_continue":  # stopped in the middle of its second rollout, then continued
-        assert record.results["stopped_at"] == 45 and len(record.rollouts) == 3
+    if name == "lstm_stop_continue":  # stopped in the middle of its second rollout, continued, learned again
+        assert record.results["stopped_at"] == 45 and len(record.rollouts) == 4
+        assert bool(abs(record.rollouts[-1]["hidden_states_pi"][0]).sum() > 0)  # the states the third call left
     if name == "lstm_time_limits":  # episodes cut by the time limit: bootstrapped from each env's critic states
         assert any(info.get("TimeLimit.truncated") for step in record.steps for info in step[10])
     if name == "lstm_eval_save_load":  # three evaluations, a whole episode of env 0 predicted with states
