@@ -8,10 +8,11 @@ and GAE) of RecurrentPPO on DummyVecEnv against ppo_dict's exact rollouts on the
 fast path's rollouts are these: it changes the update only), then training (rollouts and updates) of
 RecurrentPPO, ppo_dict exact and ppo_dict's fast path in the same rounds. Every side runs one torch
 thread. Ratios are medians of per-round ratios of env steps per second. Then, once per setting, where an
-update's time goes on each side (torch's profiler over one update): oneDNN's LSTM kernels forward
-(``mkldnn_rnn_layer``) and backward (``mkldnn_rnn_layer_backward``), which both sides call alike (the
-same calls on the same shapes: exactness needs them), and the rest. The ratio of an update's time to
-its oneDNN time is what an exact update can gain at most. Rows are appended to perf_log.md.
+update's time goes: each side's update in CPU seconds; the oneDNN LSTM calls (``mkldnn_rnn_layer``
+forward, ``mkldnn_rnn_layer_backward``) that an exact update must make, as RecurrentPPO makes them
+(the same calls on the same shapes: exactness needs them), replayed alone: RecurrentPPO's update over
+that time is the most an exact update can gain; the same for the fast path's calls; and torch's
+profiler over one update of each side. Rows are appended to perf_log.md.
 
     python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher] [--no_profile]
 """
@@ -23,6 +24,7 @@ import sys
 import time
 import warnings
 
+import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,18 +93,85 @@ def update_profile(update) -> tuple[float, float, float]:
     return seconds, by_name.get("aten::mkldnn_rnn_layer", 0.0), by_name.get("aten::mkldnn_rnn_layer_backward", 0.0)
 
 
+def kernel_floor(ppo, whole_sequences: bool = False) -> float:
+    """CPU seconds of the oneDNN LSTM work an exact update of ``ppo``'s rollout cannot skip, without the
+    profiler: the minibatches sb3-contrib would cut (one rotation per epoch, :class:`SequencePlan`), and
+    for each LSTM and minibatch the calls its branch makes (one forward and one backward over the
+    sequence without episode starts, else one of each per time step, the weight gradients added up as
+    autograd adds them), replayed alone on the policy's weights. Both sides make these calls alike.
+    ``whole_sequences``: the fast path's calls instead (one forward and one backward per minibatch)."""
+    from ppo_dict.algo.lstm_inference import LSTM_MODE
+    from ppo_dict.data.recurrent import SequencePlan, env_change, rotated_indices
+
+    storage, policy, cfg = ppo.storage, ppo.policy, ppo.cfg
+    size, rng = storage.n_steps * storage.n_envs, np.random.RandomState(0)
+    starts = storage.episode_starts.swapaxes(0, 1).reshape(-1)
+    changes = env_change(storage.n_steps, storage.n_envs)
+    shapes = []  # (n_seq, max_len, resets) per minibatch
+    for _ in range(cfg.n_epochs):
+        indices = rotated_indices(size, rng.randint(size))
+        for begin in range(0, size, cfg.batch_size):
+            batch = indices[begin:begin + cfg.batch_size]
+            plan = SequencePlan(batch, starts, changes)
+            shapes.append((plan.n_seq, plan.max_len, not whole_sequences and bool(starts[batch].any())))
+    seconds = 0.0
+    for lstm in (policy.lstm_actor, policy.lstm_critic):
+        if lstm is None:
+            continue
+        hidden, weights = lstm.hidden_size, [w.detach() for w in lstm._flat_weights]
+        for n_seq, max_len, resets in shapes:
+            for layer in range(lstm.num_layers):
+                w, grads = weights[4 * layer: 4 * layer + 4], [torch.zeros_like(w) for w in weights[4 * layer: 4 * layer + 4]]
+                steps = [(torch.randn(1, n_seq, w[0].shape[1]), torch.randn(n_seq, hidden), torch.randn(n_seq, hidden))
+                         for _ in range(max_len)] if resets else [(torch.randn(max_len, n_seq, w[0].shape[1]), torch.zeros(n_seq, hidden),
+                                                                  torch.zeros(n_seq, hidden))]
+                started = time.process_time()
+                saved = [(x, h, c, *torch.ops.aten.mkldnn_rnn_layer(x, *w, h, c, False, [], LSTM_MODE, hidden, lstm.num_layers, True,
+                                                                     False, False, True)) for x, h, c in steps]  # forward
+                seconds += time.process_time() - started
+                saved = [(*step, torch.ones_like(step[3]), torch.ones_like(step[4]), torch.ones_like(step[5])) for step in saved]
+                started = time.process_time()
+                for x, h, c, out, hy, cy, workspace, d_out, d_hy, d_cy in reversed(saved):  # backward, latest step first
+                    d = torch.ops.aten.mkldnn_rnn_layer_backward(x, *w, h, c, out, hy, cy, d_out, d_hy, d_cy, False, LSTM_MODE, hidden,
+                                                                 lstm.num_layers, True, True, False, [], False, workspace)
+                    for g, dw in zip(grads, d[1:5]):  # the weight gradients added up step by step, as autograd adds them
+                        g.add_(dw)
+                seconds += time.process_time() - started
+    return seconds
+
+
+def update_seconds(update, repeats: int = 2) -> float:
+    """The least CPU seconds of ``repeats`` calls of ``update`` (each on the same rollout), without the profiler."""
+    times = []
+    for _ in range(repeats):
+        started = time.process_time()
+        update()
+        times.append(time.process_time() - started)
+    return min(times)
+
+
 def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender) -> None:
-    """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers)."""
+    """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers):
+    each update's CPU time without the profiler, the oneDNN floors of an exact and a fast-path update
+    (:func:`kernel_floor`) and the caps they set (RecurrentPPO's update / the floor); then torch's
+    profiler over one update of each."""
     sb3_model = sb3.model  # type: ignore[attr-defined]
     sb3_model._current_progress_remaining = 0.5
-    rows = {"RecurrentPPO.train": update_profile(sb3_model.train),
-            "ppo_dict recurrent_update, exact": update_profile(lambda: ours.model.train(0.5)),  # type: ignore[attr-defined]
-            "ppo_dict recurrent_update, fast path": update_profile(lambda: fast.model.train(0.5))}  # type: ignore[attr-defined]
-    for name, (seconds, forward, backward) in rows.items():
-        lstm = forward + backward
+    updates = {"RecurrentPPO.train": sb3_model.train, "ppo_dict recurrent_update, exact": lambda: ours.model.train(0.5),  # type: ignore[attr-defined]
+               "ppo_dict recurrent_update, fast path": lambda: fast.model.train(0.5)}  # type: ignore[attr-defined]
+    seconds = {name: update_seconds(update) for name, update in updates.items()}
+    floor, fast_floor = (min(kernel_floor(ours.model, whole) for _ in range(2)) for whole in (False, True))  # type: ignore[attr-defined]
+    contrib, exact, quick = seconds.values()
+    table.row(setting_text, "one update, CPU s (least of 2, no profiler)",
+              f"RecurrentPPO {contrib:.2f}, ppo_dict exact {exact:.2f} ({contrib / exact:.2f}x), fast path {quick:.2f} ({contrib / quick:.2f}x)")
+    for what, time_, side in (("an exact update", floor, exact), ("a fast-path update", fast_floor, quick)):
+        table.row(setting_text, f"oneDNN LSTM calls {what} makes, replayed alone (CPU s)",
+                  f"{time_:.2f} s: {time_ / contrib:.0%} of RecurrentPPO's update, {time_ / side:.0%} of ppo_dict's",
+                  f"cap of {what}'s speed-up over RecurrentPPO (its update / these calls)", f"{contrib / time_:.2f}x")
+    for name, update in updates.items():
+        total, forward, backward = update_profile(update)
         table.row(setting_text, f"one update, {name} (under torch's profiler)",
-                  f"{seconds:.2f} s: oneDNN LSTM forward {forward:.2f} s, backward {backward:.2f} s, the rest {seconds - lstm:.2f} s",
-                  "cap of an exact update's speed-up (update / its oneDNN time)", f"{seconds / max(lstm, 1e-9):.2f}x")
+                  f"{total:.2f} s: oneDNN LSTM forward {forward:.2f} s, backward {backward:.2f} s, the rest {total - forward - backward:.2f} s")
 
 
 def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int, profile: bool = True) -> None:
