@@ -19,13 +19,13 @@ from ppo_dict.data.storage import RolloutStorage
 RTOL, ATOL = 1e-4, 1e-6
 
 
-def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int) -> tuple[RecurrentActorCritic, SequenceRollout]:
+def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int, **critic: bool) -> tuple[RecurrentActorCritic, SequenceRollout]:
     """A policy and a random rollout with episode starts (about one step in six), its stored states the
     LSTM's own states along each episode (so a zeroed start matters)."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     obs_space, act_space = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
-    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers)
+    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers, **critic)
     storage = RolloutStorage(obs_space, act_space, n_steps, n_envs)
     storage.lstm_states = StateStore(n_steps, (range(n_envs),), layers, hidden, critic_lstm=True)
     storage.obs["obs"][:n_steps] = rng.normal(size=(n_steps, n_envs, 5))
@@ -42,13 +42,16 @@ SETTINGS = UpdateSettings(learning_rate=1e-3, clip_range=0.2, clip_range_vf=0.3,
                           ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
 
 
-@pytest.mark.parametrize("hidden, layers, batch_size", [(16, 1, 40), (64, 1, 128), (8, 2, 25)])
-def test_fast_path_equals_the_exact_path_to_float_tolerance(hidden: int, layers: int, batch_size: int) -> None:
+@pytest.mark.parametrize("hidden, layers, batch_size, critic", [
+    (16, 1, 40, {}), (64, 1, 128, {}), (8, 2, 25, {}), (16, 1, 40, dict(shared_lstm=True, enable_critic_lstm=False)),
+    (16, 1, 40, dict(enable_critic_lstm=False))])
+def test_fast_path_equals_the_exact_path_to_float_tolerance(hidden: int, layers: int, batch_size: int, critic: dict) -> None:
     """Each minibatch of a rotated epoch: values, log-probs, entropies, the loss and every parameter's
-    gradient of the whole-sequence path are the exact path's to ``RTOL``/``ATOL``; and they are not all
+    gradient of the whole-sequence path are the exact path's to ``RTOL``/``ATOL`` (the critic's own LSTM,
+    a shared LSTM, a Linear critic); and they are not all
     its bits (else this would test nothing: the exact path takes its per-step branch here)."""
     n_steps, n_envs = 24, 6
-    policy, data = rollout(n_steps, n_envs, hidden, layers, seed=hidden + layers)
+    policy, data = rollout(n_steps, n_envs, hidden, layers, seed=hidden + layers, **critic)
     indices = np.roll(np.arange(n_steps * n_envs), -17)
     differing = with_resets = 0
     for start in range(0, len(indices), batch_size):
