@@ -11,10 +11,10 @@ thread. Ratios are medians of per-round ratios of env steps per second. Then, on
 update's time goes: each side's update in CPU seconds; the oneDNN LSTM calls (``mkldnn_rnn_layer``
 forward, ``mkldnn_rnn_layer_backward``) that an exact update must make, as RecurrentPPO makes them
 (the same calls on the same shapes: exactness needs them), replayed alone: RecurrentPPO's update over
-that time is the most an exact update can gain; the same for the fast path's calls; and torch's
-profiler over one update of each side. Rows are appended to perf_log.md.
+that time is the most an exact update can gain; the same for the fast path's calls; and with
+``--torch_profile``, torch's profiler over one update of each side. Rows are appended to perf_log.md.
 
-    python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher] [--no_profile]
+    python benchmarks/bench_recurrent.py [--quick] [--no_log] [--envs 8,32] [--settings cartpole,reacher] [--no_profile] [--torch_profile]
 """
 from __future__ import annotations
 
@@ -150,11 +150,12 @@ def update_seconds(update, repeats: int = 2) -> float:
     return min(times)
 
 
-def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender) -> None:
+def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender, torch_profile: bool) -> None:
     """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers):
     each update's CPU time without the profiler, the oneDNN floors of an exact and a fast-path update
-    (:func:`kernel_floor`) and the caps they set (RecurrentPPO's update / the floor); then torch's
-    profiler over one update of each."""
+    (:func:`kernel_floor`) and the caps they set (RecurrentPPO's update / the floor); then, with
+    ``torch_profile``, torch's profiler over one update of each (its events take memory: about 20 GB
+    for RecurrentPPO's update of Reacher-v5 at 32 envs)."""
     sb3_model = sb3.model  # type: ignore[attr-defined]
     sb3_model._current_progress_remaining = 0.5
     updates = {"RecurrentPPO.train": sb3_model.train, "ppo_dict recurrent_update, exact": lambda: ours.model.train(0.5),  # type: ignore[attr-defined]
@@ -168,13 +169,14 @@ def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contende
         table.row(setting_text, f"oneDNN LSTM calls {what} makes, replayed alone (CPU s)",
                   f"{time_:.2f} s: {time_ / contrib:.0%} of RecurrentPPO's update, {time_ / side:.0%} of ppo_dict's",
                   f"cap of {what}'s speed-up over RecurrentPPO (its update / these calls)", f"{contrib / time_:.2f}x")
-    for name, update in updates.items():
+    for name, update in updates.items() if torch_profile else ():
         total, forward, backward = update_profile(update)
         table.row(setting_text, f"one update, {name} (under torch's profiler)",
                   f"{total:.2f} s: oneDNN LSTM forward {forward:.2f} s, backward {backward:.2f} s, the rest {total - forward - backward:.2f} s")
 
 
-def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int, profile: bool = True) -> None:
+def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, train_rounds: int, profile: bool = True,
+            torch_profile: bool = False) -> None:
     cfg = config(setting, n_envs, workers)
     text = f"{cfg.env.removeprefix('gym_')}, {n_envs} envs, LSTM {cfg.lstm_settings['lstm_hidden_size']}, n_steps {cfg.n_steps}, batch {cfg.batch_size}, {cfg.n_epochs} epochs"
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=False)
@@ -198,7 +200,7 @@ def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, 
                       f"({sb3.cpu / c.cpu:.2f}x in CPU time)", f"ppo_dict's time since its warm-up: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s",
                       ratio_text(c, sb3, target))
         if profile:
-            profile_rows(table, text, sb3, exact, fast)
+            profile_rows(table, text, sb3, exact, fast, torch_profile)
     finally:
         sb3.close(), exact.close(), fast.close()
 
@@ -209,7 +211,8 @@ def main() -> None:
     parser.add_argument("--settings", default="cartpole,reacher", help=f"which of {', '.join(SETTINGS)}, comma-separated")
     parser.add_argument("--rounds", type=int, default=0, help="rollout rounds (default 4, --quick 1)")
     parser.add_argument("--train_rounds", type=int, default=0, help="training rounds, one iteration each (default 3, --quick 1)")
-    parser.add_argument("--no_profile", action="store_true", help="skip the profiled update of each side")
+    parser.add_argument("--no_profile", action="store_true", help="skip where an update's time goes (its CPU time, the oneDNN floors)")
+    parser.add_argument("--torch_profile", action="store_true", help="also one update of each side under torch's profiler (memory-hungry)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
@@ -218,11 +221,11 @@ def main() -> None:
     started, table = machine_times(), Table()
     for setting in args.settings.split(","):
         for n_envs in (int(n) for n in args.envs.split(",")):
-            measure(table, setting, n_envs, args.workers, rounds, train_rounds, not args.no_profile)
+            measure(table, setting, n_envs, args.workers, rounds, train_rounds, not args.no_profile, args.torch_profile)
     flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
                                  args.settings != "cartpole,reacher" and f"--settings {args.settings}",
                                  args.rounds and f"--rounds {args.rounds}", args.train_rounds and f"--train_rounds {args.train_rounds}",
-                                 args.no_profile and "--no_profile") if f)
+                                 args.no_profile and "--no_profile", args.torch_profile and "--torch_profile") if f)
     table.write("bench_recurrent", f"python benchmarks/bench_recurrent.py {flags}".strip(), started, log=log_path(args))
 
 
