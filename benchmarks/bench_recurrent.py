@@ -140,6 +140,39 @@ def kernel_floor(ppo, whole_sequences: bool = False) -> float:
     return seconds
 
 
+def rollout_floor(sb3_model, ppo, n_steps: int) -> tuple[float, float]:
+    """CPU microseconds per env step of what an exact rollout cannot skip, each replayed alone: every env's
+    own step (RecurrentPPO's envs, with their Monitor, on random actions) and the LSTM calls of a step
+    (one per LSTM on ``[1, n_envs, features]``, weights laid out once: ppo_dict's
+    :class:`~ppo_dict.algo.lstm_inference.PackedLstm`, the cheapest form of the call exactness needs)."""
+    from ppo_dict.algo.lstm_inference import PackedLstm
+
+    vec = sb3_model.env
+    while hasattr(vec, "venv"):
+        vec = vec.venv
+    envs = vec.envs
+    started = time.process_time()
+    for _ in range(n_steps):
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+    env_us = (time.process_time() - started) / (n_steps * len(envs)) * 1e6
+    policy, n_envs, seconds = ppo.policy, len(envs), 0.0
+    with torch.inference_mode():
+        for lstm in (policy.lstm_actor, policy.lstm_critic):
+            if lstm is None:
+                continue
+            packed = PackedLstm(lstm, n_envs)
+            packed.refresh()
+            x, hx = torch.randn(1, n_envs, lstm.input_size), (torch.zeros(lstm.num_layers, n_envs, lstm.hidden_size),) * 2
+            started = time.process_time()
+            for _ in range(n_steps):
+                packed(x, hx)
+            seconds += time.process_time() - started
+    return env_us, seconds / (n_steps * n_envs) * 1e6
+
+
 def update_seconds(update, repeats: int = 2) -> float:
     """The least CPU seconds of ``repeats`` calls of ``update`` (each on the same rollout), without the profiler."""
     times = []
@@ -187,6 +220,12 @@ def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, 
         table.row(text, "rollout, RecurrentPPO DummyVecEnv", f"{sb3.rate:.0f} steps/s, {sb3.cpu:.0f} CPU-us/step")
         for c in (exact, in_process):
             table.row(text, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step", "vs RecurrentPPO", ratio_text(c, sb3, 2.0))
+        if profile:
+            floors = [rollout_floor(sb3.model, in_process.model, cfg.n_steps) for _ in range(2)]  # type: ignore[attr-defined]
+            env_us, lstm_us = (min(f[i] for f in floors) for i in range(2))
+            table.row(text, "rollout: the envs' own steps and the LSTM calls of each step, replayed alone",
+                      f"{env_us:.0f} + {lstm_us:.0f} CPU-us/step", "cap of an exact in-process rollout's speed-up over RecurrentPPO "
+                      "(its CPU per step / these)", f"{sb3.cpu / (env_us + lstm_us):.2f}x")
     finally:
         sb3.close(), exact.close(), in_process.close()
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=True)
