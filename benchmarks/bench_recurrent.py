@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -173,35 +174,41 @@ def rollout_floor(sb3_model, ppo, n_steps: int) -> tuple[float, float]:
     return env_us, seconds / (n_steps * n_envs) * 1e6
 
 
-def update_seconds(update, repeats: int = 2) -> float:
-    """The least CPU seconds of ``repeats`` calls of ``update`` (each on the same rollout), without the profiler."""
-    times = []
-    for _ in range(repeats):
-        started = time.process_time()
-        update()
-        times.append(time.process_time() - started)
-    return min(times)
-
-
-def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender, torch_profile: bool) -> None:
-    """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers):
-    each update's CPU time without the profiler, the oneDNN floors of an exact and a fast-path update
-    (:func:`kernel_floor`) and the caps they set (RecurrentPPO's update / the floor); then, with
-    ``torch_profile``, torch's profiler over one update of each (its events take memory: about 20 GB
-    for RecurrentPPO's update of Reacher-v5 at 32 envs)."""
+def profile_rows(table: Table, setting_text: str, sb3: Contender, ours: Contender, fast: Contender, torch_profile: bool,
+                 rounds: int = 3) -> None:
+    """Where one update's time goes on each side (after the rounds: each has a full rollout in its buffers),
+    in ``rounds`` interleaved rounds (the host's speed drifts from minute to minute): each side's update
+    in CPU seconds without the profiler, and the oneDNN floors of an exact and a fast-path update
+    (:func:`kernel_floor`); medians of the per-round ratios, the caps being RecurrentPPO's update over
+    a floor of the same round. Then, with ``torch_profile``, torch's profiler over one update of each
+    (its events take memory: about 20 GB for RecurrentPPO's update of Reacher-v5 at 32 envs)."""
     sb3_model = sb3.model  # type: ignore[attr-defined]
     sb3_model._current_progress_remaining = 0.5
     updates = {"RecurrentPPO.train": sb3_model.train, "ppo_dict recurrent_update, exact": lambda: ours.model.train(0.5),  # type: ignore[attr-defined]
                "ppo_dict recurrent_update, fast path": lambda: fast.model.train(0.5)}  # type: ignore[attr-defined]
-    seconds = {name: update_seconds(update) for name, update in updates.items()}
-    floor, fast_floor = (min(kernel_floor(ours.model, whole) for _ in range(2)) for whole in (False, True))  # type: ignore[attr-defined]
-    contrib, exact, quick = seconds.values()
-    table.row(setting_text, "one update, CPU s (least of 2, no profiler)",
-              f"RecurrentPPO {contrib:.2f}, ppo_dict exact {exact:.2f} ({contrib / exact:.2f}x), fast path {quick:.2f} ({contrib / quick:.2f}x)")
+    work = {**updates, "floor": lambda: kernel_floor(ours.model), "fast floor": lambda: kernel_floor(ours.model, True)}  # type: ignore[attr-defined]
+    seconds: dict[str, list[float]] = {name: [] for name in work}
+    for r in range(rounds):
+        names = list(work)[r % len(work):] + list(work)[: r % len(work)]
+        for name in names:
+            started = time.process_time()
+            result = work[name]()
+            seconds[name].append(result if name.endswith("floor") else time.process_time() - started)
+    contrib, exact, quick, floor, fast_floor = seconds.values()
+
+    def median_ratio(a: list[float], b: list[float]) -> str:
+        ratios = sorted(x / y for x, y in zip(a, b))
+        return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+    med = statistics.median
+    table.row(setting_text, f"one update, CPU s (median of {rounds} interleaved rounds, no profiler)",
+              f"RecurrentPPO {med(contrib):.2f}, ppo_dict exact {med(exact):.2f} ({median_ratio(contrib, exact)}), "
+              f"fast path {med(quick):.2f} ({median_ratio(contrib, quick)})")
     for what, time_, side in (("an exact update", floor, exact), ("a fast-path update", fast_floor, quick)):
+        share = statistics.median(t / c for t, c in zip(time_, contrib)), statistics.median(t / o for t, o in zip(time_, side))
         table.row(setting_text, f"oneDNN LSTM calls {what} makes, replayed alone (CPU s)",
-                  f"{time_:.2f} s: {time_ / contrib:.0%} of RecurrentPPO's update, {time_ / side:.0%} of ppo_dict's",
-                  f"cap of {what}'s speed-up over RecurrentPPO (its update / these calls)", f"{contrib / time_:.2f}x")
+                  f"{med(time_):.2f} s: {share[0]:.0%} of RecurrentPPO's update, {share[1]:.0%} of ppo_dict's",
+                  f"cap of {what}'s speed-up over RecurrentPPO (its update / these calls, per round)", median_ratio(contrib, time_))
     for name, update in updates.items() if torch_profile else ():
         total, forward, backward = update_profile(update)
         table.row(setting_text, f"one update, {name} (under torch's profiler)",
@@ -215,17 +222,24 @@ def measure(table: Table, setting: str, n_envs: int, workers: int, rounds: int, 
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=False)
     exact = ppo_dict_contender(f"ppo_dict mlp_lstm, {workers} workers, exact", cfg, False)
     in_process = ppo_dict_contender("ppo_dict mlp_lstm in-process (--num_workers 0), exact", cfg.replace(num_workers=0), False)
+    parts: list[tuple[float, float]] = []  # (envs, LSTM calls) CPU-us per env step of each floor round
+
+    def replay() -> int:
+        parts.append(rollout_floor(sb3.model, in_process.model, cfg.n_steps))  # type: ignore[attr-defined]
+        return cfg.n_steps * cfg.num_envs
+
+    floor = Contender("rollout floor", replay)
     try:
-        interleave([sb3, exact, in_process], rounds)
+        interleave([sb3, exact, in_process, *([floor] if profile else [])], rounds)
         table.row(text, "rollout, RecurrentPPO DummyVecEnv", f"{sb3.rate:.0f} steps/s, {sb3.cpu:.0f} CPU-us/step")
         for c in (exact, in_process):
             table.row(text, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step", "vs RecurrentPPO", ratio_text(c, sb3, 2.0))
-        if profile:
-            floors = [rollout_floor(sb3.model, in_process.model, cfg.n_steps) for _ in range(2)]  # type: ignore[attr-defined]
-            env_us, lstm_us = (min(f[i] for f in floors) for i in range(2))
+        if profile:  # the floor's rounds interleaved with the others': RecurrentPPO's CPU per step over the floor's, per round
+            caps = sorted(a / b for a, b in zip(sb3.cpu_us_per_step, floor.cpu_us_per_step))
+            env_us, lstm_us = (statistics.median(p[i] for p in parts[1:]) for i in range(2))  # parts[0]: the warm-up
             table.row(text, "rollout: the envs' own steps and the LSTM calls of each step, replayed alone",
                       f"{env_us:.0f} + {lstm_us:.0f} CPU-us/step", "cap of an exact in-process rollout's speed-up over RecurrentPPO "
-                      "(its CPU per step / these)", f"{sb3.cpu / (env_us + lstm_us):.2f}x")
+                      "(its CPU per step / these, per round)", f"{statistics.median(caps):.2f}x ({caps[0]:.2f}-{caps[-1]:.2f})")
     finally:
         sb3.close(), exact.close(), in_process.close()
     sb3 = recurrent_contender("RecurrentPPO DummyVecEnv", cfg, training=True)
