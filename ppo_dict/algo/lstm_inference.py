@@ -72,9 +72,8 @@ class PackedLstm:
         x, h, c = x.contiguous(), hx[0].contiguous(), hx[1].contiguous()
         hs, cs = [], []
         for layer, (w_ih, w_hh) in enumerate(self.packed):
-            x, hy, cy, _ = rnn_layer(x, w_ih, w_hh, weights[4 * layer + 2], weights[4 * layer + 3], h[layer], c[layer],
-                                                           False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False,
-                                                           lstm.training)
+            x, hy, cy, _ = rnn_layer(x, w_ih, w_hh, weights[4 * layer + 2], weights[4 * layer + 3], h[layer], c[layer], False, [],
+                                     LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False, lstm.training)
             hs.append(hy)
             cs.append(cy)
         return x, (torch.stack(hs, 0), torch.stack(cs, 0))
