@@ -16,8 +16,9 @@ gradients, so the update takes the branch sb3-contrib takes, minibatch by miniba
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from torch import _VF, nn
@@ -51,7 +52,8 @@ def lstm_call(lstm: nn.LSTM) -> LstmCall:
 
 
 def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall,
-                     input_size: int, resets: Optional[bool] = None, loop: Optional[StepLoop] = None) -> tuple[torch.Tensor, HiddenCell]:
+                     input_size: int, resets: Optional[bool] = None, loop: Optional[StepLoop] = None,
+                     zeroing: Optional[list[bool]] = None) -> tuple[torch.Tensor, HiddenCell]:
     """sb3-contrib's ``_process_sequence``: ``features [n_seq * len, input_size]`` (sequence-major),
     ``states`` ``[n_layers, n_seq, hidden]`` at each sequence's start, ``episode_starts [n_seq * len]``.
     Returns ``(output [n_seq * len, hidden], states after the last step)``.
@@ -60,6 +62,7 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
     as ``th.all(episode_starts == 0.0)``). ``1 - episode_start`` is computed once per step for h and c
     (sb3-contrib computes it twice: the same values, and no gradient flows through it). ``loop``: the
     per-step branch as ATen runs it (:func:`~ppo_dict.algo.lstm_inference.step_loop`), else ``call`` per step.
+    ``zeroing``: :func:`steps_zeroing` of ``episode_starts`` when the caller knows it (else read from the tensor).
     """
     n_seq = states[0].shape[1]
     features_sequence = features.reshape((n_seq, -1, input_size)).swapaxes(0, 1)
@@ -69,7 +72,7 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
         output, states = call(features_sequence, states)
         return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
     keep = 1.0 - episode_starts.reshape((n_seq, -1)).swapaxes(0, 1)
-    zeroing = steps_zeroing(episode_starts, n_seq)
+    zeroing = steps_zeroing(episode_starts, n_seq) if zeroing is None else zeroing
     if loop is not None:
         output, states = loop(features_sequence, keep, zeroing, states)
         return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
@@ -83,14 +86,15 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
     return torch.flatten(torch.cat(outputs).transpose(0, 1), start_dim=0, end_dim=1), states
 
 
-def steps_zeroing(episode_starts: torch.Tensor, n_seq: int) -> list[bool]:
+def steps_zeroing(episode_starts: Union[torch.Tensor, np.ndarray], n_seq: int) -> list[bool]:
     """Per time step of the per-step branch, whether sb3-contrib's ``(1 - episode_start) * state`` can
     change a value: at the first step always (the states given are the caller's tensors), after it
     where some sequence starts an episode. Elsewhere the factor is 1.0 everywhere, and ``1.0 * x`` is
     ``x`` to the bit, forward and in the gradient, so the step takes the previous step's states as they
     are: a sequence of a minibatch starts an episode only at its first step, so an update's loop
-    multiplies once per sequence batch, not twice per step and LSTM."""
-    zeroing = (episode_starts.reshape((n_seq, -1)) != 0.0).any(dim=0).tolist()
+    multiplies once per sequence batch, not twice per step and LSTM. ``episode_starts``: ``[n_seq * len]``,
+    sequence-major, a tensor or (the update's, known before any tensor is read) a numpy array."""
+    zeroing = (episode_starts.reshape((n_seq, -1)) != 0.0).any(0).tolist()  # axis 0: numpy and torch alike
     zeroing[0] = True
     return zeroing
 

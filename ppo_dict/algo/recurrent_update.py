@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.lstm_inference import step_loop
-from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
 from ppo_dict.algo.rollout_step import layers_of, run
 from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, run_epochs, update_logs
 from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, SequencePlan, env_change, rotated_indices
@@ -50,6 +50,7 @@ class SequenceBatch(NamedTuple):
     episode_starts: torch.Tensor
     mask: torch.Tensor  # bool: a transition, not padding
     resets: bool  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
+    zeroing: list[bool]  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
 
 
 class SequenceRollout:
@@ -59,6 +60,7 @@ class SequenceRollout:
         data = storage.flat_samples()
         self.data, self.cast, self.device = data, cast, device
         self.episode_starts = storage.episode_starts.swapaxes(0, 1).reshape(-1)  # env-major, as sb3's swap_and_flatten
+        self.padded_starts = np.append(self.episode_starts, 0.0)  # index N: the padding row's
         self.env_change = env_change(storage.n_steps, storage.n_envs)
         obs = obs_to_tensor(data["observations"], device)
         self.obs = {k: _padded(v) for k, v in obs.items()} if isinstance(obs, dict) else _padded(obs)
@@ -80,7 +82,8 @@ class SequenceRollout:
         states = LstmStates((first["hidden_states_pi"], first["cell_states_pi"]), (first["hidden_states_vf"], first["cell_states_vf"]))
         mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
         return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
-                             rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()))
+                             rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()),
+                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq))
 
 
 def _padded(tensor: torch.Tensor) -> torch.Tensor:
@@ -102,10 +105,14 @@ class SequenceEvaluate:
     def __call__(self, batch: SequenceBatch, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         p, input_size = self.policy, self.policy.lstm_actor.input_size
         pi_features, vf_features = p.features_pair(batch.obs)
-        sequence = whole_sequence if self.whole_sequences else process_sequence
-        latent_pi, _ = sequence(pi_features, batch.states.pi, batch.episode_starts, self.actor, input_size, batch.resets, self.actor_loop)
+        def sequence(features: torch.Tensor, states: HiddenCell, call: LstmCall, loop: Optional[StepLoop]) -> torch.Tensor:
+            if self.whole_sequences:
+                return whole_sequence(features, states, batch.episode_starts, call, input_size, batch.resets)
+            return process_sequence(features, states, batch.episode_starts, call, input_size, batch.resets, loop, batch.zeroing)[0]
+
+        latent_pi = sequence(pi_features, batch.states.pi, self.actor, self.actor_loop)
         if self.critic is not None:
-            latent_vf, _ = sequence(vf_features, batch.states.vf, batch.episode_starts, self.critic, input_size, batch.resets, self.critic_loop)
+            latent_vf = sequence(vf_features, batch.states.vf, self.critic, self.critic_loop)
         elif p.shared_lstm:
             latent_vf = latent_pi.detach()
         else:
@@ -118,17 +125,16 @@ class SequenceEvaluate:
 
 
 def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall, input_size: int,
-                   resets: bool = True, loop: object = None) -> tuple[torch.Tensor, HiddenCell]:
+                   resets: bool = True) -> torch.Tensor:
     """The fast path's :func:`~ppo_dict.algo.recurrent_policy.process_sequence` for sequences that start
     at their only episode start (a :class:`~ppo_dict.data.recurrent.SequencePlan`'s): the states of the
-    sequences whose first step starts an episode zeroed, then one call over every time step (``loop``:
-    unused, :func:`process_sequence`'s signature)."""
+    sequences whose first step starts an episode zeroed, then one call over every time step; the output."""
     n_seq = states[0].shape[1]
     if resets:
         keep = (1.0 - episode_starts.reshape((n_seq, -1))[:, 0]).view(1, n_seq, 1)
         states = (keep * states[0], keep * states[1])
-    output, states = call(features.reshape((n_seq, -1, input_size)).swapaxes(0, 1), states)
-    return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1), states
+    output, _ = call(features.reshape((n_seq, -1, input_size)).swapaxes(0, 1), states)
+    return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1)
 
 
 def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
