@@ -91,3 +91,42 @@ def test_double_buffered_new_distributions_are_deterministic(cfg: Config) -> Non
     """gSDE draws its matrices once per rollout and every sde_sample_freq steps before half A acts."""
     cfg = cfg.replace(double_buffer=True)
     assert all(torch.equal(a, b) for a, b in zip(params_after(cfg), params_after(cfg.replace(num_workers=4))))
+
+
+def rollout_of(cfg: Config) -> tuple[dict[str, np.ndarray], list, float]:
+    """One rollout's rewards (time-limit bootstraps in), values, episode starts and episode statistics,
+    and the seconds of owed bookkeeping done while the workers stepped."""
+    with warnings.catch_warnings(), PPO(cfg.replace(verbose=0), build_env_pool(cfg)) as model:
+        warnings.simplefilter("ignore")
+        model.start_envs()
+        model.collect_rollout()
+        s = model.storage
+        arrays = {name: getattr(s, name).copy() for name in ("rewards", "values", "log_probs", "episode_starts")}
+        return arrays, list(model.episodes.info_buffer), model.timing.overlapped
+
+
+@pytest.mark.parametrize("episode_steps", [1, 2, 3])
+def test_bookkeeping_overlapped_with_the_workers_step_keeps_every_number(episode_steps: int) -> None:
+    """Exact rollouts on worker processes do a step's episode statistics and time-limit bootstraps
+    while the workers step the next step: the same numbers as the in-process pool, which does them
+    first. Episodes of one step are the hard case: a worker writes an env's terminal observation and
+    episode row again at the very step the owed work reads the last ones (it reads copies)."""
+    cfg = Config(env="gym_CartPole-v1", env_kwargs=dict(max_episode_steps=episode_steps), n_envs=6, n_steps=8, batch_size=48, seed=3,
+                 total_timesteps=48)
+    in_process, in_process_episodes, _ = rollout_of(cfg.replace(num_workers=0))
+    for workers in (dict(num_workers=2, main_steps_envs=False), dict(num_workers=3)):
+        arrays, episodes, _ = rollout_of(cfg.replace(**workers))
+        assert episodes == in_process_episodes and len(episodes) == 6 * (8 // episode_steps)
+        for name, values in in_process.items():
+            np.testing.assert_array_equal(arrays[name], values, err_msg=f"{name} with {workers}")
+
+
+def test_owed_bookkeeping_is_done_while_the_workers_step() -> None:
+    """Envs that take 5 ms a step (asleep) and truncate every step: the bootstraps of a step are done
+    while the next step's envs step, not before the policy acts."""
+    from ppo_dict.envs import zero_work
+
+    cfg = Config(env=f"gym_{zero_work.GYM_ID}", gym_packages=(zero_work.MODULE,), env_kwargs=dict(episode_length=1, step_us=5000.0),
+                 n_envs=4, num_workers=2, main_steps_envs=False, n_steps=6, batch_size=24, seed=0, total_timesteps=24)
+    _, episodes, overlapped = rollout_of(cfg)
+    assert len(episodes) == 24 and overlapped > 0

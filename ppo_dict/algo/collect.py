@@ -14,8 +14,9 @@ env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -38,9 +39,10 @@ class Timing:
     """Where a run's wall time goes (this process's clock), summed since ``learn`` started.
 
     Per rollout step: ``policy`` (sampling the actions), ``envs`` (from handing the actions over
-    until every env has stepped: the main process's own envs and the wait for the workers) and
-    ``bookkeeping`` (episode statistics, normalisation, the time-limit bootstrap); per
-    iteration: ``rollout`` (the whole collection with its GAE) and ``update``.
+    until every env has stepped: the main process's own envs and the wait for the workers, less
+    ``overlapped``), ``bookkeeping`` (episode statistics, normalisation, the time-limit bootstrap,
+    done before the next step) and ``overlapped`` (the bookkeeping done while the workers step:
+    :class:`OwedWork`); per iteration: ``rollout`` (the whole collection with its GAE) and ``update``.
     """
 
     policy: float = 0.0
@@ -50,6 +52,7 @@ class Timing:
     update: float = 0.0
     steps: int = 0  # rollout steps (each of n_envs env steps)
     update_threads: int = 0
+    overlapped: float = 0.0  # owed bookkeeping done while waiting for the envs (inside ``envs``'s span)
 
     def logs(self, n_envs: int) -> dict[str, float]:
         """The ``time/*`` keys besides sb3's: rates and per-step costs in microseconds."""
@@ -59,14 +62,48 @@ class Timing:
             "time/rollout_seconds": round(self.rollout, 3),
             "time/update_seconds": round(self.update, 3),
             "time/policy_us": round(self.policy * per_step, 1),
-            "time/envs_us": round(self.envs * per_step, 1),
+            "time/envs_us": round((self.envs - self.overlapped) * per_step, 1),
             "time/bookkeeping_us": round(self.bookkeeping * per_step, 1),
+            "time/overlapped_us": round(self.overlapped * per_step, 1),
             "time/update_threads": self.update_threads,
         }
 
 
 #: The ``time/*`` keys of :class:`Timing` (wall-clock measurements: they differ between two runs).
 TIMING_KEYS = tuple(Timing().logs(1))
+
+
+class OwedWork:
+    """Bookkeeping a rollout step owes that nothing reads before the rollout's end: the episode
+    statistics and the time-limit bootstrap of cut episodes (``rewards[t]``, read by GAE alone).
+
+    Exact rollouts can do it while the workers step the next step (:meth:`work` is the pool's
+    ``idle``: one unit a call), instead of before the policy acts: the same operations on the same
+    inputs, in the same order, so the same floats; what it reads that a worker may overwrite at the
+    next step (its terminal observations, its episode row) is copied first. :meth:`settle` does
+    what is left: before the rollout ends, and before any callback could look (sb3's callbacks see
+    step t's statistics and bootstrapped rewards at step t + 1).
+    """
+
+    def __init__(self, timing: "Timing"):
+        self.units: deque[Callable[[], None]] = deque()
+        self.timing = timing
+
+    def owe(self, unit: Callable[[], None]) -> None:
+        self.units.append(unit)
+
+    def work(self) -> bool:
+        """Do the oldest unit (while the envs step: its time is counted as ``overlapped``); whether any is left."""
+        if self.units:
+            started = time.perf_counter()
+            self.units.popleft()()
+            self.timing.overlapped += time.perf_counter() - started
+        return bool(self.units)
+
+    def settle(self) -> None:
+        """Do every unit owed (on the critical path: the caller counts it as ``bookkeeping``)."""
+        while self.units:
+            self.units.popleft()()
 
 
 class RolloutHooks(Protocol):
@@ -120,6 +157,9 @@ class Collector:
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
         self.stopped: Optional[int] = None
+        # exact rollouts on worker processes: a step's owed bookkeeping is done while the next step's envs step
+        self.owed = OwedWork(timing)
+        self.overlap = len(self.halves) == 1 and pool.waits
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
@@ -141,9 +181,13 @@ class Collector:
             step.refresh()
         self.policy.explore(self.n_envs)  # sb3 collect_rollouts: gSDE's new exploration matrices before the first step
         self.stopped = None
+        self.owed.units.clear()  # what an abandoned rollout (an error) owed
         if self.hooks is not None:
             self.hooks.rollout_start()
         steps = self._collect_exact() if len(self.halves) == 1 else self._collect_double_buffered()
+        started = time.perf_counter()
+        self.owed.settle()
+        self.timing.bookkeeping += time.perf_counter() - started
         self.timing.steps += steps
         return steps * self.n_envs
 
@@ -153,7 +197,10 @@ class Collector:
             started = clock()
             self._act(t, everything)
             acted = clock()
-            self.pool.step(t)
+            if self.overlap:
+                self.pool.step(t, idle=self.owed.work)  # step t-1's owed bookkeeping while the workers step
+            else:
+                self.pool.step(t)
             stepped = clock()
             going = self._after_env_step(t, everything)
             timing.policy, timing.envs, timing.bookkeeping = timing.policy + acted - started, timing.envs + stepped - acted, timing.bookkeeping + clock() - stepped
@@ -240,11 +287,18 @@ class Collector:
             self._write_obs(t + 1, span, obs)
             for key, values in terminal.items():
                 s.terminal_obs[key][done_rows] = values
-        if self.hooks is not None and columns.stop == self.n_envs and not self.hooks.step(t):
-            self.stopped = t
-            return False
-        self.episodes.read(s, np.flatnonzero(dones) + columns.start)
+        if self.hooks is not None and columns.stop == self.n_envs:
+            self.owed.settle()  # a callback sees the statistics and rewards of the steps before
+            if not self.hooks.step(t):
+                self.stopped = t
+                return False
+        ended = np.flatnonzero(dones) + columns.start
+        if len(ended):  # the rows are copied now: a worker writes its env's row again at the env's next episode end
+            values, kinds = s.episode_values[ended], s.episode_kinds[ended]
+            self.owed.owe(lambda: self.episodes.read_rows(values, kinds, s.info_keywords))
         self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
+        if not self.overlap:
+            self.owed.settle()
         s.episode_starts[t, span] = self.last_dones[span]
         self.last_dones[span] = dones
         return True
@@ -254,7 +308,7 @@ class Collector:
             self.storage.obs[key][t, span] = values
 
     def _bootstrap_truncated(self, t: int, rewards: np.ndarray, truncated: np.ndarray, columns: range) -> None:
-        """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit.
+        """``r += gamma * V(terminal obs)`` where an episode was cut by a time limit, owed (:class:`OwedWork`).
 
         Exact rollouts: one env at a time, in env order, each terminal observation a batch of one,
         as sb3 does (batching them changes the rounding, 1.2e-7). sb3's ``rewards[idx] += gamma *
@@ -266,20 +320,38 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
-        if self.states is not None:
-            self._bootstrap_recurrent(t, rewards, rows, columns)
-            return
-        if len(self.halves) > 1 and len(rows) > 1:
+        if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
             rewards[rows] += self.cfg.gamma * step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
             return
+        # copied now, each row laid out as a fresh allocation: a worker may overwrite its env's row at the next step
+        terminal, value = self.storage.terminal_rows(first + rows), self._terminal_value(t, columns)
         gamma = np.float32(self.cfg.gamma)
-        with torch.inference_mode():
-            for idx in rows:
-                terminal_value = step.critic(obs_to_tensor(self.storage.terminal_input(first + idx), self.device)).item()
-                rewards[idx] += gamma * np.float32(terminal_value)
+
+        def bootstrap(j: int, idx: int) -> None:
+            with torch.inference_mode():
+                rewards[idx] += gamma * np.float32(value(idx, obs_to_tensor(self.storage.terminal_input(j, terminal), self.device)))
+
+        for j, idx in enumerate(rows):
+            self.owed.owe(lambda j=j, idx=idx: bootstrap(j, idx))
+
+    def _terminal_value(self, t: int, columns: range) -> Callable[[int, Any], float]:
+        """``value(idx, obs)``: the critic's value of env ``columns.start + idx``'s terminal observation
+        after step t, a batch of one. A recurrent policy's from that env's critic states after step t
+        (sb3-contrib: ``vf[:, idx:idx + 1].contiguous()``, no episode start)."""
+        step = self.policy_steps[self.n_envs]
+        if self.states is None:
+            return lambda idx, obs: step.critic(obs).item()
+        vf = self.states.at(t + 1, self.halves.index(columns), self.device).vf
+        no_start = torch.zeros(1, device=self.device)
+
+        def recurrent(idx: int, obs: Any) -> float:
+            states = (vf[0][:, idx : idx + 1].contiguous(), vf[1][:, idx : idx + 1].contiguous())
+            return step.recurrent_critic(obs, states, no_start, resets=False).item()
+
+        return recurrent
 
     def _check_finite(self, t: int, columns: range, dones: np.ndarray) -> None:
         """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
@@ -302,18 +374,6 @@ class Collector:
                 f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
                 f"(total steps {self.steps_before + (t + 1) * self.n_envs}); statistics were not updated with it"
             )
-
-    def _bootstrap_recurrent(self, t: int, rewards: np.ndarray, rows: np.ndarray, columns: range) -> None:
-        """sb3-contrib's bootstrap: each cut env's terminal observation valued one env at a time, in env
-        order, from that env's critic states after step t (``vf[:, idx:idx + 1].contiguous()``), no episode start."""
-        step, first, gamma = self.policy_steps[self.n_envs], columns.start, np.float32(self.cfg.gamma)
-        vf = self.states.at(t + 1, self.halves.index(columns), self.device).vf
-        no_start = torch.zeros(1, device=self.device)
-        with torch.inference_mode():
-            for idx in rows:
-                states = (vf[0][:, idx : idx + 1].contiguous(), vf[1][:, idx : idx + 1].contiguous())
-                obs = obs_to_tensor(self.storage.terminal_input(first + idx), self.device)
-                rewards[idx] += gamma * np.float32(step.recurrent_critic(obs, states, no_start, resets=False).item())
 
     def last_values(self) -> torch.Tensor:
         """``V(obs[n_steps])`` for every env, ``[n_envs, 1]`` (sb3's values after the last step; a recurrent

@@ -179,8 +179,12 @@ class EpisodeLog:
 
     def read(self, storage: Any, rows: Sequence[int]) -> None:
         """sb3's ``_update_info_buffer`` for the envs ``rows`` (in env order) whose episode ended at this step."""
-        for i in rows:
-            episode, success = storage.episode(i)
+        self.read_rows(storage.episode_values[rows], storage.episode_kinds[rows], storage.info_keywords)
+
+    def read_rows(self, values: np.ndarray, kinds: np.ndarray, info_keywords: Sequence[str]) -> None:
+        """:meth:`read` of the envs' rows of the storage's ``episode_values`` and ``episode_kinds`` (copies), in env order."""
+        for row_values, row_kinds in zip(values, kinds):
+            episode, success = read_row(row_values, row_kinds, info_keywords)
             if episode is not None:
                 self.info_buffer.append(episode)
             if success is not None:

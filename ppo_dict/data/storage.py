@@ -255,9 +255,19 @@ class RolloutStorage:
         """:func:`policy_view` of ``[B, ...]`` batches of this storage's observations."""
         return policy_view(obs, self.channel_last_keys, self.is_dict_obs)
 
-    def terminal_input(self, env: int) -> PolicyObs:
+    def terminal_rows(self, envs: np.ndarray) -> dict[str, np.ndarray]:
+        """Copies of envs ``envs``' terminal observations (``{key: [len(envs), *shape]}``), each row laid out
+        as a fresh allocation (:func:`step_major`), for :meth:`terminal_input` to read after a worker
+        may have written an env's row again."""
+        copies = {}
+        for key, arr in self.terminal_obs.items():
+            copies[key] = step_major(zeros, len(envs), arr.shape[1:], arr.dtype)
+            copies[key][...] = arr[envs]
+        return copies
+
+    def terminal_input(self, env: int, rows: Optional[dict[str, np.ndarray]] = None) -> PolicyObs:
         """Env ``env``'s terminal observation as the policy sees it, a batch of one built as sb3's
-        ``obs_to_tensor`` builds it.
+        ``obs_to_tensor`` builds it (``rows``: read row ``env`` of these copies, :meth:`terminal_rows`, instead).
 
         sb3 copies the observation first (``np.array``), so the policy reads a fresh array; the rows
         here are laid out as one (:func:`step_major` by env), and :func:`aligned` copies one that is not.
@@ -265,7 +275,7 @@ class RolloutStorage:
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
         """
         obs = {}
-        for key, one in aligned({key: arr[env] for key, arr in self.terminal_obs.items()}).items():
+        for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
             if key in self.channel_last_keys:
                 obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
             else:

@@ -45,6 +45,8 @@ class EnvPool(Protocol):
     storage: RolloutStorage
     infos: list[dict[str, Any]]
     reset_infos: list[dict[str, Any]]
+    # whether step() waits for other processes, and takes ``idle``: work to do meanwhile, a unit a call
+    waits: bool
 
     # writes env_obs[0]; env i reset with seed + i (or seed[i] for a list), with options[i]
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None: ...

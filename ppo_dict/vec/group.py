@@ -21,7 +21,7 @@ import signal
 import sys
 import time
 import weakref
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
@@ -276,8 +276,9 @@ class WorkerGroup:
             except OSError:
                 pass  # the worker is dead; gather() reports it with its exit code
 
-    def gather(self, timeout: Optional[float] = None) -> dict[int, Any]:
-        """Wait for every pending worker's answer: ``{worker: payload}``.
+    def gather(self, timeout: Optional[float] = None, idle: Optional[Callable[[], bool]] = None) -> dict[int, Any]:
+        """Wait for every pending worker's answer: ``{worker: payload}``; ``idle``: work to do meanwhile
+        (:func:`~ppo_dict.vec.channel.wait_for`).
 
         An exception raised by a ``call`` command (get_attr, env_method...) is re-raised here once
         every worker has answered; the workers stay usable. Raises (after stopping every worker)
@@ -293,7 +294,7 @@ class WorkerGroup:
         raised: list[Exception] = []  # exceptions of get_attr/env_method calls, re-raised here
         while pending:
             remaining = deadline - time.monotonic()
-            events = wait_for(self._poller, max(0, math.ceil(remaining * 1000)), self.spin) if remaining > 0 else []
+            events = wait_for(self._poller, max(0, math.ceil(remaining * 1000)), self.spin, idle) if remaining > 0 else []
             if not events:
                 self._fail(WorkerTimeoutError(self._timeout_message(command, sorted(pending), timeout, detail)))
             for fd, _ in sorted(events, key=lambda e: self._fd_owner[e[0]][1] != "pipe"):  # pipes before sentinels

@@ -19,6 +19,8 @@ class InProcessEnvPool:
     :class:`EnvTimeoutError` (where ``ppo_dict.vec.watchdog`` runs), as the worker pool's envs do.
     """
 
+    waits = False  # no other process to wait for: owed work is done before a step
+
     def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0, start_timeout: float = 120.0):
         if n_envs < 1:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")

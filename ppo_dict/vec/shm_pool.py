@@ -167,13 +167,17 @@ class ShmEnvPool:
         if self._recording:
             self._keep(mine, answers, (self.reset_infos,))
 
-    def step(self, t: int, rollout: bool = True) -> None:
+    #: stepping waits for other processes: a caller's ``idle`` work can fill the wait
+    waits = True
+
+    def step(self, t: int, rollout: bool = True, idle: Optional[Callable[[], bool]] = None) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
-        errors name t as the rollout step; False for a vec env's step)."""
+        errors name t as the rollout step; False for a vec env's step). ``idle``: work to do while the
+        workers step, once this process's own envs have stepped, a unit a call (False: nothing left)."""
         detail = t if rollout else None
         self._group.send(("step", t), detail=detail, cache=True)
         mine = self._in_main("step", lambda runner: runner.step(t), detail=detail)
-        answers = self._gather("step", detail)
+        answers = self._gather("step", detail, idle)
         if self._recording:
             self._keep(mine, answers, (self.infos, self.reset_infos))
 
@@ -239,11 +243,11 @@ class ShmEnvPool:
         if self._recording:
             self._keep(self._pending_main, answers, (self.infos, self.reset_infos))
 
-    def _gather(self, command: str, detail: Any) -> dict[int, Any]:
+    def _gather(self, command: str, detail: Any, idle: Optional[Callable[[], bool]] = None) -> dict[int, Any]:
         """The workers' answers (they time out themselves); a stop signal may interrupt the wait."""
         WATCHDOG.arm(self._waiting, command, detail, None)
         try:
-            return self._group.gather()
+            return self._group.gather(idle=idle)
         finally:
             WATCHDOG.clear()
 

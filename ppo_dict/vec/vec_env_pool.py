@@ -46,6 +46,8 @@ class VecEnvPool:
     give ``action_masks()`` (sb3-contrib's MaskablePPO). ``infos`` and ``reset_infos``: what the
     last step and reset returned."""
 
+    waits = False  # no other process to wait for: owed work is done before a step
+
     def __init__(self, venv: Any, n_steps: int, masks: bool = False, label: Optional[str] = None):
         self.venv, self.num_envs = venv, venv.num_envs
         self.observation_space = venv.observation_space
