@@ -18,6 +18,21 @@ linear line, ``--double_buffer`` >= 0.85, >= 8x sb3's best; efficiency >= 0.7 at
     python benchmarks/bench_scale.py --env_ids HalfCheetah-v5 --envs 32,128 --workers 1,2,4,8,15
 
 One call per env id and env count keeps a call within a few minutes.
+
+``--emulate`` stands in for a many-core host on any host: every env sleeps ``--step_us`` a step and
+uses no CPU (``PPODictZeroWork-v0`` with ``step_us``), so W worker processes of E such envs step as
+W cores would, and what the pipeline itself costs per step (the main process's policy step and
+bookkeeping, waking the workers, waiting) is what keeps the rate below the ideal, W x one such env's
+rate (measured in the same interleaved rounds). Exact and ``--double_buffer`` rows at W = 4, 16, 32::
+
+    python benchmarks/bench_scale.py --emulate [--workers 4,16,32] [--envs_per_worker 16] [--step_us 150]
+
+``--main_step`` measures the main process's own work per rollout step, in parts, at 64, 256 and 1024
+envs of ``--env_ids``' first env (its ``time/*`` figures: policy, bookkeeping before the next step,
+bookkeeping overlapped with the workers' stepping), beside the floor of its policy part: the same
+policy step replayed alone on the step's observations, one thread::
+
+    python benchmarks/bench_scale.py --main_step [--env_ids Reacher-v5] [--envs 64,256,1024]
 """
 from __future__ import annotations
 
@@ -26,9 +41,11 @@ import os
 import statistics
 import sys
 import textwrap
+import time
 import warnings
 from typing import Optional
 
+import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,15 +56,18 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa:
 from benchmarks.bench import ours_config, ours_contender, raw_env, sb3_contender  # noqa: E402
 from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_line, machine_times, ratio_text  # noqa: E402
 from ppo_dict.core.config import physical_cores  # noqa: E402
+from ppo_dict.core.machine import usable_cpus  # noqa: E402
 
 MODES = {"exact": {}, "double_buffer": {"double_buffer": True}}
+DEFAULT = -1  # in --workers: the layout ppo_dict chooses itself ("default")
 
 
 def default_workers() -> str:
-    """1, 2, 4, ... below the physical cores, and one less than them (the main process takes one)."""
+    """1, 2, 4, ... below the physical cores, one less than them (the main process takes one), and the
+    layout ppo_dict chooses."""
     cores = physical_cores()
     counts = [w for w in (1, 2, 4, 8, 16, 32, 64) if w < cores] + [max(1, cores - 1)]
-    return ",".join(str(w) for w in sorted(set(counts)))
+    return ",".join(str(w) for w in sorted(set(counts))) + ",default"
 
 
 def layout(n_envs: int, workers: int) -> int:
@@ -63,6 +83,11 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
     contenders: list[tuple[Optional[str], int, Contender]] = [("raw", 0, raw)]
     for mode in modes:
         for w in workers:
+            if w == DEFAULT:  # the layout ppo_dict chooses for n_envs on this host, against every usable CPU
+                cfg = ours_config(n_envs, None, "cpu", env_id=env_id, n_steps=n_steps, **MODES[mode])  # type: ignore[arg-type]
+                name = f"ppo_dict, default layout ({cfg.worker_layout[1]} workers for {n_envs} envs on {usable_cpus()} CPUs), {mode}"
+                contenders.append((mode, usable_cpus(), ours_contender(name, cfg, training=False)))
+                continue
             n = layout(n_envs, w)
             cfg = ours_config(n, w, "cpu", env_id=env_id, n_steps=n_steps, **MODES[mode])
             contenders.append((mode, w, ours_contender(f"ppo_dict, {w} worker{'s' if w > 1 else ''} x {n // w} envs, {mode}", cfg, training=False)))
@@ -91,6 +116,90 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
         for _, _, c in contenders:
             c.close()
     return raw_rate, curves
+
+
+def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: float, modes: list[str], rounds: int,
+             n_steps: int) -> None:
+    """The emulated-scale rows: W workers x ``envs_per_worker`` sleeping envs, exact and double-buffered,
+    each against W x one such env's rate, with the main process's work per step (its time/* figures)."""
+    from ppo_dict.envs import zero_work
+
+    kwargs = dict(obs_dim=11, action_dim=2, episode_length=50, step_us=step_us)  # Reacher-v5's sizes and time limit
+    env = zero_work.ZeroWorkEnv(**kwargs)
+    env.reset(seed=0)
+    action = np.zeros(env.action_space.shape, np.float32)
+
+    def one_env() -> int:
+        for _ in range(n_steps * 4):
+            if env.step(action)[3]:
+                env.reset()
+        return n_steps * 4
+
+    raw = Contender(f"one env asleep {step_us:g} us a step, in this process", one_env)
+    contenders: list[tuple[str, int, Contender]] = []
+    for mode in modes:
+        for w in workers:
+            cfg = ours_config(w * envs_per_worker, w, "cpu", env_id=zero_work.GYM_ID, n_steps=n_steps,
+                              gym_packages=(zero_work.MODULE,), env_kwargs=kwargs, **MODES[mode])
+            contenders.append((mode, w, ours_contender(f"ppo_dict, {w} workers x {envs_per_worker} envs, {mode}", cfg, training=False)))
+    setting = f"emulated cores: envs asleep {step_us:g} us a step (no CPU), obs 11, action 2, episodes of 50, MLP 64x64 on the CPU, n_steps {n_steps}, rollouts"
+    try:
+        interleave([raw] + [c for _, _, c in contenders], rounds, warmup=True)
+        table.row(setting, raw.name, f"{raw.rate:.0f} steps/s ({1e6 / raw.rate:.0f} us a step)")
+        for mode, w, c in contenders:
+            logs = c.model.timing.logs(c.model.pool.num_envs)  # type: ignore[attr-defined]
+            ideal = w * raw.rate
+            table.row(setting, f"rollout, {c.name}",
+                      f"{c.rate:.0f} steps/s, {c.cpu:.1f} CPU-us/step; efficiency {c.rate / ideal:.2f} ({w} x {raw.rate:.0f} = {ideal:.0f}); "
+                      f"main process per step: policy {logs['time/policy_us']:.0f} us + bookkeeping {logs['time/bookkeeping_us']:.0f} us "
+                      f"(+ {logs['time/overlapped_us']:.0f} us overlapped), envs and waiting {logs['time/envs_us']:.0f} us")
+    finally:
+        env.close()
+        for _, _, c in contenders:
+            c.close()
+
+
+def policy_floor(model, rounds: int) -> float:
+    """Microseconds of one exact policy step replayed alone (:class:`~ppo_dict.algo.rollout_step.PolicyStep`
+    on the rollout's first observations, writing into the storage's rows, as a rollout step does): the
+    median over ``rounds`` rounds of 50 calls."""
+    collector = model.collector
+    step, obs = collector.policy_steps[collector.n_envs], collector.step_obs(0)
+    out = tuple(rows[0] for rows in collector.out)
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(50):
+            step(obs, out=out)
+        times.append((time.perf_counter() - started) / 50 * 1e6)
+    return statistics.median(times)
+
+
+def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_steps: int) -> None:
+    """The main process's own work per rollout step at each env count (exact rollouts on the default
+    layout), in parts, beside the floor of its policy part; the floor is measured in the same rounds."""
+    for n_envs in env_counts:
+        cfg = ours_config(n_envs, None, "cpu", env_id=env_id, n_steps=n_steps)  # type: ignore[arg-type]
+        c = ours_contender(f"ppo_dict, {n_envs} envs, exact, default layout", cfg, training=False)
+        floors: list[float] = []
+        try:
+            c.run()
+            timing = c.model.timing  # type: ignore[attr-defined]
+            for _ in range(rounds):
+                for name in ("policy", "envs", "bookkeeping", "overlapped", "steps"):
+                    setattr(timing, name, 0)
+                c.once()
+                floors.append(policy_floor(c.model, 3))  # type: ignore[attr-defined]
+            logs, floor = timing.logs(n_envs), statistics.median(floors)
+            serial = logs["time/policy_us"] + logs["time/bookkeeping_us"]
+            n, w, e = cfg.worker_layout
+            table.row(f"{env_id}, {n_envs} envs ({w} processes), MLP 64x64, n_steps {n_steps}, exact rollouts",
+                      "the main process per step: policy + bookkeeping before the next step (+ bookkeeping overlapped with the workers' step)",
+                      f"{serial:.0f} us = {logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f} (+ {logs['time/overlapped_us']:.0f}); "
+                      f"envs and waiting {logs['time/envs_us']:.0f} us; {c.rate:.0f} steps/s",
+                      f"the policy step replayed alone: {floor:.0f} us", f"{serial / floor:.2f}x the floor, target <= 1.25")
+        finally:
+            c.close()
 
 
 def plot(path: str, title: str, raw_rates: dict[str, float], curves: dict[tuple[str, int, str], list[tuple[int, float]]]) -> None:
@@ -126,21 +235,38 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round instead of three (a smoke run)")
     parser.add_argument("--env_ids", default="Reacher-v5,HalfCheetah-v5", help="gymnasium env ids, comma-separated")
     parser.add_argument("--envs", default="32,128,256", help="env counts, comma-separated")
-    parser.add_argument("--workers", default=default_workers(), help="worker counts, comma-separated (default: 1, 2, 4, ... and the physical cores - 1)")
+    parser.add_argument("--workers", default=default_workers(), help="worker counts, comma-separated, or 'default' for the layout ppo_dict "
+                        "chooses (default: 1, 2, 4, ..., the physical cores - 1, and default)")
     parser.add_argument("--modes", default="exact,double_buffer", help=f"rollout modes, comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--sb3", action="store_true", help="also sb3's PPO on DummyVecEnv and SubprocVecEnv at each env count")
     parser.add_argument("--n_steps", type=int, default=128, help="rollout length per env")
     parser.add_argument("--plot", default=os.path.join(ROOT, "perf_scale.png"), help="the PNG of throughput against workers")
+    parser.add_argument("--emulate", action="store_true", help="emulated cores: envs that sleep --step_us a step (W workers x --envs_per_worker)")
+    parser.add_argument("--envs_per_worker", type=int, default=16, help="with --emulate: envs each worker steps")
+    parser.add_argument("--step_us", type=float, default=150.0, help="with --emulate: microseconds each env step sleeps")
+    parser.add_argument("--main_step", action="store_true", help="the main process's work per step in parts at --envs (default 64,256,1024), beside its floor")
     args = parser.parse_args()
-    modes, workers = args.modes.split(","), [int(w) for w in args.workers.split(",")]
+    modes = args.modes.split(",")
+    if not all(w == "default" or w.lstrip("-").isdigit() for w in args.workers.split(",")):
+        parser.error(f"--workers {args.workers}: worker counts or 'default', comma-separated")
+    workers = [DEFAULT if w == "default" else int(w) for w in args.workers.split(",")]
     problems = [f"--modes {m}: one of {', '.join(MODES)}" for m in modes if m not in MODES]
-    problems += [f"--workers {w}: at least 1" for w in workers if w < 1] + (["--n_steps: at least 2"] if args.n_steps < 2 else [])
+    problems += [f"--workers {w}: at least 1" for w in workers if w < 1 and w != DEFAULT] + (["--n_steps: at least 2"] if args.n_steps < 2 else [])
     if problems:
         parser.error("; ".join(problems))
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     rounds = 1 if args.quick else 3
     started, table = machine_times(), Table()
+    command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:])
+    if args.emulate or args.main_step:
+        if args.emulate:
+            emulated(table, [4, 16, 32] if "--workers" not in sys.argv else workers, args.envs_per_worker, args.step_us, modes, rounds, 64)
+        if args.main_step:
+            envs = [64, 256, 1024] if "--envs" not in sys.argv else [int(n) for n in args.envs.split(",")]
+            main_step(table, args.env_ids.split(",")[0], envs, rounds, 64)
+        table.write("bench_scale", command.strip(), started, log=log_path(args))
+        return
     raw_rates: dict[str, list[float]] = {}
     curves: dict[tuple[str, int, str], list[tuple[int, float]]] = {}
     for env_id in args.env_ids.split(","):
@@ -149,7 +275,6 @@ def main() -> None:
             raw_rates.setdefault(env_id, []).append(raw_rate)
             for mode, points in by_mode.items():
                 curves[(env_id, n_envs, mode)] = points
-    command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:])
     table.write("bench_scale", command.strip(), started, log=log_path(args))
     if args.plot:
         plot(args.plot, f"{command.strip()}: {machine_line()}", {env: statistics.median(rates) for env, rates in raw_rates.items()}, curves)

@@ -1,6 +1,8 @@
 """``PPODictZeroWork-v0``, the env that does no work (benchmarks/bench_pipeline.py): its spaces, its
 fixed observation, its truncations, its argument checks, and the same steps through ppo_dict's
 worker pool as through sb3's DummyVecEnv."""
+import time
+
 import numpy as np
 import pytest
 from stable_baselines3.common.env_util import make_vec_env
@@ -21,8 +23,21 @@ def test_fixed_observation_no_reward_truncated_by_length() -> None:
 
 
 def test_bad_arguments_are_all_named() -> None:
-    with pytest.raises(ValueError, match=r"obs_dim=0: must be an int >= 1; episode_length=1.5: must be an int >= 1"):
-        zero_work.ZeroWorkEnv(obs_dim=0, episode_length=1.5)
+    with pytest.raises(ValueError, match=r"obs_dim=0: must be an int >= 1; episode_length=1.5: must be an int >= 1; "
+                                         r"step_us=-1: must be a number of microseconds in \[0, 1e6\]"):
+        zero_work.ZeroWorkEnv(obs_dim=0, episode_length=1.5, step_us=-1)
+
+
+def test_step_us_takes_wall_time_asleep() -> None:
+    """The emulated core's env: each step at least ``step_us`` of wall time, spent asleep (a busy
+    wait would use the CPU the emulation stands in for)."""
+    env = zero_work.ZeroWorkEnv(step_us=2000.0)
+    env.reset(seed=0)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(20):
+        env.step(env.action_space.sample())
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    assert wall >= 20 * 2000e-6 and cpu < wall / 2, (wall, cpu)
 
 
 def test_pool_with_workers_steps_it_as_sb3_does() -> None:
