@@ -180,7 +180,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--device", "cuda:x"], "device='cuda:x': must be auto, cpu, cuda or cuda:N"),
     (["--step_timeout", "1e308"], "step_timeout=1e+308: must be in (0.0, 2000000.0]"),
     (["--total_timesteps", "inf"], "total_timesteps='inf': cannot convert float infinity to integer"),
-    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 2 workers x 2 envs"),
+    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 4 envs beside 1 worker process, each keeping some"),
     (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
     (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
+from ppo_dict.core.layout import split_columns  # noqa: F401  (re-exported: its home was here)
 from ppo_dict.core.machine import Machine, physical_cores
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
@@ -97,18 +98,6 @@ def default_spin(processes: int) -> float:
     with work needs (three processes on two cores, zero-work env: 0.75-0.81x as fast with looks at
     256 envs, 1.14-1.93x at 64)."""
     return SPIN_WAIT if processes + 1 <= physical_cores() else 0.0
-
-
-def split_columns(first: int, n_columns: int, n_blocks: int, unit: int = 1) -> list[range]:
-    """``n_columns`` env columns from ``first`` in ``n_blocks`` contiguous blocks, as even as whole
-    ``unit``s allow (the first blocks take the remainder): 19 columns in 2 blocks are 10 + 9."""
-    units, extra = divmod(n_columns // unit, n_blocks)
-    blocks, start = [], first
-    for b in range(n_blocks):
-        size = (units + (b < extra)) * unit
-        blocks.append(range(start, start + size))
-        start += size
-    return blocks
 
 
 def columns_text(columns: Sequence[int]) -> str:
