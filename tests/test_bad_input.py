@@ -168,7 +168,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert code == 0 and started == [] and not os.path.exists(tmp_path / "run")
     lines = out.splitlines()
     assert lines[0] == "dry run: the config passes every check; nothing was started"
-    assert lines[2] == "layout: 4 envs: worker processes 1 (forkserver), this process steps 2"
+    assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; as asked (num_workers 2); ")
     assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
     assert lines[-1] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"

@@ -29,7 +29,7 @@ from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
-from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec import pool_backend
 from ppo_dict.vec.backend import EnvBackend
 
 
@@ -208,7 +208,7 @@ def probe_backend(cfg: Config, unreadable: dict[str, str], problems: list[str]) 
     if any(p.startswith("gym_packages=") for p in problems):
         return None
     try:
-        return probe_env(env_spec(cfg))
+        return pool_backend(cfg)
     except Exception as exc:  # noqa: BLE001 (gymnasium's own text carries the "Did you mean" hint)
         problems.append(f"env={cfg.env!r}: {exc}")
     return None

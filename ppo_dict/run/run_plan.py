@@ -16,7 +16,7 @@ from ppo_dict.core.layout import Layout
 from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
 from ppo_dict.envs import EnvSpec, contains_image
-from ppo_dict.vec import EnvPool, env_spec, make_env_pool, probe_env
+from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
 from ppo_dict.vec.backend import EnvBackend
 
 
@@ -51,7 +51,7 @@ def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     (:func:`~ppo_dict.algo.model.resolve_device`)."""
     cfg.check()
     spec = env_spec(cfg)
-    backend = backend or probe_env(spec)
+    backend = pool_backend(cfg, backend)
     device = resolve_device(cfg.device, contains_image(backend.observation_space))
     return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit))
 

@@ -87,6 +87,12 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     return probe(spec)
 
 
+def pool_backend(cfg: "Config", backend: Optional[EnvBackend] = None) -> EnvBackend:
+    """The env's backend (``backend``, probed when not given) as the pools run it: in blocks of the
+    sizes the layout gives (a Godot demo game per block), with the run's ``step_timeout``."""
+    return (backend or probe_env(env_spec(cfg))).for_blocks(None, cfg.step_timeout, True)
+
+
 def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: Optional["Layout"] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process (``num_workers 0``, one env, one CPU).
 
@@ -95,9 +101,8 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
     A config with a bad setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()
-    backend = backend or probe_env(env_spec(cfg))
+    backend = pool_backend(cfg, backend)
     layout = layout or cfg.layout(backend.unit)
-    backend = backend.for_blocks(None, cfg.step_timeout, bool(layout.blocks))  # blocks as the layout splits them
     if cfg.action_masks:  # the storage (in every process) then holds the envs' masks
         backend = masked_backend(backend)
     if cfg.info_keywords:  # the storage (in every process) then has a column for each

@@ -159,6 +159,7 @@ class GodotBackend:
     action_space: spaces.Space
     makes_gym_envs: bool = False
     info_keywords: tuple[str, ...] = ()  # always empty: the protocol carries no infos (checks.env_problems refuses them)
+    block_games: bool = False  # the demo without n_agents: each block is one game of its size (:meth:`for_blocks`)
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GodotBackend":
@@ -172,10 +173,10 @@ class GodotBackend:
 
     @property
     def unit(self) -> int:
-        """Agents per game: a block of columns holds whole games. The demo without ``n_agents`` in its
-        ``game_args`` runs one game per block, of any size (1)."""
+        """Agents per game: a block of columns holds whole games. The demo in a pool, without ``n_agents``
+        in its ``game_args``, runs each block as one game of any size (1)."""
         agents = (self.spec.kwargs.get("game_args") or {}).get("n_agents")
-        if agents is None and self.spec.name == GODOT_DEMO:
+        if agents is None and self.block_games:
             return 1
         return int(self.n_agents if agents is None else agents)
 
@@ -194,7 +195,8 @@ class GodotBackend:
         if self.spec.name == GODOT_DEMO and envs_per_block is not None:
             kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": self.agents_per_game(envs_per_block)}
         kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE)
-        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs))
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs),
+                                   block_games=self.spec.name == GODOT_DEMO and envs_per_block is None)
 
     def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
         """Every process (each worker, this process, or the in-process pool) must own whole games; the
@@ -215,8 +217,8 @@ class GodotBackend:
         return problems
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GodotRunner:
-        """The runner of ``block``: the demo without ``n_agents`` runs it as one game of ``len(block)`` agents."""
+        """The runner of ``block``: the demo in a pool, without ``n_agents``, runs it as one game of ``len(block)`` agents."""
         spec = self.spec
-        if spec.name == GODOT_DEMO and "n_agents" not in (spec.kwargs.get("game_args") or {}):
+        if self.block_games and "n_agents" not in (spec.kwargs.get("game_args") or {}):
             spec = dataclasses.replace(spec, kwargs={**spec.kwargs, "game_args": {**(spec.kwargs.get("game_args") or {}), "n_agents": len(block)}})
         return GodotRunner(spec, block, storage)
