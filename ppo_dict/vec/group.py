@@ -25,7 +25,6 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
-from ppo_dict.core.layout import split_columns  # noqa: F401  (re-exported: its home was here)
 from ppo_dict.core.machine import Machine, physical_cores
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend

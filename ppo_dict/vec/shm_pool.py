@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any, Callable, Optional, Sequence
 
 from ppo_dict.core.errors import EnvTimeoutError
-from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_halves  # noqa: F401  (split_halves: re-exported)
+from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_halves
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup
 from ppo_dict.vec.runner import Runner, Seeds, env_seeds
