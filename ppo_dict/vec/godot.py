@@ -198,7 +198,7 @@ class GodotBackend:
         return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs),
                                    block_games=self.spec.name == GODOT_DEMO and envs_per_block is None)
 
-    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
+    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
         """Every process (each worker, this process, or the in-process pool) must own whole games; the
         game's own reply timeout must fire before the worker's."""
         problems = []
