@@ -227,6 +227,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
     if plan.spec.notice:
         print(plan.spec.notice, flush=True)
+    if cfg.verbose >= 1:
+        print(f"layout: {plan.layout.text(cfg.mp_method)}", flush=True)
     logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None

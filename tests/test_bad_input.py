@@ -168,7 +168,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert code == 0 and started == [] and not os.path.exists(tmp_path / "run")
     lines = out.splitlines()
     assert lines[0] == "dry run: the config passes every check; nothing was started"
-    assert lines[2] == "layout: 4 envs: worker processes 1 (forkserver), this process steps 2"
+    assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; as asked (num_workers 2); ")
     assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
     assert lines[-1] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
@@ -180,7 +180,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--device", "cuda:x"], "device='cuda:x': must be auto, cpu, cuda or cuda:N"),
     (["--step_timeout", "1e308"], "step_timeout=1e+308: must be in (0.0, 2000000.0]"),
     (["--total_timesteps", "inf"], "total_timesteps='inf': cannot convert float infinity to integer"),
-    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 2 workers x 2 envs"),
+    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 4 envs beside 1 worker process, each keeping some"),
     (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
     (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),

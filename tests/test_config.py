@@ -12,11 +12,22 @@ from ppo_dict.vec import make_env_pool
 
 
 def test_worker_layout() -> None:
-    assert Config(n_envs=8, num_workers=2).worker_layout == (8, 2, 4)
-    assert Config(num_workers=2, envs_per_worker=3).worker_layout == (6, 2, 3)
-    assert Config(n_envs=5, num_workers=0).worker_layout == (5, 0, 0)
-    with pytest.raises(ConfigError, match="n_envs=5: must equal num_workers x envs_per_worker"):
-        validate(Config(n_envs=5, num_workers=2))
+    """num_workers counts this process's share as one; an explicit envs_per_worker gives equal shares."""
+    def shares(cfg: Config) -> tuple[int, int, list[int]]:
+        layout = cfg.layout()
+        return layout.n_envs, layout.main, [len(block) for block in layout.blocks]
+
+    assert shares(Config(n_envs=8, num_workers=2)) == (8, 4, [4])
+    assert shares(Config(num_workers=2, envs_per_worker=3)) == (6, 3, [3])
+    assert shares(Config(n_envs=5, num_workers=0)) == (5, 5, [])
+    assert shares(Config(n_envs=5, num_workers=2)) == (5, 2, [3])  # split unevenly, no longer refused
+    assert shares(Config(n_envs=12, envs_per_worker=4)) == (12, 4, [4, 4])  # num_workers = n_envs / envs_per_worker
+    with pytest.raises(ConfigError, match="n_envs=5: must equal num_workers x envs_per_worker = 2 x 3; drop envs_per_worker"):
+        validate(Config(n_envs=5, num_workers=2, envs_per_worker=3))
+    with pytest.raises(ConfigError, match="n_envs=10: must be a multiple of envs_per_worker=4"):
+        validate(Config(n_envs=10, envs_per_worker=4))
+    with pytest.raises(ConfigError, match=r"num_workers=4: more than the 3 envs \(n_envs=3\): each worker steps at least one"):
+        validate(Config(n_envs=3, num_workers=4))
 
 
 def test_num_batches_sets_the_minibatch_size() -> None:

@@ -14,13 +14,17 @@ from ppo_dict.vec import env_spec, probe_env
 CFG = Config(env="gym_Pendulum-v1", n_envs=4, num_workers=0, n_steps=32, batch_size=64, n_epochs=2, seed=3, total_timesteps=256, verbose=0)
 
 
-def test_the_main_process_steps_one_workers_share_unless_told_otherwise() -> None:
-    """Exact rollouts sample every action before any env steps, so nothing overlaps the policy: the
-    step ends when the slowest process has stepped its envs, and an equal share ends it soonest."""
+def test_the_main_process_steps_a_workers_share_less_its_wake_ups_unless_told_otherwise() -> None:
+    """Exact rollouts sample every action before any env steps, and the main process wakes every
+    worker before it steps its own envs: its share is a worker's less half an env per worker (an
+    even split beside one worker), and n_envs splits unevenly where it does not divide; an explicit
+    envs_per_worker gives equal shares, main_envs the main process's."""
     cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=16, batch_size=32)
     backend = probe_env(env_spec(cfg))
-    for layout, main_envs, blocks in ((cfg, 4, [4]), (cfg.replace(n_envs=12, num_workers=3), 4, [4, 4]), (cfg.replace(main_envs=1), 1, [7]),
-                                      (cfg.replace(main_steps_envs=False), 0, [4, 4])):
+    for layout, main_envs, blocks in ((cfg, 4, [4]), (cfg.replace(n_envs=7), 3, [4]), (cfg.replace(n_envs=12, num_workers=3), 3, [5, 4]),
+                                      (cfg.replace(n_envs=12, num_workers=3, envs_per_worker=4), 4, [4, 4]),
+                                      (cfg.replace(main_envs=1), 1, [7]), (cfg.replace(main_steps_envs=False), 0, [4, 4]),
+                                      (cfg.replace(n_envs=7, main_steps_envs=False), 0, [4, 3])):
         pool = build_env_pool(layout, backend)
         try:
             assert pool.main_envs == main_envs and [len(block) for block in pool._group.blocks] == blocks

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Union
 
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
+from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import physical_cores  # noqa: F401  (re-exported: the trainer and benchmarks ask it here)
 from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
 
@@ -37,11 +38,6 @@ RESUME_AUTO = "auto"  # --resume auto: resume from --run_dir if it holds a check
 MAX_TIMEOUT = 2_000_000.0  # seconds: poll(2) takes at most 2**31-1 ms (24.8 days)
 MONITOR_KEYS = ("r", "l", "t")  # what sb3's Monitor writes into an episode's info itself: no info keyword may be one
 inf = math.inf
-
-
-def default_num_workers(n_envs: int) -> int:
-    """The largest divisor of ``n_envs`` not above the physical core count."""
-    return max(d for d in range(1, min(n_envs, physical_cores()) + 1) if n_envs % d == 0)
 
 
 def schedule_start(value: Union[float, str, Callable[[float], float]]) -> float:
@@ -130,11 +126,11 @@ class Config:
     norm_epsilon: float = _opt(1e-8, "VecNormalize epsilon", float, "normalize", range=(0.0, inf, True, True))
 
     # Worker processes
-    num_workers: Optional[int] = _opt(None, "env worker processes; 0 steps envs in this process (None: physical cores, dividing n_envs; 0 where that is 1)", none_or(int), "workers", range=(0, inf))
-    envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn (None: n_envs / num_workers)", none_or(int), "workers", range=(1, inf))
+    num_workers: Optional[int] = _opt(None, "env worker processes, this process counted as one where it steps a share (main_steps_envs): 2 is one worker process beside it; 0 steps every env in this process (None: every usable CPU, from the affinity mask and any cgroup CPU quota: one worker process per CPU but the one this process keeps, every CPU where it steps no env; 0 for one env, or on one CPU). n_envs is split over them unevenly where it does not divide", none_or(int), "workers", range=(0, inf))
+    envs_per_worker: Optional[int] = _opt(None, "envs each worker steps in turn, all equal: n_envs = num_workers x envs_per_worker (with n_envs alone, num_workers = n_envs / envs_per_worker; None: n_envs split over num_workers as evenly as whole envs allow, 256 over 15 worker processes: 17 or 16 each)", none_or(int), "workers", range=(1, inf))
     mp_method: str = _opt("forkserver", f"worker start method: {' | '.join(MP_METHODS)}", str, "workers", choices=MP_METHODS)
     main_steps_envs: bool = _opt(True, "the main process steps some envs itself instead of waiting (one process fewer; same numbers)", parse_bool, "workers")
-    main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps (None: one worker's share, envs_per_worker)", none_or(int), "workers", range=(0, inf))
+    main_envs: Optional[int] = _opt(None, "with main_steps_envs: how many envs the main process steps, the rest split over the worker processes (None: envs_per_worker where given, else a worker's share less half an env per worker process, as it runs the policy and wakes each worker before it steps its own: 4 + 4 of 8 envs beside one worker, 9 of 256 beside 15 workers of 17/16)", none_or(int), "workers", range=(0, inf))
     spin_wait_us: Optional[float] = _opt(None, "microseconds a process waiting for another (a worker for its next command, the main process for the workers' answers) keeps looking, yielding the CPU between looks, before it sleeps: waking a sleeping process costs 20-90 us on a VM, on every rollout step's critical path (None: 1000 where the worker processes and the main process each have a physical core, else 0, as a look takes a core another process needs; 0: sleep at once; the numbers are the same either way)", none_or(float), "workers", range=(0.0, 1e6))
     double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that also holds the GIL stops every thread of the process: a guard process SIGKILLs the run 1 s after that, exit status 137)", float, "workers", range=(0.0, MAX_TIMEOUT, True, False))
@@ -212,34 +208,20 @@ class Config:
         return dict(lstm_hidden_size=self.lstm_hidden_size or 256, n_lstm_layers=self.n_lstm_layers or 1,
                     shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False)
 
-    @property
-    def worker_layout(self) -> tuple[int, int, int]:
-        """``(n_envs, num_workers, envs_per_worker)``; num_workers 0 means in-process.
+    def layout(self, unit: int = 1) -> Layout:
+        """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable
+        CPU by default, any ``n_envs`` split over them), for envs in whole ``unit``s (a Godot game's agents)."""
+        if unit == 1:
+            return self._layout
+        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer, unit)
 
-        Unset values are derived: W defaults to the largest divisor of n_envs not above the
-        physical core count, and to 0 (every env in this process) where that is 1 and the main
-        process may step envs: it would only wait for that one worker (Pendulum, 1 env: 2.1x the
-        rollout speed in-process); n_envs defaults to W x E (or 1). :meth:`problems` reports values
-        that disagree (``n_envs != W x E``).
-        """
-        n, w, e = self.n_envs, self.num_workers, self.envs_per_worker
-        if w == 0:
-            return (n or 1), 0, 0
-        if w is None:
-            if n is None and e is None:
-                n = 1
-            w = physical_cores() if n is None else default_num_workers(n)
-            if w == 1 and self.main_steps_envs and not self.double_buffer:
-                return (n or e or 1), 0, 0
-        if n is None:
-            n = w * (e or 1)
-        if e is None:
-            e = max(1, n // max(w, 1))
-        return n, w, e
+    @cached_property
+    def _layout(self) -> Layout:
+        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer)
 
     @property
     def num_envs(self) -> int:
-        return self.worker_layout[0]
+        return self.layout().n_envs
 
     @property
     def rollout_size(self) -> int:
@@ -272,18 +254,18 @@ class Config:
     def _find_problems(self) -> list[str]:
         problems = [p for f in dataclasses.fields(self) for p in [field_problem(f, getattr(self, f.name))] if p]
         bad = {p.split("=", 1)[0] for p in problems}
-        if not bad & {"n_envs", "num_workers", "envs_per_worker"}:
-            n, w, e = self.worker_layout
-            if w > 0 and n != w * e:
-                problems.append(f"n_envs={n}: must equal num_workers x envs_per_worker = {w} x {e}; choose n_envs divisible by num_workers={w}")
-            if not bad & {"n_steps", "batch_size"}:
+        if not bad & {"n_envs", "num_workers", "envs_per_worker", "main_envs"}:
+            layout = layout_problems(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs,
+                                     self.double_buffer)
+            problems += layout
+            if not layout and not bad & {"n_steps", "batch_size"}:
                 problems += self._minibatch_problems()
         if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", self.device):
             problems.append(f"device={self.device!r}: must be auto, cpu, cuda or cuda:N")
         if self.resume == RESUME_AUTO and self.run_dir is None:
             problems.append("resume='auto': needs --run_dir (the directory a requeued job resumes from, or starts in)")
         if self.double_buffer and not bad & {"n_envs", "num_workers", "envs_per_worker"}:
-            n, w, _ = self.worker_layout
+            n, w = self.num_envs, self.layout().processes
             if w == 0 or n < 2:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")

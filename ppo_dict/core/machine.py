@@ -84,16 +84,33 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
+#: What bounds :func:`cpu_budget`'s count, in words for the layout line.
+AFFINITY, QUOTA, CPU_COUNT = "affinity mask", "cgroup CPU quota", "cpu count"
+
+
 def usable_cpus() -> int:
     """Logical CPUs this process may run on: its affinity mask, at most a cgroup's CPU quota (rounded up)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpu_budget()[0]
+
+
+def cpu_budget() -> tuple[int, str]:
+    """``(logical CPUs this process may run on, what bounds them)``: its affinity mask
+    (:data:`AFFINITY`; ``os.cpu_count()``, :data:`CPU_COUNT`, where there is none), or a cgroup's CPU
+    quota (:data:`QUOTA`, rounded up) where that is lower. Not /proc/cpuinfo's core ids: inside a VM
+    they can count fewer cores than the CPUs the process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        cpus, source = len(os.sched_getaffinity(0)), AFFINITY
+    else:
+        cpus, source = os.cpu_count() or 1, CPU_COUNT
     quota = (_read("/sys/fs/cgroup/cpu.max") or "").split()  # cgroup v2: "max 100000" or "200000 100000"
     if len(quota) != 2 or quota[0] == "max":
         v1 = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
         quota = [v.strip() for v in v1] if all(v1) else []
     if len(quota) == 2 and quota[0].lstrip("-").isdigit() and int(quota[0]) > 0 and quota[1].isdigit() and int(quota[1]) > 0:
-        cpus = min(cpus, -(-int(quota[0]) // int(quota[1])))
-    return max(1, cpus)
+        allowed = -(-int(quota[0]) // int(quota[1]))
+        if allowed < cpus:
+            cpus, source = allowed, QUOTA
+    return max(1, cpus), source
 
 
 def memory_available() -> Optional[int]:

@@ -20,6 +20,7 @@ import torch
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import FIELDS, MODELS, RESUME_AUTO, Config, problem_setting
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.layout import layout_problems
 from ppo_dict.core.machine import Machine
 from ppo_dict.data.actions import action_space_problem, masking_space_problem
 from ppo_dict.data.masking import env_mask_problem
@@ -28,9 +29,8 @@ from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
-from ppo_dict.vec import env_spec, probe_env
+from ppo_dict.vec import pool_backend
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.shm_pool import main_envs_problem
 
 
 def model_problem(model: str, observation_space) -> str:
@@ -70,13 +70,12 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     problems = space_problems(cfg, backend.observation_space, backend.action_space)
     if cfg.model in MODELS and not problems:
         problems.append(model_problem(cfg.model, backend.observation_space))
-    n_envs, num_workers, envs_per_worker = cfg.worker_layout
-    if num_workers == 0 or n_envs == num_workers * envs_per_worker:  # else the layout itself is reported
-        layout = backend.layout_problems(n_envs, num_workers, envs_per_worker, cfg.step_timeout)
-        problems += layout
-        if cfg.main_envs is not None and cfg.main_steps_envs and num_workers > 1 and not cfg.double_buffer and not layout:
-            unit = backend.for_blocks(envs_per_worker, cfg.step_timeout, True).unit  # as the pool will run it
-            problems.append(main_envs_problem(cfg.main_envs, num_workers, envs_per_worker, unit, backend.label))
+    n_envs = cfg.num_envs
+    layout = backend.layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.step_timeout)
+    problems += layout
+    if backend.unit > 1 and not layout:  # in whole units of the backend's envs (Config.problems checked them one by one)
+        problems += layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer,
+                                    backend.unit, backend.label)
     if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
         stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
         if stacked:
@@ -209,7 +208,7 @@ def probe_backend(cfg: Config, unreadable: dict[str, str], problems: list[str]) 
     if any(p.startswith("gym_packages=") for p in problems):
         return None
     try:
-        return probe_env(env_spec(cfg))
+        return pool_backend(cfg)
     except Exception as exc:  # noqa: BLE001 (gymnasium's own text carries the "Did you mean" hint)
         problems.append(f"env={cfg.env!r}: {exc}")
     return None

@@ -73,27 +73,6 @@ class Needs:
     parameters: Optional[int]
 
 
-def main_share(cfg: Config) -> int:
-    """The envs this process steps beside the workers (``ppo_dict.vec.shm_pool.ShmEnvPool``; all of them in-process)."""
-    n_envs, num_workers, envs_per_worker = cfg.worker_layout
-    if num_workers == 0:
-        return n_envs
-    if cfg.main_steps_envs and num_workers > 1 and not cfg.double_buffer:
-        return envs_per_worker if cfg.main_envs is None else cfg.main_envs
-    return 0
-
-
-def worker_processes(cfg: Config, unit: int = 1) -> int:
-    """Worker processes the pool will start: ``num_workers``, one fewer when this process steps a
-    share (:func:`main_share`), and none for a block without envs."""
-    n_envs, num_workers, _ = cfg.worker_layout
-    if num_workers == 0:
-        return 0
-    in_main = main_share(cfg)
-    processes = num_workers - 1 if in_main else num_workers
-    return min(processes, max(1, (n_envs - in_main) // max(1, unit)))
-
-
 def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
     """``(parameters, activation floats per sample)`` of the policy ``cfg`` describes, built on torch's
     meta device (shapes only: nothing allocated, no random number drawn). Raises what building it raises."""
@@ -122,8 +101,8 @@ def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spac
 def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int], activation_floats: int) -> Needs:
     """:class:`Needs` of a checked config on its probed env (``parameters``, ``activation_floats``:
     :func:`policy_size`). Raises ``ValueError`` for a rollout too large to lay out at all."""
-    n_envs, num_workers, _ = cfg.worker_layout
-    T, workers = cfg.n_steps, worker_processes(cfg, backend.unit)
+    layout = cfg.layout(backend.unit)
+    n_envs, T, workers = layout.n_envs, cfg.n_steps, layout.processes
     threads = max(cfg.torch_threads, cfg.update_threads or 1)
     layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords).nbytes
     obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values())
@@ -137,7 +116,7 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     return Needs(
         workers=workers, threads=threads, tasks=workers * TASKS_PER_WORKER + HELPER_TASKS + threads,
         files=workers * FILES_PER_WORKER + FILES_SPARE,
-        shared=layout_bytes if num_workers else 0, private=learner + (0 if num_workers else layout_bytes),
+        shared=layout_bytes if workers else 0, private=learner + (0 if workers else layout_bytes),
         model=16 * (parameters or 0) if on_cpu else 0, activations=4 * batch * activation_floats if on_cpu else 0,
         worker_memory=workers * WORKER_BYTES.get(cfg.mp_method, WORKER_BYTES["spawn"])
         + (FORKSERVER_BYTES if workers and cfg.mp_method == "forkserver" else 0),

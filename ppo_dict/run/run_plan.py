@@ -12,25 +12,28 @@ import torch
 
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import Config
+from ppo_dict.core.layout import Layout
 from ppo_dict.run.checks import RunCheck
-from ppo_dict.run.resources import MB, main_share
+from ppo_dict.run.resources import MB
 from ppo_dict.envs import EnvSpec, contains_image
-from ppo_dict.vec import EnvPool, env_spec, make_env_pool, probe_env
+from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
 from ppo_dict.vec.backend import EnvBackend
 
 
 @dataclass(frozen=True)
 class RunPlan:
-    """``cfg`` (checked), its envs' ``spec`` and probed ``backend``, the ``device`` the policy runs on."""
+    """``cfg`` (checked), its envs' ``spec`` and probed ``backend``, the ``device`` the policy runs on,
+    the ``layout`` of its envs over the processes (:meth:`Config.layout`)."""
 
     cfg: Config
     spec: EnvSpec
     backend: EnvBackend
     device: torch.device
+    layout: Layout
 
     def env_pool(self) -> EnvPool:
         """The env pool PPO trains with (:func:`ppo_dict.vec.make_env_pool` on this plan)."""
-        return make_env_pool(self.cfg, self.backend)
+        return make_env_pool(self.cfg, self.backend, self.layout)
 
 
 def device_notice(device: torch.device, how: str = "--device cpu") -> str:
@@ -48,9 +51,9 @@ def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     (:func:`~ppo_dict.algo.model.resolve_device`)."""
     cfg.check()
     spec = env_spec(cfg)
-    backend = backend or probe_env(spec)
+    backend = pool_backend(cfg, backend)
     device = resolve_device(cfg.device, contains_image(backend.observation_space))
-    return RunPlan(cfg, spec, backend, device)
+    return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit))
 
 
 def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool:
@@ -63,10 +66,7 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 def dry_run_text(cfg: Config, check: RunCheck) -> str:
     """``--dry_run``'s report: what the checked run would be, and what it would ask of the machine."""
     needs, machine, backend = check.needs, check.machine, check.backend
-    n_envs, num_workers, _ = cfg.worker_layout
-    layout = f"{n_envs} envs in this process"
-    if num_workers:
-        layout = f"{n_envs} envs: worker processes {needs.workers} ({cfg.mp_method}), this process steps {main_share(cfg)}"
+    n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
     available = "unknown" if machine.memory_available is None else f"{machine.memory_available / MB:.0f} MB"
     shm = "" if not needs.shared or machine.shm_free is None else f" (/dev/shm: {machine.shm_free / MB:.0f} MB free)"
@@ -75,7 +75,7 @@ def dry_run_text(cfg: Config, check: RunCheck) -> str:
     return "\n".join([
         "dry run: the config passes every check; nothing was started",
         f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
-        f"layout: {layout}",
+        f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",

@@ -29,6 +29,7 @@ from ppo_dict.vec.shm_pool import ShmEnvPool
 
 if TYPE_CHECKING:
     from ppo_dict.core.config import Config
+    from ppo_dict.core.layout import Layout
 
 
 class EnvPool(Protocol):
@@ -88,23 +89,27 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     return probe(spec)
 
 
-def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
-    """The env pool a config asks for: worker processes, or in-process for ``num_workers 0``.
+def pool_backend(cfg: "Config", backend: Optional[EnvBackend] = None) -> EnvBackend:
+    """The env's backend (``backend``, probed when not given) as the pools run it: in blocks of the
+    sizes the layout gives (a Godot demo game per block), with the run's ``step_timeout``."""
+    return (backend or probe_env(env_spec(cfg))).for_blocks(None, cfg.step_timeout, True)
 
-    ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given).
+
+def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: Optional["Layout"] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+    """The env pool a config asks for: worker processes, or in-process (``num_workers 0``, one env, one CPU).
+
+    ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given);
+    ``layout``: the run plan's (:meth:`Config.layout` when not given).
     A config with a bad setting is refused first (:meth:`Config.check`), however it was built.
     """
     cfg.check()
-    n_envs, num_workers, envs_per_worker = cfg.worker_layout
-    backend = (backend or probe_env(env_spec(cfg))).for_blocks(envs_per_worker or n_envs, cfg.step_timeout, num_workers > 0)
+    backend = pool_backend(cfg, backend)
+    layout = layout or cfg.layout(backend.unit)
     if cfg.action_masks:  # the storage (in every process) then holds the envs' masks
         backend = masked_backend(backend)
     if cfg.info_keywords:  # the storage (in every process) then has a column for each
         backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
-    if num_workers == 0:
-        return InProcessEnvPool(backend, n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
-    return ShmEnvPool(
-        backend, num_workers=num_workers, envs_per_worker=envs_per_worker, n_steps=cfg.n_steps, mp_method=cfg.mp_method,
-        step_timeout=cfg.step_timeout, main_steps_envs=cfg.main_steps_envs, main_envs=cfg.main_envs,
-        halves=cfg.double_buffer, spin_wait_us=cfg.spin_wait_us,
-    )
+    if not layout.blocks:
+        return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
+    return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
+                      spin_wait_us=cfg.spin_wait_us, layout=layout)

@@ -45,11 +45,12 @@ class EnvBackend(Protocol):
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> Runner:
         """The runner of columns ``block``; its ``open()`` builds their envs (in the calling process)."""
 
-    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "EnvBackend":
-        """This backend as a pool runs it: blocks of ``envs_per_block`` columns, in worker processes or not."""
+    def for_blocks(self, envs_per_block: Optional[int], step_timeout: float, in_workers: bool) -> "EnvBackend":
+        """This backend as a pool runs it: blocks of ``envs_per_block`` columns (None: of any size, as
+        the layout splits them), in worker processes or not."""
 
-    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
-        """What a layout asks of this backend that cannot work (empty when it can)."""
+    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
+        """What the layout settings (as given: None where the layout chooses) ask of this backend that cannot work (empty when it can)."""
 
 
 
@@ -114,8 +115,8 @@ class GymBackend:
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
         return GymRunner(self.factory, block, storage, record_infos=self.record_infos, episodes_from_infos=self.episodes_from_infos)
 
-    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GymBackend":
+    def for_blocks(self, envs_per_block: Optional[int], step_timeout: float, in_workers: bool) -> "GymBackend":
         return self
 
-    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
+    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
         return []

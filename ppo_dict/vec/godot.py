@@ -159,6 +159,7 @@ class GodotBackend:
     action_space: spaces.Space
     makes_gym_envs: bool = False
     info_keywords: tuple[str, ...] = ()  # always empty: the protocol carries no infos (checks.env_problems refuses them)
+    block_games: bool = False  # the demo without n_agents: each block is one game of its size (:meth:`for_blocks`)
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GodotBackend":
@@ -172,38 +173,40 @@ class GodotBackend:
 
     @property
     def unit(self) -> int:
-        """Agents per game: a block of columns holds whole games."""
-        return int((self.spec.kwargs.get("game_args") or {}).get("n_agents", self.n_agents))
+        """Agents per game: a block of columns holds whole games. The demo in a pool, without ``n_agents``
+        in its ``game_args``, runs each block as one game of any size (1)."""
+        agents = (self.spec.kwargs.get("game_args") or {}).get("n_agents")
+        if agents is None and self.block_games:
+            return 1
+        return int(self.n_agents if agents is None else agents)
 
     def agents_per_game(self, envs_per_block: int) -> int:
-        """Agents per Godot process in a pool: the demo's ``game_args`` ``n_agents``, by default
-        ``envs_per_block`` (one game per worker, or one in-process); another game's own count."""
+        """Agents per Godot process for a block of ``envs_per_block`` columns: the demo's ``game_args``
+        ``n_agents``, by default ``envs_per_block`` (one game per worker, or one in-process); another game's own count."""
         if self.spec.name == GODOT_DEMO:
             return int((self.spec.kwargs.get("game_args") or {}).get("n_agents", envs_per_block))
         return self.n_agents
 
-    def for_blocks(self, envs_per_block: int, step_timeout: float, in_workers: bool) -> "GodotBackend":
-        """The demo with ``n_agents`` set (:meth:`agents_per_game`), and the game's ``step_timeout``,
-        unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` of it, in workers or not)."""
+    def for_blocks(self, envs_per_block: Optional[int], step_timeout: float, in_workers: bool) -> "GodotBackend":
+        """The game's ``step_timeout``, unless set, from the pool's (:data:`GAME_TIMEOUT_SHARE` of it, in
+        workers or not); ``envs_per_block`` given: the demo's ``n_agents`` set to it (:meth:`agents_per_game`),
+        else each block's runner gives the demo as many agents as the block has columns (blocks may differ)."""
         kwargs = dict(self.spec.kwargs)
-        if self.spec.name == GODOT_DEMO:
+        if self.spec.name == GODOT_DEMO and envs_per_block is not None:
             kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": self.agents_per_game(envs_per_block)}
         kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE)
-        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs))
+        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs),
+                                   block_games=self.spec.name == GODOT_DEMO and envs_per_block is None)
 
-    def layout_problems(self, n_envs: int, num_workers: int, envs_per_worker: int, step_timeout: float) -> list[str]:
-        """Each worker (or the in-process pool) must own whole games; the game's own reply
-        timeout must fire before the worker's."""
+    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float) -> list[str]:
+        """Every process (each worker, this process, or the in-process pool) must own whole games; the
+        game's own reply timeout must fire before the worker's."""
         problems = []
-        block = envs_per_worker if num_workers > 0 else n_envs
-        agents = self.agents_per_game(block)
-        if block % agents:
-            name = "envs_per_worker" if num_workers > 0 else "n_envs"
-            owner = "each worker owns" if num_workers > 0 else "the in-process pool (num_workers 0) runs"
-            problems.append(
-                f"{name}={block}: {self.label} runs {agents} agents (n_agents) per Godot process and {owner} whole "
-                f"processes, so {name} must be a multiple of {agents}"
-            )
+        agents = self.unit
+        for name, count in (("n_envs", n_envs), ("envs_per_worker", envs_per_worker)):
+            if count is not None and count % agents:
+                problems.append(f"{name}={count}: {self.label} runs {agents} agents (n_agents) per Godot process and each process "
+                                f"owns whole games, so {name} must be a multiple of {agents}")
         game_timeout = self.spec.kwargs.get("step_timeout")
         if game_timeout is not None and not game_timeout < step_timeout:
             problems.append(
@@ -214,4 +217,8 @@ class GodotBackend:
         return problems
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GodotRunner:
-        return GodotRunner(self.spec, block, storage)
+        """The runner of ``block``: the demo in a pool, without ``n_agents``, runs it as one game of ``len(block)`` agents."""
+        spec = self.spec
+        if self.block_games and "n_agents" not in (spec.kwargs.get("game_args") or {}):
+            spec = dataclasses.replace(spec, kwargs={**spec.kwargs, "game_args": {**(spec.kwargs.get("game_args") or {}), "n_agents": len(block)}})
+        return GodotRunner(spec, block, storage)

@@ -99,18 +99,6 @@ def default_spin(processes: int) -> float:
     return SPIN_WAIT if processes + 1 <= physical_cores() else 0.0
 
 
-def split_columns(first: int, n_columns: int, n_blocks: int, unit: int = 1) -> list[range]:
-    """``n_columns`` env columns from ``first`` in ``n_blocks`` contiguous blocks, as even as whole
-    ``unit``s allow (the first blocks take the remainder): 19 columns in 2 blocks are 10 + 9."""
-    units, extra = divmod(n_columns // unit, n_blocks)
-    blocks, start = [], first
-    for b in range(n_blocks):
-        size = (units + (b < extra)) * unit
-        blocks.append(range(start, start + size))
-        start += size
-    return blocks
-
-
 def columns_text(columns: Sequence[int]) -> str:
     """``0..15``, or ``0..7, 16..23`` for columns in several runs."""
     runs, start = [], columns[0]

@@ -1,14 +1,13 @@
-"""The worker pool PPO trains with: ``num_workers x envs_per_worker`` env columns in shared memory.
+"""The worker pool PPO trains with: env columns in shared memory, in blocks of worker processes.
 
 With ``main_steps_envs`` the main process steps the first ``main_envs`` columns itself (the same
-runner code a worker runs) while ``num_workers - 1`` worker processes share the rest: the main
-process would only wait otherwise, and one process fewer competes for the cores. Which process
-steps which env changes no number, so ``main_envs`` is chosen for speed. By default it is one
-worker's share (``envs_per_worker``): in exact rollouts every action is sampled before any env
-steps, so the workers wait while the main process evaluates the policy and keeps its books, and
-the step ends when the last process has stepped its envs; equal shares make that soonest. (The
-main process also sends the commands before it steps its own envs, and each worker starts only
-once the kernel has woken it, so the main process's block starts no later than a worker's.)
+runner code a worker runs) while worker processes share the rest: the main process would only
+wait otherwise, and one process fewer competes for the cores. Which process steps which env
+changes no number, so the shares are chosen for speed (``ppo_dict.core.layout``): in exact
+rollouts every action is sampled before any env steps, so the workers wait while the main
+process evaluates the policy and keeps its books, and the step ends when the last process has
+stepped its envs. The main process sends every worker its command before it steps its own envs,
+so its default share is a worker's less half an env per worker (:func:`~ppo_dict.core.layout.main_share`).
 """
 from __future__ import annotations
 
@@ -17,8 +16,9 @@ from collections import defaultdict
 from typing import Any, Callable, Optional, Sequence
 
 from ppo_dict.core.errors import EnvTimeoutError
+from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_halves
 from ppo_dict.vec.backend import EnvBackend
-from ppo_dict.vec.group import WorkerGroup, split_columns
+from ppo_dict.vec.group import WorkerGroup
 from ppo_dict.vec.runner import Runner, Seeds, env_seeds
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.worker import env_worker_error, error_report
@@ -64,23 +64,9 @@ def open_in_main(owner: Owner, timeout: float, cleanup: Callable[[BaseException]
     call_in_main(owner, "constructor", owner.runner.open, "while the envs were built", timeout, cleanup)
 
 
-def main_envs_problem(in_main: Any, num_workers: int, envs_per_worker: int, unit: int, label: str) -> str:
-    """What is wrong with the main process stepping ``in_main`` of ``num_workers x envs_per_worker``
-    envs (``""``: nothing): whole units, and every worker keeps at least one."""
-    largest = num_workers * envs_per_worker - (num_workers - 1) * unit
-    if isinstance(in_main, int) and 0 <= in_main <= largest and in_main % unit == 0:
-        return ""
-    return f"main_envs={in_main!r}: must be a multiple of {unit} in [0, {largest}] for {num_workers} workers x {envs_per_worker} envs of {label}"
-
-
-def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
-    """The two halves of the columns that double-buffered rollouts alternate, in whole ``unit``s."""
-    middle = (n_envs // unit + 1) // 2 * unit
-    return range(0, middle), range(middle, n_envs)
-
-
 class ShmEnvPool:
-    """The env pool of :class:`ppo_dict.algo.ppo.PPO` with ``num_workers`` blocks of ``envs_per_worker`` envs.
+    """The env pool of :class:`ppo_dict.algo.ppo.PPO`: ``layout``'s worker processes, and the main
+    process's share of the columns.
 
     ``storage`` is shared with the workers: PPO writes ``storage.env_actions`` and calls
     ``step(t)``; the workers write ``env_obs[t+1]``, ``env_rewards[t]``, ``terminated[t]``,
@@ -94,9 +80,9 @@ class ShmEnvPool:
     def __init__(
         self,
         backend: EnvBackend,
-        num_workers: int,
-        envs_per_worker: int,
-        n_steps: int,
+        num_workers: Optional[int] = None,
+        envs_per_worker: Optional[int] = None,
+        n_steps: int = 1,
         mp_method: str = "forkserver",
         step_timeout: float = 60.0,
         start_timeout: float = 120.0,
@@ -104,29 +90,32 @@ class ShmEnvPool:
         main_envs: Optional[int] = None,
         halves: bool = False,
         spin_wait_us: Optional[float] = None,
+        n_envs: Optional[int] = None,
+        layout: Optional[Layout] = None,
     ):
-        """``main_envs``: the columns the main process steps (default: one block of ``envs_per_worker``);
-        only with ``main_steps_envs`` and more than one worker. ``halves``: every worker owns part of
-        each half of the columns (:attr:`halves`), so that each half steps on every core
-        (double-buffered rollouts); the main process steps none then."""
+        """``layout``: which process steps which column (:func:`~ppo_dict.core.layout.plan_layout`);
+        when not given, planned from ``n_envs`` (default ``num_workers x envs_per_worker``),
+        ``num_workers``, ``envs_per_worker``, ``main_envs`` (the main process's columns: only with
+        ``main_steps_envs`` and more than one worker), ``halves`` (every worker owns part of each
+        half of the columns, :attr:`halves`, so that each half steps on every core: double-buffered
+        rollouts; the main process steps none then), in whole units of the backend's envs.
+        Raises ``ValueError`` for settings no layout honours."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
-        n_envs = num_workers * envs_per_worker
-        in_main = 0
-        if main_steps_envs and num_workers > 1 and not halves:
-            in_main = envs_per_worker if main_envs is None else main_envs
-            problem = main_envs_problem(in_main, num_workers, envs_per_worker, backend.unit, backend.label)
-            if problem:
-                raise ValueError(problem)
-        processes = num_workers - 1 if in_main else num_workers
+        if layout is None:
+            if n_envs is None and num_workers is not None and envs_per_worker is not None:
+                n_envs = num_workers * envs_per_worker
+            problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit, backend.label)
+            if problems:
+                raise ValueError("; ".join(problems))
+            layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
+        if not layout.blocks:
+            raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps envs here)")
+        self.layout = layout
+        n_envs, in_main = layout.n_envs, layout.main
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)
-        if halves:
-            per_half = [split_columns(half.start, len(half), processes, backend.unit) for half in self.halves]
-            blocks = [(*a, *b) for a, b in zip(*per_half)]
-        else:
-            blocks = split_columns(in_main, n_envs - in_main, processes, backend.unit)
-        blocks = [block for block in blocks if len(block)]  # more workers than units of envs: fewer processes
+        blocks = list(layout.blocks)
         self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
                                   start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us)
         self.num_envs = self._group.num_envs

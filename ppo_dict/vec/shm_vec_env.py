@@ -22,7 +22,7 @@ import gymnasium as gym
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
-from ppo_dict.core.config import default_num_workers
+from ppo_dict.core.layout import plan_layout
 from ppo_dict.envs import vec_space_problem
 from ppo_dict.vec.backend import GymBackend, probe
 from ppo_dict.vec.pool_vec_env import PoolVecEnv
@@ -48,7 +48,8 @@ class ShmVecEnv(PoolVecEnv):
 
     :param env_fns: callables that each build one env (env i is ``env_fns[i]()``).
     :param start_method: ``forkserver`` (default where available, as SubprocVecEnv), ``spawn`` or ``fork``.
-    :param num_workers: worker processes (default: the largest divisor of n_envs <= physical cores).
+    :param num_workers: worker processes (default: one per usable CPU, ``ppo_dict.core.layout``), the envs
+        split over them in contiguous blocks, unevenly where they do not divide (7 envs in 2: 4 + 3).
     :param step_timeout: seconds one step/reset may take before the workers are declared hung.
     :param spin_wait_us: microseconds the workers and this process look for each other's messages
         before sleeping (``ppo_dict.vec.channel.wait_for``; 0: sleep at once; None: 1000 where the
@@ -74,9 +75,10 @@ class ShmVecEnv(PoolVecEnv):
         n_envs = len(env_fns)
         if n_envs == 0:
             raise ValueError("ShmVecEnv needs at least one env_fn")
-        workers = default_num_workers(n_envs) if num_workers is None else num_workers
-        if not (isinstance(workers, int) and 1 <= workers <= n_envs and n_envs % workers == 0):
-            raise ValueError(f"num_workers={num_workers!r} must divide the number of envs ({n_envs})")
+        if num_workers is not None and not (isinstance(num_workers, int) and 1 <= num_workers <= n_envs):
+            raise ValueError(f"num_workers={num_workers!r}: must be a whole number in [1, {n_envs}] (the number of envs)")
+        # sb3's process steps none of the envs: a worker on each usable CPU, the envs split over them (unevenly where they do not divide)
+        self._planned = plan_layout(n_envs, num_workers, None, main_steps_envs=False)
         start_method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         multiprocessing.get_context(start_method)  # a bad method: multiprocessing's own ValueError, as SubprocVecEnv gives it
         observation_space, action_space, env_id, render_mode = probe(lambda: _patch_env(env_fns[0]()), "env from env_fns[0]")
@@ -88,13 +90,11 @@ class ShmVecEnv(PoolVecEnv):
         backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
         # the workers as asked (num_workers None: not asked, so ppo_dict.PPO's layout decides)
         layout = dict(num_workers=num_workers, mp_method=start_method, step_timeout=step_timeout, spin_wait_us=spin_wait_us)
-        self._workers = workers
         super().__init__(n_envs, observation_space, action_space, backend.label, start=self._start_workers, render_mode=render_mode,
                          backend=backend, layout={k: v for k, v in layout.items() if v is not None})
         if start:
             self.pool  # noqa: B018 (starts the workers)
 
     def _start_workers(self) -> ShmEnvPool:
-        return ShmEnvPool(self.backend, num_workers=self._workers, envs_per_worker=self.num_envs // self._workers, n_steps=1,
-                          mp_method=self.layout["mp_method"], step_timeout=self.layout["step_timeout"], main_steps_envs=False,
-                          spin_wait_us=self.layout.get("spin_wait_us"))
+        return ShmEnvPool(self.backend, n_steps=1, mp_method=self.layout["mp_method"], step_timeout=self.layout["step_timeout"],
+                          spin_wait_us=self.layout.get("spin_wait_us"), layout=self._planned)

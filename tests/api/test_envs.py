@@ -152,7 +152,7 @@ def test_unsupported_settings_are_refused_together_before_any_process_starts() -
 
     with pytest.raises(ConfigError) as raised:
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_envs=4, rollout_buffer_class=MyBuffer, stats_window_size=10, n_epochs=0,
-                     policy_kwargs=dict(optimizer_kwargs={}, features_extractor_class=NatureCNN), num_workers=3)
+                     policy_kwargs=dict(optimizer_kwargs={}, features_extractor_class=NatureCNN), num_workers=3, envs_per_worker=2)
     problems = raised.value.problems
     for name in ("rollout_buffer_class=", "stats_window_size=10", "n_epochs=0", "policy_kwargs optimizer_kwargs={}",
                  "policy_kwargs features_extractor_class=", "n_envs=4: must equal num_workers x envs_per_worker"):

@@ -63,3 +63,20 @@ def test_acrobot_three_envs_as_a_new_user_ran_it() -> None:
     cfg = Config(env="gym_Acrobot-v1", n_envs=3, n_steps=64, batch_size=40, n_epochs=3, ent_coef=0.01, learning_rate="lin_1e-3",
                  clip_range=0.25, gae_lambda=0.9, gamma=0.97, seed=7, total_timesteps=960, num_workers=0, device="cpu")
     assert_parity(cfg)
+
+
+@pytest.mark.parametrize("space,n_envs,num_workers,shares", [
+    ("box", 7, 3, (2, [3, 2])),  # 2 worker processes of 3 and 2 envs, 2 in this process
+    ("dict_normalized", 5, 2, (2, [3])),
+    ("multi_discrete", 9, None, (1, [3, 3, 2])),  # the default on 4 usable CPUs: 3 workers of 3/2, 1 env here
+])
+def test_uneven_splits_keep_sb3s_numbers(monkeypatch, space: str, n_envs: int, num_workers, shares) -> None:
+    """n_envs that do not divide over the processes: env i is env i (its seed, its storage column) whichever
+    process steps it, so the run is sb3's bit for bit."""
+    from tests.test_layout import fake_cpus
+
+    fake_cpus(monkeypatch, 4)
+    cfg = config(space, n_envs, num_workers=num_workers)
+    pool = build_env_pool(cfg)
+    assert (pool.main_envs, [len(block) for block in pool.layout.blocks]) == shares
+    assert_parity(cfg, pool=pool)

@@ -135,14 +135,15 @@ def test_validate_names_agents_per_process_and_timeouts():
         validate(cfg)
     problems = str(err.value).splitlines()[1:]
     assert problems == [
-        "  - envs_per_worker=4: godot_demo runs 3 agents (n_agents) per Godot process and each worker owns whole processes, "
-        "so envs_per_worker must be a multiple of 3",
+        "  - n_envs=8: godot_demo runs 3 agents (n_agents) per Godot process and each process owns whole games, "
+        "so n_envs must be a multiple of 3",
         "  - env_kwargs step_timeout=60.0 (the game's own reply timeout) must be below step_timeout=60.0 (the worker's, or the main "
         "process's for its own games), so that a hung game is reported with its output before its worker is declared hung",
         "  - eval_freq: not supported for godot_demo yet (it builds the env alone as a gymnasium env, which this one is not)",
     ]
-    backend = validate(Config(env="godot_demo", n_envs=12, num_workers=2))  # 6 agents per worker: one game each
-    spec = backend.for_blocks(envs_per_block=6, step_timeout=10.0, in_workers=True).spec
+    pooled = validate(Config(env="godot_demo", n_envs=12, num_workers=2))  # as the pools run it: one game per block, of its size
+    assert pooled.block_games and pooled.unit == 1 and pooled.spec.kwargs["step_timeout"] == 54.0  # 0.9 x the worker's 60 s
+    spec = GodotBackend.probe(env_spec(Config(env="godot_demo"))).for_blocks(envs_per_block=6, step_timeout=10.0, in_workers=True).spec
     assert spec.kwargs["game_args"] == {"n_agents": 6} and spec.kwargs["step_timeout"] == 9.0
     # the demo observes an image only when its game_args ask for one: the model check follows the probed space
     with pytest.raises(ConfigError, match="model='mlp': the observation holds images; use --model cnn"):
@@ -154,7 +155,7 @@ def test_worker_pool_equals_in_process_pool_bit_for_bit(tag):
     """2 workers x (one game of 4 agents) == the same two games in this process == one game of 8 agents here."""
     cfg = demo_config(tag)
     workers = make_env_pool(cfg)
-    assert isinstance(workers, ShmEnvPool) and workers.backend.spec.kwargs["game_args"]["n_agents"] == 4
+    assert isinstance(workers, ShmEnvPool) and workers.main_envs == 4 and workers._main_runner.n_agents == 4  # a game per block
     pooled, pooled_params = train(cfg, workers)
     two_games = InProcessEnvPool(GodotBackend.probe(env_spec(cfg)).for_blocks(4, cfg.step_timeout, in_workers=False), cfg.n_envs, cfg.n_steps)
     assert len(two_games.runner.games) == 2
@@ -166,6 +167,22 @@ def test_worker_pool_equals_in_process_pool_bit_for_bit(tag):
     for other, params in ((here, here_params), (one_game, one_game_params)):
         assert [(e["r"], e["l"]) for e in other.ep_info_buffer] == [(e["r"], e["l"]) for e in pooled.ep_info_buffer]
         assert all(torch.equal(a, b) for a, b in zip(pooled_params, params))
+
+
+@needs_godot
+def test_an_uneven_split_runs_a_game_per_block_with_the_same_numbers(tag):
+    """7 envs beside one worker: a game of 3 agents here and one of 4 in the worker == one game of 7 in this process."""
+    cfg = demo_config(tag, n_envs=7, total_timesteps=2 * 7 * 32, batch_size=56)
+    workers = make_env_pool(cfg)
+    assert isinstance(workers, ShmEnvPool) and workers.main_envs == 3 and workers._main_runner.n_agents == 3
+    assert [len(block) for block in workers._group.blocks] == [4]
+    pooled, pooled_params = train(cfg, workers)
+    one_game_pool = make_env_pool(cfg.replace(num_workers=0))
+    assert len(one_game_pool.runner.games) == 1
+    one_game, one_game_params = train(cfg.replace(num_workers=0), one_game_pool)
+    assert pooled.num_timesteps == 448 and len(pooled.ep_info_buffer) >= 14
+    assert [(e["r"], e["l"]) for e in one_game.ep_info_buffer] == [(e["r"], e["l"]) for e in pooled.ep_info_buffer]
+    assert all(torch.equal(a, b) for a, b in zip(pooled_params, one_game_params))
 
 
 def game_pids_of(worker_pid: int) -> list[int]:

@@ -65,28 +65,32 @@ def untimed(infos: list[dict]) -> list[dict]:
     return [{**info, "episode": {**info["episode"], "t": 0.0}} if "episode" in info else info for info in infos]
 
 
-def test_shm_vec_env_steps_like_dummy_vec_env_across_time_limits() -> None:
+@pytest.mark.parametrize("n_envs, num_workers", [(4, 2), (5, 2), (7, None)])
+def test_shm_vec_env_steps_like_dummy_vec_env_across_time_limits(n_envs: int, num_workers) -> None:
     """Every return value, infos included ("TimeLimit.truncated", raw "terminal_observation",
-    Monitor's "episode"), over Pendulum's 200-step limit; reset seeds and options used once."""
+    Monitor's "episode"), over Pendulum's 200-step limit; reset seeds and options used once. Envs
+    split unevenly over the workers (5 in 2: 3 + 2; 7 over a worker per usable CPU) step as DummyVecEnv's."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from ppo_dict import ShmVecEnv
 
-    shm = make_vec_env("Pendulum-v1", n_envs=4, seed=5, vec_env_cls=ShmVecEnv, vec_env_kwargs=dict(num_workers=2))
-    dummy = make_vec_env("Pendulum-v1", n_envs=4, seed=5, vec_env_cls=DummyVecEnv)
+    shm = make_vec_env("Pendulum-v1", n_envs=n_envs, seed=5, vec_env_cls=ShmVecEnv, vec_env_kwargs=dict(num_workers=num_workers))
+    dummy = make_vec_env("Pendulum-v1", n_envs=n_envs, seed=5, vec_env_cls=DummyVecEnv)
+    blocks = [len(block) for block in shm.pool._group.blocks]
+    assert sum(blocks) == n_envs and max(blocks) - min(blocks) <= 1 and (num_workers is None or len(blocks) == num_workers)
     try:
         assert_same_tree(dummy.reset(), shm.reset(), "reset obs")
         assert_same_tree(dummy.reset_infos, shm.reset_infos, "reset infos")
         rng = np.random.default_rng(0)
         ends = 0
         for t in range(205):
-            actions = rng.uniform(-2, 2, size=(4, 1)).astype(np.float32)
+            actions = rng.uniform(-2, 2, size=(n_envs, 1)).astype(np.float32)
             want, got = dummy.step(actions), shm.step(actions)
             assert_same_tree(list(want[:3]), list(got[:3]), f"step {t}")
             assert_same_tree(untimed(want[3]), untimed(got[3]), f"infos at step {t}")
             ends += int(want[2].sum())
-        assert ends == 4 and got[1].dtype == np.float32
+        assert ends == n_envs and got[1].dtype == np.float32
         assert_same_tree(dummy.reset_infos, shm.reset_infos, "reset infos after auto-reset")
         assert_same_tree(dummy.reset(), shm.reset(), "unseeded reset")
     finally:
@@ -101,20 +105,20 @@ def test_shm_vec_env_attributes_and_methods_reach_the_right_envs() -> None:
 
     from ppo_dict import ShmVecEnv
 
-    env_fns = [lambda: Monitor(gym.make("CartPole-v1")) for _ in range(4)]
-    shm, dummy = ShmVecEnv(env_fns, num_workers=2), DummyVecEnv(env_fns)
+    env_fns = [lambda: Monitor(gym.make("CartPole-v1")) for _ in range(5)]
+    shm, dummy = ShmVecEnv(env_fns, num_workers=2), DummyVecEnv(env_fns)  # envs 0..2 in worker 0, 3..4 in worker 1
     try:
         for venv in (shm, dummy):
             venv.set_attr("tag", "x", indices=[3, 1])
         assert shm.get_attr("tag", indices=[3, 1]) == ["x", "x"]
         assert shm.get_attr("spec", indices=2)[0].id == "CartPole-v1"
         assert shm.env_method("get_wrapper_attr", "tag", indices=[1]) == ["x"]
-        assert shm.env_is_wrapped(Monitor) == dummy.env_is_wrapped(Monitor) == [True] * 4
+        assert shm.env_is_wrapped(Monitor) == dummy.env_is_wrapped(Monitor) == [True] * 5
         # not TimeLimit: importing rl_zoo3 (an earlier test in this process may have) rebinds gymnasium's TimeLimit to a
         # subclass process-wide, and envs made by workers started before that are not instances of it (sb3's SubprocVecEnv alike)
         assert shm.env_is_wrapped(gym.wrappers.OrderEnforcing, indices=[0]) == [True]
         assert shm.has_attr("tag") is False and shm.has_attr("spec") is True
-        assert shm.render_mode is None and shm.num_envs == 4
+        assert shm.render_mode is None and shm.num_envs == 5
         with pytest.raises(AttributeError, match="wrapper Monitor has no attribute 'no_such_attribute'"):
             shm.get_attr("no_such_attribute", indices=[2])
         assert shm.get_attr("tag", indices=[1]) == ["x"], "a failed get_attr leaves the workers usable"
