@@ -306,7 +306,7 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     path = flags.get("trained_agent")
     if path is None or not os.path.isfile(path):
         return None  # validate() reports a missing file with the other problems
-    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default))
+    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default), trust_pickles=bool(flags.get("trust_pickles")))  # typed only
     for note in agent.notes:
         print(note, file=sys.stderr, flush=True)
     return agent

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.core.files import atomic_write
 from ppo_dict.core.parse import make_schedule
+from ppo_dict.interop.vecnormalize import STATISTICS_FILES, write_npz
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -124,7 +125,8 @@ def vecnormalize_path(zip_path: str) -> str:
 
 
 def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
-    """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does.
+    """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does, and write them
+    beside it as ``vecnormalize.npz`` (``ppo_dict.interop.vecnormalize``), which ppo_dict reads without a pickle.
 
     ``VecNormalize.load(path, venv)`` (and so rl-zoo's ``enjoy``) restores it; its ``obs_rms``
     (a ``RunningMeanStd``, or a dict of them for Dict observations) equals ours exactly.
@@ -159,6 +161,7 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
         vec_normalize.obs_rms = to_sb3(norm.obs_rms[OBS_KEY])
     vec_normalize.ret_rms = to_sb3(norm.ret_rms)
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
+    write_npz(os.path.join(os.path.dirname(path), STATISTICS_FILES[0]), norm, list(norm.obs_rms))  # the same, read with no pickle
     atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
         f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
         mode="w")
