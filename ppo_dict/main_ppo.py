@@ -35,6 +35,7 @@ from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
+from ppo_dict.core import file_effects
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
@@ -337,6 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
     try:
+        if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
+            file_effects.announce(resumed[0], cfg, flags, dry_run)
         if cfg.video:
             from ppo_dict.envs.make import video_may_need_mujoco_gl
             from ppo_dict.envs.render import select_mujoco_gl
