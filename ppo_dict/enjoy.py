@@ -18,12 +18,12 @@ import torch
 from ppo_dict.algo.model import Model
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import load_model_state
 from ppo_dict.envs import make_env
 from ppo_dict.envs.make import video_may_need_mujoco_gl
 from ppo_dict.envs.render import select_mujoco_gl
 from ppo_dict.run.checkpoint import model_file
-from ppo_dict.core.file_effects import announce
 from ppo_dict.run.evaluation import VideoWriter, render_spec, run_episodes
 from ppo_dict.vec import env_spec
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core import file_effects
 from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
 from ppo_dict.core.logger import Logger
@@ -35,7 +36,6 @@ from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
-from ppo_dict.core import file_effects
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress

@@ -195,6 +195,12 @@ def test_a_checkpoints_config_imports_and_launches_nothing_under_dry_run(tmp_pat
     said = f"{path}: its config imports the module(s) attack_module (gym_packages)"
     assert code == 2 and err.index(said) < err.index("gym_packages=attack_module: cannot be imported"), err  # said, then imported
     assert sentinel.exists()
+    sentinel.unlink()
+    from ppo_dict.algo.model import Model
+
+    with pytest.raises(RuntimeError, match="attack"):  # enjoy and export_onnx build the env of the file's config so
+        Model.from_file(path)
+    assert said in capsys.readouterr().err and sentinel.exists()
 
 
 @pytest.fixture(scope="module")

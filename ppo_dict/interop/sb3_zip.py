@@ -56,7 +56,9 @@ ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
 }
 #: what ``str(type(cls))`` is for a class
 CLASS_TYPES = ("type", "abc.ABCMeta")
-SPACE_MODULES = ("gymnasium.spaces.", "gym.spaces.")  # sb3 < 2 saved gym's spaces, which sb3 >= 2 converts
+SPACE_MODULES = ("gymnasium.spaces.", "gym.spaces.")
+#: the most values a rebuilt Box's bounds may hold (a 1000 x 1000 x 3 image has 3e6): a file's shape is not allocated blindly
+MAX_BOX_VALUES = 10**7  # sb3 < 2 saved gym's spaces, which sb3 >= 2 converts
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class NotRebuildable(ValueError):
 def gymnasium_unpatched() -> Iterator[None]:
     """Undo, on leaving, what importing rl_zoo3 does to gymnasium: ``rl_zoo3.gym_patches`` replaces
     ``TimeLimit`` process-wide. A zip written by rl-zoo holds its schedules by reference
-    (``rl_zoo3.utils.SimpleLinearSchedule``), so reading one imports rl_zoo3."""
+    (``rl_zoo3.utils.SimpleLinearSchedule``), so unpickling one (``trust_pickles``) imports rl_zoo3."""
     import gymnasium
 
     modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration) if m is not None]
@@ -130,8 +132,8 @@ def data_from_json(text: str, path: Any = "the zip", custom_objects: Optional[di
     """sb3's ``json_to_data`` without unpickling: plain values as they are, each pickled one rebuilt or an :class:`Unrebuilt`."""
     try:
         raw = json.loads(text)
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: its data entry is not JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: its data entry is not JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path}: its data entry is not a JSON object")
     data = {}
@@ -184,8 +186,8 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
         if kind == "dict":
             return {k: item_value(k, v) for k, v in attrs.items()}
         raise NotRebuildable("its JSON does not describe it")
-    except (NotRebuildable, ValueError, TypeError, KeyError) as exc:
-        return Unrebuilt(key, kind, str(exc), name)
+    except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
+        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name)
 
 
 def described_class(attrs: dict[str, Any]) -> str:
@@ -246,6 +248,8 @@ SCHEDULES = {
 def parse_array(text: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An array of ``shape`` from numpy's printed form (``"[-4.8 -inf 0.4188]"``, or one value for all)."""
     text = str(text)
+    if math.prod(shape) > MAX_BOX_VALUES:
+        raise NotRebuildable(f"a Box of shape {shape} is over {MAX_BOX_VALUES:.0e} values")
     if "..." in text:
         raise NotRebuildable("numpy printed its bounds summarised ('...')")
     if dtype.kind == "b":
