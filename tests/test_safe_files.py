@@ -267,16 +267,17 @@ def test_a_trained_agent_reads_its_schedules_without_unpickling(real_zips, tmp_p
     assert agent.pinned["model"] == "mlp_lstm" and agent.pinned["activation_fn"] == "relu" and agent.pinned["lstm_hidden_size"] == 16
 
 
-def test_export_writes_statistics_that_need_no_pickle_and_equal_the_pickles(tmp_path) -> None:
-    """``--export_sb3`` writes ``vecnormalize.npz`` beside rl-zoo's pickle: the same statistics and settings,
-    read first; the pickle (a real sb3 VecNormalize) reads the same through the restricted unpickler."""
+def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
+    """``--export_sb3``'s zip describes its schedules in JSON (a constant, ``lin_``), and it writes
+    ``vecnormalize.npz`` beside rl-zoo's pickle: the same statistics and settings, read first; the pickle
+    (a real sb3 VecNormalize) reads the same through the restricted unpickler."""
     from ppo_dict.algo.ppo import PPO
     from ppo_dict.interop.sb3 import export_sb3
     from ppo_dict.interop.trained_agent import vecnormalize_candidates
     from ppo_dict.vec import make_env_pool
 
     cfg = Config(env="gym_Pendulum-v1", n_envs=2, num_workers=0, n_steps=16, batch_size=16, n_epochs=1, seed=3, normalize=True,
-                 norm_gamma=0.9, clip_obs=5.0, verbose=0)
+                 norm_gamma=0.9, clip_obs=5.0, learning_rate="lin_0.001", clip_range=0.3, verbose=0)
     ppo = PPO(cfg, make_env_pool(cfg))
     try:
         ppo.learn(total_timesteps=64)
@@ -290,4 +291,11 @@ def test_export_writes_statistics_that_need_no_pickle_and_equal_the_pickles(tmp_
     for key in ("obs_rms", "ret_rms"):
         a, b = (ours[1][key], theirs[1][key]) if key == "ret_rms" else (ours[1][key]["obs"], theirs[1][key]["obs"])
         assert np.array_equal(a["mean"], b["mean"]) and np.array_equal(a["var"], b["var"]) and a["count"] == b["count"]
-    assert read_trained_agent(zip_path, "gym_Pendulum-v1").vecnormalize == npz
+    agent = read_trained_agent(zip_path, "gym_Pendulum-v1")
+    assert agent.vecnormalize == npz and agent.saved["learning_rate"] == "lin_0.001" and agent.saved["clip_range"] == 0.3
+    data, _ = read_zip(zip_path)
+    assert not [k for k in ("learning_rate", "clip_range", "lr_schedule") if isinstance(data[k], Unrebuilt)]
+    ours, theirs = ppo_dict.PPO.load(zip_path), SB3PPO.load(zip_path)  # saved again, it still describes its schedules
+    assert ours.learning_rate(0.5) == theirs.learning_rate(0.5) == 0.5 * 0.001 and theirs.clip_range(0.5) == 0.3
+    ours.save(str(tmp_path / "again.zip"))
+    assert read_zip(str(tmp_path / "again.zip"))[0]["learning_rate"] == "lin_0.001"

@@ -30,9 +30,9 @@ from ppo_dict.api.arguments import SAME_NAME
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
-from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
+from ppo_dict.interop.schedules import is_schedule_text, zip_schedule
 from ppo_dict.interop.sb3_zip import Unrebuilt, class_name, read_zip, refuse_unrebuilt, trust_warning
 from ppo_dict.run.checkpoint import restore
 
@@ -130,8 +130,8 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
 
 def schedule(value: Any) -> Any:
     """A zip's value as sb3's constructor takes it: rl-zoo's ``lin_<x>`` (a schedule rebuilt from its JSON) as
-    ``progress_remaining * x``, as rl-zoo's ``SimpleLinearSchedule`` computes it; any other value as it is."""
-    return make_schedule(value) if isinstance(value, str) and value.startswith("lin_") else value
+    rl-zoo's ``SimpleLinearSchedule`` (which a zip saved again describes too); any other value as it is."""
+    return zip_schedule(value) if is_schedule_text(value) else value
 
 
 def policy_alias(cls: type, path: Any, policy_class: Any) -> str:

@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.core.files import atomic_write
-from ppo_dict.core.parse import make_schedule
+from ppo_dict.interop.schedules import zip_schedule
 from ppo_dict.interop.vecnormalize import STATISTICS_FILES, write_npz
 
 if TYPE_CHECKING:
@@ -35,14 +35,14 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     policy_kwargs = {k: v for k, v in policy_settings(cfg).items() if v is not None}
     policy_kwargs["activation_fn"] = ACTIVATION_CLASSES[cfg.activation_fn]
     return dict(
-        learning_rate=make_schedule(cfg.learning_rate),
+        learning_rate=zip_schedule(cfg.learning_rate),
         n_steps=cfg.n_steps,
         batch_size=cfg.minibatch_size,
         n_epochs=cfg.n_epochs,
         gamma=cfg.gamma,
         gae_lambda=cfg.gae_lambda,
-        clip_range=make_schedule(cfg.clip_range),
-        clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
+        clip_range=zip_schedule(cfg.clip_range),
+        clip_range_vf=None if cfg.clip_range_vf is None else zip_schedule(cfg.clip_range_vf),
         normalize_advantage=cfg.normalize_advantage,
         ent_coef=cfg.ent_coef,
         vf_coef=cfg.vf_coef,

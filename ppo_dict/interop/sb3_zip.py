@@ -241,6 +241,7 @@ SCHEDULES = {
     "stable_baselines3.common.utils.FloatSchedule": lambda a: _schedule_text(a["value_schedule"]),
     "stable_baselines3.common.utils.ConstantSchedule": lambda a: float(a["val"]),
     "rl_zoo3.utils.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",
+    "ppo_dict.interop.schedules.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",  # what ppo_dict writes
 }
 
 

@@ -35,6 +35,7 @@ from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
 from ppo_dict.interop.sb3_zip import class_name, gymnasium_unpatched, read_zip, refuse_unrebuilt, trust_warning  # noqa: F401
+from ppo_dict.interop.schedules import is_schedule_text
 from ppo_dict.interop.vecnormalize import read_statistics, statistics_candidates
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def schedule_value(value: Any) -> Any:
     with the same arithmetic (sb3's ``LinearSchedule``, a lambda, a schedule not unpickled)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if isinstance(value, str) and value.startswith("lin_"):
+    if is_schedule_text(value):
         return value
     name = type(value).__name__
     if name == "FloatSchedule":  # sb3 wraps every schedule in one: float(inner(progress))
