@@ -18,6 +18,7 @@ import torch
 from ppo_dict.algo.model import Model
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import load_model_state
 from ppo_dict.envs import make_env
 from ppo_dict.envs.make import video_may_need_mujoco_gl
@@ -37,6 +38,7 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     """
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
+    announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
     if video and video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     spec = env_spec(cfg)

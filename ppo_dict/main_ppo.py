@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.core import file_effects
 from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
 from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
 from ppo_dict.core.logger import Logger
@@ -308,7 +309,7 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     path = flags.get("trained_agent")
     if path is None or not os.path.isfile(path):
         return None  # validate() reports a missing file with the other problems
-    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default))
+    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default), trust_pickles=bool(flags.get("trust_pickles")))  # typed only
     for note in agent.notes:
         print(note, file=sys.stderr, flush=True)
     return agent
@@ -339,6 +340,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
     try:
+        if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
+            file_effects.announce(resumed[0], cfg, flags, dry_run)
         if cfg.video:
             from ppo_dict.envs.make import video_may_need_mujoco_gl
             from ppo_dict.envs.render import select_mujoco_gl

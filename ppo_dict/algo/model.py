@@ -23,6 +23,7 @@ from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.data.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
 from ppo_dict.envs import make_env
@@ -116,7 +117,9 @@ class Model:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
 
-        env = make_env(env_spec(Config.from_dict(state["config"])))
+        cfg = Config.from_dict(state["config"])
+        announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
+        env = make_env(env_spec(cfg))
         try:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         finally:

@@ -307,7 +307,8 @@ class Algorithm:
     @classmethod
     def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: Optional[dict[str, Any]] = None,
              print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> "Algorithm":
-        """sb3's ``load`` of an sb3 zip (sb3's own included), or of a ppo_dict model file or checkpoint."""
+        """sb3's ``load`` of an sb3 zip (sb3's own included), or of a ppo_dict model file or checkpoint. The zip's
+        pickled values are not unpickled (rebuilt from their JSON, or refused by name) unless ``trust_pickles=True``."""
         from ppo_dict.api.files import load
 
         return load(cls, path, env, device, custom_objects, print_system_info, force_reset, **kwargs)

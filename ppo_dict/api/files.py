@@ -3,7 +3,9 @@
 * ``save(path)``: the zip an sb3 model of the same settings would write, with this model's
   parameters, Adam state and counters: ``stable_baselines3.PPO.load`` (sb3-contrib's
   ``MaskablePPO.load``) opens it with equal parameters.
-* ``load(path, env)``: an sb3 zip (sb3's own included) is loaded as sb3's ``load`` does it: the
+* ``load(path, env)``: an sb3 zip (sb3's own included) is read without unpickling its ``data`` entry
+  (``ppo_dict.interop.sb3_zip``; ``trust_pickles=True`` unpickles it as sb3 does, after one warning
+  line), then loaded as sb3's ``load`` does it: the
   saved settings (``kwargs`` override them), ``_setup_model`` with the saved seed (which seeds the
   RNGs and the envs' next reset, as sb3's does), then the parameters, Adam's state, the counters,
   and a new gSDE exploration matrix; so ``learn`` continues as after sb3's ``load``, bit for bit.
@@ -21,7 +23,6 @@ import zipfile
 from collections import deque
 from typing import Any, Optional
 
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
@@ -31,6 +32,8 @@ from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
+from ppo_dict.interop.schedules import is_schedule_text, zip_schedule
+from ppo_dict.interop.sb3_zip import Unrebuilt, class_name, read_zip, refuse_unrebuilt, trust_warning
 from ppo_dict.run.checkpoint import restore
 
 
@@ -87,24 +90,29 @@ def is_sb3_zip(path: Any) -> bool:
 
 
 def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[dict[str, Any]], print_system_info: bool,
-         force_reset: bool, **kwargs: Any) -> Algorithm:
+         force_reset: bool, trust_pickles: bool = False, **kwargs: Any) -> Algorithm:
     """See the module doc; ``cls``: the algorithm class loading."""
     path = zip_path(path)
     if isinstance(path, (str, os.PathLike)) and os.path.exists(path) and not is_sb3_zip(path):
         return load_ppo_dict_file(cls, str(path), env, device, **kwargs)
-    data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
+    if trust_pickles:
+        trust_warning([path if isinstance(path, (str, os.PathLike)) else "the zip given"])
+    data, params = read_zip(path, trust_pickles, device, custom_objects, print_system_info)
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
-    policy_kwargs = dict(data.get("policy_kwargs") or {})
+    alias = policy_alias(cls, path, data.get("policy_class"))  # another algorithm's zip is named as such, not as unpickled
+    names = cls.spec.signature().parameters
+    needed = [k for k in ("observation_space", "action_space", "policy_kwargs", *names) if k not in kwargs]
+    refuse_unrebuilt(path, data, needed, "Pass its value to load (as a keyword argument, or in custom_objects). ")
+    stored = data.get("policy_kwargs")
+    policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
     policy_kwargs.pop("device", None)
     if isinstance(policy_kwargs.get("net_arch"), list) and policy_kwargs["net_arch"] and isinstance(policy_kwargs["net_arch"][0], dict):
         policy_kwargs["net_arch"] = policy_kwargs["net_arch"][0]  # sb3's backward compatibility
     if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != policy_kwargs:
         raise ValueError(f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
                          f"specified kwargs: {kwargs['policy_kwargs']}")
-    alias = policy_alias(cls, path, data["policy_class"])
-    names = cls.spec.signature().parameters
-    arguments = {k: v for k, v in data.items() if k in names and k not in NOT_SAVED}
+    arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED}
     arguments.update(policy_kwargs=policy_kwargs, **kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])
@@ -120,9 +128,15 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     return model
 
 
+def schedule(value: Any) -> Any:
+    """A zip's value as sb3's constructor takes it: rl-zoo's ``lin_<x>`` (a schedule rebuilt from its JSON) as
+    rl-zoo's ``SimpleLinearSchedule`` (which a zip saved again describes too); any other value as it is."""
+    return zip_schedule(value) if is_schedule_text(value) else value
+
+
 def policy_alias(cls: type, path: Any, policy_class: Any) -> str:
     """The alias of a zip's policy class, or a CheckpointError naming what the zip holds."""
-    name, module = getattr(policy_class, "__name__", repr(policy_class)), getattr(policy_class, "__module__", "?")
+    module, name = class_name(policy_class)
     if name in cls.spec.policy_classes and module.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
         return cls.spec.policy_classes[name]
     raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load takes a zip "
@@ -141,7 +155,8 @@ def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
     model.trainer.n_updates = int(data.get("_n_updates", 0))
     for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer), ("ep_success_buffer", model.trainer.episodes.success_buffer)):
         target.clear()
-        target.extend(data.get(name) or ())
+        if not isinstance(data.get(name), Unrebuilt):  # not unpickled: the episodes start afresh, as after learn()'s reset
+            target.extend(data.get(name) or ())
 
 
 def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: Any) -> Algorithm:

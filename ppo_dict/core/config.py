@@ -153,6 +153,7 @@ class Config:
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run", range=(1, inf))
     resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file; auto: from --run_dir if it holds a checkpoint, else start fresh (requeued jobs)", none_or(str), "run")
     trained_agent: Optional[str] = _opt(None, "start from an sb3 PPO zip (rl-zoo's --trained-agent): its policy, Adam state and, with vecnormalize.pkl where rl-zoo puts it, its normalisation statistics; counters start at 0, as in rl-zoo", none_or(str), "run")
+    trust_pickles: bool = _opt(False, "unpickle the --trained_agent zip's pickled values and its vecnormalize.pkl as sb3 does, which runs any code they name (only for files you trust); without it they are read as data, and what cannot be is refused by name. Read from the command line only, never from a file", parse_bool, "run")
     plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")
     tensorboard_log: Optional[str] = _opt(None, "write TensorBoard event files under DIR/PPO_<n> (as sb3's tensorboard_log)", none_or(str), "run")
 

@@ -11,7 +11,8 @@ from gymnasium import spaces
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.core.files import atomic_write
-from ppo_dict.core.parse import make_schedule
+from ppo_dict.interop.schedules import zip_schedule
+from ppo_dict.interop.vecnormalize import STATISTICS_FILES, write_npz
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -34,14 +35,14 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     policy_kwargs = {k: v for k, v in policy_settings(cfg).items() if v is not None}
     policy_kwargs["activation_fn"] = ACTIVATION_CLASSES[cfg.activation_fn]
     return dict(
-        learning_rate=make_schedule(cfg.learning_rate),
+        learning_rate=zip_schedule(cfg.learning_rate),
         n_steps=cfg.n_steps,
         batch_size=cfg.minibatch_size,
         n_epochs=cfg.n_epochs,
         gamma=cfg.gamma,
         gae_lambda=cfg.gae_lambda,
-        clip_range=make_schedule(cfg.clip_range),
-        clip_range_vf=None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf),
+        clip_range=zip_schedule(cfg.clip_range),
+        clip_range_vf=None if cfg.clip_range_vf is None else zip_schedule(cfg.clip_range_vf),
         normalize_advantage=cfg.normalize_advantage,
         ent_coef=cfg.ent_coef,
         vf_coef=cfg.vf_coef,
@@ -124,7 +125,8 @@ def vecnormalize_path(zip_path: str) -> str:
 
 
 def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
-    """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does.
+    """Pickle a real sb3 ``VecNormalize`` holding our statistics, as ``VecNormalize.save`` does, and write them
+    beside it as ``vecnormalize.npz`` (``ppo_dict.interop.vecnormalize``), which ppo_dict reads without a pickle.
 
     ``VecNormalize.load(path, venv)`` (and so rl-zoo's ``enjoy``) restores it; its ``obs_rms``
     (a ``RunningMeanStd``, or a dict of them for Dict observations) equals ours exactly.
@@ -159,6 +161,7 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
         vec_normalize.obs_rms = to_sb3(norm.obs_rms[OBS_KEY])
     vec_normalize.ret_rms = to_sb3(norm.ret_rms)
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
+    write_npz(os.path.join(os.path.dirname(path), STATISTICS_FILES[0]), norm, list(norm.obs_rms))  # the same, read with no pickle
     atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
         f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
         mode="w")

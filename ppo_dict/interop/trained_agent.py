@@ -15,17 +15,16 @@ the same, so that the two continue bit for bit (``tests/parity/test_trained_agen
 * with a ``vecnormalize.pkl``, its statistics and settings (its ``norm_obs``, ``gamma``, ...)
   replace ``--normalize``'s, as ``VecNormalize.load`` replaces the entry's ``normalize``.
 
-Reading the zip and the pickle needs stable-baselines3 (the ``zoo`` or ``test`` extra), and
-unpickles what they hold, as sb3 and rl-zoo do: open only files you trust.
+Reading the zip needs stable-baselines3 (the ``zoo`` or ``test`` extra). Nothing in the zip or the
+pickle is unpickled (``ppo_dict.interop.sb3_zip``, ``ppo_dict.interop.vecnormalize``) unless
+``--trust_pickles`` says so: then both are read as sb3 and rl-zoo read them, after one warning line.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
@@ -34,8 +33,10 @@ from gymnasium import spaces
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.data.storage import OBS_KEY
 from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
+from ppo_dict.interop.sb3_zip import class_name, gymnasium_unpatched, read_zip, refuse_unrebuilt, trust_warning  # noqa: F401
+from ppo_dict.interop.schedules import is_schedule_text
+from ppo_dict.interop.vecnormalize import read_statistics, statistics_candidates
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -84,10 +85,13 @@ class TrainedAgent:
 
 
 def schedule_value(value: Any) -> Any:
-    """A saved schedule as a Config value: a float, ``lin_<x>`` for rl-zoo's ``SimpleLinearSchedule``,
-    or None when ppo_dict has no schedule with the same arithmetic (sb3's ``LinearSchedule``, a lambda)."""
+    """A saved schedule as a Config value: a float, ``lin_<x>`` for rl-zoo's ``SimpleLinearSchedule`` (as
+    ``ppo_dict.interop.sb3_zip`` rebuilds it, or the object itself), or None when ppo_dict has no schedule
+    with the same arithmetic (sb3's ``LinearSchedule``, a lambda, a schedule not unpickled)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if is_schedule_text(value):
+        return value
     name = type(value).__name__
     if name == "FloatSchedule":  # sb3 wraps every schedule in one: float(inner(progress))
         return schedule_value(value.value_schedule)
@@ -99,45 +103,27 @@ def schedule_value(value: Any) -> Any:
 
 
 def vecnormalize_candidates(zip_path: str, env: str) -> list[str]:
-    """Where the statistics may lie: rl-zoo's ``<zip folder>/<env id>/vecnormalize.pkl``, then
-    ``<zip without .zip>/vecnormalize.pkl`` (ppo_dict's ``--export_sb3``; the same path when the
-    zip is named after the env, as rl-zoo names it)."""
+    """Where the statistics may lie: rl-zoo's ``<zip folder>/<env id>/``, then ``<zip without .zip>/``
+    (ppo_dict's ``--export_sb3``; the same folder when the zip is named after the env, as rl-zoo names
+    it); in each, ppo_dict's ``vecnormalize.npz`` before sb3's ``vecnormalize.pkl``."""
     env_id = env[len(GYM_PREFIX):] if env.startswith(GYM_PREFIX) else env
-    paths = [os.path.join(os.path.dirname(zip_path), env_id, "vecnormalize.pkl"), os.path.join(zip_path[: -len(".zip")], "vecnormalize.pkl")]
-    return list(dict.fromkeys(os.path.normpath(p) for p in paths))
+    folders = [os.path.join(os.path.dirname(zip_path), env_id), zip_path[: -len(".zip")]]
+    return statistics_candidates(list(dict.fromkeys(os.path.normpath(p) for p in folders)))
 
 
-@contextlib.contextmanager
-def gymnasium_unpatched() -> Iterator[None]:
-    """Undo, on leaving, what importing rl_zoo3 does to gymnasium: ``rl_zoo3.gym_patches`` replaces
-    ``TimeLimit`` process-wide. A zip written by rl-zoo holds its schedules by reference
-    (``rl_zoo3.utils.SimpleLinearSchedule``), so reading one imports rl_zoo3."""
-    import gymnasium
-
-    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration) if m is not None]
-    saved = [vars(m).get("TimeLimit") for m in modules]  # None: the module had no such name
+def _load_zip(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
-        yield
-    finally:
-        for module, value in zip(modules, saved):
-            if value is not None:
-                module.TimeLimit = value
-            elif "TimeLimit" in vars(module):
-                del module.TimeLimit
-
-
-def _load_zip(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    try:
-        from stable_baselines3.common.save_util import load_from_zip_file
+        import stable_baselines3  # noqa: F401  (reads the parameters)
     except ImportError as exc:
         raise CheckpointError(f"--trained_agent {path}: reading an sb3 zip needs stable-baselines3 "
                               "(pip install stable-baselines3==2.9.2, or ppo_dict's zoo extra)") from exc
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a zip file (an sb3 model is the .zip PPO.save writes)")
     try:
-        with gymnasium_unpatched():
-            data, params, _ = load_from_zip_file(path, device="cpu")
-    except Exception as exc:  # not a zip, truncated, an unpicklable object...
+        data, params = read_zip(path, trust_pickles)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # truncated, a bad parameter file, with --trust_pickles an unpicklable object...
         raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
@@ -146,8 +132,7 @@ def _load_zip(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> None:
     """Refuse a zip of another algorithm, or of a PPO ppo_dict does not implement, naming what it is."""
-    policy_class = data.get("policy_class")
-    module, name = getattr(policy_class, "__module__", "?"), getattr(policy_class, "__name__", repr(policy_class))
+    module, name = class_name(data.get("policy_class"))
     if name not in POLICY_MODULES.get(module, ()):
         algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
         raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
@@ -156,6 +141,7 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     if missing or "policy.optimizer" not in params:
         raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
                               "(an A2C zip has the same policy class)")
+    refuse_unrebuilt(path, data, ("policy_class", "observation_space", "action_space", "policy_kwargs"))
 
 
 def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Space) -> dict[str, Any]:
@@ -211,48 +197,29 @@ def saved_values(data: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def read_vecnormalize(path: str, observation_space: spaces.Space) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...], list[str]]:
-    """``(pinned normalisation settings, Normalizer state, normalised keys, notes)`` from an sb3 ``VecNormalize`` pickle."""
-    try:
-        with open(path, "rb") as f:
-            vec_normalize = pickle.load(f)
-    except Exception as exc:
-        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {type(exc).__name__}: {exc}") from exc
-    if type(vec_normalize).__name__ != "VecNormalize":
-        raise CheckpointError(f"{path}: holds a {type(vec_normalize).__name__}, not an sb3 VecNormalize")
-
-    def rms(r: Any) -> dict[str, Any]:
-        return {"mean": np.asarray(r.mean, np.float64).copy(), "var": np.asarray(r.var, np.float64).copy(), "count": float(r.count)}
-
-    obs_rms = vec_normalize.obs_rms
-    obs = {key: rms(r) for key, r in obs_rms.items()} if isinstance(obs_rms, dict) else {OBS_KEY: rms(obs_rms)}
-    pinned = {"normalize": True, "norm_obs": bool(vec_normalize.norm_obs), "norm_reward": bool(vec_normalize.norm_reward),
-              "clip_obs": float(vec_normalize.clip_obs), "clip_reward": float(vec_normalize.clip_reward),
-              "norm_gamma": float(vec_normalize.gamma), "norm_epsilon": float(vec_normalize.epsilon)}
-    notes = [] if vec_normalize.training else [
-        f"note: {path} was saved with training=False (an evaluation env's): ppo_dict updates the statistics while "
-        "training, as a training env's VecNormalize does; sb3 would keep them frozen"]
-    return pinned, {"obs_rms": obs, "ret_rms": rms(vec_normalize.ret_rms), "returns": np.zeros(0)}, tuple(obs), notes
-
-
-def read_trained_agent(path: str, env: str) -> TrainedAgent:
+def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> TrainedAgent:
     """Read an sb3 PPO zip (and its ``vecnormalize.pkl``, where rl-zoo puts it) for a run on ``env``.
 
     Raises :class:`CheckpointError` for a file that is not an sb3 PPO zip (another algorithm
-    says which), or one that uses what ppo_dict does not implement (custom extractors).
+    says which), or one that uses what ppo_dict does not implement (custom extractors), or a pickled value
+    that is not rebuilt without ``trust_pickles`` (named).
     """
-    data, params = _load_zip(path)
+    statistics = next((c for c in vecnormalize_candidates(path, env) if os.path.isfile(c)), None)
+    if trust_pickles:
+        trust_warning([path] + ([statistics] if statistics is not None and statistics.endswith(".pkl") else []))
+    data, params = _load_zip(path, trust_pickles)
     check_is_ppo(path, data, params)
     observation_space, action_space = data["observation_space"], data["action_space"]
-    agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
-                         policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
-                         n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
-    for candidate in vecnormalize_candidates(path, env):
-        if os.path.isfile(candidate):
-            pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_vecnormalize(candidate, observation_space)
-            agent.pinned.update(pinned)
-            agent.vecnormalize = candidate
-            break
+    try:  # the data entry's plain values are the file's, not sb3's: a wrong type is the file's fault
+        agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
+                             policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
+                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {type(exc).__name__}: {exc}") from None
+    if statistics is not None:
+        pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_statistics(statistics, trust_pickles)
+        agent.pinned.update(pinned)
+        agent.vecnormalize = statistics
     return agent
 
 

@@ -1,0 +1,340 @@
+"""An sb3 zip read as data: its ``data`` entry without unpickling, its parameters with torch's weights-only loading.
+
+sb3 writes ``data`` as JSON (``stable_baselines3.common.save_util.data_to_json``): a value JSON holds is
+written as itself, any other as ``{":type:": str(type(value)), ":serialized:": base64 of its cloudpickle,
+and its first-level attributes (a dict's items), each as itself where JSON holds it, else as its str}``.
+sb3's ``load`` unpickles every ``:serialized:`` value, and a pickle runs whatever code it names. Here none
+is unpickled: each is rebuilt from the JSON beside it,
+
+* a gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, a Dict of them) from its attributes: a
+  Box's bounds as numpy printed them (8 decimals; an array numpy summarised with ``...`` is not rebuilt);
+* a schedule (sb3's ``FloatSchedule`` of a ``ConstantSchedule``, rl-zoo's ``SimpleLinearSchedule``) as a
+  float or rl-zoo's ``lin_<initial>``, the values a config holds;
+* a class (the policy, the rollout buffer, ``policy_kwargs``' activation, optimizer and extractor) by
+  module and name, only from :data:`ALLOWED_CLASSES`;
+* ``policy_kwargs`` from its items (plain values and allowed classes),
+
+or kept as an :class:`Unrebuilt` marker, which whoever needs that key refuses, naming it
+(:func:`refuse_unrebuilt`); a key nobody reads (the last observation, the episode buffers) stays a marker.
+``trust_pickles`` reads the zip as sb3 does (its ``load_from_zip_file``), after the caller's one warning line
+(:func:`trust_warning`).
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import io
+import json
+import math
+import os
+import re
+import sys
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+from gymnasium import spaces
+
+from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.core.errors import CheckpointError
+
+SERIALIZED, TYPE = ":serialized:", ":type:"
+#: the classes a zip may name, by module: sb3's and sb3-contrib's PPO policies and rollout buffers, and
+#: what their ``policy_kwargs`` take (torch's activations, Adam, sb3's default features extractors)
+ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
+    "stable_baselines3.common.policies": ("ActorCriticPolicy", "ActorCriticCnnPolicy", "MultiInputActorCriticPolicy"),
+    "sb3_contrib.common.maskable.policies": ("MaskableActorCriticPolicy", "MaskableActorCriticCnnPolicy", "MaskableMultiInputActorCriticPolicy"),
+    "sb3_contrib.common.recurrent.policies": ("RecurrentActorCriticPolicy", "RecurrentActorCriticCnnPolicy",
+                                              "RecurrentMultiInputActorCriticPolicy"),
+    "stable_baselines3.common.buffers": ("RolloutBuffer", "DictRolloutBuffer"),
+    "sb3_contrib.common.maskable.buffers": ("MaskableRolloutBuffer", "MaskableDictRolloutBuffer"),
+    "stable_baselines3.common.torch_layers": ("FlattenExtractor", "NatureCNN", "CombinedExtractor"),
+    "torch.nn.modules.activation": tuple(cls.__name__ for cls in ACTIVATION_CLASSES.values()),
+    "torch.optim.adam": ("Adam",),
+}
+#: what ``str(type(cls))`` is for a class
+CLASS_TYPES = ("type", "abc.ABCMeta")
+SPACE_MODULES = ("gymnasium.spaces.", "gym.spaces.")
+#: the most values a rebuilt Box's bounds may hold (a 1000 x 1000 x 3 image has 3e6): a file's shape is not allocated blindly
+MAX_BOX_VALUES = 10**7  # sb3 < 2 saved gym's spaces, which sb3 >= 2 converts
+
+
+@dataclass(frozen=True)
+class Unrebuilt:
+    """A ``:serialized:`` value of key ``key`` that is not unpickled and that its JSON does not describe
+    (``type``: the type sb3 wrote; ``name``: the class it is, for a class; ``why``: what was missing)."""
+
+    key: str
+    type: str
+    why: str
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return f"<{self.key}: a pickled {self.name or self.type}, not unpickled>"
+
+
+class NotRebuildable(ValueError):
+    """The JSON beside a pickled value does not describe it well enough to rebuild it."""
+
+
+@contextlib.contextmanager
+def gymnasium_unpatched() -> Iterator[None]:
+    """Undo, on leaving, what importing rl_zoo3 does to gymnasium: ``rl_zoo3.gym_patches`` replaces
+    ``TimeLimit`` process-wide. A zip written by rl-zoo holds its schedules by reference
+    (``rl_zoo3.utils.SimpleLinearSchedule``), so unpickling one (``trust_pickles``) imports rl_zoo3."""
+    import gymnasium
+
+    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration) if m is not None]
+    saved = [vars(m).get("TimeLimit") for m in modules]  # None: the module had no such name
+    try:
+        yield
+    finally:
+        for module, value in zip(modules, saved):
+            if value is not None:
+                module.TimeLimit = value
+            elif "TimeLimit" in vars(module):
+                del module.TimeLimit
+
+
+def trust_warning(paths: Iterable[str]) -> None:
+    """The one line ``--trust_pickles`` prints before the files are unpickled."""
+    print(f"warning: --trust_pickles: unpickling {', '.join(map(str, paths))} as sb3 does, which runs any code a pickle names: "
+          "only for files you trust", file=sys.stderr, flush=True)
+
+
+def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom_objects: Optional[dict[str, Any]] = None,
+             print_system_info: bool = False) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
+    """``(data, params)`` of an sb3 zip (a path or a binary file): ``data`` as :func:`data_from_json` reads it
+    (None without a ``data`` entry); ``params`` (state dicts) with torch's weights-only loading, as sb3 does.
+    ``custom_objects`` replace the values of their keys, unread, as in sb3's ``load``."""
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    if not isinstance(path, (str, os.PathLike)):
+        path = io.BytesIO(path.read())  # read twice: the entries, then the parameters
+    if trust_pickles:  # the caller has said so (trust_warning)
+        with gymnasium_unpatched():
+            data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
+        return data, params
+    try:
+        with zipfile.ZipFile(path) as archive:
+            text = archive.read("data").decode() if "data" in archive.namelist() else None
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(path, (str, os.PathLike)):
+        path.seek(0)
+    _, params, _ = load_from_zip_file(path, load_data=False, device=device, print_system_info=print_system_info)
+    return (None if text is None else data_from_json(text, path, custom_objects)), params
+
+
+def data_from_json(text: str, path: Any = "the zip", custom_objects: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """sb3's ``json_to_data`` without unpickling: plain values as they are, each pickled one rebuilt or an :class:`Unrebuilt`."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{path}: its data entry is not JSON ({type(exc).__name__}: {exc})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: its data entry is not a JSON object")
+    data = {}
+    for key, value in raw.items():
+        if custom_objects is not None and key in custom_objects:
+            data[key] = custom_objects[key]
+        elif isinstance(value, dict) and SERIALIZED in value:
+            data[key] = rebuild(key, value)
+        else:
+            data[key] = value
+    return data
+
+
+def refuse_unrebuilt(path: Any, data: dict[str, Any], keys: Iterable[str], what: str = "") -> None:
+    """Raise :class:`CheckpointError` naming every one of ``keys`` whose value was not rebuilt."""
+    missing = [data[k] for k in keys if isinstance(data.get(k), Unrebuilt)]
+    if missing:
+        listed = "; ".join(f"{m.key!r} (a pickled {m.name or m.type}: {m.why})" for m in missing)
+        raise CheckpointError(f"{path}: not unpickled, as pickles run code: {listed}. {what}If you trust the file, "
+                              "pass --trust_pickles (trust_pickles=True to load), which unpickles it as sb3 does")
+
+
+def type_name(text: Any) -> str:
+    """``"gymnasium.spaces.box.Box"`` from sb3's ``":type:"`` text ``"<class 'gymnasium.spaces.box.Box'>"``."""
+    match = re.fullmatch(r"<class '([\w.]+)'>", str(text))
+    return match.group(1) if match else str(text)
+
+
+def class_name(value: Any) -> tuple[str, str]:
+    """``(module, name)`` of a class, or of the class an :class:`Unrebuilt` marker stands for."""
+    if isinstance(value, Unrebuilt):
+        module, _, name = value.name.rpartition(".")
+        return module or "?", name or repr(value)
+    return getattr(value, "__module__", "?"), getattr(value, "__name__", repr(value))
+
+
+def rebuild(key: str, value: dict[str, Any]) -> Any:
+    """The value ``value`` (sb3's JSON of a pickled one) stands for, or an :class:`Unrebuilt` marker."""
+    kind = type_name(value.get(TYPE))
+    attrs = {k: v for k, v in value.items() if k not in (TYPE, SERIALIZED)}
+    name = ""
+    try:
+        if kind in CLASS_TYPES:
+            name = described_class(attrs)
+            return allowed_class(name)
+        if kind.startswith(SPACE_MODULES):
+            return space_from_attrs(kind.rpartition(".")[2], attrs)
+        if kind in SCHEDULES:
+            return SCHEDULES[kind](attrs)
+        if kind == "dict":
+            return {k: item_value(k, v) for k, v in attrs.items()}
+        raise NotRebuildable("its JSON does not describe it")
+    except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
+        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name)
+
+
+def described_class(attrs: dict[str, Any]) -> str:
+    """``module.Name`` of a class from its JSON: ``__module__``, and the name its methods' texts give
+    (``"<function ActorCriticPolicy.forward at 0x...>"``)."""
+    names = {m.group(1) for v in attrs.values() if isinstance(v, str) for m in [re.search(r"<function (\w+)\.\w+ at 0x", v)] if m}
+    if len(names) != 1 or not isinstance(attrs.get("__module__"), str):
+        raise NotRebuildable("its JSON does not name one class")
+    return f"{attrs['__module__']}.{names.pop()}"
+
+
+def allowed_class(name: str) -> type:
+    """The class ``module.Name`` from :data:`ALLOWED_CLASSES` (imported from its installed package), else NotRebuildable."""
+    module, _, attr = name.rpartition(".")
+    if attr not in ALLOWED_CLASSES.get(module, ()):
+        raise NotRebuildable(f"{name} is not a class ppo_dict rebuilds (sb3's and sb3-contrib's PPO policies and buffers, "
+                             "torch's activations, Adam, sb3's default features extractors)")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise NotRebuildable(f"{name} needs {module.split('.')[0]}, not installed here ({exc})") from exc
+
+
+def item_value(key: str, value: Any) -> Any:
+    """One item of a pickled dict (``policy_kwargs``): a plain value, or an allowed class from its ``<class '...'>`` text."""
+    if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
+        match = re.fullmatch(r"<class '([\w.]+)'>", value)
+        if match is None:
+            raise NotRebuildable(f"{key}: {value} is not a value ppo_dict rebuilds")
+        try:
+            return allowed_class(match.group(1))
+        except NotRebuildable as exc:
+            raise NotRebuildable(f"{key}: {exc}") from None
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+def _schedule_text(text: Any) -> Any:
+    """A schedule's value from its repr: ``ConstantSchedule(val=x)`` -> x, ``SimpleLinearSchedule(initial_value=x)``
+    -> ``lin_x``, ``FloatSchedule(...)`` -> its inner one's."""
+    text = str(text).strip()
+    for pattern, value in ((r"FloatSchedule\((.*)\)", _schedule_text), (r"ConstantSchedule\(val=([^()]*)\)", float),
+                           (r"SimpleLinearSchedule\(initial_value=([^()]*)\)", lambda x: f"lin_{float(x)!r}")):
+        match = re.fullmatch(pattern, text)
+        if match:
+            return value(match.group(1))
+    raise NotRebuildable(f"the schedule {text[:80]!r} is not a constant or rl-zoo's linear schedule")
+
+
+SCHEDULES = {
+    "stable_baselines3.common.utils.FloatSchedule": lambda a: _schedule_text(a["value_schedule"]),
+    "stable_baselines3.common.utils.ConstantSchedule": lambda a: float(a["val"]),
+    "rl_zoo3.utils.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",
+    "ppo_dict.interop.schedules.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",  # what ppo_dict writes
+}
+
+
+# ---------------------------------------------------------------------------------------------- spaces
+def parse_array(text: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An array of ``shape`` from numpy's printed form (``"[-4.8 -inf 0.4188]"``, or one value for all)."""
+    text = str(text)
+    if math.prod(shape) > MAX_BOX_VALUES:
+        raise NotRebuildable(f"a Box of shape {shape} is over {MAX_BOX_VALUES:.0e} values")
+    if "..." in text:
+        raise NotRebuildable("numpy printed its bounds summarised ('...')")
+    if dtype.kind == "b":
+        values = np.array([t == "True" for t in re.findall(r"True|False", text)], dtype)
+    else:
+        tokens = re.findall(r"[-+]?(?:inf|nan|\d+\.?\d*(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?)", text)
+        values = np.array([int(t) for t in tokens] if dtype.kind in "iu" else [float(t) for t in tokens]).astype(dtype)
+    if values.size == 1:
+        return np.full(shape, values.reshape(()), dtype)
+    if values.size != math.prod(shape):
+        raise NotRebuildable(f"{values.size} values printed for the shape {shape}")
+    return values.reshape(shape)
+
+
+def numeric_dtype(name: Any) -> np.dtype:
+    dtype = np.dtype(str(name))
+    if dtype.kind not in "biuf":
+        raise NotRebuildable(f"dtype {name!r} is not a number type")
+    return dtype
+
+
+def space_from_attrs(kind: str, attrs: dict[str, Any]) -> spaces.Space:
+    """A space from the attributes sb3's JSON lists (``dtype``, ``_shape``, ``low``, ``n``, ``nvec``, ``spaces``...)."""
+    if kind == "Box":
+        dtype, shape = numeric_dtype(attrs["dtype"]), tuple(int(n) for n in attrs["_shape"])
+        return spaces.Box(parse_array(attrs["low"], shape, dtype), parse_array(attrs["high"], shape, dtype), shape, dtype)
+    if kind == "Discrete":
+        return spaces.Discrete(int(attrs["n"]), start=int(attrs.get("start", 0)))
+    if kind == "MultiDiscrete":
+        nvec = [int(t) for t in re.findall(r"-?\d+", str(attrs["nvec"]))]
+        shape = tuple(int(n) for n in attrs.get("_shape", [len(nvec)]))
+        start = parse_array(attrs.get("start", "0"), shape, np.dtype(np.int64))
+        return spaces.MultiDiscrete(np.array(nvec, np.int64).reshape(shape), start=start)
+    if kind == "MultiBinary":
+        n = [int(t) for t in re.findall(r"\d+", str(attrs["n"]))]
+        return spaces.MultiBinary(n[0] if len(n) == 1 else n)
+    if kind == "Dict":
+        return spaces.Dict(dict_from_repr(str(attrs["spaces"])))
+    raise NotRebuildable(f"a {kind} space is not rebuilt (Box, Discrete, MultiDiscrete, MultiBinary, Dict are)")
+
+
+def split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return parts + [text[start:].strip()] if text.strip() else parts
+
+
+def space_from_repr(text: str) -> spaces.Space:
+    """A space from gymnasium's repr (``Box(0, 255, (1, 64, 64), uint8)``, ``Discrete(4, start=1)``...), as a
+    Dict's JSON lists its spaces."""
+    match = re.fullmatch(r"(\w+)\((.*)\)", text.strip(), re.S)
+    if match is None:
+        raise NotRebuildable(f"{text[:80]!r} is not a space's repr")
+    kind, args = match.group(1), split_top(match.group(2))
+    keywords = {a.partition("=")[0]: a.partition("=")[2] for a in args if re.match(r"\w+=", a)}
+    args = [a for a in args if not re.match(r"\w+=", a)]
+    if kind == "Box" and len(args) == 4:
+        shape = tuple(ast.literal_eval(args[2]))
+        return space_from_attrs("Box", {"dtype": args[3], "_shape": shape, "low": args[0], "high": args[1]})
+    if kind == "Discrete" and len(args) == 1:
+        return spaces.Discrete(int(args[0]), start=int(keywords.get("start", 0)))
+    if kind == "MultiDiscrete" and len(args) == 1:
+        nvec = [int(t) for t in re.findall(r"-?\d+", args[0])]
+        return space_from_attrs("MultiDiscrete", {"nvec": args[0], "_shape": [len(nvec)], "start": keywords.get("start", "0")})
+    if kind == "MultiBinary" and len(args) == 1:
+        return space_from_attrs("MultiBinary", {"n": args[0]})
+    raise NotRebuildable(f"{text[:80]!r}: a {kind} space inside a Dict is not rebuilt (Box, Discrete, MultiDiscrete, MultiBinary are)")
+
+
+def dict_from_repr(text: str) -> dict[str, spaces.Space]:
+    """``{key: space}`` from the text of a Dict space's ``spaces`` (``"{'img': Box(...), 'vec': Box(...)}"``)."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise NotRebuildable("its spaces are not listed as a dict")
+    found = {}
+    for item in split_top(text[1:-1]):
+        match = re.fullmatch(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*:\s*(.*)""", item, re.S)
+        if match is None:
+            raise NotRebuildable(f"{item[:80]!r} is not a key and its space")
+        found[ast.literal_eval(match.group(1))] = space_from_repr(match.group(2))
+    return found
+
