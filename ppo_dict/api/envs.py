@@ -177,9 +177,11 @@ def make_vec_env(env_id: Any, n_envs: int = 1, seed: Optional[int] = None, start
                  monitor_kwargs: Optional[dict[str, Any]] = None, wrapper_kwargs: Optional[dict[str, Any]] = None) -> VecEnv:
     """sb3's ``make_vec_env`` (the same arguments, envs and seeds), whose default vec env is a
     :class:`~ppo_dict.vec.shm_vec_env.ShmVecEnv` that starts its workers on first use: given to
-    ``ppo_dict.PPO``, its envs run in the trainer's own pool and no other process is started."""
+    ``ppo_dict.PPO``, its envs run in the trainer's own pool and no other process is started. Used on
+    its own (an evaluation env), its workers never import the main module and one env steps in this
+    process (``in_place_of_dummy``: it stands where sb3's ``DummyVecEnv`` would)."""
     if vec_env_cls is None:
-        vec_env_cls, vec_env_kwargs = ShmVecEnv, {"start": False, **(vec_env_kwargs or {})}
+        vec_env_cls, vec_env_kwargs = ShmVecEnv, {"start": False, "in_place_of_dummy": True, **(vec_env_kwargs or {})}
     make = GymMake(env_id) if isinstance(env_id, str) else env_id  # sb3's gym.make, its registration carried to the workers
     return sb3_make_vec_env(make, n_envs, seed, start_index, monitor_dir, wrapper_class, env_kwargs, vec_env_cls, vec_env_kwargs,
                             monitor_kwargs, wrapper_kwargs)
