@@ -186,3 +186,23 @@ def test_what_is_not_a_class_of_the_right_kind_is_refused() -> None:
         "must be a features extractor class (sb3's BaseFeaturesExtractor)", "must be a torch optimizer class (torch.optim.Adam, "
         "torch.optim.RMSprop, ...)", "must be a dict of keyword arguments, or None"]
     assert np.all([p.startswith("policy_kwargs ") for p in raised.value.problems])
+
+
+def test_a_zip_of_a_custom_network_loads_and_continues_as_after_sb3s_load(tmp_path) -> None:
+    """sb3's zip of a model with an extractor of its own, separate extractors and RMSprop, loaded with another env size."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from tests.parity.sides import assert_same_value
+
+    model = SB3PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=1, verbose=0,
+                   policy_kwargs=dict(features_extractor_class=TwoLayers, optimizer_class=torch.optim.RMSprop, share_features_extractor=False))
+    model.learn(64)
+    model.save(os.path.join(tmp_path, "custom"))
+    results = []
+    for cls in (SB3PPO, ppo_dict.PPO):
+        loaded = cls.load(os.path.join(tmp_path, "custom"), env=make_vec_env("CartPole-v1", n_envs=2, seed=3))
+        loaded.learn(128, reset_num_timesteps=False)
+        results.append(({k: v.clone() for k, v in loaded.policy.state_dict().items()}, loaded.policy.optimizer.state_dict()["state"]))
+        assert isinstance(loaded.policy.optimizer, torch.optim.RMSprop)
+    assert_same_value(results[0], results[1], "sb3's load + learn against ppo_dict's")
