@@ -12,12 +12,12 @@ from tests.system_parts import needs
 
 
 def test_every_bad_setting_is_listed_at_once() -> None:
-    cfg = Config(n_epochs=0, clip_range=-0.2, gamma=1.5, learning_rate=0.0, ent_coef=float("nan"), batch_size=1,
+    cfg = Config(n_epochs=0, clip_range=-0.2, gamma=1.5, learning_rate=-0.1, ent_coef=float("nan"), batch_size=1,
                  n_steps=1, n_envs=1, num_workers=0, env="gym_Hoper-v5", model="resnet")
     with pytest.raises(ConfigError) as exc:
         validate(cfg)
     text = str(exc.value)
-    for expected in ("n_epochs=0: must be in [1, inf]", "clip_range=-0.2", "gamma=1.5: must be in [0.0, 1.0]", "learning_rate=0.0",
+    for expected in ("n_epochs=0: must be in [1, inf]", "clip_range=-0.2", "gamma=1.5: must be in [0.0, 1.0]", "learning_rate=-0.1: must be in [0.0, inf)",
                      "ent_coef=nan", "batch_size=1: must be > 1 when normalize_advantage", "n_steps*n_envs=1", "model='resnet'",
                      "Did you mean: `Hopper`?"):
         assert expected in text, expected

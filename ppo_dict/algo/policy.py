@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
-from ppo_dict.data.distributions import Distribution
+from ppo_dict.data.distributions import Distribution, GSDENoise
 from ppo_dict.data.storage import TensorObs
 from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
 
@@ -83,7 +83,7 @@ def preprocessor(space: spaces.Space, normalize_images: bool) -> Callable[[torch
 class FlattenExtractor(nn.Module):
     def __init__(self, space: spaces.Space):
         super().__init__()
-        self.features_dim = flat_dim(space)
+        self.features_dim = flat_dim(space)  # sb3's get_flattened_obs_dim
         self.flatten = nn.Flatten()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ class FlattenExtractor(nn.Module):
 class NatureCNN(nn.Module):
     """Mnih et al. 2015's CNN on a channel-first image, then ``Linear(n_flatten, features_dim)`` + ReLU."""
 
-    def __init__(self, space: spaces.Box, features_dim: int = 512):
+    def __init__(self, space: spaces.Box, features_dim: int = 512, normalized_image: bool = False):
         super().__init__()
         self.features_dim = features_dim
         n_input_channels = space.shape[0]
@@ -160,6 +160,24 @@ class MlpExtractor(nn.Module):
         return self.value_net(features)
 
 
+def features_extractor(model: str, observation_space: spaces.Space, cls: Optional[type[nn.Module]],
+                       kwargs: Optional[dict[str, Any]]) -> tuple[type[nn.Module], dict[str, Any]]:
+    """``(class, kwargs)`` of a policy's features extractor: ``cls`` as given (sb3's own classes as
+    this module's, which build the same modules), else the model's (``cnn``: NatureCNN; Dict: CombinedExtractor)."""
+    kwargs = dict(kwargs or {})
+    if cls is None:
+        if isinstance(observation_space, spaces.Dict):
+            return CombinedExtractor, kwargs
+        return (NatureCNN, kwargs) if model == "cnn" else (FlattenExtractor, kwargs)
+    if getattr(cls, "__module__", "") == "stable_baselines3.common.torch_layers" and cls.__name__ in SB3_EXTRACTORS:
+        return SB3_EXTRACTORS[cls.__name__], kwargs
+    return cls, kwargs
+
+
+#: sb3's features extractors, by name, and the classes here that build the same modules
+SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtractor, "NatureCNN": NatureCNN, "CombinedExtractor": CombinedExtractor}
+
+
 # ----------------------------------------------------------------------------------------------
 # The actor-critic
 
@@ -175,6 +193,9 @@ class ActorCritic(nn.Module):
             CombinedExtractor for Dict spaces).
         use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
         action_masks: sb3-contrib's ``MaskableActorCriticPolicy`` (its distributions; the passes take masks).
+        features_extractor_class, features_extractor_kwargs: sb3's ``policy_kwargs`` of those names: a
+            class called as sb3 calls it, ``cls(observation_space, **kwargs)`` (a user's ``BaseFeaturesExtractor``);
+            sb3's own ``FlattenExtractor``, ``NatureCNN`` and ``CombinedExtractor`` are this module's (None: the model's).
     """
 
     def __init__(
@@ -192,6 +213,8 @@ class ActorCritic(nn.Module):
         full_std: bool = True,
         use_expln: bool = False,
         action_masks: bool = False,
+        features_extractor_class: Optional[type[nn.Module]] = None,
+        features_extractor_kwargs: Optional[dict[str, Any]] = None,
     ):
         super().__init__()
         problem = ppo_observation_problem(observation_space)
@@ -206,18 +229,16 @@ class ActorCritic(nn.Module):
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
         self.share_features_extractor = share_features_extractor
-        uses_nature_cnn = model == "cnn" and not isinstance(observation_space, spaces.Dict)
+        extractor_class, extractor_kwargs = features_extractor(model, observation_space, features_extractor_class, features_extractor_kwargs)
+        if extractor_class in (NatureCNN, CombinedExtractor) and not normalize_images:  # sb3's ActorCriticPolicy.__init__
+            extractor_kwargs["normalized_image"] = True
         if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
-            net_arch = [] if uses_nature_cnn else dict(pi=[64, 64], vf=[64, 64])
+            net_arch = [] if extractor_class is NatureCNN else dict(pi=[64, 64], vf=[64, 64])
         self.net_arch = net_arch
         act_cls = ACTIVATION_CLASSES[activation_fn]
 
         def make_features_extractor() -> nn.Module:
-            if isinstance(observation_space, spaces.Dict):
-                return CombinedExtractor(observation_space, normalized_image=not normalize_images)
-            if uses_nature_cnn:
-                return NatureCNN(observation_space, features_dim=512)
-            return FlattenExtractor(observation_space)
+            return extractor_class(observation_space, **extractor_kwargs)
 
         # Creation order = torch RNG consumption order (sb3 ActorCriticPolicy.__init__ and _build).
         self.features_extractor = make_features_extractor()
@@ -285,6 +306,14 @@ class ActorCritic(nn.Module):
     @property
     def use_sde(self) -> bool:
         return self.action_spec.gsde is not None
+
+    @property
+    def action_dist(self) -> GSDENoise:
+        """sb3's ``policy.action_dist`` with gSDE, where scripts read it: the exploration noise
+        (``exploration_mat``, ``exploration_matrices``, ``sample_weights``, ``get_std``, ``latent_sde_dim``)."""
+        if self.action_spec.gsde is None:
+            raise AttributeError("policy.action_dist: ppo_dict's policy has sb3's action_dist with gSDE only (use_sde=True)")
+        return self.action_spec.gsde
 
     @torch.no_grad()
     def reset_noise(self, n_envs: int = 1) -> None:

@@ -41,7 +41,8 @@ class PPO:
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
     """
 
-    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None):
+    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
+                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None):
         cfg.check()
         self.cfg, self.pool, self.storage = cfg, pool, pool.storage
         self.n_envs = pool.num_envs
@@ -50,11 +51,12 @@ class PPO:
         self.lr_schedule = make_schedule(cfg.learning_rate)
         self.clip_schedule = make_schedule(cfg.clip_range)
         self.clip_vf_schedule = None if cfg.clip_range_vf is None else make_schedule(cfg.clip_range_vf)
-        if cfg.seed is not None:
+        if cfg.seed is not None and policy is None:
             set_random_seed(cfg.seed, using_cuda=self.device.type == "cuda")
-        self.policy: ActorCritic = build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
+        # a policy and optimizer given (sb3's Python API builds its own) are trained as they are: nothing is seeded or drawn
+        self.policy: ActorCritic = policy if policy is not None else build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
+        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
         self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
         self.num_timesteps = 0
         self.iteration = 0

@@ -203,13 +203,14 @@ class RecurrentActorCritic(ActorCritic):
         return LstmStates((zero(), zero()), (zero(), zero()))
 
 
-def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> ActorCritic:
+def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, **extractor: Any) -> ActorCritic:
     """The policy a :class:`~ppo_dict.core.config.Config` describes (channel-last images seen as [C, H, W]).
     ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
     ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy``, a recurrent model its
-    ``RecurrentActorCriticPolicy``."""
+    ``RecurrentActorCriticPolicy``. ``extractor``: sb3's ``features_extractor_class`` and
+    ``features_extractor_kwargs`` (sb3's Python API; the config has no class)."""
     if cfg.recurrent:
         return RecurrentActorCritic(channel_first_space(observation_space), action_space, model=cfg.model.removesuffix("_lstm"),
-                                    use_sde=cfg.use_sde, **policy_settings(cfg), **cfg.lstm_settings)
+                                    use_sde=cfg.use_sde, **policy_settings(cfg), **cfg.lstm_settings, **extractor)
     return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
-                       action_masks=cfg.action_masks, **policy_settings(cfg))
+                       action_masks=cfg.action_masks, **policy_settings(cfg), **extractor)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import torch
 from gymnasium import spaces
+from torch import nn
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS
@@ -39,8 +40,9 @@ LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_criti
 #: update_threads default to the process's torch thread count (sb3 sets none), n_envs to 1 for an env id
 EXTRAS = ("n_envs", "num_workers", "envs_per_worker", "mp_method", "main_steps_envs", "main_envs", "spin_wait_us", "double_buffer",
           "step_timeout", "torch_threads", "update_threads", "env_kwargs", "gym_packages")
-#: sb3's default features extractor of a policy, by its alias's first word (MlpPolicy, MlpLstmPolicy: FlattenExtractor)
-DEFAULT_EXTRACTORS = {"Mlp": "FlattenExtractor", "Cnn": "NatureCNN", "MultiInput": "CombinedExtractor"}
+#: sb3's policy keyword arguments that are objects: the API builds the policy's features extractor and the optimizer
+#: with them as sb3 does (:func:`built_here`); the config holds no class
+BUILT_HERE = ("features_extractor_class", "features_extractor_kwargs", "optimizer_class", "optimizer_kwargs")
 
 
 def extras_signature() -> list[inspect.Parameter]:
@@ -93,30 +95,55 @@ def policy_values(policy_kwargs: Optional[dict[str, Any]], alias: Optional[str],
             if name == "net_arch" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
                 value = value[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], unwrapped as sb3 unwraps it
             values[name] = value
+        elif name in BUILT_HERE:
+            problem = built_here_problem(name, value)
+            if problem:
+                problems.append(f"policy_kwargs {name}={value!r}: {problem}")
         elif not default_policy_kwarg(name, value, alias):
             why = f"{algorithm}'s policies take no such argument" if name in POLICY_FIELDS + LSTM_FIELDS else "ppo_dict builds sb3's default only"
             problems.append(f"policy_kwargs {name}={value!r}: not supported ({why})")
     return values, problems
 
 
+def built_here_problem(name: str, value: Any) -> str:
+    """What is wrong with one of :data:`BUILT_HERE` (``""``: nothing): a class of the right kind, a dict of keyword arguments."""
+    if name.endswith("_kwargs"):
+        return "" if value is None or isinstance(value, dict) else "must be a dict of keyword arguments, or None"
+    base, what = (nn.Module, "a features extractor class (sb3's BaseFeaturesExtractor)") if name == "features_extractor_class" else \
+        (torch.optim.Optimizer, "a torch optimizer class (torch.optim.Adam, torch.optim.RMSprop, ...)")
+    return "" if isinstance(value, type) and issubclass(value, base) else f"must be {what}"
+
+
+def built_here(policy_kwargs: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The keyword arguments of :data:`BUILT_HERE` given in ``policy_kwargs``."""
+    return {name: value for name, value in dict(policy_kwargs or {}).items() if name in BUILT_HERE}
+
+
+def sb3_policy_alias(policy: Any, policy_classes: dict[str, str]) -> Optional[str]:
+    """The alias of ``policy``: itself for a name, the alias of one of sb3's (sb3-contrib's) own policy
+    classes (``policy_classes``: class name -> alias), else None (a user's class, subclasses of sb3's included)."""
+    if isinstance(policy, str):
+        return policy
+    module = getattr(policy, "__module__", "").split(".")[0]
+    name = getattr(policy, "__name__", None)
+    if module in ("stable_baselines3", "sb3_contrib") and name in policy_classes:
+        return policy_classes[name]
+    return None
+
+
 def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     """Whether a policy keyword argument ppo_dict has no field for asks for what it builds anyway."""
-    if name == "features_extractor_class":
-        kind = next((k for k in DEFAULT_EXTRACTORS if (alias or "").startswith(k)), None)
-        return kind is not None and getattr(value, "__name__", None) == DEFAULT_EXTRACTORS[kind]
-    if name in ("features_extractor_kwargs", "lstm_kwargs"):
+    if name == "lstm_kwargs":
         return value in (None, {})
-    if name == "optimizer_class":
-        return value is torch.optim.Adam
-    if name == "optimizer_kwargs":
-        return value is None or value == {"eps": 1e-5}  # sb3's default for Adam; {} would be torch's eps=1e-8
     if name == "squash_output":
         return value is False
     return False
 
 
-def unsupported(arguments: dict[str, Any], aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")) -> list[str]:
-    """The sb3 arguments given with a value ppo_dict does not implement, each by name (``aliases``: the algorithm's policies)."""
+def unsupported(arguments: dict[str, Any], alias: Optional[str],
+                aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")) -> list[str]:
+    """The sb3 arguments given with a value ppo_dict does not implement, each by name (``alias``: the policy's,
+    None for a class of the user's; ``aliases``: the algorithm's policies)."""
     def is_default(name: str, value: Any) -> bool:
         saved = SAVED_DEFAULTS.get(name, ())
         sb3s = getattr(value, "__name__", None) in saved and getattr(value, "__module__", None) in BUFFER_MODULES
@@ -124,9 +151,10 @@ def unsupported(arguments: dict[str, Any], aliases: tuple[str, ...] = ("MlpPolic
 
     problems = [f"{name}={arguments[name]!r}: not supported (ppo_dict implements {default!r} only)"
                 for name, default in DEFAULT_ONLY.items() if name in arguments and not is_default(name, arguments[name])]
-    if not isinstance(arguments.get("policy"), str):
-        problems.append(f"policy={arguments.get('policy')!r}: a custom policy class is not supported "
-                        f"({', '.join(aliases[:-1])} and {aliases[-1]} are: ppo_dict builds them itself)")
+    if alias is None:
+        problems.append(f"policy={arguments.get('policy')!r}: a custom policy class is not supported ({', '.join(aliases[:-1])} and "
+                        f"{aliases[-1]} are, and sb3's own classes of them: ppo_dict builds them itself; a custom network is "
+                        "policy_kwargs' features_extractor_class and net_arch)")
     return problems
 
 

@@ -27,7 +27,7 @@ from ppo_dict.algo.model import Model, build_normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.ppo import PPO as Trainer
-from ppo_dict.api.arguments import sb3_device
+from ppo_dict.api.arguments import built_here, sb3_device
 from ppo_dict.api.checks import build_config
 from ppo_dict.api.envs import TrainingEnvs, classify
 from ppo_dict.api.learning import LoggerBridge, RolloutBufferView
@@ -72,6 +72,8 @@ class Algorithm:
         self._logger: Optional[SB3Logger] = None
         self._custom_logger = False
         self._rollout_steps = 0  # env steps of the rollout in progress (sb3 counts them as they are taken)
+        self._buffer_pos = 0  # sb3's rollout_buffer.pos: the rollout steps stored so far
+        self._buffer_flat: Optional[dict[str, Any]] = None  # its arrays as its get() flattened them, until the next rollout
         self._total_timesteps, self._num_timesteps_at_start, self.start_time = 0, 0, 0.0
         self._current_progress_remaining = 1.0
         self._episode_num = 0
@@ -96,18 +98,32 @@ class Algorithm:
 
     # ------------------------------------------------------------------ building the model
     def _setup_model(self) -> None:
-        """sb3's ``_setup_model``: the envs' pool (its processes), the seeds, then the policy and Adam."""
+        """sb3's ``_setup_model``: the envs' pool (its processes), the seeds, then the policy and its optimizer."""
         pool = self._make_pool()
         self.set_random_seed(self.seed)
-        if pool is None:  # as the trainer builds them (sb3's default optimizer_kwargs: eps=1e-5)
-            self._policy = build_policy(self.cfg, self.observation_space, self.action_space).to(self.device)
-            self._optimizer = torch.optim.Adam(self._policy.parameters(), lr=make_schedule(self.cfg.learning_rate)(1), eps=1e-5)
-            self._policy.optimizer = self._optimizer
+        spaces_ = (self.observation_space, self.action_space) if pool is None else (pool.observation_space, pool.action_space)
+        policy, optimizer = self._build_policy(*spaces_)
+        if pool is None:  # a model without envs (loaded to predict) has a policy alone
+            self._policy, self._optimizer = policy, optimizer
             return
-        self._start_trainer(pool)
+        self._start_trainer(pool, policy, optimizer)
         notice = device_notice(self.device, 'device="cpu"')
         if notice:
             print(notice, flush=True)
+
+    def _build_policy(self, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[ActorCritic, torch.optim.Optimizer]:
+        """sb3's policy construction: the networks (sb3's modules in sb3's order and initialisation; a features
+        extractor class of ``policy_kwargs`` called as sb3 calls it), then ``optimizer_class(parameters,
+        lr=lr_schedule(1), **optimizer_kwargs)``: Adam with ``eps=1e-5`` unless both are given, as sb3's."""
+        given = built_here(self.policy_kwargs)
+        extractor = {k: v for k, v in given.items() if k.startswith("features_extractor")}
+        policy = build_policy(self.cfg, observation_space, action_space, **extractor).to(self.device)
+        optimizer_class = given.get("optimizer_class") or torch.optim.Adam
+        optimizer_kwargs = given.get("optimizer_kwargs")
+        if optimizer_kwargs is None:  # sb3's ActorCriticPolicy: Adam's eps=1e-5 only where no optimizer_kwargs are given
+            optimizer_kwargs = {"eps": 1e-5} if optimizer_class is torch.optim.Adam else {}
+        policy.optimizer = optimizer_class(policy.parameters(), lr=make_schedule(self.cfg.learning_rate)(1), **optimizer_kwargs)
+        return policy, policy.optimizer
 
     def _make_pool(self) -> Any:
         """The pool the trainer steps: the envs' own recipe in ppo_dict's pool, or the sb3 vec env itself."""
@@ -122,8 +138,9 @@ class Algorithm:
         self.envs.facade.attach(pool)  # the vec env the script holds steps through the trainer's pool from now on
         return pool
 
-    def _start_trainer(self, pool: Any) -> None:
-        self.trainer = Trainer(self.cfg, pool, LoggerBridge(self), device=self.device)
+    def _start_trainer(self, pool: Any, policy: ActorCritic, optimizer: torch.optim.Optimizer) -> None:
+        """The trainer on ``pool``, training ``policy`` with ``optimizer``."""
+        self.trainer = Trainer(self.cfg, pool, LoggerBridge(self), device=self.device, policy=policy, optimizer=optimizer)
         self.trainer.timing_logs = False  # sb3's keys only
         self.trainer.policy.optimizer = self.trainer.optimizer  # sb3's name: policy.optimizer
         vn = self.envs.vec_normalize
@@ -184,8 +201,8 @@ class Algorithm:
 
     @property
     def rollout_buffer(self) -> Optional[RolloutBufferView]:
-        """sb3's buffer arrays (``[n_steps, n_envs, ...]``), read from the rollout storage."""
-        return None if self.trainer is None else RolloutBufferView(self.trainer.storage, self.observation_space)
+        """sb3's rollout buffer, on the rollout storage (:class:`~ppo_dict.api.learning.RolloutBufferView`)."""
+        return None if self.trainer is None else RolloutBufferView(self)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """sb3's ``dump_logs`` (``LogEveryNTimesteps`` calls it): the rollout and time keys, then a dump."""
@@ -208,7 +225,8 @@ class Algorithm:
     # ------------------------------------------------------------------ envs
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """sb3's: train on ``env`` from now on (as many envs, the same spaces). Its envs get their own
-        pool; the policy, Adam, counters and episode statistics carry over."""
+        pool; the policy and Adam objects themselves (references a script holds keep seeing training),
+        the counters and the episode statistics carry over."""
         envs = classify(env, self.n_envs or None, dict(self._extras.get("env_kwargs") or {}), (), self.verbose)
         if self.n_envs and envs.vec_env.num_envs != self.n_envs:
             raise ValueError("The number of environments to be set is different from the number of environments in the model: "
@@ -220,10 +238,8 @@ class Algorithm:
         self.envs, self.env = envs, envs.vec_env
         self.cfg = build_config(self.spec, self._arguments, {**self._extras, "n_envs": None}, envs)
         self.observation_space, self.action_space, self.n_envs = self.env.observation_space, self.env.action_space, self.env.num_envs
-        with preserved_rng():  # building the trainer draws a policy: sb3's set_env draws nothing
-            self._start_trainer(self._make_pool())
-        self.trainer.policy.load_state_dict(old_policy.state_dict())
-        self.trainer.optimizer.load_state_dict(old_optimizer.state_dict())
+        with preserved_rng():  # the new pool builds an env here to read its spaces: sb3's set_env draws nothing
+            self._start_trainer(self._make_pool(), old_policy, old_optimizer)
         if old_trainer is not None:
             self.trainer.num_timesteps, self.trainer.n_updates = old_trainer.num_timesteps, old_trainer.n_updates
             self.trainer.episodes.load_state(old_trainer.episodes.state())

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ppo_dict.api.arguments import config_values, model_of, policy_problems, policy_values, unsupported
+from ppo_dict.api.arguments import built_here, config_values, model_of, policy_problems, policy_values, sb3_policy_alias, unsupported
 from ppo_dict.api.envs import TrainingEnvs
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.data.actions import masking_space_problem
 from ppo_dict.data.masking import METHOD
 from ppo_dict.core.machine import Machine
+from ppo_dict.envs import is_image_space
 from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
 from ppo_dict.run.cli import config_from_flags
 
@@ -59,8 +60,8 @@ def vec_env_problems(cfg: Config, envs: TrainingEnvs) -> list[str]:
 
 def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], envs: Optional[TrainingEnvs]) -> Config:
     """The run's :class:`Config` (``spec``: the algorithm's table entry); raises one ConfigError listing every problem."""
-    problems = unsupported(arguments, tuple(spec.policies))
-    alias = arguments["policy"] if isinstance(arguments["policy"], str) else None
+    alias = sb3_policy_alias(arguments["policy"], spec.policy_classes)
+    problems = unsupported(arguments, alias, tuple(spec.policies))
     values, env_problem_list = env_values(envs, extras)
     problems += env_problem_list
     observation_space = None if envs is None else envs.vec_env.observation_space
@@ -72,6 +73,10 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
     policy, policy_kwargs_problems = policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
     problems += policy_kwargs_problems
+    extractor = built_here(arguments.get("policy_kwargs")).get("features_extractor_class")
+    if getattr(extractor, "__name__", None) == "NatureCNN" and observation_space is not None and not is_image_space(observation_space):
+        problems.append(f"policy_kwargs features_extractor_class=NatureCNN: You should use NatureCNN only with images not with "
+                        f"{observation_space} (sb3's words)")
     values.update(config_values(arguments, extras, spec.fixed), **policy, **({} if model is None else {"model": model}))
     try:
         cfg = config_from_flags(values)

@@ -131,8 +131,10 @@ def classify(env: Any, n_envs: Optional[int], env_kwargs: dict[str, Any], gym_pa
             print(f"Creating environment from the given name '{env}'")
         import_gym_packages(gym_packages)
         facade = made_here([MakeEnv(env, env_kwargs) for _ in range(n_envs or 1)], env)
+        announce_wrappers(verbose, monitor=True)  # sb3's maybe_make_env gives _wrap_env a bare gym.make
         return TrainingEnvs(BaseAlgorithm._wrap_env(facade, verbose), GYM_PREFIX + env, facade)
     if isinstance(env, gym.Env):
+        announce_wrappers(verbose, monitor=not is_wrapped(_patch_env(env), Monitor))
         facade = lent(env)
         return TrainingEnvs(BaseAlgorithm._wrap_env(facade, verbose), facade.label, facade, asked={"num_workers": 0})
     if isinstance(env, (list, tuple)) and env and all(callable(fn) for fn in env):
@@ -144,6 +146,14 @@ def classify(env: Any, n_envs: Optional[int], env_kwargs: dict[str, Any], gym_pa
     if isinstance(env, VecEnv):
         return classify_vec_env(env, verbose)
     raise TypeError(f"env={env!r}: expected an env id, a gymnasium env, an env factory or a list of them, or an sb3 VecEnv")
+
+
+def announce_wrappers(verbose: int, monitor: bool) -> None:
+    """sb3's ``_wrap_env`` lines for one gym env at ``verbose >= 1`` (``monitor``: it adds a ``Monitor``)."""
+    if verbose >= 1:
+        if monitor:
+            print("Wrapping the env with a `Monitor` wrapper")
+        print("Wrapping the env in a DummyVecEnv.")
 
 
 def classify_vec_env(env: VecEnv, verbose: int) -> TrainingEnvs:
@@ -177,9 +187,11 @@ def make_vec_env(env_id: Any, n_envs: int = 1, seed: Optional[int] = None, start
                  monitor_kwargs: Optional[dict[str, Any]] = None, wrapper_kwargs: Optional[dict[str, Any]] = None) -> VecEnv:
     """sb3's ``make_vec_env`` (the same arguments, envs and seeds), whose default vec env is a
     :class:`~ppo_dict.vec.shm_vec_env.ShmVecEnv` that starts its workers on first use: given to
-    ``ppo_dict.PPO``, its envs run in the trainer's own pool and no other process is started."""
+    ``ppo_dict.PPO``, its envs run in the trainer's own pool and no other process is started. Used on
+    its own (an evaluation env), its workers never import the main module and one env steps in this
+    process (``in_place_of_dummy``: it stands where sb3's ``DummyVecEnv`` would)."""
     if vec_env_cls is None:
-        vec_env_cls, vec_env_kwargs = ShmVecEnv, {"start": False, **(vec_env_kwargs or {})}
+        vec_env_cls, vec_env_kwargs = ShmVecEnv, {"start": False, "in_place_of_dummy": True, **(vec_env_kwargs or {})}
     make = GymMake(env_id) if isinstance(env_id, str) else env_id  # sb3's gym.make, its registration carried to the workers
     return sb3_make_vec_env(make, n_envs, seed, start_index, monitor_dir, wrapper_class, env_kwargs, vec_env_cls, vec_env_kwargs,
                             monitor_kwargs, wrapper_kwargs)

@@ -26,7 +26,7 @@ from typing import Any, Optional
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
-from ppo_dict.api.arguments import SAME_NAME
+from ppo_dict.api.arguments import EXTRAS, SAME_NAME
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
@@ -112,7 +112,8 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != policy_kwargs:
         raise ValueError(f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
                          f"specified kwargs: {kwargs['policy_kwargs']}")
-    arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED}
+    # sb3's arguments only: the zip's n_envs is the saving model's, and the env given decides the count, as in sb3's load
+    arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED and k not in EXTRAS}
     arguments.update(policy_kwargs=policy_kwargs, **kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])

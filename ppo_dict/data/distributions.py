@@ -137,6 +137,11 @@ class GSDENoise:
         self.exploration_mat: Optional[torch.Tensor] = None
         self.exploration_matrices: Optional[torch.Tensor] = None
 
+    @property
+    def latent_sde_dim(self) -> int:
+        """sb3's name of the latent width the noise multiplies."""
+        return self.latent_dim
+
     def get_std(self, log_std: torch.Tensor) -> torch.Tensor:
         """``exp(log_std)``, or sb3's ``expln``; broadcast to ``[latent_dim, action_dim]`` without ``full_std``."""
         if self.use_expln:  # the gSDE paper's expln keeps the variance above zero and grows it slowly

@@ -16,7 +16,7 @@ pickled back. Given to ``ppo_dict.PPO``, its envs are built again in the trainer
 from __future__ import annotations
 
 import multiprocessing
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import gymnasium as gym
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
@@ -25,6 +25,7 @@ from stable_baselines3.common.vec_env.patch_gym import _patch_env
 from ppo_dict.core.layout import plan_layout
 from ppo_dict.envs import vec_space_problem
 from ppo_dict.vec.backend import GymBackend, probe
+from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.pool_vec_env import PoolVecEnv
 from ppo_dict.vec.shm_pool import ShmEnvPool
 
@@ -56,6 +57,11 @@ class ShmVecEnv(PoolVecEnv):
         workers and this process each have a physical core, else 0).
     :param start: start the workers now (``ppo_dict.make_vec_env`` passes False: they start on
         first use, and never where ``ppo_dict.PPO`` trains on the envs in its own pool).
+    :param in_place_of_dummy: made by ``ppo_dict.make_vec_env`` where sb3's would make a ``DummyVecEnv``,
+        which starts no process: the workers never import the main module (``env_fns`` are cloudpickled,
+        by value where the main module defines them), so a script without ``if __name__ == "__main__":``
+        is not run again in them; and where the layout would have one worker, not asked for (one env: an
+        evaluation env's usual size), the envs step in this process, as ``DummyVecEnv``'s do.
 
     ``env_fns[0]`` is also called once in this process to read the spaces (the shared storage is
     sized before any worker starts), as gymnasium's ``AsyncVectorEnv`` does. ``backend`` and
@@ -71,6 +77,7 @@ class ShmVecEnv(PoolVecEnv):
         step_timeout: float = 60.0,
         spin_wait_us: Optional[float] = None,
         start: bool = True,
+        in_place_of_dummy: bool = False,
     ):
         n_envs = len(env_fns)
         if n_envs == 0:
@@ -87,14 +94,18 @@ class ShmVecEnv(PoolVecEnv):
             if problem:
                 raise ValueError(f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, Discrete, "
                                  "MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec envs do")
-        backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True)
+        backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True,
+                             needs_main=not in_place_of_dummy)
         # the workers as asked (num_workers None: not asked, so ppo_dict.PPO's layout decides)
         layout = dict(num_workers=num_workers, mp_method=start_method, step_timeout=step_timeout, spin_wait_us=spin_wait_us)
+        self._in_process = in_place_of_dummy and self._planned.processes == 1 and num_workers is None
         super().__init__(n_envs, observation_space, action_space, backend.label, start=self._start_workers, render_mode=render_mode,
                          backend=backend, layout={k: v for k, v in layout.items() if v is not None})
         if start:
             self.pool  # noqa: B018 (starts the workers)
 
-    def _start_workers(self) -> ShmEnvPool:
+    def _start_workers(self) -> Union[InProcessEnvPool, ShmEnvPool]:
+        if self._in_process:
+            return InProcessEnvPool(self.backend, self.num_envs, 1, step_timeout=self.layout["step_timeout"])
         return ShmEnvPool(self.backend, n_steps=1, mp_method=self.layout["mp_method"], step_timeout=self.layout["step_timeout"],
                           spin_wait_us=self.layout.get("spin_wait_us"), layout=self._planned)

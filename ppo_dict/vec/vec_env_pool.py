@@ -43,8 +43,8 @@ class VecEnvBackend:
 
 class VecEnvPool:
     """``venv``'s ``num_envs`` envs for a trainer with rollouts of ``n_steps``; ``masks``: the envs
-    give ``action_masks()`` (sb3-contrib's MaskablePPO). ``infos`` and ``reset_infos``: what the
-    last step and reset returned."""
+    give ``action_masks()`` (sb3-contrib's MaskablePPO). ``infos``, ``rewards`` (in the vec env's own
+    dtype) and ``reset_infos``: what the last step and reset returned."""
 
     waits = False  # no other process to wait for: owed work is done before a step
 
@@ -59,6 +59,7 @@ class VecEnvPool:
         self.halves = (range(self.num_envs),)
         self.infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self.reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self.rewards = np.zeros(self.num_envs, dtype=np.float32)
         self.closed = False
 
     def reset(self, seed: Seeds = None, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
@@ -75,7 +76,7 @@ class VecEnvPool:
         """One ``venv.step`` with ``storage.env_actions``; its results into storage at step t."""
         s = self.storage
         obs, rewards, dones, infos = self.venv.step(s.env_actions.copy())
-        self.infos = list(infos)
+        self.infos, self.rewards = list(infos), rewards
         self._write_obs(t + 1, obs)
         s.env_rewards[t] = rewards
         truncated = [bool(done and info.get("TimeLimit.truncated", False) and info.get("terminal_observation") is not None)

@@ -39,12 +39,15 @@ def test_policy_kwargs_become_the_configs_fields_and_the_rest_is_refused_by_name
                                           features_extractor_class=FlattenExtractor, optimizer_class=torch.optim.Adam,
                                           optimizer_kwargs=dict(eps=1e-5)), "MlpPolicy", ALGORITHMS["PPO"].policy_kwargs)
     assert values == dict(net_arch=dict(pi=[32], vf=[16]), activation_fn="relu", ortho_init=False) and problems == []
-    _, problems = policy_values(dict(features_extractor_class=NatureCNN, optimizer_kwargs={}, activation_fn=torch.nn.Hardtanh,
+    values, problems = policy_values(dict(features_extractor_class=NatureCNN, optimizer_kwargs={}), "MlpPolicy",
+                                     ALGORITHMS["PPO"].policy_kwargs)
+    assert values == {} and problems == []  # the API builds the extractor and the optimizer with them (built_here)
+    _, problems = policy_values(dict(features_extractor_class="NatureCNN", lstm_kwargs=dict(dropout=0.1), activation_fn=torch.nn.Hardtanh,
                                      log_std_init=-1.0), "MlpPolicy", ALGORITHMS["MaskablePPO"].policy_kwargs,
                                 "MaskablePPO")
     assert [p.split(":")[0] for p in problems] == [
-        "policy_kwargs features_extractor_class=<class 'stable_baselines3.common.torch_layers.NatureCNN'>",
-        "policy_kwargs optimizer_kwargs={}", "policy_kwargs activation_fn=<class 'torch.nn.modules.activation.Hardtanh'>",
+        "policy_kwargs features_extractor_class='NatureCNN'",
+        "policy_kwargs lstm_kwargs={'dropout'", "policy_kwargs activation_fn=<class 'torch.nn.modules.activation.Hardtanh'>",
         "policy_kwargs log_std_init=-1.0"]
     assert "MaskablePPO's policies take no such argument" in problems[-1]
 

@@ -145,17 +145,16 @@ def test_unsupported_settings_are_refused_together_before_any_process_starts() -
     import multiprocessing
 
     from stable_baselines3.common.buffers import RolloutBuffer
-    from stable_baselines3.common.torch_layers import NatureCNN
 
     class MyBuffer(RolloutBuffer):
         pass
 
     with pytest.raises(ConfigError) as raised:
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_envs=4, rollout_buffer_class=MyBuffer, stats_window_size=10, n_epochs=0,
-                     policy_kwargs=dict(optimizer_kwargs={}, features_extractor_class=NatureCNN), num_workers=3, envs_per_worker=2)
+                     policy_kwargs=dict(optimizer_kwargs=[], squash_output=True), num_workers=3, envs_per_worker=2)
     problems = raised.value.problems
-    for name in ("rollout_buffer_class=", "stats_window_size=10", "n_epochs=0", "policy_kwargs optimizer_kwargs={}",
-                 "policy_kwargs features_extractor_class=", "n_envs=4: must equal num_workers x envs_per_worker"):
+    for name in ("rollout_buffer_class=", "stats_window_size=10", "n_epochs=0", "policy_kwargs optimizer_kwargs=[]",
+                 "policy_kwargs squash_output=True", "n_envs=4: must equal num_workers x envs_per_worker"):
         assert any(p.startswith(name) for p in problems), (name, problems)
     assert multiprocessing.active_children() == []
     cli = ConfigError(config_from_args(["--env", "gym_CartPole-v1", "--n_epochs", "0"]).problems())
@@ -170,6 +169,7 @@ def test_a_custom_policy_class_and_unknown_names_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="a custom policy class is not supported"):
         ppo_dict.PPO(Mine, "CartPole-v1")
+    ppo_dict.PPO(ActorCriticPolicy, "CartPole-v1", _init_setup_model=False)  # sb3's own class of MlpPolicy
     with pytest.raises(ConfigError, match="Policy LstmPolicy unknown"):
         ppo_dict.PPO("LstmPolicy", "CartPole-v1")
     with pytest.raises(TypeError, match="rollout_buffer"):
