@@ -80,15 +80,23 @@ def values_of(f: dataclasses.Field) -> str:
     return kind
 
 
-def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], flag_default: Callable[[dataclasses.Field], Any]) -> str:
-    """The flags reference: one table per ``--help`` group, one row per flag, in ``--help``'s order."""
-    out = []
+TABLE_HEAD = ["| flag | default | values | what it does |", "| --- | --- | --- | --- |"]
+
+
+def flag_row(name: str, default: str, values: str, help_text: str) -> str:
+    """One row of the flags reference (its anchor: the flag's name, so that ``flags.md#seed`` links)."""
+    return f'| <a id="{name}"></a>`--{name}` | {code(default)} | {values} | {cell(help_text)} |'
+
+
+def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], default_text: Callable[[dataclasses.Field], str],
+                   dry_run_help: str) -> str:
+    """The flags reference, in ``--help``'s order: ``--dry_run`` (the command line's own flag, in
+    ``--help``'s `options`), then one table per ``--help`` group, one row per flag."""
+    out = ["## The command line's own flag", "", "`--help` group `options`; not a setting (not saved with a run).", "",
+           *TABLE_HEAD, flag_row("dry_run", "False", VALUE_KINDS["parse_bool"], dry_run_help), ""]
     for group, fields in flag_groups().items():
-        out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "",
-                "| flag | default | values | what it does |", "| --- | --- | --- | --- |"]
-        for f in fields:
-            anchor = f'<a id="{f.name}"></a>'
-            out.append(f"| {anchor}`--{f.name}` | {code(flag_default(f))} | {values_of(f)} | {cell(f.metadata['help'])} |")
+        out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "", *TABLE_HEAD]
+        out += [flag_row(f.name, default_text(f), values_of(f), f.metadata["help"]) for f in fields]
         out.append("")
     return "\n".join(out)
 
@@ -139,10 +147,10 @@ def speed_markdown(rows: list[dict[str, str]]) -> str:
 
 def generated_parts() -> dict[str, Callable[[], str]]:
     """``{marker line: what replaces it}``."""
-    from ppo_dict.run.cli import flag_default, flag_groups
+    from ppo_dict.run.cli import DRY_RUN_HELP, default_text, flag_groups
 
     return {
-        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, flag_default)}\n</div>',
+        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, DRY_RUN_HELP)}\n</div>',
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
     }
