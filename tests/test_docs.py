@@ -173,4 +173,15 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: flags -->" in (DOCS / "flags.md").read_text()
     assert "<!-- generated: commands -->" in (DOCS / "flags.md").read_text()
     assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
-    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->"}
+    assert "<!-- generated: ledger, newest first -->" in (DOCS / "perf_log.md").read_text()
+    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
+                          "<!-- generated: ledger, newest first -->"}
+
+
+def test_ledger_page_is_the_ledger_newest_first() -> None:
+    page = HOOKS.ledger_newest_first()
+    headings = re.findall(r"^### .*$", page, flags=re.M)
+    in_file = re.findall(r"^### .*$", HOOKS.LEDGER.read_text(), flags=re.M)
+    assert headings == in_file[::-1] and len(headings) > 10
+    dates = [re.search(r"\b(2\d{3}-\d\d-\d\d)\b", h).group(1) for h in headings if re.search(r"\b2\d{3}-\d\d-\d\d\b", h)]
+    assert dates == sorted(dates, reverse=True)

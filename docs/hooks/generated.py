@@ -3,8 +3,10 @@
 * ``flags.md``: every ``python -m ppo_dict.main_ppo`` flag, from ``Config``'s field metadata through
   ``ppo_dict.run.cli.flag_groups`` (the source ``--help`` is built from), then the ``--help`` of the
   other command lines, captured from their own parsers.
-* ``speed.md`` and ``index.md``: the headline speed table, from ``docs/figures/speed.csv`` (the file
-  ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+* ``speed.md``, ``index.md`` and ``perf_log.md``: the headline speed table, from ``docs/figures/speed.csv``
+  (the file ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+* ``perf_log.md``: the repository's ``perf_log.md`` (the benchmarks append to it, oldest first), its
+  entries newest first.
 
 A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
 the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
@@ -23,6 +25,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEED_CSV = ROOT / "docs" / "figures" / "speed.csv"
+LEDGER = ROOT / "perf_log.md"
 
 #: --help group -> the heading the flags page gives it (a group not named here is shown by its own name)
 GROUP_TITLES = {
@@ -145,6 +148,14 @@ def speed_markdown(rows: list[dict[str, str]]) -> str:
     return "\n".join(out)
 
 
+def ledger_newest_first(path: Path = LEDGER) -> str:
+    """The ledger's entries (each from its ``### `` heading to the next), newest first: the benchmarks
+    append, so the file's order is the order of the runs."""
+    text = path.read_text()
+    entries = re.split(r"\n(?=### )", text[text.index("\n### ") + 1:])
+    return "\n".join(entry.rstrip() + "\n" for entry in reversed(entries))
+
+
 def generated_parts() -> dict[str, Callable[[], str]]:
     """``{marker line: what replaces it}``."""
     from ppo_dict.run.cli import DRY_RUN_HELP, default_text, flag_groups
@@ -153,6 +164,7 @@ def generated_parts() -> dict[str, Callable[[], str]]:
         "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, DRY_RUN_HELP)}\n</div>',
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
+        "<!-- generated: ledger, newest first -->": ledger_newest_first,
     }
 
 
