@@ -174,8 +174,21 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: commands -->" in (DOCS / "flags.md").read_text()
     assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
     assert "<!-- generated: ledger, newest first -->" in (DOCS / "perf_log.md").read_text()
+    assert "<!-- generated: results table -->" in (DOCS / "results.md").read_text()
     assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
-                          "<!-- generated: ledger, newest first -->"}
+                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->"}
+
+
+def test_results_table_holds_every_run() -> None:
+    """The results page's table is benchmarks/results/learning/final.csv's runs, each with its commit."""
+    import csv
+
+    with open(HOOKS.RESULTS_CSV, newline="") as f:
+        runs = list(csv.DictReader(f))
+    table = HOOKS.results_markdown()
+    assert runs and all(row["commit"] in table for row in runs)
+    for row in runs:
+        assert f"{float(row['eval_mean']):g} (seed {row['seed']})" in table
 
 
 def test_ledger_page_is_the_ledger_newest_first() -> None:

@@ -5,6 +5,8 @@
   other command lines, captured from their own parsers.
 * ``speed.md``, ``index.md`` and ``perf_log.md``: the headline speed table, from ``docs/figures/speed.csv``
   (the file ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+* ``results.md``: the returns table, from ``benchmarks/results/learning/final.csv`` (``benchmarks/results.py``
+  appends to it), beside rl-zoo's published scores (that script's ``ZOO_SCORES``).
 * ``perf_log.md``: the repository's ``perf_log.md`` (the benchmarks append to it, oldest first), its
   entries newest first.
 
@@ -26,6 +28,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 SPEED_CSV = ROOT / "docs" / "figures" / "speed.csv"
 LEDGER = ROOT / "perf_log.md"
+RESULTS_CSV = ROOT / "benchmarks" / "results" / "learning" / "final.csv"
 
 #: --help group -> the heading the flags page gives it (a group not named here is shown by its own name)
 GROUP_TITLES = {
@@ -156,6 +159,34 @@ def ledger_newest_first(path: Path = LEDGER) -> str:
     return "\n".join(entry.rstrip() + "\n" for entry in reversed(entries))
 
 
+def results_markdown(path: Path = RESULTS_CSV) -> str:
+    """One row per env and library: the final deterministic evaluation of each seed's run, their mean,
+    the wall time, and the commit and host that made them; rl-zoo's published score beside."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmarks_results", ROOT / "benchmarks" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = ["| env | library | steps | final evaluation per seed (10 episodes each) | mean | rl-zoo's published score | wall time per run | commit, host, date |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for row in rows:
+        groups.setdefault((row["env"], row["lib"]), []).append(row)
+    for (env, lib), runs in groups.items():
+        runs.sort(key=lambda row: int(row["seed"]))
+        per_seed = ", ".join(f"{float(row['eval_mean']):g} (seed {row['seed']})" for row in runs)
+        mean = sum(float(row["eval_mean"]) for row in runs) / len(runs)
+        zoo = results.ZOO_SCORES.get(env)
+        zoo_text = f"{zoo[0]:g} +/- {zoo[1]:g} ({zoo[2]} steps)" if zoo else "-"
+        walls = [float(row["wall_s"]) for row in runs]
+        made = "; ".join(sorted({f"{row['commit']}, {row['host']}, {row['date']}" for row in runs}))
+        out.append(f"| {env} | {lib} | {runs[0]['timesteps']} | {per_seed} | {mean:g} | {zoo_text} | "
+                   f"{min(walls):.0f}-{max(walls):.0f} s | {made} |")
+    return "\n".join(out)
+
+
 def generated_parts() -> dict[str, Callable[[], str]]:
     """``{marker line: what replaces it}``."""
     from ppo_dict.run.cli import DRY_RUN_HELP, default_text, flag_groups
@@ -165,6 +196,7 @@ def generated_parts() -> dict[str, Callable[[], str]]:
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
         "<!-- generated: ledger, newest first -->": ledger_newest_first,
+        "<!-- generated: results table -->": results_markdown,
     }
 
 
