@@ -36,6 +36,7 @@ GROUP_TITLES = {
     "pixels": "Pixel observations",
     "atari": "Atari games",
     "policy": "Policy",
+    "recurrent": "Recurrent policies (LSTM)",
     "ppo": "PPO",
     "normalize": "Normalisation",
     "workers": "Worker processes",
