@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_readme import cut_short, parts_needed
+from tests.test_readme import cut_short, parts_needed, work  # noqa: F401 (work: README's working folder, a fixture)
 
 PAGE = Path(ROOT) / "docs" / "examples.md"
 #: Python blocks: ``keyword=<number>`` -> the number it is cut to (at most), so that a block trains a
@@ -94,14 +94,6 @@ SLOW = {("Recurrent policies", "python")}
 def block_marks(block: Block) -> list[pytest.MarkDecorator]:
     marks = [mark for shell in (commands(block) if block.kind == "bash" else []) for mark in parts_needed(shell)]
     return marks + ([pytest.mark.slow] if (block.heading, block.kind) in SLOW else [])
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("examples")
-    for name in ("hyperparams", "sweeps"):
-        (folder / name).symlink_to(Path(ROOT) / name)
-    return folder
 
 
 def run_block(block: Block, work: Path, done: set[int]) -> None:
