@@ -1,7 +1,10 @@
 # `make train` and `make test` install everything they need first (idempotent, fast when done).
 PYTHON ?= python3
-# The CPU build: a bare `torch` would pull several GB of CUDA packages on a machine without a GPU.
+# The torch that parity is measured with. From PyPI (the default) it is, on Linux x86_64, the CUDA build:
+# several GB of nvidia-* wheels, which also runs on a CPU. TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# takes the CPU-only build of the same version instead (a few hundred MB).
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 PYTEST_ARGS ?=
 # Appended to `make train`'s command (later flags win): tests/test_readme.py cuts its steps short with it.
 TRAIN_ARGS ?=
@@ -14,10 +17,10 @@ APT_FLAGS ?=
 .PHONY: install train test test-all test-orders docs bench bench-scale clean system-deps
 
 install:
-	$(PYTHON) -m pip install -q "$(TORCH)"
+	$(PYTHON) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PYTHON) -m pip install -q -e ".[test]"
 
-# The main job: Reacher (gymnasium MuJoCo) with the MLP policy, a few minutes on 2 cores.
+# The main job: Reacher (gymnasium MuJoCo) with the MLP policy, about 3 minutes on 2 idle cores.
 train: install
 	$(PYTHON) -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp \
 		--total_timesteps 500000 --n_envs 8 --n_steps 256 --batch_size 256 --n_epochs 10 \

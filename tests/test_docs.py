@@ -8,16 +8,20 @@ as README shows it).
 from __future__ import annotations
 
 import dataclasses
+import html
 import importlib.util
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.main_ppo_godot import godot_argv
-from ppo_dict.run.cli import build_parser, explicit_flags, flag_default, flag_groups
+from ppo_dict.run.cli import DRY_RUN_HELP, default_text, explicit_flags, flag_groups
 from tests.conftest import ROOT
 
 DOCS = Path(ROOT) / "docs"
@@ -38,22 +42,73 @@ def test_every_flag_has_help_text() -> None:
     assert not missing, f"flags without help text (the `help` of their field in ppo_dict/core/config.py): {missing}"
 
 
-def test_flag_groups_are_the_config_and_help_in_order() -> None:
-    names = [f.name for fields in flag_groups().values() for f in fields]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(Config))
-    help_text = build_parser().format_help()
-    positions = [help_text.index(f"--{name} ") for name in names]
-    assert positions == sorted(positions), "the flags page lists the flags in --help's order"
+def flags_page() -> str:
+    """The flags reference as the site shows it on docs/flags.md (generated there when the site is built)."""
+    return HOOKS.flags_markdown(flag_groups, default_text, DRY_RUN_HELP)
 
 
-def test_flags_page_lists_every_flag_with_its_help_and_default() -> None:
-    page = HOOKS.flags_markdown(flag_groups, flag_default)
+def real_help() -> str:
+    """What ``python -m ppo_dict.main_ppo --help`` prints, run as a user runs it (a terminal wide enough
+    that no help line wraps: the text is the same, one flag a line or two)."""
+    env = {**os.environ, "COLUMNS": "100000"}
+    done = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def help_defaults(text: str) -> dict[str, str]:
+    """``{flag: default}`` in ``--help``'s order, from its text: a flag's entry starts with ``  --name``
+    (its help may go on the indented lines after), and ends with ``(default: ...)``."""
+    entries: list[str] = []
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            entries.append(line)
+        elif entries and line.startswith("   "):
+            entries[-1] += " " + line.strip()
+        elif entries and not line.strip():
+            entries.append("")  # a group's end
+    found = {}
+    for entry in entries:
+        name = re.match(r"^\s*--(\w+)", entry)
+        if name:
+            default = re.search(r".*\(default: (.*)\)$", entry)  # the last: a help text may name a default too
+            found[name.group(1)] = default.group(1) if default else None
+    return found
+
+
+def page_defaults(page: str) -> dict[str, str]:
+    """``{flag: default}`` in the flags page's order, from its table rows."""
+    rows = re.findall(r'<a id="(\w+)"></a>`--\1` \| <code>(.*?)</code> \|', page)
+    return {name: html.unescape(default.replace("&#124;", "|")) for name, default in rows}
+
+
+HELP = real_help()
+
+
+def test_help_prints_every_default() -> None:
+    defaults = help_defaults(HELP)
+    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | {"dry_run"}
+    assert None not in defaults.values(), [name for name, default in defaults.items() if default is None]
+    assert defaults["learning_rate"] == "0.0003" and defaults["n_epochs"] == "10" and defaults["clip_range"] == "0.2"
+    assert defaults["dry_run"] == "False" and defaults["env_kwargs"] == "{}"
+
+
+def test_flags_page_is_the_real_help_in_names_defaults_and_order() -> None:
+    """docs/flags.md's tables against what ``python -m ppo_dict.main_ppo --help`` prints: the same flags,
+    every one (``--dry_run`` included), the same defaults, in the same order."""
+    assert list(page_defaults(flags_page()).items()) == list(help_defaults(HELP).items())
+
+
+def test_flags_page_lists_every_flag_with_its_help() -> None:
+    page = flags_page()
     for group, fields in flag_groups().items():
         assert f"## {HOOKS.GROUP_TITLES.get(group, group)}" in page
         for f in fields:
             row = next((line for line in page.splitlines() if f'<a id="{f.name}"></a>`--{f.name}`' in line), None)
             assert row is not None, f"--{f.name} is not on the flags page"
-            assert HOOKS.cell(f.metadata["help"]) in row and HOOKS.code(flag_default(f)) in row
+            assert HOOKS.cell(f.metadata["help"]) in row
+            assert f.metadata["help"] in HELP, f"--{f.name}'s help text differs from --help's"
 
 
 def test_flags_page_says_what_every_flag_reads() -> None:
@@ -118,4 +173,28 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: flags -->" in (DOCS / "flags.md").read_text()
     assert "<!-- generated: commands -->" in (DOCS / "flags.md").read_text()
     assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
-    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->"}
+    assert "<!-- generated: ledger, newest first -->" in (DOCS / "perf_log.md").read_text()
+    assert "<!-- generated: results table -->" in (DOCS / "results.md").read_text()
+    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
+                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->"}
+
+
+def test_results_table_holds_every_run() -> None:
+    """The results page's table is benchmarks/results/learning/final.csv's runs, each with its commit."""
+    import csv
+
+    with open(HOOKS.RESULTS_CSV, newline="") as f:
+        runs = list(csv.DictReader(f))
+    table = HOOKS.results_markdown()
+    assert runs and all(row["commit"] in table for row in runs)
+    for row in runs:
+        assert f"{float(row['eval_mean']):g} (seed {row['seed']})" in table
+
+
+def test_ledger_page_is_the_ledger_newest_first() -> None:
+    page = HOOKS.ledger_newest_first()
+    headings = re.findall(r"^### .*$", page, flags=re.M)
+    in_file = re.findall(r"^### .*$", HOOKS.LEDGER.read_text(), flags=re.M)
+    assert headings == in_file[::-1] and len(headings) > 10
+    dates = [re.search(r"\b(2\d{3}-\d\d-\d\d)\b", h).group(1) for h in headings if re.search(r"\b2\d{3}-\d\d-\d\d\b", h)]
+    assert dates == sorted(dates, reverse=True)

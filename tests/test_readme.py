@@ -28,6 +28,7 @@ from tests.system_parts import needs
 README = Path(ROOT) / "README.md"
 #: what a command that does not run here needs: the marker's text -> why the suite cannot run it
 NEEDS = {
+    "a new virtual environment": "makes a virtual environment and installs into it (the suite runs installed)",
     "root": "installs Debian packages (apt-get)",
     "a W&B account": "talks to a W&B server",
     "SLURM": "submits to a SLURM cluster",

@@ -3,8 +3,12 @@
 * ``flags.md``: every ``python -m ppo_dict.main_ppo`` flag, from ``Config``'s field metadata through
   ``ppo_dict.run.cli.flag_groups`` (the source ``--help`` is built from), then the ``--help`` of the
   other command lines, captured from their own parsers.
-* ``speed.md`` and ``index.md``: the headline speed table, from ``docs/figures/speed.csv`` (the file
-  ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+* ``speed.md``, ``index.md`` and ``perf_log.md``: the headline speed table, from ``docs/figures/speed.csv``
+  (the file ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
+* ``results.md``: the returns table, from ``benchmarks/results/learning/final.csv`` (``benchmarks/results.py``
+  appends to it), beside rl-zoo's published scores (that script's ``ZOO_SCORES``).
+* ``perf_log.md``: the repository's ``perf_log.md`` (the benchmarks append to it, oldest first), its
+  entries newest first.
 
 A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
 the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
@@ -23,6 +27,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEED_CSV = ROOT / "docs" / "figures" / "speed.csv"
+LEDGER = ROOT / "perf_log.md"
+RESULTS_CSV = ROOT / "benchmarks" / "results" / "learning" / "final.csv"
 
 #: --help group -> the heading the flags page gives it (a group not named here is shown by its own name)
 GROUP_TITLES = {
@@ -30,6 +36,7 @@ GROUP_TITLES = {
     "pixels": "Pixel observations",
     "atari": "Atari games",
     "policy": "Policy",
+    "recurrent": "Recurrent policies (LSTM)",
     "ppo": "PPO",
     "normalize": "Normalisation",
     "workers": "Worker processes",
@@ -80,15 +87,23 @@ def values_of(f: dataclasses.Field) -> str:
     return kind
 
 
-def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], flag_default: Callable[[dataclasses.Field], Any]) -> str:
-    """The flags reference: one table per ``--help`` group, one row per flag, in ``--help``'s order."""
-    out = []
+TABLE_HEAD = ["| flag | default | values | what it does |", "| --- | --- | --- | --- |"]
+
+
+def flag_row(name: str, default: str, values: str, help_text: str) -> str:
+    """One row of the flags reference (its anchor: the flag's name, so that ``flags.md#seed`` links)."""
+    return f'| <a id="{name}"></a>`--{name}` | {code(default)} | {values} | {cell(help_text)} |'
+
+
+def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], default_text: Callable[[dataclasses.Field], str],
+                   dry_run_help: str) -> str:
+    """The flags reference, in ``--help``'s order: ``--dry_run`` (the command line's own flag, in
+    ``--help``'s `options`), then one table per ``--help`` group, one row per flag."""
+    out = ["## The command line's own flag", "", "`--help` group `options`; not a setting (not saved with a run).", "",
+           *TABLE_HEAD, flag_row("dry_run", "False", VALUE_KINDS["parse_bool"], dry_run_help), ""]
     for group, fields in flag_groups().items():
-        out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "",
-                "| flag | default | values | what it does |", "| --- | --- | --- | --- |"]
-        for f in fields:
-            anchor = f'<a id="{f.name}"></a>'
-            out.append(f"| {anchor}`--{f.name}` | {code(flag_default(f))} | {values_of(f)} | {cell(f.metadata['help'])} |")
+        out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "", *TABLE_HEAD]
+        out += [flag_row(f.name, default_text(f), values_of(f), f.metadata["help"]) for f in fields]
         out.append("")
     return "\n".join(out)
 
@@ -137,14 +152,52 @@ def speed_markdown(rows: list[dict[str, str]]) -> str:
     return "\n".join(out)
 
 
+def ledger_newest_first(path: Path = LEDGER) -> str:
+    """The ledger's entries (each from its ``### `` heading to the next), newest first: the benchmarks
+    append, so the file's order is the order of the runs."""
+    text = path.read_text()
+    entries = re.split(r"\n(?=### )", text[text.index("\n### ") + 1:])
+    return "\n".join(entry.rstrip() + "\n" for entry in reversed(entries))
+
+
+def results_markdown(path: Path = RESULTS_CSV) -> str:
+    """One row per env and library: the final deterministic evaluation of each seed's run, their mean,
+    the wall time, and the commit and host that made them; rl-zoo's published score beside."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmarks_results", ROOT / "benchmarks" / "results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = ["| env | library | steps | final evaluation per seed (10 episodes each) | mean | rl-zoo's published score | wall time per run | commit, host, date |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for row in rows:
+        groups.setdefault((row["env"], row["lib"]), []).append(row)
+    for (env, lib), runs in groups.items():
+        runs.sort(key=lambda row: int(row["seed"]))
+        per_seed = ", ".join(f"{float(row['eval_mean']):g} (seed {row['seed']})" for row in runs)
+        mean = sum(float(row["eval_mean"]) for row in runs) / len(runs)
+        zoo = results.ZOO_SCORES.get(env)
+        zoo_text = f"{zoo[0]:g} +/- {zoo[1]:g} ({zoo[2]} steps)" if zoo else "-"
+        walls = [float(row["wall_s"]) for row in runs]
+        made = "; ".join(sorted({f"{row['commit']}, {row['host']}, {row['date']}" for row in runs}))
+        out.append(f"| {env} | {lib} | {runs[0]['timesteps']} | {per_seed} | {mean:g} | {zoo_text} | "
+                   f"{min(walls):.0f}-{max(walls):.0f} s | {made} |")
+    return "\n".join(out)
+
+
 def generated_parts() -> dict[str, Callable[[], str]]:
     """``{marker line: what replaces it}``."""
-    from ppo_dict.run.cli import flag_default, flag_groups
+    from ppo_dict.run.cli import DRY_RUN_HELP, default_text, flag_groups
 
     return {
-        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, flag_default)}\n</div>',
+        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, DRY_RUN_HELP)}\n</div>',
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
+        "<!-- generated: ledger, newest first -->": ledger_newest_first,
+        "<!-- generated: results table -->": results_markdown,
     }
 
 

@@ -38,13 +38,15 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
     """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are,
     and ``--dry_run``. Values are kept as typed (:func:`read_flags` reads them).
 
-    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart).
+    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart); ``--help``
+    shows every default either way: it is written into the help text (:func:`help_text`), not left to
+    argparse, which shows none for a suppressed default.
     """
-    parser = FlagParser(prog=prog, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = FlagParser(prog=prog, allow_abbrev=False)
     for group_name, fields in flag_groups().items():
         group = parser.add_argument_group(group_name)
         for f in fields:
-            kwargs: dict[str, Any] = dict(default=flag_default(f), help=f.metadata["help"], type=str)
+            kwargs: dict[str, Any] = dict(default=flag_default(f), help=help_text(f.metadata["help"], default_text(f)), type=str)
             if reads_bool(f.metadata["parse"]):
                 kwargs.update(nargs="?", const=True, metavar="True|False")
             elif f.metadata["parse"] is parse_packages:
@@ -53,10 +55,19 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
                 kwargs["default"] = argparse.SUPPRESS
             group.add_argument(f"--{f.name}", **kwargs)
     parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
-                        type=str, metavar="True|False",
-                        help="check the config (every problem, the machine's resources included), print the run plan and exit "
-                             "without starting any process (0: the run would start; 2: it would be refused)")
+                        type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
     return parser
+
+
+#: ``--dry_run``'s help: the command line's own flag, not a :class:`Config` field (the flags page shows it too)
+DRY_RUN_HELP = ("check the config (every problem, the machine's resources included), print the run plan and exit "
+                "without starting any process (0: the run would start; 2: it would be refused)")
+
+
+def help_text(text: str, default: str) -> str:
+    """A flag's ``--help`` line: its help text, then its default as the flags page shows it
+    (``%`` doubled: argparse formats help strings)."""
+    return f"{text} (default: {default})".replace("%", "%%")
 
 
 def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -87,6 +98,12 @@ def flag_groups() -> dict[str, list[dataclasses.Field]]:
 def flag_default(f: dataclasses.Field) -> Any:
     """The default ``--help`` shows for field ``f`` (a dict field's from its factory)."""
     return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def default_text(f: dataclasses.Field) -> str:
+    """Field ``f``'s default as ``--help`` and the flags page print it: sb3's value, ``None`` where the
+    value is chosen at run time (the help text says how)."""
+    return str(flag_default(f))
 
 
 def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
