@@ -85,7 +85,7 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
         for w in workers:
             if w == DEFAULT:  # the layout ppo_dict chooses for n_envs on this host, against every usable CPU
                 cfg = ours_config(n_envs, None, "cpu", env_id=env_id, n_steps=n_steps, **MODES[mode])  # type: ignore[arg-type]
-                name = f"ppo_dict, default layout ({cfg.worker_layout[1]} workers for {n_envs} envs on {usable_cpus()} CPUs), {mode}"
+                name = f"ppo_dict, default layout ({cfg.layout().text()}), {mode}"
                 contenders.append((mode, usable_cpus(), ours_contender(name, cfg, training=False)))
                 continue
             n = layout(n_envs, w)
@@ -192,8 +192,7 @@ def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_s
                 floors.append(policy_floor(c.model, 3))  # type: ignore[attr-defined]
             logs, floor = timing.logs(n_envs), statistics.median(floors)
             serial = logs["time/policy_us"] + logs["time/bookkeeping_us"]
-            n, w, e = cfg.worker_layout
-            table.row(f"{env_id}, {n_envs} envs ({w} processes), MLP 64x64, n_steps {n_steps}, exact rollouts",
+            table.row(f"{env_id}, {n_envs} envs ({cfg.layout().processes} worker processes), MLP 64x64, n_steps {n_steps}, exact rollouts",
                       "the main process per step: policy + bookkeeping before the next step (+ bookkeeping overlapped with the workers' step)",
                       f"{serial:.0f} us = {logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f} (+ {logs['time/overlapped_us']:.0f}); "
                       f"envs and waiting {logs['time/envs_us']:.0f} us; {c.rate:.0f} steps/s",
