@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -283,3 +284,27 @@ def start(default_timeout: float, hard_exit: bool = False, label: str = "the env
     """Start :data:`WATCHDOG` (main thread only): the command line does, with ``hard_exit`` (and the guard process)."""
     WATCHDOG.start(default_timeout, hard_exit, label)
     return WATCHDOG
+
+
+def start_for_library(default_timeout: float, label: str) -> bool:
+    """Start :data:`WATCHDOG` for the Python API, before it builds a pool whose envs the main process steps:
+    a hung ``step`` or ``reset`` there raises :class:`EnvTimeoutError` from ``learn`` as it ends the command
+    line's run (the soft stage only: no hard stage, no guard process, no stop signals taken; that is the
+    command line's, the user's process is the user's). Returns whether it runs.
+
+    It installs a SIGALRM handler, so it starts only from the main thread and where the program has no
+    SIGALRM handler of its own; else it warns (``RuntimeWarning``) that such a hang cannot be timed out.
+    """
+    if WATCHDOG.running:  # the command line's, or an earlier model's: its settings stay
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        why = "the model was built outside the main thread, where no signal handler can be installed"
+    elif signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        why = "the program has a SIGALRM handler of its own, which the watchdog would replace"
+    else:
+        WATCHDOG.start(default_timeout, hard_exit=False, label=label)
+        return True
+    warnings.warn(f"{label}: the main process steps envs itself, but their calls cannot be timed out ({why}): an env whose "
+                  "step or reset hangs there hangs learn(); main_steps_envs=False with num_workers >= 1 steps every env in a "
+                  "worker process, which times out after step_timeout", RuntimeWarning, stacklevel=3)
+    return False
