@@ -38,7 +38,7 @@ from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdat
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.run_plan import device_notice, dry_run_text, plan_run
+from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
@@ -227,6 +227,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
     if plan.spec.notice:
         print(plan.spec.notice, flush=True)
+    if main_share_notice(cfg):
+        print(main_share_notice(cfg), flush=True)
     logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None

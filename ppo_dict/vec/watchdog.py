@@ -165,6 +165,7 @@ class Watchdog:
         self.beacon = Beacon.shared()
         os.register_at_fork(after_in_child=self._forget_guard)
         faulthandler.register(guard.TRACEBACK_SIGNAL, file=sys.stderr, all_threads=True)
+        faulthandler.enable(file=sys.stderr, all_threads=True)  # a crash (a segfault in an env's native code) says where
         self.guard = guard.start(self.beacon, self._rfd, label)
 
     def _forget_guard(self) -> None:
