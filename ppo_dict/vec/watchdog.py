@@ -57,6 +57,14 @@ STOP_POLL = 0.05
 Armed = tuple[Optional[float], Optional[float], Any, str, Any]
 
 
+def stopped_text(written: list[str]) -> str:
+    """What a second stop signal left: ``without saving``, or the files the run's end had written and named on stdout
+    (its final checkpoint first) before it came."""
+    if not written:
+        return "without saving"
+    return f"after saving {', '.join(written)} (as printed); nothing after {'it' if len(written) == 1 else 'them'} was written"
+
+
 def call_text(who: Any, command: str, detail: Any) -> tuple[str, int, str]:
     """What was in progress, for messages: ``("the main process's env 3 (gym_X) did not return from
     step at rollout step 7", 3, "step")``, or for a wait, ``("the workers did not answer step ...", -1, "step")``.
@@ -82,6 +90,7 @@ class Watchdog:
         self.default_timeout = 60.0
         self.hard_exit = False
         self.signals: list[int] = []  # stop signals seen, in order
+        self.written: list[str] = []  # the files the run's end wrote and named on stdout (for a second signal's message)
         self._stop_at: Optional[float] = None
         self._second_seen = self._second_at = float("inf")
         self._second_armed: Optional[Armed] = None
@@ -141,9 +150,13 @@ class Watchdog:
     def start(self, default_timeout: float, hard_exit: bool, label: str = "the envs") -> None:
         """Start the thread and the SIGALRM handler (main thread only); and, with ``hard_exit``, watch
         the stop signals through ``signal.set_wakeup_fd`` and start the guard process (``label``: the
-        run's env, for its messages). Calling it again updates the settings."""
+        run's env, for its messages). Calling it again updates the settings (and starts the hard stage's
+        parts where the Python API started it without them: :func:`start_for_library`)."""
         self.default_timeout, self.hard_exit = default_timeout, hard_exit
         if self.running:
+            if hard_exit and self.guard is None:
+                signal.set_wakeup_fd(self._wfd.fileno(), warn_on_full_buffer=False)
+                self._start_guard(label)
             return
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("the env watchdog must be started from the main thread (signal handlers run there)")
@@ -206,7 +219,7 @@ class Watchdog:
         now = time.monotonic()
         stuck = self._second_armed is not None and self.armed is self._second_armed
         if now >= self._second_at or (stuck and now >= self._second_seen + SECOND_STUCK):
-            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once without saving")
+            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once {stopped_text(self.written)}")
 
     def _read_signals(self) -> None:
         try:
