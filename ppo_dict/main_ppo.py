@@ -6,7 +6,8 @@ there and prints the run plan, exit 0), trains, saves what was asked, and prints
 summary line last. Ctrl-C / SIGTERM / SIGHUP finish the current update, save, close the workers and
 exit 130 / 143 / 129, within a few seconds whatever the envs do (a rollout whose envs are still
 running 2 s later is dropped and the last update's state saved); a second signal stops at once
-without writing anything. An env hung in the main process ends the run after ``--step_timeout``
+without writing anything more, and one while the command line starts ends it cleanly (same exit
+status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process ends the run after ``--step_timeout``
 seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
@@ -24,7 +25,12 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-import numpy as np
+from ppo_dict.run import startup
+
+if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
+    startup.exit_on_stop_signals()
+
+import numpy as np  # noqa: E402 (after the start-up signal handlers)
 import torch
 
 from ppo_dict.algo.ppo import PPO
@@ -39,7 +45,7 @@ from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdat
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.run_plan import device_notice, dry_run_text, plan_run
+from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
@@ -177,19 +183,25 @@ def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
 
 
 def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
-    """At the end (and after a first Ctrl-C/SIGTERM): checkpoint, model file, sb3 export, learning curve."""
+    """At the end (and after a first Ctrl-C/SIGTERM): checkpoint, model file, sb3 export, learning curve.
+    Each file written is named on stdout and in ``watchdog.WATCHDOG.written``, which a second signal's message reads."""
+    written = watchdog.WATCHDOG.written
     last_checkpoint = checkpoints.save(ppo)
+    written.append(last_checkpoint)
     print(f"checkpoint {last_checkpoint}", flush=True)
     if cfg.save_path:
-        print(f"saved {save_model(ppo, cfg.save_path)}", flush=True)
+        written.append(save_model(ppo, cfg.save_path))
+        print(f"saved {written[-1]}", flush=True)
     if cfg.export_sb3:
         loader = "sb3_contrib.RecurrentPPO" if cfg.recurrent else "sb3_contrib.MaskablePPO" if cfg.action_masks else "stable_baselines3.PPO"
-        print(f"exported {export_sb3(ppo, cfg.export_sb3)} ({loader}.load)", flush=True)
+        written.append(export_sb3(ppo, cfg.export_sb3))
+        print(f"exported {written[-1]} ({loader}.load)", flush=True)
     if cfg.plot:
         from ppo_dict.plot import plot_run
 
         try:
-            print(f"plotted {plot_run(cfg.run_dir)}", flush=True)
+            written.append(plot_run(cfg.run_dir))
+            print(f"plotted {written[-1]}", flush=True)
         except ValueError as exc:  # e.g. no episode finished yet: nothing to draw, the run itself is fine
             print(f"no learning curve: {exc}", file=sys.stderr, flush=True)
     return last_checkpoint
@@ -224,12 +236,16 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     stop = StopFlag()
     stop.install()
     watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
+    watchdog.WATCHDOG.written = []  # this run's (main() may run more than once in a process)
     torch.set_num_threads(cfg.torch_threads)
     plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
     if plan.spec.notice:
         print(plan.spec.notice, flush=True)
     if cfg.verbose >= 1:
         print(f"layout: {plan.layout.text(cfg.mp_method)}", flush=True)
+    notice = main_share_notice(cfg, plan.layout)
+    if notice:
+        print(notice, flush=True)
     logger, tracker, closers = open_outputs(cfg, resumed)
     start = time.time()
     exit_code, last_checkpoint = 1, None
@@ -250,7 +266,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
         exit_code = stop.exit_code
     except KeyboardInterrupt:
-        print("interrupted twice: stopped without saving", file=sys.stderr, flush=True)
+        print(f"interrupted twice: stopped {watchdog.stopped_text(watchdog.WATCHDOG.written)}", file=sys.stderr, flush=True)
         exit_code = 128 + (stop.signum or signal.SIGINT)
         return exit_code
     finally:

@@ -17,7 +17,12 @@ import os
 import sys
 from typing import Any, Optional
 
-from ppo_dict import main_ppo
+from ppo_dict.run import startup
+
+if __name__ == "__main__":  # before main_ppo's imports take their seconds: a stop signal then ends the start cleanly
+    startup.exit_on_stop_signals()
+
+from ppo_dict import main_ppo  # noqa: E402 (after the start-up signal handlers)
 from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
 from ppo_dict.run.cli import read_flags
 

@@ -35,7 +35,7 @@ from ppo_dict.core.parse import make_schedule, parse_packages
 from ppo_dict.core.seeding import preserved_rng, set_random_seed
 from ppo_dict.envs import is_image_space, leaf_spaces
 from ppo_dict.run.run_plan import device_notice
-from ppo_dict.vec import make_env_pool
+from ppo_dict.vec import make_env_pool, watchdog
 from ppo_dict.vec.vec_env_pool import VecEnvPool
 
 
@@ -134,6 +134,8 @@ class Algorithm:
         # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main
         # module, episode statistics as sb3 reads them (from its Monitor's info["episode"])
         backend = dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False, episodes_from_infos=True)
+        if self.cfg.layout().main:  # the envs this process steps get step_timeout as the command line's do
+            watchdog.start_for_library(self.cfg.step_timeout, backend.label)
         pool = make_env_pool(self.cfg, backend)
         self.envs.facade.attach(pool)  # the vec env the script holds steps through the trainer's pool from now on
         return pool

@@ -18,6 +18,7 @@ from ppo_dict.run.resources import MB
 from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
 from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.group import columns_text
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,19 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
     return plan_run(cfg, backend).env_pool()
 
 
+
+
+def main_share_notice(cfg: Config, layout: Layout) -> str:
+    """The start line naming the envs the main process steps itself ("" where it steps none). A crash there
+    (a segfault in an env's native code) ends the whole run, where a worker's crash is a ``WorkerDiedError``."""
+    n_envs, share = layout.n_envs, layout.main
+    if not share:
+        return ""
+    which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
+    isolate = "--main_steps_envs False" + (" with --num_workers 1 or more" if cfg.num_workers == 0 else "")
+    return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
+            f"--resume auto continues it from its last checkpoint; {isolate} steps every env in a worker process instead, "
+            "where a crash is a WorkerDiedError")
 
 
 def dry_run_text(cfg: Config, check: RunCheck) -> str:

@@ -37,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -54,6 +55,14 @@ STOP_POLL = 0.05
 #: ``(deadline or None, timeout, who, command, detail)``: the env call in progress; ``who`` has
 #: ``label`` and ``runner`` (whose ``active`` names the env in progress).
 Armed = tuple[Optional[float], Optional[float], Any, str, Any]
+
+
+def stopped_text(written: list[str]) -> str:
+    """What a second stop signal left: ``without saving``, or the files the run's end had written and named on stdout
+    (its final checkpoint first) before it came."""
+    if not written:
+        return "without saving"
+    return f"after saving {', '.join(written)} (as printed); nothing after {'it' if len(written) == 1 else 'them'} was written"
 
 
 def call_text(who: Any, command: str, detail: Any) -> tuple[str, int, str]:
@@ -81,6 +90,7 @@ class Watchdog:
         self.default_timeout = 60.0
         self.hard_exit = False
         self.signals: list[int] = []  # stop signals seen, in order
+        self.written: list[str] = []  # the files the run's end wrote and named on stdout (for a second signal's message)
         self._stop_at: Optional[float] = None
         self._second_seen = self._second_at = float("inf")
         self._second_armed: Optional[Armed] = None
@@ -140,9 +150,13 @@ class Watchdog:
     def start(self, default_timeout: float, hard_exit: bool, label: str = "the envs") -> None:
         """Start the thread and the SIGALRM handler (main thread only); and, with ``hard_exit``, watch
         the stop signals through ``signal.set_wakeup_fd`` and start the guard process (``label``: the
-        run's env, for its messages). Calling it again updates the settings."""
+        run's env, for its messages). Calling it again updates the settings (and starts the hard stage's
+        parts where the Python API started it without them: :func:`start_for_library`)."""
         self.default_timeout, self.hard_exit = default_timeout, hard_exit
         if self.running:
+            if hard_exit and self.guard is None:
+                signal.set_wakeup_fd(self._wfd.fileno(), warn_on_full_buffer=False)
+                self._start_guard(label)
             return
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("the env watchdog must be started from the main thread (signal handlers run there)")
@@ -164,6 +178,7 @@ class Watchdog:
         self.beacon = Beacon.shared()
         os.register_at_fork(after_in_child=self._forget_guard)
         faulthandler.register(guard.TRACEBACK_SIGNAL, file=sys.stderr, all_threads=True)
+        faulthandler.enable(file=sys.stderr, all_threads=True)  # a crash (a segfault in an env's native code) says where
         self.guard = guard.start(self.beacon, self._rfd, label)
 
     def _forget_guard(self) -> None:
@@ -204,7 +219,7 @@ class Watchdog:
         now = time.monotonic()
         stuck = self._second_armed is not None and self.armed is self._second_armed
         if now >= self._second_at or (stuck and now >= self._second_seen + SECOND_STUCK):
-            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once without saving")
+            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once {stopped_text(self.written)}")
 
     def _read_signals(self) -> None:
         try:
@@ -283,3 +298,27 @@ def start(default_timeout: float, hard_exit: bool = False, label: str = "the env
     """Start :data:`WATCHDOG` (main thread only): the command line does, with ``hard_exit`` (and the guard process)."""
     WATCHDOG.start(default_timeout, hard_exit, label)
     return WATCHDOG
+
+
+def start_for_library(default_timeout: float, label: str) -> bool:
+    """Start :data:`WATCHDOG` for the Python API, before it builds a pool whose envs the main process steps:
+    a hung ``step`` or ``reset`` there raises :class:`EnvTimeoutError` from ``learn`` as it ends the command
+    line's run (the soft stage only: no hard stage, no guard process, no stop signals taken; that is the
+    command line's, the user's process is the user's). Returns whether it runs.
+
+    It installs a SIGALRM handler, so it starts only from the main thread and where the program has no
+    SIGALRM handler of its own; else it warns (``RuntimeWarning``) that such a hang cannot be timed out.
+    """
+    if WATCHDOG.running:  # the command line's, or an earlier model's: its settings stay
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        why = "the model was built outside the main thread, where no signal handler can be installed"
+    elif signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        why = "the program has a SIGALRM handler of its own, which the watchdog would replace"
+    else:
+        WATCHDOG.start(default_timeout, hard_exit=False, label=label)
+        return True
+    warnings.warn(f"{label}: the main process steps envs itself, but their calls cannot be timed out ({why}): an env whose "
+                  "step or reset hangs there hangs learn(); main_steps_envs=False with num_workers >= 1 steps every env in a "
+                  "worker process, which times out after step_timeout", RuntimeWarning, stacklevel=3)
+    return False

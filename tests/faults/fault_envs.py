@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import signal
 import time
 from dataclasses import replace
@@ -23,9 +24,11 @@ ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
 MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "build_raise", "build_hang", "hang", "hang_c", "hang_gil",
-         "hang_swallow", "reset_hang", "nan_obs", "nan_reward")
+         "hang_swallow", "reset_hang", "nan_obs", "nan_reward", "segfault")
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
+#: printed (flushed, on stdout) by the aimed env just before it crashes its process
+CRASH_MARKER = "FAULTENV CRASHING"
 
 
 class FaultEnv(gym.Env):
@@ -40,6 +43,8 @@ class FaultEnv(gym.Env):
     sleeps with the signals blocked, as C code that never returns to Python would (no Python
     signal handler can run in it); ``hang_gil`` too, in libc's ``sleep`` called through
     ``ctypes.PyDLL``, which keeps the GIL: no Python thread of the process can run.
+    ``segfault`` crashes its process in native code (``ctypes.string_at(0)``: SIGSEGV) once: it creates
+    the file ``crash_marker`` first and never crashes where that file exists (the run resumed after the crash).
     Every step sleeps ``step_s`` seconds (a costly env).
     """
 
@@ -47,7 +52,7 @@ class FaultEnv(gym.Env):
     built = 0
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0):
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = ""):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
         if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
@@ -61,7 +66,7 @@ class FaultEnv(gym.Env):
         self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.mode, self.bad_seed, self.at_step, self.episode_len, self.hang_s = mode, bad_seed, at_step, episode_len, hang_s
-        self.step_s = step_s
+        self.step_s, self.crash_marker = step_s, crash_marker
         self.first_seed: Optional[int] = None
         self.resets = 0
         self.t = 0
@@ -100,6 +105,10 @@ class FaultEnv(gym.Env):
                     self._hang()
                 except Exception:  # noqa: BLE001
                     pass
+            if self.mode == "segfault" and not os.path.exists(self.crash_marker):
+                open(self.crash_marker, "x").close()
+                print(f"{CRASH_MARKER} seed={self.first_seed} pid={os.getpid()}", flush=True)
+                ctypes.string_at(0)  # reads address 0: SIGSEGV, as a bug in an env's C code would
             if self.mode == "nan_obs":
                 obs[0] = np.nan
             if self.mode == "nan_reward":

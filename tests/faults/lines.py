@@ -1,4 +1,9 @@
-"""A process's stdout lines, read in a thread, so that a test can wait for a marker line with a timeout."""
+"""A process's stdout lines, read in a thread, so that a test can wait for a marker line with a timeout.
+
+The one way the tests read a child's lines with a deadline: ``select()`` on ``proc.stdout`` after a
+``readline()`` misses a line that came in the same read (it waits in Python's buffer, not in the pipe),
+and a bare ``readline()`` has no deadline at all.
+"""
 from __future__ import annotations
 
 import queue
@@ -43,3 +48,13 @@ class Lines:
         while not self.queue.empty():
             self.seen.append(self.queue.get())
         return self.seen
+
+    def close(self, timeout: float = 10.0) -> list[str]:
+        """:meth:`rest`, then the pipes closed (stderr unread), for a process the test has ended: in place of
+        ``communicate()``, which must not read stdout beside the reader thread."""
+        seen = self.rest(timeout)
+        if self.done.is_set():
+            self.proc.stdout.close()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        return seen

@@ -307,6 +307,40 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     return {}
 
 
+def api_hang(mode: str, num_workers: str) -> dict[str, Any]:
+    """``ppo_dict.PPO(...).learn()`` (no command line: the API starts the watchdog) with env 1, one the main process
+    steps (in-process, or the default share of two workers), hanging in its first reset or its second step."""
+    import ppo_dict
+
+    model = ppo_dict.PPO("MlpPolicy", "FaultEnv-v0", n_steps=8, batch_size=16, n_epochs=1, seed=SEED, step_timeout=1.0,
+                         n_envs=4, num_workers=int(num_workers), gym_packages=("tests.faults.fault_envs",),
+                         env_kwargs=dict(mode=mode, bad_seed=SEED + 1, at_step=2))
+    result = capture(lambda: model.learn(64))
+    model.env.close()
+    result["strays"] = strays()
+    return result
+
+
+def api_own_alarm() -> dict[str, Any]:
+    """The API where the program has a SIGALRM handler of its own: left alone, with a warning."""
+    import warnings
+
+    import ppo_dict
+
+    def mine(signum: int, frame: Any) -> None:
+        pass
+
+    signal.signal(signal.SIGALRM, mine)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = ppo_dict.PPO("MlpPolicy", "FaultEnv-v0", n_steps=8, batch_size=16, n_envs=2, num_workers=0, seed=SEED,
+                             gym_packages=("tests.faults.fault_envs",))
+    model.learn(16)
+    model.env.close()
+    return {"warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+            "handler_kept": signal.getsignal(signal.SIGALRM) is mine}
+
+
 def start_failure(how: str, mp_method: str) -> dict[str, Any]:
     """A worker that cannot be started: this process's open-file limit reached after a worker or two (``nofile``),
     or the forkserver unable to take the request (``forkserver``: its own open-file limit lowered
@@ -336,6 +370,8 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    "api_hang": api_hang,
+    "api_own_alarm": api_own_alarm,
     "start_failure": start_failure,
     "main_process_envs": main_process_envs,
     "vec_env_ctrl_c": vec_env_ctrl_c,

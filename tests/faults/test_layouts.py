@@ -27,7 +27,8 @@ from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
-from tests.faults.test_worker_faults import ROOT, assert_closed_cleanly, assert_session_gone, run_scenario, shm_entries, start
+from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_session_gone, dump_and_kill, run_scenario,
+                                             shm_entries, start)
 
 STEP_TIMEOUT = 1.0
 #: the aimed env's step that hangs: rollout step 3 of the second iteration (8 steps each), after a checkpoint
@@ -372,17 +373,22 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
 def test_shm_vec_env_hang_times_out_and_ctrl_c_ends_a_hung_step() -> None:
     shm_before = shm_entries()
     proc = start("vec_env_ctrl_c")
-    lines = iter(proc.stdout.readline, "")
-    assert next(lines).startswith(HANG_MARKER)  # the first ShmVecEnv's step hangs...
-    first = json.loads(next(lines))  # ...and times out
+    lines = Lines(proc)
+    try:
+        lines.wait_for(HANG_MARKER, START_GUARD)  # the first ShmVecEnv's step hangs...
+        first = json.loads(lines.wait_for('"error"', GUARD))  # ...and times out
+        lines.wait_for(HANG_MARKER, GUARD)  # the second ShmVecEnv's step is hung now
+    except AssertionError as exc:
+        pytest.fail(f"{exc}; stderr:\n{dump_and_kill(proc)}")
     assert first["error"] == "WorkerTimeoutError" and "did not answer 'step' within 1 s (FaultEnv-v0)" in first["message"], first
-    assert next(lines).startswith(HANG_MARKER)  # the second ShmVecEnv's step is hung now
     proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=GUARD)
+        proc.wait(timeout=GUARD)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("Ctrl-C did not end a process waiting on a hung ShmVecEnv step")
+        pytest.fail(f"Ctrl-C did not end a process waiting on a hung ShmVecEnv step; stderr:\n{dump_and_kill(proc)}")
+    lines.rest()
+    err = proc.stderr.read()
     assert proc.returncode in (-signal.SIGINT, 130) and "KeyboardInterrupt" in err, err
     assert_session_gone(proc.pid, seconds=5.0)
     assert shm_entries() <= shm_before
+    lines.close()

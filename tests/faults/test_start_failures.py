@@ -17,7 +17,7 @@ from tests.faults.test_worker_faults import run_scenario, shm_entries
 
 @pytest.mark.parametrize("mp_method", ["forkserver", "spawn", "fork"])
 def test_a_limit_reached_while_starting_names_the_worker_and_stops_the_others(mp_method: str) -> None:
-    r = run_scenario("start_failure", "nofile", mp_method, timeout=120)
+    r = run_scenario("start_failure", "nofile", mp_method)
     assert r["error"] == "WorkerStartError"
     worker = re.match(r"worker (\d+) ", r["message"])
     assert worker and int(worker[1]) >= 1, r["message"]  # at least one worker had started: it was stopped
@@ -30,7 +30,7 @@ def test_a_limit_reached_while_starting_names_the_worker_and_stops_the_others(mp
 
 
 def test_the_forkserver_gone_while_starting_is_named_and_a_new_one_serves_the_next_pool() -> None:
-    r = run_scenario("start_failure", "forkserver", "forkserver", timeout=120)
+    r = run_scenario("start_failure", "forkserver", "forkserver")
     assert r["error"] == "WorkerStartError"
     assert r["message"].startswith("worker 0 (envs 0..0, gym_CartPole-v1) could not be started (forkserver): ")
     assert "multiprocessing's forkserver (the process that forks the workers) exited while starting it" in r["message"]

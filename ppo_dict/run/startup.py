@@ -1,0 +1,43 @@
+"""Ctrl-C while a command line starts: a clean exit, not a ``KeyboardInterrupt`` traceback.
+
+Importing torch, probing the env and checking the machine take seconds before the run's own handlers
+(``main_ppo.StopFlag``) are installed. A command line installs :func:`exit_on_stop_signals` first,
+before those imports (standard library only, so that nothing slow comes before it): a first stop
+signal then raises ``SystemExit(128 + signal)``, which unwinds whatever was starting (a probed env,
+a launched game) through its ``finally`` blocks, exit status 130 / 143 / 129 as for a later one; a
+second one while that unwinds ends the process at once. Nothing is written before the run's own
+handlers take over, so there is nothing to save.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+#: The signals that stop a run: ``ppo_dict.vec.guard.STOP_SIGNALS`` (which imports nothing of ppo_dict, being run by path).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopWhileStarting:
+    """The start-up handler of :data:`STOP_SIGNALS`; ``seen``: the first signal taken, if any."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.seen:
+            print(f"{name} received twice while starting: stopped at once", file=sys.stderr, flush=True)
+            os._exit(128 + self.seen)
+        self.seen = signum
+        print(f"\n{name} received while starting: stopped before training began; nothing was saved", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+
+
+def exit_on_stop_signals() -> StopWhileStarting:
+    """Install :class:`StopWhileStarting` for every stop signal (main thread, command lines only)."""
+    handler = StopWhileStarting()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, handler)
+    return handler

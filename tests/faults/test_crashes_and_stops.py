@@ -1,0 +1,158 @@
+"""A crash of a process stepping envs (a segfault in an env's native code), and stop signals around the
+run's own handlers: Ctrl-C while the command line starts, a second Ctrl-C after the final checkpoint.
+
+Each case runs ``python -m ppo_dict.main_ppo`` in its own session with a hard timeout
+(``tests/faults/test_layouts.py``'s ``start_run``), and checks that nothing of the session and no /dev/shm
+entry is left and that every checkpoint left loads.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ppo_dict.run import startup
+from ppo_dict.run.checkpoint import list_checkpoints
+from ppo_dict.vec import guard
+from tests.faults.fault_envs import CRASH_MARKER, HANG_MARKER
+from tests.faults.lines import Lines
+from tests.faults.test_layouts import GUARD, LAYOUTS, Layout, Run, assert_nothing_left, start_run
+from tests.faults.test_worker_faults import ROOT, assert_session_gone, shm_entries
+
+#: 4 envs x 8 steps an update: the aimed env crashes at its 12th step (the second rollout), after the checkpoint at 32 steps
+STEPS = 32
+SHARE = LAYOUTS["share"]
+
+
+def crash_layout(main_steps_envs: bool, marker: str) -> Layout:
+    flags = SHARE.flags if main_steps_envs else (*SHARE.flags, "--main_steps_envs", "False")
+    return Layout(flags, SHARE.env, main_steps_envs, f"{SHARE.env_kwargs}, crash_marker={marker!r}")
+
+
+def test_a_segfault_in_the_main_process_share_ends_the_run_and_resume_auto_continues_it(tmp_path) -> None:
+    """The start line names the main process's envs; the crash kills the process (SIGSEGV, its traceback printed
+    by faulthandler), every worker goes with it; the same command again continues from the last checkpoint."""
+    layout, shm_before = crash_layout(True, str(tmp_path / "crashed")), shm_entries()
+    flags = ("--resume", "auto", "--total_timesteps", str(2 * STEPS))
+    run = start_run(layout, "segfault", tmp_path, *flags)
+    run.wait_for("the main process steps envs 0..1 of 4 itself: a crash in one of them (a segfault in native code) ends the run, "
+                 "and --resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker "
+                 "process instead, where a crash is a WorkerDiedError", timeout=120)
+    line = run.wait_for(CRASH_MARKER, timeout=120)
+    assert int(line.split("pid=")[1]) == run.proc.pid, line  # env 1 is the main process's
+    code, err = run.finish(timeout=GUARD)
+    assert code == -signal.SIGSEGV, err
+    assert "Fatal Python error: Segmentation fault" in err and 'fault_envs.py", line' in err, err
+    assert_nothing_left(run, shm_before)
+    first = list_checkpoints(os.path.join(run.run_dir, "checkpoints"))
+    assert [os.path.basename(p) for p in first] == [f"checkpoint_{STEPS:012d}.pt"]
+    again = start_run(layout, "segfault", tmp_path, *flags)
+    again.wait_for(f"resumed from {first[0]} at {STEPS} steps", timeout=120)
+    code, err = again.finish(timeout=120)
+    assert code == 0, err
+    assert f'"env_steps": {2 * STEPS},' in again.lines.rest()[-1]
+    assert_nothing_left(again, shm_before)
+
+
+def test_with_main_steps_envs_false_the_same_segfault_is_a_worker_died_error(tmp_path) -> None:
+    layout, shm_before = crash_layout(False, str(tmp_path / "crashed")), shm_entries()
+    run = start_run(layout, "segfault", tmp_path)
+    line = run.wait_for(CRASH_MARKER, timeout=120)
+    assert int(line.split("pid=")[1]) != run.proc.pid, line
+    code, err = run.finish(timeout=GUARD)
+    assert code == 1, err
+    assert "error: WorkerDiedError: worker 0 (envs 0..1, gym_FaultEnv-v0, pid " in err, err
+    assert "died with exit code -11 (SIGSEGV) during 'step'" in err and "Traceback" not in err, err
+    assert "the main process steps" not in "".join(run.lines.rest())
+    assert_nothing_left(run, shm_before)
+
+
+# ------------------------------------------------------------------------------ Ctrl-C while starting
+def caught_signals(pid: int) -> int:
+    """The signals ``pid`` has handlers for (``SigCgt`` of /proc/<pid>/status), as a bit mask (bit n-1: signal n)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+
+
+def start_cli(tmp_path, *args: str) -> Run:
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return Run(proc, str(tmp_path / "run"), Lines(proc))
+
+
+def test_the_start_up_handlers_take_the_run_handlers_signals() -> None:
+    assert startup.STOP_SIGNALS == guard.STOP_SIGNALS
+
+
+@pytest.mark.parametrize("when", ["imports", "probe"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_starting_ends_it_cleanly(when: str, signum: int, tmp_path) -> None:
+    """Sent once the start-up handlers are in (``imports``: torch and the trainer are still being imported), or
+    while the env is probed (``probe``: its constructor, the first env built, sleeps): exit 128 + signal, one line,
+    no traceback, nothing written."""
+    run = start_cli(tmp_path, "--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "0",
+                    "--env_kwargs", "dict(mode='build_hang', at_step=1)", "--run_dir", str(tmp_path / "run"))
+    if when == "imports":
+        term_bit = 1 << (signal.SIGTERM - 1)  # Python itself catches only SIGINT: a caught SIGTERM is the start-up handler
+        deadline = time.monotonic() + 60
+        while not caught_signals(run.proc.pid) & term_bit:
+            assert time.monotonic() < deadline and run.proc.poll() is None, "the start-up handlers were not installed"
+            time.sleep(0.005)
+    else:
+        run.wait_for(f"{HANG_MARKER} constructor pid={run.proc.pid}", timeout=120)
+    run.proc.send_signal(signum)
+    code, err = run.finish(timeout=GUARD)
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, err
+    assert err.endswith(f"\n{name} received while starting: stopped before training began; nothing was saved\n"), err
+    assert "Traceback" not in err, err
+    assert not os.path.exists(run.run_dir)
+    assert_session_gone(run.proc.pid, seconds=5.0)
+    run.lines.close()
+
+
+# ------------------------------------------------------------------------------ a second Ctrl-C after the final checkpoint
+#: main_ppo, its model file (--save_path) written only after a second stop signal came: the final checkpoint is
+#: saved and printed by then; the first signal is announced on stdout, for the test to send the second
+SLOW_SAVE = """
+import sys, time
+import ppo_dict.main_ppo as mp
+handler = mp.StopFlag.__call__
+def announce(self, signum, frame):
+    handler(self, signum, frame)
+    print("SIGNALLED", flush=True)
+mp.StopFlag.__call__ = announce
+def slow_save_model(ppo, directory):
+    print("SAVING MODEL", flush=True)
+    time.sleep(600)
+mp.save_model = slow_save_model
+sys.exit(mp.main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_after_the_final_checkpoint_says_it_was_saved(tmp_path) -> None:
+    run_dir, model_dir, shm_before = tmp_path / "run", tmp_path / "model", shm_entries()
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "0", "--n_envs", "2",
+            "--n_steps", "8", "--batch_size", "16", "--total_timesteps", "16", "--plot", "False", "--verbose", "0",
+            "--progress", "none", "--run_dir", str(run_dir), "--save_path", str(model_dir)]
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    run = Run(proc, str(run_dir), Lines(proc))
+    checkpoint = run.wait_for("checkpoint ", timeout=120).strip().removeprefix("checkpoint ")
+    run.wait_for("SAVING MODEL", timeout=60)
+    proc.send_signal(signal.SIGINT)
+    run.wait_for("SIGNALLED", timeout=60)
+    proc.send_signal(signal.SIGINT)
+    code, err = run.finish(timeout=GUARD)
+    assert code == 130, err
+    assert f"interrupted twice: stopped after saving {checkpoint} (as printed); nothing after it was written\n" in err, err
+    assert "stopped without saving" not in err and "Traceback" not in err, err
+    assert list_checkpoints(str(run_dir / "checkpoints")) == [checkpoint]
+    assert not (model_dir / "model.pt").exists()
+    assert_nothing_left(run, shm_before)
