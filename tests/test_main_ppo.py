@@ -38,7 +38,7 @@ def test_main_job_prints_tables_and_summary() -> None:
 
 def test_bad_config_lists_every_problem_and_exits_2() -> None:
     for flags in ((), ("-O",)):  # no asserts: works under python -O too
-        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "0", "--ent_coef", "nan",
+        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "-1", "--ent_coef", "nan",
                        "--batch_size", "1", "--env", "gym_Hoper-v5", python_flags=flags)
         assert proc.returncode == 2
         assert "7 invalid setting(s)" in proc.stderr, proc.stderr

@@ -99,6 +99,18 @@ def test_a_pickle_in_a_zip_is_never_run_by_load_and_its_key_is_named(cartpole_zi
     assert len(warning) == 1 and evil in warning[0] and warning[0].startswith("warning: ")
 
 
+def test_the_episode_buffers_are_read_as_data_and_a_pickle_in_them_never_runs(cartpole_zip, tmp_path) -> None:
+    """sb3 pickles ``ep_info_buffer`` (a deque of Monitor's dicts): read through an unpickler of plain data, it
+    holds what sb3's load gives; one that names anything else is left unread, and its code never runs."""
+    def episodes(cls: type, path: str) -> list:
+        return list(cls.load(path, env=make_vec_env("CartPole-v1", n_envs=1, seed=0)).ep_info_buffer)
+
+    assert episodes(ppo_dict.PPO, cartpole_zip) == episodes(SB3PPO, cartpole_zip) != []
+    sentinel = str(tmp_path / "ran")
+    evil = with_pickled(cartpole_zip, str(tmp_path / "evil.zip"), "ep_info_buffer", Payload(sentinel, "[]"), keep_json=True)
+    assert episodes(ppo_dict.PPO, evil) == [] and not os.path.exists(sentinel)
+
+
 def test_a_space_is_rebuilt_from_its_json_and_its_pickle_ignored(cartpole_zip, tmp_path) -> None:
     sentinel = str(tmp_path / "ran")
     space = "__import__('gymnasium').spaces.Box(-1.0, 1.0, (4,))"

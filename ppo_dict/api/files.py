@@ -114,7 +114,7 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
                          f"specified kwargs: {kwargs['policy_kwargs']}")
     # sb3's arguments only: the zip's n_envs is the saving model's, and the env given decides the count, as in sb3's load
     arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED and k not in EXTRAS}
-    arguments.update(policy_kwargs=policy_kwargs, **kwargs)
+    arguments.update({**kwargs, "policy_kwargs": policy_kwargs})  # a policy_kwargs given equals the stored (checked above)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])
     if model.env is not None:

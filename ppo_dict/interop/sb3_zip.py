@@ -15,19 +15,23 @@ is unpickled: each is rebuilt from the JSON beside it,
 * ``policy_kwargs`` from its items (plain values and allowed classes),
 
 or kept as an :class:`Unrebuilt` marker, which whoever needs that key refuses, naming it
-(:func:`refuse_unrebuilt`); a key nobody reads (the last observation, the episode buffers) stays a marker.
+(:func:`refuse_unrebuilt`); a key nobody reads (the last observation) stays a marker. The episode
+buffers (deques of dicts of numbers) are read as plain data (:class:`DataUnpickler`: nothing but
+numpy's and builtins' data and the deque is named, so nothing runs).
 ``trust_pickles`` reads the zip as sb3 does (its ``load_from_zip_file``), after the caller's one warning line
 (:func:`trust_warning`).
 """
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import importlib
 import io
 import json
 import math
 import os
+import pickle
 import re
 import sys
 import zipfile
@@ -41,6 +45,33 @@ from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.errors import CheckpointError
 
 SERIALIZED, TYPE = ":serialized:", ":type:"
+NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric", "numpy._core.numeric")
+NUMPY_NAMES = ("ndarray", "dtype", "_reconstruct", "scalar", "_frombuffer")
+BUILTINS = ("set", "frozenset", "slice", "complex", "range", "bytearray", "bytes", "int", "float", "str", "bool", "list", "tuple", "dict")
+#: what a pickle of plain data may name besides numpy's arrays: builtins' types, two containers, and copyreg's rebuilder of them
+PLAIN = {*(("builtins", name) for name in BUILTINS), ("collections", "OrderedDict"), ("collections", "deque"), ("copyreg", "_reconstructor")}
+
+
+class DataUnpickler(pickle.Unpickler):
+    """Plain data: numpy's arrays, scalars and dtypes, builtins' numbers, strings and containers,
+    ``collections.deque`` and ``OrderedDict``. Any other name is refused (``pickle.UnpicklingError``
+    naming it, :meth:`other`) before anything is called: nothing in the file runs."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module in NUMPY_MODULES and name in NUMPY_NAMES) or (module, name) in PLAIN:
+            return super().find_class(module, name)
+        return self.other(module, name)
+
+    def other(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the pickle names {module}.{name}")
+
+
+def plain_data(serialized: str) -> Any:
+    """sb3's ``:serialized:`` text (base64 of a cloudpickle) of plain data, through :class:`DataUnpickler`."""
+    try:
+        return DataUnpickler(io.BytesIO(base64.b64decode(serialized))).load()
+    except Exception as exc:  # noqa: BLE001 (the file's bytes, not ours: a refusal naming why)
+        raise NotRebuildable(f"not plain data ({exc})") from None
 #: the classes a zip may name, by module: sb3's and sb3-contrib's PPO policies and rollout buffers, and
 #: what their ``policy_kwargs`` take (torch's activations, Adam, sb3's default features extractors)
 ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
@@ -53,6 +84,7 @@ ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
     "stable_baselines3.common.torch_layers": ("FlattenExtractor", "NatureCNN", "CombinedExtractor"),
     "torch.nn.modules.activation": tuple(cls.__name__ for cls in ACTIVATION_CLASSES.values()),
     "torch.optim.adam": ("Adam",),
+    **{f"torch.optim.{name.lower()}": (name,) for name in ("AdamW", "RMSprop", "SGD", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")},
 }
 #: what ``str(type(cls))`` is for a class
 CLASS_TYPES = ("type", "abc.ABCMeta")
@@ -185,6 +217,8 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
             return SCHEDULES[kind](attrs)
         if kind == "dict":
             return {k: item_value(k, v) for k, v in attrs.items()}
+        if kind == "collections.deque":  # the episode buffers: dicts of numbers, read as data
+            return plain_data(value.get(SERIALIZED, ""))
         raise NotRebuildable("its JSON does not describe it")
     except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
         return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name)

@@ -20,6 +20,7 @@ import numpy as np
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import atomic_write
 from ppo_dict.data.storage import OBS_KEY
+from ppo_dict.interop.sb3_zip import DataUnpickler
 
 #: the statistics file names in a folder, the one ppo_dict writes first
 STATISTICS_FILES = ("vecnormalize.npz", "vecnormalize.pkl")
@@ -58,30 +59,23 @@ class Ignored(Record):
         pass
 
 
-NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric", "numpy._core.numeric")
-NUMPY_NAMES = ("ndarray", "dtype", "_reconstruct", "scalar", "_frombuffer")
-BUILTINS = ("set", "frozenset", "slice", "complex", "range", "bytearray", "bytes", "int", "float", "str", "bool", "list", "tuple", "dict")
 RECORDS = {("stable_baselines3.common.vec_env.vec_normalize", "VecNormalize"): VecNormalizeRecord,
            ("stable_baselines3.common.running_mean_std", "RunningMeanStd"): RunningMeanStdRecord}
 
 
-class StatisticsUnpickler(pickle.Unpickler):
-    """Reads a ``VecNormalize`` pickle: numpy arrays and dtypes, a few builtins, records for sb3's
-    ``VecNormalize`` and ``RunningMeanStd`` and for gymnasium's spaces; any other name is refused
-    (``pickle.UnpicklingError`` naming it) before anything is called."""
+class StatisticsUnpickler(DataUnpickler):
+    """Reads a ``VecNormalize`` pickle: plain data (:class:`~ppo_dict.interop.sb3_zip.DataUnpickler`),
+    records for sb3's ``VecNormalize`` and ``RunningMeanStd`` and for gymnasium's spaces; any other
+    name is refused (``pickle.UnpicklingError`` naming it) before anything is called."""
 
-    def find_class(self, module: str, name: str) -> Any:
-        if module in NUMPY_MODULES and name in NUMPY_NAMES:
-            return super().find_class(module, name)
-        if (module, name) in (("builtins", n) for n in BUILTINS) or (module, name) in (("collections", "OrderedDict"), ("copyreg", "_reconstructor")):
-            return super().find_class(module, name)
+    def other(self, module: str, name: str) -> Any:
         if (module, name) in RECORDS:
             return RECORDS[(module, name)]
         if module.startswith(("gymnasium.spaces.", "gym.spaces.")):
             return Record
         if module.startswith("numpy.random."):
             return Ignored
-        raise pickle.UnpicklingError(f"the pickle names {module}.{name}")
+        return super().other(module, name)
 
 
 def load_pickle(path: str, trust_pickles: bool) -> Any:

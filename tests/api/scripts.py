@@ -155,13 +155,14 @@ def stop_early(api: SimpleNamespace, tmp: str, record: Record) -> None:
 def save_load_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """Train, save, delete, load with an env, continue (sb3's docs' "save and load" with a vec env)."""
     env = api.make_vec_env("CartPole-v1", n_envs=2, seed=3)
-    model = api.PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=3, learning_rate=lambda p: 1e-3 * p, clip_range=lambda p: 0.1 + 0.1 * p,
-                    seed=2, verbose=0)
+    schedules = dict(learning_rate=lambda p: 1e-3 * p, clip_range=lambda p: 0.1 + 0.1 * p)
+    model = api.PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=3, seed=2, verbose=0, **schedules)
     record.attach(model)
     model.learn(256, callback=Watch(record))
     model.save(os.path.join(tmp, "cartpole"))
     del model
-    model = api.PPO.load(os.path.join(tmp, "cartpole"), env=env)
+    # the functions given again: the zip holds them as pickles, which ppo_dict reads only with trust_pickles=True
+    model = api.PPO.load(os.path.join(tmp, "cartpole"), env=env, custom_objects=schedules)
     record.attach(model)
     model.learn(256, reset_num_timesteps=False, callback=Watch(record))
     record.keep("continued", model)

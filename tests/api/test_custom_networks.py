@@ -195,13 +195,14 @@ def test_a_zip_of_a_custom_network_loads_and_continues_as_after_sb3s_load(tmp_pa
 
     from tests.parity.sides import assert_same_value
 
-    model = SB3PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=1, verbose=0,
-                   policy_kwargs=dict(features_extractor_class=TwoLayers, optimizer_class=torch.optim.RMSprop, share_features_extractor=False))
+    policy_kwargs = dict(features_extractor_class=TwoLayers, optimizer_class=torch.optim.RMSprop, share_features_extractor=False)
+    model = SB3PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=1, verbose=0, policy_kwargs=policy_kwargs)
     model.learn(64)
     model.save(os.path.join(tmp_path, "custom"))
     results = []
     for cls in (SB3PPO, ppo_dict.PPO):
-        loaded = cls.load(os.path.join(tmp_path, "custom"), env=make_vec_env("CartPole-v1", n_envs=2, seed=3))
+        # the extractor's class is named by the caller: ppo_dict rebuilds no class of the file's choosing (sb3 checks they agree)
+        loaded = cls.load(os.path.join(tmp_path, "custom"), env=make_vec_env("CartPole-v1", n_envs=2, seed=3), policy_kwargs=policy_kwargs)
         loaded.learn(128, reset_num_timesteps=False)
         results.append(({k: v.clone() for k, v in loaded.policy.state_dict().items()}, loaded.policy.optimizer.state_dict()["state"]))
         assert isinstance(loaded.policy.optimizer, torch.optim.RMSprop)
