@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from ppo_dict import main_ppo
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.run.run_dir import LOCK_FILE, lock_holder
@@ -56,6 +57,13 @@ def run_dir(earlier_run, tmp_path):
     return copy
 
 
+def refused_here(capsys, *argv: str) -> subprocess.CompletedProcess:
+    """The command line run in this process (refused at its check, it starts nothing), as a finished process."""
+    code = main_ppo.main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
 def assert_refused(proc: subprocess.CompletedProcess, text: str, said: str = "") -> None:
     """Exit 2, ``text`` in the one error, no traceback, and nothing on stdout but ``said``."""
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -63,10 +71,10 @@ def assert_refused(proc: subprocess.CompletedProcess, text: str, said: str = "")
     assert "Traceback" not in proc.stdout + proc.stderr and proc.stdout == said
 
 
-def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(run_dir) -> None:
+def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(capsys, run_dir) -> None:
     before = directory_bytes(run_dir)
     for dry_run in ((), ("--dry_run",)):
-        proc = run_cli(*TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), *dry_run)
+        proc = refused_here(capsys, *TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), *dry_run)
         assert_refused(proc, f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, progress.csv); pass --resume "
                              f"{run_dir} to continue it, --overwrite True to replace it, or choose another --run_dir")
     assert directory_bytes(run_dir) == before
@@ -170,3 +178,64 @@ def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_pid(tmp_path) 
     saved = summary_line(out)["checkpoint"]
     assert load_model_state(saved)["num_timesteps"] == summary_line(out)["env_steps"]
     assert lock_holder(str(run_dir)) is None  # the lock went with the process: the directory can be resumed
+
+
+# ------------------------------------------------------------------------------ where a run cannot write
+
+def unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_mount_namespace = pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm (a user and mount namespace) to mount "
+                                                                        "a read-only or a full file system")
+
+
+def run_with_mount(mount: str, options: str, *argv: str) -> subprocess.CompletedProcess:
+    """The command line with a tmpfs mounted at ``mount`` (``options``: ``ro``, ``size=16k``) in a mount
+    namespace of its own: a read-only or a full file system, for this command only."""
+    script = f'mount -t tmpfs -o {options} tmpfs "$0" && exec "$@"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", "ppo_dict.main_ppo", *argv],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+
+
+@needs_mount_namespace
+def test_a_read_only_or_full_run_dir_is_refused_before_start(tmp_path) -> None:
+    """A read-only --run_dir was a traceback (and --dry_run said the run would start); so was a full one."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} is on a read-only file system")
+    proc = run_with_mount(str(mount), "size=16k", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} has 0.02 MiB free; writing a checkpoint there needs about 0.17 MiB")
+
+
+@pytest.mark.slow
+@needs_mount_namespace
+def test_every_output_on_a_read_only_file_system_is_refused_also_by_dry_run(tmp_path) -> None:
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    for setting, path in (("run_dir", mount / "run"), ("save_path", mount / "model"), ("tensorboard_log", mount / "tb"),
+                          ("export_sb3", mount / "agent.zip")):
+        extra = [] if setting == "run_dir" else ["--run_dir", str(tmp_path / setting)]
+        proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", f"--{setting}", str(path), *extra, "--dry_run")
+        assert_refused(proc, f"  - {setting}='{path}': {mount} is on a read-only file system")
+        assert not (tmp_path / setting).exists()
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry_run",)])
+def test_a_run_dir_that_is_a_file_or_too_long_a_name_is_refused(capsys, tmp_path, dry_run) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file), *dry_run), f"  - run_dir='{a_file}': is a file, must be a directory")
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file / "run"), *dry_run),
+                   f"  - run_dir='{a_file / 'run'}': {a_file} is a file, so nothing can be created under it")
+    long = tmp_path / ("x" * 300)
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(long), *dry_run),
+                   f"  - run_dir='{long}': the name xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is 300 bytes long; the file system takes at most 255")
+    deep = tmp_path / "/".join(["y" * 200] * 21)
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(deep), *dry_run),
+                   f"  - run_dir='{deep}': the path is {len(str(deep))} bytes long; the file system takes paths of at most 4096")
+    assert sorted(os.listdir(tmp_path)) == ["a_file"] and a_file.read_text() == "not a directory"
