@@ -126,7 +126,8 @@ def output_problem(setting: str, path: str, directory: bool, need_bytes: int = 0
     """
     if not path:
         return f"{setting}={path!r}: an empty path"
-    full, found = os.path.abspath(path), existing_part(path)
+    full = os.path.abspath(path)
+    found = existing_part(full if directory else os.path.dirname(full))  # a file is judged by the folder it goes into
     if os.path.exists(full) and os.path.isdir(full) != directory:
         return f"{setting}={path!r}: is a {'file' if directory else 'directory'}, must be a {'directory' if directory else 'file'}"
     if not os.path.isdir(found):
