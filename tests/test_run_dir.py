@@ -16,7 +16,7 @@ import pytest
 from ppo_dict import main_ppo
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
-from ppo_dict.run.run_dir import LOCK_FILE, lock_holder
+from ppo_dict.run.run_dir import LOCK_FILE, lock, lock_holder
 from tests.conftest import ROOT
 from tests.test_main_ppo import run_cli, summary_line
 
@@ -157,6 +157,19 @@ def popen_main(*argv: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def test_a_run_on_a_locked_directory_is_refused_naming_the_holder(tmp_path) -> None:
+    """The lock a run takes (this process holds it here), met by a command line: refused, with this pid."""
+    held = lock(str(tmp_path / "run"), fresh=True)
+    try:
+        assert lock_holder(str(tmp_path / "run")) == f"pid {os.getpid()}"
+        assert_refused(run_cli(*TINY, "--run_dir", str(tmp_path / "run")),
+                       f"run_dir='{tmp_path / 'run'}': in use by another run (pid {os.getpid()}, holding {tmp_path / 'run' / LOCK_FILE})")
+    finally:
+        held.release()
+    assert lock_holder(str(tmp_path / "run")) is None and os.listdir(tmp_path / "run") == [LOCK_FILE]
+
+
+@pytest.mark.slow
 def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_pid(tmp_path) -> None:
     run_dir = tmp_path / "run"
     first = popen_main(*TINY, "--total_timesteps", "100000000", "--run_dir", str(run_dir))
