@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.model import Model
+from ppo_dict.algo.model import Model, gym_env_spec
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
@@ -41,7 +41,7 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
     if video and video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
-    spec = env_spec(cfg)
+    spec = gym_env_spec(env_spec(cfg), path)
     env = make_env(render_spec(spec) if video else spec)
     try:
         model = Model.from_state(state, env.observation_space, env.action_space, path)
@@ -72,6 +72,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     mode.add_argument("--stochastic", dest="deterministic", action="store_const", const=False,
                       help="sample actions (the default for Atari games, as rl-zoo's enjoy)")
     args = parser.parse_args(argv)
+    if args.seed < 0 or args.episodes < 1:  # gymnasium refuses a negative seed only at the first reset
+        parser.error(f"--seed {args.seed}: must be >= 0" if args.seed < 0 else f"--episodes {args.episodes}: must be >= 1")
     torch.set_num_threads(1)
     try:
         result = enjoy(model_file(args.run_dir, args.model), args.episodes, args.video, args.seed,

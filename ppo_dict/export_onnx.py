@@ -14,6 +14,7 @@ import torch
 
 from ppo_dict.algo.model import Model
 from ppo_dict.core.errors import CheckpointError, ExportError
+from ppo_dict.core.files import output_problem
 from ppo_dict.interop.onnx import OPSET, check_onnx, export_onnx
 from ppo_dict.run.checkpoint import model_file
 
@@ -34,6 +35,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             path, default_out = args.source, os.path.splitext(args.source)[0] + ".onnx"
         out = args.out or default_out
+        problem = output_problem("out", out, directory=False)
+        if problem:  # judged before the model is loaded: nothing is written where it cannot be
+            raise ExportError(problem)
         model = Model.from_file(path)  # loaded once, for the export and the check
         export_onnx(path, out, args.opset, model=model)
     except (CheckpointError, ExportError) as exc:

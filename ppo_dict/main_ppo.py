@@ -13,7 +13,10 @@ seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
 ``config.json`` (resolved), ``progress.csv`` (every logged value), ``checkpoints/``,
 ``evaluations.npz`` and ``best_model.pt`` (with ``--eval_freq``), ``videos/`` (``--video``) and
-``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint.
+``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint. The run owns its
+directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten without
+``--overwrite True``, untouched by a refused run; resuming from an older checkpoint branches into
+``RUN_DIR/branches/from_<steps>``.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdat
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
+from ppo_dict.run.run_dir import BRANCHES, PROGRESS, branch_dir, checkpoint_run_dir, claim, keep_progress_after, newer_checkpoints
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
@@ -129,16 +133,17 @@ class Every:
         return True
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Logger, Any, list[Callable[[], None]]]:
-    """The run directory ``cfg.run_dir`` (settled by ``main``) with its ``config.json``, and the logger
-    with its writers (CSV, wandb, TensorBoard). Returns ``(logger, wandb tracker or None, closers)``.
+def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger) -> tuple[Any, list[Callable[[], None]]]:
+    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json``,
+    and the logger's writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
     """
     run_dir = cfg.run_dir
-    os.makedirs(run_dir, exist_ok=True)
     write_config(cfg, os.path.join(run_dir, "config.json"))
     resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
-    logger = Logger(verbose=cfg.verbose)
-    logger.writers.append(CSVWriter(os.path.join(run_dir, "progress.csv"), resume_step))
+    source = None if resumed is None else os.path.join(checkpoint_run_dir(resumed[0]), PROGRESS)
+    if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
+        keep_progress_after(run_dir, resume_step)
+    logger.writers.append(CSVWriter(os.path.join(run_dir, PROGRESS), resume_step, source))
     closers: list[Callable[[], None]] = []
     tracker = None
     if cfg.project is not None:
@@ -152,7 +157,7 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED]) -> tuple[Logger, Any, 
         board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
         logger.writers.append(board)
         closers.append(board.close)
-    return logger, tracker, closers
+    return tracker, closers
 
 
 def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
@@ -230,9 +235,12 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
         stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)
 
 
-def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None) -> int:
+def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None,
+        fresh_dir: bool = False) -> int:
     """Train with a validated config, its seed and run directory settled (``main``), on its probed env
-    (resuming from ``resumed``, or starting from the trained ``agent``); returns the exit code."""
+    (resuming from ``resumed``, or starting from the trained ``agent``); returns the exit code.
+    The run directory is claimed (``ppo_dict.run.run_dir.claim``; ``fresh_dir``: it must be created
+    now) once the model is built and restored: a run refused until then writes nothing."""
     stop = StopFlag()
     stop.install()
     watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
@@ -246,7 +254,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     notice = main_share_notice(cfg, plan.layout)
     if notice:
         print(notice, flush=True)
-    logger, tracker, closers = open_outputs(cfg, resumed)
+    logger, tracker, closers, owned = Logger(verbose=cfg.verbose), None, [], None
     start = time.time()
     exit_code, last_checkpoint = 1, None
     pool = plan.env_pool()
@@ -261,6 +269,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             apply_trained_agent(ppo, agent)
             stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
             print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
+        owned = claim(cfg, resumed, fresh_dir)
+        tracker, closers = open_outputs(cfg, resumed, logger)
         checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers)
         learn_until_stopped(ppo, pool, stop, after_update)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
@@ -275,6 +285,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             close()
         if tracker is not None:
             tracker.finish(exit_code)
+        if owned is not None:
+            owned.release()
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
     print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
     return exit_code
@@ -315,8 +327,10 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     if path is None or not os.path.exists(path):
         return None  # a fresh start, or validate() reports the missing path with the other problems
     file, state = load_for_resume(path)
-    folder = os.path.dirname(os.path.abspath(file))
-    state["config"]["run_dir"] = os.path.dirname(folder) if os.path.basename(folder) == CHECKPOINT_DIR else folder
+    steps = int(state["num_timesteps"])
+    continues = os.path.isdir(path) or not newer_checkpoints(file, steps)  # else: an older checkpoint, whose run went on
+    state["config"]["run_dir"] = checkpoint_run_dir(file) if continues else branch_dir(checkpoint_run_dir(file), steps)
+    state["config"].pop("overwrite", None)  # asked of one run, never of the runs that resume it
     return file, state
 
 
@@ -376,9 +390,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
         cfg = cfg.replace(run_dir=default_run_dir(cfg))
+    if resumed is not None and os.path.dirname(cfg.run_dir) == os.path.join(checkpoint_run_dir(resumed[0]), BRANCHES):
+        print(f"{resumed[0]} is older than the run's newest checkpoint, which is kept: this run is a branch, "
+              f"written to {cfg.run_dir}", flush=True)
     try:
-        return run(cfg, check.backend, resumed, agent)
-    except CheckpointError as exc:  # a checkpoint that does not fit this config, or failed to verify
+        return run(cfg, check.backend, resumed, agent, fresh_dir="run_dir" not in flags and not os.path.exists(cfg.run_dir))
+    except (CheckpointError, ConfigError) as exc:  # a checkpoint that does not fit this config; a run directory taken meanwhile
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except PPODictError as exc:  # an env failed, hung or returned NaN, a worker died: the message says which and where

@@ -90,17 +90,26 @@ def field_values(f: dataclasses.Field, folder: str, good_only: bool = False) -> 
     return st.sampled_from(["0", "1", "2", "-3", "abc", ""]) if not good_only else st.sampled_from(["0", "1"])
 
 
+#: Inputs :func:`prepare_folder` writes: YAML files that attack the reader (an alias bomb, an alias inside its own
+#: anchor, a document nested 5000 deep), a finished run's directory, a directory without write permission.
+YAML_FILES = ("bad.yml", "bomb.yml", "recursive.yml", "deep.yml")
+EARLIER_RUN, READ_ONLY = "earlier_run", "read_only"
+
+
 def path_values(name: str, folder: str, good_only: bool) -> st.SearchStrategy[str]:
-    """Paths under ``folder``: not there yet (fine for outputs), a file where a folder goes, missing inputs."""
+    """Paths under ``folder``: not there yet (fine for outputs), a file where a folder goes, missing inputs,
+    and the file-system cases: an earlier run's directory, a folder without write permission, a name
+    longer than the file system takes, a path under a file, hostile YAML."""
     outputs = ("save_path", "run_dir", "tensorboard_log")
     fresh = st.sampled_from([f"{folder}/{name}_new", f"{folder}/nested/{name}"])
     if good_only:
         return fresh if name in outputs else st.just("None")
-    bad = [f"{folder}/a_file", f"{folder}/missing.zip", "", "None", f"{folder}"]
+    bad = [f"{folder}/a_file", f"{folder}/missing.zip", "", "None", f"{folder}", f"{folder}/a_file/below", f"{folder}/{'x' * 300}",
+           f"{folder}/{READ_ONLY}/{name}", f"{folder}/{EARLIER_RUN}"]
     if name == "resume":
-        bad.append("auto")
+        bad += ["auto", f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt"]
     if name == "hyperparams":
-        bad += ["rl_zoo3", f"{folder}/bad.yml"]
+        bad += ["rl_zoo3", *(f"{folder}/{file}" for file in YAML_FILES)]
     return st.one_of(fresh, st.sampled_from(bad))
 
 
@@ -157,12 +166,37 @@ def command_lines(draw: Callable, folder: str, good_only: bool = False, max_flag
 
 
 def prepare_folder(folder: str) -> None:
-    """The inputs :func:`path_values` names: a plain file, and a YAML file that is not rl-zoo's."""
+    """The inputs :func:`path_values` names: a plain file, YAML files that are not rl-zoo's (one broken,
+    three hostile: :data:`YAML_FILES`), an earlier run's directory (its config, log and a checkpoint
+    that is not one) and a folder without write permission (refused unless the tests run as root)."""
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "a_file"), "w") as f:
-        f.write("not a directory\n")
-    with open(os.path.join(folder, "bad.yml"), "w") as f:
-        f.write("CartPole-v1: [unclosed\n")
+    laughs = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    texts = {"a_file": "not a directory\n", "bad.yml": "CartPole-v1: [unclosed\n",
+             "bomb.yml": "\n".join(laughs) + "\nCartPole-v1:\n  n_steps: *i\nPendulum-v1:\n  policy_kwargs: *i\ndefault:\n  gamma: *i\n",
+             "recursive.yml": "CartPole-v1: &loop\n  n_steps: 8\n  again: [*loop]\ndefault: &d [*d]\n",
+             "deep.yml": "default: " + "[" * 5000 + "]" * 5000 + "\n",
+             f"{EARLIER_RUN}/config.json": "{}\n", f"{EARLIER_RUN}/progress.csv": "step\n64\n",
+             f"{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt": "not a checkpoint\n"}
+    for name, text in texts.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+    os.makedirs(os.path.join(folder, READ_ONLY), exist_ok=True)
+    os.chmod(os.path.join(folder, READ_ONLY), 0o555)
+
+
+def folder_bytes(folder: str) -> dict[str, Any]:
+    """``{relative path: its bytes, or its mode for a folder}`` for everything under ``folder``: a command
+    refused or dry-run changes none of it."""
+    found: dict[str, Any] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), folder)] = os.stat(os.path.join(root, name)).st_mode
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                found[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return found
 
 
 @dataclasses.dataclass

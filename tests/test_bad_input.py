@@ -209,3 +209,82 @@ def test_a_refused_lstm_setting_is_listed_alone_not_again_as_a_policy_that_canno
     assert refuse(capsys, "--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--shared_lstm", "True") == [
         "shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, True by default): "
         "add --enable_critic_lstm False (sb3-contrib refuses both)"]
+
+
+# ------------------------------------------------------------------------------ numbers, YAML, env infos, the other tools
+@pytest.mark.parametrize("value", ["1e300", "lin_1e38", "3.5e37"])
+def test_a_learning_rate_where_adams_step_overflows_float32_is_refused(capsys, tmp_path, value: str) -> None:
+    """Adam's first step is 10 x lr, handed to torch as a float32: 1e300 was a traceback
+    ("value cannot be converted to type float without overflow") in the first update."""
+    for dry_run in ((), ("--dry_run",)):
+        problems = refuse(capsys, "--env", "gym_CartPole-v1", "--learning_rate", value, "--run_dir", str(tmp_path / "run"), *dry_run)
+        assert problems == [f"learning_rate={float(value.removeprefix('lin_'))!r}: must be in (0.0, 3.4028234663852886e+37)"]
+    assert not (tmp_path / "run").exists()
+    assert Config(learning_rate=3e37).problems() == []  # below the bound: a run that diverges says so itself (NonFiniteError)
+
+
+def test_a_yaml_alias_bomb_or_recursive_alias_is_refused_not_expanded(capsys, tmp_path) -> None:
+    """A "billion laughs" file hung while its value was formatted (memory growing without bound)."""
+    laughs = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    bomb, loop, deep = tmp_path / "bomb.yml", tmp_path / "loop.yml", tmp_path / "deep.yml"
+    bomb.write_text("\n".join(laughs) + "\nCartPole-v1:\n  n_steps: *i\n")
+    loop.write_text("CartPole-v1: &loop\n  n_steps: 8\n  again: [*loop]\n")
+    deep.write_text("CartPole-v1: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(bomb)) == [
+        f"hyperparams='{bomb}': cannot read: its aliases expand it to 926,177,117 values; a hyperparameter file holds at most 100,000"]
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(loop), "--dry_run") == [
+        f"hyperparams='{loop}': cannot read: an alias refers to a node that contains it (a recursive document)"]
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(deep)) == [f"hyperparams='{deep}': cannot read: nested too deeply"]
+
+
+def test_rl_zoos_own_aliases_still_read() -> None:
+    """rl-zoo's ppo.yml uses aliases (``<<: *pybullet-defaults``): bounded, not refused."""
+    pytest.importorskip("rl_zoo3")
+    from ppo_dict.interop.hyperparams import load_hyperparams
+
+    values, problems = load_hyperparams("rl_zoo3", "gym_HopperBulletEnv-v0")
+    assert values["normalize"] is True and not any("cannot read" in p for p in problems)
+
+
+def test_info_keywords_the_env_does_not_give_are_refused_before_start(capsys) -> None:
+    """CartPole's infos hold no is_success: --dry_run accepted it and the run died at the first episode end (a KeyError)."""
+    for dry_run in ((), ("--dry_run",)):
+        assert refuse(capsys, "--env", "gym_CartPole-v1", "--seed", "0", "--info_keywords", "is_success,distance", *dry_run) == [
+            "info_keywords=is_success,distance: gym_CartPole-v1's info at an episode end has no 'is_success' or 'distance' "
+            "(its keys: []; one env was played to its first episode end to check)"]
+    assert main_ppo.main(["--env", "gym_PPODictGoal-v0", "--gym_packages", "ppo_dict.envs.goal", "--info_keywords", "is_success,distance",
+                          "--dry_run"]) == 0
+
+
+def tool(module: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=180, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
+    """``enjoy --seed -5`` was gymnasium's traceback at the first reset; a Godot model was make_env's ValueError in
+    both tools; an unwritable --out was found only when the export wrote it."""
+    import torch
+
+    from ppo_dict.algo.model import Model, build_normalizer, build_policy
+    from ppo_dict.vec import env_spec, probe_env
+
+    cfg = Config(env="gym_CartPole-v1", seed=0)
+    backend = probe_env(env_spec(cfg))
+    obs, act = backend.observation_space, backend.action_space
+    path = tmp_path / "model.pt"
+    Model(cfg, build_policy(cfg, obs, act), build_normalizer(cfg, obs, 1), obs, act).save(str(path))
+    proc = tool("ppo_dict.enjoy", str(tmp_path), "--model", str(path), "--seed", "-5")
+    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0\n"), proc.stderr
+    proc = tool("ppo_dict.export_onnx", str(path), "--out", str(path / "policy.onnx"))
+    assert proc.returncode == 2 and proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"
+    state = torch.load(path, weights_only=True)
+    state["config"]["env"] = "godot_demo"
+    godot = tmp_path / "godot.pt"
+    torch.save(state, godot)
+    refusal = (f"error: {godot}: trained on the Godot game godot_demo, which is played through the trainer's worker pool "
+               "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the ONNX export take models of gymnasium envs\n")
+    for proc in (tool("ppo_dict.enjoy", str(tmp_path), "--model", str(godot)), tool("ppo_dict.export_onnx", str(godot))):
+        assert proc.returncode == 2 and proc.stderr == refusal, proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["godot.pt", "model.pt"]

@@ -116,7 +116,10 @@ def test_corrupt_newest_checkpoint_falls_back_loudly(runs, tmp_path) -> None:
     proc = run_cli("--resume", str(run_dir), "--total_timesteps", "1024")
     assert proc.returncode == 0, proc.stderr
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr
-    assert "renamed it to checkpoint_000000001024.pt.corrupt and trying the previous checkpoint" in proc.stderr
+    assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr and "; trying the previous checkpoint" in proc.stderr
+    # Renamed once the run owns the directory (a refused run renames nothing: test_run_dir.py).
+    assert ("renamed checkpoint_000000001024.pt to checkpoint_000000001024.pt.corrupt: it cannot be loaded (kept for inspection, "
+            "out of the rotation)") in proc.stderr
     assert "at 768 steps" in proc.stdout
     assert (run_dir / "checkpoints" / "checkpoint_000000001024.pt.corrupt").exists()
 
@@ -130,7 +133,7 @@ def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) ->
     proc = run_cli("--resume", str(run_dir))
     assert proc.returncode == 2 and f"error: 1 invalid setting(s):\n  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints:" in proc.stderr
     assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
-    named = run_dir / "checkpoints" / "checkpoint_000000000768.pt.corrupt"
+    named = run_dir / "checkpoints" / "checkpoint_000000000768.pt"  # not renamed: the run was refused
     proc = run_cli("--resume", str(named))
     assert proc.returncode == 2 and f"  - resume='{named}': cannot load {named}: RuntimeError" in proc.stderr
 

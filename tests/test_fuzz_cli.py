@@ -1,7 +1,9 @@
 """A fuzzed command line: flag combinations drawn from the config's own metadata, good and bad values
-mixed. Every one is refused with exit status 2 and a message whose every line names a setting, or
-accepted by ``--dry_run`` with exit status 0; never a traceback, never a hang, never a process or
-/dev/shm entry left behind, never a file written.
+mixed, paths among them that a run cannot write (a file, a name too long, an earlier run's directory,
+a folder without write permission) and hostile YAML (an alias bomb, a recursive alias). Every one is
+refused with exit status 2 and a message whose every line names a setting, or accepted by
+``--dry_run`` with exit status 0; never a traceback, never a hang, never a process or /dev/shm entry
+left behind, never a file written or changed.
 
 ``make test`` runs a few hundred through ``--dry_run`` in this process (``main_ppo.main``, the same
 code a command runs) and a few as real commands; the slow tests run thousands, and start about 20
@@ -24,18 +26,20 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import ROOT
 from tests.faults.test_worker_faults import assert_session_gone, finish, shm_entries
-from tests.fuzz_flags import Outcome, assert_clean_outcome, child_processes, command_lines, prepare_folder, run_in_process
+from tests.fuzz_flags import Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes, prepare_folder, run_in_process
 
 FOLDER = tempfile.mkdtemp(prefix="ppo_dict_fuzz_")
 atexit.register(shutil.rmtree, FOLDER, True)
 prepare_folder(FOLDER)
-PREPARED = sorted(os.listdir(FOLDER))
+PREPARED = folder_bytes(FOLDER)
 FUZZ = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def written_files() -> list[str]:
-    """What appeared under the fuzz folder (a dry run writes nothing)."""
-    return sorted(set(os.listdir(FOLDER)) - set(PREPARED))
+    """What appeared or changed under the fuzz folder (a dry run writes nothing, and changes no byte of
+    the prepared inputs: the earlier run's directory among them)."""
+    now = folder_bytes(FOLDER)
+    return sorted(name for name in set(now) | set(PREPARED) if now.get(name) != PREPARED.get(name))
 
 
 def check_in_process(argv: list[str]) -> None:

@@ -119,7 +119,7 @@ class Model:
 
         cfg = Config.from_dict(state["config"])
         announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
-        env = make_env(env_spec(cfg))
+        env = make_env(gym_env_spec(env_spec(cfg), path))
         try:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         finally:
@@ -227,3 +227,14 @@ class Model:
             raise ValueError("observation: some keys are batches and others single observations")
         vectorized = verdicts.pop()
         return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()}, vectorized
+
+
+def gym_env_spec(spec: Any, path: str) -> Any:
+    """``spec`` (an ``EnvSpec``) if this process can build its env to read the model's spaces or play it;
+    a model trained on a Godot game is refused with :class:`CheckpointError`: its env is the game,
+    which the trainer's worker pool runs (``main_ppo_godot``), not an env ``make_env`` builds here."""
+    if spec.is_godot:
+        raise CheckpointError(f"{path}: trained on the Godot game {spec.label}, which is played through the trainer's worker pool "
+                              "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the ONNX export "
+                              "take models of gymnasium envs")
+    return spec

@@ -36,6 +36,11 @@ PROGRESS_MODES = ("auto", "bar", "lines", "none")
 WANDB_MODES = ("online", "offline", "disabled")
 RESUME_AUTO = "auto"  # --resume auto: resume from --run_dir if it holds a checkpoint, else start fresh
 MAX_TIMEOUT = 2_000_000.0  # seconds: poll(2) takes at most 2**31-1 ms (24.8 days)
+#: The largest learning rate Adam can take: its first step is ``lr / (1 - beta1) = 10 x lr`` (torch.optim.Adam's
+#: ``step_size``), which torch hands to ``addcdiv_`` as a float32 scalar; above float32's largest value / 10 it
+#: raises "value cannot be converted to type float without overflow" (sb3's PPO does the same). Below it, a
+#: learning rate too large to train diverges into a NonFiniteError, which says so.
+MAX_LEARNING_RATE = 3.4028234663852886e38 / 10
 MONITOR_KEYS = ("r", "l", "t")  # what sb3's Monitor writes into an episode's info itself: no info keyword may be one
 inf = math.inf
 
@@ -98,7 +103,7 @@ class Config:
     lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
-    learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, inf, False, True), measure=schedule_start)
+    learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, MAX_LEARNING_RATE, False, True), measure=schedule_start)
     n_steps: Optional[int] = _opt(None, "steps per env per rollout (None: 2048, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
     batch_size: Optional[int] = _opt(None, "minibatch size in transitions (None: 64, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's)", none_or(int), "ppo", range=(1, inf))
     num_batches: Optional[int] = _opt(None, "minibatches per epoch; overrides batch_size (batch_size = n_steps*n_envs // num_batches)", none_or(int), "ppo")
@@ -152,6 +157,7 @@ class Config:
     save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", _int, "run", range=(0, inf))
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run", range=(1, inf))
     resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file; auto: from --run_dir if it holds a checkpoint, else start fresh (requeued jobs)", none_or(str), "run")
+    overwrite: bool = _opt(False, "start this run in a --run_dir that holds an earlier run, removing that run's files (config, logs, checkpoints, evaluations, videos, branches); without it such a run directory is refused", parse_bool, "run")
     trained_agent: Optional[str] = _opt(None, "start from an sb3 PPO zip (rl-zoo's --trained-agent): its policy, Adam state and, with vecnormalize.pkl where rl-zoo puts it, its normalisation statistics; counters start at 0, as in rl-zoo", none_or(str), "run")
     trust_pickles: bool = _opt(False, "unpickle the --trained_agent zip's pickled values and its vecnormalize.pkl as sb3 does, which runs any code they name (only for files you trust); without it they are read as data, and what cannot be is refused by name. Read from the command line only, never from a file", parse_bool, "run")
     plot: bool = _opt(True, "write learning_curve.png into the run directory at the end", parse_bool, "run")

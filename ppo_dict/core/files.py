@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -98,3 +98,59 @@ def space_mismatch(state: dict[str, Any], observation_space: Any, action_space: 
         if saved != current:
             return f"{what} spaces do not match: {saved} != {current}"
     return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Where outputs go: judged before anything is written
+
+
+#: room kept in a path for what a run writes below its directory (``checkpoints/.checkpoint_<steps>.pt.<random>.tmp``)
+INNER_PATH = 64
+
+
+def existing_part(path: str) -> str:
+    """The deepest directory of ``path`` (absolute) that exists: where a file or folder under it would be created."""
+    part = os.path.abspath(path)
+    while not os.path.exists(part):
+        part = os.path.dirname(part)
+    return part
+
+
+def output_problem(setting: str, path: str, directory: bool, need_bytes: int = 0) -> str:
+    """Why ``path`` cannot be written (``""``: it can), one line naming ``setting``.
+
+    ``directory``: ``path`` is a folder to write into (``--run_dir``, ``--save_path``), else a file
+    (``--export_sb3``, an export's ``--out``). Judged on the deepest existing part of the path,
+    without writing anything: a file where a folder goes, a name longer than the file system takes,
+    no write permission or a read-only file system, and less free space than ``need_bytes``.
+    """
+    if not path:
+        return f"{setting}={path!r}: an empty path"
+    full = os.path.abspath(path)
+    found = existing_part(full if directory else os.path.dirname(full))  # a file is judged by the folder it goes into
+    if os.path.exists(full) and os.path.isdir(full) != directory:
+        return f"{setting}={path!r}: is a {'file' if directory else 'directory'}, must be a {'directory' if directory else 'file'}"
+    if not os.path.isdir(found):
+        return f"{setting}={path!r}: {found} is a file, so nothing can be created under it"
+    name_max, path_max = os.pathconf(found, "PC_NAME_MAX"), os.pathconf(found, "PC_PATH_MAX")
+    long_names = [part for part in full[len(found):].split(os.sep) if len(part.encode()) > name_max]
+    if long_names:
+        return f"{setting}={path!r}: the name {long_names[0][:40]}... is {len(long_names[0].encode())} bytes long; the file system takes at most {name_max}"
+    if len(full.encode()) + (INNER_PATH if directory else 0) > path_max:
+        return f"{setting}={path!r}: the path is {len(full.encode())} bytes long; the file system takes paths of at most {path_max} (and a run needs {INNER_PATH} more below its directory)"
+    stats = os.statvfs(found)
+    if stats.f_flag & os.ST_RDONLY:
+        return f"{setting}={path!r}: {found} is on a read-only file system"
+    if not os.access(found, os.W_OK | os.X_OK):
+        return f"{setting}={path!r}: {found} is not writable (no write permission for this user)"
+    free = stats.f_bavail * stats.f_frsize
+    if free < need_bytes:
+        return f"{setting}={path!r}: {found} has {free / 2**20:.2f} MiB free; writing a checkpoint there needs about {need_bytes / 2**20:.2f} MiB"
+    return ""
+
+
+def checkpoint_bytes(parameters: Optional[int]) -> int:
+    """About how large a checkpoint of a policy with ``parameters`` float32 parameters is: the weights
+    and Adam's two moments (4 bytes each), and 64 KiB for the rest (normaliser, episode buffers, RNG
+    states, config, the zip container). 0 when the policy was not measured."""
+    return 0 if parameters is None else 3 * 4 * parameters + 64 * 1024

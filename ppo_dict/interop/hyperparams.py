@@ -170,6 +170,50 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
     return parsed, problems
 
 
+#: The most nodes a hyperparameter file may hold once its aliases are expanded. rl-zoo's files use
+#: aliases (``<<: *pybullet-defaults``; its ppo.yml expands to about 2,000 nodes); a file whose aliases
+#: nest (a "billion laughs" document: a few lines that expand to 10**9 values) is refused before
+#: anything reads its values.
+MAX_YAML_NODES = 100_000
+
+
+def expanded_nodes(node: Any, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many nodes ``node`` (a composed YAML node) holds with every alias expanded; each shared node is
+    counted once per use but measured once (``sizes``), so a bomb is measured without being expanded.
+    Raises ``ValueError`` for an alias inside its own anchor (a document that never ends)."""
+    import yaml
+
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise ValueError("an alias refers to a node that contains it (a recursive document)")
+    open_nodes.add(key)
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+        node.value if isinstance(node, yaml.SequenceNode) else []
+    sizes[key] = 1 + sum(expanded_nodes(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(key)
+    return sizes[key]
+
+
+def read_yaml(file: Any) -> Any:
+    """The YAML document in ``file`` (plain values: yaml's safe loader), refused with ``ValueError`` when it
+    expands to more than :data:`MAX_YAML_NODES` nodes or refers to itself."""
+    import yaml
+
+    loader = yaml.SafeLoader(file)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = expanded_nodes(node, {}, set())
+        if size > MAX_YAML_NODES:
+            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most {MAX_YAML_NODES:,}")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_hyperparams(path: str, env: str, recurrent: bool = False) -> tuple[dict[str, Any], list[str]]:
     """``(Config values, problems)`` from ``path``'s entry for ``env`` (:func:`hyperparams_file` of ``path`` and
     ``recurrent``); problems name the file and key."""
@@ -177,9 +221,11 @@ def load_hyperparams(path: str, env: str, recurrent: bool = False) -> tuple[dict
 
     try:
         with open(hyperparams_file(path, recurrent)) as f:
-            document = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
+            document = read_yaml(f)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         return {}, [f"hyperparams={path!r}: cannot read: {exc}"]
+    except RecursionError:
+        return {}, [f"hyperparams={path!r}: cannot read: nested too deeply"]
     if not isinstance(document, dict):
         return {}, [f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"]
     names = _entry_names(env)

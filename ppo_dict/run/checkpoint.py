@@ -172,14 +172,14 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
     """``(file, state)`` to resume from: a checkpoint file, or a run directory's newest valid one.
 
     A file named by the user must load, or :class:`CheckpointError` says why. In a run directory
-    an unreadable newest checkpoint is renamed to ``*.corrupt`` (kept for inspection, out of the
-    rotation) and the next older one is used, with a warning; if none loads, the error lists each
-    file with its reason. Nothing is ever deleted here, and there is no silent fresh start.
+    an unreadable newest checkpoint is skipped for the next older one, with a warning (the run, once
+    it owns the directory, renames it ``*.corrupt``: ``ppo_dict.run.run_dir.claim``); if none loads,
+    the error lists each file with its reason. Nothing is written here (a run refused later leaves
+    the directory as it was), and there is no silent fresh start.
     """
     if os.path.isfile(path):
         return path, resumable(path, load_model_state(path))
     directory = os.path.join(path, CHECKPOINT_DIR) if os.path.isdir(os.path.join(path, CHECKPOINT_DIR)) else path
-    remove_stale_temp_files(directory, log)
     candidates = list_checkpoints(directory)
     if not candidates:
         raise CheckpointError(f"no checkpoint_*.pt in {directory} to resume from")
@@ -189,9 +189,7 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
             state = load_model_state(candidate)
         except CheckpointError as exc:
             failures.append(str(exc))
-            os.replace(candidate, candidate + ".corrupt")
-            print(f"warning: {exc}; renamed it to {os.path.basename(candidate)}.corrupt and trying the previous checkpoint",
-                  file=log, flush=True)
+            print(f"warning: {exc}; trying the previous checkpoint", file=log, flush=True)
             continue
         return candidate, resumable(candidate, state)
     raise CheckpointError(f"no loadable checkpoint in {directory}:\n" + "\n".join(f"  - {f}" for f in failures))

@@ -11,6 +11,7 @@ import importlib
 import os
 import re
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -20,6 +21,7 @@ import torch
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import FIELDS, MODELS, RESUME_AUTO, Config, problem_setting
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.core.files import checkpoint_bytes, output_problem
 from ppo_dict.core.layout import layout_problems
 from ppo_dict.core.machine import Machine
 from ppo_dict.data.actions import action_space_problem, masking_space_problem
@@ -28,6 +30,7 @@ from ppo_dict.data.storage import vector_obs_shapes
 from ppo_dict.envs import contains_image, ppo_observation_problem
 from ppo_dict.interop.hyperparams import load_hyperparams
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
+from ppo_dict.run.run_dir import run_dir_problems
 from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
 from ppo_dict.vec import pool_backend
 from ppo_dict.vec.backend import EnvBackend
@@ -45,8 +48,6 @@ def model_problem(model: str, observation_space) -> str:
 
 def path_problems(cfg: Config) -> list[str]:
     problems = []
-    if cfg.save_path is not None and os.path.isfile(cfg.save_path):
-        problems.append(f"save_path={cfg.save_path!r}: is a file, must be a directory")
     if cfg.resume not in (None, RESUME_AUTO) and not os.path.exists(cfg.resume):
         problems.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
     if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
@@ -54,6 +55,18 @@ def path_problems(cfg: Config) -> list[str]:
     if cfg.hyperparams is not None:
         problems += load_hyperparams(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
     return problems
+
+
+def output_problems(cfg: Config, resumed: Optional[tuple[str, dict[str, Any]]], parameters: Optional[int]) -> list[str]:
+    """Where the run would write and cannot (judged without writing): its run directory (owned by one
+    run: ``ppo_dict.run.run_dir``), ``--save_path``, ``--export_sb3`` and ``--tensorboard_log``; each
+    with room for a checkpoint of a policy of ``parameters`` (None: not measured, room not judged)."""
+    need = checkpoint_bytes(parameters)
+    problems = run_dir_problems(cfg, resumed, need)
+    for setting, directory, size in (("save_path", True, need), ("export_sb3", False, need), ("tensorboard_log", True, 0)):
+        if getattr(cfg, setting) is not None:
+            problems.append(output_problem(setting, getattr(cfg, setting), directory, size))
+    return [p for p in problems if p]
 
 
 def space_problems(cfg: Config, observation_space, action_space) -> list[str]:
@@ -88,11 +101,45 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
         problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
     if cfg.info_keywords and not backend.makes_gym_envs:
         problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: they send no infos)")
+    elif cfg.info_keywords and not any(problems):
+        problems.append(info_keyword_problem(cfg, backend))
     if not backend.makes_gym_envs:
         asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
         problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
                      "which this one is not)" for flag, on in asked.items() if on]
     return [p for p in problems if p]
+
+
+#: The info keyword check plays one env this many steps, or this many seconds, at most, to see an episode end.
+INFO_PROBE_STEPS, INFO_PROBE_SECONDS = 5000, 5.0
+
+
+def info_keyword_problem(cfg: Config, backend: EnvBackend) -> str:
+    """The ``--info_keywords`` env 0's info lacks at its first episode end (``""``: none, or no end seen).
+
+    One env is built here, reset with the run's seed and played with random actions (its action space's
+    sampler, seeded) until its first episode ends, within :data:`INFO_PROBE_STEPS` steps and
+    :data:`INFO_PROBE_SECONDS`: sb3's Monitor (and the run) would otherwise fail at that end. An env
+    whose episodes are longer, or that fails here, is not judged: the run names a missing key at its
+    first episode end, and reports a failing env with its worker and index."""
+    env = backend.factory(0)
+    deadline = time.monotonic() + INFO_PROBE_SECONDS
+    try:
+        env.reset(seed=cfg.seed)
+        env.action_space.seed(cfg.seed)
+        for _ in range(INFO_PROBE_STEPS):
+            _, _, terminated, truncated, info = env.step(env.action_space.sample())
+            if terminated or truncated:
+                missing = [key for key in cfg.info_keywords if key not in info]
+                return (f"info_keywords={','.join(missing)}: {cfg.env}'s info at an episode end has no {' or '.join(map(repr, missing))} "
+                        f"(its keys: {sorted(info)}; one env was played to its first episode end to check)") if missing else ""
+            if time.monotonic() > deadline:
+                break
+    except Exception:  # noqa: BLE001 (random actions an env refuses: the run reports its own failures)
+        return ""
+    finally:
+        env.close()
+    return ""
 
 
 def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
@@ -171,6 +218,7 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
             policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS for p in problems)
             result, found = machine_check(cfg, backend, machine, measure_policy=policy_ok)
         problems += found
+    problems += output_problems(cfg, resumed, None if result is None else result.needs.parameters)
     problems = [p for p in problems if p in unreadable.values() or problem_setting(p) not in unreadable]
     if problems or result is None:  # (no problem means the machine check ran and gave a result)
         raise ConfigError(list(dict.fromkeys(problems)))

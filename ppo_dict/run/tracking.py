@@ -36,15 +36,17 @@ class CSVWriter:
 
     A key first seen later (``train/*`` after the first rollout, ``eval/*``) adds a column: the
     file is rewritten with the wider header, as sb3's ``CSVOutputFormat`` does. A resumed run
-    keeps the rows up to its checkpoint's step and drops the ones after it.
+    starts from the rows of ``source`` (default: ``path``; a branch's: the run it branched from) up
+    to its checkpoint's step, and continues after them.
     """
 
-    def __init__(self, path: str, resume_step: Optional[int] = None):
+    def __init__(self, path: str, resume_step: Optional[int] = None, source: Optional[str] = None):
         self.path = path
         self.rows: list[dict[str, Any]] = []
         self.keys: list[str] = []
-        if resume_step is not None and os.path.exists(path):
-            with open(path, newline="") as f:
+        source = source or path
+        if resume_step is not None and os.path.exists(source):
+            with open(source, newline="") as f:
                 self.rows = [row for row in csv.DictReader(f) if row.get(STEP) and int(float(row[STEP])) <= resume_step]
             self.keys = sorted({k for row in self.rows for k in row} - {STEP})
         self._rewrite()

@@ -1,0 +1,254 @@
+"""A run directory belongs to one run (``ppo_dict.run.run_dir``): a refused run leaves it byte for byte
+as it was, a second run on it is refused naming the first one's pid, an earlier run is never
+overwritten without ``--overwrite True``, and resuming from an older checkpoint branches, deleting
+nothing. Every case runs the real command line on tiny CartPole runs.
+"""
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ppo_dict import main_ppo
+from ppo_dict.core.files import load_model_state
+from ppo_dict.run.checkpoint import list_checkpoints
+from ppo_dict.run.run_dir import LOCK_FILE, lock, lock_holder
+from tests.conftest import ROOT
+from tests.test_main_ppo import run_cli, summary_line
+
+TINY = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size", "64",
+        "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--progress", "none"]
+
+
+def directory_bytes(path) -> dict[str, str]:
+    """``{relative path: sha256 of its bytes, or 'dir'}`` for everything under ``path``."""
+    found = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), path)] = "dir"
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                found[os.path.relpath(os.path.join(root, name), path)] = hashlib.sha256(f.read()).hexdigest()
+    return found
+
+
+def steps_of(run_dir) -> list[int]:
+    return [int(line.split(",")[0]) for line in (run_dir / "progress.csv").read_text().splitlines()[1:]]
+
+
+@pytest.fixture(scope="module")
+def earlier_run(tmp_path_factory):
+    """A finished run of 256 steps, a checkpoint every 64 (all four kept)."""
+    run_dir = tmp_path_factory.mktemp("earlier") / "run"
+    proc = run_cli(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--run_dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert steps_of(run_dir) == [64, 128, 192, 256]
+    return run_dir
+
+
+@pytest.fixture
+def run_dir(earlier_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(earlier_run, copy)
+    return copy
+
+
+def refused_here(capsys, *argv: str) -> subprocess.CompletedProcess:
+    """The command line run in this process (refused at its check, it starts nothing), as a finished process."""
+    code = main_ppo.main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def assert_refused(proc: subprocess.CompletedProcess, text: str, said: str = "") -> None:
+    """Exit 2, ``text`` in the one error, no traceback, and nothing on stdout but ``said``."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "\nerror: " in "\n" + proc.stderr and text in proc.stderr, proc.stderr  # (after a corrupt checkpoint's warnings)
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.stdout == said
+
+
+def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(capsys, run_dir) -> None:
+    before = directory_bytes(run_dir)
+    for dry_run in ((), ("--dry_run",)):
+        proc = refused_here(capsys, *TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), *dry_run)
+        assert_refused(proc, f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, progress.csv); pass --resume "
+                             f"{run_dir} to continue it, --overwrite True to replace it, or choose another --run_dir")
+    assert directory_bytes(run_dir) == before
+
+
+def test_a_run_refused_after_its_model_is_built_writes_nothing(run_dir) -> None:
+    """The checkpoint does not fit the env: found when it is restored, before the run owns its directory."""
+    before = directory_bytes(run_dir)
+    proc = run_cli("--resume", str(run_dir), "--env", "gym_Acrobot-v1", "--total_timesteps", "512")
+    assert proc.returncode == 2 and "Observation spaces do not match" in proc.stderr and "Traceback" not in proc.stderr
+    assert directory_bytes(run_dir) == before  # progress.csv and config.json as they were (they were rewritten before)
+
+
+def test_a_refused_resume_renames_no_corrupt_checkpoint(run_dir) -> None:
+    for path in list_checkpoints(str(run_dir / "checkpoints")):
+        with open(path, "r+b") as f:
+            f.truncate(10)
+    before = directory_bytes(run_dir)
+    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
+    assert_refused(proc, f"resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints:")
+    assert directory_bytes(run_dir) == before
+
+
+def test_overwrite_replaces_the_earlier_run(run_dir) -> None:
+    (run_dir / "notes.txt").write_text("mine")
+    proc = run_cli(*TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), "--overwrite", "True")
+    assert proc.returncode == 0, proc.stderr
+    assert f"--overwrite True: removed the earlier run's files from {run_dir}" in proc.stderr
+    assert [os.path.basename(p) for p in list_checkpoints(str(run_dir / "checkpoints"))] == ["checkpoint_000000000128.pt"]
+    assert steps_of(run_dir) == [64, 128] and (run_dir / "notes.txt").read_text() == "mine"  # only a run's own files go
+
+
+def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> None:
+    """Today's data loss: --resume of an older checkpoint with --keep_checkpoints 2 deleted the run's newer checkpoints."""
+    before = directory_bytes(run_dir)
+    older = run_dir / "checkpoints" / "checkpoint_000000000128.pt"
+    proc = run_cli("--resume", str(older), "--total_timesteps", "320", "--save_freq", "64", "--keep_checkpoints", "2")
+    assert proc.returncode == 0, proc.stderr
+    branch = run_dir / "branches" / "from_128"
+    assert f"{older} is older than the run's newest checkpoint, which is kept: this run is a branch, written to {branch}" in proc.stdout
+    after = directory_bytes(run_dir)
+    assert {k: v for k, v in after.items() if not k.startswith("branches")} == before  # every byte of the run itself
+    summary = summary_line(proc.stdout)
+    assert summary["run_dir"] == str(branch) and summary["checkpoint"] == str(branch / "checkpoints" / "checkpoint_000000000320.pt")
+    assert [os.path.basename(p) for p in list_checkpoints(str(branch / "checkpoints"))] == ["checkpoint_000000000256.pt",
+                                                                                             "checkpoint_000000000320.pt"]
+    # The branch's log: the run's rows up to 128 (the same bytes), then its own.
+    assert steps_of(branch) == [64, 128, 192, 256, 320]
+    assert (branch / "progress.csv").read_text().splitlines()[1:3] == (run_dir / "progress.csv").read_text().splitlines()[1:3]
+    # A second branch from the same checkpoint gets its own directory; the first is kept.
+    again = run_cli("--resume", str(older), "--total_timesteps", "192")
+    assert again.returncode == 0, again.stderr
+    assert summary_line(again.stdout)["run_dir"] == str(run_dir / "branches" / "from_128_2") and directory_bytes(branch) == after_branch(after)
+    # Continuing the run in place from that older checkpoint would rotate the newer ones away: refused.
+    refused = run_cli("--resume", str(older), "--run_dir", str(run_dir), "--total_timesteps", "512")
+    assert_refused(refused, f"run_dir='{run_dir}': holds checkpoints newer than the one resumed (checkpoint_000000000192.pt, "
+                            "checkpoint_000000000256.pt), which continuing in it would rotate away")
+
+
+def after_branch(tree: dict[str, str]) -> dict[str, str]:
+    """The part of a directory listing under ``branches/from_128``, relative to it."""
+    prefix = os.path.join("branches", "from_128") + os.sep
+    return {k[len(prefix):]: v for k, v in tree.items() if k.startswith(prefix)}
+
+
+def test_resume_in_place_keeps_the_rows_logged_after_its_checkpoint(run_dir) -> None:
+    """A run that went on past its last checkpoint (killed): its rows after it are kept in a file of their own."""
+    for path in list_checkpoints(str(run_dir / "checkpoints"))[2:]:
+        os.unlink(path)  # as if killed after logging 256 steps with its last checkpoint at 128
+    logged = (run_dir / "progress.csv").read_bytes()
+    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "192")
+    assert proc.returncode == 0, proc.stderr
+    assert "at 128 steps" in proc.stdout
+    assert (run_dir / "progress.before_resume_at_128.csv").read_bytes() == logged
+    assert steps_of(run_dir) == [64, 128, 192]
+
+
+def popen_main(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *argv], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_run_on_a_locked_directory_is_refused_naming_the_holder(tmp_path) -> None:
+    """The lock a run takes (this process holds it here), met by a command line: refused, with this pid."""
+    held = lock(str(tmp_path / "run"), fresh=True)
+    try:
+        assert lock_holder(str(tmp_path / "run")) == f"pid {os.getpid()}"
+        assert_refused(run_cli(*TINY, "--run_dir", str(tmp_path / "run")),
+                       f"run_dir='{tmp_path / 'run'}': in use by another run (pid {os.getpid()}, holding {tmp_path / 'run' / LOCK_FILE})")
+    finally:
+        held.release()
+    assert lock_holder(str(tmp_path / "run")) is None and os.listdir(tmp_path / "run") == [LOCK_FILE]
+
+
+@pytest.mark.slow
+def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_pid(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    first = popen_main(*TINY, "--total_timesteps", "100000000", "--run_dir", str(run_dir))
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "config.json").exists() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.poll() is None, first.communicate()
+        in_use = (f"run_dir='{run_dir}': in use by another run (pid {first.pid}, holding {run_dir / LOCK_FILE}); "
+                  "wait for it to end, or choose another --run_dir")
+        assert_refused(run_cli(*TINY, "--run_dir", str(run_dir), "--overwrite", "True"), in_use)
+        fresh = f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh\n"  # the first has saved none yet
+        assert_refused(run_cli("--resume", "auto", *TINY, "--run_dir", str(run_dir)), in_use, said=fresh)
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 143, err
+    saved = summary_line(out)["checkpoint"]
+    assert load_model_state(saved)["num_timesteps"] == summary_line(out)["env_steps"]
+    assert lock_holder(str(run_dir)) is None  # the lock went with the process: the directory can be resumed
+
+
+# ------------------------------------------------------------------------------ where a run cannot write
+
+def unshare_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_mount_namespace = pytest.mark.skipif(not unshare_works(), reason="needs unshare -rm (a user and mount namespace) to mount "
+                                                                        "a read-only or a full file system")
+
+
+def run_with_mount(mount: str, options: str, *argv: str) -> subprocess.CompletedProcess:
+    """The command line with a tmpfs mounted at ``mount`` (``options``: ``ro``, ``size=16k``) in a mount
+    namespace of its own: a read-only or a full file system, for this command only."""
+    script = f'mount -t tmpfs -o {options} tmpfs "$0" && exec "$@"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", "ppo_dict.main_ppo", *argv],
+                          capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+
+
+@needs_mount_namespace
+def test_a_read_only_or_full_run_dir_is_refused_before_start(tmp_path) -> None:
+    """A read-only --run_dir was a traceback (and --dry_run said the run would start); so was a full one."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} is on a read-only file system")
+    proc = run_with_mount(str(mount), "size=16k", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} has 0.02 MiB free; writing a checkpoint there needs about 0.17 MiB")
+
+
+@pytest.mark.slow
+@needs_mount_namespace
+def test_every_output_on_a_read_only_file_system_is_refused_also_by_dry_run(tmp_path) -> None:
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    for setting, path in (("run_dir", mount / "run"), ("save_path", mount / "model"), ("tensorboard_log", mount / "tb"),
+                          ("export_sb3", mount / "agent.zip")):
+        extra = [] if setting == "run_dir" else ["--run_dir", str(tmp_path / setting)]
+        proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", f"--{setting}", str(path), *extra, "--dry_run")
+        assert_refused(proc, f"  - {setting}='{path}': {mount} is on a read-only file system")
+        assert not (tmp_path / setting).exists()
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry_run",)])
+def test_a_run_dir_that_is_a_file_or_too_long_a_name_is_refused(capsys, tmp_path, dry_run) -> None:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file), *dry_run), f"  - run_dir='{a_file}': is a file, must be a directory")
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file / "run"), *dry_run),
+                   f"  - run_dir='{a_file / 'run'}': {a_file} is a file, so nothing can be created under it")
+    long = tmp_path / ("x" * 300)
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(long), *dry_run),
+                   f"  - run_dir='{long}': the name xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is 300 bytes long; the file system takes at most 255")
+    deep = tmp_path / "/".join(["y" * 200] * 21)
+    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(deep), *dry_run),
+                   f"  - run_dir='{deep}': the path is {len(str(deep))} bytes long; the file system takes paths of at most 4096")
+    assert sorted(os.listdir(tmp_path)) == ["a_file"] and a_file.read_text() == "not a directory"
