@@ -20,7 +20,6 @@ directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten 
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -38,23 +37,23 @@ import torch
 
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core import file_effects
-from ppo_dict.core.config import FIELDS, RESUME_AUTO, Config
+from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.sb3 import export_sb3
-from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent, read_trained_agent
-from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, list_checkpoints, load_for_resume, restore, save_model, write_config
+from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
+from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, restore, save_model, write_config
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.cli import read_config, read_flags
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.run_dir import BRANCHES, PROGRESS, branch_dir, checkpoint_run_dir, claim, keep_progress_after, newer_checkpoints
+from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
+from ppo_dict.run.sources import RESUMED, sources
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
-RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
 
 
 class StopFlag:
@@ -292,75 +291,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     return exit_code
 
 
-def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
-    """What ``--resume auto --run_dir DIR`` resumes from: DIR when it holds checkpoints, else None (start fresh).
-
-    For preemptible and requeued jobs, which rerun the same command (sample-factory's
-    ``--restart_behavior=resume``). A directory whose checkpoints were all renamed ``*.corrupt``
-    is not a fresh start: :class:`CheckpointError` says so, as for a corrupt ``--resume DIR``.
-    Without ``--run_dir`` there is nothing to look in (``validate`` reports it).
-    """
-    if run_dir is None:
-        return None
-    directory = os.path.join(run_dir, CHECKPOINT_DIR)
-    if list_checkpoints(directory):
-        return run_dir
-    corrupt = sorted(glob.glob(os.path.join(directory, "checkpoint_*.pt.corrupt")))
-    if corrupt:
-        raise CheckpointError(f"--resume auto: {directory} holds only unreadable checkpoints ({', '.join(map(os.path.basename, corrupt))}); "
-                              "remove them to start this run afresh")
-    print(f"--resume auto: no checkpoint in {directory}: starting fresh", flush=True)
-    return None
-
-
-def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
-    """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
-
-    The run directory is the one the checkpoint belongs to, so the resumed run continues its
-    CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
-    ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
-    ``flags``: the command line's flags (:func:`~ppo_dict.run.cli.read_flags`).
-    """
-    path = flags.get("resume")
-    if path == RESUME_AUTO:
-        path = auto_resume_dir(flags.get("run_dir"))
-    if path is None or not os.path.exists(path):
-        return None  # a fresh start, or validate() reports the missing path with the other problems
-    file, state = load_for_resume(path)
-    steps = int(state["num_timesteps"])
-    continues = os.path.isdir(path) or not newer_checkpoints(file, steps)  # else: an older checkpoint, whose run went on
-    state["config"]["run_dir"] = checkpoint_run_dir(file) if continues else branch_dir(checkpoint_run_dir(file), steps)
-    state["config"].pop("overwrite", None)  # asked of one run, never of the runs that resume it
-    return file, state
-
-
-def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
-    """The sb3 zip ``--trained_agent`` names, read (raises :class:`CheckpointError`), or None without it."""
-    path = flags.get("trained_agent")
-    if path is None or not os.path.isfile(path):
-        return None  # validate() reports a missing file with the other problems
-    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default), trust_pickles=bool(flags.get("trust_pickles")))  # typed only
-    for note in agent.notes:
-        print(note, file=sys.stderr, flush=True)
-    return agent
-
-
-def sources(flags: dict[str, Any], unreadable: dict[str, str]) -> tuple[Optional[RESUMED], Optional[TrainedAgent]]:
-    """``(resumed, agent)``: the checkpoint ``--resume`` names, else the zip ``--trained_agent`` names
-    (a resumed run continues its checkpoint, which already started from the zip). One that cannot be
-    read is a problem of its setting, added to ``unreadable``: the config built on it cannot be judged."""
-    for name, read in (("resume", resume_source), ("trained_agent", trained_agent_source)):
-        try:
-            found = read(flags)
-        except CheckpointError as exc:
-            unreadable[name] = f"{name}={flags.get(name)!r}: {str(exc).removeprefix(f'{flags.get(name)}: ')}"
-            return None, None
-        if found is not None:
-            return (found, None) if name == "resume" else (None, found)
-    return None, None
-
-
 def main(argv: Optional[list[str]] = None) -> int:
+    startup.imported()
     flags, unreadable = read_flags(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
     dry_run = flags.pop("dry_run", False)
     resumed, agent = sources(flags, unreadable)

@@ -218,7 +218,7 @@ def test_a_learning_rate_where_adams_step_overflows_float32_is_refused(capsys, t
     ("value cannot be converted to type float without overflow") in the first update."""
     for dry_run in ((), ("--dry_run",)):
         problems = refuse(capsys, "--env", "gym_CartPole-v1", "--learning_rate", value, "--run_dir", str(tmp_path / "run"), *dry_run)
-        assert problems == [f"learning_rate={float(value.removeprefix('lin_'))!r}: must be in (0.0, 3.4028234663852886e+37)"]
+        assert problems == [f"learning_rate={float(value.removeprefix('lin_'))!r}: must be in [0.0, 3.4028234663852886e+37)"]
     assert not (tmp_path / "run").exists()
     assert Config(learning_rate=3e37).problems() == []  # below the bound: a run that diverges says so itself (NonFiniteError)
 

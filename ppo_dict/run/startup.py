@@ -24,6 +24,9 @@ class StopWhileStarting:
 
     def __init__(self) -> None:
         self.seen = 0
+        # while the command line's modules import, nothing has started, and an exception raised inside a C
+        # extension's import comes out as that extension's ImportError (numpy's, with a traceback): exit at once
+        self.importing = True
 
     def __call__(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -32,12 +35,26 @@ class StopWhileStarting:
             os._exit(128 + self.seen)
         self.seen = signum
         print(f"\n{name} received while starting: stopped before training began; nothing was saved", file=sys.stderr, flush=True)
+        if self.importing:
+            os._exit(128 + signum)
         raise SystemExit(128 + signum)
+
+
+#: the handler :func:`exit_on_stop_signals` installed (None: none)
+HANDLER: StopWhileStarting | None = None
 
 
 def exit_on_stop_signals() -> StopWhileStarting:
     """Install :class:`StopWhileStarting` for every stop signal (main thread, command lines only)."""
-    handler = StopWhileStarting()
+    global HANDLER
+    HANDLER = StopWhileStarting()
     for signum in STOP_SIGNALS:
-        signal.signal(signum, handler)
-    return handler
+        signal.signal(signum, HANDLER)
+    return HANDLER
+
+
+def imported() -> None:
+    """The command line's modules are imported: a first stop signal from now on raises ``SystemExit``,
+    which unwinds what is starting (a probed env, a launched game) through its ``finally`` blocks."""
+    if HANDLER is not None:
+        HANDLER.importing = False
