@@ -35,6 +35,7 @@ NEEDS = {
     "a CUDA GPU": "trains on a GPU",
     "a quiet machine, ~15 minutes": "benchmarks for minutes",
     "a many-core machine, about an hour": "benchmarks for an hour",
+    "a many-core machine, ~6 minutes": "benchmarks on a borrowed many-core host",
 }
 RUN = ("python -m ppo_dict.", "make train", "make test", "make docs")
 #: appended to every training command: one or two short rollouts and one epoch
