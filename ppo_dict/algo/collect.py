@@ -326,13 +326,15 @@ class Collector:
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
             rewards[rows] += self.cfg.gamma * step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
             return
-        # copied now, each row laid out as a fresh allocation: a worker may overwrite its env's row at the next step
-        terminal, value = self.storage.terminal_rows(first + rows), self._terminal_value(t, columns)
+        # overlapped: copied now, each row laid out as a fresh allocation (a worker may overwrite its env's row
+        # at the next step); settled before the next step: read in place, as before
+        terminal, value = self.storage.terminal_rows(first + rows) if self.overlap else None, self._terminal_value(t, columns)
         gamma = np.float32(self.cfg.gamma)
 
         def bootstrap(j: int, idx: int) -> None:
+            obs = self.storage.terminal_input(j, terminal) if terminal is not None else self.storage.terminal_input(first + idx)
             with torch.inference_mode():
-                rewards[idx] += gamma * np.float32(value(idx, obs_to_tensor(self.storage.terminal_input(j, terminal), self.device)))
+                rewards[idx] += gamma * np.float32(value(idx, obs_to_tensor(obs, self.device)))
 
         for j, idx in enumerate(rows):
             self.owed.owe(lambda j=j, idx=idx: bootstrap(j, idx))
