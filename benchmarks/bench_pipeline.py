@@ -23,6 +23,8 @@ import os
 import statistics
 import sys
 import warnings
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -54,9 +56,11 @@ def sb3_dummy(n_envs: int, steps: int) -> Contender:
     return Contender("sb3 DummyVecEnv", run, close=venv.close, workers=lambda: [])
 
 
-def ours(name: str, n_envs: int, num_workers: int, steps: int, **changes) -> Contender:
-    cfg = Config(env=ENV, gym_packages=(zero_work.MODULE,), n_envs=n_envs, num_workers=num_workers, n_steps=steps, seed=0, verbose=0,
-                 main_steps_envs=False, **changes)
+def ours(name: str, n_envs: int, num_workers: Optional[int], steps: int, **changes) -> Contender:
+    """ppo_dict's pool (``num_workers`` None: the default layout, else that many workers beside a main process stepping no env)."""
+    if num_workers is not None:
+        changes.setdefault("main_steps_envs", False)
+    cfg = Config(env=ENV, gym_packages=(zero_work.MODULE,), n_envs=n_envs, num_workers=num_workers, n_steps=steps, seed=0, verbose=0, **changes)
     pool = build_env_pool(cfg)
     pool.reset(0)
     pool.storage.env_actions[...] = 0.1
@@ -88,13 +92,15 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
                  spin_wait_us=other_us)
     looks, sleeps = (pool, other) if default_us else (other, pool)
     in_process = ours("ppo_dict in-process (--num_workers 0)", n_envs, 0, steps)
-    contenders = [sb3, pool, other, in_process]
+    default = ours("ppo_dict pool, default layout", n_envs, None, steps)
+    default.name += f" ({default.pool.layout.text().split(';')[0]})"
+    contenders = [sb3, pool, other, in_process, default]
     try:
         interleave(contenders, rounds)
         for c in contenders:
             cpu = f"main {median(c.cpu_main_us):.2f} + workers {median(c.cpu_workers_us):.2f} CPU-us/env step"
             table.row(setting, f"env stepping, {c.name}", f"{c.rate:.0f} steps/s ({1e6 / c.rate:.2f} us/env step); {cpu}",
-                      "vs sb3 DummyVecEnv" if c is not sb3 else "", ratio_text(c, sb3, 3.0 if c is pool else None) if c is not sb3 else "")
+                      "vs sb3 DummyVecEnv" if c is not sb3 else "", ratio_text(c, sb3, 3.0 if c in (pool, default) else None) if c is not sb3 else "")
         table.row(setting, f"ppo_dict pool: waits that look for {SPIN_WAIT * 1e6:g} us before they sleep vs sleeping at once",
                   f"{looks.rate:.0f} vs {sleeps.rate:.0f} steps/s", "", ratio_text(looks, sleeps))
         worker_us, main_us = median(pool.cpu_workers_us), median(pool.cpu_main_us)

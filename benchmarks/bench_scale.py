@@ -147,32 +147,45 @@ def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: fl
         interleave([raw] + [c for _, _, c in contenders], rounds, warmup=True)
         table.row(setting, raw.name, f"{raw.rate:.0f} steps/s ({1e6 / raw.rate:.0f} us a step)")
         for mode, w, c in contenders:
-            logs = c.model.timing.logs(c.model.pool.num_envs)  # type: ignore[attr-defined]
-            ideal = w * raw.rate
+            model = c.model  # type: ignore[attr-defined]
+            logs, ideal = model.timing.logs(model.pool.num_envs), w * raw.rate
+            processes = model.pool.layout.processes
+            # a step's commands (double-buffered: two, one per half) over every round, its warm-up and reset included
+            sending = model.pool.sending * 1e6 / max(model.timing.steps, 1)
             table.row(setting, f"rollout, {c.name}",
                       f"{c.rate:.0f} steps/s, {c.cpu:.1f} CPU-us/step; efficiency {c.rate / ideal:.2f} ({w} x {raw.rate:.0f} = {ideal:.0f}); "
                       f"main process per step: policy {logs['time/policy_us']:.0f} us + bookkeeping {logs['time/bookkeeping_us']:.0f} us "
-                      f"(+ {logs['time/overlapped_us']:.0f} us overlapped), envs and waiting {logs['time/envs_us']:.0f} us")
+                      f"(+ {logs['time/overlapped_us']:.0f} us overlapped), envs and waiting {logs['time/envs_us']:.0f} us, of which "
+                      f"handing the step to {processes} worker processes {sending:.0f} us ({sending / max(processes, 1):.0f} us each)")
     finally:
         env.close()
         for _, _, c in contenders:
             c.close()
 
 
-def policy_floor(model, rounds: int) -> float:
+def policy_floor(model, rounds: int, evict: Optional[np.ndarray] = None) -> float:
     """Microseconds of one exact policy step replayed alone (:class:`~ppo_dict.algo.rollout_step.PolicyStep`
     on the rollout's first observations, writing into the storage's rows, as a rollout step does): the
-    median over ``rounds`` rounds of 50 calls."""
+    median over ``rounds`` rounds of 50 calls. ``evict``: an array written over before each call (its
+    data caches cold, as after stepping envs), each call timed alone."""
     collector = model.collector
     step, obs = collector.policy_steps[collector.n_envs], collector.step_obs(0)
     out = tuple(rows[0] for rows in collector.out)
-    times = []
+    times, clock = [], time.perf_counter
     for _ in range(rounds):
-        started = time.perf_counter()
+        spent = 0.0
         for _ in range(50):
+            if evict is not None:
+                evict += 1.0
+            started = clock()
             step(obs, out=out)
-        times.append((time.perf_counter() - started) / 50 * 1e6)
+            spent += clock() - started
+        times.append(spent / 50 * 1e6)
     return statistics.median(times)
+
+
+#: Bytes written over before each call of the data-cold policy floor: more than a core's L2 cache.
+EVICT_BYTES = 8 << 20
 
 
 def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_steps: int) -> None:
@@ -182,6 +195,8 @@ def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_s
         cfg = ours_config(n_envs, None, "cpu", env_id=env_id, n_steps=n_steps)  # type: ignore[arg-type]
         c = ours_contender(f"ppo_dict, {n_envs} envs, exact, default layout", cfg, training=False)
         floors: list[float] = []
+        cold: list[float] = []
+        evict = np.zeros(EVICT_BYTES // 8)
         try:
             c.run()
             timing = c.model.timing  # type: ignore[attr-defined]
@@ -190,13 +205,15 @@ def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_s
                     setattr(timing, name, 0)
                 c.once()
                 floors.append(policy_floor(c.model, 3))  # type: ignore[attr-defined]
+                cold.append(policy_floor(c.model, 3, evict))  # type: ignore[attr-defined]
             logs, floor = timing.logs(n_envs), statistics.median(floors)
             serial = logs["time/policy_us"] + logs["time/bookkeeping_us"]
             table.row(f"{env_id}, {n_envs} envs ({cfg.layout().processes} worker processes), MLP 64x64, n_steps {n_steps}, exact rollouts",
                       "the main process per step: policy + bookkeeping before the next step (+ bookkeeping overlapped with the workers' step)",
                       f"{serial:.0f} us = {logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f} (+ {logs['time/overlapped_us']:.0f}); "
                       f"envs and waiting {logs['time/envs_us']:.0f} us; {c.rate:.0f} steps/s",
-                      f"the policy step replayed alone: {floor:.0f} us", f"{serial / floor:.2f}x the floor, target <= 1.25")
+                      f"the policy step replayed alone: {floor:.0f} us (after writing {EVICT_BYTES >> 20} MB: {statistics.median(cold):.0f} us)",
+                      f"{serial / floor:.2f}x the floor, target <= 1.25")
         finally:
             c.close()
 

@@ -77,6 +77,18 @@ def test_the_cpu_count_comes_from_the_affinity_mask_then_the_cgroup_quota(monkey
         "one, kept by this process (the policy, its share)")
 
 
+def test_cores_that_must_not_be_shared_count_no_more_than_the_budget(monkeypatch) -> None:
+    """The update's threads and the looking waits count physical cores, at most the CPU budget: a
+    container's quota of 4 CPUs on a 64-core host gives 4, not 64 (nor the host's core ids)."""
+    monkeypatch.setattr(machine, "_physical_cores", lambda: 64)
+    fake_cpus(monkeypatch, 64, quota="400000 100000")
+    assert machine.physical_cores() == 4
+    fake_cpus(monkeypatch, 8)
+    assert machine.physical_cores() == 8
+    monkeypatch.setattr(machine, "_physical_cores", lambda: 2)  # SMT: 2 cores, 8 CPUs
+    assert machine.physical_cores() == 2
+
+
 def test_given_settings_are_kept_and_said(monkeypatch) -> None:
     fake_cpus(monkeypatch, 16)
     explicit = Config(n_envs=256, num_workers=16, envs_per_worker=16).layout()

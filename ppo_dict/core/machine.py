@@ -53,9 +53,10 @@ class Machine:
 
 def physical_cores() -> int:
     """Physical CPU cores this process may run on: distinct (package, core) pairs in /proc/cpuinfo,
-    at most the CPUs of its affinity mask (``taskset``, a container's cpuset); else os.cpu_count()."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(_physical_cores(), allowed)
+    at most its CPU budget (:func:`cpu_budget`: the affinity mask, ``taskset`` or a container's cpuset,
+    and a cgroup CPU quota); else os.cpu_count(). Where threads or looking waits must not share a core
+    (the update's threads, :func:`~ppo_dict.vec.group.default_spin`); the layout counts :func:`cpu_budget`."""
+    return min(_physical_cores(), cpu_budget()[0])
 
 
 def _physical_cores() -> int:

@@ -181,6 +181,9 @@ class WorkerGroup:
         self.label, self.step_timeout = backend.label, step_timeout
         self.spin = default_spin(len(self.blocks)) if spin_wait_us is None else spin_wait_us / 1e6
         self.closed = False
+        #: seconds spent handing commands to the workers (a write each: where a worker sleeps, its wake-up's
+        #: cost to this process; on a host with fewer CPUs than processes, the woken worker can take this CPU)
+        self.sending = 0.0
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
         layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords)
         check_shared_memory(layout.nbytes)
@@ -257,12 +260,13 @@ class WorkerGroup:
         if not frames:
             return  # no worker owns what was asked: gather() has nothing to wait for
         self._awaiting = (command, set(frames), detail)
-        channels = self._channels
+        channels, started = self._channels, time.perf_counter()
         for w, frame in frames.items():
             try:
                 channels[w].write(frame)
             except OSError:
                 pass  # the worker is dead; gather() reports it with its exit code
+        self.sending += time.perf_counter() - started
 
     def gather(self, timeout: Optional[float] = None, idle: Optional[Callable[[], bool]] = None) -> dict[int, Any]:
         """Wait for every pending worker's answer: ``{worker: payload}``; ``idle``: work to do meanwhile

@@ -266,6 +266,11 @@ class ShmEnvPool:
         return self._group.spin
 
     @property
+    def sending(self) -> float:
+        """Seconds spent handing commands to the workers so far (:attr:`WorkerGroup.sending`)."""
+        return self._group.sending
+
+    @property
     def closed(self) -> bool:
         return self._group.closed
 
