@@ -30,7 +30,7 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.recurrent import StateStore
-from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
+from ppo_dict.data.storage import StepObsToDevice, TensorObs, aligned, host_buffer, obs_to_tensor, terminal_batch
 from ppo_dict.vec import EnvPool
 
 
@@ -106,6 +106,21 @@ class OwedWork:
             self.units.popleft()()
 
 
+def device_values(step: PolicyStep, obs: TensorObs) -> tuple[torch.Tensor, Optional["torch.cuda.Event"]]:
+    """``(values, done)``: the critic's values of a batch, float32 ``[B]``, in a host tensor, and on CUDA
+    the event after which they are there (the copy back is non-blocking: nothing waits here); None
+    where they are there already."""
+    with torch.inference_mode():
+        values = step.critic(obs).reshape(-1)
+    host = host_buffer(tuple(values.shape), values.dtype, values.device)
+    host.copy_(values, non_blocking=values.device.type == "cuda")
+    if values.device.type != "cuda":
+        return host, None
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(values.device))
+    return host, done
+
+
 class RolloutHooks(Protocol):
     """What sb3's callbacks see of a rollout (``ppo_dict.api``): ``rollout_start()`` after the
     rollout's exploration noise is drawn, ``step(t)`` after every env has stepped rollout step
@@ -154,6 +169,9 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
+        # off the CPU (a feed-forward policy): a step's cut episodes are valued in one batch on the device, and the
+        # rewards are added after the next step's synchronisation (:meth:`_bootstrap_on_device`); the CPU keeps sb3's order
+        self.device_bootstrap = device.type != "cpu" and self.states is None
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
         self.stopped: Optional[int] = None
@@ -253,7 +271,7 @@ class Collector:
         if len(columns) < self.n_envs:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
         out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
-        masks = None if self.masks is None else self.masks[t, span].to(self.device)  # sb3-contrib: the masks at obs[t]
+        masks = None if self.masks is None else self.step_obs.masks(self.masks, t, span)  # sb3-contrib: the masks at obs[t]
         rows = span if len(columns) < self.n_envs else None
         if self.states is None:
             actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=rows, masks=masks)
@@ -268,6 +286,8 @@ class Collector:
                 buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
             s.actions[t, span], s.values[t, span], s.log_probs[t, span] = (buffer.numpy() for buffer in host)
+        if self.device_bootstrap and not self.overlap:
+            self.owed.settle()  # the last step's batched bootstrap: its values came back with the wait above, no wait of its own
         self.to_env(s.actions[t, span], out=self.env_actions[span])  # Box: clipped to the bounds, as sb3
 
     def _after_env_step(self, t: int, columns: range) -> bool:
@@ -297,7 +317,7 @@ class Collector:
             values, kinds = s.episode_values[ended], s.episode_kinds[ended]
             self.owed.owe(lambda: self.episodes.read_rows(values, kinds, s.info_keywords))
         self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
-        if not self.overlap:
+        if not self.overlap and not self.device_bootstrap:
             self.owed.settle()
         s.episode_starts[t, span] = self.last_dones[span]
         self.last_dones[span] = dones
@@ -320,6 +340,9 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
+        if self.device_bootstrap:
+            self._bootstrap_on_device(rewards, rows, first + rows)
+            return
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
@@ -338,6 +361,28 @@ class Collector:
 
         for j, idx in enumerate(rows):
             self.owed.owe(lambda j=j, idx=idx: bootstrap(j, idx))
+
+    def _bootstrap_on_device(self, rewards: np.ndarray, rows: np.ndarray, envs: np.ndarray) -> None:
+        """``rewards[rows] += gamma * V(terminal obs of envs)`` for a feed-forward policy off the CPU, without a wait.
+
+        sb3 values each cut episode alone and reads it with ``.item()``: on a GPU one synchronisation per
+        env (Reacher cuts all 64 envs at once every 50 steps: 64 waits). Here the terminal observations
+        go over in one pinned, non-blocking copy, the critic runs once on the batch and its values come
+        back in one non-blocking copy; the addition is owed (:class:`OwedWork`), done after the next
+        step's synchronisation has already waited for the copy (or, at the rollout's end, after one
+        wait). Not sb3's bits (a batch rounds by its size, 1.2e-7); the CPU keeps sb3's per-env order.
+        rows: indices into ``rewards`` (the step's row of the envs stepped); envs: those envs' indices.
+        """
+        obs = terminal_batch(self.storage, envs, self.device)
+        values, done = device_values(self.policy_steps[self.n_envs], obs)
+        gamma = np.float32(self.cfg.gamma)
+
+        def add() -> None:
+            if done is not None:
+                done.synchronize()  # already passed once the next step has synchronised
+            rewards[rows] += gamma * values.numpy()
+
+        self.owed.owe(add)
 
     def _terminal_value(self, t: int, columns: range) -> Callable[[int, Any], float]:
         """``value(idx, obs)``: the critic's value of env ``columns.start + idx``'s terminal observation

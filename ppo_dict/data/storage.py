@@ -326,6 +326,30 @@ def obs_to_tensor(obs: PolicyObs, device: torch.device) -> TensorObs:
     return torch.as_tensor(obs, device=device)
 
 
+def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An empty host tensor for copies to or from ``device``: page-locked for CUDA (a non-blocking copy
+    needs it; torch's caching host allocator reuses the block only once the copies that used it are
+    done), plain memory otherwise."""
+    return torch.empty(shape, dtype=dtype, pin_memory=device.type == "cuda")
+
+
+def terminal_batch(storage: RolloutStorage, envs: np.ndarray, device: torch.device) -> TensorObs:
+    """Envs ``envs``' terminal observations as one policy batch ``[len(envs), ...]`` on ``device``.
+
+    One gather per key into a host buffer (:func:`host_buffer`) and one non-blocking copy to the
+    device: no wait. uint8 images travel as uint8 (the policy scales them on the device); channel-last
+    images are seen as ``[C, H, W]`` views, as :class:`StepObsToDevice` shows a step's.
+    """
+    index = torch.from_numpy(np.ascontiguousarray(envs, dtype=np.int64))
+    batch = {}
+    for key, arr in storage.terminal_obs.items():
+        source = torch.from_numpy(arr)  # [n_envs, *shape], each env's row aligned (step_major)
+        gathered = torch.index_select(source, 0, index, out=host_buffer((len(envs), *source.shape[1:]), source.dtype, device))
+        on_device = gathered.to(device, non_blocking=True)
+        batch[key] = on_device.permute(0, 3, 1, 2) if key in storage.channel_last_keys else on_device
+    return batch if storage.is_dict_obs else batch[OBS_KEY]
+
+
 class StepObsToDevice:
     """The observations of one rollout step as policy input on ``device``.
 
@@ -339,6 +363,7 @@ class StepObsToDevice:
     def __init__(self, storage: RolloutStorage, device: torch.device):
         self.storage, self.device = storage, device
         self.pinned: dict[str, torch.Tensor] = {}
+        self.mask_staging: Optional[torch.Tensor] = None  # CUDA: the action masks' staging buffer, made at first use
         if device.type == "cuda":
             for key, (shape, dtype) in storage.obs_layout.items():
                 torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
@@ -364,3 +389,17 @@ class StepObsToDevice:
             if key in self.storage.channel_last_keys:
                 on_device[key] = on_device[key].permute(0, 3, 1, 2)
         return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]
+
+    def masks(self, masks: torch.Tensor, t: int, span: slice) -> torch.Tensor:
+        """The action masks of step ``t``'s envs ``span`` on the device, bool ``[len(span), mask_dim]``.
+        masks: the storage's ``action_masks`` as a tensor. CPU: the rows themselves. CUDA: through a
+        pinned staging buffer and one non-blocking copy, as the observations (a plain ``.to(device)``
+        from pageable memory waits for the copy)."""
+        if not self.pinned:
+            return masks[t, span].to(self.device)
+        rows = masks[t, span]
+        if self.mask_staging is None:
+            self.mask_staging = torch.empty((self.storage.n_envs, rows.shape[1]), dtype=torch.bool).pin_memory()
+        staging = self.mask_staging[: len(rows)]
+        staging.copy_(rows)
+        return staging.to(self.device, non_blocking=True)
