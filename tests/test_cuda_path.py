@@ -2,13 +2,19 @@
 the exact path it replaces, to float tolerance. What needs a GPU itself (graph capture, pinned copies,
 the timings) runs in ``benchmarks/gpu.sh`` on a GPU host."""
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
+from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.algo.update import UpdateSettings, ppo_update
 from ppo_dict.core.config import Config
+from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 from ppo_dict.run.run_plan import build_env_pool
 
 # Pendulum's time limit cuts every env at step 199: one batched bootstrap of all of them
@@ -34,3 +40,96 @@ def test_the_batched_time_limit_bootstrap_agrees_with_the_per_env_one(num_worker
     assert cut[199].all() and cut.sum() == cfg.n_envs  # every env cut once, at step 199
     assert np.array_equal(batched[~cut], exact[~cut])  # elsewhere nothing added
     np.testing.assert_allclose(batched[cut], exact[cut], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------- the update without host work per minibatch
+
+SETTINGS = UpdateSettings(learning_rate=3e-4, clip_range=0.2, clip_range_vf=None, n_epochs=4, batch_size=64, normalize_advantage=True,
+                          ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+
+
+def update_fixture() -> tuple[ActorCritic, torch.optim.Adam, RolloutStorage]:
+    """A policy, its Adam and a rollout of 32 x 2 steps whose log-probs and values are the policy's own."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Box(-1, 1, (2,), np.float32))
+    s = RolloutStorage(policy.observation_space, policy.action_space, n_steps=32, n_envs=2)
+    rng = np.random.default_rng(0)
+    s.env_obs["obs"][...] = rng.normal(size=s.env_obs["obs"].shape)
+    s.actions[...] = rng.normal(size=s.actions.shape)
+    with torch.no_grad():
+        values, log_probs, _ = policy.evaluate_actions(obs_to_tensor(s.obs["obs"][:32].reshape(64, 3), torch.device("cpu")),
+                                                       torch.from_numpy(s.actions.reshape(64, 2).copy()))
+    s.values[...], s.log_probs[...] = values.numpy().reshape(32, 2), log_probs.numpy().reshape(32, 2)
+    s.advantages[...], s.returns[...] = rng.normal(size=(32, 2)), rng.normal(size=(32, 2))
+    return policy, torch.optim.Adam(policy.parameters(), lr=3e-4, eps=1e-5), s
+
+
+def updated(settings: UpdateSettings, device_loop: bool) -> tuple[list[torch.Tensor], dict[str, float], int, torch.optim.Adam]:
+    policy, optimizer, s = update_fixture()
+    np.random.seed(0)
+    logs, n_updates = ppo_update(policy, optimizer, s, settings, 7, torch.device("cpu"), generator=torch.Generator() if device_loop else None)
+    return [p.detach().clone() for p in policy.parameters()], logs, n_updates, optimizer
+
+
+def test_the_device_loop_agrees_with_sb3s_loop_where_the_order_cannot_matter() -> None:
+    """One minibatch per epoch (the permutation only reorders a sum): the same update to float tolerance."""
+    exact, exact_logs, n_exact, exact_adam = updated(SETTINGS, False)
+    device, logs, n_updates, adam = updated(SETTINGS, True)
+    assert n_updates == n_exact == 11 and list(logs) == list(exact_logs)
+    for a, b in zip(exact, device):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    assert not all(torch.equal(a, b) for a, b in zip(exact, device))  # fused Adam rounds its own way: really another path
+    for key in exact_logs:
+        np.testing.assert_allclose(logs[key], exact_logs[key], rtol=2e-5, atol=1e-7, err_msg=key)
+    for state, exact_state in zip(adam.state.values(), exact_adam.state.values(), strict=True):  # the counts back where torch's Adam keeps them
+        assert state["step"].device.type == "cpu" and state["step"].dtype == torch.float32 and state["step"] == exact_state["step"] == 4
+
+
+def test_the_device_loop_draws_its_own_permutations() -> None:
+    """Several minibatches: other permutations than sb3's (another path), deterministic for the numpy seed, and close."""
+    settings = replace(SETTINGS, batch_size=16)
+    first, logs, n_updates, _ = updated(settings, True)
+    again, _, _, _ = updated(settings, True)
+    exact, exact_logs, _, _ = updated(settings, False)
+    assert n_updates == 11 and all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(first, exact))
+    for key in ("train/value_loss", "train/entropy_loss"):
+        np.testing.assert_allclose(logs[key], exact_logs[key], rtol=0.05, err_msg=key)
+
+
+def test_the_device_loops_target_kl_stop_is_sb3s() -> None:
+    """A target_kl between the second and third epoch's approx_kl: both loops stop in the third epoch, its step not applied."""
+    kls = [updated(replace(SETTINGS, n_epochs=n), False)[1]["train/approx_kl"] for n in (2, 3)]
+    assert kls[0] < kls[1]
+    settings = replace(SETTINGS, target_kl=(kls[0] + kls[1]) / 2 / 1.5)
+    exact, exact_logs, n_exact, _ = updated(settings, False)
+    device, logs, n_updates, adam = updated(settings, True)
+    assert n_exact == n_updates == 7 + 3
+    for a, b in zip(exact, device):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logs["train/approx_kl"], exact_logs["train/approx_kl"], rtol=1e-4)
+    assert all(state["step"] == 2 for state in adam.state.values())  # the stopping minibatch left the counts alone
+
+
+def test_the_device_loop_refuses_a_non_finite_loss_and_applies_nothing_from_there() -> None:
+    policy, optimizer, s = update_fixture()
+    before = [p.detach().clone() for p in policy.parameters()]
+    s.returns[5, 1] = np.nan
+    with pytest.raises(NonFiniteError, match=r"^non-finite loss \(nan\) at update 8, epoch 0, minibatch 0; no optimizer step"):
+        ppo_update(policy, optimizer, s, SETTINGS, 7, torch.device("cpu"), generator=torch.Generator())
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_a_run_with_the_device_loop_learns_deterministically() -> None:
+    """The whole trainer with the device loop forced on the CPU: a seed gives the same run twice."""
+    cfg = Config(env="gym_CartPole-v1", n_envs=4, n_steps=64, batch_size=64, n_epochs=4, seed=2, total_timesteps=3 * 256, verbose=0, num_workers=0)
+
+    def run() -> list[torch.Tensor]:
+        with warnings.catch_warnings(), PPO(cfg, build_env_pool(cfg)) as model:
+            warnings.simplefilter("ignore")
+            model.index_generator = torch.Generator()
+            model.learn()
+            assert model.n_updates == 3 * 4
+            return [p.detach().clone() for p in model.policy.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(), run()))
