@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
+from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
@@ -157,6 +158,8 @@ class Collector:
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
         step_class = RecurrentStep if isinstance(policy, RecurrentActorCritic) else PolicyStep
         self.policy_steps = {len(columns): step_class(policy, len(columns)) for columns in (*self.halves, everything)}
+        if cfg.cuda_graphs:  # each batch size's step replayed as a CUDA graph (refused for recurrent policies by Config.check)
+            self.policy_steps = {n: GraphedStep(step) for n, step in self.policy_steps.items()}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
             s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states)
