@@ -9,11 +9,15 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from ppo_dict.algo.device_choice import choose_device, forced_cuda_line, measured_device, measured_step_us
+from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
+from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.algo.update import UpdateSettings, ppo_update
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import NonFiniteError
+from ppo_dict.data.masking import with_action_masks
 from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 from ppo_dict.run.run_plan import build_env_pool
 
@@ -133,3 +137,69 @@ def test_a_run_with_the_device_loop_learns_deterministically() -> None:
             return [p.detach().clone() for p in model.policy.parameters()]
 
     assert all(torch.equal(a, b) for a, b in zip(run(), run()))
+
+
+# ---------------------------------------------------------------------- the policy step as a CUDA graph
+def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(GraphedStep, "said_why", False)
+    policy = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(4))
+    obs = torch.randn(8, 3)
+    graphed = GraphedStep(PolicyStep(policy, 8))
+    torch.manual_seed(5)
+    eager = PolicyStep(policy, 8)(obs)
+    torch.manual_seed(5)
+    first = graphed(obs)
+    graphed.refresh()
+    graphed(obs)
+    assert all(torch.equal(a, b) for a, b in zip(first, eager))  # the step itself
+    assert torch.equal(graphed.value(obs), policy.predict_values(obs))  # the step's other calls, as they are
+    assert capsys.readouterr().err == ("note: --cuda_graphs: the policy runs on cpu, and CUDA graphs need a CUDA device: "
+                                       "policy steps run eagerly\n")
+
+
+@pytest.mark.parametrize("settings, problem", [
+    (dict(device="cpu"), "cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)"),
+    (dict(model="mlp_lstm"), "cuda_graphs=True: recurrent policies are not captured (model='mlp_lstm'); drop --cuda_graphs"),
+    (dict(use_sde=True), "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; drop --use_sde"),
+])
+def test_cuda_graphs_are_refused_where_they_cannot_run(settings: dict, problem: str) -> None:
+    assert problem in Config(cuda_graphs=True, **settings).problems()
+    assert not Config(cuda_graphs=True).problems()  # auto: CUDA where there is one, else eager with the note
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu.sh runs it on a GPU host)")
+def test_a_graphed_step_replays_the_eager_step_on_cuda() -> None:
+    """GPU only: the captured step's values are the eager critic's, its log-probs those of its own actions, and each replay draws new noise."""
+    torch.manual_seed(0)
+    policy = ActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)).cuda()
+    graphed = GraphedStep(PolicyStep(policy, 16))
+    obs = torch.randn(16, 5, device="cuda")
+    actions, values, log_probs = (t.clone() for t in graphed(obs))
+    again = graphed(torch.randn(16, 5, device="cuda"))[0].clone()
+    assert graphed.graph is not None and not torch.equal(actions, again)
+    torch.testing.assert_close(values, policy.predict_values(obs))
+    torch.testing.assert_close(log_probs, policy.evaluate_actions(obs, actions)[1].detach())
+
+
+# ---------------------------------------------------------------------- --device auto from a measured policy step
+def test_auto_decides_from_the_measured_step() -> None:
+    cuda = torch.device("cuda")
+    assert choose_device(True, 32, cpu_us=900.0, cuda_us=300.0, cuda=cuda) == (
+        cuda, "device: auto picked cuda for this image policy: a policy step of 32 envs took 300 us on cuda, 900 us on the cpu (measured)")
+    assert choose_device(True, 8, cpu_us=200.0, cuda_us=300.0, cuda=cuda)[0] == torch.device("cpu")
+    device, line = choose_device(False, 256, cpu_us=500.0, cuda_us=150.0, cuda=cuda)  # an MLP keeps sb3's bits, whatever the numbers
+    assert device == torch.device("cpu") and line.startswith("device: auto keeps the cpu for an MLP policy (bit-exact with sb3)")
+    assert line.endswith("; --device cuda would be faster per step, not bit-exact")
+    assert not choose_device(False, 64, cpu_us=100.0, cuda_us=300.0, cuda=cuda)[1].endswith("not bit-exact")
+    assert forced_cuda_line(64, cpu_us=100.0, cuda_us=320.0, cuda=cuda) == (
+        "note: device cuda for an MLP policy: a policy step of 64 envs took 320 us there, 100 us on the cpu (measured): 3.2x the cpu's time")
+
+
+def test_without_cuda_auto_is_the_cpu_as_before_and_the_measurement_runs() -> None:
+    cfg = Config(env="gym_CartPole-v1", n_envs=4)
+    box, discrete = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)
+    if not torch.cuda.is_available():
+        assert measured_device(cfg, box, discrete, 4, False, torch.device("cpu")) == (torch.device("cpu"), "")
+    state = torch.get_rng_state()
+    assert measured_step_us(cfg.replace(action_masks=True), box, with_action_masks(discrete), 4, torch.device("cpu")) > 0  # masks included
+    assert torch.equal(state, torch.get_rng_state())  # building the measured policy drew nothing from the run's stream
