@@ -10,6 +10,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.device_choice import choose_device, forced_cuda_line, measured_device, measured_step_us
+from ppo_dict.algo.device_update import device_ppo_update
 from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
@@ -71,7 +72,10 @@ def update_fixture() -> tuple[ActorCritic, torch.optim.Adam, RolloutStorage]:
 def updated(settings: UpdateSettings, device_loop: bool) -> tuple[list[torch.Tensor], dict[str, float], int, torch.optim.Adam]:
     policy, optimizer, s = update_fixture()
     np.random.seed(0)
-    logs, n_updates = ppo_update(policy, optimizer, s, settings, 7, torch.device("cpu"), generator=torch.Generator() if device_loop else None)
+    if device_loop:
+        logs, n_updates = device_ppo_update(policy, optimizer, s, settings, 7, torch.device("cpu"), torch.Generator())
+    else:
+        logs, n_updates = ppo_update(policy, optimizer, s, settings, 7, torch.device("cpu"))
     return [p.detach().clone() for p in policy.parameters()], logs, n_updates, optimizer
 
 
@@ -120,7 +124,7 @@ def test_the_device_loop_refuses_a_non_finite_loss_and_applies_nothing_from_ther
     before = [p.detach().clone() for p in policy.parameters()]
     s.returns[5, 1] = np.nan
     with pytest.raises(NonFiniteError, match=r"^non-finite loss \(nan\) at update 8, epoch 0, minibatch 0; no optimizer step"):
-        ppo_update(policy, optimizer, s, SETTINGS, 7, torch.device("cpu"), generator=torch.Generator())
+        device_ppo_update(policy, optimizer, s, SETTINGS, 7, torch.device("cpu"), torch.Generator())
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
 
 

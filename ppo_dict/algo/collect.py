@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
+from ppo_dict.algo.device_rollout import batched_bootstrap
 from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
@@ -31,7 +32,7 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.recurrent import StateStore
-from ppo_dict.data.storage import StepObsToDevice, TensorObs, aligned, host_buffer, obs_to_tensor, terminal_batch
+from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
 
@@ -107,21 +108,6 @@ class OwedWork:
             self.units.popleft()()
 
 
-def device_values(step: PolicyStep, obs: TensorObs) -> tuple[torch.Tensor, Optional["torch.cuda.Event"]]:
-    """``(values, done)``: the critic's values of a batch, float32 ``[B]``, in a host tensor, and on CUDA
-    the event after which they are there (the copy back is non-blocking: nothing waits here); None
-    where they are there already."""
-    with torch.inference_mode():
-        values = step.critic(obs).reshape(-1)
-    host = host_buffer(tuple(values.shape), values.dtype, values.device)
-    host.copy_(values, non_blocking=values.device.type == "cuda")
-    if values.device.type != "cuda":
-        return host, None
-    done = torch.cuda.Event()
-    done.record(torch.cuda.current_stream(values.device))
-    return host, done
-
-
 class RolloutHooks(Protocol):
     """What sb3's callbacks see of a rollout (``ppo_dict.api``): ``rollout_start()`` after the
     rollout's exploration noise is drawn, ``step(t)`` after every env has stepped rollout step
@@ -157,9 +143,8 @@ class Collector:
         self.halves = pool.halves if cfg.double_buffer else (everything,)
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
         step_class = RecurrentStep if isinstance(policy, RecurrentActorCritic) else PolicyStep
-        self.policy_steps = {len(columns): step_class(policy, len(columns)) for columns in (*self.halves, everything)}
-        if cfg.cuda_graphs:  # each batch size's step replayed as a CUDA graph (refused for recurrent policies by Config.check)
-            self.policy_steps = {n: GraphedStep(step) for n, step in self.policy_steps.items()}
+        graphed = GraphedStep if cfg.cuda_graphs else (lambda step: step)  # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
+        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns))) for columns in (*self.halves, everything)}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
             s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states)
@@ -172,8 +157,7 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
-        # off the CPU (a feed-forward policy): a step's cut episodes are valued in one batch on the device, and the
-        # rewards are added after the next step's synchronisation (:meth:`_bootstrap_on_device`); the CPU keeps sb3's order
+        # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.device_rollout); the CPU keeps sb3's order
         self.device_bootstrap = device.type != "cpu" and self.states is None
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
@@ -343,8 +327,8 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
-        if self.device_bootstrap:
-            self._bootstrap_on_device(rewards, rows, first + rows)
+        if self.device_bootstrap:  # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.device_rollout)
+            self.owed.owe(batched_bootstrap(step, self.storage, rewards, rows, first + rows, self.device, self.cfg.gamma))
             return
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
@@ -364,28 +348,6 @@ class Collector:
 
         for j, idx in enumerate(rows):
             self.owed.owe(lambda j=j, idx=idx: bootstrap(j, idx))
-
-    def _bootstrap_on_device(self, rewards: np.ndarray, rows: np.ndarray, envs: np.ndarray) -> None:
-        """``rewards[rows] += gamma * V(terminal obs of envs)`` for a feed-forward policy off the CPU, without a wait.
-
-        sb3 values each cut episode alone and reads it with ``.item()``: on a GPU one synchronisation per
-        env (Reacher cuts all 64 envs at once every 50 steps: 64 waits). Here the terminal observations
-        go over in one pinned, non-blocking copy, the critic runs once on the batch and its values come
-        back in one non-blocking copy; the addition is owed (:class:`OwedWork`), done after the next
-        step's synchronisation has already waited for the copy (or, at the rollout's end, after one
-        wait). Not sb3's bits (a batch rounds by its size, 1.2e-7); the CPU keeps sb3's per-env order.
-        rows: indices into ``rewards`` (the step's row of the envs stepped); envs: those envs' indices.
-        """
-        obs = terminal_batch(self.storage, envs, self.device)
-        values, done = device_values(self.policy_steps[self.n_envs], obs)
-        gamma = np.float32(self.cfg.gamma)
-
-        def add() -> None:
-            if done is not None:
-                done.synchronize()  # already passed once the next step has synchronised
-            rewards[rows] += gamma * values.numpy()
-
-        self.owed.owe(add)
 
     def _terminal_value(self, t: int, columns: range) -> Callable[[int, Any], float]:
         """``value(idx, obs)``: the critic's value of env ``columns.start + idx``'s terminal observation

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.collect import Collector, Timing
+from ppo_dict.algo.device_update import device_ppo_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import build_policy
@@ -69,7 +70,7 @@ class PPO:
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
         self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
-        # (ppo_dict.algo.update.run_device_epochs); the CPU keeps sb3's loop and numpy permutations
+        # (ppo_dict.algo.device_update); the CPU keeps sb3's loop and numpy permutations
         self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
@@ -236,7 +237,7 @@ class PPO:
         """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""
         if self.index_generator is None:
             return self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
-        return self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device, generator=self.index_generator)
+        return device_ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device, self.index_generator)
 
     def _update_settings(self, progress_remaining: float) -> UpdateSettings:
         return UpdateSettings(

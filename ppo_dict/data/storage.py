@@ -326,30 +326,6 @@ def obs_to_tensor(obs: PolicyObs, device: torch.device) -> TensorObs:
     return torch.as_tensor(obs, device=device)
 
 
-def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """An empty host tensor for copies to or from ``device``: page-locked for CUDA (a non-blocking copy
-    needs it; torch's caching host allocator reuses the block only once the copies that used it are
-    done), plain memory otherwise."""
-    return torch.empty(shape, dtype=dtype, pin_memory=device.type == "cuda")
-
-
-def terminal_batch(storage: RolloutStorage, envs: np.ndarray, device: torch.device) -> TensorObs:
-    """Envs ``envs``' terminal observations as one policy batch ``[len(envs), ...]`` on ``device``.
-
-    One gather per key into a host buffer (:func:`host_buffer`) and one non-blocking copy to the
-    device: no wait. uint8 images travel as uint8 (the policy scales them on the device); channel-last
-    images are seen as ``[C, H, W]`` views, as :class:`StepObsToDevice` shows a step's.
-    """
-    index = torch.from_numpy(np.ascontiguousarray(envs, dtype=np.int64))
-    batch = {}
-    for key, arr in storage.terminal_obs.items():
-        source = torch.from_numpy(arr)  # [n_envs, *shape], each env's row aligned (step_major)
-        gathered = torch.index_select(source, 0, index, out=host_buffer((len(envs), *source.shape[1:]), source.dtype, device))
-        on_device = gathered.to(device, non_blocking=True)
-        batch[key] = on_device.permute(0, 3, 1, 2) if key in storage.channel_last_keys else on_device
-    return batch if storage.is_dict_obs else batch[OBS_KEY]
-
-
 class StepObsToDevice:
     """The observations of one rollout step as policy input on ``device``.
 
