@@ -3,7 +3,7 @@
 In interleaved rounds on one host:
   1. Reacher-v5 rollouts at 64 and 256 envs: ``--device cpu`` against ``--device cuda`` and
      ``--device cuda --cuda_graphs`` (targets: cuda >= cpu at 64 envs, >= 1.5x at 256);
-  2. Reacher-v5 training at 8 envs with sb3's default minibatch (64) and 10 epochs: cpu against cuda
+  2. Reacher-v5 training at 8 envs, n_steps 256, with sb3's default minibatch (64) and 10 epochs: cpu against cuda
      (the update loop without host work per minibatch) and against sb3 on cuda (targets: >= cpu, >= 2x sb3);
   3. test_dummy 84x84x3 + cnn at 32 envs: cuda rollouts against the NatureCNN policy step alone at that
      batch (target >= 0.8), and training (4 epochs, minibatch 1024) against sb3 on cuda with the same
@@ -63,21 +63,26 @@ def reacher_rollouts(table: Table, gpu: str, workers: int, rounds: int, n_steps:
             table.row(setting, f"rollout steps/s, --device {gpu}", f"{cuda.rate:.0f}", f"--device cpu: {cpu.rate:.0f}", ratio_text(cuda, cpu, target))
             table.row(setting, f"rollout steps/s, --device {gpu} --cuda_graphs", f"{graphed.rate:.0f}", f"--device cpu: {cpu.rate:.0f}",
                       ratio_text(graphed, cpu, target))
+            for contender in contenders:  # where a step's time goes: the trainer's own time/* figures, us per rollout step
+                logs = contender.model.timing.logs(n_envs)  # type: ignore[attr-defined]
+                table.row(setting, f"us per rollout step, {contender.name}", ", ".join(
+                    f"{key}: {logs[f'time/{key}_us']:.0f}" for key in ("policy", "envs", "bookkeeping", "overlapped")))
         finally:
             close_all(contenders)
 
 
-def reacher_training(table: Table, gpu: str, workers: int, rounds: int) -> None:
-    """8 envs, n_steps 256 (2048 samples: 32 minibatches of 64 per epoch), 10 epochs."""
-    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=min(workers, 8), n_steps=256, batch_size=64, n_epochs=10, seed=0, verbose=0,
+def reacher_training(table: Table, gpu: str, workers: int, rounds: int, n_steps: int) -> None:
+    """8 envs, minibatch 64 (n_steps 256: 32 minibatches per epoch), 10 epochs."""
+    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=min(workers, 8), n_steps=n_steps, batch_size=64, n_epochs=10, seed=0, verbose=0,
                  device="cpu")
-    sb3 = SB3PPO("MlpPolicy", make_vec_env("Reacher-v5", n_envs=8, seed=0), n_steps=256, batch_size=64, n_epochs=10, seed=0, device=gpu, verbose=0)
+    sb3 = SB3PPO("MlpPolicy", make_vec_env("Reacher-v5", n_envs=8, seed=0), n_steps=n_steps, batch_size=64, n_epochs=10, seed=0, device=gpu,
+                 verbose=0)
     contenders = [ppo_dict_contender("cpu", cfg, training=True), ppo_dict_contender(gpu, cfg.replace(device=gpu), training=True),
                   sb3_model_contender(f"sb3 {gpu}", sb3, training=True)]
     try:
         interleave(contenders, rounds)
         cpu, cuda, theirs = contenders
-        setting = "Reacher-v5, 8 envs, n_steps 256, minibatch 64, 10 epochs"
+        setting = f"Reacher-v5, 8 envs, n_steps {n_steps}, minibatch 64, 10 epochs"
         table.row(setting, f"training steps/s (rollout + update), --device {gpu}", f"{cuda.rate:.0f}", f"--device cpu: {cpu.rate:.0f}",
                   ratio_text(cuda, cpu, 1.0))
         table.row(setting, f"training steps/s (rollout + update), --device {gpu}", f"{cuda.rate:.0f}", f"sb3 on {gpu}: {theirs.rate:.0f}",
@@ -155,10 +160,10 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     np.random.seed(0)
-    rounds, n_steps = (1, 16) if args.quick else (5, 128)
+    rounds, n_steps = (1, 16) if args.quick else (5, 128)  # n_steps of the rollout rows; training: 64 (quick) or 256
     started, table = machine_times(), Table()
     reacher_rollouts(table, args.device, args.workers, rounds, n_steps)
-    reacher_training(table, args.device, args.workers, rounds)
+    reacher_training(table, args.device, args.workers, rounds, 4 * n_steps if args.quick else 2 * n_steps)
     pixels(table, args.device, args.workers, rounds, n_steps)
     if args.learning:
         learning(table, args.device, args.workers, 512 if args.quick else 100_000)
