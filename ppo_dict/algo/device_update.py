@@ -65,10 +65,11 @@ class FusedAdamStep(GradientStep):
                 )
 
     def finish(self) -> None:
-        """Adam's step counts back on the CPU, where torch's default (non-fused) Adam keeps them."""
-        for state in self.optimizer.state.values():
-            if "step" in state and state["step"].device.type != "cpu":
-                state["step"] = state["step"].cpu()
+        """Adam's step counts back on the CPU, where torch's default (non-fused) Adam keeps them: one copy for all."""
+        states = [state for state in self.optimizer.state.values() if "step" in state and state["step"].device.type != "cpu"]
+        if states:
+            for state, count in zip(states, torch.stack([state["step"] for state in states]).cpu()):
+                state["step"] = count.clone()  # a 0-d tensor of its own, as Adam makes it
 
 
 def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, n_updates: int, generator: torch.Generator,
