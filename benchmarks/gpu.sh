@@ -42,7 +42,7 @@ nproc
 python3 -m pytest tests/test_cuda_path.py -q -p no:cacheprovider -rs
 for device in auto "$DEVICE"; do  # the measured-device line (auto's choice, or what a forced cuda costs an MLP)
     python3 -m ppo_dict.main_ppo --env gym_Reacher-v5 --n_envs 64 --n_steps 32 --batch_size 512 --n_epochs 1 --device "$device" \
-        --total_timesteps "$AUTO_STEPS" --verbose 0 --run_dir "/tmp/gpu_sh_runs/$device" --overwrite True --progress none \
+        --total_timesteps "$AUTO_STEPS" --verbose 0 --run_dir "/tmp/gpu_sh_runs/$device" --overwrite True --progress none --plot False \
         > "/tmp/gpu_sh_$device.txt"
     grep -E "^(device|note)" "/tmp/gpu_sh_$device.txt" || echo "--device $device: no device line (no CUDA device: the cpu, as before)"
 done
