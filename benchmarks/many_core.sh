@@ -20,22 +20,11 @@ cd "$(dirname "$0")/.."
 WHEELS=(gymnasium==1.4.0 farama-notifications==0.0.4 mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 glfw==2.11.0
         PyOpenGL==3.1.10 websockets==17.4 stable-baselines3==2.9.2)
 
+source benchmarks/wheels.sh
 if [ "${1:-}" = "--fetch" ]; then
-    py="${WHEEL_PYTHON:-3.12}"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${WHEELS[@]}"
-    ls -l .whl
-    exit 0
+    fetch_wheels "${WHEELS[@]}"
 fi
-
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/many_core_site .whl/*.whl
-    export PYTHONPATH="/tmp/many_core_site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-else
-    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONUNBUFFERED=1
+use_wheels /tmp/many_core_site
 nproc
 python3 -c "from ppo_dict.core.machine import physical_cores, usable_cpus; print('usable CPUs', usable_cpus(), '| physical cores', physical_cores())"
 python3 -m ppo_dict.main_ppo --env gym_Reacher-v5 --model mlp --n_envs 256 --dry_run True | grep -i "layout" || true

@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
+from ppo_dict.algo.device_rollout import batched_bootstrap
+from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
@@ -141,7 +143,8 @@ class Collector:
         self.halves = pool.halves if cfg.double_buffer else (everything,)
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
         step_class = RecurrentStep if isinstance(policy, RecurrentActorCritic) else PolicyStep
-        self.policy_steps = {len(columns): step_class(policy, len(columns)) for columns in (*self.halves, everything)}
+        graphed = GraphedStep if cfg.cuda_graphs else (lambda step: step)  # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
+        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns))) for columns in (*self.halves, everything)}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
             s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states)
@@ -154,6 +157,8 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
+        # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.device_rollout); the CPU keeps sb3's order
+        self.device_bootstrap = device.type != "cpu" and self.states is None
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
         self.stopped: Optional[int] = None
@@ -253,7 +258,7 @@ class Collector:
         if len(columns) < self.n_envs:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
         out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
-        masks = None if self.masks is None else self.masks[t, span].to(self.device)  # sb3-contrib: the masks at obs[t]
+        masks = None if self.masks is None else self.step_obs.masks(self.masks, t, span)  # sb3-contrib: the masks at obs[t]
         rows = span if len(columns) < self.n_envs else None
         if self.states is None:
             actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=rows, masks=masks)
@@ -268,6 +273,8 @@ class Collector:
                 buffer.copy_(result.reshape(buffer.shape), non_blocking=True)
             torch.cuda.current_stream(self.device).synchronize()
             s.actions[t, span], s.values[t, span], s.log_probs[t, span] = (buffer.numpy() for buffer in host)
+        if self.device_bootstrap and not self.overlap:
+            self.owed.settle()  # the last step's batched bootstrap: its values came back with the wait above, no wait of its own
         self.to_env(s.actions[t, span], out=self.env_actions[span])  # Box: clipped to the bounds, as sb3
 
     def _after_env_step(self, t: int, columns: range) -> bool:
@@ -297,7 +304,7 @@ class Collector:
             values, kinds = s.episode_values[ended], s.episode_kinds[ended]
             self.owed.owe(lambda: self.episodes.read_rows(values, kinds, s.info_keywords))
         self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
-        if not self.overlap:
+        if not self.overlap and not self.device_bootstrap:
             self.owed.settle()
         s.episode_starts[t, span] = self.last_dones[span]
         self.last_dones[span] = dones
@@ -319,6 +326,9 @@ class Collector:
         """
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
+            return
+        if self.device_bootstrap:  # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.device_rollout)
+            self.owed.owe(batched_bootstrap(step, self.storage, rewards, rows, first + rows, self.device, self.cfg.gamma))
             return
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned

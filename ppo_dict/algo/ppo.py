@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.collect import Collector, Timing
+from ppo_dict.algo.device_update import device_ppo_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import build_policy
@@ -68,6 +69,9 @@ class PPO:
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
         self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
+        # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
+        # (ppo_dict.algo.device_update); the CPU keeps sb3's loop and numpy permutations
+        self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
@@ -196,7 +200,7 @@ class PPO:
             self.update_threads, (logs, self.n_updates) = self._first_update(settings)
         else:
             with thread_count(self.update_threads):
-                logs, self.n_updates = self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+                logs, self.n_updates = self._update(settings)
         self.logger.record("train/learning_rate", settings.learning_rate)
         self.logger.record_many(logs)
         return logs
@@ -224,10 +228,16 @@ class PPO:
             self.optimizer.load_state_dict(snapshot[1])
             np.random.set_state(snapshot[2])
         with thread_count(chosen):
-            result = self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+            result = self._update(settings)
         if trial is not None and same_values(trial, (self.policy.state_dict(), self.optimizer.state_dict()["state"])):
             chosen = cores
         return chosen, result
+
+    def _update(self, settings: UpdateSettings) -> tuple[dict[str, float], int]:
+        """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""
+        if self.index_generator is None:
+            return self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
+        return device_ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device, self.index_generator)
 
     def _update_settings(self, progress_remaining: float) -> UpdateSettings:
         return UpdateSettings(

@@ -242,14 +242,21 @@ class GaussianEvaluate:
 NORMAL_ENTROPY_CONSTANT = 0.5 + 0.5 * math.log(2 * math.pi)
 
 
-def minibatch_loss(
-    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
-) -> tuple[torch.Tensor, np.ndarray]:
-    """sb3 ``PPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
-    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`).
+@dataclass
+class LossTerms:
+    """One minibatch's loss and its logged parts, 0-d tensors on the device (nothing read to the host)."""
 
-    Returns ``(loss, approx_kl)``.
-    """
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy_loss: torch.Tensor
+    clip_fraction: torch.Tensor
+    approx_kl: torch.Tensor
+
+
+def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, evaluate: Optional[GaussianEvaluate] = None) -> LossTerms:
+    """sb3 ``PPO.train``'s loss of one minibatch, expression for expression, and the parts it logs.
+    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`)."""
     if evaluate is not None:
         values, log_prob, entropy = evaluate(batch.obs, batch.actions)
     else:
@@ -264,25 +271,45 @@ def minibatch_loss(
     policy_loss_1 = advantages * ratio
     policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
     policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
-    log.pg_losses.append(policy_loss.item())
     with torch.no_grad():  # a logged figure, outside the graph: no autograd nodes to record
-        log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()).item())
+        clip_fraction = torch.mean((torch.abs(ratio - 1) > settings.clip_range).float())
 
     if settings.clip_range_vf is None:
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
     value_loss = F.mse_loss(batch.returns, values_pred)
-    log.value_losses.append(value_loss.item())
     entropy_loss = -torch.mean(entropy)
-    log.entropy_losses.append(entropy_loss.item())
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
-    log.loss = loss
 
     with torch.no_grad():
         log_ratio = log_prob - batch.old_log_prob
-        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
-    return loss, approx_kl_div
+        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio)
+    return LossTerms(loss, policy_loss, value_loss, entropy_loss, clip_fraction, approx_kl_div)
+
+
+def minibatch_loss(
+    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """:func:`loss_terms`, its parts read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
+    terms = loss_terms(policy, batch, settings, evaluate)
+    log.pg_losses.append(terms.policy_loss.item())
+    log.clip_fractions.append(terms.clip_fraction.item())
+    log.value_losses.append(terms.value_loss.item())
+    log.entropy_losses.append(terms.entropy_loss.item())
+    log.loss = terms.loss
+    return terms.loss, terms.approx_kl.cpu().numpy()
+
+
+def prepare_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
+                   device: torch.device) -> tuple[dict[str, Any], RolloutTensors, Optional[GaussianEvaluate]]:
+    """What every update starts with: training mode, the learning rate into Adam, the flattened rollout
+    (``data``, sb3's ``RolloutBuffer.get``) and its tensors on ``device``, the lean evaluation where it applies."""
+    policy.train()
+    for group in optimizer.param_groups:
+        group["lr"] = settings.learning_rate
+    data = storage.flat_samples()
+    return data, RolloutTensors(data, policy.action_spec.to_training, device), GaussianEvaluate.of(policy)
 
 
 def ppo_update(
@@ -298,15 +325,10 @@ def ppo_update(
     Draws one ``np.random.permutation`` per started epoch from the global numpy RNG, exactly as
     sb3 does; an early stop (target_kl) draws no further permutations and skips the optimizer
     step of the minibatch that triggered it. Returns the ``train/*`` logs and the updated epoch
-    counter ``n_updates``.
+    counter ``n_updates``. (Off the CPU: :func:`ppo_dict.algo.device_update.device_ppo_update`.)
     """
-    policy.train()
-    for group in optimizer.param_groups:
-        group["lr"] = settings.learning_rate
-    data = storage.flat_samples()
-    rollout = RolloutTensors(data, policy.action_spec.to_training, device)
-    buffer_size = storage.n_steps * storage.n_envs
-    evaluate, log = GaussianEvaluate.of(policy), UpdateLog()
+    data, rollout, evaluate = prepare_update(policy, optimizer, storage, settings, device)
+    buffer_size, log = storage.n_steps * storage.n_envs, UpdateLog()
     n_updates = run_epochs(
         GradientStep(policy, optimizer), settings, buffer_size, n_updates, log,
         lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),  # one tensor per epoch, sliced per minibatch

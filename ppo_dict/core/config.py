@@ -143,6 +143,7 @@ class Config:
 
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
+    cuda_graphs: bool = _opt(False, "replay each rollout policy step (forward, sampling, log-prob, value) as a CUDA graph captured per batch size: one launch instead of dozens for small networks; a CUDA device only, feed-forward policies without gSDE; not bit-exact with sb3 (no CUDA run is)", parse_bool, "system")
     torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
     update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads; torch_threads for a recurrent model, whose update shapes change between updates)", none_or(int), "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
@@ -269,6 +270,7 @@ class Config:
                 problems += self._minibatch_problems()
         if not re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", self.device):
             problems.append(f"device={self.device!r}: must be auto, cpu, cuda or cuda:N")
+        problems += self._cuda_graph_problems()
         if self.resume == RESUME_AUTO and self.run_dir is None:
             problems.append("resume='auto': needs --run_dir (the directory a requeued job resumes from, or starts in)")
         if self.double_buffer and not bad & {"n_envs", "num_workers", "envs_per_worker"}:
@@ -289,6 +291,19 @@ class Config:
         repeated = sorted({key for key in self.info_keywords if self.info_keywords.count(key) > 1})
         if repeated:
             problems.append(f"info_keywords={','.join(repeated)}: given more than once")
+        return problems
+
+    def _cuda_graph_problems(self) -> list[str]:
+        """``--cuda_graphs``: a device that can be CUDA, a policy step it captures (ppo_dict.algo.graph_step)."""
+        if not self.cuda_graphs:
+            return []
+        problems = []
+        if self.device == "cpu":
+            problems.append("cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)")
+        if self.recurrent:
+            problems.append(f"cuda_graphs=True: recurrent policies are not captured (model={self.model!r}); drop --cuda_graphs")
+        if self.use_sde:
+            problems.append("cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; drop --use_sde")
         return problems
 
     def _recurrent_problems(self) -> list[str]:

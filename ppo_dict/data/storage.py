@@ -339,6 +339,7 @@ class StepObsToDevice:
     def __init__(self, storage: RolloutStorage, device: torch.device):
         self.storage, self.device = storage, device
         self.pinned: dict[str, torch.Tensor] = {}
+        self.mask_staging: Optional[torch.Tensor] = None  # CUDA: the action masks' staging buffer, made at first use
         if device.type == "cuda":
             for key, (shape, dtype) in storage.obs_layout.items():
                 torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
@@ -364,3 +365,17 @@ class StepObsToDevice:
             if key in self.storage.channel_last_keys:
                 on_device[key] = on_device[key].permute(0, 3, 1, 2)
         return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]
+
+    def masks(self, masks: torch.Tensor, t: int, span: slice) -> torch.Tensor:
+        """The action masks of step ``t``'s envs ``span`` on the device, bool ``[len(span), mask_dim]``.
+        masks: the storage's ``action_masks`` as a tensor. CPU: the rows themselves. CUDA: through a
+        pinned staging buffer and one non-blocking copy, as the observations (a plain ``.to(device)``
+        from pageable memory waits for the copy)."""
+        if not self.pinned:
+            return masks[t, span].to(self.device)
+        rows = masks[t, span]
+        if self.mask_staging is None:
+            self.mask_staging = torch.empty((self.storage.n_envs, rows.shape[1]), dtype=torch.bool).pin_memory()
+        staging = self.mask_staging[: len(rows)]
+        staging.copy_(rows)
+        return staging.to(self.device, non_blocking=True)

@@ -10,6 +10,7 @@ from typing import Optional
 
 import torch
 
+from ppo_dict.algo.device_choice import measured_device
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import Config
 from ppo_dict.core.layout import Layout
@@ -31,6 +32,7 @@ class RunPlan:
     backend: EnvBackend
     device: torch.device
     layout: Layout
+    device_line: str = ""  # where a CUDA device exists: why this device, from a measured policy step ("" elsewhere)
 
     def env_pool(self) -> EnvPool:
         """The env pool PPO trains with (:func:`ppo_dict.vec.make_env_pool` on this plan)."""
@@ -53,8 +55,10 @@ def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     cfg.check()
     spec = env_spec(cfg)
     backend = pool_backend(cfg, backend)
-    device = resolve_device(cfg.device, contains_image(backend.observation_space))
-    return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit))
+    images = contains_image(backend.observation_space)
+    device, line = measured_device(cfg, backend.observation_space, backend.action_space, cfg.num_envs, images,
+                                   resolve_device(cfg.device, images))
+    return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit), line)
 
 
 def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool:
