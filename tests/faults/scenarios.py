@@ -290,6 +290,11 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     hung step, the test sends SIGINT once the env's marker is out and this process must end."""
     import gymnasium as gym
 
+    # A program run from a terminal, where Ctrl-C reaches it. Python installs its handler only where SIGINT was not
+    # ignored when it started, and a test run started as a shell's background job or under a CI runner ignores SIGINT,
+    # which every process it starts inherits: this one would then never see the test's Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     from ppo_dict.vec.shm_vec_env import ShmVecEnv
 
     def make(i: int) -> Callable[[], gym.Env]:
