@@ -2,7 +2,9 @@
 
 Loads ``best_model.pt`` (if the run evaluated), else the newest checkpoint, else ``model.pt``;
 plays deterministic episodes with the saved normalisation statistics frozen (as rl-zoo's
-``enjoy`` does with ``vecnormalize.pkl``), prints each return and a JSON line last.
+``enjoy`` does with ``vecnormalize.pkl``), prints each return and a JSON line last. Ctrl-C / SIGTERM
+ends it cleanly at any point (``ppo_dict.run.startup``: exit 130 / 143, one line, no traceback, no
+video left half-written).
 """
 from __future__ import annotations
 
@@ -12,7 +14,15 @@ import os
 import sys
 from typing import Any, Optional
 
-import numpy as np
+from ppo_dict.run import startup
+
+#: what a stop signal does to a replay (``ppo_dict.run.startup``)
+STOPPED = "while replaying: stopped; nothing was written"
+
+if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
+    startup.exit_on_stop_signals(STOPPED)
+
+import numpy as np  # noqa: E402 (after the start-up signal handlers)
 import torch
 
 from ppo_dict.algo.model import Model, gym_env_spec
@@ -43,9 +53,9 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
     spec = gym_env_spec(env_spec(cfg), path)
     env = make_env(render_spec(spec) if video else spec)
+    writer = None
     try:
         model = Model.from_state(state, env.observation_space, env.action_space, path)
-        writer = None
         if video:
             out = video_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "videos")
             writer = VideoWriter(os.path.join(out, f"enjoy-{state['num_timesteps']:012d}.mp4"), env.metadata.get("render_fps", 30))
@@ -54,6 +64,8 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
         returns, lengths = run_episodes(model, env, episodes, seed, writer, cfg.video_length, deterministic)
         video_path = writer.close() if writer is not None else None
     finally:
+        if writer is not None:
+            writer.discard()  # a video the replay did not finish (an error, a stop signal): no file is left
         env.close()
     return {"model": path, "env": cfg.env, "num_timesteps": state["num_timesteps"], "returns": returns, "lengths": lengths,
             "mean_reward": float(np.mean(returns)), "video": video_path}
@@ -71,6 +83,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                       help="take the most likely action (the default, except for Atari games)")
     mode.add_argument("--stochastic", dest="deterministic", action="store_const", const=False,
                       help="sample actions (the default for Atari games, as rl-zoo's enjoy)")
+    startup.imported()
     args = parser.parse_args(argv)
     if args.seed < 0 or args.episodes < 1:  # gymnasium refuses a negative seed only at the first reset
         parser.error(f"--seed {args.seed}: must be >= 0" if args.seed < 0 else f"--episodes {args.episodes}: must be >= 1")

@@ -1,6 +1,8 @@
 """Export a trained model's deterministic policy to ONNX and check it against ppo_dict.
 
-``python -m ppo_dict.export_onnx RUN_DIR|FILE``; the graph is ``ppo_dict.interop.onnx``'s.
+``python -m ppo_dict.export_onnx RUN_DIR|FILE``; the graph is ``ppo_dict.interop.onnx``'s. The file is
+written atomically: Ctrl-C / SIGTERM ends the export cleanly at any point (``ppo_dict.run.startup``: exit
+130 / 143, one line, no traceback) and leaves an existing ``--out`` as it was.
 """
 from __future__ import annotations
 
@@ -10,7 +12,15 @@ import os
 import sys
 from typing import Any, Optional
 
-import torch
+from ppo_dict.run import startup
+
+#: what a stop signal does to an export (``ppo_dict.run.startup``)
+STOPPED = "while exporting: stopped; nothing was written"
+
+if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
+    startup.exit_on_stop_signals(STOPPED)
+
+import torch  # noqa: E402 (after the start-up signal handlers)
 
 from ppo_dict.algo.model import Model
 from ppo_dict.core.errors import CheckpointError, ExportError
@@ -20,6 +30,7 @@ from ppo_dict.run.checkpoint import model_file
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    startup.imported()
     parser = argparse.ArgumentParser(prog="python -m ppo_dict.export_onnx", description=__doc__.splitlines()[0])
     parser.add_argument("source", metavar="RUN_DIR|FILE", help="a run directory (its best model, else its newest checkpoint), or a model file")
     parser.add_argument("--model", default="best", help="in a run directory: best | last")

@@ -8,7 +8,9 @@ machines, join it with the same command (``ppo_dict.run.study``). Each trial is 
 ``create_sweep_command_args`` (flags as ``--name=value``), run as a subprocess that prints its
 summary JSON line last, from which the sweep's ``metric`` is read (``metrics[<name>]``). Every
 method is an Optuna sampler, so every method shares one storage: ``grid`` (``GridSampler``),
-``random`` (``RandomSampler``) and ``bayes`` (``TPESampler``).
+``random`` (``RandomSampler``) and ``bayes`` (``TPESampler``). Ctrl-C / SIGTERM while it starts (imports,
+Optuna, the sweep file) ends it cleanly (``ppo_dict.run.startup``); from the study on, its own handlers stop
+the running trials and queue them again.
 """
 from __future__ import annotations
 
@@ -23,7 +25,15 @@ import threading
 import time
 from typing import Any, Optional
 
-from ppo_dict.core.errors import SweepError
+from ppo_dict.run import startup
+
+#: what a stop signal does to a sweep that is starting (``ppo_dict.run.startup``); its study's own handlers follow
+STOPPED = "while starting: stopped before any trial began; nothing was run"
+
+if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
+    startup.exit_on_stop_signals(STOPPED)
+
+from ppo_dict.core.errors import SweepError  # noqa: E402 (after the start-up signal handlers)
 from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.run.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
 
@@ -237,16 +247,22 @@ def format_table(rows: list[dict[str, Any]], names: list[str], metric: str) -> s
     return "\n".join(lines)
 
 
+def import_optuna() -> Any:
+    """The ``optuna`` module (seconds to import); :class:`SweepError` saying how to install it."""
+    try:
+        import optuna
+    except ImportError as exc:
+        raise SweepError("sweeps run on Optuna: pip install optuna (ppo_dict's sweep extra)") from exc
+    return optuna
+
+
 def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
               timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
               trials: Optional[TrialProcesses] = None) -> list[dict[str, Any]]:
     """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
     the whole study, this process's and every other's."""
     check_sweep(sweep, method)
-    try:
-        import optuna
-    except ImportError as exc:
-        raise SweepError("sweeps run on Optuna: pip install optuna (ppo_dict's sweep extra)") from exc
+    optuna = import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or default_storage(out)
     study = join_study(open_storage(url, retry), study_name, sweep, method, make_sampler(method, sweep.get("parameters") or {}, seed))
@@ -313,10 +329,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     import yaml
 
     try:
-        with open(args.sweep_file) as f:
-            sweep = yaml.safe_load(f)
-    except OSError as exc:
-        print(f"error: cannot read {args.sweep_file}: {exc}", file=sys.stderr)
+        import_optuna()  # while a stop signal still ends the start at once (inside a C extension's import it must)
+        startup.imported()
+        try:
+            with open(args.sweep_file) as f:
+                sweep = yaml.safe_load(f)
+        except OSError as exc:
+            raise SweepError(f"cannot read {args.sweep_file}: {exc}") from exc
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     method = args.method or sweep.get("method", "random")
     study_name = args.study_name or os.path.splitext(os.path.basename(args.sweep_file))[0]

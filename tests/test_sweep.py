@@ -77,6 +77,28 @@ def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
             assert all(1e-4 <= t["params"]["learning_rate"] <= 1e-2 for t in results["trials"])
 
 
+def test_a_continued_study_runs_each_trial_in_a_run_directory_of_its_own(tmp_path, capsys) -> None:
+    """Run directories are owned (``ppo_dict.run.run_dir``): the same command again continues the study into the same
+    --out, each new trial in a fresh directory; another study given that --out has its colliding trial refused by the
+    trial's own command line, the earlier trial's files kept byte for byte."""
+    out, sweep = tmp_path / "out", write_sweep(tmp_path, "random")
+    for _ in range(2):
+        assert sweep_main([sweep, "--count", "1", "--out", str(out), *TINY]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [t["trial"] for t in results["trials"]] == [0, 1], results["trials"]
+    assert all(t["status"].startswith("ok") for t in results["trials"]), results["trials"]
+    assert sorted(p.name for p in out.glob("trial_*")) == ["trial_0000", "trial_0001"]
+    for trial in ("trial_0000", "trial_0001"):
+        assert json.loads((out / trial / "config.json").read_text())["run_dir"] == str(out / trial)
+    first = {p: p.read_bytes() for p in (out / "trial_0000").rglob("*") if p.is_file()}
+    other = write_sweep(tmp_path, "grid")
+    assert sweep_main([other, "--count", "1", "--study_name", "other", "--storage", f"sqlite:///{tmp_path}/other.db", "--out", str(out),
+                       *TINY]) == 1  # no trial logged the metric
+    status = json.loads((out / "results.json").read_text())["trials"][0]["status"]
+    assert status.startswith("failed: exit 2: ") and f"run_dir='{out / 'trial_0000'}': holds an earlier run" in status, status
+    assert {p: p.read_bytes() for p in (out / "trial_0000").rglob("*") if p.is_file()} == first
+
+
 def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"method": "grid", "metric": {"goal": "up"}, "command": ["python"],

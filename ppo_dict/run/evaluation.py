@@ -97,6 +97,13 @@ class VideoWriter:
         os.replace(self.tmp, self.path)
         return self.path
 
+    def discard(self) -> None:
+        """Drop an unfinished file (nothing after :meth:`close`)."""
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+            os.remove(self.tmp)
+
 
 @torch.no_grad()
 def run_episodes(

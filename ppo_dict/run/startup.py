@@ -1,12 +1,14 @@
 """Ctrl-C while a command line starts: a clean exit, not a ``KeyboardInterrupt`` traceback.
 
 Importing torch, probing the env and checking the machine take seconds before the run's own handlers
-(``main_ppo.StopFlag``) are installed. A command line installs :func:`exit_on_stop_signals` first,
-before those imports (standard library only, so that nothing slow comes before it): a first stop
-signal then raises ``SystemExit(128 + signal)``, which unwinds whatever was starting (a probed env,
-a launched game) through its ``finally`` blocks, exit status 130 / 143 / 129 as for a later one; a
-second one while that unwinds ends the process at once. Nothing is written before the run's own
-handlers take over, so there is nothing to save.
+(``main_ppo.StopFlag``) are installed. Every command line (``main_ppo``, ``main_ppo_godot``, ``enjoy``,
+``export_onnx``, ``sweep``) installs :func:`exit_on_stop_signals` first, before those imports (standard
+library only, so that nothing slow comes before it), and calls :func:`imported` once they are done: a
+first stop signal then raises ``SystemExit(128 + signal)``, which unwinds whatever was starting (a
+probed env, a launched game, a checkpoint being read) through its ``finally`` blocks, exit status
+130 / 143 / 129 as for a later one; a second one while that unwinds ends the process at once. Nothing
+is written before a command's own handlers take over (``main_ppo``, ``sweep``) or, for a command
+without any (``enjoy``, ``export_onnx``), before it ends, so there is nothing to save.
 """
 from __future__ import annotations
 
@@ -19,11 +21,17 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class StopWhileStarting:
-    """The start-up handler of :data:`STOP_SIGNALS`; ``seen``: the first signal taken, if any."""
+#: what a stop signal did to a training run that was starting: the words after "SIGINT received "
+TRAINING = "while starting: stopped before training began; nothing was saved"
 
-    def __init__(self) -> None:
+
+class StopWhileStarting:
+    """The start-up handler of :data:`STOP_SIGNALS`; ``seen``: the first signal taken, if any; ``stopped``:
+    what the signal did, printed after its name (``"SIGINT received " + stopped``)."""
+
+    def __init__(self, stopped: str = TRAINING) -> None:
         self.seen = 0
+        self.stopped = stopped
         # while the command line's modules import, nothing has started, and an exception raised inside a C
         # extension's import comes out as that extension's ImportError (numpy's, with a traceback): exit at once
         self.importing = True
@@ -34,7 +42,7 @@ class StopWhileStarting:
             print(f"{name} received twice while starting: stopped at once", file=sys.stderr, flush=True)
             os._exit(128 + self.seen)
         self.seen = signum
-        print(f"\n{name} received while starting: stopped before training began; nothing was saved", file=sys.stderr, flush=True)
+        print(f"\n{name} received {self.stopped}", file=sys.stderr, flush=True)
         if self.importing:
             os._exit(128 + signum)
         raise SystemExit(128 + signum)
@@ -44,10 +52,11 @@ class StopWhileStarting:
 HANDLER: StopWhileStarting | None = None
 
 
-def exit_on_stop_signals() -> StopWhileStarting:
-    """Install :class:`StopWhileStarting` for every stop signal (main thread, command lines only)."""
+def exit_on_stop_signals(stopped: str = TRAINING) -> StopWhileStarting:
+    """Install :class:`StopWhileStarting` for every stop signal (main thread, command lines only);
+    ``stopped``: what a signal does to this command, said after the signal's name."""
     global HANDLER
-    HANDLER = StopWhileStarting()
+    HANDLER = StopWhileStarting(stopped)
     for signum in STOP_SIGNALS:
         signal.signal(signum, HANDLER)
     return HANDLER

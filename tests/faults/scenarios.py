@@ -290,6 +290,11 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     hung step, the test sends SIGINT once the env's marker is out and this process must end."""
     import gymnasium as gym
 
+    # A program run from a terminal, where Ctrl-C reaches it. Python installs its handler only where SIGINT was not
+    # ignored when it started, and a test run started as a shell's background job or under a CI runner ignores SIGINT,
+    # which every process it starts inherits: this one would then never see the test's Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     from ppo_dict.vec.shm_vec_env import ShmVecEnv
 
     def make(i: int) -> Callable[[], gym.Env]:
@@ -362,6 +367,10 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     result["strays_after_failure"] = [pid for pid in strays() if pid not in warm.pids]
     warm.close()
+    if how == "forkserver":  # multiprocessing starts a new forkserver only once the old one has exited: on a loaded host
+        deadline = time.monotonic() + 60  # it may still be printing its error when the next pool asks for one
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{server}") and proc_stat(server)[0] != "Z":
+            time.sleep(0.01)
     again = ShmEnvPool(backend, 2, 1, n_steps=8, mp_method=mp_method)
     again.reset(0)
     again.close()

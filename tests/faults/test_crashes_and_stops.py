@@ -1,7 +1,8 @@
 """A crash of a process stepping envs (a segfault in an env's native code), and stop signals around the
-run's own handlers: Ctrl-C while the command line starts, a second Ctrl-C after the final checkpoint.
+run's own handlers: Ctrl-C while a command line starts (main_ppo, main_ppo_godot, enjoy, export_onnx, sweep),
+a second Ctrl-C after the final checkpoint.
 
-Each case runs ``python -m ppo_dict.main_ppo`` in its own session with a hard timeout
+Each case runs ``python -m ppo_dict.main_ppo`` (or another command line) in its own session with a hard timeout
 (``tests/faults/test_layouts.py``'s ``start_run``), and checks that nothing of the session and no /dev/shm
 entry is left and that every checkpoint left loads.
 """
@@ -12,9 +13,11 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Optional
 
 import pytest
 
+from ppo_dict import enjoy, export_onnx, sweep
 from ppo_dict.run import startup
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.vec import guard
@@ -22,6 +25,7 @@ from tests.faults.fault_envs import CRASH_MARKER, HANG_MARKER
 from tests.faults.lines import Lines
 from tests.faults.test_layouts import GUARD, LAYOUTS, Layout, Run, assert_nothing_left, start_run
 from tests.faults.test_worker_faults import ROOT, assert_session_gone, shm_entries
+from tests.godot_helpers import wait_gone
 
 #: 4 envs x 8 steps an update: the aimed env crashes at its 12th step (the second rollout), after the checkpoint at 32 steps
 STEPS = 32
@@ -78,11 +82,30 @@ def caught_signals(pid: int) -> int:
         return next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
 
 
-def start_cli(tmp_path, *args: str) -> Run:
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=env, text=True,
+def start_cli(tmp_path, *args: str, module: str = "ppo_dict.main_ppo", env_extra: Optional[dict[str, str]] = None) -> Run:
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return Run(proc, str(tmp_path / "run"), Lines(proc))
+
+
+def await_start_up_handlers(run: Run) -> None:
+    """Return once ``run`` has installed :func:`startup.exit_on_stop_signals` (its slow imports follow)."""
+    term_bit = 1 << (signal.SIGTERM - 1)  # Python itself catches only SIGINT: a caught SIGTERM is the start-up handler
+    deadline = time.monotonic() + 60
+    while not caught_signals(run.proc.pid) & term_bit:
+        assert time.monotonic() < deadline and run.proc.poll() is None, "the start-up handlers were not installed"
+        time.sleep(0.005)
+
+
+def assert_stopped_cleanly(run: Run, signum: int, stopped: str) -> None:
+    """``run`` ends on ``signum`` with its status, the one line ``"<SIGNAL> received " + stopped``, no traceback, no process left."""
+    code, err = run.finish(timeout=GUARD)
+    assert code == 128 + signum, err
+    assert err.endswith(f"\n{signal.Signals(signum).name} received {stopped}\n"), err
+    assert "Traceback" not in err, err
+    assert_session_gone(run.proc.pid, seconds=5.0)
+    run.lines.close()
 
 
 def test_the_start_up_handlers_take_the_run_handlers_signals() -> None:
@@ -98,22 +121,84 @@ def test_a_stop_signal_while_starting_ends_it_cleanly(when: str, signum: int, tm
     run = start_cli(tmp_path, "--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "0",
                     "--env_kwargs", "dict(mode='build_hang', at_step=1)", "--run_dir", str(tmp_path / "run"))
     if when == "imports":
-        term_bit = 1 << (signal.SIGTERM - 1)  # Python itself catches only SIGINT: a caught SIGTERM is the start-up handler
-        deadline = time.monotonic() + 60
-        while not caught_signals(run.proc.pid) & term_bit:
-            assert time.monotonic() < deadline and run.proc.poll() is None, "the start-up handlers were not installed"
-            time.sleep(0.005)
+        await_start_up_handlers(run)
     else:
         run.wait_for(f"{HANG_MARKER} constructor pid={run.proc.pid}", timeout=120)
     run.proc.send_signal(signum)
-    code, err = run.finish(timeout=GUARD)
-    name = signal.Signals(signum).name
-    assert code == 128 + signum, err
-    assert err.endswith(f"\n{name} received while starting: stopped before training began; nothing was saved\n"), err
-    assert "Traceback" not in err, err
+    assert_stopped_cleanly(run, signum, "while starting: stopped before training began; nothing was saved")
     assert not os.path.exists(run.run_dir)
-    assert_session_gone(run.proc.pid, seconds=5.0)
-    run.lines.close()
+
+
+def await_opening(run: Run) -> None:
+    """Return once ``run``'s main thread waits in ``open()`` of a named pipe that has no writer (it waits there for good)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with open(f"/proc/{run.proc.pid}/syscall") as f, open(f"/proc/{run.proc.pid}/wchan") as g:
+                waits = f.read().split()[0] == "257" and g.read() == "wait_for_partner"  # openat(2) of a FIFO: fs/pipe.c
+        except OSError:
+            waits = False
+        if waits:
+            return
+        assert time.monotonic() < deadline and run.proc.poll() is None, f"no open() of the named pipe; stderr: {run.proc.stderr.read()}"
+        time.sleep(0.01)
+
+
+#: the other command lines, each given a named pipe with no writer where it opens a file as it starts (a checkpoint, a sweep file):
+#: ``(arguments, what a stop signal does)``
+COMMANDS = {
+    "enjoy": (lambda tmp, fifo: [str(tmp), "--model", fifo], enjoy.STOPPED),
+    "export_onnx": (lambda tmp, fifo: [fifo, "--out", str(tmp / "policy.onnx")], export_onnx.STOPPED),
+    "sweep": (lambda tmp, fifo: [fifo, "--out", str(tmp / "sweep")], sweep.STOPPED),
+}
+
+
+@pytest.mark.parametrize("when", ["imports", "opening"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_stop_signal_while_another_command_starts_ends_it_cleanly(command: str, signum: int, when: str, tmp_path) -> None:
+    """enjoy, export_onnx and sweep take main_ppo's start-up path: a signal while they import (``imports``) or open the
+    file they were given (``opening``: a checkpoint or sweep file that is a named pipe no one writes) ends them with
+    128 + signal and one line, no traceback, nothing written."""
+    fifo = str(tmp_path / "input")
+    os.mkfifo(fifo)
+    arguments, stopped = COMMANDS[command]
+    run = start_cli(tmp_path, *arguments(tmp_path, fifo), module=f"ppo_dict.{command}")
+    if when == "imports":
+        await_start_up_handlers(run)
+    else:
+        await_opening(run)
+    run.proc.send_signal(signum)
+    assert_stopped_cleanly(run, signum, stopped)
+    assert sorted(os.listdir(tmp_path)) == ["input"]
+
+
+#: an exported game that never answers: it writes its pid where ``SILENT_GAME_PID`` says and sleeps
+SILENT_GAME = """#!{python}
+import os, time
+with open(os.environ["SILENT_GAME_PID"], "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_while_main_ppo_godot_waits_for_its_game_ends_both(signum: int, tmp_path) -> None:
+    """main_ppo_godot's start-up handlers: a signal while it imports is main_ppo's case; here it comes while the game
+    launched to read its spaces has not answered: exit 128 + signal, one line, no traceback, the game gone, nothing written."""
+    game, pid_file = tmp_path / "silent_game.x86_64", tmp_path / "game.pid"
+    game.write_text(SILENT_GAME.format(python=sys.executable))
+    game.chmod(0o755)
+    run = start_cli(tmp_path, "--env_path", str(game), "--run_dir", str(tmp_path / "run"), module="ppo_dict.main_ppo_godot",
+                    env_extra={"SILENT_GAME_PID": str(pid_file)})
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and run.proc.poll() is None, f"the game was not launched; stderr: {run.proc.stderr.read()}"
+        time.sleep(0.01)
+    run.proc.send_signal(signum)
+    assert_stopped_cleanly(run, signum, startup.TRAINING)
+    assert wait_gone(int(pid_file.read_text())), "the game outlived the command line"
+    assert not os.path.exists(run.run_dir)
 
 
 # ------------------------------------------------------------------------------ a second Ctrl-C after the final checkpoint
