@@ -328,14 +328,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     args, extra = parse_args(argv)
     import yaml
 
+    from ppo_dict.interop.hyperparams import read_yaml
+
     try:
         import_optuna()  # while a stop signal still ends the start at once (inside a C extension's import it must)
         startup.imported()
         try:
             with open(args.sweep_file) as f:
-                sweep = yaml.safe_load(f)
+                sweep = read_yaml(f)  # aliases bounded: a file of a few lines cannot expand to billions of values
         except OSError as exc:
             raise SweepError(f"cannot read {args.sweep_file}: {exc}") from exc
+        except (yaml.YAMLError, ValueError) as exc:
+            raise SweepError(f"{args.sweep_file}: not a sweep file: {exc}") from exc
+        if not isinstance(sweep, dict):
+            raise SweepError(f"{args.sweep_file}: a sweep file is a mapping (method, metric, command, parameters), not {type(sweep).__name__}")
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

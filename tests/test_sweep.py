@@ -110,6 +110,23 @@ def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     assert "parameter 'lr': grid search needs values, not a uniform distribution" in err
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                                                      for p, c in zip("abcdefgh", "bcdefghi")), "its aliases expand it to"),
+    ("method: [random\n", "not a sweep file"),
+    ("- method\n- grid\n", "a sweep file is a mapping"),
+])
+def test_a_hostile_or_broken_sweep_file_is_refused_in_one_line(tmp_path, capsys, text: str, expected: str) -> None:
+    """An alias bomb (9 levels of 9 aliases: 387 million values) is refused as the hyperparameter files' is,
+    a syntax error and a document that is not a mapping by name: exit 2, no traceback, no output directory."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
 # ------------------------------------------------------------------------- studies shared by processes
 STUB = os.path.join(ROOT, "tests", "sweep_trial.py")
 
