@@ -39,18 +39,24 @@ CLOSE_GRACE = 1.0
 SPIN_WAIT = 0.001
 
 
+#: Seconds :func:`stop_workers` waits for killed workers to exit.
+KILLED_EXIT = 10.0
+
+
 def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
     """Send close, wait ``grace``, terminate, wait 1 s, kill, reap; close the pipes.
 
-    Never reads a reply, so a worker still busy with a step cannot block it. Module-level so
-    that ``weakref.finalize`` holds no reference to the group.
+    Never reads a reply, so a worker still busy with a step cannot block it. After the kill it waits
+    up to :data:`KILLED_EXIT` for the exits: SIGKILL cannot be refused, but on a loaded host a killed
+    process can take over a second to exit (freeing its memory), and one left to the next check is
+    reported as a stray. Module-level so that ``weakref.finalize`` holds no reference to the group.
     """
     for channel in channels:
         try:
             channel.send(("close",))
         except (OSError, ValueError):
             pass
-    for escalate, wait_s in ((None, grace), ("terminate", 1.0), ("kill", 1.0)):
+    for escalate, wait_s in ((None, grace), ("terminate", 1.0), ("kill", KILLED_EXIT)):
         alive = [p for p in procs if p.is_alive()]
         if not alive:
             break
