@@ -131,7 +131,7 @@ def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) ->
         with open(path, "r+b") as f:
             f.truncate(10)
     proc = run_cli("--resume", str(run_dir))
-    assert proc.returncode == 2 and f"error: 1 invalid setting(s):\n  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints:" in proc.stderr
+    assert proc.returncode == 2 and f"error: 1 invalid setting(s):\n  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot load " in proc.stderr
     assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
     named = run_dir / "checkpoints" / "checkpoint_000000000768.pt"  # not renamed: the run was refused
     proc = run_cli("--resume", str(named))

@@ -192,7 +192,8 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
             print(f"warning: {exc}; trying the previous checkpoint", file=log, flush=True)
             continue
         return candidate, resumable(candidate, state)
-    raise CheckpointError(f"no loadable checkpoint in {directory}:\n" + "\n".join(f"  - {f}" for f in failures))
+    # one line: the caller lists its problems a line each, and a line of its own would read as another problem
+    raise CheckpointError(f"no loadable checkpoint in {directory} (" + "; ".join(failures) + ")")
 
 
 def resume_env_seed(seed: Optional[int], num_timesteps: int) -> Optional[int]:
