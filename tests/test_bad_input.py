@@ -185,6 +185,10 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
     (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),
     (["--model", "mlp_lstm", "--n_lstm_layers", "1000000000"], "n_lstm_layers=1000000000: must be in [1, 100]"),
+    # each once planned a layout of a billion envs or workers, env by env (an OOM kill after 20 GB)
+    (["--n_envs", "1000000000"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
+    (["--n_envs", "1000000000", "--double_buffer"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
+    (["--num_workers", "1000000000", "--oversubscribe", "True"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
 ])
 def test_fuzzer_findings_are_refused_naming_the_setting(capsys, argv: list[str], expected: str) -> None:
     assert refuse(capsys, "--env", "gym_CartPole-v1", *argv)[0].startswith(expected)

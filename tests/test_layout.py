@@ -4,6 +4,7 @@ command line's --dry_run and the Python API choose it."""
 from __future__ import annotations
 
 import os
+import tracemalloc
 from typing import Optional
 
 import pytest
@@ -103,6 +104,27 @@ def test_given_settings_are_kept_and_said(monkeypatch) -> None:
     halves = Config(n_envs=255, double_buffer=True).layout()
     assert halves.main == 0 and halves.processes == 16 and halves.halves == (range(0, 128), range(128, 255))
     assert sorted(i for block in halves.blocks for i in block) == list(range(255))
+
+
+def test_a_layout_is_planned_from_the_split_not_env_by_env() -> None:
+    """Every config checked is planned, a billion envs or workers among them (refused later for their size):
+    the plan and its one-line text take no memory that grows with them; the blocks are worked out when read."""
+    tracemalloc.start()
+    try:
+        huge = [plan_layout(10**9, None, None, cpus=(16, "test")), plan_layout(10**9, None, None, halves=True, cpus=(16, "test")),
+                plan_layout(None, 10**9, None, cpus=(2, "test")), plan_layout(10**12, 3, None, unit=4, cpus=(2, "test"))]
+        texts = [layout.text() for layout in huge]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    assert "999999999 worker processes x 2/1 envs (forkserver), none in this process" in texts[2] and huge[2].processes == 999999999
+    assert huge[1].blocks[15].runs == (range(468750000, 500000000), range(968750000, 10**9))
+    assert huge[3].blocks[-1].runs == (range(666666666668, 10**12),) and huge[3].blocks.sizes() == [333333333336, 333333333332]
+    # read block by block, a small layout is the contiguous split
+    small = plan_layout(19, 3, None, main_steps_envs=False, cpus=(16, "test"))
+    assert [tuple(b) for b in small.blocks] == [tuple(range(0, 7)), tuple(range(7, 13)), tuple(range(13, 19))]
+    assert small.blocks.sizes() == [7, 6] and 12 in small.blocks[1] and small.blocks[1][-1] == 12
 
 
 def test_the_main_share_is_a_workers_less_half_an_env_per_worker() -> None:

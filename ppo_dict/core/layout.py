@@ -22,9 +22,10 @@ pool always has: ``--num_workers 2`` is one worker process beside this one):
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from ppo_dict.core.machine import cpu_budget
 
@@ -32,16 +33,70 @@ from ppo_dict.core.machine import cpu_budget
 WAKE_COST_ENVS = 0.5
 
 
-def split_columns(first: int, n_columns: int, n_blocks: int, unit: int = 1) -> list[range]:
-    """``n_columns`` env columns from ``first`` in ``n_blocks`` contiguous blocks, as even as whole
-    ``unit``s allow (the first blocks take the remainder): 19 columns in 2 blocks are 10 + 9."""
-    units, extra = divmod(n_columns // unit, n_blocks)
-    blocks, start = [], first
-    for b in range(n_blocks):
-        size = (units + (b < extra)) * unit
-        blocks.append(range(start, start + size))
-        start += size
-    return blocks
+@dataclass(frozen=True)
+class Columns(Sequence[int]):
+    """A worker process's env columns, in order: contiguous runs, held as ranges (one run; a
+    double-buffered worker's: a part of each half)."""
+
+    runs: tuple[range, ...]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.runs))
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain.from_iterable(self.runs)
+
+    def __contains__(self, column: object) -> bool:
+        return any(column in run for run in self.runs)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if index < 0:
+            index += len(self)
+        for run in self.runs:
+            if 0 <= index < len(run):
+                return run[index]
+            index -= len(run)
+        raise IndexError("column index out of range")
+
+
+@dataclass(frozen=True)
+class Blocks(Sequence[Columns]):
+    """The worker processes' columns: each of ``spans`` (the columns the workers step; the two halves
+    when double-buffered) split in ``split`` contiguous parts as even as whole ``unit``s allow (the
+    first parts take the remainder: 19 columns in 2 parts are 10 + 9), worker b stepping part b of
+    each; workers whose parts are all empty (more workers than units of envs) are left out.
+
+    Worked out when asked for: a plan costs as little for 10**9 envs or 10**6 workers as for 10 (every
+    config checked is planned, one that will be refused for its size among them)."""
+
+    spans: tuple[range, ...]
+    split: int
+    unit: int = 1
+
+    def _part(self, span: range, b: int) -> range:
+        units, extra = divmod(len(span) // self.unit, self.split)
+        start = span.start + (b * units + min(b, extra)) * self.unit
+        return range(start, start + (units + (b < extra)) * self.unit)
+
+    def __len__(self) -> int:
+        return max((self.split if units else extra for units, extra in (divmod(len(s) // self.unit, self.split) for s in self.spans)),
+                   default=0) if self.split else 0
+
+    def __getitem__(self, b):  # type: ignore[override]
+        if isinstance(b, slice):
+            return tuple(self[i] for i in range(len(self))[b])
+        n = len(self)
+        if not -n <= b < n:
+            raise IndexError("worker index out of range")
+        return Columns(tuple(self._part(span, b % n) for span in self.spans))
+
+    def sizes(self) -> list[int]:
+        """The distinct block sizes, largest first (each span's parts change size once, after its remainder)."""
+        n = len(self)
+        edges = {0, n - 1} | {e + d for s in self.spans for e in [len(s) // self.unit % self.split] for d in (-1, 0)}
+        return sorted({len(self[b]) for b in edges if 0 <= b < n}, reverse=True)
 
 
 def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
@@ -80,7 +135,7 @@ class Layout:
 
     n_envs: int
     main: int
-    blocks: tuple[tuple[int, ...], ...]
+    blocks: Blocks
     halves: Optional[tuple[range, range]]
     cpus: int
     cpu_source: str
@@ -105,7 +160,8 @@ class Layout:
             if not self.asked:
                 why += ": one env (or game) steps fastest here" if self.cpus > 1 else ": no CPU for a worker"
             return f"{self.n_envs} env{'s' * (self.n_envs != 1)} in this process; {why}"
-        sizes = sizes_text(self.blocks)
+        largest_smallest = self.blocks.sizes()[:: max(1, len(self.blocks.sizes()) - 1)]
+        sizes = "/".join(map(str, largest_smallest))
         workers = f"{self.processes} worker process{'es' * (self.processes != 1)} x {sizes} env{'s' * (sizes != '1')}"
         here = f" + {self.main} in this process" if self.main else ", none in this process"
         if self.halves is not None:
@@ -145,18 +201,13 @@ def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_work
                                                             ("main_envs", main_envs)) if value is not None)
     n, processes, in_main = _shares(n_envs, num_workers, envs_per_worker, main_steps_envs, halves, unit, count)
     if processes == 0:
-        return Layout(n, n, (), None, count, source, asked)
+        return Layout(n, n, Blocks((), 0, unit), None, count, source, asked)
     main = 0
     if in_main:
         chosen = main_envs if main_envs is not None else envs_per_worker if envs_per_worker is not None else main_share(n, processes, unit)
         main = max(0, min(chosen, n - processes * unit))
-    if halves:
-        parts = [split_columns(half.start, len(half), processes, unit) for half in split_halves(n, unit)]
-        blocks = [tuple([*a, *b]) for a, b in zip(*parts)]
-    else:
-        blocks = [tuple(block) for block in split_columns(main, n - main, processes, unit)]
-    blocks = [block for block in blocks if block]  # more workers than units of envs: fewer processes
-    return Layout(n, main, tuple(blocks), split_halves(n, unit) if halves else None, count, source, asked)
+    blocks = Blocks(split_halves(n, unit) if halves else (range(main, n),), processes, unit)
+    return Layout(n, main, blocks, split_halves(n, unit) if halves else None, count, source, asked)
 
 
 def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_envs: Optional[int] = None,
@@ -184,9 +235,3 @@ def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_
         problems.append(f"main_envs={main_envs!r}: must be a multiple of {unit} in [0, {largest}] for {n} envs{of} beside "
                         f"{processes} worker process{'es' * (processes != 1)}, each keeping some")
     return problems
-
-
-def sizes_text(blocks: Sequence[Sequence[int]]) -> str:
-    """``17/16``: the largest and the smallest block's envs (one number where they agree)."""
-    sizes = sorted({len(b) for b in blocks}, reverse=True)
-    return "/".join(map(str, sizes[:1] + sizes[1:][-1:]))
