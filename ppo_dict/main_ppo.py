@@ -77,7 +77,7 @@ class StopFlag:
               "without saving)", file=sys.stderr, flush=True)
 
     def install(self) -> None:
-        for signum in watchdog.STOP_SIGNALS:
+        for signum in startup.taken_signals():
             signal.signal(signum, self)
 
     @property

@@ -313,15 +313,15 @@ def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]
 
 
 def install_stop_handlers(trials: TrialProcesses) -> dict[int, Any]:
-    """SIGINT/SIGTERM: pass SIGTERM to the running trials and stop (the trials are queued again on resume);
-    a second signal kills them. Returns the handlers it replaced."""
+    """SIGINT/SIGTERM/SIGHUP (those :func:`startup.taken_signals` takes): pass SIGTERM to the running trials
+    and stop (the trials are queued again on resume); a second signal kills them. Returns the handlers it replaced."""
 
     def handler(signum: int, frame: Any) -> None:
         trials.signum = trials.signum or signum
         trials.stop(signal.SIGKILL if trials.stopping else signal.SIGTERM)
         raise KeyboardInterrupt
 
-    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: signal.signal(sig, handler) for sig in startup.taken_signals()}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -21,6 +21,14 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def taken_signals() -> tuple[int, ...]:
+    """The :data:`STOP_SIGNALS` this process takes: all of them, except SIGHUP where it is ignored (``nohup``
+    ignores it on purpose, for the run to outlive its terminal: it stays ignored, and the run's workers
+    keep it ignored too). SIGINT is taken even where it was inherited ignored: a shell without job control
+    ignores it for every background job, asked or not, and Ctrl-C does not reach a background job anyway."""
+    return tuple(s for s in STOP_SIGNALS if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN))
+
+
 #: what a stop signal did to a training run that was starting: the words after "SIGINT received "
 TRAINING = "while starting: stopped before training began; nothing was saved"
 
@@ -57,7 +65,7 @@ def exit_on_stop_signals(stopped: str = TRAINING) -> StopWhileStarting:
     ``stopped``: what a signal does to this command, said after the signal's name."""
     global HANDLER
     HANDLER = StopWhileStarting(stopped)
-    for signum in STOP_SIGNALS:
+    for signum in taken_signals():
         signal.signal(signum, HANDLER)
     return HANDLER
 

@@ -141,8 +141,10 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
     # A forked worker inherits main's handlers and its wakeup fd: its own SIGTERM (close() sends
     # one) must neither run main's stop flag nor reach main's watchdog as a signal of main's.
     signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+    for signum in (signal.SIGTERM, signal.SIGALRM):
         signal.signal(signum, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's ignore stays (main kept it: startup.taken_signals)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     limit_threads()
     runner: Optional[Runner] = None
     command = "constructor"

@@ -23,6 +23,7 @@ from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.vec import guard
 from tests.faults.fault_envs import CRASH_MARKER, HANG_MARKER
 from tests.faults.lines import Lines
+from tests.faults.scenarios import session_processes
 from tests.faults.test_layouts import GUARD, LAYOUTS, Layout, Run, assert_nothing_left, start_run
 from tests.faults.test_worker_faults import ROOT, assert_session_gone, shm_entries
 from tests.godot_helpers import wait_gone
@@ -110,6 +111,57 @@ def assert_stopped_cleanly(run: Run, signum: int, stopped: str) -> None:
 
 def test_the_start_up_handlers_take_the_run_handlers_signals() -> None:
     assert startup.STOP_SIGNALS == guard.STOP_SIGNALS
+
+
+@pytest.mark.parametrize("ignored, taken", [
+    ((), (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),
+    ((signal.SIGHUP,), (signal.SIGINT, signal.SIGTERM)),  # nohup's
+    ((signal.SIGINT,), (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),  # a background job's, by a shell without job control
+])
+def test_an_ignored_sighup_stays_ignored_an_ignored_sigint_does_not(ignored: tuple[int, ...], taken: tuple[int, ...]) -> None:
+    before = {signum: signal.getsignal(signum) for signum in startup.STOP_SIGNALS}
+    try:
+        for signum in startup.STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
+        assert startup.taken_signals() == taken
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def checkpoints_of(run: Run) -> list[str]:
+    return list_checkpoints(os.path.join(run.run_dir, "checkpoints")) if os.path.isdir(os.path.join(run.run_dir, "checkpoints")) else []
+
+
+def await_more_checkpoints(run: Run, than: int) -> int:
+    """Wait (up to 120 s) until ``run`` has saved more than ``than`` checkpoints; how many it has."""
+    deadline = time.monotonic() + 120
+    while len(checkpoints_of(run)) <= than:
+        assert time.monotonic() < deadline and run.proc.poll() is None, f"no checkpoint after {than}: {run.proc.poll()}"
+        time.sleep(0.05)
+    return len(checkpoints_of(run))
+
+
+def test_under_nohup_a_hangup_changes_nothing_and_sigterm_still_stops_the_run(tmp_path) -> None:
+    """``nohup`` ignores SIGHUP for a run to outlive its terminal: the run keeps it ignored while it starts, while it
+    trains and in its (forkserver) workers. A hangup sent to its whole process group, as a closed terminal sends
+    it, is sent while it starts and again while it trains: every process of the run lives on, training goes on;
+    SIGTERM then stops it as usual."""
+    shm_before = shm_entries()
+    run = start_run(SHARE, "none", tmp_path, "--mp_method", "forkserver", "--keep_checkpoints", "1000", launcher=("nohup",))
+    await_start_up_handlers(run)
+    os.killpg(run.proc.pid, signal.SIGHUP)
+    saved = await_more_checkpoints(run, 0)
+    processes = set(session_processes(run.proc.pid))
+    assert len(processes) >= 3, processes  # the run, its forkserver, a worker
+    os.killpg(run.proc.pid, signal.SIGHUP)
+    saved = await_more_checkpoints(run, saved)  # training goes on after the hangup
+    assert set(session_processes(run.proc.pid)) >= processes
+    run.proc.send_signal(signal.SIGTERM)
+    code, err = run.finish(timeout=GUARD)
+    assert code == 128 + signal.SIGTERM, err
+    assert "SIGTERM received: finishing the current update" in err and "SIGHUP" not in err and "Traceback" not in err, err
+    assert_nothing_left(run, shm_before)
 
 
 @pytest.mark.parametrize("when", ["imports", "probe"])

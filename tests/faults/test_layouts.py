@@ -82,7 +82,9 @@ class Run:
         return self.proc.returncode, self.proc.stderr.read()
 
 
-def start_run(layout: Layout, mode: str, tmp_path, *extra: str) -> Run:
+def start_run(layout: Layout, mode: str, tmp_path, *extra: str, launcher: tuple[str, ...] = ()) -> Run:
+    """``python -m ppo_dict.main_ppo`` on ``layout``'s FaultEnv in its own session (``launcher``: a command
+    it runs under, such as ``nohup``)."""
     kwargs = f"dict(mode={mode!r}, bad_seed={layout.env}, at_step={AT_STEP}{', ' + layout.env_kwargs if layout.env_kwargs else ''})"
     run_dir = str(tmp_path / "run")
     args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--env_kwargs", kwargs, *layout.flags,
@@ -90,8 +92,8 @@ def start_run(layout: Layout, mode: str, tmp_path, *extra: str) -> Run:
             "--step_timeout", str(STEP_TIMEOUT), "--save_freq", "1", "--seed", "0", "--run_dir", run_dir,
             "--plot", "False", "--verbose", "0", "--progress", "none", "--mp_method", MP_METHOD, *extra]
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen([*launcher, sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=env, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     return Run(proc, run_dir, Lines(proc))
 
 
