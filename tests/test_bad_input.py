@@ -183,7 +183,10 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 4 envs beside 1 worker process, each keeping some"),
     (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
-    (["--n_steps", "1000000000000000000000"], "n_steps x n_envs = 1000000000000000000000 x 1: the rollout storage cannot be laid out"),
+    (["--n_steps", "1000000000000000000"], "n_steps x n_envs = 1000000000000000000 x 1: the rollout storage cannot be laid out"),
+    (["--n_steps", "1000000000000000000000"], "n_steps=1000000000000000000000: must be in [1, 9223372036854775807]"),
+    (["--batch_size", "1" + "0" * 400], "batch_size=1" + "0" * 400 + ": must be in [1, 9223372036854775807]"),
+    (["--num_workers", "1" + "0" * 30, "--oversubscribe", "True"], "num_workers=1" + "0" * 30 + ": must be in [0, 9223372036854775807]"),
     (["--model", "mlp_lstm", "--n_lstm_layers", "1000000000"], "n_lstm_layers=1000000000: must be in [1, 100]"),
     # each once planned a layout of a billion envs or workers, env by env (an OOM kill after 20 GB)
     (["--n_envs", "1000000000"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),

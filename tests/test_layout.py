@@ -121,6 +121,11 @@ def test_a_layout_is_planned_from_the_split_not_env_by_env() -> None:
     assert "999999999 worker processes x 2/1 envs (forkserver), none in this process" in texts[2] and huge[2].processes == 999999999
     assert huge[1].blocks[15].runs == (range(468750000, 500000000), range(968750000, 10**9))
     assert huge[3].blocks[-1].runs == (range(666666666668, 10**12),) and huge[3].blocks.sizes() == [333333333336, 333333333332]
+    # counts past sys.maxsize (len() cannot give them): the counts, the text and a block still come out
+    beyond = plan_layout(None, 10**30, None, cpus=(2, "test"))
+    assert beyond.processes == 10**30 - 1 and beyond.blocks.sizes() == [2, 1] and beyond.blocks[-1].runs == (range(10**30 - 1, 10**30),)
+    assert "in halves 5000000000000000000000000000000 + 5000000000000000000000000000000 (double buffer)" in \
+        plan_layout(10**31, None, None, halves=True, cpus=(16, "test")).text()
     # read block by block, a small layout is the contiguous split
     small = plan_layout(19, 3, None, main_steps_envs=False, cpus=(16, "test"))
     assert [tuple(b) for b in small.blocks] == [tuple(range(0, 7)), tuple(range(7, 13)), tuple(range(13, 19))]

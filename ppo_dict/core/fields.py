@@ -48,6 +48,11 @@ def reads_bool(parse: Callable[[Any], Any]) -> bool:
     return parse is parse_bool or getattr(parse, "__name__", "") == parse_bool.__name__
 
 
+#: The largest integer setting: numpy and torch hold counts, sizes and seeds in 64 bits, and beyond it the
+#: checks' own arithmetic (bytes, as floats) would overflow.
+INT64_MAX = 2**63 - 1
+
+
 def field_problem(f: dataclasses.Field, value: Any) -> str:
     """What is wrong with ``value`` by ``f``'s ``range`` and ``choices`` (``""`` when nothing is)."""
     if value is None and f.default is None:
@@ -59,7 +64,9 @@ def field_problem(f: dataclasses.Field, value: Any) -> str:
         return ""
     lo, hi, lo_open, hi_open = (*bounds, False, False)[:4]
     measured = f.metadata["measure"](value)
-    ok = isinstance(measured, (int, float)) and math.isfinite(measured)
+    if isinstance(measured, int) and not -INT64_MAX - 1 <= measured <= INT64_MAX:  # never made a float (it may not fit one)
+        lo, hi = max(lo, -INT64_MAX - 1), min(hi, INT64_MAX)
+    ok = isinstance(measured, int) or (isinstance(measured, float) and math.isfinite(measured))
     if ok:
         ok = (measured > lo if lo_open else measured >= lo) and (measured < hi if hi_open else measured <= hi)
     if ok:

@@ -25,12 +25,18 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Iterator, Optional, Sequence
 
 from ppo_dict.core.machine import cpu_budget
 
 #: Envs this process's share gives up per worker process it commands (:func:`main_share`).
 WAKE_COST_ENVS = 0.5
+
+
+def size(columns: range) -> int:
+    """``len(columns)``, past ``sys.maxsize`` too."""
+    return max(0, columns.stop - columns.start)
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,13 @@ class Columns(Sequence[int]):
 
     runs: tuple[range, ...]
 
+    @property
+    def count(self) -> int:
+        """The columns (``len``, for counts past ``sys.maxsize``: a plan refused for its size)."""
+        return sum(map(size, self.runs))
+
     def __len__(self) -> int:
-        return sum(map(len, self.runs))
+        return self.count
 
     def __iter__(self) -> Iterator[int]:
         return itertools.chain.from_iterable(self.runs)
@@ -53,11 +64,11 @@ class Columns(Sequence[int]):
         if isinstance(index, slice):
             return tuple(self)[index]
         if index < 0:
-            index += len(self)
+            index += self.count
         for run in self.runs:
-            if 0 <= index < len(run):
+            if 0 <= index < size(run):
                 return run[index]
-            index -= len(run)
+            index -= size(run)
         raise IndexError("column index out of range")
 
 
@@ -76,27 +87,34 @@ class Blocks(Sequence[Columns]):
     unit: int = 1
 
     def _part(self, span: range, b: int) -> range:
-        units, extra = divmod(len(span) // self.unit, self.split)
+        units, extra = divmod(size(span) // self.unit, self.split)
         start = span.start + (b * units + min(b, extra)) * self.unit
         return range(start, start + (units + (b < extra)) * self.unit)
 
+    @property
+    def count(self) -> int:
+        """The worker processes (``len``, for counts past ``sys.maxsize``: a plan refused for its size)."""
+        if not self.split:
+            return 0
+        parts = (divmod(size(span) // self.unit, self.split) for span in self.spans)
+        return max((self.split if units else extra for units, extra in parts), default=0)
+
     def __len__(self) -> int:
-        return max((self.split if units else extra for units, extra in (divmod(len(s) // self.unit, self.split) for s in self.spans)),
-                   default=0) if self.split else 0
+        return self.count
 
     def __getitem__(self, b):  # type: ignore[override]
         if isinstance(b, slice):
-            return tuple(self[i] for i in range(len(self))[b])
-        n = len(self)
+            return tuple(self[i] for i in range(self.count)[b])
+        n = self.count
         if not -n <= b < n:
             raise IndexError("worker index out of range")
         return Columns(tuple(self._part(span, b % n) for span in self.spans))
 
     def sizes(self) -> list[int]:
         """The distinct block sizes, largest first (each span's parts change size once, after its remainder)."""
-        n = len(self)
-        edges = {0, n - 1} | {e + d for s in self.spans for e in [len(s) // self.unit % self.split] for d in (-1, 0)}
-        return sorted({len(self[b]) for b in edges if 0 <= b < n}, reverse=True)
+        n = self.count
+        edges = {0, n - 1} | {e + d for s in self.spans for e in [size(s) // self.unit % self.split] for d in (-1, 0)}
+        return sorted({self[b].count for b in edges if 0 <= b < n}, reverse=True)
 
 
 def split_halves(n_envs: int, unit: int = 1) -> tuple[range, range]:
@@ -116,8 +134,8 @@ def main_share(n_envs: int, processes: int, unit: int = 1) -> int:
     4 + 4); 256 envs beside 15 workers: 9 here, 17 or 16 in each worker; 64 beside 15: none here.
     Solves ``m = (n_envs - m) / processes - WAKE_COST_ENVS x processes`` for m.
     """
-    m = (n_envs - WAKE_COST_ENVS * processes * processes) / (processes + 1)
-    return max(0, min(n_envs - processes * unit, unit * math.floor(m / unit + 0.5)))
+    m = (n_envs - Fraction(WAKE_COST_ENVS) * processes * processes) / (processes + 1)  # exact: any n_envs, no float overflow
+    return max(0, min(n_envs - processes * unit, unit * math.floor(m / unit + Fraction(1, 2))))
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,7 @@ class Layout:
     @property
     def processes(self) -> int:
         """Worker processes (0: every env steps in this process)."""
-        return len(self.blocks)
+        return self.blocks.count
 
     @property
     def num_workers(self) -> int:
@@ -156,7 +174,7 @@ class Layout:
         this process; 16 usable CPUs (affinity mask): one worker each, this process keeps one``."""
         cpus = f"{self.cpus} usable CPU{'s' * (self.cpus != 1)} ({self.cpu_source})"
         why = f"as asked ({self.asked}); {cpus}" if self.asked else cpus
-        if not self.blocks:
+        if not self.processes:
             if not self.asked:
                 why += ": one env (or game) steps fastest here" if self.cpus > 1 else ": no CPU for a worker"
             return f"{self.n_envs} env{'s' * (self.n_envs != 1)} in this process; {why}"
@@ -165,7 +183,7 @@ class Layout:
         workers = f"{self.processes} worker process{'es' * (self.processes != 1)} x {sizes} env{'s' * (sizes != '1')}"
         here = f" + {self.main} in this process" if self.main else ", none in this process"
         if self.halves is not None:
-            here = f" in halves {self.halves[0].stop} + {len(self.halves[1])} (double buffer), none in this process"
+            here = f" in halves {self.halves[0].stop} + {size(self.halves[1])} (double buffer), none in this process"
         if not self.asked:
             why += (": a worker on each" if self.processes >= self.cpus else ": a worker on each but one, kept by this process (the policy, "
                     "its share)" if self.processes == self.cpus - 1 else ": fewer envs than CPUs, a worker per env")

@@ -109,7 +109,7 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
         backend = masked_backend(backend)
     if cfg.info_keywords:  # the storage (in every process) then has a column for each
         backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
-    if not layout.blocks:
+    if not layout.processes:
         return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
                       spin_wait_us=cfg.spin_wait_us, layout=layout)

@@ -109,7 +109,7 @@ class ShmEnvPool:
             if problems:
                 raise ValueError("; ".join(problems))
             layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
-        if not layout.blocks:
+        if not layout.processes:
             raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps envs here)")
         self.layout = layout
         n_envs, in_main = layout.n_envs, layout.main
