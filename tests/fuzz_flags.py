@@ -104,13 +104,39 @@ def path_values(name: str, folder: str, good_only: bool) -> st.SearchStrategy[st
     fresh = st.sampled_from([f"{folder}/{name}_new", f"{folder}/nested/{name}"])
     if good_only:
         return fresh if name in outputs else st.just("None")
+    return st.one_of(fresh, st.sampled_from(hostile_paths(name, folder)))
+
+
+def hostile_paths(name: str, folder: str) -> list[str]:
+    """The file-system cases :func:`path_values` draws for the path setting ``name`` (the inputs
+    :func:`prepare_folder` makes under ``folder``)."""
     bad = [f"{folder}/a_file", f"{folder}/missing.zip", "", "None", f"{folder}", f"{folder}/a_file/below", f"{folder}/{'x' * 300}",
            f"{folder}/{READ_ONLY}/{name}", f"{folder}/{EARLIER_RUN}"]
     if name == "resume":
         bad += ["auto", f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt"]
     if name == "hyperparams":
         bad += ["rl_zoo3", *(f"{folder}/{file}" for file in YAML_FILES)]
-    return st.one_of(fresh, st.sampled_from(bad))
+    return bad
+
+
+#: The path fields a run reads (the rest it writes).
+INPUT_FIELDS = ("hyperparams", "resume", "trained_agent")
+
+
+def unusable_paths(argv: list[str], folder: str) -> list[str]:
+    """``setting=path`` for each path in ``argv`` that no run can use, whatever else it is given, so that
+    its command line must be refused: a path below a file, a name longer than the file system takes,
+    and for a file the run reads also one that is missing, one that is not what it should be (a plain
+    text file, a checkpoint that is not one) and hostile or broken YAML (:func:`path_values` draws them)."""
+    always = {f"{folder}/a_file/below", f"{folder}/{'x' * 300}"}
+    unreadable = {f"{folder}/missing.zip", f"{folder}/a_file", f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt",
+                  *(f"{folder}/{file}" for file in YAML_FILES)}
+    found = []
+    for flag, value in zip(argv, argv[1:]):
+        name = flag[2:]
+        if flag.startswith("--") and name in PATH_FIELDS and (value in always or (name in INPUT_FIELDS and value in unreadable)):
+            found.append(f"{name}={value}")
+    return found
 
 
 def net_arch_values(good_only: bool) -> st.SearchStrategy[str]:
@@ -265,11 +291,13 @@ def refusal_problems(err: str) -> list[str]:
     return [line[4:] for line in err.splitlines() if line.startswith("  - ")]
 
 
-def assert_clean_outcome(outcome: Outcome, argv: list[str]) -> None:
-    """Refused with exit 2 and a message naming settings, or accepted by --dry_run with exit 0; never a traceback."""
+def assert_clean_outcome(outcome: Outcome, argv: list[str], unusable: tuple[str, ...] = ()) -> None:
+    """Refused with exit 2 and a message naming settings, or accepted by --dry_run with exit 0; never a traceback.
+    ``unusable``: paths in ``argv`` no run can use (:func:`unusable_paths`): then only a refusal will do."""
     text = outcome.out + outcome.err
     assert "Traceback" not in text, f"{argv}\n{text}"
     assert outcome.code in (0, 2), f"exit {outcome.code!r} for {argv}\n{text}"
+    assert not (outcome.code == 0 and unusable), f"accepted though no run can use {unusable}: {argv}\n{text}"
     if outcome.code == 0:
         assert outcome.out.startswith("dry run: the config passes every check"), f"{argv}\n{text}"
         return

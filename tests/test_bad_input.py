@@ -269,21 +269,27 @@ def tool(module: str, *argv: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": ROOT})
 
 
-def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
-    """``enjoy --seed -5`` was gymnasium's traceback at the first reset; a Godot model was make_env's ValueError in
-    both tools; an unwritable --out was found only when the export wrote it."""
-    import torch
-
+def save_cartpole_model(path) -> None:
+    """An untrained CartPole model, saved at ``path`` as training saves one (for enjoy and the ONNX export)."""
     from ppo_dict.algo.model import Model, build_normalizer, build_policy
     from ppo_dict.vec import env_spec, probe_env
 
     cfg = Config(env="gym_CartPole-v1", seed=0)
     backend = probe_env(env_spec(cfg))
     obs, act = backend.observation_space, backend.action_space
-    path = tmp_path / "model.pt"
     Model(cfg, build_policy(cfg, obs, act), build_normalizer(cfg, obs, 1), obs, act).save(str(path))
+
+
+def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
+    """``enjoy --seed -5`` was gymnasium's traceback at the first reset; a Godot model was make_env's ValueError in
+    both tools; an unwritable --out was found only when the export wrote it."""
+    import torch
+
+    path = tmp_path / "model.pt"
+    save_cartpole_model(path)
     proc = tool("ppo_dict.enjoy", str(tmp_path), "--model", str(path), "--seed", "-5")
     assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0\n"), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
     proc = tool("ppo_dict.export_onnx", str(path), "--out", str(path / "policy.onnx"))
     assert proc.returncode == 2 and proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"
     state = torch.load(path, weights_only=True)

@@ -2,8 +2,8 @@
 mixed, paths among them that a run cannot write (a file, a name too long, an earlier run's directory,
 a folder without write permission) and hostile YAML (an alias bomb, a recursive alias). Every one is
 refused with exit status 2 and a message whose every line names a setting, or accepted by
-``--dry_run`` with exit status 0; never a traceback, never a hang, never a process or /dev/shm entry
-left behind, never a file written or changed.
+``--dry_run`` with exit status 0 (never where a path no run can use was drawn); never a traceback,
+never a hang, never a process or /dev/shm entry left behind, never a file written or changed.
 
 ``make test`` runs a few hundred through ``--dry_run`` in this process (``main_ppo.main``, the same
 code a command runs) and a few as real commands; the slow tests run thousands, and start about 20
@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import ROOT
 from tests.faults.test_worker_faults import assert_session_gone, finish, shm_entries
-from tests.fuzz_flags import Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes, prepare_folder, run_in_process
+from tests.fuzz_flags import (PATH_FIELDS, Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes, hostile_paths,
+                               prepare_folder, run_in_process, unusable_paths)
 
 FOLDER = tempfile.mkdtemp(prefix="ppo_dict_fuzz_")
 atexit.register(shutil.rmtree, FOLDER, True)
@@ -45,7 +46,7 @@ def written_files() -> list[str]:
 def check_in_process(argv: list[str]) -> None:
     shm = shm_entries()
     outcome = run_in_process(argv)
-    assert_clean_outcome(outcome, argv)
+    assert_clean_outcome(outcome, argv, tuple(unusable_paths(argv, FOLDER)))
     assert child_processes() == [], argv
     assert shm_entries() <= shm, (shm_entries() - shm, argv)
     assert written_files() == [], (written_files(), argv)
@@ -55,6 +56,14 @@ def check_in_process(argv: list[str]) -> None:
 @given(argv=command_lines(FOLDER))
 def test_fuzzed_command_lines_through_dry_run(argv: list[str]) -> None:
     check_in_process(argv + ["--dry_run"])
+
+
+@pytest.mark.parametrize("name, path", [(name, path) for name in PATH_FIELDS for path in hostile_paths(name, FOLDER)],
+                         ids=lambda value: value.replace(FOLDER, "F")[:40] if isinstance(value, str) else value)
+def test_every_file_system_case_through_dry_run(name: str, path: str) -> None:
+    """Each path case the fuzz draws (rarely, among a few hundred lines), given to each path setting of a plain
+    command line: refused where no run can use it, never a traceback, never a file written."""
+    check_in_process(["--env", "gym_CartPole-v1", "--n_steps", "16", "--batch_size", "16", f"--{name}", path, "--dry_run"])
 
 
 def popen_main(argv: list[str]) -> subprocess.Popen:
@@ -78,7 +87,7 @@ def test_fuzzed_command_lines_as_real_commands(argv: list[str]) -> None:
     shm = shm_entries()
     proc = popen_main(argv + ["--dry_run"])
     out, err = communicate(proc, argv, 120, "hung")
-    assert_clean_outcome(Outcome(proc.returncode, out, err), argv)
+    assert_clean_outcome(Outcome(proc.returncode, out, err), argv, tuple(unusable_paths(argv, FOLDER)))
     assert shm_entries() <= shm
     assert written_files() == [], (written_files(), argv)
 

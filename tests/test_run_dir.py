@@ -18,6 +18,7 @@ from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.run.run_dir import LOCK_FILE, lock, lock_holder
 from tests.conftest import ROOT
+from tests.test_bad_input import save_cartpole_model
 from tests.test_main_ppo import run_cli, summary_line
 
 TINY = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size", "64",
@@ -206,23 +207,41 @@ needs_mount_namespace = pytest.mark.skipif(not unshare_works(), reason="needs un
                                                                         "a read-only or a full file system")
 
 
-def run_with_mount(mount: str, options: str, *argv: str) -> subprocess.CompletedProcess:
-    """The command line with a tmpfs mounted at ``mount`` (``options``: ``ro``, ``size=16k``) in a mount
-    namespace of its own: a read-only or a full file system, for this command only."""
+def run_with_mount(mount: str, options: str, *argv: str, module: str = "ppo_dict.main_ppo") -> subprocess.CompletedProcess:
+    """The command line (``module``'s) with a tmpfs mounted at ``mount`` (``options``: ``ro``, ``size=16k``) in a
+    mount namespace of its own: a read-only or a full file system, for this command only."""
     script = f'mount -t tmpfs -o {options} tmpfs "$0" && exec "$@"'
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", "ppo_dict.main_ppo", *argv],
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", module, *argv],
                           capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
 
 
 @needs_mount_namespace
-def test_a_read_only_or_full_run_dir_is_refused_before_start(tmp_path) -> None:
+@pytest.mark.parametrize("dry_run", [(), ("--dry_run",)])
+def test_a_read_only_or_full_run_dir_is_refused_before_start(tmp_path, dry_run: tuple[str, ...]) -> None:
     """A read-only --run_dir was a traceback (and --dry_run said the run would start); so was a full one."""
     mount = tmp_path / "mnt"
     mount.mkdir()
-    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"), *dry_run)
     assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} is on a read-only file system")
-    proc = run_with_mount(str(mount), "size=16k", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"))
+    proc = run_with_mount(str(mount), "size=16k", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"), *dry_run)
     assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} has 0.02 MiB free; writing a checkpoint there needs about 0.17 MiB")
+    # an output beside the run directory, on the read-only file system (the rest: the slow test below)
+    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run"),
+                          "--save_path", str(mount / "model"), *dry_run)
+    assert_refused(proc, f"  - save_path='{mount / 'model'}': {mount} is on a read-only file system")
+    assert sorted(os.listdir(tmp_path)) == ["mnt"] and os.listdir(mount) == []
+
+
+@needs_mount_namespace
+def test_an_onnx_export_to_a_read_only_file_system_is_refused_and_writes_nothing(tmp_path) -> None:
+    model = tmp_path / "model.pt"
+    save_cartpole_model(model)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    before = directory_bytes(tmp_path)
+    proc = run_with_mount(str(mount), "ro", str(model), "--out", str(mount / "policy.onnx"), module="ppo_dict.export_onnx")
+    assert proc.returncode == 2 and proc.stderr == f"error: out='{mount / 'policy.onnx'}': {mount} is on a read-only file system\n", proc.stderr
+    assert directory_bytes(tmp_path) == before
 
 
 @pytest.mark.slow

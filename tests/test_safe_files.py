@@ -140,15 +140,17 @@ def test_the_command_lines_refusal_is_one_message_without_a_traceback(cartpole_z
     assert "Traceback" not in proc.stderr and not os.path.exists(sentinel)
 
 
-def test_a_vecnormalize_pickle_where_rl_zoo_looks_is_never_run(cartpole_zip, tmp_path, capsys) -> None:
-    """``<zip folder>/<env id>/vecnormalize.pkl``: its pickle gives sb3's VecNormalize after running code."""
+@pytest.mark.parametrize("zip_name, folder", [("model.zip", "CartPole-v1"), ("agent.zip", "agent")], ids=["env_id_folder", "zip_stem_folder"])
+def test_a_vecnormalize_pickle_where_rl_zoo_looks_is_never_run(cartpole_zip, tmp_path, capsys, zip_name: str, folder: str) -> None:
+    """``<zip folder>/<env id>/vecnormalize.pkl`` and ``<zip folder>/<zip stem>/vecnormalize.pkl``: its pickle gives
+    sb3's VecNormalize after running code."""
     sentinel, real = str(tmp_path / "ran"), os.path.join(os.path.dirname(cartpole_zip), "sb3_vecnormalize.pkl")
     logs = tmp_path / "logs"
-    (logs / "CartPole-v1").mkdir(parents=True)
-    zip_path = str(logs / "CartPole-v1.zip")
+    (logs / folder).mkdir(parents=True)
+    zip_path = str(logs / zip_name)
     with open(cartpole_zip, "rb") as src, open(zip_path, "wb") as dst:
         dst.write(src.read())
-    with open(logs / "CartPole-v1" / "vecnormalize.pkl", "wb") as f:
+    with open(logs / folder / "vecnormalize.pkl", "wb") as f:
         pickle.dump(Payload(sentinel, f"__import__('pickle').load(open({real!r}, 'rb'))"), f)
     for extra in ((), ("--dry_run",)):
         code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--num_workers", "0", "--total_timesteps", "64", *extra,
@@ -213,6 +215,11 @@ def test_a_checkpoints_config_imports_and_launches_nothing_under_dry_run(tmp_pat
     with pytest.raises(RuntimeError, match="attack"):  # enjoy and export_onnx build the env of the file's config so
         Model.from_file(path)
     assert said in capsys.readouterr().err and sentinel.exists()
+    sentinel.unlink()
+    path = checkpoint(tmp_path / "launched", env="godot", env_kwargs={"env_path": str(script)})
+    code, err = cli(capsys, "--resume", path, "--total_timesteps", "64")
+    assert f"{path}: its config launches the Godot program of env_path={str(script)!r} (env_kwargs)" in err, err
+    assert code == 2 and "Traceback" not in err and sentinel.exists(), err  # said, then launched (it exits at once: refused)
 
 
 @pytest.fixture(scope="module")

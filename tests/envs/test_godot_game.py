@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from ppo_dict.envs.errors import GodotCrashedError, GodotNotFoundError, GodotTimeoutError
 from ppo_dict.envs.godot.game import GodotGame
+from tests.faults.lines import Lines
 from tests.godot_helpers import PLUGIN_STYLE_GAME, needs_godot, process_state, toward_goal, wait_gone
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -168,7 +169,7 @@ def test_owner_death_kills_godot(no_leftover_godot):
     )
     owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        godot_pid = int(owner.stdout.readline())
+        godot_pid = int(Lines(owner).wait_for("", timeout=120))  # its first line, with a deadline (a game that never starts)
         assert process_state(godot_pid) not in (None, "Z")
         owner.kill()
         owner.wait()
