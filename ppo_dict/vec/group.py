@@ -56,26 +56,48 @@ def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
             channel.send(("close",))
         except (OSError, ValueError):
             pass
-    for escalate, wait_s in ((None, grace), ("terminate", 1.0), ("kill", KILLED_EXIT)):
-        alive = [p for p in procs if p.is_alive()]
+    for signum, wait_s in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, KILLED_EXIT)):
+        alive = [p for p in procs if running(p)]
         if not alive:
             break
         for p in alive:
-            if escalate is not None:
-                getattr(p, escalate)()
+            if signum is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signum)
         # Until every one has exited or wait_s is up: connection.wait returns when the first
         # sentinel is ready, and a worker still closing its envs (reaping a Godot game) must not
         # be terminated half-way because another was quicker.
         deadline = time.monotonic() + wait_s
         while alive and time.monotonic() < deadline:
-            multiprocessing.connection.wait([p.sentinel for p in alive], timeout=deadline - time.monotonic())
-            alive = [p for p in alive if p.is_alive()]
+            watched = [p.sentinel for p in alive if p.is_alive()]  # the rest: orphans (running), looked at every 10 ms
+            timeout = deadline - time.monotonic() if len(watched) == len(alive) else min(deadline - time.monotonic(), 0.01)
+            if watched:
+                multiprocessing.connection.wait(watched, timeout=timeout)
+            else:
+                time.sleep(max(0.0, timeout))
+            alive = [p for p in alive if running(p)]
     for p in procs:
         p.join(0.1)
         if p.exitcode is not None:
             p.close()
     for channel in channels:
         channel.close()
+
+
+def running(proc: multiprocessing.process.BaseProcess) -> bool:
+    """Whether ``proc`` still runs. ``is_alive()`` alone is not enough with forkserver: a forkserver that dies
+    (a client connection closed before it sent its file descriptors, when this process hit its open-file limit
+    starting the next worker) ends every worker's status pipe, which reads as an exit, while the workers,
+    now orphans, still run; those are looked at by pid: running where not a zombie and in this process's
+    session (a pid the system gave another process since is not taken for the worker)."""
+    if proc.is_alive():
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return False
+    return fields[0] != "Z" and int(fields[3]) == os.getsid(0)
 
 
 @contextlib.contextmanager

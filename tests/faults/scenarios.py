@@ -162,6 +162,25 @@ def serve_then_block(mp_method: str, busy: str) -> dict[str, Any]:
     return {}
 
 
+def forkserver_killed() -> dict[str, Any]:
+    """The forkserver dies (as it does when a client's connection closes before it sends its file descriptors:
+    this process at its open-file limit starting a worker) while env 3's worker sleeps 30 s in a step. Every
+    worker's status pipe ends, which multiprocessing reads as an exit; the step fails, and the workers, orphans
+    now, are still stopped: none is left."""
+    from multiprocessing import forkserver
+
+    pool = fault_pool("hang", at_step=1, hang_s=30.0, step_timeout=5.0)
+    pool.reset(SEED)
+    server = forkserver._forkserver._forkserver_pid
+    os.kill(server, signal.SIGKILL)
+    os.waitpid(server, 0)
+    result = capture(lambda: pool.step(0))
+    result["strays_after_failure"] = strays()
+    pool.close()
+    result["strays"] = strays()
+    return result
+
+
 def shm_too_small() -> dict[str, Any]:
     """Case 14: the buffer does not fit in /dev/shm nor the temp dir (free space faked)."""
     import ppo_dict.vec.shared_memory as shared_memory
@@ -389,6 +408,7 @@ SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "kill_worker": kill_worker,
     "hang": hang,
     "serve_then_block": serve_then_block,
+    "forkserver_killed": forkserver_killed,
     "shm_too_small": shm_too_small,
     "non_finite": non_finite,
     "cycles": cycles,

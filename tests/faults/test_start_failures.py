@@ -29,6 +29,14 @@ def test_a_limit_reached_while_starting_names_the_worker_and_stops_the_others(mp
     assert r["strays_after_failure"] == [] and r["strays"] == []
 
 
+def test_workers_orphaned_by_a_dead_forkserver_are_still_stopped() -> None:
+    """The dead forkserver ends the workers' status pipes (read as exits): they are stopped by pid, none left.
+    (A limit reached while starting once left one: the forkserver died of the half-made connection.)"""
+    r = run_scenario("forkserver_killed")
+    assert r["error"] in ("WorkerDiedError", "WorkerTimeoutError"), r
+    assert r["strays_after_failure"] == [] and r["strays"] == [], r
+
+
 def test_the_forkserver_gone_while_starting_is_named_and_a_new_one_serves_the_next_pool() -> None:
     r = run_scenario("start_failure", "forkserver", "forkserver")
     assert r["error"] == "WorkerStartError"
