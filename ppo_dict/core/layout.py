@@ -178,8 +178,8 @@ class Layout:
             if not self.asked:
                 why += ": one env (or game) steps fastest here" if self.cpus > 1 else ": no CPU for a worker"
             return f"{self.n_envs} env{'s' * (self.n_envs != 1)} in this process; {why}"
-        largest_smallest = self.blocks.sizes()[:: max(1, len(self.blocks.sizes()) - 1)]
-        sizes = "/".join(map(str, largest_smallest))
+        every = self.blocks.sizes()
+        sizes = "/".join(map(str, dict.fromkeys((every[0], every[-1]))))  # the largest and the smallest
         workers = f"{self.processes} worker process{'es' * (self.processes != 1)} x {sizes} env{'s' * (sizes != '1')}"
         here = f" + {self.main} in this process" if self.main else ", none in this process"
         if self.halves is not None:

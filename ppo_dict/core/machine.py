@@ -191,3 +191,13 @@ def open_files() -> int:
         return len(os.listdir("/proc/self/fd"))
     except OSError:
         return 0
+
+
+def stat_fields(pid: int) -> Optional[list[str]]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` the state, ``[1]`` the parent,
+    ``[3]`` the session, ``[19]`` the start time), None where the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None

@@ -30,6 +30,7 @@ import warnings
 from typing import Any, Callable, Iterator, Optional
 
 from ppo_dict.core.errors import SweepError
+from ppo_dict.core.machine import stat_fields
 
 #: seconds between a running trial's heartbeats in SQL storages, and since the last one before it counts as crashed
 HEARTBEAT_INTERVAL, GRACE_PERIOD = 30, 120
@@ -154,11 +155,8 @@ def process_start_time(pid: int) -> Optional[str]:
 
     With the pid it names one process for good: a pid reused by a later process has another start time.
     """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def this_process() -> dict[str, Any]:

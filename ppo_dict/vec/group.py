@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
-from ppo_dict.core.machine import Machine, physical_cores
+from ppo_dict.core.machine import Machine, physical_cores, stat_fields
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.channel import Channel, encode, frame_of, wait_for
@@ -92,12 +92,8 @@ def running(proc: multiprocessing.process.BaseProcess) -> bool:
     session (a pid the system gave another process since is not taken for the worker)."""
     if proc.is_alive():
         return True
-    try:
-        with open(f"/proc/{proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
-        return False
-    return fields[0] != "Z" and int(fields[3]) == os.getsid(0)
+    fields = stat_fields(proc.pid)
+    return fields is not None and fields[0] != "Z" and int(fields[3]) == os.getsid(0)
 
 
 @contextlib.contextmanager
