@@ -259,6 +259,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     pool = plan.env_pool()
     try:
         ppo = PPO(cfg, pool, logger, device=plan.device)
+        if ppo.collector.policy_line and cfg.verbose >= 1:
+            print(ppo.collector.policy_line, flush=True)
         if plan.device_line:
             print(plan.device_line, flush=True)
         if device_notice(ppo.device):

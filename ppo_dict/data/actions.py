@@ -27,7 +27,7 @@ from torch import nn
 
 from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MaskedCategorical,
                                          MaskedDistribution, MaskedMultiCategorical, MultiCategorical, StateDependentNoise)
-from ppo_dict.data.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
+from ppo_dict.data.lean_sampling import BernoulliSampler, CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
 
 
 class ActionSpec:
@@ -209,7 +209,7 @@ class DiscreteSpec(ActionSpec):
         return CategoricalDist(head)
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
-        return CategoricalSampler(self.masked, huge_neg(dtype, device))
+        return CategoricalSampler(self.masked, huge_neg(dtype, device), self.n_outputs)
 
     def to_training(self, actions: torch.Tensor) -> torch.Tensor:
         return actions.long().flatten()  # sb3 PPO.train: "Convert discrete action from float to long"
@@ -239,7 +239,7 @@ class MultiDiscreteSpec(ActionSpec):
 
 
 class MultiBinarySpec(ActionSpec):
-    """MultiBinary(n): sb3's ``BernoulliDistribution``; the rollout step runs ``ActorCritic.forward`` (one ``bernoulli``)."""
+    """MultiBinary(n): sb3's ``BernoulliDistribution`` (one ``bernoulli`` over the batch)."""
 
     def problem(self) -> str:
         if not isinstance(self.space.n, (int, np.integer)):
@@ -257,6 +257,9 @@ class MultiBinarySpec(ActionSpec):
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return BernoulliDist(head)
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return BernoulliSampler(self.n_outputs)
 
 
 class Masked:

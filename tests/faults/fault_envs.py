@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, resolve_env_name
@@ -139,3 +140,27 @@ def fault_spec(**kwargs: Any) -> EnvSpec:
 
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=f"{__name__}:FaultEnv")
+
+
+class FaultyExtractor(torch.nn.Module):
+    """A features extractor (sb3's ``features_extractor_class`` form: ``cls(observation_space, **kwargs)``) that
+    flattens, except in a worker process, where at its ``at_call``-th call it raises (``raise``), sleeps (``hang``)
+    or SIGKILLs its own process (``die``): a fault in the middle of a worker's policy step (the policy where the
+    envs are). The main process (its start probe, its own envs' rows) never meets it."""
+
+    def __init__(self, observation_space: spaces.Space, mode: str = "raise", at_call: int = 3):
+        super().__init__()
+        self.features_dim = int(np.prod(observation_space.shape))
+        self.mode, self.at_call, self.calls = mode, at_call, 0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if multiprocessing.parent_process() is not None:
+            self.calls += 1
+            if self.calls == self.at_call:
+                if self.mode == "raise":
+                    raise RuntimeError("boom in the policy's forward")
+                if self.mode == "hang":
+                    time.sleep(3600)
+                if self.mode == "die":
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return obs.flatten(1)

@@ -331,6 +331,32 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     return {}
 
 
+def policy_fault(mode: str, step_timeout: str) -> dict[str, Any]:
+    """A worker raises, hangs or dies in its policy step (the policy where the envs are: each process samples its own
+    envs' actions): the run ends naming the worker, within the step timeout, and nothing is left running."""
+    from ppo_dict.algo.policy import ActorCritic
+    from ppo_dict.algo.ppo import PPO
+    from ppo_dict.core.config import Config
+    from ppo_dict.run.run_plan import build_env_pool
+    from tests.faults.fault_envs import FaultyExtractor
+
+    cfg = Config(env=f"gym_{fault_spec().gym_id}", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, n_steps=8,
+                 batch_size=16, n_epochs=1, seed=SEED, step_timeout=float(step_timeout), device="cpu", verbose=0)
+    pool = build_env_pool(cfg)
+    policy = ActorCritic(pool.observation_space, pool.action_space, features_extractor_class=FaultyExtractor,
+                         features_extractor_kwargs=dict(mode=mode, at_call=3))
+    model = PPO(cfg, pool, policy=policy)
+    result = capture(lambda: model.learn(64))
+    result["policy_line"] = model.collector.policy_line
+    result["workers"] = pool.pids
+    start = time.monotonic()
+    pool.close()
+    result["close_s"] = time.monotonic() - start
+    result["alive_workers"] = [pid for pid in pool.pids if alive(pid)]
+    result["strays"] = strays()
+    return result
+
+
 def api_hang(mode: str, num_workers: str) -> dict[str, Any]:
     """``ppo_dict.PPO(...).learn()`` (no command line: the API starts the watchdog) with env 1, one the main process
     steps (in-process, or the default share of two workers), hanging in its first reset or its second step."""
@@ -399,6 +425,7 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "api_hang": api_hang,
+    "policy_fault": policy_fault,
     "api_own_alarm": api_own_alarm,
     "start_failure": start_failure,
     "main_process_envs": main_process_envs,
