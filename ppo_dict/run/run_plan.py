@@ -69,20 +69,22 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 
 
 def main_share_notice(cfg: Config, layout: Layout) -> str:
-    """The start line naming the envs the main process steps itself ("" where it steps none). A crash there
-    (a segfault in an env's native code) ends the whole run, where a worker's crash is a ``WorkerDiedError``."""
+    """The start line naming the envs the main process steps itself beside worker processes ("" where it steps
+    none, and where there is no worker process: every env in this process is sb3's own DummyVecEnv layout,
+    which the layout line says). A crash there (a segfault in an env's native code) ends the whole run,
+    where a worker's crash is a ``WorkerDiedError``."""
     n_envs, share = layout.n_envs, layout.main
-    if not share:
+    if not share or not layout.processes:
         return ""
     which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
-    isolate = "--main_steps_envs False" + (" with --num_workers 1 or more" if cfg.num_workers == 0 else "")
     return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
-            f"--resume auto continues it from its last checkpoint; {isolate} steps every env in a worker process instead, "
-            "where a crash is a WorkerDiedError")
+            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker process "
+            "instead, where a crash is a WorkerDiedError")
 
 
-def dry_run_text(cfg: Config, check: RunCheck) -> str:
-    """``--dry_run``'s report: what the checked run would be, and what it would ask of the machine."""
+def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
+    """``--dry_run``'s report: what the checked run would be (``hyperparams``: what rl-zoo's file gave it, said
+    after the first line), and what it would ask of the machine."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
@@ -92,6 +94,7 @@ def dry_run_text(cfg: Config, check: RunCheck) -> str:
     rollouts = -(-cfg.total_timesteps // cfg.rollout_size)
     return "\n".join([
         "dry run: the config passes every check; nothing was started",
+        *([hyperparams] if hyperparams else []),
         f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
         f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
