@@ -324,11 +324,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
-    applied = hyperparams_text(cfg, line.overrides, base, read_file=resumed is None)
+    applied = hyperparams_text(cfg, base, read_file=resumed is None)
     if dry_run:
         print(dry_run_text(cfg, check, applied), flush=True)
         return 0
-    if (cfg.hyperparams is not None and resumed is None) or line.overrides:  # as rl-zoo prints them
+    if cfg.hyperparams is not None and (resumed is None or "hyperparams" in flags):  # as rl-zoo prints them
         print(applied, flush=True)
     if cfg.seed is None:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))

@@ -23,7 +23,7 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import physical_cores  # noqa: F401  (re-exported: the trainer and benchmarks ask it here)
-from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
+from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule, parse_words
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn", "mlp_lstm", "cnn_lstm")
@@ -151,7 +151,7 @@ class Config:
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
     export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", none_or(str), "system")
-    hyperparams: Optional[str] = _opt(None, "rl-zoo's hyperparameters: a file (this repository's hyperparams/ppo.yml) or rl_zoo3 (the installed rl-zoo's own ppo.yml; ppo_lstm.yml with a recurrent model), whose entry for the env sets the defaults; and key:value overrides of them, as rl-zoo's --hyperparams takes them (n_epochs:5 policy_kwargs:\"dict(net_arch=[64, 64])\"); the flags typed win over both", none_or(str), "system")
+    hyperparams: Optional[tuple[str, ...]] = _opt(None, "rl-zoo's hyperparameters: a file (this repository's hyperparams/ppo.yml) or rl_zoo3 (the installed rl-zoo's own ppo.yml; ppo_lstm.yml with a recurrent model), whose entry for the env sets the defaults; and key:value overrides of them, as rl-zoo's --hyperparams takes them (n_epochs:5 policy_kwargs:\"dict(net_arch=[64, 64])\"); the flags typed win over both", parse_words, "system")
     progress: str = _opt("auto", f"progress display: {' | '.join(PROGRESS_MODES)} (auto: a bar on a terminal, plain lines otherwise)", str, "system", choices=PROGRESS_MODES)
 
     # Run directory, checkpoints and resume

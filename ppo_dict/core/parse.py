@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 NetArch = Union[list[int], dict[str, list[int]]]
 
@@ -142,6 +142,13 @@ def _check_net_arch(value: Any) -> NetArch:
     if isinstance(value, dict) and set(value) <= {"pi", "vf"} and all(isinstance(v, (list, tuple)) for v in value.values()):
         return {k: _check_net_arch(list(v)) for k, v in value.items()}  # type: ignore[misc]
     raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
+
+
+def parse_words(text: Union[None, str, list, tuple]) -> Optional[tuple[str, ...]]:
+    """Words as typed, each kept whole (a path, ``key:value`` with commas and spaces in its value): one
+    string is one word; None (or only ``None`` and empty words) is None."""
+    words = [] if text is None else [str(word) for word in text] if isinstance(text, (list, tuple)) else [str(text)]
+    return tuple(word for word in words if word.strip() not in ("", "None", "none", "null")) or None
 
 
 def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:

@@ -18,14 +18,14 @@ import dataclasses
 import difflib
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn, Optional, Sequence
 
 from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config, read_values
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import reads_bool
-from ppo_dict.core.parse import parse_bool, parse_packages
-from ppo_dict.interop.hyperparams import ZOO_ALGOS, load_hyperparams, parse_algo, read_overrides
+from ppo_dict.core.parse import parse_bool, parse_packages, parse_words
+from ppo_dict.interop.hyperparams import ZOO_ALGOS, parse_algo, zoo_values
 
 #: rl-zoo's spellings (``rl_zoo3/train.py``) of the flags that mean the same here, after ours in ``--help``
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -189,16 +189,13 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
 
 @dataclass
 class CommandLine:
-    """A command line read once: ``flags`` ``{setting: value}`` for the settings typed (``--hyperparams``'
-    ``key:value`` overrides among them, as rl-zoo's keys translate: a typed flag wins over an override);
-    ``unreadable`` ``{key: problem}`` for values no parser reads; the command line's own flags; and the
-    overrides as written (said with the hyperparameter entry they change)."""
+    """A command line read once: ``flags`` ``{setting: value}`` for the settings typed, ``unreadable``
+    ``{setting: problem}`` for values no parser reads, and the command line's own flags."""
 
     flags: dict[str, Any]
     unreadable: dict[str, str]
     dry_run: bool = False
     algo: str = "ppo"
-    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def read_command_line(argv: Optional[list[str]]) -> CommandLine:
@@ -206,20 +203,15 @@ def read_command_line(argv: Optional[list[str]]) -> CommandLine:
     value); every value no parser reads is in :attr:`CommandLine.unreadable`."""
     given = vars(build_parser(suppress_defaults=True).parse_args(argv))
     own = {name: given.pop(name) for name in COMMAND_LINE_FLAGS if name in given}
-    file, overrides, override_values, override_problems = read_overrides(given.pop("hyperparams", None))
-    if file is not None:
-        given["hyperparams"] = file
-    flags, unreadable = read_values(given)
-    unreadable.update({f"hyperparams:{n}": p for n, p in enumerate(override_problems)})
-    line = CommandLine({**override_values, **flags}, unreadable, overrides=overrides)
+    line = CommandLine(*read_values(given))
     try:
         line.dry_run = parse_bool(own.get("dry_run", False))
     except argparse.ArgumentTypeError as exc:
-        unreadable["dry_run"] = f"dry_run={own['dry_run']!r}: {exc}"
+        line.unreadable["dry_run"] = f"dry_run={own['dry_run']!r}: {exc}"
     try:
         line.algo = parse_algo(own.get("algo", "ppo"))
     except ValueError as exc:
-        unreadable["algo"] = f"algo={own['algo']!r}: {exc}"
+        line.unreadable["algo"] = f"algo={own['algo']!r}: {exc}"
     return line
 
 
@@ -266,17 +258,17 @@ def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
 
     Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config, or a
     trained agent's saved hyperparameters), ``--algo ppo_lstm``'s recurrent model, the ``--hyperparams``
-    file's entry for the env, ``pinned`` (what a trained agent fixes: its policy), then the flags typed
-    (``--hyperparams``' ``key:value`` overrides among them).
+    file's entry for the env and its ``key:value`` overrides, ``pinned`` (what a trained agent fixes: its
+    policy), then the flags typed.
     """
     layered: dict[str, Any] = dict(base or {})
     if ZOO_ALGOS[algo] and str(layered.get("model", "")) not in RECURRENT_MODELS:
         layered["model"] = RECURRENT_MODELS[0]
-    hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
-    if hyperparams_file and "resume" not in given:
+    words = given.get("hyperparams", layered.get("hyperparams"))
+    if words and ("resume" not in given or "hyperparams" in given):  # a resumed config holds what its words gave
         env = given.get("env", layered.get("env", FIELDS["env"].default))
         recurrent = str(given.get("model", layered.get("model", ""))) in RECURRENT_MODELS  # rl_zoo3: its ppo_lstm.yml
-        layered.update(load_hyperparams(hyperparams_file, env, recurrent)[0])
+        layered.update(zoo_values(parse_words(words), env, recurrent, read_file="resume" not in given)[0])
     layered.update(pinned or {})
     layered.update(given)
     cfg, unreadable = Config.read(layered)  # the dataclass fills in sb3's defaults
