@@ -204,8 +204,41 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
     assert "<!-- generated: ledger, newest first -->" in (DOCS / "perf_log.md").read_text()
     assert "<!-- generated: results table -->" in (DOCS / "results.md").read_text()
+    assert "<!-- generated: config fields -->" in (DOCS / "api.md").read_text()
+    assert "<!-- generated: constructor parameters -->" in (DOCS / "api.md").read_text()
     assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
-                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->"}
+                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->",
+                          "<!-- generated: config fields -->", "<!-- generated: constructor parameters -->"}
+
+
+def test_api_reference_lists_configs_fields_and_the_constructors_parameters() -> None:
+    """The API reference's generated tables: every Config field with its flag's text, and every parameter PPO,
+    MaskablePPO and RecurrentPPO take (sb3's signature bound, then ppo_dict's settings)."""
+    import inspect
+
+    from ppo_dict.api.algorithms import ALGORITHMS
+
+    fields = HOOKS.config_fields_markdown()
+    assert all(f"| `{f.name}` |" in fields for f in dataclasses.fields(Config))
+    parameters = HOOKS.constructor_markdown()
+    for name, spec in ALGORITHMS.items():
+        section = parameters.split(f"### `{name}(...)`", 1)[1].split("### ", 1)[0]
+        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == list(spec.signature().parameters)
+        assert "| `n_envs` | <code>None</code> | ppo_dict's setting: environments stepped in parallel" in section
+        assert inspect.signature(spec.sb3().__init__).parameters["learning_rate"].default == 3e-4
+
+
+def test_every_role_the_docstrings_use_is_one_the_docs_hook_renders() -> None:
+    """A role kind the hook does not know would render raw in the API reference (and only there: ``make docs`` does not fail)."""
+    used = {kind for path in [*Path(ROOT, "ppo_dict").rglob("*.py"), *Path(ROOT, "envs").rglob("*.py")]
+            for kind in re.findall(r"(?<![\w:]):(\w+):`[~\w.]+`", path.read_text())}
+    assert used and all(HOOKS.SPHINX_ROLE.search(f":{kind}:<code>x</code>") for kind in used), used
+
+
+def test_the_docstrings_roles_render_as_code() -> None:
+    """The API reference shows ``:class:`~a.b.Config``` as the code it names, not as raw text (the docs hook)."""
+    html = 'see :class:<code>~ppo_dict.core.config.Config</code> and :meth:<code>predict</code>, :func:<code>a.b</code>'
+    assert HOOKS.on_page_content(html, None, None, None) == "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
 
 
 def test_results_table_holds_every_run() -> None:
