@@ -27,6 +27,7 @@ import html
 import io
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -156,8 +157,9 @@ def godot_help(text: str) -> str:
     description = text.split("\n\n", 1)[1].split("\n\noptions:", 1)[0]
     env_path = re.search(r"\n(  --env_path .*?)(?=\n  -|\n\n)", text, flags=re.S).group(1)  # type: ignore[union-attr]
     defaults = ", ".join(f"--{name} {value}" for name, value in {**DEMO_DEFAULTS, **DEMO_LAYOUT}.items())
+    flags = textwrap.fill(f"main_ppo's flags (above), with these defaults: {defaults}; and:", 78)
     return (f"usage: python -m ppo_dict.main_ppo_godot [--env_path PATH] [main_ppo's flags]\n\n{description}\n\n"
-            f"main_ppo's flags (above), with these defaults: {defaults}; and:\n{env_path}\n\n{text[text.index('examples:'):]}")
+            f"{flags}\n{env_path}\n\n{text[text.index('examples:'):]}")
 
 
 def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, NoReturn, Optional, Sequence
 from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config, read_values
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import reads_bool
-from ppo_dict.core.parse import parse_bool, parse_packages, parse_words
+from ppo_dict.core.parse import parse_bool, parse_kwargs, parse_packages, parse_words
 from ppo_dict.interop.hyperparams import ZOO_ALGOS, parse_algo, zoo_values
 
 #: rl-zoo's spellings (``rl_zoo3/train.py``) of the flags that mean the same here, after ours in ``--help``
@@ -94,13 +94,13 @@ def add_option(container: Any, option: Option) -> None:
     container.add_argument(*option.names, **kwargs)
 
 
+#: the width ``--help`` wraps a command's description to (its examples, in the epilog, are shown as written)
+DESCRIPTION_WIDTH = 78
+
+
 def description(doc: str) -> str:
     """A command's ``--help`` description: the first paragraph of its module's docstring, plain, wrapped."""
     return textwrap.fill(" ".join(plain(doc.strip().split("\n\n")[0]).split()), DESCRIPTION_WIDTH)
-
-
-#: the width ``--help`` wraps a command's description to (its examples, in the epilog, are shown as written)
-DESCRIPTION_WIDTH = 78
 
 
 def command_parser(prog: str, doc: str, options: Sequence[Option] = (), epilog: Optional[str] = None) -> FlagParser:
@@ -154,10 +154,10 @@ def field_option(f: dataclasses.Field, default: Any, suppress: bool) -> Option:
         kwargs.update(nargs="?", const=True, metavar="True|False")
     elif f.metadata["parse"] is parse_packages:
         kwargs.update(nargs="*", metavar="NAME")
-    elif f.name == "env_kwargs":
+    elif f.metadata["parse"] is parse_kwargs:
         kwargs.update(nargs="+", metavar="KWARGS")  # dict(a=1), or rl-zoo's key:value words
-    elif f.name == "hyperparams":
-        kwargs.update(nargs="+", action="extend", metavar="WORD")  # FILE, rl_zoo3 or key:value
+    elif f.metadata["parse"] is parse_words:
+        kwargs.update(nargs="+", action="extend", metavar="WORD")  # words kept whole, gathered over repeats
     if suppress:
         kwargs["default"] = argparse.SUPPRESS
     return Option((f"--{f.name}", *ALIASES.get(f.name, ())), f.metadata["help"], default, shown_default(f, default), kwargs)
@@ -203,6 +203,9 @@ def read_command_line(argv: Optional[list[str]]) -> CommandLine:
     value); every value no parser reads is in :attr:`CommandLine.unreadable`."""
     given = vars(build_parser(suppress_defaults=True).parse_args(argv))
     own = {name: given.pop(name) for name in COMMAND_LINE_FLAGS if name in given}
+    for name, value in given.items():  # one word of keyword arguments is read, and named, as the text it is
+        if FIELDS[name].metadata["parse"] is parse_kwargs and isinstance(value, list) and len(value) == 1:
+            given[name] = value[0]
     line = CommandLine(*read_values(given))
     try:
         line.dry_run = parse_bool(own.get("dry_run", False))

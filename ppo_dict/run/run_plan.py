@@ -83,8 +83,8 @@ def main_share_notice(cfg: Config, layout: Layout) -> str:
 
 
 def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
-    """``--dry_run``'s report: what the checked run would be (``hyperparams``: what rl-zoo's file gave it, said
-    after the first line), and what it would ask of the machine."""
+    """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
+    from, said after its policy), and what it would ask of the machine."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
@@ -94,12 +94,12 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
     rollouts = -(-cfg.total_timesteps // cfg.rollout_size)
     return "\n".join([
         "dry run: the config passes every check; nothing was started",
-        *([hyperparams] if hyperparams else []),
         f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
         f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+        *([hyperparams] if hyperparams else []),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
         f"workers {needs.worker_memory / MB:.0f} MB",
