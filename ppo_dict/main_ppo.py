@@ -11,7 +11,8 @@ status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process
 seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
-``config.json`` (resolved), ``progress.csv`` (every logged value), ``checkpoints/``,
+``config.json`` (resolved), ``progress.csv`` (every logged value), ``monitor.csv`` (the training episodes, as
+sb3's ``Monitor`` writes them), ``checkpoints/``,
 ``evaluations.npz`` and ``best_model.pt`` (with ``--eval_freq``), ``videos/`` (``--video``) and
 ``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint. The run owns its
 directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten without
@@ -41,11 +42,13 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
+from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, restore, save_model, write_config
 from ppo_dict.run.checks import check_run
-from ppo_dict.run.cli import read_config, read_flags
+from ppo_dict.run.cli import read_command_line, read_config
+from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
@@ -132,12 +135,13 @@ class Every:
         return True
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger) -> tuple[Any, list[Callable[[], None]]]:
-    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json``,
-    and the logger's writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
+def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
+    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
+    ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
+    writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
     """
     run_dir = cfg.run_dir
-    write_config(cfg, os.path.join(run_dir, "config.json"))
+    write_config(cfg, os.path.join(run_dir, "config.json"), env_id=spec.gym_id)
     resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
     source = None if resumed is None else os.path.join(checkpoint_run_dir(resumed[0]), PROGRESS)
     if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
@@ -159,9 +163,13 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger) -> tup
     return tracker, closers
 
 
-def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
-                          closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
-    """Checkpoints, evaluation and progress, run after each update: ``(checkpoints, after_update)``."""
+def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any, closers: list[Callable[[], None]],
+                          resumed: Optional[RESUMED] = None) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+    """The episodes' ``monitor.csv``, checkpoints, evaluation and progress, run after each update:
+    ``(checkpoints, after_update)``."""
+    resume = None if resumed is None else (int(resumed[1]["num_timesteps"]), checkpoint_run_dir(resumed[0]))
+    monitor = MonitorFile(cfg.run_dir, spec.gym_id, cfg.info_keywords, ppo.episodes, resume)
+    closers.append(monitor.close)
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
     save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
     evaluator = None
@@ -177,6 +185,7 @@ def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
     closers.append(progress.close)
 
     def after_update(m: PPO) -> None:
+        monitor.flush()  # before this update's checkpoint, which counts the episodes written
         progress.update(m.num_timesteps, m.ep_rew_mean)
         if evaluator is not None and eval_due(m.num_timesteps):
             evaluator.evaluate(m)
@@ -273,8 +282,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
             print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
         owned = claim(cfg, resumed, fresh_dir)
-        tracker, closers = open_outputs(cfg, resumed, logger)
-        checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers)
+        tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
+        checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers, resumed)
         learn_until_stopped(ppo, pool, stop, after_update)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints)
         exit_code = stop.exit_code
@@ -297,30 +306,32 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
 
 def main(argv: Optional[list[str]] = None) -> int:
     startup.imported()
-    flags, unreadable = read_flags(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
-    dry_run = flags.pop("dry_run", False)
+    line = read_command_line(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
+    flags, unreadable, dry_run = line.flags, line.unreadable, line.dry_run
     resumed, agent = sources(flags, unreadable)
     if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
         print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
         return 2
     base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
-    cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
+    cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned, algo=line.algo)
     try:
         if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
             file_effects.announce(resumed[0], cfg, flags, dry_run)
         if cfg.video:
-            from ppo_dict.envs.make import video_may_need_mujoco_gl
-            from ppo_dict.envs.render import select_mujoco_gl
+            from ppo_dict.envs.make import prepare_video
 
-            if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
-                select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
+            prepare_video(cfg.env)  # MuJoCo's headless GL backend, pygame without a display
         check = check_run(cfg, agent, {**more, **unreadable}, resumed=resumed)  # every problem, the machine's resources included
     except (ConfigError, RenderBackendError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
+    applied = hyperparams_text(cfg, base, read_file=resumed is None)
     if dry_run:
-        print(dry_run_text(cfg, check), flush=True)
+        print(dry_run_text(cfg, check, applied), flush=True)
         return 0
+    if cfg.hyperparams is not None and (resumed is None or "hyperparams" in flags):  # as rl-zoo prints them
+        print(applied, flush=True)
     if cfg.seed is None:
         cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)

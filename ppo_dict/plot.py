@@ -8,7 +8,6 @@ episode statistics besides the return (``rollout/success_rate``, ``rollout/<key>
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -123,10 +122,13 @@ def plot_run(run_dir: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.plot", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    parser.add_argument("--out", default="learning_curves.png", help="PNG file to write")
-    parser.add_argument("--key", default=KEY, help="logged key to plot (e.g. eval/mean_reward, train/value_loss)")
+    from ppo_dict.run.cli import Option, command_parser  # the command line's parts only where it is one (main_ppo plots too)
+
+    parser = command_parser("python -m ppo_dict.plot", __doc__, [
+        Option(("run_dirs",), "run directories (several seeds of one env: their mean and spread)", kwargs={"nargs": "+", "metavar": "RUN_DIR"}),
+        Option(("--out",), "PNG file to write", "learning_curves.png"),
+        Option(("--key",), "logged key to plot (e.g. eval/mean_reward, train/value_loss)", KEY),
+    ])
     args = parser.parse_args(argv)
     missing = [d for d in args.run_dirs if not os.path.isfile(os.path.join(d, "progress.csv"))]
     if missing:

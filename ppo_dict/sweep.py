@@ -293,18 +293,20 @@ def best(rows: list[dict[str, Any]], maximize: bool) -> Optional[dict[str, Any]]
 
 
 def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.sweep", description=__doc__.splitlines()[0],
-                                     epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
-    parser.add_argument("sweep_file")
-    parser.add_argument("--count", type=int, default=10, help="trials this process runs (grid: the study stops when the grid is done)")
-    parser.add_argument("--n_jobs", type=int, default=1, help="trials this process runs at once")
-    parser.add_argument("--storage", default=None, help="Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db "
-                                                        "(default: sqlite:///<out>/optuna.db)")
-    parser.add_argument("--study_name", default=None, help="the study to create or join (default: the sweep file's name)")
-    parser.add_argument("--method", choices=("grid", "random", "bayes"), help="override the file's method")
-    parser.add_argument("--seed", type=int, default=None, help="seed of this process's sampler (default: fresh, so joined processes differ)")
-    parser.add_argument("--out", default=None, help="folder for the trials' run directories (default: runs/sweeps/<study name>)")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one trial may take")
+    from ppo_dict.run.cli import Option, command_parser
+
+    parser = command_parser("python -m ppo_dict.sweep", __doc__, [
+        Option(("sweep_file",), "a wandb sweep file (sweeps/reacher.yaml)"),
+        Option(("--count",), "trials this process runs (grid: the study stops when the grid is done)", 10, kwargs={"type": int}),
+        Option(("--n_jobs",), "trials this process runs at once", 1, kwargs={"type": int}),
+        Option(("--storage",), "Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db", None,
+               "None: sqlite:///<out>/optuna.db"),
+        Option(("--study_name",), "the study to create or join", None, "None: the sweep file's name"),
+        Option(("--method",), "override the file's method", None, "None: the file's", {"choices": ("grid", "random", "bayes")}),
+        Option(("--seed",), "seed of this process's sampler", None, "None: fresh, so joined processes differ", {"type": int}),
+        Option(("--out",), "folder for the trials' run directories", None, "None: runs/sweeps/<study name>"),
+        Option(("--timeout",), "seconds one trial may take", 3600.0, kwargs={"type": float}),
+    ], epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
     args, extra = parser.parse_known_args(argv)
     problems = [f"--{name} must be >= {low}" for name, low in (("count", 0), ("n_jobs", 1)) if getattr(args, name) < low]
     if problems:

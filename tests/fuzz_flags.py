@@ -24,10 +24,11 @@ from hypothesis import strategies as st
 from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, problem_setting
 from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_kwargs, parse_packages, parse_schedule
+from ppo_dict.run.cli import COMMAND_LINE_FLAGS
 
 #: Cheap envs to build (a probe builds one), with packages that register some; and names that are not envs.
-GOOD_ENVS = ("gym_CartPole-v1", "gym_Pendulum-v1", "gym_Acrobot-v1", "test_dummy", "gym_PPODictToy-v0", "gym_PPODictMaskedJump-v0")
-BAD_ENVS = ("gym_Hoper-v5", "gym_CartPole-v9", "", "gym_", "CartPole-v1", "gym_ALE/NoSuchGame-v5", "godot", "gym_NoSuchEnv-v0")
+GOOD_ENVS = ("gym_CartPole-v1", "gym_Pendulum-v1", "Acrobot-v1", "test_dummy", "gym_PPODictToy-v0", "PPODictMaskedJump-v0")
+BAD_ENVS = ("gym_Hoper-v5", "gym_CartPole-v9", "", "gym_", "Hoper-v5", "gym_ALE/NoSuchGame-v5", "godot", "gym_NoSuchEnv-v0", "no_module:Env-v0")
 GOOD_PACKAGES = ("ppo_dict.envs.toy", "ppo_dict.envs.masked", "ppo_dict.envs.goal")
 BAD_PACKAGES = ("no_such_package_xyz", "ppo_dict.no_such_module", "1bad name")
 #: Fields not drawn: the env (drawn apart), and what would reach outside this machine or block
@@ -176,7 +177,7 @@ def command_lines(draw: Callable, folder: str, good_only: bool = False, max_flag
 
     env = draw(st.sampled_from(BAD_ENVS if bad() else GOOD_ENVS))
     argv = ["--env", env]
-    if env.startswith("gym_PPODict") or draw(st.booleans()):
+    if env.removeprefix("gym_").startswith("PPODict") or draw(st.booleans()):
         argv += ["--gym_packages", *(p for p in GOOD_PACKAGES if p.rsplit(".", 1)[1] in ("toy", "masked"))]
     if bad():
         argv += ["--gym_packages", draw(st.sampled_from(BAD_PACKAGES))]
@@ -305,7 +306,7 @@ def assert_clean_outcome(outcome: Outcome, argv: list[str], unusable: tuple[str,
         return  # argparse's one line, naming the flag
     problems = refusal_problems(outcome.err)
     assert outcome.err.startswith("error: ") and problems, f"{argv}\n{text}"
-    unnamed = [p for p in problems if problem_setting(p) not in FIELDS and problem_setting(p) != "dry_run"]
+    unnamed = [p for p in problems if problem_setting(p) not in FIELDS and problem_setting(p) not in COMMAND_LINE_FLAGS]
     assert not unnamed, f"problems that name no setting: {unnamed}\nfor {argv}"
 
 

@@ -288,7 +288,7 @@ def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
     path = tmp_path / "model.pt"
     save_cartpole_model(path)
     proc = tool("ppo_dict.enjoy", str(tmp_path), "--model", str(path), "--seed", "-5")
-    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0\n"), proc.stderr
+    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0 (--help lists every flag)\n"), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     proc = tool("ppo_dict.export_onnx", str(path), "--out", str(path / "policy.onnx"))
     assert proc.returncode == 2 and proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"

@@ -76,7 +76,7 @@ def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(capsys, ru
     before = directory_bytes(run_dir)
     for dry_run in ((), ("--dry_run",)):
         proc = refused_here(capsys, *TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), *dry_run)
-        assert_refused(proc, f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, progress.csv); pass --resume "
+        assert_refused(proc, f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, monitor.csv, progress.csv); pass --resume "
                              f"{run_dir} to continue it, --overwrite True to replace it, or choose another --run_dir")
     assert directory_bytes(run_dir) == before
 
@@ -125,6 +125,11 @@ def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> N
     # The branch's log: the run's rows up to 128 (the same bytes), then its own.
     assert steps_of(branch) == [64, 128, 192, 256, 320]
     assert (branch / "progress.csv").read_text().splitlines()[1:3] == (run_dir / "progress.csv").read_text().splitlines()[1:3]
+    # Its monitor.csv: the run's header and its episodes up to 128 (as many as that checkpoint counted), then its own.
+    counted = int(load_model_state(str(older))["ep_total"])
+    run_lines, branch_lines = monitor_lines(run_dir), monitor_lines(branch)
+    assert 0 < counted < len(run_lines) - 2 and branch_lines[: 2 + counted] == run_lines[: 2 + counted]
+    assert len(branch_lines) - 2 == int(load_model_state(summary["checkpoint"])["ep_total"]) > counted
     # A second branch from the same checkpoint gets its own directory; the first is kept.
     again = run_cli("--resume", str(older), "--total_timesteps", "192")
     assert again.returncode == 0, again.stderr
@@ -145,12 +150,56 @@ def test_resume_in_place_keeps_the_rows_logged_after_its_checkpoint(run_dir) -> 
     """A run that went on past its last checkpoint (killed): its rows after it are kept in a file of their own."""
     for path in list_checkpoints(str(run_dir / "checkpoints"))[2:]:
         os.unlink(path)  # as if killed after logging 256 steps with its last checkpoint at 128
-    logged = (run_dir / "progress.csv").read_bytes()
+    logged, episodes = (run_dir / "progress.csv").read_bytes(), (run_dir / "monitor.csv").read_bytes()
+    counted = int(load_model_state(list_checkpoints(str(run_dir / "checkpoints"))[-1])["ep_total"])
     proc = run_cli("--resume", str(run_dir), "--total_timesteps", "192")
     assert proc.returncode == 0, proc.stderr
     assert "at 128 steps" in proc.stdout
     assert (run_dir / "progress.before_resume_at_128.csv").read_bytes() == logged
     assert steps_of(run_dir) == [64, 128, 192]
+    # monitor.csv: the episodes the checkpoint counted, then the resumed run's; the file as it was kept beside
+    assert (run_dir / "monitor.before_resume_at_128.csv").read_bytes() == episodes
+    lines = monitor_lines(run_dir)
+    assert lines[: 2 + counted] == episodes.decode().splitlines()[: 2 + counted]
+    assert len(lines) - 2 == int(load_model_state(summary_line(proc.stdout)["checkpoint"])["ep_total"]) > counted
+
+
+def monitor_lines(run_dir) -> list[str]:
+    return (run_dir / "monitor.csv").read_text().splitlines()
+
+
+def test_monitor_csv_is_sb3s_and_rl_zoos_plots_read_the_run(earlier_run, tmp_path, monkeypatch) -> None:
+    """``monitor.csv`` as sb3's Monitor writes it: sb3's ``load_results`` reads the run directory (one row per
+    training episode, the lengths summing to the steps of finished episodes), and so does rl-zoo's plot_train."""
+    pytest.importorskip("pandas", reason="sb3's load_results needs pandas (the test extra: pip install -e '.[test]')")
+    import json
+
+    from stable_baselines3.common.monitor import load_results
+    from stable_baselines3.common.results_plotter import X_TIMESTEPS, ts2xy
+
+    header, columns = monitor_lines(earlier_run)[:2]
+    assert json.loads(header[1:])["env_id"] == "CartPole-v1" and columns == "r,l,t"
+    frame = load_results(str(earlier_run))
+    last = load_model_state(str(earlier_run / "checkpoints" / "checkpoint_000000000256.pt"))
+    assert len(frame) == int(last["ep_total"]) and list(frame.columns[1:]) == ["r", "l", "t"]
+    assert (frame.r == frame.l).all() and 0 < frame.l.sum() <= 256  # CartPole: a reward of 1 a step
+    assert frame.r.tail(len(last["ep_r"])).tolist() == last["ep_r"].tolist()  # the last episodes are the ones the log's means took
+    steps, returns = ts2xy(frame, X_TIMESTEPS)
+    assert steps[-1] == frame.l.sum() and returns.tolist() == frame.r.tolist()
+    # rl-zoo's plot_train, on a log folder as rl-zoo lays it out (<folder>/<algo>/<env>_<n>), the run directory in it
+    pytest.importorskip("seaborn", reason="rl-zoo's plot scripts need seaborn (the test extra)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from rl_zoo3.plots import plot_train  # the function of rl_zoo3/plots/plot_train.py
+
+    shutil.copytree(earlier_run, tmp_path / "logs" / "ppo" / "CartPole-v1_1")
+    drawn = []
+    monkeypatch.setattr(plt, "show", lambda: drawn.extend(line.get_xydata() for line in plt.gca().lines))
+    monkeypatch.setattr(sys, "argv", ["plot_train", "-a", "ppo", "-e", "CartPole-v1", "-f", str(tmp_path / "logs"), "-w", "2"])
+    plot_train()
+    assert len(drawn) == 1 and drawn[0][-1, 0] == steps[-1]
 
 
 def popen_main(*argv: str) -> subprocess.Popen:

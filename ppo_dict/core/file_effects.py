@@ -1,7 +1,7 @@
 """What a config read from a file (a checkpoint's, a model file's) would run: modules it imports, programs it launches.
 
 A checkpoint holds plain values only (``torch.load(weights_only=True)``), but some of them name code:
-``gym_packages`` are imported, an env id ``gym_<module>:<id>`` imports its module (gymnasium's form), and a
+``gym_packages`` are imported, an env id ``<module>:<id>`` (or ``gym_<module>:<id>``) imports its module (gymnasium's form), and a
 Godot game's ``env_kwargs`` (``env_path``, ``project``, ``binary``, ``game_args``) choose the program launched.
 A setting typed on the command line is the user's own; one that comes from the file is said first, in one
 line (:func:`announce`), and ``--dry_run`` imports and launches none of them: it refuses the run, naming each.
@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Iterable
 
 from ppo_dict.core.errors import ConfigError
-from ppo_dict.envs import GODOT_PREFIX, GYM_PREFIX
+from ppo_dict.envs import gym_id_of, is_godot_name
 
 if TYPE_CHECKING:
     from ppo_dict.core.config import Config
@@ -28,11 +28,11 @@ def config_effects(cfg: "Config", typed: Iterable[str]) -> dict[str, str]:
     effects = {}
     if cfg.gym_packages and "gym_packages" not in typed:
         effects["gym_packages"] = f"imports the module(s) {', '.join(cfg.gym_packages)}"
-    gym_id = cfg.env[len(GYM_PREFIX):] if cfg.env.startswith(GYM_PREFIX) else ""
+    gym_id = gym_id_of(cfg.env)  # gym_<module>:<id> and <module>:<id> alike
     if ":" in gym_id and "env" not in typed:
         effects["env"] = f"imports the module {gym_id.partition(':')[0]} (gymnasium's <module>:<env id>)"
     program = {k: v for k, v in cfg.env_kwargs.items() if k in GODOT_PROGRAM_KWARGS and v is not None}
-    if cfg.env.startswith(GODOT_PREFIX) and program and "env_kwargs" not in typed:
+    if is_godot_name(cfg.env) and program and "env_kwargs" not in typed:
         effects["env_kwargs"] = "launches the Godot program of " + ", ".join(f"{k}={v!r}" for k, v in program.items())
     return effects
 

@@ -33,7 +33,7 @@ from gymnasium import spaces
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
+from ppo_dict.envs import channel_first_space, contains_image, gym_id_of
 from ppo_dict.interop.sb3_zip import class_name, gymnasium_unpatched, read_zip, refuse_unrebuilt, trust_warning  # noqa: F401
 from ppo_dict.interop.schedules import is_schedule_text
 from ppo_dict.interop.vecnormalize import read_statistics, statistics_candidates
@@ -106,7 +106,7 @@ def vecnormalize_candidates(zip_path: str, env: str) -> list[str]:
     """Where the statistics may lie: rl-zoo's ``<zip folder>/<env id>/``, then ``<zip without .zip>/``
     (ppo_dict's ``--export_sb3``; the same folder when the zip is named after the env, as rl-zoo names
     it); in each, ppo_dict's ``vecnormalize.npz`` before sb3's ``vecnormalize.pkl``."""
-    env_id = env[len(GYM_PREFIX):] if env.startswith(GYM_PREFIX) else env
+    env_id = gym_id_of(env) or env
     folders = [os.path.join(os.path.dirname(zip_path), env_id), zip_path[: -len(".zip")]]
     return statistics_candidates(list(dict.fromkeys(os.path.normpath(p) for p in folders)))
 

@@ -70,9 +70,15 @@ def write_model_file(ppo: "PPO", path: str) -> str:
     return path
 
 
-def write_config(cfg: "Config", path: str) -> str:
-    """The resolved config as JSON (lists for tuples), atomically; returns ``path``."""
-    atomic_write(path, lambda f: json.dump(config_values(cfg), f, indent=2), mode="w")
+def write_config(cfg: "Config", path: str, env_id: Optional[str] = None) -> str:
+    """The resolved config as JSON (lists for tuples), atomically, with ``env_id`` (the gymnasium id the env
+    resolved to) after ``env`` (as typed) where given; returns ``path``."""
+    values: dict[str, Any] = {}
+    for name, value in config_values(cfg).items():
+        values[name] = value
+        if name == "env" and env_id is not None:
+            values["env_id"] = env_id  # what ran, beside what was typed
+    atomic_write(path, lambda f: json.dump(values, f, indent=2), mode="w")
     return path
 
 

@@ -27,14 +27,15 @@ from typing import Any, Optional, TextIO
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.files import output_problem
 from ppo_dict.run.checkpoint import BEST_MODEL, CHECKPOINT_DIR, list_checkpoints
+from ppo_dict.run.monitor_csv import MONITOR
 
 LOCK_FILE = ".lock"
 BRANCHES = "branches"
 PROGRESS = "progress.csv"
 #: What a run writes into its directory: what ``--overwrite True`` removes (and nothing else).
-RUN_ENTRIES = ("config.json", PROGRESS, CHECKPOINT_DIR, "evaluations.npz", BEST_MODEL, "videos", "learning_curve.png",
+RUN_ENTRIES = ("config.json", PROGRESS, MONITOR, CHECKPOINT_DIR, "evaluations.npz", BEST_MODEL, "videos", "learning_curve.png",
                "wandb_run_id", "wandb", BRANCHES)
-_BEFORE_RESUME = re.compile(r"^progress\.before_resume_at_\d+\.csv$")
+_BEFORE_RESUME = re.compile(r"^(progress|monitor)\.before_resume_at_\d+\.csv$")
 
 
 def checkpoint_run_dir(file: str) -> str:

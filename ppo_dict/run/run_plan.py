@@ -97,20 +97,22 @@ def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: t
 
 
 def main_share_notice(cfg: Config, layout: Layout) -> str:
-    """The start line naming the envs the main process steps itself ("" where it steps none). A crash there
-    (a segfault in an env's native code) ends the whole run, where a worker's crash is a ``WorkerDiedError``."""
+    """The start line naming the envs the main process steps itself beside worker processes ("" where it steps
+    none, and where there is no worker process: every env in this process is sb3's own DummyVecEnv layout,
+    which the layout line says). A crash there (a segfault in an env's native code) ends the whole run,
+    where a worker's crash is a ``WorkerDiedError``."""
     n_envs, share = layout.n_envs, layout.main
-    if not share:
+    if not share or not layout.processes:
         return ""
     which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
-    isolate = "--main_steps_envs False" + (" with --num_workers 1 or more" if cfg.num_workers == 0 else "")
     return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
-            f"--resume auto continues it from its last checkpoint; {isolate} steps every env in a worker process instead, "
-            "where a crash is a WorkerDiedError")
+            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker process "
+            "instead, where a crash is a WorkerDiedError")
 
 
-def dry_run_text(cfg: Config, check: RunCheck) -> str:
-    """``--dry_run``'s report: what the checked run would be, and what it would ask of the machine."""
+def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
+    """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
+    from, said after its policy), and what it would ask of the machine."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
@@ -125,7 +127,7 @@ def dry_run_text(cfg: Config, check: RunCheck) -> str:
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
-        *filter(None, [policy_step_line(cfg, check.backend, cfg.layout(backend.unit), check.device)]),
+        *filter(None, [policy_step_line(cfg, check.backend, cfg.layout(backend.unit), check.device), hyperparams]),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
         f"workers {needs.worker_memory / MB:.0f} MB",
