@@ -27,6 +27,7 @@ from ppo_dict.algo.model import Model, build_normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.ppo import PPO as Trainer
+from ppo_dict.api import settings
 from ppo_dict.api.arguments import built_here, sb3_device
 from ppo_dict.api.checks import build_config
 from ppo_dict.api.envs import TrainingEnvs, classify
@@ -81,20 +82,32 @@ class Algorithm:
         if arguments["_init_setup_model"]:
             self._setup_model()
 
-    # ------------------------------------------------------------------ sb3's arguments, read-only
+    # ------------------------------------------------------------------ sb3's arguments as attributes (ppo_dict.api.settings)
     def __getattr__(self, name: str) -> Any:
         arguments = self.__dict__.get("_arguments", {})
         if name in arguments and name not in ("policy", "env"):
-            return arguments[name]
+            return settings.read(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """sb3's hyperparameters are the config's, fixed once built: setting one would change nothing, so it is an error
-        (``verbose`` and ``tensorboard_log`` apply at the next ``learn``, as in sb3; ``env`` is ``set_env``'s)."""
-        if name in self.__dict__.get("_arguments", ()) and name not in ("env", "verbose", "tensorboard_log"):
-            raise AttributeError(f"{type(self).__name__}.{name} is read-only in ppo_dict (its config is built once): "
-                                 f"give {name}= to the constructor, or to {type(self).__name__}.load(path, env, {name}=...)")
+        """sb3's hyperparameters, assignable between ``learn`` calls where sb3's are, with sb3's effect
+        (:mod:`ppo_dict.api.settings`); ``env`` is ``set_env``'s."""
+        if name in self.__dict__.get("_arguments", ()) and name != "env":
+            settings.assign(self, name, value)
+            return
         object.__setattr__(self, name, value)
+
+    @property
+    def lr_schedule(self) -> Any:
+        """sb3's ``lr_schedule``: the learning rate of each update, from the remaining progress (made from
+        ``learning_rate`` when the model is built; assign another to change the next updates', as in sb3)."""
+        return make_schedule(self.cfg.learning_rate) if self.trainer is None else self.trainer.lr_schedule
+
+    @lr_schedule.setter
+    def lr_schedule(self, schedule: Any) -> None:
+        if not callable(schedule):
+            raise TypeError(f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: 1e-4")
+        self._require_trainer().lr_schedule = schedule
 
     # ------------------------------------------------------------------ building the model
     def _setup_model(self) -> None:

@@ -82,11 +82,27 @@ class RolloutBufferView:
         self.storage: RolloutStorage = algorithm.trainer.storage
         self.observation_space, self.action_space = algorithm.observation_space, algorithm.action_space
         self.buffer_size, self.n_envs = self.storage.n_steps, self.storage.n_envs
-        self.gamma, self.gae_lambda = algorithm.trainer.cfg.gamma, algorithm.trainer.cfg.gae_lambda
         self.device = algorithm.device
         self.obs_shape, self.action_dim = get_obs_shape(self.observation_space), get_action_dim(self.action_space)
         if self.storage.action_masks is not None:
             self.mask_dims = self.storage.action_masks.shape[-1]
+
+    @property
+    def gamma(self) -> float:
+        """GAE's discount (sb3's buffer's: set once, with the model; assigning it changes the next rollout's GAE)."""
+        return self.algorithm.trainer.gae_gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        self.algorithm.trainer.gae_gamma = float(value)
+
+    @property
+    def gae_lambda(self) -> float:
+        return self.algorithm.trainer.gae_lambda
+
+    @gae_lambda.setter
+    def gae_lambda(self, value: float) -> None:
+        self.algorithm.trainer.gae_lambda = float(value)
 
     @property
     def pos(self) -> int:

@@ -69,12 +69,12 @@ def test_the_cuda_notice() -> None:
         torch.device("cuda"), 'device="cpu"')
 
 
-def test_hyperparameters_read_as_sb3s_attributes_and_setting_one_is_an_error() -> None:
+def test_hyperparameters_read_as_sb3s_attributes_and_setting_a_fixed_one_is_an_error() -> None:
     import ppo_dict
 
     model = ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=64, gamma=0.9, _init_setup_model=False)
     assert (model.n_steps, model.gamma, model.ent_coef, model.stats_window_size) == (64, 0.9, 0.0, 100)
-    with pytest.raises(AttributeError, match="n_steps is read-only"):
-        model.n_steps = 128
+    with pytest.raises(AttributeError, match="n_steps is fixed once the model is built"):
+        model.n_steps = 128  # the others: tests/api/test_settings.py
     model.verbose = 1  # applies at the next learn, as in sb3
     assert model.verbose == 1
