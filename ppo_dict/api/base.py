@@ -31,7 +31,9 @@ from ppo_dict.api import settings
 from ppo_dict.api.arguments import built_here, sb3_device
 from ppo_dict.api.checks import build_config
 from ppo_dict.api.envs import TrainingEnvs, classify
-from ppo_dict.api.learning import LoggerBridge, RolloutBufferView
+from ppo_dict.api.buffer import BufferState, RolloutBufferView
+from ppo_dict.api.carry import last_episode_starts, last_obs
+from ppo_dict.api.learning import LoggerBridge
 from ppo_dict.core.parse import make_schedule, parse_packages
 from ppo_dict.core.seeding import preserved_rng, set_random_seed
 from ppo_dict.envs import is_image_space, leaf_spaces
@@ -73,8 +75,9 @@ class Algorithm:
         self._logger: Optional[SB3Logger] = None
         self._custom_logger = False
         self._rollout_steps = 0  # env steps of the rollout in progress (sb3 counts them as they are taken)
-        self._buffer_pos = 0  # sb3's rollout_buffer.pos: the rollout steps stored so far
-        self._buffer_flat: Optional[dict[str, Any]] = None  # its arrays as its get() flattened them, until the next rollout
+        self._buffer = BufferState()  # what sb3's rollout_buffer holds besides the storage (ppo_dict.api.buffer)
+        self._carried: Optional[dict[str, Any]] = None  # the next rollout's start, kept between learn calls (ppo_dict.api.carry)
+        self._last_original_obs: Any = None  # sb3's: a VecNormalize's raw observations at the last reset
         self._total_timesteps, self._num_timesteps_at_start, self.start_time = 0, 0, 0.0
         self._current_progress_remaining = 1.0
         self._episode_num = 0
@@ -216,8 +219,18 @@ class Algorithm:
 
     @property
     def rollout_buffer(self) -> Optional[RolloutBufferView]:
-        """sb3's rollout buffer, on the rollout storage (:class:`~ppo_dict.api.learning.RolloutBufferView`)."""
+        """sb3's rollout buffer, on the rollout storage (:class:`~ppo_dict.api.buffer.RolloutBufferView`)."""
         return None if self.trainer is None else RolloutBufferView(self)
+
+    @property
+    def _last_obs(self) -> Any:
+        """sb3's: the observations the next rollout starts from, as the training vec env returned them (None before ``learn``)."""
+        return last_obs(self)
+
+    @property
+    def _last_episode_starts(self) -> Optional[np.ndarray]:
+        """sb3's: the envs whose episode starts with ``_last_obs``."""
+        return last_episode_starts(self)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """sb3's ``dump_logs`` (``LogEveryNTimesteps`` calls it): the rollout and time keys, then a dump."""

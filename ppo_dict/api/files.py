@@ -23,10 +23,11 @@ import zipfile
 from collections import deque
 from typing import Any, Optional
 
-from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
+from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, get_system_info
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
 from ppo_dict.api.arguments import EXTRAS, SAME_NAME
+from ppo_dict.api.carry import rnn_states
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
@@ -63,6 +64,10 @@ def sb3_model(algorithm: Algorithm) -> Any:
     model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
     model._total_timesteps, model._current_progress_remaining = algorithm._total_timesteps, algorithm._current_progress_remaining
     model._episode_num = algorithm._episode_num
+    model._last_obs, model._last_episode_starts = algorithm._last_obs, algorithm._last_episode_starts  # sb3's, from the last learn
+    model._last_original_obs = algorithm._last_original_obs
+    if algorithm.trainer is not None and algorithm.trainer.collector.states is not None and algorithm._carried is not None:
+        model._last_lstm_states = rnn_states(algorithm.trainer, 0)
     if algorithm.ep_info_buffer is not None:
         model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=100)
         model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=100)
@@ -97,6 +102,9 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
         return load_ppo_dict_file(cls, str(path), env, device, **kwargs)
     if trust_pickles:
         trust_warning([path if isinstance(path, (str, os.PathLike)) else "the zip given"])
+    if print_system_info:  # sb3's load prints this system's block, then its load_from_zip_file the saved model's
+        print("== CURRENT SYSTEM INFO ==")
+        get_system_info()
     data, params = read_zip(path, trust_pickles, device, custom_objects, print_system_info)
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
