@@ -62,7 +62,7 @@ class PPO:
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
-        self.episodes = EpisodeLog(self.storage.info_keywords)  # sb3's ep_info_buffer and ep_success_buffer
+        self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)  # sb3's ep_info_buffer and ep_success_buffer
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
         # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the bootstrap's)
         self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda

@@ -129,11 +129,11 @@ class Algorithm:
 
     def _build_policy(self, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[ActorCritic, torch.optim.Optimizer]:
         """sb3's policy construction: the networks (sb3's modules in sb3's order and initialisation; a features
-        extractor class of ``policy_kwargs`` called as sb3 calls it), then ``optimizer_class(parameters,
+        extractor class of ``policy_kwargs`` called as sb3 calls it, its ``activation_fn`` class), then ``optimizer_class(parameters,
         lr=lr_schedule(1), **optimizer_kwargs)``: Adam with ``eps=1e-5`` unless both are given, as sb3's."""
         given = built_here(self.policy_kwargs)
-        extractor = {k: v for k, v in given.items() if k.startswith("features_extractor")}
-        policy = build_policy(self.cfg, observation_space, action_space, **extractor).to(self.device)
+        modules = {k: v for k, v in given.items() if not k.startswith("optimizer")}  # the extractor's class, an activation's
+        policy = build_policy(self.cfg, observation_space, action_space, **modules).to(self.device)
         optimizer_class = given.get("optimizer_class") or torch.optim.Adam
         optimizer_kwargs = given.get("optimizer_kwargs")
         if optimizer_kwargs is None:  # sb3's ActorCriticPolicy: Adam's eps=1e-5 only where no optimizer_kwargs are given

@@ -69,8 +69,8 @@ def sb3_model(algorithm: Algorithm) -> Any:
     if algorithm.trainer is not None and algorithm.trainer.collector.states is not None and algorithm._carried is not None:
         model._last_lstm_states = rnn_states(algorithm.trainer, 0)
     if algorithm.ep_info_buffer is not None:
-        model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=100)
-        model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=100)
+        model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=algorithm.cfg.stats_window_size)
+        model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=algorithm.cfg.stats_window_size)
     return model
 
 
@@ -110,7 +110,7 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
     alias = policy_alias(cls, path, data.get("policy_class"))  # another algorithm's zip is named as such, not as unpickled
     names = cls.spec.signature().parameters
-    needed = [k for k in ("observation_space", "action_space", "policy_kwargs", *names) if k not in kwargs]
+    needed = [k for k in dict.fromkeys(("observation_space", "action_space", "policy_kwargs", *names)) if k not in kwargs]
     refuse_unrebuilt(path, data, needed, "Pass its value to load (as a keyword argument, or in custom_objects). ")
     stored = data.get("policy_kwargs")
     policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
@@ -122,6 +122,8 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
                          f"specified kwargs: {kwargs['policy_kwargs']}")
     # sb3's arguments only: the zip's n_envs is the saving model's, and the env given decides the count, as in sb3's load
     arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED and k not in EXTRAS}
+    if isinstance(data.get("_stats_window_size"), int):  # sb3 saves its argument under this name
+        arguments["stats_window_size"] = data["_stats_window_size"]
     arguments.update({**kwargs, "policy_kwargs": policy_kwargs})  # a policy_kwargs given equals the stored (checked above)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])

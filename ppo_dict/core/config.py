@@ -29,6 +29,8 @@ ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sig
 MODELS = ("mlp", "cnn", "mlp_lstm", "cnn_lstm")
 #: the recurrent models (sb3-contrib's RecurrentPPO: MlpLstmPolicy, CnnLstmPolicy; MultiInputLstmPolicy for Dict observations)
 RECURRENT_MODELS = ("mlp_lstm", "cnn_lstm")
+#: the keys of sb3-contrib's lstm_kwargs ppo_dict takes (nn.LSTM's arguments that keep the states' shapes)
+LSTM_KWARGS = ("dropout", "bias")
 #: ``(n_steps, batch_size)`` when not given: sb3's PPO's, and sb3-contrib's RecurrentPPO's for a recurrent model
 ROLLOUT_DEFAULTS = {False: (2048, 64), True: (128, 128)}
 MP_METHODS = ("forkserver", "spawn", "fork")
@@ -94,12 +96,14 @@ class Config:
     normalize_images: bool = _opt(True, "divide uint8 images by 255 in the forward pass", parse_bool, "policy")
     full_std: bool = _opt(True, "with use_sde: one std parameter per (latent feature, action) pair, else one per latent feature", parse_bool, "policy")
     use_expln: bool = _opt(False, "with use_sde: gSDE's expln() instead of exp() for the std (keeps it above zero, grows it slowly)", parse_bool, "policy")
+    squash_output: bool = _opt(False, "with use_sde: squash the actions into [-1, 1] with tanh and rescale them to the action bounds, instead of clipping them (sb3's squash_output)", parse_bool, "policy")
 
     # Recurrent policies (sb3-contrib RecurrentActorCriticPolicy keyword arguments), with --model mlp_lstm | cnn_lstm
     lstm_hidden_size: Optional[int] = _opt(None, "hidden units of each LSTM layer (None: 256, sb3-contrib's default)", none_or(int), "recurrent", range=(1, inf))
     n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, 100))
     shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own (None: False)", none_or(parse_bool), "recurrent")
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
+    lstm_kwargs: dict[str, Any] = _opt({}, f"keyword arguments of the LSTMs (sb3-contrib's lstm_kwargs), of {' and '.join(LSTM_KWARGS)}: dict(dropout=0.1)", parse_kwargs, "recurrent")
     lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
@@ -147,6 +151,7 @@ class Config:
     torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
     update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle (None: the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads; torch_threads for a recurrent model, whose update shapes change between updates)", none_or(int), "system", range=(1, inf))
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
+    stats_window_size: int = _opt(100, "the last episodes rollout/ep_rew_mean and the other rollout/* means are taken over (sb3's stats_window_size)", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
     export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", none_or(str), "system")
@@ -214,7 +219,8 @@ class Config:
     def lstm_settings(self) -> dict[str, Any]:
         """sb3-contrib's LSTM keyword arguments, each unset one at its default."""
         return dict(lstm_hidden_size=self.lstm_hidden_size or 256, n_lstm_layers=self.n_lstm_layers or 1,
-                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False)
+                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False,
+                    lstm_kwargs=dict(self.lstm_kwargs))
 
     def layout(self, unit: int = 1) -> Layout:
         """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable
@@ -279,6 +285,8 @@ class Config:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
         problems += self._recurrent_problems()
+        if self.squash_output and not self.use_sde:
+            problems.append("squash_output=True: only with --use_sde (sb3: squash_output=True is only available when using gSDE)")
         if self.action_masks and self.use_sde:
             problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde")
         if self.atari_wrapper and self.pixel_obs_wrapper:
@@ -309,11 +317,17 @@ class Config:
     def _recurrent_problems(self) -> list[str]:
         """The LSTM flags: set only with a recurrent model, in a combination sb3-contrib takes."""
         lstm_flags = {"lstm_hidden_size": self.lstm_hidden_size, "n_lstm_layers": self.n_lstm_layers,
-                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm}
+                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm, "lstm_kwargs": self.lstm_kwargs or None}
         if not self.recurrent:
             return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
                     for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items() if value is not None]
         problems = []
+        dropout, bias = self.lstm_kwargs.get("dropout", 0.0), self.lstm_kwargs.get("bias", True)
+        if set(self.lstm_kwargs) - set(LSTM_KWARGS):
+            problems.append(f"lstm_kwargs={self.lstm_kwargs!r}: ppo_dict takes {' and '.join(LSTM_KWARGS)} (the LSTM states it carries "
+                            "are sb3-contrib's [n_lstm_layers, n_envs, lstm_hidden_size], which the others change or do not keep)")
+        elif isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or not isinstance(bias, bool):
+            problems.append(f"lstm_kwargs={self.lstm_kwargs!r}: dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
         settings = self.lstm_settings
         if settings["shared_lstm"] and settings["enable_critic_lstm"]:
             problems.append("shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, "
