@@ -9,6 +9,7 @@ the values ``ppo_dict.run.cli.config_from_flags`` reads, the command line's one 
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Optional
 
@@ -134,6 +135,16 @@ def sb3_policy_alias(policy: Any, policy_classes: dict[str, str]) -> Optional[st
     return None
 
 
+def own_policy_class(policy: Any, base: Optional[str]) -> Optional[type]:
+    """``policy`` if it is a class of the script's own that ppo_dict trains through its methods: a subclass of
+    ``base`` (``"module:Class"``, the algorithm's sb3 policy class; not sb3-contrib's recurrent one), else None."""
+    if base is None or not isinstance(policy, type):
+        return None
+    module, _, name = base.partition(":")
+    recurrent = any(c.__name__ == "RecurrentActorCriticPolicy" and c.__module__.startswith("sb3_contrib") for c in policy.__mro__)
+    return policy if issubclass(policy, getattr(importlib.import_module(module), name)) and not recurrent else None
+
+
 def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     """Whether a policy keyword argument ppo_dict has no field for asks for what it builds anyway."""
     if name == "lstm_kwargs":
@@ -143,10 +154,10 @@ def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     return False
 
 
-def unsupported(arguments: dict[str, Any], alias: Optional[str],
-                aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")) -> list[str]:
+def unsupported(arguments: dict[str, Any], alias: Optional[str], aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy"),
+                base: Optional[str] = None) -> list[str]:
     """The sb3 arguments given with a value ppo_dict does not implement, each by name (``alias``: the policy's,
-    None for a class of the user's; ``aliases``: the algorithm's policies)."""
+    None for a class of the user's; ``aliases``: the algorithm's policies; ``base``: the sb3 class its own classes subclass)."""
     def is_default(name: str, value: Any) -> bool:
         saved = SAVED_DEFAULTS.get(name, ())
         sb3s = getattr(value, "__name__", None) in saved and getattr(value, "__module__", None) in BUFFER_MODULES
@@ -154,10 +165,10 @@ def unsupported(arguments: dict[str, Any], alias: Optional[str],
 
     problems = [f"{name}={arguments[name]!r}: not supported (ppo_dict implements {default!r} only)"
                 for name, default in DEFAULT_ONLY.items() if name in arguments and not is_default(name, arguments[name])]
-    if alias is None:
-        problems.append(f"policy={arguments.get('policy')!r}: a custom policy class is not supported ({', '.join(aliases[:-1])} and "
-                        f"{aliases[-1]} are, and sb3's own classes of them: ppo_dict builds them itself; a custom network is "
-                        "policy_kwargs' features_extractor_class and net_arch)")
+    if alias is None and own_policy_class(arguments.get("policy"), base) is None:
+        own = f"a subclass of {base.replace(':', '.')}" if base else "no policy class of the script's own (RecurrentPPO's LSTM passes are ppo_dict's)"
+        problems.append(f"policy={arguments.get('policy')!r}: not a policy ppo_dict trains: {', '.join(aliases[:-1])} and {aliases[-1]}, "
+                        f"sb3's own classes of them, or {own} (a custom network is also policy_kwargs' features_extractor_class and net_arch)")
     return problems
 
 

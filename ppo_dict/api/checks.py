@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ppo_dict.api.arguments import built_here, config_values, model_of, policy_problems, policy_values, sb3_policy_alias, unsupported
+from ppo_dict.api.arguments import (built_here, config_values, model_of, own_policy_class, policy_problems, policy_values, sb3_policy_alias,
+                                    unsupported)
 from ppo_dict.api.envs import TrainingEnvs
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
@@ -61,7 +62,8 @@ def vec_env_problems(cfg: Config, envs: TrainingEnvs) -> list[str]:
 def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], envs: Optional[TrainingEnvs]) -> Config:
     """The run's :class:`Config` (``spec``: the algorithm's table entry); raises one ConfigError listing every problem."""
     alias = sb3_policy_alias(arguments["policy"], spec.policy_classes)
-    problems = unsupported(arguments, alias, tuple(spec.policies))
+    problems = unsupported(arguments, alias, tuple(spec.policies), spec.policy_base)
+    own = own_policy_class(arguments["policy"], spec.policy_base) if alias is None else None
     values, env_problem_list = env_values(envs, extras)
     problems += env_problem_list
     observation_space = None if envs is None else envs.vec_env.observation_space
@@ -71,7 +73,9 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
     if alias in spec.policies:
         model = spec.policies[alias] if observation_space is None else model_of(spec.policies[alias], observation_space, spec.model_suffix)
         problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
-    policy, policy_kwargs_problems = policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
+    elif own is not None and observation_space is not None:  # the class builds its networks: the model only names the observation's kind
+        model = model_of(None, observation_space)
+    policy, policy_kwargs_problems = ({}, []) if own is not None else policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
     problems += policy_kwargs_problems
     extractor = built_here(arguments.get("policy_kwargs")).get("features_extractor_class")
     if getattr(extractor, "__name__", None) == "NatureCNN" and observation_space is not None and not is_image_space(observation_space):

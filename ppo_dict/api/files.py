@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 import zipfile
 from collections import deque
@@ -26,7 +25,7 @@ from typing import Any, Optional
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, get_system_info
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
-from ppo_dict.api.arguments import EXTRAS, SAME_NAME
+from ppo_dict.api.arguments import EXTRAS, SAME_NAME, own_policy_class
 from ppo_dict.api.carry import rnn_states
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
@@ -53,7 +52,7 @@ def sb3_model(algorithm: Algorithm) -> Any:
         model.action_space = copy.deepcopy(algorithm.action_space)
         model.n_envs = algorithm.n_envs or 1
         model._setup_lr_schedule()  # sb3's _setup_model without its seeding and its rollout buffer
-        takes_sde = "use_sde" in inspect.signature(model.policy_class).parameters
+        takes_sde = not algorithm.cfg.action_masks  # sb3-contrib's MaskablePPO passes its policies no use_sde (a class of the script's neither)
         model.policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule,
                                           **({"use_sde": model.use_sde} if takes_sde else {}), **model.policy_kwargs)
         model.clip_range = FloatSchedule(model.clip_range)
@@ -134,7 +133,7 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     model._setup_model()
     model.set_parameters(params, exact_match=True, device=device)
     continue_counters(model, data)
-    if model.policy.use_sde:
+    if model.cfg.use_sde:
         model.policy.reset_noise()  # sb3's load ends so: an exploration matrix from the loaded log_std (torch RNG draws)
     return model
 
@@ -145,11 +144,19 @@ def schedule(value: Any) -> Any:
     return zip_schedule(value) if is_schedule_text(value) else value
 
 
-def policy_alias(cls: type, path: Any, policy_class: Any) -> str:
-    """The alias of a zip's policy class, or a CheckpointError naming what the zip holds."""
+def policy_alias(cls: type, path: Any, policy_class: Any) -> Any:
+    """The alias of a zip's policy class (a class of the script's own, given as ``custom_objects``' ``policy_class``:
+    the class), or a CheckpointError naming what the zip holds."""
+    own = own_policy_class(policy_class, cls.spec.policy_base)
+    if own is not None:
+        return own
     module, name = class_name(policy_class)
-    if name in cls.spec.policy_classes and module.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
+    sb3s = module.split(".")[0] in ("stable_baselines3", "sb3_contrib")
+    if name in cls.spec.policy_classes and sb3s:
         return cls.spec.policy_classes[name]
+    if not sb3s and cls.spec.policy_base is not None and isinstance(policy_class, Unrebuilt):
+        raise CheckpointError(f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not unpickle "
+                              f"from a file: pass the class, {cls.spec.name}.load(path, custom_objects={{'policy_class': {name}}})")
     raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load takes a zip "
                           f"saved by {cls.spec.sb3_class.replace(':', '.')}")
 
