@@ -32,7 +32,7 @@ from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
-from ppo_dict.interop.schedules import is_schedule_text, zip_schedule
+from ppo_dict.interop.schedules import custom_objects_line, is_schedule_text, zip_schedule
 from ppo_dict.interop.sb3_zip import Unrebuilt, class_name, read_zip, refuse_unrebuilt, trust_warning
 from ppo_dict.run.checkpoint import restore
 
@@ -41,6 +41,8 @@ from ppo_dict.run.checkpoint import restore
 Algorithm = Any
 #: sb3 arguments that are not hyperparameters a zip holds
 NOT_SAVED = ("policy", "env", "device", "_init_setup_model")
+#: sb3's arguments that are schedules (a function of the script's, in a zip, is a pickle)
+SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 
 
 def sb3_model(algorithm: Algorithm) -> Any:
@@ -110,7 +112,7 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     alias = policy_alias(cls, path, data.get("policy_class"))  # another algorithm's zip is named as such, not as unpickled
     names = cls.spec.signature().parameters
     needed = [k for k in dict.fromkeys(("observation_space", "action_space", "policy_kwargs", *names)) if k not in kwargs]
-    refuse_unrebuilt(path, data, needed, "Pass its value to load (as a keyword argument, or in custom_objects). ")
+    refuse_unrebuilt(path, data, needed, what_to_pass(cls.spec.name, data, needed))
     stored = data.get("policy_kwargs")
     policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
     policy_kwargs.pop("device", None)
@@ -136,6 +138,16 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     if model.cfg.use_sde:
         model.policy.reset_noise()  # sb3's load ends so: an exploration matrix from the loaded log_std (torch RNG draws)
     return model
+
+
+def what_to_pass(algorithm: str, data: dict[str, Any], needed: list[str]) -> str:
+    """The refusal's advice for the values not rebuilt: the ``custom_objects`` line of the schedules, named as the
+    zip's JSON names their functions (the learning rate's by its ``lr_schedule``), and where to pass the others."""
+    unrebuilt = [key for key in needed if isinstance(data.get(key), Unrebuilt)]
+    schedules = {key: data.get("lr_schedule" if key == "learning_rate" else key) for key in unrebuilt if key in SCHEDULE_KEYS}
+    functions = {key: named.name if isinstance(named, Unrebuilt) else "" for key, named in schedules.items()}
+    advice = f"Pass the schedules your script gave: {custom_objects_line(algorithm, functions)}. " if functions else ""
+    return advice + ("Pass its value to load (as a keyword argument, or in custom_objects). " if len(unrebuilt) > len(functions) else "")
 
 
 def schedule(value: Any) -> Any:
