@@ -5,7 +5,9 @@ policy, normaliser and spaces are the :class:`~ppo_dict.algo.model.Model` that p
 hold (``trainer.model``: the same objects, no copies). ``predict`` is that Model's predict on the
 observations the training vec env gives (after its ``VecNormalize``, as sb3's predict takes them);
 ``save`` writes sb3's zip of it; ``load`` reads sb3's zips and ppo_dict's model files
-(``ppo_dict.api.files``); ``learn`` is sb3's loop with its callbacks (``ppo_dict.api.learning``).
+(``ppo_dict.api.files``); ``learn`` is sb3's loop with its callbacks (``ppo_dict.api.learning``). The model is
+built as sb3's ``_setup_model`` builds it (``ppo_dict.api.building``); sb3's arguments read and assign as its
+attributes do (``ppo_dict.api.settings``); a policy class of the script's own predicts itself.
 """
 from __future__ import annotations
 
