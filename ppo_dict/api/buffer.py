@@ -1,8 +1,8 @@
 """sb3's ``model.rollout_buffer`` on the rollout storage: during a rollout, at its end, and as ``learn`` leaves it.
 
 :class:`RolloutBufferView` reads the storage itself while a rollout runs, and what sb3's buffer holds
-once ``learn`` returns from copies :func:`keep_after_learn` made (the storage's first row is the next
-rollout's start by then, and a script may step the training envs between two ``learn`` calls): after a
+once ``learn`` returns from the storage and the copies :func:`keep_after_learn` made of its first rows (the
+next rollout's start by then, and what a script's steps of the training envs write): after a
 rollout that was trained on, the arrays sb3's ``get()`` flattened (``[n_steps * n_envs, ...]``: the
 observations, actions, values, log-probs, advantages and returns, MaskablePPO's masks, RecurrentPPO's
 states and episode starts) and the others as they were; after a rollout a callback stopped, the steps
@@ -37,46 +37,63 @@ FLATTENED_RECURRENT = ("observations", "actions", "values", "log_probs", "advant
 @dataclass
 class BufferState:
     """What the view reads besides the storage: ``pos`` (the steps added so far), ``flat`` (the arrays a
-    callback's ``get()`` flattened, until the next rollout), ``kept`` (the arrays ``learn`` left, with
-    ``generator_ready``), ``first`` (copies of the rollout's first row, which the next one's start overwrites)."""
+    callback's ``get()`` flattened, until the next rollout), ``first`` (copies of the rollout's first row,
+    which the next one's start overwrites), ``left`` (what ``learn`` left: ``(pos, trained, copies of row 1)``,
+    which a script's steps of the training envs overwrite) and ``kept`` (its arrays, made at the first read)."""
 
     pos: int = 0
     flat: Optional[dict[str, Any]] = None
-    kept: Optional[dict[str, Any]] = None
-    ready: bool = False
     first: dict[str, Any] = field(default_factory=dict)
+    left: Optional[tuple[int, bool, dict[str, Any]]] = None
+    kept: Optional[dict[str, Any]] = None
 
     def new_rollout(self, storage: RolloutStorage) -> None:
         """sb3's ``rollout_buffer.reset()``: nothing added, nothing flattened; the first row kept (it is final once the rollout starts)."""
-        self.pos, self.flat, self.kept, self.ready = 0, None, None, False
-        self.first = first_rows(storage)
+        self.pos, self.flat, self.left, self.kept = 0, None, None, None
+        self.first = rows_of(storage, 0)
+
+    def arrays(self, storage: RolloutStorage) -> Optional[dict[str, Any]]:
+        """The arrays sb3's buffer holds once ``learn`` returned (None during a rollout), made from the storage at the first read."""
+        if self.kept is None and self.left is not None:
+            pos, trained, second = self.left
+            self.kept = sb3_arrays(storage, (self.first, second), pos)
+            if trained:
+                for name in FLATTENED_RECURRENT if storage.lstm_states is not None else FLATTENED:
+                    if name in STATE_NAMES:
+                        self.kept[name] = self.kept[name].swapaxes(1, 2)
+                    if name in self.kept:
+                        self.kept[name] = flatten(self.kept[name])
+        return self.kept
 
 
-def first_rows(storage: RolloutStorage) -> dict[str, Any]:
-    """Copies of row 0 of the observations as the policy sees them, of MaskablePPO's masks and RecurrentPPO's states."""
-    rows: dict[str, Any] = {"observations": {key: arr[0].copy() for key, arr in storage.obs.items()}}
+def rows_of(storage: RolloutStorage, row: int) -> dict[str, Any]:
+    """Copies of row ``row`` of the observations as the policy sees them, of MaskablePPO's masks and RecurrentPPO's states."""
+    if row >= storage.n_steps:
+        return {}
+    rows: dict[str, Any] = {"observations": {key: arr[row].copy() for key, arr in storage.obs.items()}}
     if storage.action_masks is not None:
-        rows["action_masks"] = storage.action_masks[0].astype(np.float32)
+        rows["action_masks"] = storage.action_masks[row].astype(np.float32)
     if storage.lstm_states is not None:
-        rows.update({name: storage.lstm_states.rollout(name)[0].copy() for name in STATE_NAMES})
+        rows.update({name: storage.lstm_states.rollout(name)[row].copy() for name in STATE_NAMES})
     return rows
 
 
-def sb3_arrays(storage: RolloutStorage, first: dict[str, Any], pos: int) -> dict[str, Any]:
-    """sb3's buffer's arrays ``[n_steps, n_envs, ...]`` (copies, in its dtypes) of the rollout in storage,
-    its first row from ``first``; past ``pos`` (a stopped rollout) zeros, MaskablePPO's masks ones, as ``reset()`` left them."""
+def sb3_arrays(storage: RolloutStorage, saved: tuple[dict[str, Any], ...], pos: int) -> dict[str, Any]:
+    """sb3's buffer's arrays ``[n_steps, n_envs, ...]`` (copies, in its dtypes) of the rollout in storage, its rows
+    0, 1... from ``saved`` (:func:`rows_of`); past ``pos`` (a stopped rollout) zeros, MaskablePPO's masks ones, as ``reset()`` left them."""
     obs = {key: arr[: storage.n_steps].copy() for key, arr in storage.obs.items()}
-    for key, row in first["observations"].items():
-        obs[key][0] = row
-    arrays: dict[str, Any] = {"observations": storage.as_policy_input(obs)}
-    arrays.update({name: getattr(storage, name).copy() for name in ARRAYS})
+    arrays: dict[str, Any] = {name: getattr(storage, name).copy() for name in ARRAYS}
     if storage.action_masks is not None:
         arrays["action_masks"] = storage.action_masks[: storage.n_steps].astype(np.float32)
-        arrays["action_masks"][0] = first["action_masks"]
     if storage.lstm_states is not None:
-        for name in STATE_NAMES:
-            arrays[name] = storage.lstm_states.rollout(name).copy()
-            arrays[name][0] = first[name]
+        arrays.update({name: storage.lstm_states.rollout(name).copy() for name in STATE_NAMES})
+    for row, rows in enumerate(saved):
+        for key, values in rows.get("observations", {}).items():
+            obs[key][row] = values
+        for name in ("action_masks", *STATE_NAMES):
+            if name in rows:
+                arrays[name][row] = rows[name]
+    arrays["observations"] = storage.as_policy_input(obs)
     if pos < storage.n_steps:
         for name, array in arrays.items():
             for part in (array.values() if isinstance(array, dict) else [array]):
@@ -87,20 +104,12 @@ def sb3_arrays(storage: RolloutStorage, first: dict[str, Any], pos: int) -> dict
 
 
 def keep_after_learn(algorithm: Algorithm, storage: RolloutStorage, trained: bool) -> None:
-    """What sb3's buffer holds once ``learn`` returns (module doc), from the storage before anything changes it;
-    ``trained``: the last rollout was complete and trained on (else a callback stopped it at ``pos``)."""
+    """What sb3's buffer holds once ``learn`` returns (module doc): the storage's rollout, less the rows a script's
+    steps of the training envs may write (copied here); ``trained``: the last rollout was complete and trained on
+    (else a callback stopped it at ``pos``)."""
     state: BufferState = algorithm._buffer
-    if not state.first:  # no rollout ran: sb3's buffer is as the last one left it
-        return
-    arrays = sb3_arrays(storage, state.first, storage.n_steps if trained else state.pos)
-    if trained:
-        recurrent = storage.lstm_states is not None
-        for name in FLATTENED_RECURRENT if recurrent else FLATTENED:
-            if name in STATE_NAMES:
-                arrays[name] = arrays[name].swapaxes(1, 2)
-            if name in arrays:
-                arrays[name] = flatten(arrays[name])
-    state.kept, state.ready, state.flat = arrays, trained, None
+    if state.first:  # else no rollout ran: sb3's buffer is as the last one left it
+        state.left, state.kept, state.flat = (storage.n_steps if trained else state.pos, trained, rows_of(storage, 1)), None, None
 
 
 def flatten(array: Any) -> Any:
@@ -168,10 +177,10 @@ class RolloutBufferView:
     @property
     def generator_ready(self) -> bool:
         """Whether ``get()`` flattened the arrays it samples (until the next rollout)."""
-        return self.state.ready if self.state.kept is not None else self.state.flat is not None
+        return self.state.left[1] if self.state.left is not None else self.state.flat is not None
 
     def _kept(self, name: str) -> Any:
-        for arrays in (self.state.kept, self.state.flat):
+        for arrays in (self.state.arrays(self.storage), self.state.flat):
             if arrays is not None and name in arrays:
                 return arrays[name]
         return None
@@ -215,7 +224,7 @@ class RolloutBufferView:
             masked = self.storage.action_masks is not None
             names = ("observations", "actions", "values", "log_probs", "advantages", "returns") + (("action_masks",) if masked else ())
             self.state.flat = {name: flatten(getattr(self, name)) for name in names}
-        flat = self.state.kept if self.state.kept is not None else self.state.flat
+        flat = self.state.arrays(self.storage) or self.state.flat
         batch_size = self.buffer_size * self.n_envs if batch_size is None else batch_size
         for start in range(0, self.buffer_size * self.n_envs, batch_size):
             yield self._get_samples(flat, indices[start:start + batch_size])

@@ -87,8 +87,25 @@ def masked_stop(api: SimpleNamespace, tmp: str, record: Record) -> None:
     model.learn(256, callback=Watch(record, stop_at=45))
     record.results["stopped"] = (buffer_of(model), np.array(model.rollout_buffer.action_masks), model._last_obs.copy())
     record.results["evaluated"] = evaluate_policy(model, model.get_env(), n_eval_episodes=3)
+    record.results["evaluated_buffer"] = buffer_of(model)  # the evaluation stepped the envs: sb3's buffer is as learn left it
     model.learn(64, reset_num_timesteps=False, callback=Watch(record))
     record.results["after"] = (buffer_of(model), np.array(model.rollout_buffer.action_masks))
+    record.keep("trained", model)
+    env.close()
+
+
+def evaluate_between(api: SimpleNamespace, tmp: str, record: Record) -> None:
+    """The training envs evaluated between two learn calls: the buffer as learn left it, the next rollout from _last_obs."""
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=6)
+    model = api.PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, verbose=0)
+    record.attach(model)
+    model.learn(64, callback=Watch(record))
+    last_obs = model._last_obs.copy()
+    record.results["evaluated"] = evaluate_policy(model, model.get_env(), n_eval_episodes=1)
+    record.results["after"] = (buffer_of(model), last_obs, model._last_obs)
+    model.learn(64, reset_num_timesteps=False, callback=Watch(record))
     record.keep("trained", model)
     env.close()
 
@@ -105,11 +122,11 @@ def vec_monitor(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env.close()
 
 
-SCRIPTS = {"normalized": normalized, "masked_stop": masked_stop, "vec_monitor": vec_monitor}
+SCRIPTS = {"normalized": normalized, "masked_stop": masked_stop, "evaluate_between": evaluate_between, "vec_monitor": vec_monitor}
 
 
 @pytest.mark.parametrize("name,which", [("normalized", "ppo_dict_envs"), ("normalized", "ppo_dict"), ("masked_stop", "ppo_dict_envs"),
-                                        ("vec_monitor", "ppo_dict_envs")])
+                                        ("evaluate_between", "ppo_dict_envs"), ("vec_monitor", "ppo_dict_envs")])
 def test_what_learn_leaves_is_sb3s(name: str, which: str, tmp_path) -> None:
     import warnings
 
