@@ -3,7 +3,7 @@
 An algorithm's arguments (``ppo_dict.api.algorithms``) are sb3's own, bound against the sb3 class's
 signature (the same names, order and defaults), plus ppo_dict's settings as keyword-only
 arguments with the command line's names (:data:`EXTRAS`). :func:`config_values` turns them into
-the values ``ppo_dict.run.cli.config_from_flags`` reads, the command line's one path to a
+the values ``ppo_dict.run.cli.read_config`` reads, the command line's one path to a
 :class:`~ppo_dict.core.config.Config`; what ppo_dict does not implement is listed by
 :func:`unsupported`, each by name, in the same error as every other problem.
 """

@@ -16,7 +16,7 @@ from ppo_dict.data.masking import METHOD
 from ppo_dict.core.machine import Machine
 from ppo_dict.envs import is_image_space
 from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
-from ppo_dict.run.cli import config_from_flags
+from ppo_dict.run.cli import read_config
 
 
 def env_values(envs: Optional[TrainingEnvs], extras: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -82,11 +82,8 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         problems.append(f"policy_kwargs features_extractor_class=NatureCNN: You should use NatureCNN only with images not with "
                         f"{observation_space} (sb3's words)")
     values.update(config_values(arguments, extras, spec.fixed), **policy, **({} if model is None else {"model": model}))
-    try:
-        cfg = config_from_flags(values)
-    except ConfigError as exc:
-        raise ConfigError(problems + exc.problems) from None
-    problems += cfg.problems()
+    cfg, unreadable = read_config(values)  # a value no parser reads is listed with every other problem (the rest checked on its default)
+    problems += list(unreadable.values()) + cfg.problems()
     if envs is not None and not problems:
         found = env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
         if envs.facade is not None and not found:  # the pool to start: the machine's resources, judged as the command line's

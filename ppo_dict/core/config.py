@@ -23,14 +23,13 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import physical_cores  # noqa: F401  (re-exported: the trainer and benchmarks ask it here)
-from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule
+from ppo_dict.core.parse import (LSTM_KWARGS, NetArch, none_or, parse_bool, parse_kwargs, parse_lstm_kwargs, parse_net_arch, parse_packages,
+                                 parse_schedule)
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn", "mlp_lstm", "cnn_lstm")
 #: the recurrent models (sb3-contrib's RecurrentPPO: MlpLstmPolicy, CnnLstmPolicy; MultiInputLstmPolicy for Dict observations)
 RECURRENT_MODELS = ("mlp_lstm", "cnn_lstm")
-#: the keys of sb3-contrib's lstm_kwargs ppo_dict takes (nn.LSTM's arguments that keep the states' shapes)
-LSTM_KWARGS = ("dropout", "bias")
 #: ``(n_steps, batch_size)`` when not given: sb3's PPO's, and sb3-contrib's RecurrentPPO's for a recurrent model
 ROLLOUT_DEFAULTS = {False: (2048, 64), True: (128, 128)}
 MP_METHODS = ("forkserver", "spawn", "fork")
@@ -103,7 +102,7 @@ class Config:
     n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers (None: 1)", none_or(int), "recurrent", range=(1, 100))
     shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own (None: False)", none_or(parse_bool), "recurrent")
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own (None: True); with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent")
-    lstm_kwargs: dict[str, Any] = _opt({}, f"keyword arguments of the LSTMs (sb3-contrib's lstm_kwargs), of {' and '.join(LSTM_KWARGS)}: dict(dropout=0.1)", parse_kwargs, "recurrent")
+    lstm_kwargs: dict[str, Any] = _opt({}, f"keyword arguments of the LSTMs (sb3-contrib's lstm_kwargs), of {' and '.join(LSTM_KWARGS)}: dict(dropout=0.1)", parse_lstm_kwargs, "recurrent")
     lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
@@ -322,12 +321,6 @@ class Config:
             return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
                     for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items() if value is not None]
         problems = []
-        dropout, bias = self.lstm_kwargs.get("dropout", 0.0), self.lstm_kwargs.get("bias", True)
-        if set(self.lstm_kwargs) - set(LSTM_KWARGS):
-            problems.append(f"lstm_kwargs={self.lstm_kwargs!r}: ppo_dict takes {' and '.join(LSTM_KWARGS)} (the LSTM states it carries "
-                            "are sb3-contrib's [n_lstm_layers, n_envs, lstm_hidden_size], which the others change or do not keep)")
-        elif isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or not isinstance(bias, bool):
-            problems.append(f"lstm_kwargs={self.lstm_kwargs!r}: dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
         settings = self.lstm_settings
         if settings["shared_lstm"] and settings["enable_critic_lstm"]:
             problems.append("shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, "
