@@ -16,8 +16,8 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.core.parse import NetArch
 from ppo_dict.algo.policy_surface import PolicySurface
+from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.distributions import Distribution, GSDENoise
 from ppo_dict.data.storage import TensorObs
