@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, problem_setting
 from ppo_dict.core.fields import reads_bool
-from ppo_dict.core.parse import parse_kwargs, parse_packages, parse_schedule
+from ppo_dict.core.parse import parse_kwargs, parse_lstm_kwargs, parse_packages, parse_schedule
 from ppo_dict.run.cli import COMMAND_LINE_FLAGS
 
 #: Cheap envs to build (a probe builds one), with packages that register some; and names that are not envs.
@@ -78,6 +78,9 @@ def field_values(f: dataclasses.Field, folder: str, good_only: bool = False) -> 
         return schedule_values(f.name, bounds, good_only)
     if parse is parse_kwargs:
         return kwargs_values(good_only)
+    if parse is parse_lstm_kwargs:  # its keys refused out of a recurrent model: empty ones are the good values anywhere
+        good = st.sampled_from(["{}", "dict()"])
+        return good if good_only else st.one_of(good, st.sampled_from(["dict(dropout=0.1)", "dict(bidirectional=True)", "dict(dropout=2)", "[1]"]))
     if parse is parse_packages:
         good = st.sampled_from(["", "is_success", "distance", "a,b"])
         return good if good_only else st.one_of(good, st.sampled_from(["r", "a,a", "l,t", ",", "x y x"]))

@@ -57,6 +57,7 @@ VALUE_KINDS = {
     "parse_schedule": "a number, or `lin_<x>` (linear from x to 0)",
     "parse_net_arch": "layer sizes: `64,64`, `pi=256,256;vf=256,256`, `[256, 256]`, `dict(pi=[256], vf=[256])`",
     "parse_kwargs": "keyword arguments: `dict(key=value, ...)`, or rl-zoo's `key:value` words",
+    "parse_lstm_kwargs": "keyword arguments of the LSTMs: `dict(dropout=0.1, bias=True)`",
     "parse_packages": "names, separated by commas or spaces",
     "parse_words": "a file (or `rl_zoo3`) and rl-zoo's `key:value` words",
     "int": "an integer",

@@ -62,8 +62,10 @@ class PPO:
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
-        self.episodes = EpisodeLog(self.storage.info_keywords)  # sb3's ep_info_buffer and ep_success_buffer
+        self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)  # sb3's ep_info_buffer and ep_success_buffer
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
+        # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the bootstrap's)
+        self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
@@ -190,7 +192,7 @@ class PPO:
         last_values = self.last_values = self.collector.last_values()
         s.advantages[...], s.returns[...] = compute_gae(
             s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self.collector.last_dones,
-            self.cfg.gamma, self.cfg.gae_lambda,
+            self.gae_gamma, self.gae_lambda,
         )
 
     def train(self, progress_remaining: float) -> dict[str, float]:

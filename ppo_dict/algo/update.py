@@ -279,7 +279,7 @@ def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, 
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
     value_loss = F.mse_loss(batch.returns, values_pred)
-    entropy_loss = -torch.mean(entropy)
+    entropy_loss = -torch.mean(-log_prob) if entropy is None else -torch.mean(entropy)  # None: squashed gSDE (sb3's estimate)
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
 
     with torch.no_grad():

@@ -23,7 +23,8 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem, option as _opt, read_value, whole_number as _int
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import physical_cores  # noqa: F401  (re-exported: the trainer and benchmarks ask it here)
-from ppo_dict.core.parse import NetArch, none_or, parse_bool, parse_kwargs, parse_net_arch, parse_packages, parse_schedule, parse_words
+from ppo_dict.core.parse import (LSTM_KWARGS, NetArch, none_or, parse_bool, parse_kwargs, parse_lstm_kwargs, parse_net_arch, parse_packages,
+                                 parse_schedule, parse_words)
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu", "gelu", "silu", "selu", "sigmoid")
 MODELS = ("mlp", "cnn", "mlp_lstm", "cnn_lstm")
@@ -95,12 +96,14 @@ class Config:
     normalize_images: bool = _opt(True, "divide uint8 images by 255 in the forward pass", parse_bool, "policy")
     full_std: bool = _opt(True, "with use_sde: one std parameter per (latent feature, action) pair, else one per latent feature", parse_bool, "policy")
     use_expln: bool = _opt(False, "with use_sde: gSDE's expln() instead of exp() for the std (keeps it above zero, grows it slowly)", parse_bool, "policy")
+    squash_output: bool = _opt(False, "with use_sde: squash the actions into [-1, 1] with tanh and rescale them to the action bounds, instead of clipping them (sb3's squash_output)", parse_bool, "policy")
 
     # Recurrent policies (sb3-contrib RecurrentActorCriticPolicy keyword arguments), with --model mlp_lstm | cnn_lstm
     lstm_hidden_size: Optional[int] = _opt(None, "hidden units of each LSTM layer", none_or(int), "recurrent", range=(1, inf), none="256, sb3-contrib's default")
     n_lstm_layers: Optional[int] = _opt(None, "stacked LSTM layers", none_or(int), "recurrent", range=(1, 100), none="1")
     shared_lstm: Optional[bool] = _opt(None, "the critic reads the actor's LSTM output (detached) instead of having its own", none_or(parse_bool), "recurrent", none="False")
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own; with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent", none="True")
+    lstm_kwargs: dict[str, Any] = _opt({}, f"keyword arguments of the LSTMs (sb3-contrib's lstm_kwargs), of {' and '.join(LSTM_KWARGS)}: dict(dropout=0.1)", parse_lstm_kwargs, "recurrent")
     lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
 
     # PPO (sb3 PPO keyword arguments)
@@ -149,6 +152,7 @@ class Config:
     torch_threads: int = _opt(1, "torch threads in the main process while building the model and collecting rollouts (1 keeps results bit-exact with sb3)", int, "system", range=(1, inf))
     update_threads: Optional[int] = _opt(None, "torch threads during the update, while the workers are idle", none_or(int), "system", range=(1, inf), none="the physical cores if the run's first update gives the same bits as with torch_threads, else torch_threads; torch_threads for a recurrent model, whose update shapes change between updates")
     log_interval: int = _opt(1, "print the log table every this many rollouts", int, "system", range=(1, inf))
+    stats_window_size: int = _opt(100, "the last episodes rollout/ep_rew_mean and the other rollout/* means are taken over (sb3's stats_window_size)", int, "system", range=(1, inf))
     verbose: int = _opt(1, "0: summary line only, 1: sb3's log tables", int, "system")
     save_path: Optional[str] = _opt(None, "directory to write the trained model into", none_or(str), "system")
     export_sb3: Optional[str] = _opt(None, "write a .zip that stable_baselines3.PPO.load() loads (and rl-zoo's vecnormalize.pkl beside it)", none_or(str), "system")
@@ -216,7 +220,8 @@ class Config:
     def lstm_settings(self) -> dict[str, Any]:
         """sb3-contrib's LSTM keyword arguments, each unset one at its default."""
         return dict(lstm_hidden_size=self.lstm_hidden_size or 256, n_lstm_layers=self.n_lstm_layers or 1,
-                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False)
+                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False,
+                    lstm_kwargs=dict(self.lstm_kwargs))
 
     def layout(self, unit: int = 1) -> Layout:
         """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable
@@ -281,6 +286,8 @@ class Config:
                 problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one half of "
                                 f"the envs while the policy samples the other's actions (got num_workers={w}, n_envs={n})")
         problems += self._recurrent_problems()
+        if self.squash_output and not self.use_sde:
+            problems.append("squash_output=True: only with --use_sde (sb3: squash_output=True is only available when using gSDE)")
         if self.action_masks and self.use_sde:
             problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde")
         if self.atari_wrapper and self.pixel_obs_wrapper:
@@ -311,7 +318,7 @@ class Config:
     def _recurrent_problems(self) -> list[str]:
         """The LSTM flags: set only with a recurrent model, in a combination sb3-contrib takes."""
         lstm_flags = {"lstm_hidden_size": self.lstm_hidden_size, "n_lstm_layers": self.n_lstm_layers,
-                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm}
+                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm, "lstm_kwargs": self.lstm_kwargs or None}
         if not self.recurrent:
             return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
                     for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items() if value is not None]

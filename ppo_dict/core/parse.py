@@ -158,6 +158,23 @@ def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
     return tuple(p for p in str(text).replace(",", " ").split() if p)
 
 
+#: the keys of sb3-contrib's ``lstm_kwargs`` ppo_dict takes: nn.LSTM's arguments that keep the states' shapes
+LSTM_KWARGS = ("dropout", "bias")
+
+
+def parse_lstm_kwargs(text: Union[str, dict, None]) -> dict[str, Any]:
+    """sb3-contrib's ``lstm_kwargs`` (None: none), of :data:`LSTM_KWARGS` only: the LSTM states ppo_dict carries are
+    sb3-contrib's ``[n_lstm_layers, n_envs, lstm_hidden_size]``, which the others change or do not keep."""
+    value = {} if text is None else parse_kwargs(text)
+    if set(value) - set(LSTM_KWARGS):
+        raise ValueError(f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, n_envs, "
+                         "lstm_hidden_size], which the others change or do not keep)")
+    dropout, bias = value.get("dropout", 0.0), value.get("bias", True)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or not isinstance(bias, bool):
+        raise ValueError("dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
+    return value
+
+
 #: rl-zoo's ``key:value`` words (its ``StoreDict``: ``--env-kwargs``, ``--hyperparams``): an identifier, a colon, the value's text
 KEY_VALUE = re.compile(r"([A-Za-z_]\w*):(.*)", re.S)
 

@@ -123,11 +123,13 @@ class EpisodeBook:
         else:
             episode = info.get(EPISODE)
             ended = episode is not None
-            if ended:
-                values[RETURN], values[LENGTH] = float(episode["r"]), float(episode["l"])
+            if ended:  # in the types the info gave them (VecMonitor's float32 return and int32 length), as sb3 keeps them
+                values[RETURN], kinds[RETURN] = encode(episode["r"], "info['episode']['r']")
+                values[LENGTH], kinds[LENGTH] = encode(episode["l"], "info['episode']['l']")
                 if "t" in episode:
                     values[TIME], kinds[TIME] = encode(episode["t"], "info['episode']['t']")
-        kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
+        if not ended or not self.monitored[j]:
+            kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
         success = None if info is None else info.get(SUCCESS_KEY)
         if success is None:
             kinds[SUCCESS] = ABSENT
@@ -150,7 +152,8 @@ class EpisodeBook:
 
 def read_row(values: np.ndarray, kinds: np.ndarray, info_keywords: Sequence[str]) -> tuple[Optional[dict[str, Any]], Any]:
     """``(episode, success)`` from one env's row: sb3's ``info["episode"]`` as Monitor makes it
-    (``{"r": float, "l": int, "t": float, key: value...}``, ``t`` where the env's Monitor gave it;
+    (``{"r": float, "l": int, "t": float, key: value...}``, each in the type the env's monitor gave it: a
+    ``VecMonitor``'s float32 return and int32 length; ``t`` where the env's Monitor gave it;
     None where no return was recorded) and its
     ``info["is_success"]`` (None where the info had none)."""
     values, kinds = values.tolist(), kinds.tolist()

@@ -35,7 +35,8 @@ NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_
                     "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+                 "full_std", "use_expln", "squash_output", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm",
+                 "lstm_kwargs")
 #: sb3's policy names, and sb3-contrib RecurrentPPO's (rl-zoo's ``ppo_lstm.yml``)
 POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp",
             "MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": "mlp_lstm"}

@@ -8,8 +8,9 @@ is unpickled: each is rebuilt from the JSON beside it,
 
 * a gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, a Dict of them) from its attributes: a
   Box's bounds as numpy printed them (8 decimals; an array numpy summarised with ``...`` is not rebuilt);
-* a schedule (sb3's ``FloatSchedule`` of a ``ConstantSchedule``, rl-zoo's ``SimpleLinearSchedule``) as a
-  float or rl-zoo's ``lin_<initial>``, the values a config holds;
+* a schedule (sb3's ``FloatSchedule`` of a ``ConstantSchedule`` or of a ``LinearSchedule``, rl-zoo's
+  ``SimpleLinearSchedule``) as a float, rl-zoo's ``lin_<initial>`` or sb3's ``LinearSchedule``, values a config holds
+  (:data:`ppo_dict.interop.schedules.SCHEDULES`; a function of a script's is named, for its refusal);
 * a class (the policy, the rollout buffer, ``policy_kwargs``' activation, optimizer and extractor) by
   module and name, only from :data:`ALLOWED_CLASSES`;
 * ``policy_kwargs`` from its items (plain values and allowed classes),
@@ -43,6 +44,7 @@ from gymnasium import spaces
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.interop.schedules import SCHEDULES
 
 SERIALIZED, TYPE = ":serialized:", ":type:"
 NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric", "numpy._core.numeric")
@@ -221,7 +223,7 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
             return plain_data(value.get(SERIALIZED, ""))
         raise NotRebuildable("its JSON does not describe it")
     except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
-        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name)
+        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name or getattr(exc, "function", ""))
 
 
 def described_class(attrs: dict[str, Any]) -> str:
@@ -256,27 +258,6 @@ def item_value(key: str, value: Any) -> Any:
         except NotRebuildable as exc:
             raise NotRebuildable(f"{key}: {exc}") from None
     return value
-
-
-# ---------------------------------------------------------------------------------------------- schedules
-def _schedule_text(text: Any) -> Any:
-    """A schedule's value from its repr: ``ConstantSchedule(val=x)`` -> x, ``SimpleLinearSchedule(initial_value=x)``
-    -> ``lin_x``, ``FloatSchedule(...)`` -> its inner one's."""
-    text = str(text).strip()
-    for pattern, value in ((r"FloatSchedule\((.*)\)", _schedule_text), (r"ConstantSchedule\(val=([^()]*)\)", float),
-                           (r"SimpleLinearSchedule\(initial_value=([^()]*)\)", lambda x: f"lin_{float(x)!r}")):
-        match = re.fullmatch(pattern, text)
-        if match:
-            return value(match.group(1))
-    raise NotRebuildable(f"the schedule {text[:80]!r} is not a constant or rl-zoo's linear schedule")
-
-
-SCHEDULES = {
-    "stable_baselines3.common.utils.FloatSchedule": lambda a: _schedule_text(a["value_schedule"]),
-    "stable_baselines3.common.utils.ConstantSchedule": lambda a: float(a["val"]),
-    "rl_zoo3.utils.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",
-    "ppo_dict.interop.schedules.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",  # what ppo_dict writes
-}
 
 
 # ---------------------------------------------------------------------------------------------- spaces

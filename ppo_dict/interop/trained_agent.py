@@ -57,7 +57,7 @@ HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma"
                    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
 #: policy_kwargs ppo_dict builds the same way (the optimizer's own settings travel in its saved state)
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "optimizer_kwargs")
+                 "full_std", "use_expln", "squash_output", "optimizer_kwargs")
 DEFAULT_EXTRACTORS = ("FlattenExtractor", "NatureCNN", "CombinedExtractor")
 
 
@@ -175,7 +175,7 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     model = model or ("cnn" if contains_image(observation_space) else "mlp") + ("_lstm" if recurrent else "")
     lstm = {name: kwargs.get(name, default) for name, default in LSTM_KWARGS.items()} if recurrent else {}
     defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                                                         "full_std", "use_expln")}
+                                                         "full_std", "use_expln", "squash_output")}
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
     return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
             "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
