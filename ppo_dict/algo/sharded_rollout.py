@@ -56,8 +56,10 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
         return f"the policy runs on {device}"
     if cfg.double_buffer:
         return "--double_buffer samples one half's actions here while the workers step the other"
+    if getattr(policy, "own_forward", False):
+        return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
     if type(policy) is not ActorCritic:
-        return f"{type(policy).__name__} (its states or its own forward) runs here"
+        return f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor") else f"{type(policy).__name__} runs here"
     if PolicyStep(policy, 1).sampler is None:
         return f"{policy.action_space} samples through the policy's forward"
     if normalizer is not None and not set(normalizer.normalized_keys) <= set(storage.stage_keys):

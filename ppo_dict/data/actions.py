@@ -3,12 +3,10 @@
 What ppo_dict does that depends on the kind of action space, it asks the space's spec; a new kind
 of space is a subclass here (and its distribution in ``ppo_dict.data.distributions``). A spec holds:
 
-* sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; the factory refuses a
-  space it has no spec for, by name);
+* sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; unknown kinds by name);
 * the storage layout of one env's action (:attr:`ActionSpec.layout`, sb3's ``get_action_dim``);
-* the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and
-  ``proba_distribution``; sb3-contrib's maskable distributions for the masked kinds), whose
-  ``mode()`` is the deterministic action of evaluation and of the ONNX export;
+* the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and ``proba_distribution``;
+  sb3-contrib's maskable ones for the masked kinds), whose ``mode()`` is evaluation's and the ONNX export's action;
 * the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.data.lean_sampling``);
 * the env-side conversion (:meth:`ActionSpec.to_env`: sb3 clips Box actions to the bounds before
   ``env.step`` and stores the unclipped ones; :meth:`ActionSpec.env_module` in an exported graph);
