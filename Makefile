@@ -53,10 +53,12 @@ bench: install
 	$(PYTHON) benchmarks/bench_api.py
 	$(PYTHON) benchmarks/bench_recurrent.py
 
-# Throughput against the worker count: emulated cores (envs that sleep: any host), the main process's step in parts,
+# Throughput against the worker count: the parts model (a many-core host predicted from parts measured here), emulated
+# cores (envs that sleep: any host), the main process's step in parts,
 # then the real envs on 1, 2, 4, ... workers and the default layout (a many-core machine; bench_scale.py --help splits it
 # into shorter calls; benchmarks/many_core.sh is the short version for a borrowed many-core host).
 bench-scale: install
+	$(PYTHON) benchmarks/bench_scale.py --parts
 	$(PYTHON) benchmarks/bench_scale.py --emulate
 	$(PYTHON) benchmarks/bench_scale.py --main_step
 	$(PYTHON) benchmarks/bench_scale.py --sb3
