@@ -36,6 +36,16 @@ def cpu_description() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def _a_quiet_machine(monkeypatch):
+    """Layouts and waits are planned for a machine where no other process keeps the CPUs busy (ppo_dict.core.load
+    measures that at start): a test's layout must not depend on what else the host runs meanwhile. The tests of
+    the measurement itself (tests/test_load.py) look at the real CPUs."""
+    from ppo_dict.core import load
+
+    monkeypatch.setattr(load, "_at_start", 0.0)
+
+
+@pytest.fixture(autouse=True)
 def _one_torch_thread():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -24,6 +24,7 @@ from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.load import BUSY, LoadWatch
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
@@ -76,8 +77,13 @@ class PPO:
         self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
+        self.load = LoadWatch()  # other processes' use of the CPUs, looked at before each update
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
+
+    def pool_pids(self) -> list[int]:
+        """The pool's worker processes (whose CPU time is the run's own, not other processes')."""
+        return list(getattr(self.pool, "pids", []))
 
     @property
     def model(self) -> Model:
@@ -112,6 +118,7 @@ class PPO:
         total = self.cfg.total_timesteps if total_timesteps is None else total_timesteps
         log_interval = self.cfg.log_interval if log_interval == -1 else log_interval
         self.start_envs()
+        self.load.look(self.pool_pids())  # from here, the first update's look covers the first rollout
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
         self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
@@ -196,12 +203,19 @@ class PPO:
         )
 
     def train(self, progress_remaining: float) -> dict[str, float]:
-        """One PPO update over the stored rollout; logs ``train/*``."""
+        """One PPO update over the stored rollout; logs ``train/*``. Where other processes kept the CPUs busy
+        through the rollout (:class:`~ppo_dict.core.load.LoadWatch`), the update keeps ``torch_threads`` (the
+        first update proved the cores' threads give its bits, not that they are free) and the pool's waits sleep."""
         settings = self._update_settings(progress_remaining)
+        busy = self.load.look(self.pool_pids())
+        shared = busy is not None and busy >= BUSY
+        if busy is not None:
+            self.timing.busy_elsewhere = busy
+            self.pool.adapt(shared)
         if self.update_threads is None:
             self.update_threads, (logs, self.n_updates) = self._first_update(settings)
         else:
-            with thread_count(self.update_threads):
+            with thread_count(self.cfg.torch_threads if shared else self.update_threads):
                 logs, self.n_updates = self._update(settings)
         self.logger.record("train/learning_rate", settings.learning_rate)
         self.logger.record_many(logs)

@@ -31,6 +31,7 @@ class Timing:
     update_threads: int = 0
     overlapped: float = 0.0  # owed bookkeeping done while waiting for the envs (inside ``envs``'s span)
     serial: float = 0.0  # the policy where the envs are: this process's time when no process has work (ppo_dict.algo.sharded_rollout)
+    busy_elsewhere: float = 0.0  # CPUs other processes kept busy over the last rollout (ppo_dict.core.load)
 
     def logs(self, n_envs: int) -> dict[str, float]:
         """The ``time/*`` keys besides sb3's: rates and per-step costs in microseconds."""
@@ -44,6 +45,7 @@ class Timing:
             "time/bookkeeping_us": round(self.bookkeeping * per_step, 1),
             "time/overlapped_us": round(self.overlapped * per_step, 1),
             "time/serial_us": round(self.serial * per_step, 1),
+            "time/cpus_busy_elsewhere": round(self.busy_elsewhere, 2),
             "time/update_threads": self.update_threads,
         }
 

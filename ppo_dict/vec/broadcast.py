@@ -37,6 +37,9 @@ import numpy as np
 LINE = 64
 #: Word indices (uint32) of the control page: the step counter workers watch, main's wake word.
 SEQ, MAIN_WAKE, MAIN_ASLEEP = 0, 32, 33  # lines 0 and 2 (16 words a line)
+#: How long workers look before they nap, in microseconds + 1 (0: each worker's own setting), set by the main process
+#: as the load on the CPUs changes (``ShmEnvPool.adapt``).
+SPIN_US = 34
 #: The header (int64) after the counter: :data:`HEADER` values at line 1.
 HEADER, HEADER_AT = 8, 1
 #: Per worker w, at line ``WORKERS_AT + w``: its done word, its failed flag, its "asleep" flag (uint32).
@@ -112,6 +115,10 @@ class Broadcast:
             _futex(self._address(SEQ), FUTEX_WAKE, 0x7FFFFFFF)
         return self.seq
 
+    def set_spin(self, seconds: float) -> None:
+        """How long the workers look before they nap from their next wait on."""
+        self.words[SPIN_US] = int(round(seconds * 1e6)) + 1
+
     def pending(self, seq: int) -> np.ndarray:
         """The workers that have not finished hand-over ``seq`` (indices)."""
         return np.flatnonzero(self.done != seq)
@@ -168,7 +175,8 @@ class WorkerSide:
         page, words = self.page, self.page.words
         seq = int(words[SEQ])
         if seq == self.last:
-            until = time.perf_counter() + spin
+            set_us = int(words[SPIN_US])
+            until = time.perf_counter() + (spin if not set_us else (set_us - 1) / 1e6)
             while seq == self.last and time.perf_counter() < until:
                 seq = int(words[SEQ])
         while seq == self.last:

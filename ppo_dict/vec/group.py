@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
+from ppo_dict.core.load import BUSY, busy_at_start
 from ppo_dict.core.machine import physical_cores
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec import broadcast
@@ -45,8 +46,8 @@ def default_spin(processes: int) -> float:
     worker processes beside this one: :data:`SPIN_WAIT` where each of them and
     this process have a physical core of their own, else 0: a look would take a core that a process
     with work needs (three processes on two cores, zero-work env: 0.75-0.81x as fast with looks at
-    256 envs, 1.14-1.93x at 64)."""
-    return SPIN_WAIT if processes + 1 <= physical_cores() else 0.0
+    256 envs, 1.14-1.93x at 64), and where other processes keep CPUs busy (:func:`~ppo_dict.core.load.busy_at_start`)."""
+    return SPIN_WAIT if processes + 1 <= physical_cores() and busy_at_start() < BUSY else 0.0
 
 
 def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us: Any = None) -> list[str]:
@@ -98,7 +99,7 @@ class WorkerGroup:
             for i in block:
                 self.owner[i] = w
         self.label, self.step_timeout = backend.label, step_timeout
-        self.spin = default_spin(len(self.blocks)) if spin_wait_us is None else spin_wait_us / 1e6
+        self.spin = self.settled_spin = default_spin(len(self.blocks)) if spin_wait_us is None else spin_wait_us / 1e6
         self.closed = False
         #: seconds spent handing commands to the workers (a write each: where a worker sleeps, its wake-up's
         #: cost to this process; on a host with fewer CPUs than processes, the woken worker can take this CPU)

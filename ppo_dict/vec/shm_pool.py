@@ -317,6 +317,14 @@ class ShmEnvPool:
     def pids(self) -> list[int]:
         return self._group.pids
 
+    def adapt(self, busy_elsewhere: bool) -> None:
+        """Waits that look only while no other process keeps the CPUs busy (``ppo_dict.core.load``): with a CPU
+        held elsewhere, a look takes the CPU the process it waits for needs (their first setting otherwise)."""
+        group = self._group
+        group.spin = 0.0 if busy_elsewhere else group.settled_spin
+        if group.page is not None:
+            group.page.set_spin(group.spin)
+
     @property
     def spin(self) -> float:
         """Seconds a wait looks before it sleeps (``spin_wait_us`` as the group settled it)."""
