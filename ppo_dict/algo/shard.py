@@ -160,7 +160,7 @@ class ShardWork:
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)
         self.to_env = policy.action_spec.to_env
         self.env_actions = s.env_actions.reshape(n, s.action_dim)
-        self.gamma = np.float32(program.gamma)
+        self.gamma = np.float32(program.gamma)  # until the block's, at the first hand-over
         self.norm = None
         if program.norm is not None:
             settings = program.norm
@@ -175,6 +175,7 @@ class ShardWork:
         phases = header[PHASES]
         if header[VERSION] != self.version:
             self.step.refresh()  # the parameters changed (an update): what depends on them alone, for the whole batch
+            self.gamma = np.float32(float(self.block.tensors["settings/gamma"]))  # sb3's float32 bootstrap, as the central path
             self.version = header[VERSION]
         if not len(self.own):
             return

@@ -40,6 +40,7 @@ class Rollout(Protocol):
     """What a rollout loop needs of its collector (``ppo_dict.algo.collect.Collector``): the pool, the timing, sb3's
     callbacks' hooks (None: none), the env steps of earlier rollouts, the episodes, and where the hooks stopped it."""
 
+    cfg: Config
     pool: Any
     timing: Timing
     hooks: Any
@@ -84,7 +85,7 @@ class ShardedRollout:
         n = self.n_envs = storage.n_envs
         self.draw_shapes = central.sampler.draw_shapes(n)
         gsde = policy.action_spec.gsde
-        named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)]
+        named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
         named += [(f"draw/{slot}/{i}", shape, torch.float32) for slot in (0, 1) for i, shape in enumerate(self.draw_shapes)]
         if gsde is not None:
             named += [(f"matrices/{slot}", (n, gsde.latent_dim, gsde.action_dim), torch.float32) for slot in (0, 1)]
@@ -104,10 +105,12 @@ class ShardedRollout:
 
     # ------------------------------------------------------------------ what this process writes
     def refresh(self) -> None:
-        """The policy's parameters into the block (once per rollout, after an update), a new version."""
+        """The policy's parameters and the bootstrap's gamma into the block (once per rollout: after an update, after
+        a setting assigned between ``learn`` calls), a new version."""
         with torch.no_grad():
             for name, tensor in shared_tensors(self.policy):
                 self.block.tensors[name].copy_(tensor)
+        self.block.tensors["settings/gamma"].fill_(self.cfg.gamma)
         self.version += 1
 
     def sync_matrices(self, slot: Optional[int] = None) -> None:
@@ -141,6 +144,7 @@ class ShardedRollout:
         """``n_steps`` steps of every env (the collector's hooks, episodes and timing); returns the steps taken."""
         s, pool, timing, clock, hooks = self.storage, c.pool, c.timing, time.perf_counter, c.hooks
         started = clock()
+        self.cfg = c.cfg  # settings assigned between learn calls (the bootstrap's gamma, sde_sample_freq)
         self.refresh()
         self.sync_matrices()  # the rollout's first matrices (the collector drew them)
         self.draw(0)
