@@ -86,6 +86,10 @@ class Model:
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"{source}: the saved policy does not fit the config ({type(exc).__name__}: {exc})") from exc
         if self.normalizer is not None and normalizer_state is not None:
+            saved = {key: np.shape(rms["mean"]) for key, rms in normalizer_state["obs_rms"].items()}
+            ours = {key: rms.mean.shape for key, rms in self.normalizer.obs_rms.items()}
+            if any(saved.get(key) != shape for key, shape in ours.items()):
+                raise CheckpointError(f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this model's {ours}")
             self.normalizer.load_state_dict(normalizer_state)
 
     def save(self, path: str) -> str:
@@ -101,7 +105,7 @@ class Model:
         mismatch = space_mismatch(state, observation_space, action_space)
         if mismatch:
             raise CheckpointError(f"{source}: {mismatch}")
-        cfg = Config.from_dict(state["config"])
+        cfg = saved_config(state, source)
         model = cls(cfg, build_policy(cfg, observation_space, action_space), build_normalizer(cfg, observation_space, 1),
                     observation_space, action_space, int(state["num_timesteps"]))
         model.load(state["policy"], to_numpy(state["normalizer"]), source)
@@ -117,9 +121,9 @@ class Model:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
 
-        cfg = Config.from_dict(state["config"])
+        cfg = saved_config(state, path)
         announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
-        env = make_env(gym_env_spec(env_spec(cfg), path))
+        env = saved_env(gym_env_spec(env_spec(cfg), path), path)
         try:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         finally:
@@ -227,6 +231,23 @@ class Model:
             raise ValueError("observation: some keys are batches and others single observations")
         vectorized = verdicts.pop()
         return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()}, vectorized
+
+
+def saved_config(state: dict[str, Any], source: str) -> Config:
+    """The config of a loaded model file (``load_model_state`` checked that it reads), refused with
+    :class:`CheckpointError` naming each setting out of its range (a run never saves such a config)."""
+    cfg = Config.from_dict(state["config"])
+    if cfg.problems():
+        raise CheckpointError(f"{source}: its config is not one a run saves: {'; '.join(cfg.problems())}")
+    return cfg
+
+
+def saved_env(spec: Any, source: str) -> Any:
+    """``make_env(spec)`` for a model file's config; an env that cannot be made is a :class:`CheckpointError` naming it."""
+    try:
+        return make_env(spec)
+    except Exception as exc:  # noqa: BLE001 (a file's env: whatever gymnasium or the env's module raises)
+        raise CheckpointError(f"{source}: its config's env {spec.label} cannot be made: {type(exc).__name__}: {exc}") from exc
 
 
 def gym_env_spec(spec: Any, path: str) -> Any:

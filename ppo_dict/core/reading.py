@@ -98,10 +98,12 @@ def npz_arrays(path: str, cap: int, what: str, follow: bool = True) -> dict[str,
                 declared = npy_bytes(raw)
                 if declared is not None and declared > len(raw):
                     raise UnreadableFile(f"{path}: its array {info.filename!r} declares {declared:,} bytes and holds {len(raw):,}")
-    except zipfile.BadZipFile as exc:
-        raise UnreadableFile(f"{path}: not a .npz file ({exc})") from None
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except UnreadableFile:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a truncated or foreign file: whatever zipfile or numpy raises)
+        raise UnreadableFile(f"{path}: not {what} numpy reads: {type(exc).__name__}: {exc}") from None
 
 
 def npy_bytes(raw: bytes) -> Optional[int]:

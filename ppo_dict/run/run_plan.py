@@ -13,6 +13,7 @@ import torch
 from ppo_dict.algo.device_choice import measured_device
 from ppo_dict.algo.model import resolve_device
 from ppo_dict.core.config import Config
+from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
 from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
@@ -103,4 +104,5 @@ def dry_run_text(cfg: Config, check: RunCheck) -> str:
         f"processes: about {needs.tasks} processes and threads ({machine.cpus} usable CPU cores), {needs.files} more open files "
         f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
         f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+        f"writes: {'; '.join(written_paths(cfg))}",
     ])
