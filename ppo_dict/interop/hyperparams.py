@@ -19,6 +19,7 @@ from typing import Any
 
 from ppo_dict.core.config import parse_values
 from ppo_dict.core.parse import safe_literal
+from ppo_dict.core.reading import open_regular
 from ppo_dict.envs import GYM_PREFIX, is_atari_env
 
 #: rl-zoo key -> Config field, where the names differ
@@ -145,7 +146,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                     else:
                         values["info_keywords"] = list(kwarg) if isinstance(kwarg, (list, tuple)) else kwarg
             elif key == "policy":
-                if value not in POLICIES:
+                if not isinstance(value, str) or value not in POLICIES:
                     problems.append(f"{where}: policy={value!r}: must be one of {', '.join(POLICIES)}")
                 else:
                     values["model"] = POLICIES[value]
@@ -159,7 +160,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                 problems.append(f"{where}: {key!r} is not supported: {UNSUPPORTED[key]}")
             else:
                 problems.append(f"{where}: {key!r} is not an rl-zoo PPO hyperparameter")
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, TypeError) as exc:  # TypeError: a value of another type (a list where a name goes)
             problems.append(f"{where}: {key}={value!r}: {exc}")
     parsed: dict[str, Any] = {}
     for name, value in values.items():  # one value at a time, so that each bad one is named
@@ -220,7 +221,7 @@ def load_hyperparams(path: str, env: str, recurrent: bool = False) -> tuple[dict
     import yaml  # PyYAML comes with wandb and gymnasium; imported only for this feature
 
     try:
-        with open(hyperparams_file(path, recurrent)) as f:
+        with open_regular(hyperparams_file(path, recurrent)) as f:  # a regular file: a FIFO is not waited on
             document = read_yaml(f)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         return {}, [f"hyperparams={path!r}: cannot read: {exc}"]
