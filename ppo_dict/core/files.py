@@ -15,7 +15,7 @@ import torch
 
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.reading import open_regular
+from ppo_dict.core.reading import one_line, open_regular
 
 #: a run's (or ``--save_path``'s) model file
 MODEL_FILE = "model.pt"
@@ -85,7 +85,7 @@ def load_model_state(path: str) -> dict[str, Any]:
         with open_regular(path) as f:
             state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"cannot load {path}: {one_line(exc)}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': {FORMAT!r})")
     problems = model_file_problems(state)

@@ -29,6 +29,13 @@ class UnreadableFile(OSError):
     """A file that is not read: not a regular file, or larger than its kind allows (the message says which)."""
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``"Type: message"`` of an exception a reader raised, on one line and at most ``limit`` characters (torch's
+    and numpy's messages run over several lines: a refusal is one)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def kind_of(mode: int) -> str:
     """``"a FIFO (named pipe)"``, ``"a directory"``... for a ``st_mode``; ``"a regular file"`` for one."""
     return next((name for test, name in KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else "not a file")
@@ -103,7 +110,7 @@ def npz_arrays(path: str, cap: int, what: str, follow: bool = True) -> dict[str,
     except UnreadableFile:
         raise
     except Exception as exc:  # noqa: BLE001 (a truncated or foreign file: whatever zipfile or numpy raises)
-        raise UnreadableFile(f"{path}: not {what} numpy reads: {type(exc).__name__}: {exc}") from None
+        raise UnreadableFile(f"{path}: not {what} numpy reads: {one_line(exc)}") from None
 
 
 def npy_bytes(raw: bytes) -> Optional[int]:

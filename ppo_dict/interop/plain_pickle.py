@@ -313,8 +313,12 @@ class PlainUnpickler(pickle._Unpickler):  # type: ignore[name-defined]  (the pur
         """The value the pickle holds, every placeholder replaced by its checked numpy value."""
         try:
             return materialize(super().load(), {}, set())
+        except pickle.UnpicklingError:
+            raise
         except RecursionError:
             raise pickle.UnpicklingError("nested too deeply") from None
+        except Exception as exc:  # noqa: BLE001 (a damaged pickle: an unknown opcode, an empty stack, a truncated frame...)
+            raise pickle.UnpicklingError(f"not a pickle of plain data ({type(exc).__name__}: {exc})") from None
 
 
 for _opcode_name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD", "DICT", "SETITEM", "SETITEMS", "ADDITEMS", "FROZENSET", "APPEND",
@@ -359,5 +363,5 @@ def materialize(value: Any, done: dict[int, Any], open_ids: set[int]) -> Any:
 
 def plain_load(data: bytes, unpickler: type = PlainUnpickler) -> Any:
     """The plain data the pickle ``data`` holds (``unpickler``: :class:`PlainUnpickler` or a subclass); raises
-    ``pickle.UnpicklingError`` (or what a truncated pickle raises) for anything else."""
+    ``pickle.UnpicklingError`` for anything else."""
     return unpickler(data).load()

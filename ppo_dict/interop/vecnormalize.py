@@ -22,7 +22,7 @@ import numpy as np
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import atomic_write
 from ppo_dict.data.storage import OBS_KEY
-from ppo_dict.core.reading import MiB, npz_arrays, read_capped
+from ppo_dict.core.reading import MiB, npz_arrays, one_line, read_capped
 from ppo_dict.interop.plain_pickle import Ignored, PlainUnpickler, Record, plain_load
 from ppo_dict.interop.sb3_zip import MAX_BOX_VALUES
 
@@ -80,7 +80,7 @@ def load_pickle(path: str, trust_pickles: bool) -> Any:
                               "arrays, sb3's VecNormalize and RunningMeanStd, gymnasium's spaces, builtins). If you trust the file, "
                               "pass --trust_pickles, which unpickles it as sb3 does") from None
     except Exception as exc:  # noqa: BLE001 (truncated, not a pickle, not a regular file, too large...)
-        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {one_line(exc)}") from None
 
 
 def rms_values(rms: Any, where: str) -> dict[str, Any]:
@@ -132,7 +132,7 @@ def read_npz(path: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 (a truncated, foreign or hand-edited file: whatever numpy or json raises)
-        raise CheckpointError(f"{path}: cannot read as ppo_dict's VecNormalize statistics: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(f"{path}: cannot read as ppo_dict's VecNormalize statistics: {one_line(exc)}") from None
 
 
 def read_statistics(path: str, trust_pickles: bool = False) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...], list[str]]:

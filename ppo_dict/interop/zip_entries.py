@@ -17,7 +17,7 @@ import zipfile
 from typing import Any
 
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.reading import MiB, UnreadableFile, open_regular, zip_entry
+from ppo_dict.core.reading import MiB, UnreadableFile, one_line, open_regular, zip_entry
 
 #: the ``data`` entry: JSON of the hyperparameters and spaces (a few KiB) plus the pickled last observations,
 #: base64'd, twice over (``_last_obs``, ``_last_original_obs``): 64 envs of raw 210x160x3 Atari frames make
@@ -48,7 +48,7 @@ def open_zip(path: Any) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(open_regular(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else path)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {one_line(exc)}") from None
 
 
 def check_entries(archive: zipfile.ZipFile, where: Any) -> None:
@@ -66,7 +66,7 @@ def read_entry(archive: zipfile.ZipFile, name: str, where: Any) -> bytes:
     except UnreadableFile as exc:
         raise CheckpointError(str(exc)) from None
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:  # a bad CRC, a truncated or unknown compression
-        raise CheckpointError(f"{where}: its entry {name!r} cannot be read: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(f"{where}: its entry {name!r} cannot be read: {one_line(exc)}") from None
 
 
 def read_params(archive: zipfile.ZipFile, where: Any, device: Any = "cpu") -> dict[str, Any]:
@@ -82,7 +82,7 @@ def read_params(archive: zipfile.ZipFile, where: Any, device: Any = "cpu") -> di
         try:
             value = torch.load(io.BytesIO(content), map_location=device, weights_only=True)
         except Exception as exc:  # noqa: BLE001 (the file's bytes: whatever torch's reader raises)
-            raise CheckpointError(f"{where}: its entry {name!r} is not a torch file of tensors: {type(exc).__name__}: {exc}") from None
+            raise CheckpointError(f"{where}: its entry {name!r} is not a torch file of tensors: {one_line(exc)}") from None
         if name not in VARIABLES:
             params[os.path.splitext(name)[0]] = value
     return params
