@@ -229,9 +229,19 @@ def read_file(reader: str, path: str) -> str:
         raise
 
 
+def resident_peak() -> int:
+    """This process's peak resident memory so far (``VmHWM``), in bytes."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
 def child(reader: str, path: str, out: int, limit: int) -> None:
-    """In the forked child: the memory limit, then the read, its outcome written to ``out`` as JSON."""
+    """In the forked child: the memory limit, then the read, its outcome (and how much its peak resident memory
+    grew) written to ``out`` as JSON."""
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    with open("/proc/self/clear_refs", "w") as f:  # the peak starts at what the child holds now, not the worker's
+        f.write("5")
+    before = resident_peak()
     try:
         outcome = read_file(reader, path)
     except MemoryError:
@@ -240,7 +250,7 @@ def child(reader: str, path: str, out: int, limit: int) -> None:
         outcome = f"error: {type(exc).__name__}: {exc}\n{''.join(traceback.format_exc()[-1500:])}"
     if "MemoryError" in outcome:
         outcome = "memory: " + outcome
-    os.write(out, json.dumps({"outcome": outcome}).encode())
+    os.write(out, json.dumps({"outcome": outcome, "grew": resident_peak() - before}).encode())
     os._exit(0)
 
 
