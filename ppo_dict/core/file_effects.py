@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Optional, TextIO
 
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.envs import GODOT_PREFIX, GYM_PREFIX
@@ -32,7 +32,7 @@ OUTPUT_SETTINGS = ("save_path", "export_sb3", "tensorboard_log", "project", "ent
 COMMAND_LINE_ONLY = ("trust_pickles", "overwrite", "run_dir", *OUTPUT_SETTINGS)
 
 
-def file_values(values: dict[str, Any], typed: Iterable[str], source: str, log: TextIO = sys.stderr) -> dict[str, Any]:
+def file_values(values: dict[str, Any], typed: Iterable[str], source: str, log: Optional[TextIO] = None) -> dict[str, Any]:
     """``values`` (a config read from ``source``) without the settings only the command line decides
     (:data:`COMMAND_LINE_ONLY`; ``run_dir`` aside: a resumed run's is where its checkpoint lies), unless
     ``typed``; a wandb project so dropped is said in one line, so that no run stops logging unnoticed."""
@@ -40,7 +40,7 @@ def file_values(values: dict[str, Any], typed: Iterable[str], source: str, log: 
     dropped = [name for name in COMMAND_LINE_ONLY if name != "run_dir" and name not in typed and values.get(name) not in (None, False)]
     if "project" in dropped:
         print(f"{source}: its config logs to the wandb project {values['project']!r}; a resumed run logs where its command line says: "
-              f"pass --project {values['project']} to log there", file=log, flush=True)
+              f"pass --project {values['project']} to log there", file=log or sys.stderr, flush=True)
     return {name: value for name, value in values.items() if name not in dropped}
 
 

@@ -198,7 +198,7 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
     return problems + rng_state_problems(state.get("rng"))
 
 
-def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str, Any]]:
+def load_for_resume(path: str, log: Optional[TextIO] = None) -> tuple[str, dict[str, Any]]:
     """``(file, state)`` to resume from: a checkpoint file, or a run directory's newest valid one.
 
     A file named by the user must load, or :class:`CheckpointError` says why. In a run directory
@@ -207,6 +207,7 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
     the error lists each file with its reason. Nothing is written here (a run refused later leaves
     the directory as it was), and there is no silent fresh start.
     """
+    log = log or sys.stderr  # the stream of now (a caller may have redirected it), not of when this module was imported
     if os.path.isfile(path):
         return path, resumable(path, load_model_state(path))
     directory = os.path.join(path, CHECKPOINT_DIR) if os.path.isdir(os.path.join(path, CHECKPOINT_DIR)) else path
