@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.core.config import Config
+from ppo_dict.core.config import FIELDS, Config, read_values
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line, open_regular
 
@@ -139,10 +139,13 @@ def model_file_problems(state: dict[str, Any]) -> list[str]:
     if not (isinstance(config, dict) and all(isinstance(k, str) for k in config)):
         problems.append(f"'config': a {type(config).__name__}, not a dict of settings")
     else:
+        unreadable = read_values({k: v for k, v in config.items() if k in FIELDS})[1]  # each value no parser reads, named
+        problems += [f"'config' {problem}" for problem in unreadable.values()]
         try:
-            Config.from_dict(config)
-        except Exception as exc:  # noqa: BLE001 (ConfigError, or whatever a value of a wrong type makes a parser raise)
-            problems.append(f"'config': {str(exc).replace(chr(10), ' ')}")
+            if not unreadable:
+                Config.from_dict(config)
+        except Exception as exc:  # noqa: BLE001 (what building the config of values that each read raises)
+            problems.append(f"'config': {' '.join(str(exc).split())}")
     return problems
 
 
