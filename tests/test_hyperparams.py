@@ -245,3 +245,19 @@ def test_monitor_kwargs_info_keywords_are_the_flag(tmp_path) -> None:
     assert config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path), "--info_keywords", "x"]).info_keywords == ("x",)
     values, problems = translate({"monitor_kwargs": {"info_keywords": ["a"], "reset_keywords": ["b"]}}, "f[e]")
     assert values == {"info_keywords": ("a",)} and problems == ["f[e]: monitor_kwargs: 'reset_keywords' is not supported (supported: info_keywords)"]
+
+
+def test_a_hyperparameter_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
+    """``policy`` as a list was a TypeError (a traceback); each value of the wrong type is now a problem naming it, and a
+    file that is a FIFO (which a reader waits on forever) or a folder is refused at once."""
+    path = tmp_path / "ppo.yml"
+    path.write_text("CartPole-v1:\n  policy: [MlpPolicy]\n  n_steps: [8]\n  normalize: [true]\n  monitor_kwargs: 5\n")
+    _, problems = load_hyperparams(str(path), "gym_CartPole-v1")
+    where = f"hyperparams {path}[CartPole-v1]"
+    assert sorted(p.split(": ")[1].split("=")[0] for p in problems) == ["monitor_kwargs", "n_steps", "normalize", "policy"]
+    assert all(p.startswith(where) for p in problems) and any(p.startswith(f"{where}: policy=['MlpPolicy']: must be one of MlpPolicy") for p in problems)
+    os.mkfifo(tmp_path / "fifo.yml")
+    (tmp_path / "folder.yml").mkdir()
+    for name, kind in (("fifo.yml", "a FIFO (named pipe)"), ("folder.yml", "a directory")):
+        target = str(tmp_path / name)
+        assert load_hyperparams(target, "gym_CartPole-v1") == ({}, [f"hyperparams={target!r}: cannot read: {target}: is {kind}, not a regular file"])
