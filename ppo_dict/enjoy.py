@@ -33,7 +33,6 @@ from ppo_dict.envs.make import video_may_need_mujoco_gl
 from ppo_dict.envs.render import select_mujoco_gl
 from ppo_dict.run.checkpoint import model_file
 from ppo_dict.run.evaluation import VideoWriter, render_spec, run_episodes
-from ppo_dict.vec import env_spec
 
 
 def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
@@ -49,7 +48,7 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
     if video and video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
         select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
-    spec = gym_env_spec(env_spec(cfg), path)
+    spec = gym_env_spec(cfg, path)
     env = saved_env(render_spec(spec) if video else spec, path)
     writer = None
     try:

@@ -302,8 +302,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
         print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
         return 2
-    # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's alone
-    base = file_effects.file_values(resumed[1]["config"], flags, resumed[0]) if resumed is not None else agent.saved if agent is not None else None
+    base = None if agent is None else agent.saved
+    if resumed is not None:  # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
+        base = file_effects.file_values(resumed[1]["config"], flags, resumed[0])
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
     try:
         if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run

@@ -9,6 +9,12 @@ never overwritten without being asked, and untouched by a run that is refused.
   lock goes with the process (a killed run leaves no stale lock); the file stays, empty.
 * **Claimed last**: a run takes its directory only once every check has passed and its model is
   built (and its checkpoint restored): a refused run writes nothing, anywhere.
+* **Its own files, never a way out**: a lock that is no lock file ppo_dict wrote (a link, a FIFO, a
+  folder, a file of other content or links) is refused and left alone; continuing in place, each of
+  the run's names that is a link, a FIFO, a device or a folder where a file goes is refused
+  (:func:`entry_problems`, at ``--dry_run`` too, and again once locked), and what it reads of its run
+  (``progress.csv``, ``evaluations.npz``) is read whole first. A checkpoint outside a run directory
+  (:func:`checkpoint_run_dir`: None) continues in a new one.
 * **Resuming from an older checkpoint branches**: when the run directory holds checkpoints newer
   than the one resumed, the resumed run writes a new run directory
   ``RUN_DIR/branches/from_<steps>`` (``_2``, ``_3``... for the next ones), whose ``progress.csv``
@@ -153,6 +159,12 @@ def earlier_run(run_dir: str) -> list[str]:
     return sorted(name for name in os.listdir(run_dir) if name != LOCK_FILE)
 
 
+def resumed_home(run_dir: str, resumed: Optional[tuple[str, dict[str, Any]]]) -> tuple[Optional[str], bool]:
+    """``(the run directory the resumed checkpoint belongs to, or None; whether the run continues in it as run_dir)``."""
+    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    return home, home is not None and os.path.realpath(run_dir) == os.path.realpath(home)
+
+
 def resumed_file_problems(resume: str, home: str, in_place: bool) -> list[str]:
     """What a resumed run would read of its run directory ``home`` and cannot: its ``progress.csv`` (the rows it
     continues from, a branch too) and, continuing in place, its ``evaluations.npz``."""
@@ -191,8 +203,7 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
     if holder is not None:
         return [f"run_dir={run_dir!r}: in use by another run ({holder}, holding {os.path.join(run_dir, LOCK_FILE)}); "
                 "wait for it to end, or choose another --run_dir"]
-    home = None if resumed is None else checkpoint_run_dir(resumed[0])
-    in_place = home is not None and os.path.realpath(run_dir) == os.path.realpath(home)
+    home, in_place = resumed_home(run_dir, resumed)
     entries = entry_problems(run_dir, whole=in_place) + ([] if home is None else branch_problems(run_dir, home))
     if entries:
         return entries
@@ -288,8 +299,7 @@ def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, 
     held = lock(run_dir, fresh)
     try:
         found = earlier_run(run_dir)
-        home = None if resumed is None else checkpoint_run_dir(resumed[0])
-        in_place = home is not None and os.path.realpath(run_dir) == os.path.realpath(home)
+        _, in_place = resumed_home(run_dir, resumed)
         changed = entry_problems(run_dir, whole=in_place)  # as checked, unless changed since: then nothing is written
         if changed:
             raise ConfigError(changed)
