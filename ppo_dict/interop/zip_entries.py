@@ -88,6 +88,16 @@ def read_params(archive: zipfile.ZipFile, where: Any, device: Any = "cpu") -> di
     return params
 
 
+def zip_params(path: Any, device: Any = "auto") -> dict[str, Any]:
+    """The parameters of the sb3 zip ``path`` (a binary file, a path, or a path without its ``.zip``, as sb3's
+    ``set_parameters`` opens it), each entry capped, with torch's weights-only loading."""
+    if isinstance(path, (str, os.PathLike)) and not os.path.exists(path) and os.path.exists(f"{os.fspath(path)}.zip"):
+        path = f"{os.fspath(path)}.zip"
+    with open_zip(path) as archive:
+        check_entries(archive, path)
+        return read_params(archive, path, device)
+
+
 def counter_problems(data: dict[str, Any]) -> list[str]:
     """The counters of a zip's ``data`` that are not whole numbers in range, and a progress that is not finite."""
     problems = []
