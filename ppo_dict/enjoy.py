@@ -24,16 +24,13 @@ if __name__ == "__main__":  # before the imports below take their seconds: a sto
 import numpy as np  # noqa: E402 (after the start-up signal handlers)
 import torch
 
-from ppo_dict.algo.model import Model, gym_env_spec
-from ppo_dict.core.config import Config
+from ppo_dict.algo.model import Model, gym_env_spec, saved_config, saved_env
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import load_model_state
-from ppo_dict.envs import make_env
 from ppo_dict.envs.make import prepare_video
 from ppo_dict.run.checkpoint import model_file
 from ppo_dict.run.evaluation import VideoWriter, render_spec, run_episodes
-from ppo_dict.vec import env_spec
 
 
 def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
@@ -45,12 +42,12 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     (``evaluation.run_episodes``).
     """
     state = load_model_state(path)
-    cfg = Config.from_dict(state["config"])
+    cfg = saved_config(state, path)
     announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
     if video:
         prepare_video(cfg.env)  # MuJoCo's headless GL backend, pygame without a display
-    spec = gym_env_spec(env_spec(cfg), path)
-    env = make_env(render_spec(spec) if video else spec)
+    spec = gym_env_spec(cfg, path)
+    env = saved_env(render_spec(spec) if video else spec, path)
     writer = None
     try:
         model = Model.from_state(state, env.observation_space, env.action_space, path)

@@ -143,7 +143,8 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: 
     run_dir = cfg.run_dir
     write_config(cfg, os.path.join(run_dir, "config.json"), env_id=spec.gym_id)
     resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
-    source = None if resumed is None else os.path.join(checkpoint_run_dir(resumed[0]), PROGRESS)
+    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    source = None if home is None else os.path.join(home, PROGRESS)  # the rows a resumed run continues: its run's
     if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
         keep_progress_after(run_dir, resume_step)
     logger.writers.append(CSVWriter(os.path.join(run_dir, PROGRESS), resume_step, source))
@@ -312,7 +313,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
         print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
         return 2
-    base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
+    base = None if agent is None else agent.saved
+    if resumed is not None:  # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
+        base = file_effects.file_values(resumed[1]["config"], flags, resumed[0])
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned, algo=line.algo)
     try:
         if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
@@ -337,9 +340,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
         cfg = cfg.replace(run_dir=default_run_dir(cfg))
-    if resumed is not None and os.path.dirname(cfg.run_dir) == os.path.join(checkpoint_run_dir(resumed[0]), BRANCHES):
+    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    if home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
         print(f"{resumed[0]} is older than the run's newest checkpoint, which is kept: this run is a branch, "
               f"written to {cfg.run_dir}", flush=True)
+    elif resumed is not None and home is None and "run_dir" not in flags:
+        print(f"{resumed[0]} is in no run directory (its config.json and checkpoints/): this run writes a new one, {cfg.run_dir}", flush=True)
     try:
         return run(cfg, check.backend, resumed, agent, fresh_dir="run_dir" not in flags and not os.path.exists(cfg.run_dir))
     except (CheckpointError, ConfigError) as exc:  # a checkpoint that does not fit this config; a run directory taken meanwhile

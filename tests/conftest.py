@@ -53,6 +53,17 @@ def _one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(scope="session")
+def file_reader():
+    """A worker that reads files of elsewhere in forked children under a memory limit and a deadline
+    (``tests/fuzz_files.py``): a reader that crashes, hangs or allocates without bound fails its test, not pytest."""
+    from tests.fuzz_files import Isolated
+
+    reader = Isolated(ROOT)
+    yield reader
+    reader.close()
+
+
 # ---------------------------------------------------------------------------------------- Godot processes
 from tests.godot_helpers import godot_children, tagged_godot  # noqa: E402  (after ROOT is on sys.path)
 

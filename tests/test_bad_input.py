@@ -171,7 +171,8 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; as asked (num_workers 2); ")
     assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
-    assert lines[-1] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
+    assert lines[-2] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
+    assert lines[-1] == f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, checkpoints/, .lock, learning_curve.png)"
 
 
 # ------------------------------------------------------------------------------ found by the fuzzer

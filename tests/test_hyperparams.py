@@ -311,3 +311,19 @@ def test_a_file_missing_outside_the_checkout_points_at_rl_zoo3(tmp_path, monkeyp
     assert values == {} and problems == ["hyperparams='hyperparams/ppo.yml': cannot read: [Errno 2] No such file or directory: "
                                          "'hyperparams/ppo.yml' (rl-zoo's own file, outside this repository's checkout: --hyperparams rl_zoo3)"]
     assert "rl_zoo3 (the installed rl-zoo's own ppo.yml" in FIELDS["hyperparams"].metadata["help"]
+
+
+def test_a_hyperparameter_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
+    """``policy`` as a list was a TypeError (a traceback); each value of the wrong type is now a problem naming it, and a
+    file that is a FIFO (which a reader waits on forever) or a folder is refused at once."""
+    path = tmp_path / "ppo.yml"
+    path.write_text("CartPole-v1:\n  policy: [MlpPolicy]\n  n_steps: [8]\n  normalize: [true]\n  monitor_kwargs: 5\n")
+    _, problems = load_hyperparams(str(path), "gym_CartPole-v1")
+    where = f"hyperparams {path}[CartPole-v1]"
+    assert sorted(p.split(": ")[1].split("=")[0] for p in problems) == ["monitor_kwargs", "n_steps", "normalize", "policy"]
+    assert all(p.startswith(where) for p in problems) and any(p.startswith(f"{where}: policy=['MlpPolicy']: must be one of MlpPolicy") for p in problems)
+    os.mkfifo(tmp_path / "fifo.yml")
+    (tmp_path / "folder.yml").mkdir()
+    for name, kind in (("fifo.yml", "a FIFO (named pipe)"), ("folder.yml", "a directory")):
+        target = str(tmp_path / name)
+        assert load_hyperparams(target, "gym_CartPole-v1") == ({}, [f"hyperparams={target!r}: cannot read: {target}: is {kind}, not a regular file"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -31,6 +32,21 @@ from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.envs import contains_image
 from ppo_dict.vec import EnvPool
+
+
+def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
+    """Why a loaded optimizer's state does not fit its parameters (a moment of another shape, a hyperparameter
+    that is not a finite number); ``""`` when it fits."""
+    for group in optimizer.param_groups:
+        for name, value in group.items():
+            numbers = value if isinstance(value, (tuple, list)) and name != "params" else (value,) if name != "params" else ()
+            if any(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v) for v in numbers):
+                return f"its {name} is {value!r}"
+        for i, parameter in enumerate(group["params"]):
+            for name, value in optimizer.state.get(parameter, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                    return f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter {tuple(parameter.shape)}"
+    return ""
 
 
 class PPO:
@@ -91,11 +107,15 @@ class PPO:
         return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps)
 
     def load_optimizer(self, optimizer_state: dict[str, Any], source: str) -> None:
-        """Adam's saved state into this run's optimizer; one that does not fit is a :class:`CheckpointError`."""
+        """Adam's saved state into this run's optimizer; one that does not fit (torch's own check, then each
+        moment's shape against its parameter's, which torch does not check) is a :class:`CheckpointError`."""
         try:
             self.optimizer.load_state_dict(optimizer_state)
-        except (RuntimeError, ValueError, KeyError) as exc:
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
             raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: {exc})") from exc
+        problem = optimizer_state_problem(self.optimizer)
+        if problem:
+            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({problem})")
 
     # ------------------------------------------------------------------ the iteration
     def learn(

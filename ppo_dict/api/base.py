@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.logger import Logger as SB3Logger
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
@@ -38,6 +37,7 @@ from ppo_dict.api.building import make_pool, setup_model, start_trainer
 from ppo_dict.core.parse import make_schedule, parse_packages
 from ppo_dict.core.seeding import preserved_rng, set_random_seed
 from ppo_dict.envs import is_image_space, leaf_spaces
+from ppo_dict.interop.zip_entries import zip_params
 
 
 class Algorithm:
@@ -240,7 +240,7 @@ class Algorithm:
         """sb3's: parameters from a zip or from :meth:`get_parameters`' dict, in place."""
         params = load_path_or_dict
         if not isinstance(params, dict):
-            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+            params = zip_params(load_path_or_dict, device)  # each entry capped, as load reads a zip
         objects = {"policy": self.policy, "policy.optimizer": self._optimizer_of()}
         for name, state in params.items():
             if name not in objects:

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ppo_dict.core.config import parse_values
 from ppo_dict.core.parse import KEY_VALUE, key_values, safe_literal
+from ppo_dict.core.reading import open_regular
 from ppo_dict.envs import gym_id_of, is_atari_env
 
 #: rl-zoo key -> Config field, where the names differ
@@ -156,7 +157,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                     else:
                         values["info_keywords"] = list(kwarg) if isinstance(kwarg, (list, tuple)) else kwarg
             elif key == "policy":
-                if value not in POLICIES:
+                if not isinstance(value, str) or value not in POLICIES:
                     problems.append(f"{where}: policy={value!r}: must be one of {', '.join(POLICIES)}")
                 else:
                     values["model"] = POLICIES[value]
@@ -170,7 +171,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                 problems.append(f"{where}: {key!r} is not supported: {UNSUPPORTED[key]}")
             else:
                 problems.append(f"{where}: {key!r} is not an rl-zoo PPO hyperparameter")
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, TypeError) as exc:  # TypeError: a value of another type (a list where a name goes)
             problems.append(f"{where}: {key}={value!r}: {exc}")
     parsed: dict[str, Any] = {}
     for name, value in values.items():  # one value at a time, so that each bad one is named
@@ -260,7 +261,7 @@ def read_entry(path: str, env: str, recurrent: bool = False, replaced: Iterable[
 
     try:
         file = hyperparams_file(path, recurrent)
-        with open(file) as f:
+        with open_regular(file) as f:  # a regular file: a FIFO is not waited on
             document = read_yaml(f)
     except FileNotFoundError as exc:
         zoo_name = os.path.basename(path) in RL_ZOO_FILES.values()  # the README's hyperparams/ppo.yml, run outside the checkout

@@ -33,6 +33,7 @@ from gymnasium import spaces
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.reading import one_line
 from ppo_dict.envs import channel_first_space, contains_image, gym_id_of
 from ppo_dict.interop.sb3_zip import class_name, gymnasium_unpatched, read_zip, refuse_unrebuilt, trust_warning  # noqa: F401
 from ppo_dict.interop.schedules import is_schedule_text
@@ -124,7 +125,7 @@ def _load_zip(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[str,
     except CheckpointError:
         raise
     except Exception as exc:  # truncated, a bad parameter file, with --trust_pickles an unpicklable object...
-        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {one_line(exc)}") from exc
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
     return data, params
@@ -214,8 +215,8 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
         agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
                              policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
                              n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {type(exc).__name__}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:  # ArithmeticError: a number past float's range
+        raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
     if statistics is not None:
         pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_statistics(statistics, trust_pickles)
         agent.pinned.update(pinned)

@@ -22,12 +22,12 @@ import csv
 import io
 import json
 import os
-import shutil
 import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
-from ppo_dict.core.files import atomic_write
+from ppo_dict.core.files import append_text, atomic_write
+from ppo_dict.core.reading import entry_kind, open_regular
 from ppo_dict.data.episodes import EpisodeLog
 
 MONITOR = "monitor.csv"
@@ -43,7 +43,8 @@ def before_resume_name(steps: int) -> str:
 
 def read_monitor(path: str) -> tuple[dict[str, Any], list[str]]:
     """``(header, lines)``: a monitor file's first-line JSON and its CSV lines (column names first)."""
-    with open(path, newline="") as f:
+    with open_regular(path, follow=False) as raw:  # the run's own file: never read through a link, nor a FIFO waited on
+        f = io.TextIOWrapper(raw, newline="")
         first = f.readline()
         lines = f.read().splitlines(keepends=True)
     if not first.startswith("#"):
@@ -68,18 +69,18 @@ class MonitorFile:
         header: dict[str, Any] = {"t_start": time.time(), "env_id": env_id}
         lines = [",".join(self.keys) + "\n"]
         source = None if resume is None else os.path.join(resume[1], MONITOR)
-        if source is not None and os.path.isfile(source):
+        if source is not None and entry_kind(source):
             try:
                 header, found = read_monitor(source)
             except (OSError, ValueError, UnicodeDecodeError) as exc:
                 print(f"warning: {exc}; the resumed run starts a new {MONITOR}", file=log, flush=True)
             else:
-                lines = self._kept(found, source, resume[0], log)  # type: ignore[index]
+                lines = self._kept(header, found, source, resume[0], log)  # type: ignore[index]
         self.t_start = float(header.get("t_start", time.time()))
         atomic_write(self.path, lambda f: f.write(f"#{json.dumps(header)}\n" + "".join(lines)), mode="w")
         episodes.ended = []
 
-    def _kept(self, found: list[str], source: str, steps: int, log: TextIO) -> list[str]:
+    def _kept(self, header: dict[str, Any], found: list[str], source: str, steps: int, log: TextIO) -> list[str]:
         """The lines of ``source`` a run resumed at ``steps`` keeps: its columns and the rows its checkpoint
         counted (all of them where the checkpoint did not count: one written before the count was kept)."""
         total = self.episodes.total
@@ -87,7 +88,7 @@ class MonitorFile:
         kept = (found if total is None else found[: 1 + total]) if same_columns else [",".join(self.keys) + "\n"]
         if len(kept) < len(found) and source == self.path:
             later = os.path.join(os.path.dirname(self.path), before_resume_name(steps))
-            shutil.copyfile(source, later)
+            atomic_write(later, lambda f: f.write("".join(["#", json.dumps(header), "\n", *found])), mode="w")
             print(f"{source} has episodes after step {steps}, where this run resumes: the file as it was is kept as {later}",
                   file=log, flush=True)
         return kept
@@ -101,8 +102,7 @@ class MonitorFile:
         writer = csv.DictWriter(buffer, fieldnames=self.keys, extrasaction="ignore", lineterminator="\n")
         for episode, at in ended:  # as Monitor.step: r and l as recorded, t rounded to 6 decimals
             writer.writerow({**episode, "t": round(at - self.t_start, 6)})
-        with open(self.path, "a", newline="") as f:
-            f.write(buffer.getvalue())
+        append_text(self.path, buffer.getvalue())
 
     def close(self) -> None:
         """Stop recording; episodes not flushed (a rollout a stop dropped, which no checkpoint holds) are not written."""

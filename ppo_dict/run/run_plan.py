@@ -16,6 +16,7 @@ from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.algo.sharded_rollout import probed, processes_of
 from ppo_dict.core.config import Config
+from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
 from ppo_dict.core.seeding import thread_count
 from ppo_dict.run.checks import RunCheck
@@ -134,4 +135,5 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
         f"processes: about {needs.tasks} processes and threads ({machine.cpus} usable CPU cores), {needs.files} more open files "
         f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
         f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+        f"writes: {'; '.join(written_paths(cfg))}",
     ])
