@@ -69,7 +69,7 @@ def probe(program: ShardProgram, block: SharedBlock, policy: ActorCritic, centra
     ``processes``: each process's columns and whether it is a worker (one thread); ``sync_matrices(slot)``:
     gSDE's exploration matrices of ``policy`` into the block's slot.
     """
-    n, s = program.n_envs, storage
+    s = storage
     bound = _bound_copy(program, block)
     if not _same_critic(policy, bound, storage):
         return None, "the critic of one observation differs between the policy and its copy in shared memory"
