@@ -32,6 +32,7 @@ from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.algo.shard import ACT, BOOKS, NORM, ShardWork
 from ppo_dict.algo.sharded_rollout import ShardedRollout
+from ppo_dict.core.machine import usable_cpus
 from ppo_dict.core.seeding import thread_count
 from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import RolloutStorage
@@ -111,7 +112,8 @@ def serial_us(c: Contender, keys: tuple[str, ...]) -> float:
 
 def parts(table: Table, env_id: str, rounds: int) -> dict[str, Any]:
     """Measure the parts (interleaved rounds) and print the model's predictions at :data:`LAYOUTS`."""
-    sizes = sorted({e for _, e in LAYOUTS} | {e // 2 for _, e in LAYOUTS})
+    here = usable_cpus()
+    sizes = sorted({e for _, e in LAYOUTS} | {e // 2 for _, e in LAYOUTS} | {256 // here})
     totals = sorted({w * e for w, e in LAYOUTS})
     raw = raw_env(STEPS * 16, env_id)
     blocks = {e: env_block(env_id, e) for e in sizes}
@@ -144,6 +146,10 @@ def parts(table: Table, env_id: str, rounds: int) -> dict[str, Any]:
         for n in totals:
             table.row(setting, f"S({n}): the main process's serial time a step", f"sharded {serial[n]:.0f} us; central (policy + books) {central[n]:.0f} us; "
                       f"--double_buffer's half (policy + books) {halves[n]:.0f} us")
+        rate, e = runs[256, "sharded"].rate, 256 // here  # 256 envs on the default layout: `here` processes of 256 / here
+        table.row(f"{env_id}, 256 envs on this host's default layout ({here} processes), exact, sharded", "measured rollout",
+                  f"{rate:.0f} steps/s", f"{here} x t_env({e}): {here * e * 1e6 / t_env[e]:.0f} steps/s",
+                  f"efficiency {rate * t_env[e] / (here * e * 1e6):.2f} (target >= 0.85)")
         predicted = {}
         for w, e in LAYOUTS:
             n, work = w * e, e * 1e6 / works[w, e].rate
