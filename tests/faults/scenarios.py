@@ -58,9 +58,16 @@ def is_helper(pid: int) -> bool:
     return any(marker in cmdline for marker in HELPER_MARKERS)
 
 
-def strays() -> list[int]:
-    """Processes of this session, other than this one and multiprocessing's helpers."""
-    return [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and not is_helper(pid)]
+def strays(seconds: float = 0.0, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Processes of this session, other than this one, ``exclude`` and multiprocessing's helpers, once none is left or
+    ``seconds`` have passed (a process that exits of itself meanwhile, as a worker the forkserver forked as its
+    client's connection broke does on reading the end of its pipe, is not one left running)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude and not is_helper(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -405,12 +412,12 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
         files = len(os.listdir(f"/proc/{server}/fd"))
         resource.prlimit(server, resource.RLIMIT_NOFILE, (files, files))
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if how == "nofile":  # room for two more workers' descriptors (3 each: measured), not three
-        files = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (files + 7, limits[1]))
+    if how == "nofile":  # room for the pool's two shared arrays (the storage, the hand-over page) and one or two workers'
+        files = len(os.listdir("/proc/self/fd"))  # descriptors (measured: spawn starts a worker with more of them open), not all six
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files + 9, limits[1]))
     result = capture(lambda: ShmEnvPool(backend, 6, 1, n_steps=8, mp_method=mp_method, main_steps_envs=False))
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)
-    result["strays_after_failure"] = [pid for pid in strays() if pid not in warm.pids]
+    result["strays_after_failure"] = strays(5.0, exclude=tuple(warm.pids))
     warm.close()
     if how == "forkserver":  # multiprocessing starts a new forkserver only once the old one has exited: on a loaded host
         deadline = time.monotonic() + 60  # it may still be printing its error when the next pool asks for one
