@@ -104,7 +104,7 @@ def test_process_and_file_limits_and_docker_shm_are_judged_before_start() -> Non
     docker = dataclasses.replace(ROOMY, shm_free=64 * 2**20, tmp_free=32 * 2**20)
     big = Config(env="gym_Pendulum-v1", num_workers=2, n_envs=64, n_steps=100_000)
     assert problems(big, docker) == [
-        "n_steps x n_envs = 100000 x 64: rollout storage needs 109.9 MB of shared memory, /dev/shm has 64.0 MB free and "
+        "n_steps x n_envs = 100000 x 64: rollout storage needs 231.9 MB of shared memory, /dev/shm has 64.0 MB free and "
         f"{tempfile.gettempdir()} has 32.0 MB; use docker run --shm-size=1g, or fewer n_steps x n_envs"]
     # where the temp dir has room, multiprocessing puts the storage there: taken (the pool warns when it starts)
     assert check_run(big, machine=dataclasses.replace(docker, tmp_free=100 * GB)).needs.shared > docker.shm_free
@@ -172,7 +172,7 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
     assert lines[-2] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
-    assert lines[-1] == f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, checkpoints/, .lock, learning_curve.png)"
+    assert lines[-1] == f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock, learning_curve.png)"
 
 
 # ------------------------------------------------------------------------------ found by the fuzzer

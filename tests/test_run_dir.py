@@ -491,7 +491,7 @@ def test_a_checkpoints_output_settings_are_dropped_unless_typed(run_dir, tmp_pat
     proc = checked(["--resume", str(run_dir), "--total_timesteps", "320", "--dry_run"])
     assert proc.returncode == 0, proc.stderr
     writes = next(line for line in proc.stdout.splitlines() if line.startswith("writes: "))
-    assert writes == f"writes: {run_dir}/ (config.json, progress.csv, checkpoints/, .lock)", writes
+    assert writes == f"writes: {run_dir}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock)", writes
     said = [line for line in proc.stderr.splitlines() if "wandb project" in line]
     assert len(said) == 1 and said[0].endswith("its config logs to the wandb project 'attacker'; a resumed run logs where its command "
                                                "line says: pass --project attacker to log there"), proc.stderr

@@ -48,7 +48,7 @@ def written_paths(cfg: "Config") -> list[str]:
     """Every place the run of ``cfg`` writes: its run directory (and what in it), ``--save_path``,
     ``--export_sb3`` (and rl-zoo's statistics beside it), ``--tensorboard_log``, a wandb project."""
     run_dir = cfg.run_dir or os.path.join("runs", f"{cfg.env}__{'<seed>' if cfg.seed is None else cfg.seed}__<time>")
-    inside = ["config.json", "progress.csv", "checkpoints/", ".lock"]
+    inside = ["config.json", "progress.csv", "monitor.csv", "checkpoints/", ".lock"]
     inside += ["evaluations.npz", "best_model.pt"] if cfg.eval_freq > 0 else []
     inside += ["videos/"] if cfg.video and cfg.eval_freq > 0 else []
     inside += ["learning_curve.png"] if cfg.plot else []

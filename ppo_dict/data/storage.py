@@ -141,6 +141,12 @@ def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     return {k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
 
 
+def stage_keys_of(space: spaces.Space, normalize: bool, norm_obs: bool) -> tuple[str, ...]:
+    """The keys whose normalised observations a run keeps apart from the env's (:func:`vector_obs_shapes`' where it
+    normalises observations): the storage's ``stage_keys``, in shared memory where processes stepping envs write them."""
+    return tuple(vector_obs_shapes(space)) if normalize and norm_obs else ()
+
+
 class RolloutStorage:
     """Everything one rollout of ``n_steps`` x ``n_envs`` transitions needs.
 

@@ -68,7 +68,7 @@ class MonitorFile:
         self.episodes = episodes
         header: dict[str, Any] = {"t_start": time.time(), "env_id": env_id}
         lines = [",".join(self.keys) + "\n"]
-        source = None if resume is None else os.path.join(resume[1], MONITOR)
+        source = None if resume is None or resume[1] is None else os.path.join(resume[1], MONITOR)
         if source is not None and entry_kind(source):
             try:
                 header, found = read_monitor(source)

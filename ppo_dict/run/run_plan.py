@@ -23,7 +23,7 @@ from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
 from ppo_dict.data.masking import masked_backend
 from ppo_dict.data.step_obs import StepObsToDevice
-from ppo_dict.data.storage import RolloutStorage, vector_obs_shapes
+from ppo_dict.data.storage import RolloutStorage, stage_keys_of
 from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
 from ppo_dict.vec.backend import EnvBackend
@@ -85,7 +85,7 @@ def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: t
         return ""
     backend = masked_backend(backend) if cfg.action_masks else backend
     space = backend.observation_space
-    stage_keys = tuple(vector_obs_shapes(space)) if cfg.normalize and cfg.norm_obs else ()
+    stage_keys = stage_keys_of(space, cfg.normalize, cfg.norm_obs)
     storage = RolloutStorage(space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords, stage_keys=stage_keys)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0 if cfg.seed is None else cfg.seed)

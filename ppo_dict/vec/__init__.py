@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, U
 from gymnasium import spaces
 
 from ppo_dict.data.masking import masked_backend
-from ppo_dict.data.storage import RolloutStorage, vector_obs_shapes
+from ppo_dict.data.storage import RolloutStorage, stage_keys_of
 from ppo_dict.envs import GODOT_BACKEND, GYM_BACKEND, AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
@@ -114,6 +114,6 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
     if not layout.processes:
         return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
     # the normalised observations in shared memory too: the processes that step the envs may write them (ppo_dict.algo.shard)
-    stage_keys = tuple(vector_obs_shapes(backend.observation_space)) if cfg.normalize and cfg.norm_obs else ()
+    stage_keys = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
     return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
                       spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)

@@ -233,8 +233,10 @@ def test_fifty_create_close_cycles(mp_method: str) -> None:
 def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
     r = run_scenario("shm_too_small")
     assert r["error"] == "RuntimeError"
-    assert r["message"] == (  # 8.4 MB: 100001 steps of 4 x 3 float32 observations, each step's 48 bytes padded to 64
-        "rollout storage needs 8.4 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
+    # 29.8 MB: each of 100000 steps holds 4 x 3 float32 observations (48 bytes padded to 64) and the step's actions, values and
+    # log-probs (padded rows of 64 bytes each: processes stepping envs write them), and 4 x 14 bytes of rewards, flags, episode starts
+    assert r["message"] == (
+        "rollout storage needs 29.8 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
         "use docker run --shm-size=1g, or fewer n_steps x n_envs"
     )
     assert r["children"] == []
