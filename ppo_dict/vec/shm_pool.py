@@ -20,6 +20,7 @@ from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_hal
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup
 from ppo_dict.vec.runner import Runner, Seeds, env_seeds
+from ppo_dict.vec.broadcast import HEADER
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.work import PHASES, STEP, T, Header, StepWork, WorkProgram, run_work
 from ppo_dict.vec.worker import env_worker_error, error_report
@@ -189,6 +190,7 @@ class ShmEnvPool:
         """One hand-over (``ppo_dict.vec.work``) to every worker and to this process's own columns: the attached
         work's parts around the envs' step where ``header`` asks for it; returns once every process is done.
         ``idle``: work to do while the workers work, a unit a call."""
+        header = (*header, *(0,) * (HEADER - len(header)))  # every field given (the page keeps the last hand-over's otherwise)
         detail = header[T] if rollout else None
         command = "step" if header[PHASES] & STEP else "policy"
         if self.handovers:
