@@ -85,3 +85,12 @@ class SweepError(PPODictError, ValueError):
 
 class ExportError(PPODictError, RuntimeError):
     """A trained model cannot be written in the asked format (e.g. ONNX), with why."""
+
+
+class RankError(PPODictError, RuntimeError):
+    """A run over several ranks (``torchrun``) cannot go on: a rank raised, or the ranks disagree (a config one of
+    them refused, a checkpoint for another rank count). The message names the rank, its host and the cause."""
+
+
+class RankLostError(RankError):
+    """Another rank stopped answering in a collective (it died, hung or raised): this rank ends too."""
