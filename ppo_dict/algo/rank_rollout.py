@@ -23,9 +23,10 @@ import torch
 
 from ppo_dict.algo.distributed import Ranks
 from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.core.errors import RankError
+from ppo_dict.core.errors import EnvCallInterrupted, RankError, RolloutDropped, WorkerDiedError
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
+from ppo_dict.vec import watchdog
 
 
 class GlobalDraws(LeanSampler):
@@ -77,6 +78,7 @@ class RankNormalizer(Normalizer):
         self.__dict__.update(vars(base))
         self.ranks = ranks
         self.returns = np.zeros(ranks.n_envs)
+        self.observed = 0  # steps of the rollout in progress folded in (a dropped rollout's rank joins the others' rest)
 
     def reset(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.returns = np.zeros(self.ranks.n_envs)  # every env's, whatever size a resumed or set value had
@@ -92,6 +94,16 @@ class RankNormalizer(Normalizer):
         *whole, whole_rewards, whole_dones = self.ranks.gather_rows([*(obs[key] for key in keys), rewards, dones],
                                                                      what="the normaliser's step")
         super().observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
+        self.observed += 1
+
+    def catch_up(self, storage: Any) -> None:
+        """The rest of a rollout this rank dropped: its part (zeros) of each step the other ranks still gather. Every rank
+        then goes back to the state after the last update, these statistics with it."""
+        keys = list(self.obs_rms) if self.training and self.norm_obs else []
+        blank = [np.zeros_like(storage.env_obs[key][0]) for key in keys]
+        blank += [np.zeros_like(storage.env_rewards[0]), np.zeros(storage.n_envs, dtype=bool)]
+        for _ in range(self.observed, storage.n_steps):
+            self.ranks.gather_rows(blank, what="the normaliser's step (a dropped rollout)")
 
 
 class RankEpisodes(EpisodeLog):
@@ -107,16 +119,49 @@ class RankEpisodes(EpisodeLog):
         """One step's ended envs of this rank (copies, in env order): kept until the rollout's end."""
         self.pending.append((values, kinds, info_keywords))
 
-    def merge(self, dones: np.ndarray) -> None:
+    def merge(self, dones: np.ndarray, dropped: Optional[tuple[str, int]] = None) -> None:
         """Every rank's episodes of the rollout into the buffers, by step then env. ``dones``: bool ``[steps, n_local]``,
-        this rank's episode ends of the rollout (each step with one is one :meth:`read_rows` call, in order)."""
+        this rank's episode ends of the rollout (each step with one is one :meth:`read_rows` call, in order).
+        ``dropped``: ``(why, signal)`` where a stop ended this rank's rollout. Where any rank's was, every rank raises
+        :class:`RolloutDropped` (the rollout is dropped everywhere) instead."""
         ended_at = np.flatnonzero(dones.any(axis=1)) if dones.size else np.zeros(0, dtype=np.int64)
-        if len(ended_at) != len(self.pending):
+        if dropped is None and len(ended_at) != len(self.pending):
             raise RankError(f"{self.ranks.info.name}: {len(self.pending)} steps of ended episodes were read, but the rollout has "
                             f"{len(ended_at)} steps with an episode end")
-        mine = [(int(t), values, kinds, keywords) for t, (values, kinds, keywords) in zip(ended_at, self.pending)]
+        mine = [] if dropped is not None else [(int(t), v, k, keywords) for t, (v, k, keywords) in zip(ended_at, self.pending)]
         self.pending = []
-        everyone = self.ranks.gather_objects(mine, what="the rollout's episodes")
-        merged = sorted(((item, rank) for rank, items in enumerate(everyone) for item in items), key=lambda pair: (pair[0][0], pair[1]))
+        everyone = self.ranks.gather_objects((dropped, mine), what="the rollout's episodes")
+        for rank, (why, _) in enumerate(everyone):
+            if why is not None:
+                raise RolloutDropped(f"rank {rank}: {why[0]}", why[1])
+        merged = sorted(((item, rank) for rank, (_, items) in enumerate(everyone) for item in items), key=lambda pair: (pair[0][0], pair[1]))
         for (_, values, kinds, keywords), _ in merged:
             super().read_rows(values, kinds, keywords)
+
+
+def stop_signal(exc: BaseException) -> Optional[int]:
+    """The stop signal behind a rollout's error (an env call it interrupted, workers it ended), None for a fault."""
+    signals = watchdog.WATCHDOG.signals
+    if isinstance(exc, EnvCallInterrupted):
+        return getattr(exc, "signum", None) or (signals[0] if signals else 2)
+    return signals[0] if isinstance(exc, WorkerDiedError) and signals else None
+
+
+def rank_collect(collector: Any, ranks: Ranks, steps_before: int) -> int:
+    """A rollout of this rank's envs (``collector``'s), then every rank's episodes in sb3's order; returns the global
+    batch's env steps. A stop that ends this rank's rollout ends every rank's (:class:`RolloutDropped`, raised on all)."""
+    storage, normalizer, episodes = collector.storage, collector.normalizer, collector.episodes
+    if normalizer is not None:
+        normalizer.observed = 0
+    try:
+        steps = collector.collect(steps_before) // storage.n_envs
+    except BaseException as exc:
+        signum = stop_signal(exc)
+        if signum is None:  # a fault: this rank ends, and the others with it (ppo_dict.run.ranks)
+            raise
+        if normalizer is not None:
+            normalizer.catch_up(storage)
+        episodes.merge(np.zeros((0, storage.n_envs), dtype=bool), dropped=(f"{type(exc).__name__}: {exc}", signum))
+        raise
+    episodes.merge(storage.terminated[:steps] | storage.truncated[:steps])
+    return steps * ranks.n_envs

@@ -63,6 +63,15 @@ class EnvCallInterrupted(BaseException):
     env's ``except Exception`` does not swallow it; the command line turns it into a clean stop."""
 
 
+class RolloutDropped(EnvCallInterrupted):
+    """A stop signal ended a rank's rollout (its env call interrupted, its workers ended by the same signal): every rank
+    of the run drops the rollout together and goes back to the state after the last update. ``signum``: the signal."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
 class PoolClosedError(PPODictError, RuntimeError):
     """The env pool was closed (by ``close()`` or after a worker failure) and cannot be used."""
 
