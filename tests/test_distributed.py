@@ -23,10 +23,15 @@ from gymnasium import spaces
 from ppo_dict.algo.distributed import Ranks, rank_rows, ranked_update
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.ppo import PPO
 from ppo_dict.algo.rank_rollout import RankNormalizer
 from ppo_dict.algo.update import UpdateSettings, ppo_update
+from ppo_dict.core.config import Config
+from ppo_dict.core.layout import plan_layout
+from ppo_dict.core.logger import Logger
 from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, env_ranges
 from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.vec import make_env_pool
 
 OBS = spaces.Box(-1, 1, (5,), np.float32)
 #: name -> (action space, n_envs, n_steps, settings): each a rule of the update
@@ -111,6 +116,29 @@ def normalizer_steps(ranks: Ranks | None) -> dict[str, Any]:
     return {"state": norm.state_dict(), "outputs": outputs}
 
 
+#: name -> (env, n_envs, normalize): the first rollout of a run over ranks, against the single process's
+ROLLOUTS = {"cartpole": ("gym_CartPole-v1", 5, False), "pendulum_normalized": ("gym_Pendulum-v1", 4, True)}
+#: the learner's arrays of a rollout: ``[T(+1), n_envs, ...]`` each, env columns on axis 1
+BUFFERS = ("actions", "values", "log_probs", "rewards", "episode_starts", "advantages", "returns")
+
+
+def first_rollout(name: str, ranks: Ranks | None) -> dict[str, Any]:
+    """The case's first rollout (rank: its envs in this process), GAE included, and the counters and episodes after it."""
+    env, n_envs, normalize = ROLLOUTS[name]
+    cfg = Config(env=env, n_envs=n_envs, n_steps=16, batch_size=16, seed=5, num_workers=0, normalize=normalize)
+    envs = range(n_envs) if ranks is None else ranks.envs
+    pool = make_env_pool(cfg, None, plan_layout(len(envs), 0, None))
+    with PPO(cfg, pool, Logger(verbose=0), ranks=ranks) as ppo:
+        ppo.start_envs()
+        ppo.collect_rollout()
+        ppo.compute_advantages()
+        s = ppo.storage
+        arrays = {name: getattr(s, name).copy() for name in BUFFERS}
+        arrays.update({f"obs/{key}": arr.copy() for key, arr in s.obs.items()})
+        return {"arrays": arrays, "num_timesteps": ppo.num_timesteps, "episodes": list(ppo.episodes.info_buffer),
+                "rng": torch.get_rng_state()}
+
+
 def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -120,6 +148,8 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         for name, (_, n_envs, _, _) in CASES.items():
             results[name] = one_update(name, Ranks(RankInfo(rank, world, rank, world, "localhost"), n_envs))
         results["normalizer"] = normalizer_steps(Ranks(RankInfo(rank, world, rank, world, "localhost"), 3))
+        for name, (_, n_envs, _) in ROLLOUTS.items():
+            results[name] = first_rollout(name, Ranks(RankInfo(rank, world, rank, world, "localhost"), n_envs))
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -175,6 +205,32 @@ def test_normalizer_statistics_are_the_single_process_bits(two_ranks) -> None:
         for (obs, rewards), (whole_obs, whole_rewards) in zip(rank["normalizer"]["outputs"][1:], single["outputs"][1:]):
             assert np.array_equal(obs, whole_obs[ranges.start : ranges.stop])
             assert np.array_equal(rewards, whole_rewards[ranges.start : ranges.stop])
+
+
+#: the arrays a policy row decides only through its sample (bits here), and those its value or log-prob row sets
+SAMPLED, FORWARD = ("actions", "rewards", "episode_starts", "obs/obs"), ("values", "log_probs", "advantages", "returns")
+
+
+@pytest.mark.parametrize("name", list(ROLLOUTS))
+def test_the_first_rollout_is_the_single_process_columns(two_ranks, name) -> None:
+    """Every rank's buffers are the single process's columns of its envs: the actions (from the global draws), the
+    observations (normalised with the statistics of the gathered batch), rewards and episode starts ``==``, the
+    episodes merged in sb3's order, the counters global, the RNG streams alike. The values and log-probs (and the
+    advantages and returns GAE makes of them) come from a forward over the rank's rows: where a matrix product
+    rounds a row by its batch (on this CPU the critic's last layer, for 3 or 2 rows against 5 or 4) they differ
+    from the single process's by float32 rounding, so they are compared within ``rtol 1e-5 + atol 1e-6``."""
+    single = first_rollout(name, None)
+    n_envs = ROLLOUTS[name][1]
+    for rank, envs in zip(two_ranks, env_ranges(n_envs, 2)):
+        got = rank[name]
+        assert set(got["arrays"]) == set(single["arrays"]) == set(SAMPLED + FORWARD)
+        for key in SAMPLED:
+            assert np.array_equal(got["arrays"][key], single["arrays"][key][:, envs.start : envs.stop]), key
+        for key in FORWARD:
+            assert np.allclose(got["arrays"][key], single["arrays"][key][:, envs.start : envs.stop], rtol=1e-5, atol=1e-6), key
+        assert got["num_timesteps"] == single["num_timesteps"] == 16 * n_envs
+        assert got["episodes"] == single["episodes"] and (len(single["episodes"]) > 0 or name != "cartpole")  # Pendulum: 200 steps
+        assert torch.equal(got["rng"], single["rng"])
 
 
 def test_env_ranges_split_unevenly_in_order() -> None:

@@ -61,8 +61,8 @@ class Ranks:
         except RankLostError:
             raise
         except Exception as exc:  # noqa: BLE001 (gloo's RuntimeError, torch's DistBackendError/DistNetworkError)
-            raise RankLostError(f"{self.info.name}: another rank stopped answering while this one waited in {what} "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+            cause = (str(exc).splitlines() or [""])[0].split(" This is typically caused")[0]
+            raise RankLostError(f"{self.info.name} was waiting in {what} ({type(exc).__name__}: {cause})") from exc
 
     # ------------------------------------------------------------------ the collectives
     def gather_rows(self, arrays: Sequence[np.ndarray], per_env: int = 1, what: str = "a gather") -> list[np.ndarray]:

@@ -50,6 +50,8 @@ GROUP_TIMEOUT = 1800.0
 FAULT, LOST, ALIVE, HOST = "ppo_dict/fault", "ppo_dict/lost", "ppo_dict/alive/", "ppo_dict/host/"
 #: Seconds the ranks that lost another one wait for each other, to tell who is gone.
 ROLL_CALL = 2.0
+#: What to do after a rank failed.
+RESUME_HINT = "--resume auto with the same command continues from the last checkpoint"
 
 
 def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
@@ -111,6 +113,7 @@ class RankRun:
         self.info = info
         self.ranks: Optional[Ranks] = None
         self.group = Ranks(info, info.world)  # collectives before the run's env count is known
+        self.envs = "no envs yet"  # which global envs this rank steps, in words (a fault's message: env indices are the rank's own)
 
     @property
     def writes(self) -> bool:
@@ -140,6 +143,7 @@ class RankRun:
     def envs_text(self, cfg: Config) -> str:
         """This rank's envs in words: ``4-7 of 8``."""
         envs = env_range(cfg.num_envs, self.info.rank, self.info.world)
+        self.envs = f"{envs.start}-{envs.stop - 1} of {cfg.num_envs} (its env k is env {envs.start} + k)"
         return f"{envs.start}-{envs.stop - 1} of {cfg.num_envs}"
 
     def before_checkpoints(self, after_update: Callable[[Any], None], save_due: Callable[[int], bool]) -> Callable[[Any], None]:
@@ -192,10 +196,10 @@ class RankRun:
             gone = self.roll_call(store)
             if store is None or (not _has(store, FAULT) and store.add(LOST, 1) == 1):
                 named = ", ".join(f"rank {r} ({_get(store, f'{HOST}{r}') or 'host unknown'})" for r in gone) or "another rank"
-                print(f"error: {named} stopped answering (it died, hung or was killed; torchrun's report gives its exit), so "
-                      f"{self.info.name} ends too: {exc}", file=sys.stderr, flush=True)
+                print(f"error: {named} stopped answering (it died, hung or was killed: torchrun's report gives its exit); {exc}; "
+                      f"every rank ends ({RESUME_HINT})", file=sys.stderr, flush=True)
             return 1
-        message = f"{self.info.name}: {type(exc).__name__}: {exc}"
+        message = f"{self.info.name}, stepping envs {self.envs}: {type(exc).__name__}: {exc}"
         if store is None or store.add(f"{FAULT}/count", 1) == 1:
             if store is not None:
                 store.set(FAULT, message)
