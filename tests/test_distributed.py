@@ -247,3 +247,16 @@ def test_rank_info_reads_torchruns_environment() -> None:
     assert (info.rank, info.world, info.local_rank, info.local_world) == (3, 4, 1, 2)
     with pytest.raises(ValueError, match="RANK=None"):
         RankInfo.from_env({"WORLD_SIZE": "2"})
+
+
+def test_what_torchrun_refuses_is_said_per_setting() -> None:
+    from ppo_dict.run.ranks import rank_problems
+
+    info = RankInfo(1, 2, 1, 2, "localhost")
+    assert rank_problems(Config(env="gym_CartPole-v1", n_envs=4, n_steps=8, batch_size=8), info) == []
+    assert rank_problems(Config(env="gym_CartPole-v1", n_envs=1, n_steps=8, batch_size=8), info) == [
+        "n_envs=1: fewer envs than the 2 ranks torchrun started; each rank steps at least one"]
+    lstm = rank_problems(Config(env="gym_CartPole-v1", n_envs=4, n_steps=8, batch_size=8, model="mlp_lstm"), info)
+    assert lstm == ["model='mlp_lstm' (RecurrentPPO): not supported under torchrun (one rank, or a plain run, trains it)"]
+    layout = rank_problems(Config(env="gym_CartPole-v1", n_envs=4, num_workers=3, n_steps=8, batch_size=8), info)
+    assert len(layout) == 1 and layout[0].startswith("num_workers=3: more than the 2 envs") and "count per rank" in layout[0]

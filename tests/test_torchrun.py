@@ -211,3 +211,23 @@ def test_a_rank_killed_ends_every_rank_with_one_message_and_resume_auto_continue
     code, out, err = run_cli([*FAULT, "--total_timesteps", str(saved + 128), "--resume", "auto", "--run_dir", str(run_dir)])
     assert code == 0, err
     assert f"resumed from {run_dir}" in out and checkpoint(run_dir)["num_timesteps"] == saved + 128
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", ["0", "2"])
+def test_torchruns_sigterm_stops_every_rank_together_with_one_checkpoint(num_workers, tmp_path) -> None:
+    """torchrun's agent forwards SIGTERM to every rank's process group: with the envs in the ranks the ranks stop after
+    the same update; with worker processes (ended by the same signal) every rank drops the rollout. Either way
+    rank 0 writes one checkpoint, at a step every rank reached, and says so once."""
+    run_dir = tmp_path / "run"
+    run = Torchrun([*FAULT, "--total_timesteps", "100000", "--save_freq", "64", "--num_workers", num_workers, "--run_dir", str(run_dir)])
+    deadline = time.monotonic() + 120
+    while not list((run_dir / "checkpoints").glob("checkpoint_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.proc.send_signal(signal.SIGTERM)
+    code, out, err = run.finish(timeout=120)
+    assert run.left() == []
+    assert err.count("SIGTERM received: every rank stopped after the same update") == 1, err
+    assert out.count("checkpoint ") == 1 and errors(err) == [], err
+    last = checkpoint(run_dir)
+    assert last["num_timesteps"] % 64 == 0

@@ -35,7 +35,7 @@ from ppo_dict.algo.distributed import Ranks
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError
-from ppo_dict.core.layout import Layout, plan_layout
+from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import cpu_budget
 from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, ranks_text
 from ppo_dict.interop.trained_agent import TrainedAgent
@@ -102,6 +102,11 @@ def rank_problems(cfg: Config, info: RankInfo, unit: int = 1) -> list[str]:
     problems += [f"{what}: not supported under torchrun (one rank, or a plain run, trains it)" for flag, what in unsupported if flag]
     if cfg.device not in ("cpu", "auto"):
         problems.append(f"device={cfg.device!r}: under torchrun the ranks train on the CPU (gloo); --device cpu")
+    envs = env_range(cfg.num_envs, info.rank, info.world)
+    if len(envs):  # the layout settings count per rank: judged on this rank's envs
+        problems += [f"{p} (rank {info.rank} steps {len(envs)} of the {cfg.num_envs} envs: the layout settings count per rank)"
+                     for p in layout_problems(len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs,
+                                              cfg.double_buffer, unit)]
     return problems
 
 
