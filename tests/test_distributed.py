@@ -260,3 +260,13 @@ def test_what_torchrun_refuses_is_said_per_setting() -> None:
     assert lstm == ["model='mlp_lstm' (RecurrentPPO): not supported under torchrun (one rank, or a plain run, trains it)"]
     layout = rank_problems(Config(env="gym_CartPole-v1", n_envs=4, num_workers=3, n_steps=8, batch_size=8), info)
     assert len(layout) == 1 and layout[0].startswith("num_workers=3: more than the 2 envs") and "count per rank" in layout[0]
+
+
+def test_sb3s_python_api_in_a_torchrun_script_is_refused_with_one_message(monkeypatch) -> None:
+    import ppo_dict
+    from ppo_dict.core.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ConfigError, match=r"torchrun started this script \(2 ranks\): sb3's Python API trains in one process"):
+        ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8)
