@@ -265,7 +265,7 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
         print(f"{who}layout: {plan.layout.text(cfg.mp_method)}", flush=True)
     notice = main_share_notice(cfg, plan.layout)
     if notice:
-        print(notice, flush=True)
+        print(f"{who}{notice}", flush=True)
     return plan
 
 
@@ -275,7 +275,7 @@ def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed
     ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks)
     writes = rank is None or rank.writes
     if ppo.collector.policy_line and cfg.verbose >= 1:
-        print(ppo.collector.policy_line, flush=True)
+        print(f"{'' if rank is None else rank.info.name + ': '}{ppo.collector.policy_line}", flush=True)
     if plan.device_line and writes:
         print(plan.device_line, flush=True)
     if device_notice(ppo.device) and writes:

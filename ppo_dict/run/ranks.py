@@ -276,7 +276,8 @@ def settle_everywhere(cfg: Config, flags: dict[str, Any], rank: Optional[RankRun
     if cfg.seed is None:
         seed = int(np.random.SeedSequence().generate_state(1)[0])
         cfg = cfg.replace(seed=seed if rank is None else rank.first(seed, "the seed"))
-        print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
+        if rank is None or rank.writes:
+            print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
     if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
         run_dir = default_run_dir(cfg)
         cfg = cfg.replace(run_dir=run_dir if rank is None else rank.first(run_dir, "the run directory"))
