@@ -119,7 +119,9 @@ def normalizer_steps(ranks: Ranks | None) -> dict[str, Any]:
 #: name -> (env, n_envs, config keywords): the first rollout of a run over ranks, against the single process's
 ROLLOUTS = {"cartpole": ("gym_CartPole-v1", 5, {}), "pendulum_normalized": ("gym_Pendulum-v1", 4, dict(normalize=True)),
             "masked_multidiscrete": ("gym_PPODictMaskedJump-v0", 3, dict(gym_packages=("ppo_dict.envs.masked",), action_masks=True,
-                                                                          env_kwargs=dict(action="multi_discrete")))}
+                                                                          env_kwargs=dict(action="multi_discrete"))),
+            # a worker process beside each rank's main process: the policy where the envs are (its draws handed out by rows)
+            "pendulum_workers": ("gym_Pendulum-v1", 4, dict(num_workers=2, normalize=True))}
 #: the learner's arrays of a rollout: ``[T(+1), n_envs, ...]`` each, env columns on axis 1
 BUFFERS = ("actions", "values", "log_probs", "rewards", "episode_starts", "advantages", "returns")
 
@@ -127,9 +129,9 @@ BUFFERS = ("actions", "values", "log_probs", "rewards", "episode_starts", "advan
 def first_rollout(name: str, ranks: Ranks | None) -> dict[str, Any]:
     """The case's first rollout (rank: its envs in this process), GAE included, and the counters and episodes after it."""
     env, n_envs, keywords = ROLLOUTS[name]
-    cfg = Config(env=env, n_envs=n_envs, n_steps=16, batch_size=16, seed=5, num_workers=0, **keywords)
+    cfg = Config(env=env, n_envs=n_envs, n_steps=16, batch_size=16, seed=5, **{"num_workers": 0, **keywords})
     envs = range(n_envs) if ranks is None else ranks.envs
-    pool = make_env_pool(cfg, None, plan_layout(len(envs), 0, None))
+    pool = make_env_pool(cfg, None, plan_layout(len(envs), cfg.num_workers, None))
     with PPO(cfg, pool, Logger(verbose=0), ranks=ranks) as ppo:
         ppo.start_envs()
         ppo.collect_rollout()
@@ -140,7 +142,7 @@ def first_rollout(name: str, ranks: Ranks | None) -> dict[str, Any]:
         if s.action_masks is not None:
             arrays["action_masks"] = s.action_masks.copy()
         return {"arrays": arrays, "num_timesteps": ppo.num_timesteps, "episodes": list(ppo.episodes.info_buffer),
-                "rng": torch.get_rng_state()}
+                "rng": torch.get_rng_state(), "policy_line": ppo.collector.policy_line}
 
 
 def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -235,6 +237,8 @@ def test_the_first_rollout_is_the_single_process_columns(two_ranks, name) -> Non
         assert got["num_timesteps"] == single["num_timesteps"] == 16 * n_envs
         assert got["episodes"] == single["episodes"] and (len(single["episodes"]) > 0 or name != "cartpole")  # Pendulum: 200 steps
         assert torch.equal(got["rng"], single["rng"])
+        if name == "pendulum_workers":  # each rank's policy step where its envs are, unless this CPU's start probe refused it
+            assert "in each process for the envs it steps" in got["policy_line"] or "start probe" in got["policy_line"], got["policy_line"]
 
 
 def test_env_ranges_split_unevenly_in_order() -> None:
