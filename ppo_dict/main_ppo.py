@@ -375,14 +375,17 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"written to {cfg.run_dir}", flush=True)
     try:
         return run(cfg, check.backend, resumed, agent, fresh_dir=fresh_dir, rank=rank)
-    except (CheckpointError, ConfigError) as exc:  # a checkpoint that does not fit this config; a run directory taken meanwhile
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except PPODictError as exc:  # an env failed, hung or returned NaN, a worker died: the message says which and where
-        if rank is not None:  # one message for the whole run: the rank's that failed
-            return rank.fault(exc)
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
+    except Exception as exc:  # noqa: BLE001 (over ranks, anything one rank raises ends the run with its one message)
+        code = 2 if isinstance(exc, (CheckpointError, ConfigError)) else 1
+        if rank is not None:
+            return rank.fault(exc, code)
+        if isinstance(exc, (CheckpointError, ConfigError)):  # a checkpoint that does not fit this config; a run directory taken meanwhile
+            print(f"error: {exc}", file=sys.stderr)
+        elif isinstance(exc, PPODictError):  # an env failed, hung or returned NaN, a worker died: the message says which and where
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        else:
+            raise
+        return code
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from datetime import timedelta
 from typing import Any, Callable, Iterator, Optional
 
@@ -194,8 +195,11 @@ class RankRun:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
 
-    def fault(self, exc: BaseException) -> int:
-        """The end of this rank after ``exc``: one message for the whole run (see the module doc); the exit code."""
+    def fault(self, exc: BaseException, code: int = 1) -> int:
+        """The end of this rank after ``exc``: one message for the whole run (see the module doc); returns ``code``
+        (1 where another rank was lost). An error not of ppo_dict's own (a bug) keeps its traceback."""
+        if not isinstance(exc, PPODictError):
+            traceback.print_exception(exc, file=sys.stderr)
         store = _store()
         if isinstance(exc, RankLostError):
             gone = self.roll_call(store)
@@ -209,7 +213,7 @@ class RankRun:
             if store is not None:
                 store.set(FAULT, message)
             print(f"error: {message}", file=sys.stderr, flush=True)
-        return 1
+        return code
 
     def roll_call(self, store: Any) -> list[int]:
         """The ranks that did not check in within :data:`ROLL_CALL` seconds (the lost ones), by the store."""
