@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -176,11 +176,3 @@ def ranked_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage
         lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device), loss_of)
     return update_logs(policy, log, every, settings, n_updates), n_updates
 
-
-def update_problem(device: torch.device, recurrent: bool) -> Optional[str]:
-    """Why this run's update cannot be split over ranks (None: it can)."""
-    if recurrent:
-        return "RecurrentPPO"
-    if device.type != "cpu":
-        return f"device {device}"
-    return None
