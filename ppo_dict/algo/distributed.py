@@ -49,13 +49,11 @@ class Ranks:
         self.rank, self.world = info.rank, info.world
         self.ranges = env_ranges(n_envs, info.world)
         self.envs = self.ranges[info.rank]
-        self.collectives = 0  # issued so far (a lost rank's message says where)
 
     @contextlib.contextmanager
     def collective(self, what: str) -> Iterator[None]:
         """A collective: an error in it (a rank gone: its connection closed, or no answer within the group's
         timeout) is a :class:`RankLostError` saying what this rank was doing."""
-        self.collectives += 1
         try:
             yield
         except RankLostError:
