@@ -52,6 +52,7 @@ bench: install
 	$(PYTHON) benchmarks/bench_api.py
 	$(PYTHON) benchmarks/bench_recurrent.py
 	$(PYTHON) benchmarks/bench_load.py
+	$(PYTHON) benchmarks/bench_ranks.py
 
 # Throughput against the worker count: the parts model (a many-core host predicted from parts measured here), emulated
 # cores (envs that sleep: any host), the main process's step in parts,

@@ -18,8 +18,10 @@ import torch
 
 from ppo_dict.algo.collect import Collector, Timing
 from ppo_dict.algo.device_update import device_ppo_update
+from ppo_dict.algo.distributed import Ranks, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.rank_rollout import RankEpisodes, RankNormalizer, draw_globally, rank_collect
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
@@ -57,12 +59,14 @@ class PPO:
     (as in sb3); the command line always passes a seed. A config with a bad setting is refused
     here (:meth:`Config.check`), however it was built. ``device``: the run plan's
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
+    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.distributed``): ``pool``
+    steps its envs ``ranks.envs`` of the global ``cfg.n_envs``, and the ranks train one PPO on the global batch.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
-                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None):
+                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None, ranks: Optional[Ranks] = None):
         cfg.check()
-        self.cfg, self.pool, self.storage = cfg, pool, pool.storage
+        self.cfg, self.pool, self.storage, self.ranks = cfg, pool, pool.storage, ranks
         self.n_envs = pool.num_envs
         self.device = device or resolve_device(cfg.device, contains_image(pool.observation_space))  # the run plan's
         self.logger = logger or Logger(verbose=cfg.verbose)
@@ -80,6 +84,9 @@ class PPO:
         self.iteration = 0
         self.n_updates = 0
         self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)  # sb3's ep_info_buffer and ep_success_buffer
+        if ranks is not None:  # the normaliser's statistics and the episodes over every rank's envs
+            self.normalizer = None if self.normalizer is None else RankNormalizer(self.normalizer, ranks)
+            self.episodes = RankEpisodes(self.episodes, ranks)
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
         # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the bootstrap's)
         self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
@@ -88,6 +95,9 @@ class PPO:
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
         self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
+        if ranks is not None:  # the global batch's draws and update (ppo_dict.algo.rank_rollout, .distributed)
+            draw_globally(self.collector.policy_steps.values(), ranks, self.device)
+            self.update = functools.partial(ranked_update, ranks=ranks)
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
         # (ppo_dict.algo.device_update); the CPU keeps sb3's loop and numpy permutations
         self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
@@ -178,6 +188,10 @@ class PPO:
         """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
         normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``), with
         the LSTM states a resumed recurrent run saved on the first reset (else zeros)."""
+        if self.ranks is not None:  # this rank's envs of the global ones: env i keeps seed + i
+            envs = self.ranks.envs
+            seed = seed + envs.start if isinstance(seed, int) else seed if seed is None else list(seed)[envs.start : envs.stop]
+            options = None if options is None else list(options)[envs.start : envs.stop]
         self.collector.reset(seed, options)
         self._envs_started = True
         if self._resumed_lstm_states is not None:
@@ -211,7 +225,10 @@ class PPO:
         Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
         (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.algo.collect``).
         """
-        self.num_timesteps += self.collector.collect(self.num_timesteps)
+        if self.ranks is None:
+            self.num_timesteps += self.collector.collect(self.num_timesteps)
+        else:  # this rank's envs, then every rank's episodes in sb3's order; the global batch's steps
+            self.num_timesteps += rank_collect(self.collector, self.ranks, self.num_timesteps)
 
     def compute_advantages(self) -> None:
         """``V(obs[n_steps])`` and GAE over the stored rollout (sb3 ``compute_returns_and_advantage``)."""
@@ -255,7 +272,8 @@ class PPO:
         base, cores = self.cfg.torch_threads, physical_cores()
         chosen = self.cfg.update_threads or base
         trial = None
-        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent:
+        # over ranks, every rank's update keeps torch_threads: a thread count chosen per rank could round the norms apart
+        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent and self.ranks is None:
             snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
             with thread_count(cores):
                 self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)

@@ -14,6 +14,7 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.data.actions import masking_space_problem
 from ppo_dict.data.masking import METHOD
 from ppo_dict.core.machine import Machine
+from ppo_dict.core.ranks import RankInfo
 from ppo_dict.envs import is_image_space
 from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
 from ppo_dict.run.cli import read_config
@@ -89,9 +90,21 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         if envs.facade is not None and not found:  # the pool to start: the machine's resources, judged as the command line's
             found = machine_check(cfg, envs.backend, Machine.probe(), measure_policy=True)[1]
         problems += [in_sb3_words(p, alias, spec) for p in found]
+    if envs is not None and torchrun_world() > 1:
+        problems.append(f"torchrun started this script ({torchrun_world()} ranks): sb3's Python API trains in one process; "
+                        "train over ranks with the command line (torchrun ... -m ppo_dict.main_ppo ...), or start the script with python")
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def torchrun_world() -> int:
+    """The ranks torchrun started (1: a plain run)."""
+    try:
+        info = RankInfo.from_env()
+    except ValueError:
+        return 1
+    return 1 if info is None else info.world
 
 
 def in_sb3_words(problem: str, alias: Optional[str], spec: Any) -> str:

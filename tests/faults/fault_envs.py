@@ -46,16 +46,20 @@ class FaultEnv(gym.Env):
     ``ctypes.PyDLL``, which keeps the GIL: no Python thread of the process can run.
     ``segfault`` crashes its process in native code (``ctypes.string_at(0)``: SIGSEGV) once: it creates
     the file ``crash_marker`` first and never crashes where that file exists (the run resumed after the crash).
-    Every step sleeps ``step_s`` seconds (a costly env).
+    Every step sleeps ``step_s`` seconds (a costly env). ``only_rank`` (>= 0): the fault happens only in that rank of a
+    torchrun run (its ``RANK``), as a host that cannot build the env would.
     """
 
     #: envs built in this process so far
     built = 0
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = ""):
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = "",
+                 only_rank: int = -1):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
+        if only_rank >= 0 and os.environ.get("RANK") != str(only_rank):
+            mode = "none"
         if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
             raise ValueError(f"bad kwarg for {bad_process}")
         FaultEnv.built += 1
