@@ -105,6 +105,10 @@ def bind(module: nn.Module, block: SharedBlock) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the program
+# The normaliser's settings a script may change between learn calls (ppo_dict.api.learning), carried in the block.
+NORM_SETTINGS = ("norm_reward", "clip_obs", "clip_reward", "epsilon")
+
+
 @dataclass(frozen=True)
 class NormSettings:
     """What the books need of the main process's normaliser (its statistics come through the block)."""
@@ -176,6 +180,10 @@ class ShardWork:
         if header[VERSION] != self.version:
             self.step.refresh()  # the parameters changed (an update): what depends on them alone, for the whole batch
             self.gamma = np.float32(float(self.block.tensors["settings/gamma"]))  # sb3's float32 bootstrap, as the central path
+            if self.norm is not None:  # settings assigned between learn calls, as the main process's normaliser took them
+                values = self.block.tensors["settings/norm"].tolist()
+                for name, value in zip(NORM_SETTINGS, values):
+                    setattr(self.norm, name, bool(value) if name == "norm_reward" else value)
             self.version = header[VERSION]
         if not len(self.own):
             return

@@ -27,7 +27,7 @@ import torch
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.shard import ACT, BOOKS, NORM, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
+from ppo_dict.algo.shard import ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
 from ppo_dict.algo.shard_probe import probe
 from ppo_dict.algo.timing import Timing
 from ppo_dict.core.config import Config
@@ -94,7 +94,7 @@ class ShardedRollout:
             keys = tuple(normalizer.obs_rms)
             shapes = tuple(tuple(normalizer.obs_rms[k].mean.shape) for k in keys)
             named += [(f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes) for part in ("mean", "var")]
-            named += [("stats/ret_var", (), torch.float64)]
+            named += [("stats/ret_var", (), torch.float64), ("settings/norm", (len(NORM_SETTINGS),), torch.float64)]
             norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs, normalizer.clip_reward,
                                 normalizer.epsilon)
         self.block = SharedBlock(block_layout(named))
@@ -105,12 +105,14 @@ class ShardedRollout:
 
     # ------------------------------------------------------------------ what this process writes
     def refresh(self) -> None:
-        """The policy's parameters and the bootstrap's gamma into the block (once per rollout: after an update, after
+        """The policy's parameters, the bootstrap's gamma and the normaliser's settings into the block (once per rollout: after an update, after
         a setting assigned between ``learn`` calls), a new version."""
         with torch.no_grad():
             for name, tensor in shared_tensors(self.policy):
                 self.block.tensors[name].copy_(tensor)
         self.block.tensors["settings/gamma"].fill_(self.cfg.gamma)
+        if self.normalizer is not None:  # what a script may assign to sb3's VecNormalize between learn calls
+            self.block.tensors["settings/norm"].copy_(torch.tensor([float(getattr(self.normalizer, name)) for name in NORM_SETTINGS]))
         self.version += 1
 
     def sync_matrices(self, slot: Optional[int] = None) -> None:
