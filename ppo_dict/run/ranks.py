@@ -15,6 +15,7 @@ gone. torchrun's agent then ends every rank still running (SIGTERM, then SIGKILL
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -65,10 +66,18 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
         os.sched_setaffinity(0, cpu_share(sorted(os.sched_getaffinity(0)), cpu_budget()[0], info.local_rank, info.local_world))
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT))
+        atexit.register(leave)
     store = _store()
     if store is not None:
         store.set(f"{HOST}{info.rank}", info.host)
     return info
+
+
+def leave() -> None:
+    """Leave the process group :func:`join` made, at exit while the interpreter is whole: left to the interpreter's
+    own end, gloo's threads can abort the process (SIGABRT, "terminate called without an active exception")."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _store() -> Any:
