@@ -29,12 +29,11 @@ train: install
 test: install
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# The parity suite must not depend on what ran before it in the process: reversed with the garbage
-# collected between tests, then shuffled (ORDER_SEED, printed; set it to replay an order).
+# The parity suite must not depend on what ran before it in the process: shuffled (ORDER_SEED, printed; set it to
+# replay an order), with the garbage collected between tests (make test has run it in file order).
 ORDER_SEED ?= $(shell date +%s)
 test-orders: install
-	$(PYTHON) -m pytest tests/parity -m "not slow" --order reverse --gc-between-tests $(PYTEST_ARGS)
-	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) $(PYTEST_ARGS)
+	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) --gc-between-tests $(PYTEST_ARGS)
 
 test-all: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -52,11 +51,15 @@ bench: install
 	$(PYTHON) benchmarks/bench_masked.py
 	$(PYTHON) benchmarks/bench_api.py
 	$(PYTHON) benchmarks/bench_recurrent.py
+	$(PYTHON) benchmarks/bench_load.py
+	$(PYTHON) benchmarks/bench_ranks.py
 
-# Throughput against the worker count: emulated cores (envs that sleep: any host), the main process's step in parts,
+# Throughput against the worker count: the parts model (a many-core host predicted from parts measured here), emulated
+# cores (envs that sleep: any host), the main process's step in parts,
 # then the real envs on 1, 2, 4, ... workers and the default layout (a many-core machine; bench_scale.py --help splits it
 # into shorter calls; benchmarks/many_core.sh is the short version for a borrowed many-core host).
 bench-scale: install
+	$(PYTHON) benchmarks/bench_scale.py --parts
 	$(PYTHON) benchmarks/bench_scale.py --emulate
 	$(PYTHON) benchmarks/bench_scale.py --main_step
 	$(PYTHON) benchmarks/bench_scale.py --sb3

@@ -27,6 +27,13 @@ rate (measured in the same interleaved rounds). Exact and ``--double_buffer`` ro
 
     python benchmarks/bench_scale.py --emulate [--workers 4,16,32] [--envs_per_worker 16] [--step_us 150]
 
+``--parts`` measures the parts of a many-core host's rollout step here (the main process's serial time, one
+hand-over, one process's policy rows and books, one process stepping E envs, one env alone) and prints the
+efficiency they predict at 16 x 16 and 64 x 16 envs, exact (sharded and central) and ``--double_buffer``
+(``benchmarks/bench_parts.py``)::
+
+    python benchmarks/bench_scale.py --parts [--env_ids Reacher-v5]
+
 ``--main_step`` measures the main process's own work per rollout step, in parts, at 64, 256 and 1024
 envs of ``--env_ids``' first env (its ``time/*`` figures: policy, bookkeeping before the next step,
 bookkeeping overlapped with the workers' stepping), beside the floor of its policy part: the same
@@ -261,6 +268,7 @@ def main() -> None:
     parser.add_argument("--envs_per_worker", type=int, default=16, help="with --emulate: envs each worker steps")
     parser.add_argument("--step_us", type=float, default=150.0, help="with --emulate: microseconds each env step sleeps")
     parser.add_argument("--main_step", action="store_true", help="the main process's work per step in parts at --envs (default 64,256,1024), beside its floor")
+    parser.add_argument("--parts", action="store_true", help="the parts model: a many-core host's efficiency predicted from parts measured here")
     args = parser.parse_args()
     modes = args.modes.split(",")
     if not all(w == "default" or w.lstrip("-").isdigit() for w in args.workers.split(",")):
@@ -275,7 +283,11 @@ def main() -> None:
     rounds = 1 if args.quick else 3
     started, table = machine_times(), Table()
     command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:])
-    if args.emulate or args.main_step:
+    if args.emulate or args.main_step or args.parts:
+        if args.parts:
+            from benchmarks.bench_parts import parts
+
+            parts(table, args.env_ids.split(",")[0], rounds)
         if args.emulate:
             emulated(table, [4, 16, 32] if "--workers" not in sys.argv else workers, args.envs_per_worker, args.step_us, modes, rounds, 64)
         if args.main_step:

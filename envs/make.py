@@ -7,18 +7,21 @@ Godot process holds many agents, so the trainer steps them with its own runner i
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any, Optional
+import re
+import warnings
+from typing import Any, Iterator, Optional
 
 import gymnasium as gym
 
 from .errors import AtariUnavailableError
-from .render import check_mujoco_gl
+from .render import check_mujoco_gl, frames_without_display, select_mujoco_gl
 
 # gymnasium's envs that draw with pygame, not OpenGL
 PYGAME_ENTRIES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
-from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, GYM_PREFIX, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
-                   is_atari_entry)
+from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
+                   gym_id_of, is_atari_entry, is_godot_name)
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:
@@ -68,13 +71,13 @@ def gym_spec(gym_id: str, atari_asked: bool = False) -> gym.envs.registration.En
 
 
 def is_atari_env(name: str) -> bool:
-    """rl-zoo's ``is_atari`` for a name as typed: a ``gym_`` id that ale-py's ``AtariEnv`` makes
+    """rl-zoo's ``is_atari`` for a name as typed: a gymnasium id that ale-py's ``AtariEnv`` makes
     (False for anything else, unknown ids and a missing ale-py included)."""
-    if not name.startswith(GYM_PREFIX):
+    if not gym_id_of(name):
         return False
     try:
-        return is_atari_entry(gym_spec(name[len(GYM_PREFIX) :]).entry_point)
-    except (gym.error.Error, AtariUnavailableError):
+        return is_atari_entry(gym_spec(gym_id_of(name)).entry_point)
+    except (gym.error.Error, AtariUnavailableError, ImportError):  # ImportError: an unloadable module:id
         return False
 
 
@@ -82,13 +85,22 @@ def video_may_need_mujoco_gl(env_name: str) -> bool:
     """Whether a ``--video`` of ``--env env_name`` may render with MuJoCo, so that a GL backend must
     be chosen before mujoco is imported. False for envs that draw their own frames (Atari's ALE,
     gymnasium's pygame envs, ``test_dummy``, Godot games), which record on a machine without GL."""
-    if not env_name.startswith(GYM_PREFIX) or is_atari_env(env_name):
+    if not gym_id_of(env_name) or is_atari_env(env_name):
         return False
     try:
-        entry = gym.spec(env_name[len(GYM_PREFIX) :]).entry_point
-    except gym.error.Error:
+        entry = gym.spec(gym_id_of(env_name)).entry_point
+    except (gym.error.Error, ImportError):
         return True  # registered by a --gym_packages module not imported yet: it may be MuJoCo
     return not (isinstance(entry, str) and entry.startswith(PYGAME_ENTRIES))
+
+
+def prepare_video(env_name: str) -> None:
+    """Before the first env of ``--env env_name`` that records a video is made: MuJoCo's headless GL backend
+    chosen (EGL, OSMesa...: before mujoco is imported; Atari and pygame envs record without OpenGL), and
+    pygame told it has no display (:func:`~envs.render.frames_without_display`)."""
+    if video_may_need_mujoco_gl(env_name):
+        select_mujoco_gl()
+    frames_without_display()
 
 
 def with_no_velocity_envs(gym_id: str, packages: tuple[str, ...]) -> tuple[str, ...]:
@@ -114,7 +126,7 @@ def resolve_env_name(
     ``godot_demo`` and ``godot`` are Godot games (``envs.godot.spec.resolve_godot``).
     """
     kwargs = dict(kwargs or {})
-    if name == GODOT_PREFIX or name.startswith(GODOT_PREFIX + "_"):
+    if is_godot_name(name):
         from .godot.spec import resolve_godot
 
         if atari is not None or frame_stack > 1:
@@ -128,12 +140,12 @@ def resolve_env_name(
         if pixel is not None or atari is not None:
             raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper and --atari_wrapper")
         return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs, frame_stack=frame_stack)
-    if not name.startswith(GYM_PREFIX):
+    gym_id = gym_id_of(name)
+    if not gym_id:
         raise ValueError(
-            f"unknown environment {name!r}: write gym_<gymnasium id> (e.g. gym_Reacher-v2), {TEST_DUMMY}, "
+            f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), {TEST_DUMMY}, "
             f"{GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs \"dict(env_path=...)\" (another Godot game)"
         )
-    gym_id = name[len(GYM_PREFIX) :]
     packages = with_no_velocity_envs(gym_id, tuple(gym_packages))
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
@@ -143,6 +155,9 @@ def resolve_env_name(
             raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
         notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
         gym_id = newest
+    elif spec.version is not None and _newest_version(spec) not in (None, spec.id):
+        # said here once, in the main process; make_env drops gymnasium's own (coloured) warning of it in every process
+        notice = f"note: gymnasium {OUT_OF_DATE} {gym_id}, {_newest_version(spec)}; training {gym_id} as asked"
     if str(gym.spec(gym_id).entry_point).startswith("gymnasium.envs.mujoco"):
         check_mujoco_gl()  # else a MUJOCO_GL whose library is missing fails mujoco's import with a NoneType error
     if pixel is not None:
@@ -159,6 +174,31 @@ def resolve_env_name(
                    frame_stack=frame_stack)
 
 
+#: what gymnasium's warning for an old version of an env says (``registration.make``), and what :func:`resolve_env_name`'s notice says instead
+OUT_OF_DATE, OUT_OF_DATE_WARNING = "has a newer version of", "is out of date. You should consider upgrading"
+#: the colour codes gymnasium's ``logger.warn`` wraps its warnings in (``utils.colorize``)
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@contextlib.contextmanager
+def plain_warnings(notice: str) -> Iterator[None]:
+    """The warnings raised inside, shown in plain words: gymnasium's without its colour codes and ``WARN:`` prefix,
+    which read as garbage in a log file; its out-of-date warning left out where ``notice`` (said once, by the
+    main process) says it already, instead of once in every process that builds the env."""
+    with warnings.catch_warnings(record=True) as caught:  # the filters still apply: what they ignore is not caught
+        yield
+    for warning in caught:
+        text = ANSI_ESCAPE.sub("", str(warning.message)).removeprefix("WARN: ")
+        key = (text, warning.category, warning.filename, warning.lineno)
+        if (OUT_OF_DATE_WARNING in text and OUT_OF_DATE in notice) or key in _SHOWN:
+            continue
+        _SHOWN.add(key)  # once per process, as the "default" filter shows them (catching resets its registry)
+        warnings.showwarning(text, warning.category, warning.filename, warning.lineno, warning.file, warning.line)
+
+
+_SHOWN: set[tuple[str, type, str, int]] = set()
+
+
 def make_env(spec: EnvSpec) -> gym.Env:
     """Build one gymnasium env from its spec (in the main process or in a worker); not for another backend's specs."""
     if spec.backend != GYM_BACKEND:  # a Godot game's agents are env columns of one process, stepped by its runner
@@ -167,7 +207,8 @@ def make_env(spec: EnvSpec) -> gym.Env:
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         from . import dummy  # noqa: F401  (registers the gymnasium id)
-    env = _make_unstacked(spec)
+    with plain_warnings(spec.notice):
+        env = _make_unstacked(spec)
     if spec.frame_stack > 1:
         from .frame_stack import FrameStack
 

@@ -134,3 +134,15 @@ def select_mujoco_gl(verbose: bool = True) -> str:
         f"`apt-get install libegl1 libgl1-mesa-dri` (EGL) or `apt-get install libosmesa6` (OSMesa), "
         f"or run under `xvfb-run -a` with libglfw3. Debian packages: {needs}"
     )
+
+
+#: SDL's video driver that draws nowhere: what pygame needs to render ``rgb_array`` frames without a screen
+SDL_NO_DISPLAY = "dummy"
+
+
+def frames_without_display() -> None:
+    """Before an env renders ``rgb_array`` frames for a video: pygame's envs (CartPole, LunarLander...) need no
+    display, so SDL gets its dummy video driver (unless ``SDL_VIDEODRIVER`` chooses one). Otherwise SDL probes
+    Wayland, whose library prints ``error: XDG_RUNTIME_DIR is invalid or not set in the environment`` at every
+    video where no desktop session runs, though the frames are fine. Set in ``os.environ``, as ``MUJOCO_GL`` is."""
+    os.environ.setdefault("SDL_VIDEODRIVER", SDL_NO_DISPLAY)

@@ -27,6 +27,21 @@ PIXELS, STATE = "pixels", "state"
 ALE_MODULE = "ale_py"
 
 
+def is_godot_name(name: str) -> bool:
+    """``godot`` and ``godot_<game>`` (``godot_demo``): Godot games, never gymnasium ids."""
+    return name == GODOT_PREFIX or name.startswith(GODOT_PREFIX + "_")
+
+
+def gym_id_of(name: str) -> str:
+    """The gymnasium id an ``--env`` name means, ``""`` for none: ``CartPole-v1`` as rl-zoo takes it, or
+    ``gym_CartPole-v1`` (the prefix is optional), ``mymodule:MyEnv-v0`` (gymnasium's form, which imports the
+    module) alike. ppo_dict's own names (:data:`TEST_DUMMY`, ``godot``, ``godot_<game>``) are never read as
+    gymnasium ids; a gymnasium env registered under one of them is reached with the prefix (``gym_test_dummy``)."""
+    if name.startswith(GYM_PREFIX):
+        return name[len(GYM_PREFIX):]
+    return "" if name == TEST_DUMMY or is_godot_name(name) else name
+
+
 def is_atari_entry(entry_point: Any) -> bool:
     """rl-zoo's ``ExperimentManager.is_atari``: a gymnasium entry point that is ale-py's ``AtariEnv``."""
     return "AtariEnv" in str(entry_point)

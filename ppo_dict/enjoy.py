@@ -8,7 +8,6 @@ video left half-written).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -25,17 +24,13 @@ if __name__ == "__main__":  # before the imports below take their seconds: a sto
 import numpy as np  # noqa: E402 (after the start-up signal handlers)
 import torch
 
-from ppo_dict.algo.model import Model, gym_env_spec
-from ppo_dict.core.config import Config
+from ppo_dict.algo.model import Model, gym_env_spec, saved_config, saved_env
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import load_model_state
-from ppo_dict.envs import make_env
-from ppo_dict.envs.make import video_may_need_mujoco_gl
-from ppo_dict.envs.render import select_mujoco_gl
+from ppo_dict.envs.make import prepare_video
 from ppo_dict.run.checkpoint import model_file
 from ppo_dict.run.evaluation import VideoWriter, render_spec, run_episodes
-from ppo_dict.vec import env_spec
 
 
 def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
@@ -47,12 +42,12 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     (``evaluation.run_episodes``).
     """
     state = load_model_state(path)
-    cfg = Config.from_dict(state["config"])
+    cfg = saved_config(state, path)
     announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
-    if video and video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
-        select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
-    spec = gym_env_spec(env_spec(cfg), path)
-    env = make_env(render_spec(spec) if video else spec)
+    if video:
+        prepare_video(cfg.env)  # MuJoCo's headless GL backend, pygame without a display
+    spec = gym_env_spec(cfg, path)
+    env = saved_env(render_spec(spec) if video else spec, path)
     writer = None
     try:
         model = Model.from_state(state, env.observation_space, env.action_space, path)
@@ -72,17 +67,22 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.enjoy", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", metavar="RUN_DIR")
-    parser.add_argument("--model", default="best", help="best | last | a model or checkpoint file")
-    parser.add_argument("--episodes", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first reset")
-    parser.add_argument("--video", action="store_true", help="record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4")
+    from ppo_dict.run.cli import Option, add_option, command_parser
+
+    parser = command_parser("python -m ppo_dict.enjoy", __doc__, [
+        Option(("run_dir",), "the run directory to replay from", kwargs={"metavar": "RUN_DIR"}),
+        Option(("--model",), "best | last | a model or checkpoint file (best: best_model.pt where the run evaluated, else the "
+               "newest checkpoint, else model.pt)", "best"),
+        Option(("--episodes",), "episodes to play", 5, kwargs={"type": int}),
+        Option(("--seed",), "seed of the first reset", 0, kwargs={"type": int}),
+        Option(("--video",), "record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4", False, kwargs={"action": "store_true"}),
+    ])
     mode = parser.add_mutually_exclusive_group()  # rl-zoo's enjoy flags; neither: stochastic for Atari only
-    mode.add_argument("--deterministic", dest="deterministic", action="store_const", const=True, default=None,
-                      help="take the most likely action (the default, except for Atari games)")
-    mode.add_argument("--stochastic", dest="deterministic", action="store_const", const=False,
-                      help="sample actions (the default for Atari games, as rl-zoo's enjoy)")
+    add_option(mode, Option(("--deterministic",), "take the most likely action", None,
+                            "None: deterministic except for Atari games, as rl-zoo's enjoy",
+                            {"dest": "deterministic", "action": "store_const", "const": True}))
+    add_option(mode, Option(("--stochastic",), "sample actions", None, "None: stochastic for Atari games only, as rl-zoo's enjoy",
+                            {"dest": "deterministic", "action": "store_const", "const": False}))
     startup.imported()
     args = parser.parse_args(argv)
     if args.seed < 0 or args.episodes < 1:  # gymnasium refuses a negative seed only at the first reset

@@ -6,7 +6,6 @@ written atomically: Ctrl-C / SIGTERM ends the export cleanly at any point (``ppo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -27,17 +26,19 @@ from ppo_dict.core.errors import CheckpointError, ExportError
 from ppo_dict.core.files import output_problem
 from ppo_dict.interop.onnx import OPSET, check_onnx, export_onnx
 from ppo_dict.run.checkpoint import model_file
+from ppo_dict.run.cli import Option, command_parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     startup.imported()
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.export_onnx", description=__doc__.splitlines()[0])
-    parser.add_argument("source", metavar="RUN_DIR|FILE", help="a run directory (its best model, else its newest checkpoint), or a model file")
-    parser.add_argument("--model", default="best", help="in a run directory: best | last")
-    parser.add_argument("--out", default=None, help="the ONNX file to write (default: RUN_DIR/policy.onnx, or FILE with .onnx)")
-    parser.add_argument("--opset", type=int, default=OPSET, help="ONNX opset version")
-    parser.add_argument("--check", type=int, default=256, help="compare with ppo_dict on this many sampled observations "
-                        "(with random masks for a model trained with --action_masks, random LSTM states and episode starts for a recurrent one; 0: no check)")
+    parser = command_parser("python -m ppo_dict.export_onnx", __doc__, [
+        Option(("source",), "a run directory (its best model, else its newest checkpoint), or a model file", kwargs={"metavar": "RUN_DIR|FILE"}),
+        Option(("--model",), "in a run directory: best | last", "best"),
+        Option(("--out",), "the ONNX file to write", None, "None: RUN_DIR/policy.onnx, or FILE with .onnx"),
+        Option(("--opset",), "ONNX opset version", OPSET, kwargs={"type": int}),
+        Option(("--check",), "compare with ppo_dict on this many sampled observations (with random masks for a model trained with "
+               "--action_masks, random LSTM states and episode starts for a recurrent one; 0: no check)", 256, kwargs={"type": int}),
+    ])
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:

@@ -11,7 +11,8 @@ status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process
 seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
-``config.json`` (resolved), ``progress.csv`` (every logged value), ``checkpoints/``,
+``config.json`` (resolved), ``progress.csv`` (every logged value), ``monitor.csv`` (the training episodes, as
+sb3's ``Monitor`` writes them), ``checkpoints/``,
 ``evaluations.npz`` and ``best_model.pt`` (with ``--eval_freq``), ``videos/`` (``--video``) and
 ``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint. The run owns its
 directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten without
@@ -20,6 +21,7 @@ directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -38,15 +40,18 @@ import torch
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
-from ppo_dict.core.errors import CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RenderBackendError, WorkerDiedError
+from ppo_dict.core.errors import (CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RolloutDropped,
+                                  WorkerDiedError)
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
+from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, restore, save_model, write_config
-from ppo_dict.run.checks import check_run
-from ppo_dict.run.cli import read_config, read_flags
+from ppo_dict.run.cli import read_command_line, read_config
+from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
+from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, ranks_of, settle_everywhere
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
 from ppo_dict.run.sources import RESUMED, sources
@@ -64,13 +69,16 @@ class StopFlag:
     the process if it has not ended :data:`~ppo_dict.vec.watchdog.SECOND_GRACE` seconds after the second.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.signum: Optional[int] = None
+        self.quiet = quiet  # a rank of a torchrun run: rank 0 says so once every rank stopped (ppo_dict.run.ranks)
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
         self.signum = signum
+        if self.quiet:
+            return
         name = signal.Signals(signum).name
         print(f"\n{name} received: finishing the current update, then saving and stopping (a rollout whose envs are still "
               f"running {watchdog.STOP_GRACE:g} s from now is dropped and the last update saved; send it again to stop at once "
@@ -132,14 +140,16 @@ class Every:
         return True
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger) -> tuple[Any, list[Callable[[], None]]]:
-    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json``,
-    and the logger's writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
+def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
+    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
+    ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
+    writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
     """
     run_dir = cfg.run_dir
-    write_config(cfg, os.path.join(run_dir, "config.json"))
+    write_config(cfg, os.path.join(run_dir, "config.json"), env_id=spec.gym_id)
     resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
-    source = None if resumed is None else os.path.join(checkpoint_run_dir(resumed[0]), PROGRESS)
+    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    source = None if home is None else os.path.join(home, PROGRESS)  # the rows a resumed run continues: its run's
     if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
         keep_progress_after(run_dir, resume_step)
     logger.writers.append(CSVWriter(os.path.join(run_dir, PROGRESS), resume_step, source))
@@ -159,9 +169,13 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger) -> tup
     return tracker, closers
 
 
-def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
-                          closers: list[Callable[[], None]]) -> tuple[CheckpointManager, Callable[[PPO], None]]:
-    """Checkpoints, evaluation and progress, run after each update: ``(checkpoints, after_update)``."""
+def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any, closers: list[Callable[[], None]],
+                          resumed: Optional[RESUMED] = None) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+    """The episodes' ``monitor.csv``, checkpoints, evaluation and progress, run after each update:
+    ``(checkpoints, after_update)``."""
+    resume = None if resumed is None else (int(resumed[1]["num_timesteps"]), checkpoint_run_dir(resumed[0]))
+    monitor = MonitorFile(cfg.run_dir, spec.gym_id, cfg.info_keywords, ppo.episodes, resume)
+    closers.append(monitor.close)
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
     save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
     evaluator = None
@@ -177,6 +191,7 @@ def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any,
     closers.append(progress.close)
 
     def after_update(m: PPO) -> None:
+        monitor.flush()  # before this update's checkpoint, which counts the episodes written
         progress.update(m.num_timesteps, m.ep_rew_mean)
         if evaluator is not None and eval_due(m.num_timesteps):
             evaluator.evaluate(m)
@@ -211,10 +226,12 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
     return last_checkpoint
 
 
-def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None]) -> None:
-    """``ppo.learn`` until done or stopped. A stop that interrupted an env call (or found a worker
-    killed by the same signal, sent to the process group) drops the rollout in progress: the
-    workers are stopped and the model goes back to its state after the last update, to be saved."""
+def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None],
+                        should_stop: Optional[Callable[[], bool]] = None, say: bool = True) -> None:
+    """``ppo.learn`` until done or stopped (``should_stop``: asked after each update; by default whether a stop
+    signal came). A stop that interrupted an env call (or found a worker killed by the same signal, sent to the
+    process group; or, over ranks, another rank's: ``RolloutDropped``) drops the rollout in progress: the
+    workers are stopped and the model goes back to its state after the last update, to be saved (``say``: said so)."""
     last_update = LastUpdate(ppo)
 
     def after(m: PPO) -> None:
@@ -222,59 +239,92 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
         last_update.take(m)
 
     try:
-        ppo.learn(should_stop=lambda: stop.signum is not None, after_update=after)
+        ppo.learn(should_stop=should_stop or (lambda: stop.signum is not None), after_update=after)
     except (EnvCallInterrupted, WorkerDiedError) as exc:
+        if isinstance(exc, RolloutDropped) and stop.signum is None:
+            stop.signum = exc.signum  # another rank's stop: every rank drops the rollout
         if stop.signum is None and not watchdog.WATCHDOG.signals:
             raise
         pool.close()
         last_update.restore(ppo)
-        print(f"stopped in the middle of a rollout ({type(exc).__name__}: {exc}); its steps are dropped and the state after "
-              f"the last update ({ppo.num_timesteps} steps) is saved", file=sys.stderr, flush=True)
+        if say:
+            print(f"stopped in the middle of a rollout ({type(exc).__name__}: {exc}); its steps are dropped and the state after "
+                  f"the last update ({ppo.num_timesteps} steps) is saved", file=sys.stderr, flush=True)
     if stop.signum is None and watchdog.WATCHDOG.signals:
         stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)
 
 
+def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any:
+    """The run plan (a rank's: its envs on its CPUs), and the lines that say what it is."""
+    plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
+    who = ""
+    if rank is not None:
+        plan = dataclasses.replace(plan, layout=local_layout(cfg, rank.info, plan.backend.unit))
+        rank.ranks, who = ranks_of(rank.info, cfg), f"{rank.info.name}, envs {rank.envs_text(cfg)}: "
+    if plan.spec.notice and (rank is None or rank.writes):
+        print(plan.spec.notice, flush=True)
+    if cfg.verbose >= 1:
+        print(f"{who}layout: {plan.layout.text(cfg.mp_method)}", flush=True)
+    notice = main_share_notice(cfg, plan.layout)
+    if notice:
+        print(f"{who}{notice}", flush=True)
+    return plan
+
+
+def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed: Optional[RESUMED], agent: Optional[TrainedAgent],
+                  rank: Optional[RankRun]) -> PPO:
+    """PPO on the plan's pool (one rank's share of the run's over ranks), resumed or started from a trained agent."""
+    ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks)
+    writes = rank is None or rank.writes
+    if ppo.collector.policy_line and cfg.verbose >= 1:
+        print(f"{'' if rank is None else rank.info.name + ': '}{ppo.collector.policy_line}", flush=True)
+    if plan.device_line and writes:
+        print(plan.device_line, flush=True)
+    if device_notice(ppo.device) and writes:
+        print(device_notice(ppo.device), flush=True)
+    if resumed is not None:
+        restore(ppo, resumed[1], resumed[0])
+        if writes:
+            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)
+    elif agent is not None:
+        apply_trained_agent(ppo, agent)
+        stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
+        if writes:
+            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
+    return ppo
+
+
 def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None,
-        fresh_dir: bool = False) -> int:
+        fresh_dir: bool = False, rank: Optional[RankRun] = None) -> int:
     """Train with a validated config, its seed and run directory settled (``main``), on its probed env
     (resuming from ``resumed``, or starting from the trained ``agent``); returns the exit code.
     The run directory is claimed (``ppo_dict.run.run_dir.claim``; ``fresh_dir``: it must be created
-    now) once the model is built and restored: a run refused until then writes nothing."""
-    stop = StopFlag()
+    now) once the model is built and restored: a run refused until then writes nothing. ``rank``: this
+    process is one rank of a torchrun run (``ppo_dict.run.ranks``): rank 0 alone writes the outputs."""
+    stop = StopFlag(quiet=rank is not None)
     stop.install()
     watchdog.start(cfg.step_timeout, hard_exit=True, label=cfg.env)
     watchdog.WATCHDOG.written = []  # this run's (main() may run more than once in a process)
+    if rank is not None:  # every rank stops after the same update, or drops the same rollout (ppo_dict.run.ranks)
+        watchdog.WATCHDOG.stop_grace = float("inf")
     torch.set_num_threads(cfg.torch_threads)
-    plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
-    if plan.spec.notice:
-        print(plan.spec.notice, flush=True)
-    if cfg.verbose >= 1:
-        print(f"layout: {plan.layout.text(cfg.mp_method)}", flush=True)
-    notice = main_share_notice(cfg, plan.layout)
-    if notice:
-        print(notice, flush=True)
-    logger, tracker, closers, owned = Logger(verbose=cfg.verbose), None, [], None
-    start = time.time()
-    exit_code, last_checkpoint = 1, None
+    plan, writes = start_plan(cfg, backend, rank), rank is None or rank.writes
+    logger, tracker, closers, owned = Logger(verbose=cfg.verbose if writes else 0), None, [], None
+    start, exit_code, last_checkpoint, checkpoints, after_update = time.time(), 1, None, None, (lambda m: None)
     pool = plan.env_pool()
     try:
-        ppo = PPO(cfg, pool, logger, device=plan.device)
-        if plan.device_line:
-            print(plan.device_line, flush=True)
-        if device_notice(ppo.device):
-            print(device_notice(ppo.device), flush=True)
-        if resumed is not None:
-            restore(ppo, resumed[1], resumed[0])
-            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)
-        elif agent is not None:
-            apply_trained_agent(ppo, agent)
-            stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
-            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
-        owned = claim(cfg, resumed, fresh_dir)
-        tracker, closers = open_outputs(cfg, resumed, logger)
-        checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers)
-        learn_until_stopped(ppo, pool, stop, after_update)
-        last_checkpoint = write_outputs(ppo, cfg, checkpoints)
+        ppo = build_trainer(cfg, plan, pool, logger, resumed, agent, rank)
+        if writes:
+            owned = claim(cfg, resumed, fresh_dir)
+            tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
+            checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers, resumed)
+        if rank is None:
+            learn_until_stopped(ppo, pool, stop, after_update)
+        else:  # the checkpoints and the stop, every rank together
+            after_update = rank.before_checkpoints(after_update, Every(cfg.save_freq, ppo.num_timesteps))
+            learn_until_stopped(ppo, pool, stop, after_update, lambda: rank.any_stop(stop.signum) is not None, say=writes)
+            stop.signum = rank.stopped(ppo, stop.signum)
+        last_checkpoint = write_outputs(ppo, cfg, checkpoints) if writes else None
         exit_code = stop.exit_code
     except KeyboardInterrupt:
         print(f"interrupted twice: stopped {watchdog.stopped_text(watchdog.WATCHDOG.written)}", file=sys.stderr, flush=True)
@@ -289,52 +339,60 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         if owned is not None:
             owned.release()
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
-    print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
+    if writes:
+        print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
     return exit_code
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     startup.imported()
-    flags, unreadable = read_flags(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
-    dry_run = flags.pop("dry_run", False)
+    info = join()  # started by torchrun: this process is one rank of the run (ppo_dict.run.ranks); None: a plain run
+    rank = None if info is None else RankRun(info)
+    writes = rank is None or rank.writes
+    line = read_command_line(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
+    flags, unreadable, dry_run = line.flags, line.unreadable, line.dry_run
     resumed, agent = sources(flags, unreadable)
     if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
         print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
         return 2
-    base = resumed[1]["config"] if resumed is not None else agent.saved if agent is not None else None
-    cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned)
-    try:
-        if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
-            file_effects.announce(resumed[0], cfg, flags, dry_run)
-        if cfg.video:
-            from ppo_dict.envs.make import video_may_need_mujoco_gl
-            from ppo_dict.envs.render import select_mujoco_gl
-
-            if video_may_need_mujoco_gl(cfg.env):  # Atari and pygame envs record without OpenGL
-                select_mujoco_gl()  # headless rendering backend (EGL, OSMesa...); before mujoco is imported
-        check = check_run(cfg, agent, {**more, **unreadable}, resumed=resumed)  # every problem, the machine's resources included
-    except (ConfigError, RenderBackendError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    base = None if agent is None else agent.saved
+    if resumed is not None:  # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
+        base = file_effects.file_values(resumed[1]["config"], flags, resumed[0])
+    cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned, algo=line.algo)
+    check, refused = check_everywhere(cfg, agent, {**more, **unreadable}, resumed, flags, dry_run, rank)
+    if refused is not None:
+        if writes:
+            print(f"error: {refused}", file=sys.stderr)
         return 2
+    base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
+    applied = hyperparams_text(cfg, base, read_file=resumed is None)
     if dry_run:
-        print(dry_run_text(cfg, check), flush=True)
+        ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local_layout(cfg, rank.info, check.backend.unit))
+        if writes:
+            print(dry_run_text(cfg, check, applied) + ranks, flush=True)
         return 0
-    if cfg.seed is None:
-        cfg = cfg.replace(seed=int(np.random.SeedSequence().generate_state(1)[0]))
-        print(f"seed: {cfg.seed} (drawn at random; pass --seed {cfg.seed} to repeat this run)", flush=True)
-    if not cfg.run_dir:  # the run's config, settled: the plan, the pool and PPO check this one, once
-        cfg = cfg.replace(run_dir=default_run_dir(cfg))
-    if resumed is not None and os.path.dirname(cfg.run_dir) == os.path.join(checkpoint_run_dir(resumed[0]), BRANCHES):
+    if cfg.hyperparams is not None and (resumed is None or "hyperparams" in flags) and writes:  # as rl-zoo prints them
+        print(applied, flush=True)
+    cfg, fresh_dir = settle_everywhere(cfg, flags, rank, default_run_dir)
+    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    if writes and home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
         print(f"{resumed[0]} is older than the run's newest checkpoint, which is kept: this run is a branch, "
               f"written to {cfg.run_dir}", flush=True)
+    elif writes and resumed is not None and home is None and "run_dir" not in flags:
+        print(f"{resumed[0]} is in no run directory (its config.json and checkpoints/): this run writes a new one, {cfg.run_dir}", flush=True)
     try:
-        return run(cfg, check.backend, resumed, agent, fresh_dir="run_dir" not in flags and not os.path.exists(cfg.run_dir))
-    except (CheckpointError, ConfigError) as exc:  # a checkpoint that does not fit this config; a run directory taken meanwhile
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except PPODictError as exc:  # an env failed, hung or returned NaN, a worker died: the message says which and where
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return run(cfg, check.backend, resumed, agent, fresh_dir=fresh_dir, rank=rank)
+    except Exception as exc:  # noqa: BLE001 (over ranks, anything one rank raises ends the run with its one message)
+        code = 2 if isinstance(exc, (CheckpointError, ConfigError)) else 1
+        if rank is not None:
+            return rank.fault(exc, code)
+        if isinstance(exc, (CheckpointError, ConfigError)):  # a checkpoint that does not fit this config; a run directory taken meanwhile
+            print(f"error: {exc}", file=sys.stderr)
+        elif isinstance(exc, PPODictError):  # an env failed, hung or returned NaN, a worker died: the message says which and where
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        else:
+            raise
+        return code
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # before main_ppo's imports take their seconds: a st
 
 from ppo_dict import main_ppo  # noqa: E402 (after the start-up signal handlers)
 from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
-from ppo_dict.run.cli import read_flags
+from ppo_dict.run.cli import FlagParser, Option, build_parser, read_flags
 
 #: The demo's tuned hyperparameters, as main_ppo flags (``benchmarks/bench_godot.py`` trains with them too).
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -42,6 +42,11 @@ DEMO_DEFAULTS: dict[str, Any] = {
 #: The default layout, used only when none of its three flags is typed (they must agree).
 DEMO_LAYOUT: dict[str, Any] = {"n_envs": 8, "num_workers": 2}
 LAYOUT_FLAGS = ("n_envs", "num_workers", "envs_per_worker")
+PROG = "python -m ppo_dict.main_ppo_godot"
+#: this command's own flag: another game than the demo
+ENV_PATH = Option(("--env_path",), "another Godot game: an exported game binary, or a Godot project folder (as --env godot "
+                  "--env_kwargs \"dict(env_path=PATH)\" or \"dict(project=PATH)\" from main_ppo)", None, "None: the demo game",
+                  {"metavar": "PATH"})
 
 
 def godot_argv(argv: list[str]) -> list[str]:
@@ -51,8 +56,8 @@ def godot_argv(argv: list[str]) -> list[str]:
     ``--hyperparams`` only ``--env`` is (the file's entry sets the rest).
     Exits 2, as argparse does, when ``--env_path`` comes with another ``--env``.
     """
-    pre = argparse.ArgumentParser(prog="python -m ppo_dict.main_ppo_godot", add_help=False, allow_abbrev=False)
-    pre.add_argument("--env_path", default=None, help="another Godot game: an exported binary or a project folder")
+    pre = argparse.ArgumentParser(prog=PROG, add_help=False, allow_abbrev=False)
+    pre.add_argument(*ENV_PATH.names, default=None)
     known, rest = pre.parse_known_args(argv)
     given, unreadable = read_flags(rest)  # argparse exits 2 on an unknown flag; main_ppo lists unreadable values
     if known.env_path is not None:
@@ -75,10 +80,18 @@ def godot_argv(argv: list[str]) -> list[str]:
     return added + rest
 
 
+def godot_parser() -> FlagParser:
+    """``--help``'s parser: main_ppo's flags with the demo's defaults, and ``--env_path``."""
+    doc, _, examples = __doc__.partition("\n\n    python -m")
+    doc = doc.replace("\n\n", "\n", 1)  # both paragraphs: what it is, then how its defaults and main_ppo's flags meet
+    return build_parser(PROG, defaults={**DEMO_DEFAULTS, **DEMO_LAYOUT}, doc=doc, extra={"env": [ENV_PATH]},
+                        epilog="examples:\n  python -m" + examples.replace("\n    ", "\n  ").rstrip())
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "-h" in argv or "--help" in argv:
-        print(__doc__, flush=True)
+        godot_parser().parse_args(["--help"])  # prints it and exits 0, as argparse does
     return main_ppo.main(godot_argv(argv))
 
 

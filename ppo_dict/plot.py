@@ -8,7 +8,6 @@ episode statistics besides the return (``rollout/success_rate``, ``rollout/<key>
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from typing import Optional
 import numpy as np
 
 from ppo_dict.core.files import atomic_write
+from ppo_dict.core.reading import open_regular
 from ppo_dict.run.tracking import STEP, read_csv
 
 KEY = "rollout/ep_rew_mean"
@@ -35,7 +35,7 @@ def load_curve(run_dir: str, key: str = KEY) -> tuple[np.ndarray, np.ndarray]:
 def run_config(run_dir: str) -> dict:
     """A run's ``config.json`` (empty when it has none that reads)."""
     try:
-        with open(os.path.join(run_dir, "config.json")) as f:
+        with open_regular(os.path.join(run_dir, "config.json")) as f:  # a FIFO is not waited on
             config = json.load(f)
     except (OSError, ValueError):
         return {}
@@ -97,8 +97,10 @@ def plot_runs(run_dirs: list[str], out: str, key: str = KEY, title: Optional[str
     if len(run_dirs) == 1:
         evaluations = os.path.join(run_dirs[0], "evaluations.npz")
         if os.path.exists(evaluations):
-            with np.load(evaluations) as data:
-                ax.plot(data["timesteps"], data["results"].mean(axis=1), "o--", label=EVAL_KEY)
+            from ppo_dict.run.evaluation import read_evaluations  # (torch and the envs: only for a run that evaluated)
+
+            data = read_evaluations(evaluations)  # checked: a FIFO is not waited on, a file of other arrays is refused
+            ax.plot(data["timesteps"], data["results"].mean(axis=1), "o--", label=EVAL_KEY)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(key)
     ax.set_title(title or ", ".join(labels))
@@ -123,10 +125,13 @@ def plot_run(run_dir: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.plot", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    parser.add_argument("--out", default="learning_curves.png", help="PNG file to write")
-    parser.add_argument("--key", default=KEY, help="logged key to plot (e.g. eval/mean_reward, train/value_loss)")
+    from ppo_dict.run.cli import Option, command_parser  # the command line's parts only where it is one (main_ppo plots too)
+
+    parser = command_parser("python -m ppo_dict.plot", __doc__, [
+        Option(("run_dirs",), "run directories (several seeds of one env: their mean and spread)", kwargs={"nargs": "+", "metavar": "RUN_DIR"}),
+        Option(("--out",), "PNG file to write", "learning_curves.png"),
+        Option(("--key",), "logged key to plot (e.g. eval/mean_reward, train/value_loss)", KEY),
+    ])
     args = parser.parse_args(argv)
     missing = [d for d in args.run_dirs if not os.path.isfile(os.path.join(d, "progress.csv"))]
     if missing:
@@ -134,7 +139,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     try:
         print(plot_runs(args.run_dirs, args.out, args.key))
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OSError: a file of the run that is not read (a FIFO, a directory)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -34,49 +34,13 @@ if __name__ == "__main__":  # before the imports below take their seconds: a sto
     startup.exit_on_stop_signals(STOPPED)
 
 from ppo_dict.core.errors import SweepError  # noqa: E402 (after the start-up signal handlers)
+from ppo_dict.run.sweep_file import check_sweep, distribution, own_command, read_sweep_file
 from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.run.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DISTRIBUTIONS = ("constant", "categorical", "uniform", "int_uniform", "log_uniform_values", "q_uniform")
 #: seconds a trial may take to stop after SIGTERM (ppo_dict finishes its update and checkpoints) before SIGKILL
 STOP_GRACE = 60.0
-
-
-def distribution(name: str, spec: dict[str, Any]) -> str:
-    """wandb's rules: ``value`` -> constant, ``values`` -> categorical, ``min/max`` -> uniform (int if both ints)."""
-    if "distribution" in spec:
-        return str(spec["distribution"])
-    if "value" in spec:
-        return "constant"
-    if "values" in spec:
-        return "categorical"
-    if "min" in spec and "max" in spec:
-        return "int_uniform" if isinstance(spec["min"], int) and isinstance(spec["max"], int) else "uniform"
-    raise SweepError(f"parameter {name!r}: give value, values, or min and max")
-
-
-def check_sweep(sweep: dict[str, Any], method: str) -> None:
-    problems = []
-    if method not in ("grid", "random", "bayes"):
-        problems.append(f"method={method!r}: must be grid, random or bayes")
-    metric = sweep.get("metric") or {}
-    if "name" not in metric or metric.get("goal", "minimize") not in ("minimize", "maximize"):
-        problems.append("metric: needs a name and goal: minimize | maximize")
-    if not isinstance(sweep.get("command"), list) or "${args}" not in sweep["command"]:
-        problems.append("command: must be a list that contains ${args}")
-    for name, spec in (sweep.get("parameters") or {}).items():
-        try:
-            kind = distribution(name, spec)
-        except SweepError as exc:
-            problems.append(str(exc))
-            continue
-        if kind not in DISTRIBUTIONS:
-            problems.append(f"parameter {name!r}: distribution {kind!r} is not supported here ({', '.join(DISTRIBUTIONS)})")
-        elif method == "grid" and kind not in ("constant", "categorical"):
-            problems.append(f"parameter {name!r}: grid search needs values, not a {kind} distribution")
-    if problems:
-        raise SweepError("cannot run this sweep:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def suggest(name: str, spec: dict[str, Any], trial: Any) -> Any:
@@ -258,10 +222,13 @@ def import_optuna() -> Any:
 
 def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
               timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
-              trials: Optional[TrialProcesses] = None) -> list[dict[str, Any]]:
+              trials: Optional[TrialProcesses] = None, allow_command: bool = False) -> list[dict[str, Any]]:
     """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
-    the whole study, this process's and every other's."""
-    check_sweep(sweep, method)
+    the whole study, this process's and every other's. ``allow_command``: the sweep file's command may
+    be another program than ppo_dict's own (said in one line before any trial)."""
+    check_sweep(sweep, method, allow_command)
+    if not own_command(sweep["command"]):
+        print(f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own", flush=True)
     optuna = import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or default_storage(out)
@@ -293,18 +260,22 @@ def best(rows: list[dict[str, Any]], maximize: bool) -> Optional[dict[str, Any]]
 
 
 def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m ppo_dict.sweep", description=__doc__.splitlines()[0],
-                                     epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
-    parser.add_argument("sweep_file")
-    parser.add_argument("--count", type=int, default=10, help="trials this process runs (grid: the study stops when the grid is done)")
-    parser.add_argument("--n_jobs", type=int, default=1, help="trials this process runs at once")
-    parser.add_argument("--storage", default=None, help="Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db "
-                                                        "(default: sqlite:///<out>/optuna.db)")
-    parser.add_argument("--study_name", default=None, help="the study to create or join (default: the sweep file's name)")
-    parser.add_argument("--method", choices=("grid", "random", "bayes"), help="override the file's method")
-    parser.add_argument("--seed", type=int, default=None, help="seed of this process's sampler (default: fresh, so joined processes differ)")
-    parser.add_argument("--out", default=None, help="folder for the trials' run directories (default: runs/sweeps/<study name>)")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds one trial may take")
+    from ppo_dict.run.cli import Option, command_parser
+
+    parser = command_parser("python -m ppo_dict.sweep", __doc__, [
+        Option(("sweep_file",), "a wandb sweep file (sweeps/reacher.yaml)"),
+        Option(("--count",), "trials this process runs (grid: the study stops when the grid is done)", 10, kwargs={"type": int}),
+        Option(("--n_jobs",), "trials this process runs at once", 1, kwargs={"type": int}),
+        Option(("--storage",), "Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db", None,
+               "None: sqlite:///<out>/optuna.db"),
+        Option(("--study_name",), "the study to create or join", None, "None: the sweep file's name"),
+        Option(("--method",), "override the file's method", None, "None: the file's", {"choices": ("grid", "random", "bayes")}),
+        Option(("--seed",), "seed of this process's sampler", None, "None: fresh, so joined processes differ", {"type": int}),
+        Option(("--out",), "folder for the trials' run directories", None, "None: runs/sweeps/<study name>"),
+        Option(("--timeout",), "seconds one trial may take", 3600.0, kwargs={"type": float}),
+        Option(("--allow_command",), "run the sweep file's command when it is not ppo_dict's own (${interpreter} -m ppo_dict.main_ppo "
+               "${args}): it runs whatever program the file names", False, kwargs={"action": "store_true"}),
+    ], epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
     args, extra = parser.parse_known_args(argv)
     problems = [f"--{name} must be >= {low}" for name, low in (("count", 0), ("n_jobs", 1)) if getattr(args, name) < low]
     if problems:
@@ -326,22 +297,10 @@ def install_stop_handlers(trials: TrialProcesses) -> dict[int, Any]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args, extra = parse_args(argv)
-    import yaml
-
-    from ppo_dict.interop.hyperparams import read_yaml
-
     try:
         import_optuna()  # while a stop signal still ends the start at once (inside a C extension's import it must)
         startup.imported()
-        try:
-            with open(args.sweep_file) as f:
-                sweep = read_yaml(f)  # aliases bounded: a file of a few lines cannot expand to billions of values
-        except OSError as exc:
-            raise SweepError(f"cannot read {args.sweep_file}: {exc}") from exc
-        except (yaml.YAMLError, ValueError) as exc:
-            raise SweepError(f"{args.sweep_file}: not a sweep file: {exc}") from exc
-        if not isinstance(sweep, dict):
-            raise SweepError(f"{args.sweep_file}: a sweep file is a mapping (method, metric, command, parameters), not {type(sweep).__name__}")
+        sweep = read_sweep_file(args.sweep_file)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -351,7 +310,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     trials = TrialProcesses()
     previous = install_stop_handlers(trials)
     try:
-        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs, trials)
+        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs, trials,
+                         args.allow_command)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,11 +36,32 @@ def cpu_description() -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def _a_quiet_machine(monkeypatch):
+    """Layouts and waits are planned for a machine where no other process keeps the CPUs busy (ppo_dict.core.load
+    measures that at start): a test's layout must not depend on what else the host runs meanwhile. The tests of
+    the measurement itself (tests/test_load.py) look at the real CPUs."""
+    from ppo_dict.core import load
+
+    monkeypatch.setattr(load, "_at_start", 0.0)
+
+
+@pytest.fixture(autouse=True)
 def _one_torch_thread():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def file_reader():
+    """A worker that reads files of elsewhere in forked children under a memory limit and a deadline
+    (``tests/fuzz_files.py``): a reader that crashes, hangs or allocates without bound fails its test, not pytest."""
+    from tests.fuzz_files import Isolated
+
+    reader = Isolated(ROOT)
+    yield reader
+    reader.close()
 
 
 # ---------------------------------------------------------------------------------------- Godot processes

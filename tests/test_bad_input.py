@@ -104,7 +104,7 @@ def test_process_and_file_limits_and_docker_shm_are_judged_before_start() -> Non
     docker = dataclasses.replace(ROOMY, shm_free=64 * 2**20, tmp_free=32 * 2**20)
     big = Config(env="gym_Pendulum-v1", num_workers=2, n_envs=64, n_steps=100_000)
     assert problems(big, docker) == [
-        "n_steps x n_envs = 100000 x 64: rollout storage needs 109.9 MB of shared memory, /dev/shm has 64.0 MB free and "
+        "n_steps x n_envs = 100000 x 64: rollout storage needs 231.9 MB of shared memory, /dev/shm has 64.0 MB free and "
         f"{tempfile.gettempdir()} has 32.0 MB; use docker run --shm-size=1g, or fewer n_steps x n_envs"]
     # where the temp dir has room, multiprocessing puts the storage there: taken (the pool warns when it starts)
     assert check_run(big, machine=dataclasses.replace(docker, tmp_free=100 * GB)).needs.shared > docker.shm_free
@@ -171,7 +171,8 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; as asked (num_workers 2); ")
     assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
-    assert lines[-1] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
+    assert lines[-2] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
+    assert lines[-1] == f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock, learning_curve.png)"
 
 
 # ------------------------------------------------------------------------------ found by the fuzzer
@@ -288,7 +289,7 @@ def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
     path = tmp_path / "model.pt"
     save_cartpole_model(path)
     proc = tool("ppo_dict.enjoy", str(tmp_path), "--model", str(path), "--seed", "-5")
-    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0\n"), proc.stderr
+    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0 (--help lists every flag)\n"), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     proc = tool("ppo_dict.export_onnx", str(path), "--out", str(path / "policy.onnx"))
     assert proc.returncode == 2 and proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"

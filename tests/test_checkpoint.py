@@ -264,3 +264,68 @@ def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_
     assert third.stdout == ""
     no_dir = run_cli("--env", "gym_CartPole-v1", "--resume", "auto")
     assert no_dir.returncode == 2 and "resume='auto': needs --run_dir" in no_dir.stderr
+
+
+# ---------------------------------------------------------------------- a checkpoint's form, checked whole (issue 50)
+
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory) -> str:
+    """A checkpoint of a short CartPole run with a normaliser, as a run writes it."""
+    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=32, batch_size=32, n_epochs=1, total_timesteps=32, seed=1,
+                 verbose=0, normalize=True)
+    model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 1, 32))
+    model.learn()
+    path = CheckpointManager(str(tmp_path_factory.mktemp("real") / "run" / "checkpoints"), keep=1).save(model)
+    model.pool.close()
+    return path
+
+
+def set_in(state: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        state = state[key]
+    if value is KeyError:
+        del state[path[-1]]
+    else:
+        state[path[-1]] = value
+
+
+#: (what is wrong, where in the checkpoint, the value put there (KeyError: the key removed), whether enjoy and the
+#: ONNX export read it too, a part of the refusal)
+MALFORMED = [
+    ("no config", ("config",), KeyError, True, "no 'config'"),
+    ("config of the wrong type", ("config",), [1, 2], True, "'config': a list, not a dict of settings"),
+    ("a setting of the wrong type", ("config", "n_steps"), "abc", True, "n_steps='abc'"),
+    ("a setting out of its range", ("config", "n_steps"), -5, True, "n_steps=-5"),
+    ("a step count of 400 digits", ("num_timesteps",), 10**400, True, "'num_timesteps'=1000000000000000000000"),
+    ("weights that are not finite", ("policy", "value_net.bias"), torch.tensor([float("nan")]), True, "'policy': not a dict of finite tensors"),
+    ("a normaliser count that is not finite", ("normalizer", "ret_rms", "count"), float("nan"), True, "'normalizer' ret_rms"),
+    ("no RNG states", ("rng",), KeyError, False, "no 'rng'"),
+    ("numpy's RNG of another form", ("rng", "numpy", "keys"), torch.zeros(10, dtype=torch.int64), False, "'rng' numpy: not numpy's MT19937"),
+    ("episode buffers of two lengths", ("ep_l",), torch.zeros(1000, dtype=torch.int64), False, "'ep_r', 'ep_l': not finite 1-d tensors"),
+    ("an optimizer that is a list", ("optimizer",), [1], False, "'optimizer': not an optimizer's state"),
+    ("an iteration count that is negative", ("iteration",), -1, False, "'iteration'=-1: not a whole number"),
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=[case[0] for case in MALFORMED])
+def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export(real_checkpoint, tmp_path, capsys, case) -> None:
+    """A checkpoint with missing keys, a config of the wrong type or a bad value was a traceback for --resume
+    --dry_run, enjoy and export_onnx (9 of 9): each is now one message, exit 2, and nothing is written."""
+    from ppo_dict import enjoy, export_onnx, main_ppo
+
+    _, where, value, whole_model, text = case
+    state = torch.load(real_checkpoint, weights_only=True)
+    set_in(state, where, value)
+    bad = tmp_path / "checkpoint_000000000032.pt"
+    torch.save(state, bad)
+    capsys.readouterr()
+    commands = [("resume", lambda: main_ppo.main(["--resume", str(bad), "--dry_run"]))]
+    if whole_model:
+        commands += [("enjoy", lambda: enjoy.main([str(tmp_path), "--model", str(bad), "--episodes", "1"])),
+                     ("export_onnx", lambda: export_onnx.main([str(bad), "--out", str(tmp_path / "policy.onnx"), "--check", "0"]))]
+    for name, command in commands:
+        code = command()
+        out, err = capsys.readouterr()
+        assert code == 2 and err.startswith("error: ") and "Traceback" not in out + err, (name, err)
+        assert text in err, (name, err)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_000000000032.pt"]

@@ -45,3 +45,151 @@ def test_the_command_line_is_parsed_once_on_the_way_to_training(monkeypatch, cap
     assert "n_steps" in capsys.readouterr().err
     assert len(parses) == 1
     assert config_from_args(["--n_steps", "7", "--gym_packages", "a", "b"]).gym_packages == ("a", "b")  # the one parse keeps list flags
+
+
+# ------------------------------------------------------------------------------------------------ what an rl-zoo user types
+def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
+    """``main_ppo.main(argv + --dry_run)`` here: its exit status, stdout and stderr."""
+    from ppo_dict import main_ppo
+
+    code = main_ppo.main([*argv, "--dry_run"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_plain_gymnasium_id_is_the_prefixed_one(capsys) -> None:
+    """rl-zoo's ``--env CartPole-v1``: the ``gym_`` prefix is optional, the run plan the same."""
+    from ppo_dict.envs import gym_id_of, resolve_env_name
+
+    code, plain, err = dry_run(capsys, "--env", "CartPole-v1", "--n_envs", "2")
+    assert code == 0, err
+    code, prefixed, err = dry_run(capsys, "--env", "gym_CartPole-v1", "--n_envs", "2")
+    assert code == 0, err
+    def plan(text: str) -> list[str]:  # the plan less the machine's free memory, which changes between two looks
+        return [line for line in text.splitlines() if not line.startswith("memory:")]
+
+    # the same plan: the env's name as typed is the label and the default run directory's name
+    assert plan(plain.replace("env: CartPole-v1;", "env: gym_CartPole-v1;").replace("runs/CartPole-v1__", "runs/gym_CartPole-v1__")) == \
+        plan(prefixed) and len(plan(prefixed)) > 5
+    assert resolve_env_name("Reacher-v2").gym_id == resolve_env_name("gym_Reacher-v2").gym_id == "Reacher-v5"
+    # ppo_dict's own names stay its own; a gymnasium env registered under one of them is reached with the prefix
+    assert [gym_id_of(name) for name in ("test_dummy", "godot", "godot_demo", "gym_test_dummy", "gym_godot_x-v0", "ALE/Pong-v5")] == \
+        ["", "", "", "test_dummy", "godot_x-v0", "ALE/Pong-v5"]
+    assert resolve_env_name("test_dummy").name == "test_dummy" and resolve_env_name("test_dummy").gym_id != "test_dummy"
+
+
+def test_a_checkpoints_module_env_is_seen_with_or_without_the_prefix() -> None:
+    """``<module>:<id>`` from a checkpoint's config imports its module: named either way (``core.file_effects``)."""
+    from ppo_dict.core.config import Config
+    from ppo_dict.core.file_effects import config_effects
+
+    for env in ("mymodule:MyEnv-v0", "gym_mymodule:MyEnv-v0"):
+        assert config_effects(Config(env=env), typed=()) == {"env": "imports the module mymodule (gymnasium's <module>:<env id>)"}
+        assert config_effects(Config(env=env), typed=("env",)) == {}
+    assert config_effects(Config(env="CartPole-v1"), typed=()) == {}
+
+
+def test_rl_zoos_spellings_are_the_same_flags() -> None:
+    """rl_zoo3/train.py's spellings set the same settings as ours (and show in --help beside them)."""
+    zoo = config_from_args(["-n", "2e4", "-i", "agent.zip", "--eval-freq", "1000", "--eval-episodes", "3", "--save-freq", "500",
+                            "--log-interval", "2", "-tb", "tb", "--num-threads", "2", "--gym-packages", "a", "b", "--wandb-project-name", "p",
+                            "--wandb-entity", "e", "--wandb-group", "g", "-tags", "t1", "t2", "--env-kwargs", "a:1", "b:'x'", "c:lin_1"])
+    ours = config_from_args(["--total_timesteps", "20000", "--trained_agent", "agent.zip", "--eval_freq", "1000", "--eval_episodes", "3",
+                             "--save_freq", "500", "--log_interval", "2", "--tensorboard_log", "tb", "--torch_threads", "2",
+                             "--gym_packages", "a,b", "--project", "p", "--entity", "e", "--group", "g", "--tags", "t1", "t2",
+                             "--env_kwargs", "dict(a=1, b='x', c='lin_1')"])
+    assert zoo == ours and zoo.env_kwargs == {"a": 1, "b": "x", "c": "lin_1"}
+    assert config_from_args(["--n-timesteps", "300"]).total_timesteps == 300
+    assert config_from_args(["--env_kwargs", "dict(a=1,", "b=2)"]).env_kwargs == {"a": 1, "b": 2}  # typed without quotes
+
+
+def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
+    assert config_from_args(["--algo", "ppo"]) == config_from_args([])
+    lstm = config_from_args(["--algo", "ppo_lstm", "--env", "CartPole-v1"])
+    assert (lstm.model, lstm.n_steps, lstm.batch_size) == ("mlp_lstm", 128, 128)  # RecurrentPPO's defaults
+    assert config_from_args(["--algo", "ppo_lstm", "--model", "cnn_lstm"]).model == "cnn_lstm"
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "sac", "--model", "mlp_lstm", "--n_epochs", "0")
+    assert code == 2 and out == "" and err.splitlines()[1:] == [  # listed with the other problems
+        "  - algo='sac': ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) or "
+        "ppo_lstm (sb3-contrib's RecurrentPPO)",
+        "  - n_epochs=0: must be in [1, inf]"]
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "ppo_lstm", "--model", "mlp")
+    assert code == 2 and "algo='ppo_lstm': sb3-contrib's RecurrentPPO trains a recurrent model (--model mlp_lstm or cnn_lstm), " \
+        "not model='mlp'" in err
+
+
+# ------------------------------------------------------------------------------------------------ what a run says
+TINY = ["--n_steps", "16", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps", "16", "--seed", "0", "--progress", "none",
+        "--plot", "False", "--verbose", "0"]
+
+
+def test_a_one_env_run_says_what_it_took_in_plain_lines(tmp_path) -> None:
+    """A one-env CartPole run with a video, on a machine without a desktop session (no XDG_RUNTIME_DIR): the entry of
+    the hyperparameter file it took, then one layout line; no XDG_RUNTIME_DIR error from pygame's display probe; a
+    monitor.csv and a config.json saying which gymnasium id ran."""
+    import json
+
+    from tests.test_main_ppo import run_cli, summary_line
+
+    run_dir = tmp_path / "run"
+    proc = run_cli("--env", "CartPole-v1", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "1", *TINY, "--eval_freq", "16",
+                   "--eval_episodes", "1", "--video", "True", "--video_length", "5", "--run_dir", str(run_dir), "--verbose", "1",
+                   env_extra={"XDG_RUNTIME_DIR": None, "SDL_VIDEODRIVER": None, "WAYLAND_DISPLAY": None})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "hyperparameters: entry 'CartPole-v1' of hyperparams/ppo.yml" and "  n_envs: 8" in lines
+    layout = [line for line in lines if line.startswith("layout: ")]
+    assert layout == ["layout: 1 env in this process; " + layout[0].split("; ", 1)[1]] and "the main process steps" not in proc.stdout
+    assert "XDG_RUNTIME_DIR" not in proc.stderr and "\x1b[" not in proc.stdout + proc.stderr, proc.stderr
+    assert [p.name for p in (run_dir / "videos").iterdir()] == ["eval-000000000016.mp4"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["env"], config["env_id"], config["hyperparams"]) == ("CartPole-v1", "CartPole-v1", ["hyperparams/ppo.yml"])
+    assert summary_line(proc.stdout)["run_dir"] == str(run_dir) and (run_dir / "monitor.csv").is_file()
+
+
+@pytest.mark.slow  # a worker process starts (about 5 s of CPU); make test runs the next test's part of it
+def test_gymnasiums_out_of_date_warning_is_said_once_in_plain_words(tmp_path) -> None:
+    """Reacher-v4 (gymnasium has v5) in this process and a worker process: one plain note, not gymnasium's coloured
+    warning from every process that builds the env."""
+    from tests.test_main_ppo import run_cli
+
+    proc = run_cli("--env", "Reacher-v4", "--n_envs", "2", "--num_workers", "2", *TINY, "--run_dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    note = "note: gymnasium has a newer version of Reacher-v4, Reacher-v5; training Reacher-v4 as asked"
+    assert proc.stdout.count(note) == 1 and "out of date" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stderr, proc.stderr
+
+
+def test_making_an_env_leaves_out_the_out_of_date_warning_its_notice_said() -> None:
+    """The spec of an old version says it once (its notice, printed by the main process); building its env, in any
+    process, shows gymnasium's own warning of it no more."""
+    import warnings
+
+    from ppo_dict.envs import make_env, resolve_env_name
+
+    spec = resolve_env_name("Reacher-v4")
+    assert spec.notice == "note: gymnasium has a newer version of Reacher-v4, Reacher-v5; training Reacher-v4 as asked"
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")  # gymnasium's own filter shows it once per process: here it would be shown every time
+        make_env(spec).close()
+    assert not [w for w in shown if "out of date" in str(w.message)], [str(w.message) for w in shown]
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        make_env(spec.__class__(**{**spec.__dict__, "notice": ""})).close()  # without the notice it is shown, plainly
+    assert [str(w.message) for w in shown if "out of date" in str(w.message)] == [
+        "The environment Reacher-v4 is out of date. You should consider upgrading to version `v5`."]
+
+
+def test_gymnasiums_other_warnings_are_shown_once_without_colour_codes() -> None:
+    """A warning gymnasium's logger raises while an env is built: its text without ANSI escapes nor ``WARN:``, once."""
+    import warnings
+
+    import gymnasium as gym
+
+    from ppo_dict.envs.make import plain_warnings
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            with plain_warnings(notice=""):
+                gym.logger.warn("the env %s did something", "X")
+    assert [str(w.message) for w in shown] == ["the env X did something"]

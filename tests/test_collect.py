@@ -122,11 +122,12 @@ def test_bookkeeping_overlapped_with_the_workers_step_keeps_every_number(episode
 
 
 def test_owed_bookkeeping_is_done_while_the_workers_step() -> None:
-    """Envs that take 5 ms a step (asleep) and truncate every step: the bootstraps of a step are done
-    while the next step's envs step, not before the policy acts."""
+    """Envs that take 5 ms a step (asleep) and truncate every step: on the central policy step (the sharded one keeps
+    the books where the envs stepped: nothing is owed), the bootstraps of a step are done while the next step's envs
+    step, not before the policy acts."""
     from ppo_dict.envs import zero_work
 
     cfg = Config(env=f"gym_{zero_work.GYM_ID}", gym_packages=(zero_work.MODULE,), env_kwargs=dict(episode_length=1, step_us=5000.0),
-                 n_envs=4, num_workers=2, main_steps_envs=False, n_steps=6, batch_size=24, seed=0, total_timesteps=24)
+                 n_envs=4, num_workers=2, main_steps_envs=False, n_steps=6, batch_size=24, seed=0, total_timesteps=24, shard_policy=False)
     _, episodes, overlapped = rollout_of(cfg)
     assert len(episodes) == 24 and overlapped > 0

@@ -21,7 +21,7 @@ import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.main_ppo_godot import godot_argv
-from ppo_dict.run.cli import DRY_RUN_HELP, default_text, explicit_flags, flag_groups
+from ppo_dict.run.cli import COMMAND_LINE_FLAGS, default_text, explicit_flags, flag_default, flag_groups, flag_text, shown_default
 from tests.conftest import ROOT
 
 DOCS = Path(ROOT) / "docs"
@@ -44,7 +44,7 @@ def test_every_flag_has_help_text() -> None:
 
 def flags_page() -> str:
     """The flags reference as the site shows it on docs/flags.md (generated there when the site is built)."""
-    return HOOKS.flags_markdown(flag_groups, default_text, DRY_RUN_HELP)
+    return HOOKS.flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)
 
 
 def real_help() -> str:
@@ -88,16 +88,23 @@ HELP = real_help()
 
 def test_help_prints_every_default() -> None:
     defaults = help_defaults(HELP)
-    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | {"dry_run"}
+    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS)
     assert None not in defaults.values(), [name for name, default in defaults.items() if default is None]
     assert defaults["learning_rate"] == "0.0003" and defaults["n_epochs"] == "10" and defaults["clip_range"] == "0.2"
-    assert defaults["dry_run"] == "False" and defaults["env_kwargs"] == "{}"
+    assert defaults["dry_run"] == "False" and defaults["env_kwargs"] == "{}" and defaults["algo"] == "ppo"
+    # a default of None says what None means, once: not "(None: ...) (default: None)" nor "(default: sb3's) (default: None)"
+    assert defaults["n_steps"] == "None: 2048, sb3 PPO's default; 128 with a recurrent model, RecurrentPPO's"
+    assert defaults["net_arch"].startswith("None: sb3's: pi=64,64;vf=64,64 for mlp models")
+    assert "(None:" not in HELP and "(default: sb3's)" not in HELP
 
 
 def test_flags_page_is_the_real_help_in_names_defaults_and_order() -> None:
     """docs/flags.md's tables against what ``python -m ppo_dict.main_ppo --help`` prints: the same flags,
-    every one (``--dry_run`` included), the same defaults, in the same order."""
-    assert list(page_defaults(flags_page()).items()) == list(help_defaults(HELP).items())
+    every one (the command line's own included), the same defaults (``--help`` adds what None means), in the same order."""
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    shown = {name: shown_default(fields[name], flag_default(fields[name])) if name in fields else default
+             for name, default in page_defaults(flags_page()).items()}
+    assert list(shown.items()) == list(help_defaults(HELP).items())
 
 
 def test_flags_page_lists_every_flag_with_its_help() -> None:
@@ -124,10 +131,32 @@ def test_a_table_cell_keeps_its_text() -> None:
     assert HOOKS.code("a|b") == "<code>a&#124;b</code>"
 
 
-def test_other_commands_help_is_captured() -> None:
-    for module in HOOKS.COMMANDS:
-        text = HOOKS.command_help(module)
-        assert text.startswith(("usage: python -m " + module, "Command line for Godot games")), (module, text[:200])
+#: every command line a user runs, main_ppo first
+COMMANDS = ("ppo_dict.main_ppo", *HOOKS.COMMANDS)
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_every_commands_help_shows_its_defaults_in_plain_words(module: str) -> None:
+    """Each command's ``--help``, from the one generator (``ppo_dict.run.cli.command_parser``): its own usage line, a
+    description, every option's default said once at the end of its entry, no reStructuredText left in it."""
+    text = HOOKS.command_help(module, width=100000)
+    assert text.startswith(f"usage: python -m {module} ") and "\n\noptions:\n" in text, text[:300]
+    assert "``" not in text and not re.search(r":(func|class|meth|mod|attr|data|exc):`", text), text
+    entries = [entry for entry in re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1]) if not entry.startswith("  -h, --help")]
+    assert len(entries) >= 2
+    for entry in entries:
+        entry = " ".join(entry.split("\n\n")[0].split())  # one option: up to a blank line (the next group, the epilog)
+        assert re.search(r"\(default: [^()]*(\([^()]*\)[^()]*)*\)$", entry), f"{module}: no default at the end of: {entry}"
+        assert entry.count("(default: ") == 1 and "(default: None) (default" not in entry, entry
+
+
+def test_godot_help_is_its_own_with_the_demos_defaults() -> None:
+    text = HOOKS.command_help("ppo_dict.main_ppo_godot", width=100000)
+    defaults = help_defaults(text)
+    assert defaults["env_path"] == "None: the demo game" and re.search(r"\n  --env_path PATH ", text)
+    assert (defaults["env"], defaults["total_timesteps"], defaults["n_envs"], defaults["gamma"]) == ("godot_demo", "150000", "8", "0.98")
+    assert "usage: python -m ppo_dict.main_ppo " not in text and "\nexamples:\n  python -m ppo_dict.main_ppo_godot " in text
+    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS) | {"env_path"}
 
 
 def doc_commands() -> list[tuple[str, str]]:
@@ -158,8 +187,8 @@ def test_documented_command_parses(where: str, command: str) -> None:
     argv = argv[: argv.index("&&")] if "&&" in argv else argv  # `main_ppo ... && tensorboard ...`: the first command
     if "main_ppo_godot" in command:
         argv = godot_argv(argv)  # main_ppo's flags, as main_ppo_godot hands them on
-    flags = explicit_flags(argv)
-    flags.pop("hyperparams", None)  # the rl-zoo file is read by the run; here only the flags typed
+    flags = explicit_flags(argv)  # the settings typed: a --hyperparams file is read by the run, here only the flags
+    flags.pop("hyperparams", None)
     Config(**flags)
 
 
@@ -175,8 +204,41 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: speed table -->" in (DOCS / "speed.md").read_text()
     assert "<!-- generated: ledger, newest first -->" in (DOCS / "perf_log.md").read_text()
     assert "<!-- generated: results table -->" in (DOCS / "results.md").read_text()
+    assert "<!-- generated: config fields -->" in (DOCS / "api.md").read_text()
+    assert "<!-- generated: constructor parameters -->" in (DOCS / "api.md").read_text()
     assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
-                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->"}
+                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->",
+                          "<!-- generated: config fields -->", "<!-- generated: constructor parameters -->"}
+
+
+def test_api_reference_lists_configs_fields_and_the_constructors_parameters() -> None:
+    """The API reference's generated tables: every Config field with its flag's text, and every parameter PPO,
+    MaskablePPO and RecurrentPPO take (sb3's signature bound, then ppo_dict's settings)."""
+    import inspect
+
+    from ppo_dict.api.algorithms import ALGORITHMS
+
+    fields = HOOKS.config_fields_markdown()
+    assert all(f"| `{f.name}` |" in fields for f in dataclasses.fields(Config))
+    parameters = HOOKS.constructor_markdown()
+    for name, spec in ALGORITHMS.items():
+        section = parameters.split(f"### `{name}(...)`", 1)[1].split("### ", 1)[0]
+        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == list(spec.signature().parameters)
+        assert "| `n_envs` | <code>None</code> | ppo_dict's setting: environments stepped in parallel" in section
+        assert inspect.signature(spec.sb3().__init__).parameters["learning_rate"].default == 3e-4
+
+
+def test_every_role_the_docstrings_use_is_one_the_docs_hook_renders() -> None:
+    """A role kind the hook does not know would render raw in the API reference (and only there: ``make docs`` does not fail)."""
+    used = {kind for path in [*Path(ROOT, "ppo_dict").rglob("*.py"), *Path(ROOT, "envs").rglob("*.py")]
+            for kind in re.findall(r"(?<![\w:]):(\w+):`[~\w.]+`", path.read_text())}
+    assert used and all(HOOKS.SPHINX_ROLE.search(f":{kind}:<code>x</code>") for kind in used), used
+
+
+def test_the_docstrings_roles_render_as_code() -> None:
+    """The API reference shows ``:class:`~a.b.Config``` as the code it names, not as raw text (the docs hook)."""
+    html = 'see :class:<code>~ppo_dict.core.config.Config</code> and :meth:<code>predict</code>, :func:<code>a.b</code>'
+    assert HOOKS.on_page_content(html, None, None, None) == "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
 
 
 def test_results_table_holds_every_run() -> None:

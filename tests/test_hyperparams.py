@@ -245,3 +245,85 @@ def test_monitor_kwargs_info_keywords_are_the_flag(tmp_path) -> None:
     assert config_from_args(["--env", "gym_CartPole-v1", "--hyperparams", str(path), "--info_keywords", "x"]).info_keywords == ("x",)
     values, problems = translate({"monitor_kwargs": {"info_keywords": ["a"], "reset_keywords": ["b"]}}, "f[e]")
     assert values == {"info_keywords": ("a",)} and problems == ["f[e]: monitor_kwargs: 'reset_keywords' is not supported (supported: info_keywords)"]
+
+
+# ------------------------------------------------------------------------------------------------ rl-zoo's command line
+def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
+    from ppo_dict import main_ppo
+
+    code = main_ppo.main([*argv, "--dry_run"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_key_value_overrides_as_rl_zoo_takes_them(tmp_path, capsys) -> None:
+    """``--hyperparams key:value`` (rl-zoo's ``-params``) beside a file (rl-zoo's ``-conf``), in any order: rl-zoo's keys
+    over the file's entry, the flags typed over both; without a file over sb3's defaults."""
+    path = tmp_path / "ppo.yml"
+    path.write_text(ZOO)
+    cfg = config_from_args(["--env", "gym_HalfCheetah-v4", "--hyperparams", str(path), "n_steps:256", "policy_kwargs:dict(net_arch=[64, 64])",
+                            "n_timesteps:1e4", "learning_rate:lin_1e-3", "policy:'MlpPolicy'"])
+    assert (cfg.n_steps, cfg.net_arch, cfg.total_timesteps, cfg.learning_rate) == (256, [64, 64], 10_000, "lin_1e-3")
+    assert (cfg.normalize, cfg.gamma, cfg.log_std_init) == (True, 0.98, 0.0)  # the rest of the entry; policy_kwargs replaced whole, as rl-zoo
+    spelled = config_from_args(["-params", "n_steps:256", "--env", "gym_HalfCheetah-v4", "-conf", str(path), "--n_steps", "64"])
+    assert spelled.n_steps == 64 and spelled.batch_size == 64  # the flag typed wins over the override
+    alone = config_from_args(["--hyperparams", "n_epochs:3", "normalize:True"])
+    assert (alone.n_epochs, alone.normalize, alone.hyperparams) == (3, True, ("n_epochs:3", "normalize:True"))  # recorded as typed
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--hyperparams", str(path), "foo:1", "n_steps:abc", "other.yml", "--gamma", "2")
+    assert code == 2 and out == ""
+    assert err.splitlines()[1:] == [
+        "  - gamma=2.0: must be in [0.0, 1.0]",
+        f"  - hyperparams=['{path}', 'foo:1', 'n_steps:abc', 'other.yml']: one file at most (the others are key:value overrides)",
+        "  - hyperparams key:value: 'foo' is not an rl-zoo PPO hyperparameter",
+        "  - hyperparams key:value: n_steps='abc': invalid literal for int() with base 10: 'abc'"]
+
+
+def test_the_entry_taken_and_its_values_are_said(capsys) -> None:
+    """rl-zoo prints the entry it applied; so does --dry_run (and the run, at start: tests/test_cli.py), also when the
+    id's version has no entry of its own (Reacher-v5 against rl-zoo's Reacher-v2): never sb3's defaults silently."""
+    import yaml
+
+    with open(os.path.join(ROOT, "hyperparams", "ppo.yml")) as f:
+        entry = yaml.safe_load(f)["Reacher-v2"]
+    code, out, err = dry_run(capsys, "--env", "Reacher-v2", "--hyperparams", "hyperparams/ppo.yml", "n_epochs:5")
+    assert code == 0, err
+    lines = out.splitlines()
+    lines = lines[lines.index("hyperparameters: entry 'Reacher-v2' of hyperparams/ppo.yml"):]  # after the policy line
+    assert lines[1: 1 + len(entry)] == [f"  {key}: {value!r}" for key, value in sorted(entry.items())]
+    assert lines[1 + len(entry):][:2] == ["hyperparameters set by --hyperparams key:value (over the entry's; a flag typed wins over them):",
+                                          "  n_epochs: 5"]
+    code, out, err = dry_run(capsys, "--env", "Reacher-v5", "--hyperparams", "hyperparams/ppo.yml")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[5:8] == [
+        "hyperparameters: entry 'default' of hyperparams/ppo.yml, as it has no entry for Reacher-v5 (its entries for other versions: "
+        "Reacher-v2; --env Reacher-v2 takes that one)", "  n_timesteps: 1000000.0", "  policy: 'MlpPolicy'"]
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1")
+    assert code == 0 and out.splitlines()[4].startswith("policy: ") and out.splitlines()[5] == "hyperparameters: sb3's defaults, and the flags typed"
+
+
+def test_a_file_missing_outside_the_checkout_points_at_rl_zoo3(tmp_path, monkeypatch) -> None:
+    """The README's ``--hyperparams hyperparams/ppo.yml`` run elsewhere: the message names ``--hyperparams rl_zoo3``, as the help does."""
+    from ppo_dict.core.config import FIELDS
+
+    monkeypatch.chdir(tmp_path)
+    values, problems = load_hyperparams("hyperparams/ppo.yml", "CartPole-v1")
+    assert values == {} and problems == ["hyperparams='hyperparams/ppo.yml': cannot read: [Errno 2] No such file or directory: "
+                                         "'hyperparams/ppo.yml' (rl-zoo's own file, outside this repository's checkout: --hyperparams rl_zoo3)"]
+    assert "rl_zoo3 (the installed rl-zoo's own ppo.yml" in FIELDS["hyperparams"].metadata["help"]
+
+
+def test_a_hyperparameter_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path) -> None:
+    """``policy`` as a list was a TypeError (a traceback); each value of the wrong type is now a problem naming it, and a
+    file that is a FIFO (which a reader waits on forever) or a folder is refused at once."""
+    path = tmp_path / "ppo.yml"
+    path.write_text("CartPole-v1:\n  policy: [MlpPolicy]\n  n_steps: [8]\n  normalize: [true]\n  monitor_kwargs: 5\n")
+    _, problems = load_hyperparams(str(path), "gym_CartPole-v1")
+    where = f"hyperparams {path}[CartPole-v1]"
+    assert sorted(p.split(": ")[1].split("=")[0] for p in problems) == ["monitor_kwargs", "n_steps", "normalize", "policy"]
+    assert all(p.startswith(where) for p in problems) and any(p.startswith(f"{where}: policy=['MlpPolicy']: must be one of MlpPolicy") for p in problems)
+    os.mkfifo(tmp_path / "fifo.yml")
+    (tmp_path / "folder.yml").mkdir()
+    for name, kind in (("fifo.yml", "a FIFO (named pipe)"), ("folder.yml", "a directory")):
+        target = str(tmp_path / name)
+        assert load_hyperparams(target, "gym_CartPole-v1") == ({}, [f"hyperparams={target!r}: cannot read: {target}: is {kind}, not a regular file"])

@@ -155,7 +155,8 @@ def test_every_package_is_installed() -> None:
 def test_config_is_a_leaf_of_the_trainer() -> None:
     assert graph()["ppo_dict.core.config"] <= {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine",
                                               "ppo_dict.core.layout"}
-    assert graph()["ppo_dict.core.layout"] <= {"ppo_dict.core.machine"}  # which process steps which env: from the CPUs alone
+    assert graph()["ppo_dict.core.layout"] <= {"ppo_dict.core.load"}  # which process steps which env: from the CPUs alone
+    assert graph()["ppo_dict.core.load"] <= {"ppo_dict.core.machine"}  # the CPUs left: what the machine has, less what others use
     assert graph()["ppo_dict.core.fields"] <= {"ppo_dict.core.parse"}
     assert graph()["ppo_dict.core.machine"] == set()  # what the machine has: read from the system alone
 

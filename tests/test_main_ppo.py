@@ -34,6 +34,13 @@ def test_main_job_prints_tables_and_summary() -> None:
     summary = summary_line(proc.stdout)
     assert summary["env_steps"] == 512 and summary["iterations"] == 2 and summary["interrupted"] is False
     assert summary["ep_rew_mean"] < 0 and summary["fps"] > 0
+    # what ran, beside what was typed: config.json and monitor.csv name the gymnasium id gymnasium made
+    run_dir = os.path.join(ROOT, summary["run_dir"])
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    assert (config["env"], config["env_id"]) == ("gym_Reacher-v2", "Reacher-v5")
+    with open(os.path.join(run_dir, "monitor.csv")) as f:
+        assert json.loads(f.readline()[1:])["env_id"] == "Reacher-v5" and f.readline() == "r,l,t\n"
 
 
 def test_bad_config_lists_every_problem_and_exits_2() -> None:

@@ -3,7 +3,9 @@
 Each malicious file is built here: a pickle whose reduce touches a sentinel file (and then gives a value
 that loads), put where sb3 and rl-zoo unpickle it: a ``:serialized:`` value of an sb3 zip's ``data`` entry,
 an rl-zoo ``vecnormalize.pkl``; and a checkpoint whose config names a module to import or a Godot program
-to launch. Without ``--trust_pickles`` the sentinel never appears, the error names the key, and the
+to launch. The second round (issue 50): statistics and episode buffers of a structured dtype whose field
+lies past its item size, zip entries that declare far more than a model holds, counters of 400 digits or
+not finite, in a zip and in a VecNormalize file. Without ``--trust_pickles`` the sentinel never appears, the error names the key, and the
 command line exits 2 with no traceback (``--dry_run`` too); with it the file loads as sb3 loads it, after
 one warning line. Zips written by real sb3 and sb3-contrib (Box, Discrete, MultiDiscrete and Dict spaces,
 rl-zoo's ``lin_`` schedules, an activation class) read the same as sb3's own reader gives them, unpickled.
@@ -14,6 +16,7 @@ import base64
 import json
 import os
 import pickle
+import re
 import zipfile
 from typing import Any
 
@@ -91,7 +94,7 @@ def test_a_pickle_in_a_zip_is_never_run_by_load_and_its_key_is_named(cartpole_zi
         ppo_dict.PPO.load(evil)
     assert not os.path.exists(sentinel)
     model = ppo_dict.PPO.load(evil, clip_range=0.1)  # a value given is not read from the file
-    assert model.clip_range == 0.1 and not os.path.exists(sentinel)
+    assert model.clip_range(1.0) == 0.1 and not os.path.exists(sentinel)  # sb3 holds a FloatSchedule of it
     capsys.readouterr()
     model = ppo_dict.PPO.load(evil, trust_pickles=True)  # as sb3 loads it: the pickle runs
     assert os.path.exists(sentinel)
@@ -318,3 +321,113 @@ def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
     assert ours.learning_rate(0.5) == theirs.learning_rate(0.5) == 0.5 * 0.001 and theirs.clip_range(0.5) == 0.3
     ours.save(str(tmp_path / "again.zip"))
     assert read_zip(str(tmp_path / "again.zip"))[0]["learning_rate"] == "lin_0.001"
+
+
+# ------------------------------------------------------------------------------------------ second round (issue 50)
+
+def rl_zoo_layout(cartpole_zip: str, folder, vecnormalize: object = None) -> str:
+    """``folder/logs/CartPole-v1.zip`` (the real zip) with ``vecnormalize`` pickled in ``logs/CartPole-v1/vecnormalize.pkl``."""
+    logs = folder / "logs"
+    (logs / "CartPole-v1").mkdir(parents=True)
+    with open(cartpole_zip, "rb") as src, open(logs / "CartPole-v1.zip", "wb") as dst:
+        dst.write(src.read())
+    if vecnormalize is not None:
+        with open(logs / "CartPole-v1" / "vecnormalize.pkl", "wb") as f:
+            pickle.dump(vecnormalize, f, protocol=4)
+    return str(logs / "CartPole-v1.zip")
+
+
+def real_vecnormalize(cartpole_zip: str) -> Any:
+    """sb3's VecNormalize that the fixture saved, loaded here (a file this test wrote) to be made hostile."""
+    return VecNormalize.load(os.path.join(os.path.dirname(cartpole_zip), "sb3_vecnormalize.pkl"), make_vec_env("CartPole-v1", n_envs=2))
+
+
+def test_statistics_of_a_structured_dtype_are_refused_not_read_out_of_bounds(file_reader, cartpole_zip, tmp_path, capsys) -> None:
+    """A dtype given a field at an offset past its item size: read as statistics through pickle, the array reads
+    outside its memory (a segfault under --dry_run, in issue 50); here it is refused by name, in one line (read
+    first in a child, where a crash would not end pytest)."""
+    from tests.test_plain_pickle import FIELD_PAST_ITEM, reconstructed
+
+    vecnormalize = real_vecnormalize(cartpole_zip)
+    vecnormalize.obs_rms.mean = reconstructed(FIELD_PAST_ITEM, (4,), bytes(32))
+    zip_path = rl_zoo_layout(cartpole_zip, tmp_path, vecnormalize)
+    refusal = "vecnormalize.pkl: cannot read as an sb3 VecNormalize pickle: a dtype 'V8': not a plain number type"
+    outcome = file_reader.read("vecnormalize", os.path.join(os.path.dirname(zip_path), "CartPole-v1", "vecnormalize.pkl"))
+    assert outcome["outcome"].startswith("refused: ") and refusal in outcome["outcome"], outcome
+    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--num_workers", "0", "--dry_run")
+    assert code == 2 and refusal in err and "Traceback" not in err, err
+
+
+def test_episode_buffers_of_a_structured_dtype_are_left_unread(cartpole_zip, tmp_path) -> None:
+    from collections import deque
+
+    from tests.test_plain_pickle import FIELD_PAST_ITEM, reconstructed
+
+    buffer = deque([{"r": reconstructed(FIELD_PAST_ITEM, (4,), bytes(32)), "l": 3}])
+    with zipfile.ZipFile(cartpole_zip) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    data = json.loads(entries["data"])
+    data["ep_info_buffer"][":serialized:"] = base64.b64encode(pickle.dumps(buffer, protocol=4)).decode()
+    entries["data"] = json.dumps(data).encode()
+    evil = str(tmp_path / "evil.zip")
+    with zipfile.ZipFile(evil, "w") as archive:
+        for name, content in entries.items():
+            archive.writestr(name, content)
+    read, _ = read_zip(evil)
+    assert isinstance(read["ep_info_buffer"], Unrebuilt) and "a dtype 'V8': not a plain number type" in read["ep_info_buffer"].why
+    loaded = ppo_dict.PPO.load(evil, env=make_vec_env("CartPole-v1", n_envs=1, seed=0))
+    assert list(loaded.ep_info_buffer) == []  # episodes start afresh, as after learn()'s reset
+
+
+def padded_zip(cartpole_zip: str, out: str, entry: str, size: int) -> str:
+    """The real zip with ``entry`` deflated and ``size`` zero bytes after its content: a few hundred KiB on disk."""
+    from tests.fuzz_files import write_zip, zip_entries
+
+    return write_zip(zip_entries(cartpole_zip), out, {entry: size})
+
+
+@pytest.mark.parametrize("entry, size", [("data", 80 * 2**20), ("policy.pth", 40 * 2**20)])
+def test_a_zip_entry_larger_than_a_models_is_refused_naming_it_and_both_sizes(file_reader, cartpole_zip, tmp_path, capsys,
+                                                                              entry: str, size: int) -> None:
+    """A 410 KiB zip whose data entry declared 300 MiB cost 525 MiB of memory: each entry has a cap now, above which
+    it is refused before it is inflated (the read's resident memory grows by less than 64 MiB)."""
+    from ppo_dict.interop.zip_entries import MAX_DATA_BYTES, PARAMETER_INFLATION
+
+    evil = padded_zip(cartpole_zip, str(tmp_path / "big.zip"), entry, size)
+    assert os.path.getsize(evil) < 2**20
+    with zipfile.ZipFile(evil) as archive:
+        info = archive.getinfo(entry)
+    cap = MAX_DATA_BYTES if entry == "data" else PARAMETER_INFLATION * info.compress_size
+    refusal = f"its entry {entry!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for it (an sb3 model's is smaller)"
+    with pytest.raises(CheckpointError, match=re.escape(f"{evil}: {refusal}")):
+        ppo_dict.PPO.load(evil)
+    outcome = file_reader.read("zip", evil, deadline=20)
+    assert outcome["outcome"] == f"refused: {evil}: {refusal}" and outcome["grew"] < 64 * 2**20, outcome
+    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", evil, "--num_workers", "0", "--dry_run")
+    assert code == 2 and err == f"error: 1 invalid setting(s):\n  - trained_agent={evil!r}: {refusal}\n", err
+
+
+@pytest.mark.parametrize("key, value", [("num_timesteps", 10**400), ("_n_updates", -1), ("_current_progress_remaining", float("nan")),
+                                        ("_episode_num", 1.5)], ids=["400 digits", "negative", "nan", "not whole"])
+def test_a_zips_counters_that_are_not_counts_are_refused(cartpole_zip, tmp_path, capsys, key: str, value: Any) -> None:
+    """A non-finite or 400-digit counter was an OverflowError (a traceback); now one message naming it."""
+    from tests.fuzz_files import write_zip, zip_entries
+
+    entries = zip_entries(cartpole_zip)
+    entries["data"] = json.dumps({**json.loads(entries["data"]), key: value}).encode()
+    evil = write_zip(entries, str(tmp_path / "counters.zip"))
+    with pytest.raises(CheckpointError, match=f"its data entry's counters are not counts: {key}="):
+        ppo_dict.PPO.load(evil)
+    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", evil, "--num_workers", "0", "--dry_run")
+    assert code == 2 and f"counters are not counts: {key}=" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("count", [10**400, float("nan"), float("inf"), -1.0], ids=["400 digits", "nan", "inf", "negative"])
+def test_a_vecnormalize_count_that_is_not_a_count_is_refused(cartpole_zip, tmp_path, capsys, count: Any) -> None:
+    vecnormalize = real_vecnormalize(cartpole_zip)
+    vecnormalize.ret_rms.count = count
+    zip_path = rl_zoo_layout(cartpole_zip, tmp_path, vecnormalize)
+    with pytest.raises(CheckpointError, match="ret_rms: statistics"):
+        read_statistics(os.path.join(os.path.dirname(zip_path), "CartPole-v1", "vecnormalize.pkl"))
+    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--num_workers", "0", "--dry_run")
+    assert code == 2 and "ret_rms: statistics" in err and "Traceback" not in err, err

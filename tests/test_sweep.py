@@ -106,7 +106,7 @@ def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "metric: needs a name and goal: minimize | maximize" in err
-    assert "command: must be a list that contains ${args}" in err
+    assert "command: must be a list of strings that contains ${args}" in err
     assert "parameter 'lr': grid search needs values, not a uniform distribution" in err
 
 
@@ -127,12 +127,81 @@ def test_a_hostile_or_broken_sweep_file_is_refused_in_one_line(tmp_path, capsys,
     assert not (tmp_path / "o").exists()
 
 
+def refused_sweep(tmp_path, capsys, sweep: dict, *flags: str) -> str:
+    """The sweep file ``sweep`` refused before any trial: exit 2, one message, no traceback, no output folder."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "o"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot run this sweep:") and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+    return err
+
+
+OWN = ["${env}", "${interpreter}", "-m", "ppo_dict.main_ppo", "${args}"]
+GOOD = {"method": "random", "metric": {"name": "score", "goal": "maximize"}, "command": OWN, "parameters": {"x": {"value": 1}}}
+
+
+def test_a_sweep_file_runs_only_ppo_dicts_own_command_unless_the_command_line_allows_another(tmp_path, capsys) -> None:
+    """A sweep file's command is a program it launches: ppo_dict's own runs, any other only with --allow_command,
+    which says so in one line before the first trial."""
+    sentinel = tmp_path / "ran"
+    command = ["${interpreter}", "-c", f"open({str(sentinel)!r}, 'w')", "${args}"]
+    err = refused_sweep(tmp_path, capsys, {**GOOD, "command": command})
+    assert "is not ppo_dict's own command (${interpreter} -m ppo_dict.main_ppo ${args}): a sweep file runs another program only " \
+           "when the sweep's command line says so (--allow_command)" in err and not sentinel.exists()
+    path = tmp_path / "allowed.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "command": command}))
+    assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "out"), ALLOW]) == 1  # it ran, and logged no metric
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--allow_command: ")]
+    assert said == [f"--allow_command: each trial runs the sweep file's command, {' '.join(command)}, not ppo_dict's own"]
+    assert sentinel.exists()
+
+
+def test_a_sweep_file_cannot_set_what_only_the_command_line_sets(tmp_path, capsys) -> None:
+    """trust_pickles and where a run writes (docs/safety.md): a sweep parameter naming one is refused, each named."""
+    from ppo_dict.core.file_effects import COMMAND_LINE_ONLY
+
+    err = refused_sweep(tmp_path, capsys, {**GOOD, "parameters": {name: {"value": "x"} for name in COMMAND_LINE_ONLY}})
+    for name in COMMAND_LINE_ONLY:
+        assert f"  - parameter {name!r}: set on the command line only (docs/safety.md), never by a sweep file" in err, err
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"metric": "score"}, "metric: needs a name and goal"),
+    ({"metric": {"name": ["score"]}}, "metric: needs a name and goal"),
+    ({"parameters": ["x", "y"]}, "parameters: a list, not a mapping"),
+    ({"parameters": {"x": [1, 2]}}, "parameter 'x': a list, not a mapping"),
+    ({"parameters": {"x": {"values": []}}}, "parameter 'x': values must be a non-empty list"),
+    ({"parameters": {"x": {"min": "0", "max": 1}}}, "parameter 'x': min, max and q must be finite numbers"),
+    ({"parameters": {"x": {"distribution": ["uniform"], "min": 0, "max": 1}}}, "parameter 'x': distribution must be a name"),
+    ({"parameters": {"x": {"distribution": "uniform"}}}, "parameter 'x': a uniform distribution needs min and max"),
+    ({"method": ["grid"]}, "method=\"['grid']\": must be grid, random or bayes"),
+    ({"command": ["${interpreter}", 3, "${args}"]}, "command: must be a list of strings that contains ${args}"),
+], ids=lambda v: str(v)[:30])
+def test_a_sweep_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path, capsys, change: dict, expected: str) -> None:
+    assert expected in refused_sweep(tmp_path, capsys, {**GOOD, **change})
+
+
+def test_a_sweep_file_that_is_a_fifo_or_a_folder_is_refused_at_once(tmp_path, capsys) -> None:
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "folder.yaml").mkdir()
+    for name, kind in (("fifo.yaml", "a FIFO (named pipe)"), ("folder.yaml", "a directory")):
+        assert sweep_main([str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
+        assert capsys.readouterr().err == f"error: cannot read {tmp_path / name}: {tmp_path / name}: is {kind}, not a regular file\n"
+
+
 # ------------------------------------------------------------------------- studies shared by processes
 STUB = os.path.join(ROOT, "tests", "sweep_trial.py")
 
 
+#: a stub's command is not ppo_dict's own: the sweep runs it when its command line says so
+ALLOW = "--allow_command"
+
+
 def stub_sweep(tmp_path, method: str, parameters: dict) -> str:
-    """A sweep file whose trials are tests/sweep_trial.py: the storage machinery is real, a trial costs 0.1 s."""
+    """A sweep file whose trials are tests/sweep_trial.py (run with :data:`ALLOW`): the storage machinery is real,
+    a trial costs 0.1 s."""
     path = tmp_path / f"{method}.yaml"
     path.write_text(yaml.safe_dump({"method": method, "metric": {"name": "score", "goal": "maximize"},
                                     "command": ["${interpreter}", STUB, "${args}"], "parameters": parameters}))
@@ -140,7 +209,8 @@ def stub_sweep(tmp_path, method: str, parameters: dict) -> str:
 
 
 def start_sweep(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    """``python -m ppo_dict.sweep ARGS`` of a stub sweep (:func:`stub_sweep`), which the sweep runs with :data:`ALLOW`."""
+    return subprocess.Popen([sys.executable, "-m", "ppo_dict.sweep", *args, ALLOW], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
 
 
@@ -217,7 +287,7 @@ def alive(pid: int) -> bool:
 
 def test_a_trial_that_fails_by_itself_is_failed_for_good_and_the_sweep_goes_on(tmp_path, capsys) -> None:
     sweep = stub_sweep(tmp_path, "grid", {"crash": {"values": [False, True]}, "x": {"value": 0.3}})
-    assert sweep_main([sweep, "--count", "5", "--out", str(tmp_path / "out")]) == 0
+    assert sweep_main([sweep, "--count", "5", "--out", str(tmp_path / "out"), ALLOW]) == 0
     printed = capsys.readouterr().out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     statuses = {t["params"]["crash"]: t["status"] for t in results["trials"]}
@@ -228,14 +298,14 @@ def test_a_trial_that_fails_by_itself_is_failed_for_good_and_the_sweep_goes_on(t
 
 def test_bad_storage_or_another_sweep_on_the_same_study_is_refused_before_any_trial(tmp_path, capsys) -> None:
     sweep = stub_sweep(tmp_path, "random", {"x": {"min": 0.0, "max": 1.0}})
-    assert sweep_main([sweep, "--storage", "postgresql://me:s3cret@127.0.0.1:1/optuna", "--out", str(tmp_path / "out")]) == 2
+    assert sweep_main([sweep, "--storage", "postgresql://me:s3cret@127.0.0.1:1/optuna", "--out", str(tmp_path / "out"), ALLOW]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot open the Optuna storage postgresql://me:***@127.0.0.1:1/optuna: OperationalError:")
     assert not (tmp_path / "out").exists()
     storage = f"sqlite:///{tmp_path}/s.db"
-    assert sweep_main([sweep, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "a")]) == 0
+    assert sweep_main([sweep, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "a"), ALLOW]) == 0
     other = stub_sweep(tmp_path, "grid", {"x": {"values": [0.1]}})
-    assert sweep_main([other, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "b")]) == 2
+    assert sweep_main([other, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "b"), ALLOW]) == 2
     assert "error: study 's' was made from another sweep (method, parameters differ)" in capsys.readouterr().err
     assert len(trials_of(storage, "s")) == 1
 

@@ -9,6 +9,11 @@
   (``benchmarks/results.py`` appends to them), beside rl-zoo's published scores (``benchmarks/zoo_setup.py``).
 * ``perf_log.md``: the repository's ``perf_log.md`` (the benchmarks append to it, oldest first), its
   entries newest first.
+* ``api.md``: ``Config``'s fields, and the constructor parameters of sb3's API (its classes take
+  ``*args, **kwargs``, bound against sb3's own signature, which the docstrings' renderer cannot see).
+
+The docstrings' Sphinx roles (``:class:`~ppo_dict.core.config.Config```) are shown as the code they name
+(``on_page_content``), not as raw text.
 
 A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
 the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
@@ -22,6 +27,7 @@ import html
 import io
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,8 +56,10 @@ VALUE_KINDS = {
     "parse_bool": "`True` or `False` (`--flag` alone: `True`)",
     "parse_schedule": "a number, or `lin_<x>` (linear from x to 0)",
     "parse_net_arch": "layer sizes: `64,64`, `pi=256,256;vf=256,256`, `[256, 256]`, `dict(pi=[256], vf=[256])`",
-    "parse_kwargs": "keyword arguments: `dict(key=value, ...)`",
+    "parse_kwargs": "keyword arguments: `dict(key=value, ...)`, or rl-zoo's `key:value` words",
+    "parse_lstm_kwargs": "keyword arguments of the LSTMs: `dict(dropout=0.1, bias=True)`",
     "parse_packages": "names, separated by commas or spaces",
+    "parse_words": "a file (or `rl_zoo3`) and rl-zoo's `key:value` words",
     "int": "an integer",
     "whole_number": "an integer (`1e6` is read as 1000000)",
     "float": "a number",
@@ -95,15 +103,19 @@ def flag_row(name: str, default: str, values: str, help_text: str) -> str:
     return f'| <a id="{name}"></a>`--{name}` | {code(default)} | {values} | {cell(help_text)} |'
 
 
+#: the command line's own flags (``ppo_dict.run.cli.COMMAND_LINE_FLAGS``): their default and the values they take
+OWN_FLAGS = {"dry_run": ("False", VALUE_KINDS["parse_bool"]), "algo": ("ppo", "`ppo` `ppo_lstm`")}
+
+
 def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], default_text: Callable[[dataclasses.Field], str],
-                   dry_run_help: str) -> str:
-    """The flags reference, in ``--help``'s order: ``--dry_run`` (the command line's own flag, in
-    ``--help``'s `options`), then one table per ``--help`` group, one row per flag."""
-    out = ["## The command line's own flag", "", "`--help` group `options`; not a setting (not saved with a run).", "",
-           *TABLE_HEAD, flag_row("dry_run", "False", VALUE_KINDS["parse_bool"], dry_run_help), ""]
+                   own_flags: dict[str, str], flag_text: Callable[[dataclasses.Field], str]) -> str:
+    """The flags reference, in ``--help``'s order: the command line's own flags (``own_flags``: ``{name: help}``,
+    in ``--help``'s `options`), then one table per ``--help`` group, one row per flag (``flag_text``: what it does)."""
+    out = ["## The command line's own flags", "", "`--help` group `options`; not settings (not saved with a run).", "", *TABLE_HEAD]
+    out += [flag_row(name, *OWN_FLAGS[name], text) for name, text in own_flags.items()] + [""]
     for group, fields in flag_groups().items():
         out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "", *TABLE_HEAD]
-        out += [flag_row(f.name, default_text(f), values_of(f), f.metadata["help"]) for f in fields]
+        out += [flag_row(f.name, default_text(f), values_of(f), flag_text(f)) for f in fields]
         out.append("")
     return "\n".join(out)
 
@@ -128,14 +140,27 @@ def command_help(module: str, width: int = 78) -> str:
 
 
 def commands_markdown() -> str:
-    """A section per other command line, each with its ``--help`` (main_ppo_godot's: its docstring)."""
+    """A section per other command line, each with its ``--help`` (main_ppo_godot's without main_ppo's flags,
+    which the tables above list: its description, the defaults it changes, its own ``--env_path``, its examples)."""
     out = []
     for module in COMMANDS:
         text = command_help(module)
-        if module == "ppo_dict.main_ppo_godot":  # its --help is its docstring, then main_ppo's whole --help
-            text = text.split("\nusage: python -m ppo_dict.main_ppo ", 1)[0].rstrip() + "\n\n(then main_ppo's --help: the flags above)"
+        if module == "ppo_dict.main_ppo_godot":
+            text = godot_help(text)
         out += [f"### `python -m {module}`", "", "```text", text, "```", ""]
     return "\n".join(out)
+
+
+def godot_help(text: str) -> str:
+    """main_ppo_godot's ``--help`` less main_ppo's flags: its description, the defaults it gives them, ``--env_path``, examples."""
+    from ppo_dict.main_ppo_godot import DEMO_DEFAULTS, DEMO_LAYOUT
+
+    description = text.split("\n\n", 1)[1].split("\n\noptions:", 1)[0]
+    env_path = re.search(r"\n(  --env_path .*?)(?=\n  -|\n\n)", text, flags=re.S).group(1)  # type: ignore[union-attr]
+    defaults = ", ".join(f"--{name} {value}" for name, value in {**DEMO_DEFAULTS, **DEMO_LAYOUT}.items())
+    flags = textwrap.fill(f"main_ppo's flags (above), with these defaults: {defaults}; and:", 78)
+    return (f"usage: python -m ppo_dict.main_ppo_godot [--env_path PATH] [main_ppo's flags]\n\n{description}\n\n"
+            f"{flags}\n{env_path}\n\n{text[text.index('examples:'):]}")
 
 
 def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:
@@ -177,17 +202,72 @@ def results_markdown(path: Path = RESULTS_CSV) -> str:
     return report.table_markdown(rows(path), rows(path.with_name("curves.csv")))
 
 
+def config_fields_markdown() -> str:
+    """``Config``'s fields for the API reference: name, type, default and what each is (the flag's text)."""
+    from ppo_dict.run.cli import default_text, flag_groups, flag_text
+
+    out = ["| field | type | default | what it is |", "| --- | --- | --- | --- |"]
+    for fields in flag_groups().values():
+        out += [f"| `{f.name}` | {code(f.type)} | {code(default_text(f))} | {cell(flag_text(f, spellings=False))} "
+                f"([flag](flags.md#{f.name})) |" for f in fields]
+    return "\n".join(out)
+
+
+def constructor_markdown() -> str:
+    """The constructor parameters of sb3's API (``PPO``, ``MaskablePPO``, ``RecurrentPPO``): sb3's own signature, bound
+    as sb3 binds it (``ppo_dict.api.algorithms``), then ppo_dict's keyword-only settings, each with its flag's text."""
+    import inspect
+
+    from ppo_dict.api.algorithms import ALGORITHMS
+    from ppo_dict.core.config import FIELDS
+    from ppo_dict.run.cli import flag_text
+
+    out = []
+    for name, spec in ALGORITHMS.items():
+        out += [f"### `{name}(...)`", "", f"`{spec.sb3_class.replace(':', '.')}`'s parameters, then ppo_dict's keyword-only settings.", "",
+                "| parameter | default | what it is |", "| --- | --- | --- |"]
+        for parameter in spec.signature().parameters.values():
+            default = "required" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
+            field = FIELDS.get(parameter.name)
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY:  # ppo_dict's settings: the flag's text, as Python names it
+                text = f"ppo_dict's setting: {cell(flag_text(field, spellings=False))} ([flag](flags.md#{parameter.name}))"
+            elif field is not None and field.metadata["group"] == "ppo":  # a PPO hyperparameter: sb3's meaning, the flag's words
+                text = f"sb3's: {cell(field.metadata['help'])}"
+            else:
+                text = f"sb3's, as `{spec.sb3_class.replace(':', '.')}` takes it"
+            out.append(f"| `{parameter.name}` | {code(default)} | {text} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def generated_parts() -> dict[str, Callable[[], str]]:
     """``{marker line: what replaces it}``."""
-    from ppo_dict.run.cli import DRY_RUN_HELP, default_text, flag_groups
+    from ppo_dict.run.cli import COMMAND_LINE_FLAGS, default_text, flag_groups, flag_text
 
     return {
-        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, DRY_RUN_HELP)}\n</div>',
+        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)}\n</div>',
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
         "<!-- generated: ledger, newest first -->": ledger_newest_first,
         "<!-- generated: results table -->": results_markdown,
+        "<!-- generated: config fields -->": config_fields_markdown,
+        "<!-- generated: constructor parameters -->": constructor_markdown,
     }
+
+
+#: a Sphinx role the docstrings use (``:class:`~a.b.Config```), as mkdocstrings renders it: the role's name, then code
+SPHINX_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj|const):<code>(~?)([^<]*)</code>")
+
+
+def plain_role(found: "re.Match[str]") -> str:
+    """A role as the code it names (``~a.b.Config``: ``Config``, as Sphinx shows it)."""
+    target = found.group(2)
+    return f"<code>{target.rsplit('.', 1)[-1] if found.group(1) else target}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: the docstrings' Sphinx roles (the API reference renders them as text) shown as the code they name."""
+    return SPHINX_ROLE.sub(plain_role, html)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:

@@ -14,13 +14,12 @@ env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
+from ppo_dict.algo.books import check_finite
 from ppo_dict.algo.device_rollout import batched_bootstrap
 from ppo_dict.algo.graph_step import GraphedStep
 from ppo_dict.algo.normalize import Normalizer
@@ -28,84 +27,14 @@ from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
 from ppo_dict.algo.recurrent_step import RecurrentStep
 from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.sharded_rollout import plan_sharding
+from ppo_dict.algo.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
 from ppo_dict.core.config import Config
-from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.recurrent import StateStore
-from ppo_dict.data.storage import StepObsToDevice, aligned, obs_to_tensor
+from ppo_dict.data.step_obs import StepObsToDevice
+from ppo_dict.data.storage import aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
-
-
-@dataclass
-class Timing:
-    """Where a run's wall time goes (this process's clock), summed since ``learn`` started.
-
-    Per rollout step: ``policy`` (sampling the actions), ``envs`` (from handing the actions over
-    until every env has stepped: the main process's own envs and the wait for the workers, less
-    ``overlapped``), ``bookkeeping`` (episode statistics, normalisation, the time-limit bootstrap,
-    done before the next step) and ``overlapped`` (the bookkeeping done while the workers step:
-    :class:`OwedWork`); per iteration: ``rollout`` (the whole collection with its GAE) and ``update``.
-    """
-
-    policy: float = 0.0
-    envs: float = 0.0
-    bookkeeping: float = 0.0
-    rollout: float = 0.0
-    update: float = 0.0
-    steps: int = 0  # rollout steps (each of n_envs env steps)
-    update_threads: int = 0
-    overlapped: float = 0.0  # owed bookkeeping done while waiting for the envs (inside ``envs``'s span)
-
-    def logs(self, n_envs: int) -> dict[str, float]:
-        """The ``time/*`` keys besides sb3's: rates and per-step costs in microseconds."""
-        per_step = 1e6 / max(self.steps, 1)
-        return {
-            "time/rollout_fps": int(self.steps * n_envs / max(self.rollout, 1e-9)),
-            "time/rollout_seconds": round(self.rollout, 3),
-            "time/update_seconds": round(self.update, 3),
-            "time/policy_us": round(self.policy * per_step, 1),
-            "time/envs_us": round((self.envs - self.overlapped) * per_step, 1),
-            "time/bookkeeping_us": round(self.bookkeeping * per_step, 1),
-            "time/overlapped_us": round(self.overlapped * per_step, 1),
-            "time/update_threads": self.update_threads,
-        }
-
-
-#: The ``time/*`` keys of :class:`Timing` (wall-clock measurements: they differ between two runs).
-TIMING_KEYS = tuple(Timing().logs(1))
-
-
-class OwedWork:
-    """Bookkeeping a rollout step owes that nothing reads before the rollout's end: the episode
-    statistics and the time-limit bootstrap of cut episodes (``rewards[t]``, read by GAE alone).
-
-    Exact rollouts can do it while the workers step the next step (:meth:`work` is the pool's
-    ``idle``: one unit a call), instead of before the policy acts: the same operations on the same
-    inputs, in the same order, so the same floats; what it reads that a worker may overwrite at the
-    next step (its terminal observations, its episode row) is copied first. :meth:`settle` does
-    what is left: before the rollout ends, and before any callback could look (sb3's callbacks see
-    step t's statistics and bootstrapped rewards at step t + 1).
-    """
-
-    def __init__(self, timing: "Timing"):
-        self.units: deque[Callable[[], None]] = deque()
-        self.timing = timing
-
-    def owe(self, unit: Callable[[], None]) -> None:
-        self.units.append(unit)
-
-    def work(self) -> bool:
-        """Do the oldest unit (while the envs step: its time is counted as ``overlapped``); whether any is left."""
-        if self.units:
-            started = time.perf_counter()
-            self.units.popleft()()
-            self.timing.overlapped += time.perf_counter() - started
-        return bool(self.units)
-
-    def settle(self) -> None:
-        """Do every unit owed (on the critical path: the caller counts it as ``bookkeeping``)."""
-        while self.units:
-            self.units.popleft()()
 
 
 class RolloutHooks(Protocol):
@@ -133,7 +62,7 @@ class Collector:
         self.cfg, self.pool, self.policy, self.normalizer = cfg, pool, policy, normalizer
         self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
         self.episodes, self.timing = episodes, timing
-        self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts
+        self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts (the storage's, shared with the workers)
         self.steps_before = 0  # env steps of earlier rollouts, for messages
         s = self.storage
         if normalizer is not None:
@@ -165,6 +94,17 @@ class Collector:
         # exact rollouts on worker processes: a step's owed bookkeeping is done while the next step's envs step
         self.owed = OwedWork(timing)
         self.overlap = len(self.halves) == 1 and pool.waits
+        # the policy where the envs are (ppo_dict.algo.shard): each process samples its own envs' actions, where the start probe allows
+        self.shard, self.policy_line = plan_sharding(cfg, pool, policy, normalizer, device, self.policy_steps[self.n_envs], self.step_obs)
+
+    @property
+    def last_dones(self) -> np.ndarray:
+        """Each env's last episode end (sb3's ``_last_episode_starts``), bool ``[n_envs]``."""
+        return self.storage.last_dones
+
+    @last_dones.setter
+    def last_dones(self, dones: np.ndarray) -> None:
+        self.storage.last_dones[...] = dones
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
@@ -189,7 +129,10 @@ class Collector:
         self.owed.units.clear()  # what an abandoned rollout (an error) owed
         if self.hooks is not None:
             self.hooks.rollout_start()
-        steps = self._collect_exact() if len(self.halves) == 1 else self._collect_double_buffered()
+        if self.shard is not None:
+            steps = self.shard.collect(self)
+        else:
+            steps = self._collect_exact() if len(self.halves) == 1 else self._collect_double_buffered()
         started = time.perf_counter()
         self.owed.settle()
         self.timing.bookkeeping += time.perf_counter() - started
@@ -284,7 +227,7 @@ class Collector:
         sb3's), episode statistics, the time-limit bootstrap."""
         s, span = self.storage, slice(columns.start, columns.stop)
         dones = s.terminated[t, span] | s.truncated[t, span]
-        self._check_finite(t, columns, dones)
+        check_finite(s, t, columns, self.pool.backend.label, self.steps_before, self.n_envs)
         s.rewards[t, span] = s.env_rewards[t, span]
         if self.normalizer is not None:
             done_rows = np.flatnonzero(dones) + columns.start
@@ -364,28 +307,6 @@ class Collector:
             return step.recurrent_critic(obs, states, no_start, resets=False).item()
 
         return recurrent
-
-    def _check_finite(self, t: int, columns: range, dones: np.ndarray) -> None:
-        """Name the env and step of a NaN/inf obs or reward before it reaches the normaliser.
-
-        Per step this is one ``isfinite().all()`` per float array (terminal observations only when
-        an episode ended); the offending env is looked for only once something is not finite.
-        """
-        s, span = self.storage, slice(columns.start, columns.stop)
-        checks = [("reward", s.env_rewards[t, span], None)]
-        checks += [(f"observation[{key!r}]", arr[t + 1, span], None) for key, arr in s.env_obs.items() if arr.dtype.kind == "f"]
-        if dones.any():
-            rows = np.flatnonzero(dones) + columns.start
-            checks += [(f"terminal observation[{key!r}]", arr[rows], rows) for key, arr in s.env_terminal_obs.items() if arr.dtype.kind == "f"]
-        for what, arr, rows in checks:
-            if np.isfinite(arr).all():
-                continue
-            bad = np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1))[0]
-            env = int(columns.start + bad if rows is None else rows[bad])
-            raise NonFiniteError(
-                f"non-finite {what} from env {env} ({self.pool.backend.label}) at rollout step {t} "
-                f"(total steps {self.steps_before + (t + 1) * self.n_envs}); statistics were not updated with it"
-            )
 
     def last_values(self) -> torch.Tensor:
         """``V(obs[n_steps])`` for every env, ``[n_envs, 1]`` (sb3's values after the last step; a recurrent

@@ -24,7 +24,8 @@ from gymnasium import spaces
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.core.config import Config
-from ppo_dict.data.storage import RolloutStorage, StepObsToDevice
+from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.data.step_obs import StepObsToDevice
 
 #: Eager policy steps timed per device (after as many warm-up calls): a few milliseconds for an MLP.
 MEASURED_CALLS = 10

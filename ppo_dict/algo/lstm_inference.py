@@ -53,12 +53,19 @@ class PackedLstm:
         self.enabled = self._agrees()
 
     def _agrees(self) -> bool:
+        """Whether the packed call gives ``torch.lstm``'s values, compared in evaluation mode (the rollout's): a module
+        still in training mode (a policy just built) would otherwise draw dropout from the global RNG here."""
         generator = torch.Generator().manual_seed(0)
         shape = (self.lstm.num_layers, self.n_envs, self.lstm.hidden_size)
         x = torch.randn((1, self.n_envs, self.lstm.input_size), generator=generator)
         hx = (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
-        with torch.inference_mode():
-            ours, theirs = self._packed_call(x, hx), run_lstm(self.lstm, x, hx)
+        training = self.lstm.training
+        self.lstm.train(False)
+        try:
+            with torch.inference_mode():
+                ours, theirs = self._packed_call(x, hx), run_lstm(self.lstm, x, hx)
+        finally:
+            self.lstm.train(training)
         return all(torch.equal(a, b) for a, b in zip((ours[0], *ours[1]), (theirs[0], *theirs[1])))
 
     def __call__(self, x: torch.Tensor, hx: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:

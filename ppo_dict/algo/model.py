@@ -25,8 +25,9 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
+from ppo_dict.core.reading import one_line
 from ppo_dict.data.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
-from ppo_dict.envs import make_env
+from ppo_dict.envs import GODOT_PREFIX, make_env
 
 def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
     """The torch device ``--device name`` means for a policy that takes images or not.
@@ -86,6 +87,10 @@ class Model:
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"{source}: the saved policy does not fit the config ({type(exc).__name__}: {exc})") from exc
         if self.normalizer is not None and normalizer_state is not None:
+            saved = {key: np.shape(rms["mean"]) for key, rms in normalizer_state["obs_rms"].items()}
+            ours = {key: rms.mean.shape for key, rms in self.normalizer.obs_rms.items()}
+            if any(saved.get(key) != shape for key, shape in ours.items()):
+                raise CheckpointError(f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this model's {ours}")
             self.normalizer.load_state_dict(normalizer_state)
 
     def save(self, path: str) -> str:
@@ -101,7 +106,7 @@ class Model:
         mismatch = space_mismatch(state, observation_space, action_space)
         if mismatch:
             raise CheckpointError(f"{source}: {mismatch}")
-        cfg = Config.from_dict(state["config"])
+        cfg = saved_config(state, source)
         model = cls(cfg, build_policy(cfg, observation_space, action_space), build_normalizer(cfg, observation_space, 1),
                     observation_space, action_space, int(state["num_timesteps"]))
         model.load(state["policy"], to_numpy(state["normalizer"]), source)
@@ -115,11 +120,9 @@ class Model:
         state = load_model_state(path)
         if env is not None:
             return cls.from_state(state, env.observation_space, env.action_space, path)
-        from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
-
-        cfg = Config.from_dict(state["config"])
+        cfg = saved_config(state, path)
         announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
-        env = make_env(gym_env_spec(env_spec(cfg), path))
+        env = saved_env(gym_env_spec(cfg, path), path)
         try:
             return cls.from_state(state, env.observation_space, env.action_space, path)
         finally:
@@ -229,12 +232,35 @@ class Model:
         return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()}, vectorized
 
 
-def gym_env_spec(spec: Any, path: str) -> Any:
-    """``spec`` (an ``EnvSpec``) if this process can build its env to read the model's spaces or play it;
-    a model trained on a Godot game is refused with :class:`CheckpointError`: its env is the game,
-    which the trainer's worker pool runs (``main_ppo_godot``), not an env ``make_env`` builds here."""
-    if spec.is_godot:
-        raise CheckpointError(f"{path}: trained on the Godot game {spec.label}, which is played through the trainer's worker pool "
+def saved_config(state: dict[str, Any], source: str) -> Config:
+    """The config of a loaded model file (``load_model_state`` checked that it reads), refused with
+    :class:`CheckpointError` naming each setting out of its range (a run never saves such a config)."""
+    cfg = Config.from_dict(state["config"])
+    if cfg.problems():
+        raise CheckpointError(f"{source}: its config is not one a run saves: {'; '.join(cfg.problems())}")
+    return cfg
+
+
+def saved_env(spec: Any, source: str) -> Any:
+    """``make_env(spec)`` for a model file's config; an env that cannot be made is a :class:`CheckpointError` naming it."""
+    try:
+        return make_env(spec)
+    except Exception as exc:  # noqa: BLE001 (a file's env: whatever gymnasium or the env's module raises)
+        raise CheckpointError(f"{source}: its config's env {spec.label} cannot be made: {type(exc).__name__}: {exc}") from exc
+
+
+def gym_env_spec(cfg: Config, path: str) -> Any:
+    """The ``EnvSpec`` of a model file's config ``cfg`` if this process can build its env to read the model's
+    spaces or play it. A model trained on a Godot game is refused with :class:`CheckpointError` (before the
+    game is looked for): its env is the game, which the trainer's worker pool runs (``main_ppo_godot``), not
+    an env ``make_env`` builds here; an env that cannot be resolved here is refused naming why."""
+    from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
+
+    if cfg.env == GODOT_PREFIX or cfg.env.startswith(GODOT_PREFIX + "_"):
+        raise CheckpointError(f"{path}: trained on the Godot game {cfg.env}, which is played through the trainer's worker pool "
                               "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the ONNX export "
                               "take models of gymnasium envs")
-    return spec
+    try:
+        return env_spec(cfg)
+    except Exception as exc:  # noqa: BLE001 (a file's env: whatever resolving its name raises)
+        raise CheckpointError(f"{path}: its config's env {cfg.env!r} cannot be made here: {one_line(exc)}") from exc

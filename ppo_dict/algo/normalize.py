@@ -103,18 +103,24 @@ class Normalizer:
         order; ``rows``: which of the ``n_envs`` envs these are (all of them, except for a half of a
         double-buffered rollout). Returned observations hold the normalised keys only.
         """
+        self.observe(obs, rewards, dones, rows)
+        normalized = self.normalize_obs(obs)
+        normalized_rewards = self.normalize_reward(rewards)
+        terminal = self.normalize_obs(terminal_obs) if dones.any() else {}
+        return normalized, normalized_rewards, terminal
+
+    def observe(self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, rows: slice = slice(None)) -> None:
+        """:meth:`step`'s statistics alone (sb3's order: the observations', then the discounted returns' and
+        their statistics; the returns of ended episodes zeroed); the normalised values are the caller's to
+        compute, row by row if it likes (:meth:`normalize_obs`, :meth:`normalize_reward`: elementwise)."""
         if self.training and self.norm_obs:
             for key, rms in self.obs_rms.items():
                 rms.update(obs[key])
-        normalized = self.normalize_obs(obs)
         returns = self.returns[rows]  # a view
         if self.training:
             returns[...] = returns * self.gamma + rewards
             self.ret_rms.update(returns)
-        normalized_rewards = self.normalize_reward(rewards)
-        terminal = self.normalize_obs(terminal_obs) if dones.any() else {}
         returns[dones] = 0
-        return normalized, normalized_rewards, terminal
 
     # -------------------------------------------------------------- pure functions of the statistics
     def normalize_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

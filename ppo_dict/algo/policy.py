@@ -8,7 +8,7 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -16,6 +16,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
+from ppo_dict.algo.policy_surface import PolicySurface
 from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.distributions import Distribution, GSDENoise
@@ -182,8 +183,10 @@ SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtract
 # The actor-critic
 
 
-class ActorCritic(nn.Module):
-    """sb3's ``ActorCriticPolicy`` (MlpPolicy / CnnPolicy / MultiInputPolicy) without the optimizer.
+class ActorCritic(PolicySurface, nn.Module):
+    """sb3's ``ActorCriticPolicy`` (MlpPolicy / CnnPolicy / MultiInputPolicy) without the optimizer (the API sets
+    ``policy.optimizer``), with its methods for scripts (``predict``, ``obs_to_tensor``, ``get_distribution``...:
+    :class:`~ppo_dict.algo.policy_surface.PolicySurface`).
 
     Args:
         observation_space: one env's observation space (images channel-first).
@@ -191,7 +194,7 @@ class ActorCritic(nn.Module):
             MultiDiscrete (one categorical per entry) or MultiBinary (Bernoulli); see ``ppo_dict.data.actions``.
         model: ``mlp`` (flatten; CombinedExtractor for Dict spaces) or ``cnn`` (NatureCNN;
             CombinedExtractor for Dict spaces).
-        use_sde, full_std, use_expln: gSDE and its settings, sb3's names and defaults.
+        use_sde, full_std, use_expln, squash_output: gSDE and its settings, sb3's names and defaults.
         action_masks: sb3-contrib's ``MaskableActorCriticPolicy`` (its distributions; the passes take masks).
         features_extractor_class, features_extractor_kwargs: sb3's ``policy_kwargs`` of those names: a
             class called as sb3 calls it, ``cls(observation_space, **kwargs)`` (a user's ``BaseFeaturesExtractor``);
@@ -204,7 +207,7 @@ class ActorCritic(nn.Module):
         action_space: spaces.Space,
         model: str = "mlp",
         net_arch: Optional[NetArch] = None,
-        activation_fn: str = "tanh",
+        activation_fn: Union[str, type[nn.Module]] = "tanh",
         ortho_init: bool = True,
         log_std_init: float = 0.0,
         share_features_extractor: bool = True,
@@ -212,6 +215,7 @@ class ActorCritic(nn.Module):
         use_sde: bool = False,
         full_std: bool = True,
         use_expln: bool = False,
+        squash_output: bool = False,
         action_masks: bool = False,
         features_extractor_class: Optional[type[nn.Module]] = None,
         features_extractor_kwargs: Optional[dict[str, Any]] = None,
@@ -221,7 +225,7 @@ class ActorCritic(nn.Module):
         if problem:
             raise ValueError(problem)
         self.observation_space, self.action_space = observation_space, action_space
-        self.action_spec = action_spec(action_space, use_sde, action_masks, full_std, use_expln)  # refuses what sb3 refuses
+        self.action_spec = action_spec(action_space, use_sde, action_masks, full_std, use_expln, squash_output)  # refuses what sb3 refuses
         problem = self.action_spec.problem()
         if problem:
             raise ValueError(problem)
@@ -235,7 +239,7 @@ class ActorCritic(nn.Module):
         if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
             net_arch = [] if extractor_class is NatureCNN else dict(pi=[64, 64], vf=[64, 64])
         self.net_arch = net_arch
-        act_cls = ACTIVATION_CLASSES[activation_fn]
+        act_cls = ACTIVATION_CLASSES[activation_fn] if isinstance(activation_fn, str) else activation_fn
 
         def make_features_extractor() -> nn.Module:
             return extractor_class(observation_space, **extractor_kwargs)
@@ -367,4 +371,5 @@ def policy_settings(cfg: Config) -> dict[str, Any]:
         normalize_images=cfg.normalize_images,
         full_std=cfg.full_std,
         use_expln=cfg.use_expln,
+        squash_output=cfg.squash_output,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -17,19 +18,37 @@ import torch
 
 from ppo_dict.algo.collect import Collector, Timing
 from ppo_dict.algo.device_update import device_ppo_update
+from ppo_dict.algo.distributed import Ranks, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.rank_rollout import RankEpisodes, RankNormalizer, draw_globally, rank_collect
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.load import BUSY, LoadWatch
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.envs import contains_image
 from ppo_dict.vec import EnvPool
+
+
+def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
+    """Why a loaded optimizer's state does not fit its parameters (a moment of another shape, a hyperparameter
+    that is not a finite number); ``""`` when it fits."""
+    for group in optimizer.param_groups:
+        for name, value in group.items():
+            numbers = value if isinstance(value, (tuple, list)) and name != "params" else (value,) if name != "params" else ()
+            if any(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v) for v in numbers):
+                return f"its {name} is {value!r}"
+        for i, parameter in enumerate(group["params"]):
+            for name, value in optimizer.state.get(parameter, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                    return f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter {tuple(parameter.shape)}"
+    return ""
 
 
 class PPO:
@@ -40,12 +59,14 @@ class PPO:
     (as in sb3); the command line always passes a seed. A config with a bad setting is refused
     here (:meth:`Config.check`), however it was built. ``device``: the run plan's
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
+    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.distributed``): ``pool``
+    steps its envs ``ranks.envs`` of the global ``cfg.n_envs``, and the ranks train one PPO on the global batch.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
-                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None):
+                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None, ranks: Optional[Ranks] = None):
         cfg.check()
-        self.cfg, self.pool, self.storage = cfg, pool, pool.storage
+        self.cfg, self.pool, self.storage, self.ranks = cfg, pool, pool.storage, ranks
         self.n_envs = pool.num_envs
         self.device = device or resolve_device(cfg.device, contains_image(pool.observation_space))  # the run plan's
         self.logger = logger or Logger(verbose=cfg.verbose)
@@ -62,20 +83,33 @@ class PPO:
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
-        self.episodes = EpisodeLog(self.storage.info_keywords)  # sb3's ep_info_buffer and ep_success_buffer
+        self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)  # sb3's ep_info_buffer and ep_success_buffer
+        if ranks is not None:  # the normaliser's statistics and the episodes over every rank's envs
+            self.normalizer = None if self.normalizer is None else RankNormalizer(self.normalizer, ranks)
+            self.episodes = RankEpisodes(self.episodes, ranks)
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
+        # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the bootstrap's)
+        self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
         self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
+        if ranks is not None:  # the global batch's draws and update (ppo_dict.algo.rank_rollout, .distributed)
+            draw_globally(self.collector.policy_steps.values(), ranks, self.device)
+            self.update = functools.partial(ranked_update, ranks=ranks)
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
         # (ppo_dict.algo.device_update); the CPU keeps sb3's loop and numpy permutations
         self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
+        self.load = LoadWatch()  # other processes' use of the CPUs, looked at before each update
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
+
+    def pool_pids(self) -> list[int]:
+        """The pool's worker processes (whose CPU time is the run's own, not other processes')."""
+        return list(getattr(self.pool, "pids", []))
 
     @property
     def model(self) -> Model:
@@ -83,11 +117,15 @@ class PPO:
         return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps)
 
     def load_optimizer(self, optimizer_state: dict[str, Any], source: str) -> None:
-        """Adam's saved state into this run's optimizer; one that does not fit is a :class:`CheckpointError`."""
+        """Adam's saved state into this run's optimizer; one that does not fit (torch's own check, then each
+        moment's shape against its parameter's, which torch does not check) is a :class:`CheckpointError`."""
         try:
             self.optimizer.load_state_dict(optimizer_state)
-        except (RuntimeError, ValueError, KeyError) as exc:
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
             raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: {exc})") from exc
+        problem = optimizer_state_problem(self.optimizer)
+        if problem:
+            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({problem})")
 
     # ------------------------------------------------------------------ the iteration
     def learn(
@@ -110,6 +148,7 @@ class PPO:
         total = self.cfg.total_timesteps if total_timesteps is None else total_timesteps
         log_interval = self.cfg.log_interval if log_interval == -1 else log_interval
         self.start_envs()
+        self.load.look(self.pool_pids())  # from here, the first update's look covers the first rollout
         self._start_time, self._start_steps = time.time_ns(), self.num_timesteps
         self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
@@ -149,6 +188,10 @@ class PPO:
         """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
         normaliser's returns: the next rollout starts from there (sb3 ``_setup_learn``'s ``env.reset()``), with
         the LSTM states a resumed recurrent run saved on the first reset (else zeros)."""
+        if self.ranks is not None:  # this rank's envs of the global ones: env i keeps seed + i
+            envs = self.ranks.envs
+            seed = seed + envs.start if isinstance(seed, int) else seed if seed is None else list(seed)[envs.start : envs.stop]
+            options = None if options is None else list(options)[envs.start : envs.stop]
         self.collector.reset(seed, options)
         self._envs_started = True
         if self._resumed_lstm_states is not None:
@@ -182,7 +225,10 @@ class PPO:
         Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
         (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.algo.collect``).
         """
-        self.num_timesteps += self.collector.collect(self.num_timesteps)
+        if self.ranks is None:
+            self.num_timesteps += self.collector.collect(self.num_timesteps)
+        else:  # this rank's envs, then every rank's episodes in sb3's order; the global batch's steps
+            self.num_timesteps += rank_collect(self.collector, self.ranks, self.num_timesteps)
 
     def compute_advantages(self) -> None:
         """``V(obs[n_steps])`` and GAE over the stored rollout (sb3 ``compute_returns_and_advantage``)."""
@@ -190,16 +236,23 @@ class PPO:
         last_values = self.last_values = self.collector.last_values()
         s.advantages[...], s.returns[...] = compute_gae(
             s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self.collector.last_dones,
-            self.cfg.gamma, self.cfg.gae_lambda,
+            self.gae_gamma, self.gae_lambda,
         )
 
     def train(self, progress_remaining: float) -> dict[str, float]:
-        """One PPO update over the stored rollout; logs ``train/*``."""
+        """One PPO update over the stored rollout; logs ``train/*``. Where other processes kept the CPUs busy
+        through the rollout (:class:`~ppo_dict.core.load.LoadWatch`), the update keeps ``torch_threads`` (the
+        first update proved the cores' threads give its bits, not that they are free) and the pool's waits sleep."""
         settings = self._update_settings(progress_remaining)
+        busy = self.load.look(self.pool_pids())
+        shared = busy is not None and busy >= BUSY
+        if busy is not None:
+            self.timing.busy_elsewhere = busy
+            self.pool.adapt(shared)
         if self.update_threads is None:
             self.update_threads, (logs, self.n_updates) = self._first_update(settings)
         else:
-            with thread_count(self.update_threads):
+            with thread_count(self.cfg.torch_threads if shared else self.update_threads):
                 logs, self.n_updates = self._update(settings)
         self.logger.record("train/learning_rate", settings.learning_rate)
         self.logger.record_many(logs)
@@ -219,7 +272,8 @@ class PPO:
         base, cores = self.cfg.torch_threads, physical_cores()
         chosen = self.cfg.update_threads or base
         trial = None
-        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent:
+        # over ranks, every rank's update keeps torch_threads: a thread count chosen per rank could round the norms apart
+        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent and self.ranks is None:
             snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
             with thread_count(cores):
                 self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)

@@ -104,11 +104,13 @@ class RecurrentActorCritic(ActorCritic):
 
     Args (besides :class:`~ppo_dict.algo.policy.ActorCritic`'s): ``lstm_hidden_size``,
     ``n_lstm_layers``, ``shared_lstm`` (the critic reads the actor's LSTM output, detached),
-    ``enable_critic_lstm`` (an LSTM of the critic's own; with neither, a ``Linear(features, hidden)``).
+    ``enable_critic_lstm`` (an LSTM of the critic's own; with neither, a ``Linear(features, hidden)``),
+    ``lstm_kwargs`` (both LSTMs' further arguments: ``dropout``, ``bias``).
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, model: str = "mlp", lstm_hidden_size: int = 256,
-                 n_lstm_layers: int = 1, shared_lstm: bool = False, enable_critic_lstm: bool = True, **kwargs: Any):
+                 n_lstm_layers: int = 1, shared_lstm: bool = False, enable_critic_lstm: bool = True,
+                 lstm_kwargs: Optional[dict[str, Any]] = None, **kwargs: Any):
         if shared_lstm and enable_critic_lstm:
             raise ValueError("You must choose between shared LSTM, seperate or no LSTM for the critic.")  # sb3-contrib's words
         if shared_lstm and not kwargs.get("share_features_extractor", True):
@@ -118,14 +120,15 @@ class RecurrentActorCritic(ActorCritic):
         self.lstm_output_dim = lstm_hidden_size  # before ActorCritic builds the MLPs on it, as sb3-contrib
         super().__init__(observation_space, action_space, model=model, **kwargs)
         self.shared_lstm, self.enable_critic_lstm = shared_lstm, enable_critic_lstm
-        self.lstm_actor = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers)
+        lstm_kwargs = dict(lstm_kwargs or {})  # both LSTMs', as sb3-contrib's
+        self.lstm_actor = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers, **lstm_kwargs)
         self.lstm_hidden_state_shape = (n_lstm_layers, 1, lstm_hidden_size)
         self.critic: Optional[nn.Linear] = None
         self.lstm_critic: Optional[nn.LSTM] = None
         if not (shared_lstm or enable_critic_lstm):
             self.critic = nn.Linear(self.features_dim, lstm_hidden_size)
         if enable_critic_lstm:
-            self.lstm_critic = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers)
+            self.lstm_critic = nn.LSTM(self.features_dim, lstm_hidden_size, num_layers=n_lstm_layers, **lstm_kwargs)
 
     def latent_input_dim(self) -> int:
         return self.lstm_output_dim
@@ -196,6 +199,37 @@ class RecurrentActorCritic(ActorCritic):
         actions = dist.mode() if deterministic else dist.sample()
         return actions.reshape((-1, *self.action_space.shape)), states
 
+    # ------------------------------------------------------------------ sb3-contrib's methods for scripts (ppo_dict.algo.policy_surface)
+    def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+                         episode_starts: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...]]:
+        """sb3-contrib's: ``(distribution, the actor's states after the step)``."""
+        features = self.pi_features_extractor(self._preprocess(obs))
+        latent_pi, lstm_states = process_sequence(features, lstm_states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size)
+        return self.distribution(self.mlp_extractor.forward_actor(latent_pi)), lstm_states
+
+    def _predict(self, observation: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+                 episode_starts: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        distribution, lstm_states = self.get_distribution(observation, lstm_states, episode_starts)
+        return distribution.get_actions(deterministic=deterministic), lstm_states
+
+    def predict(self, observation: Union[np.ndarray, dict[str, np.ndarray]], state: Any = None,  # type: ignore[override]
+                episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """sb3-contrib's ``policy.predict``: ``(actions, (h, c))``, the actor's states after the step (None: zeros before it)."""
+        self.set_training_mode(False)
+        observation, vectorized = self.obs_to_tensor(observation)
+        n_envs = (observation[next(iter(observation))] if isinstance(observation, dict) else observation).shape[0]
+        if state is None:
+            state = np.concatenate([np.zeros(self.lstm_hidden_state_shape) for _ in range(n_envs)], axis=1)
+            state = (state, state)
+        if episode_start is None:
+            episode_start = np.array([False for _ in range(n_envs)])
+        with torch.no_grad():
+            states = (torch.tensor(state[0], dtype=torch.float32, device=self.device), torch.tensor(state[1], dtype=torch.float32, device=self.device))
+            episode_starts = torch.tensor(episode_start, dtype=torch.float32, device=self.device)
+            actions, states = self._predict(observation, lstm_states=states, episode_starts=episode_starts, deterministic=deterministic)
+            states = (states[0].cpu().numpy(), states[1].cpu().numpy())
+        return self._actions_out(actions, vectorized), states
+
     def initial_states(self, n_envs: int, device: Optional[torch.device] = None) -> LstmStates:
         """Zero states for ``n_envs`` envs (sb3-contrib's first rollout, and ``predict`` without a state)."""
         shape = (self.lstm_actor.num_layers, n_envs, self.lstm_actor.hidden_size)
@@ -203,14 +237,15 @@ class RecurrentActorCritic(ActorCritic):
         return LstmStates((zero(), zero()), (zero(), zero()))
 
 
-def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, **extractor: Any) -> ActorCritic:
+def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, **classes: Any) -> ActorCritic:
     """The policy a :class:`~ppo_dict.core.config.Config` describes (channel-last images seen as [C, H, W]).
     ``use_sde`` is sb3's PPO argument, not a policy keyword, so it is not in :func:`policy_settings`;
     ``action_masks`` picks sb3-contrib's ``MaskableActorCriticPolicy``, a recurrent model its
-    ``RecurrentActorCriticPolicy``. ``extractor``: sb3's ``features_extractor_class`` and
-    ``features_extractor_kwargs`` (sb3's Python API; the config has no class)."""
+    ``RecurrentActorCriticPolicy``. ``classes``: sb3's ``features_extractor_class`` and
+    ``features_extractor_kwargs``, an ``activation_fn`` class (sb3's Python API; the config names no class)."""
+    settings = {**policy_settings(cfg), **classes}
     if cfg.recurrent:
         return RecurrentActorCritic(channel_first_space(observation_space), action_space, model=cfg.model.removesuffix("_lstm"),
-                                    use_sde=cfg.use_sde, **policy_settings(cfg), **cfg.lstm_settings, **extractor)
+                                    use_sde=cfg.use_sde, **settings, **cfg.lstm_settings)
     return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
-                       action_masks=cfg.action_masks, **policy_settings(cfg), **extractor)
+                       action_masks=cfg.action_masks, **settings)

@@ -159,7 +159,7 @@ def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: Up
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
     value_loss = torch.mean(((batch.returns - values_pred) ** 2)[mask])
     log.value_losses.append(value_loss.item())
-    entropy_loss = -torch.mean(entropy[mask])
+    entropy_loss = -torch.mean(-log_prob[mask]) if entropy is None else -torch.mean(entropy[mask])  # None: squashed gSDE
     log.entropy_losses.append(entropy_loss.item())
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
     log.loss = loss

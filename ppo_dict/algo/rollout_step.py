@@ -68,6 +68,9 @@ class PolicyStep:
 
     def __init__(self, policy: ActorCritic, n_envs: int):
         self.policy, self.n_envs = policy, n_envs
+        if getattr(policy, "own_forward", False):  # a policy of the script's class (ppo_dict.algo.own_policy): its own passes
+            self.sampler, self._features = None, None
+            return
         device = policy.value_net.weight.device
         # the action space's own sampling (ppo_dict.data.lean_sampling), or None: ActorCritic.forward itself
         self.sampler = policy.action_spec.sampler(n_envs, device, policy.action_net.weight.dtype)

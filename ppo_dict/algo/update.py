@@ -11,10 +11,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-from torch import nn
-from torch.optim.adam import adam as adam_functional
 from torch.nn import functional as F
 
+from ppo_dict.algo.gradient_step import GradientStep  # noqa: F401 (the update's optimizer step, asked of this module)
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep
 from ppo_dict.core.errors import NonFiniteError
@@ -133,80 +132,6 @@ def _rows(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return torch.index_select(tensor, 0, rows) if tensor.is_contiguous() else tensor[rows]
 
 
-class GradientStep:
-    """sb3's ``zero_grad``, ``clip_grad_norm_`` and ``Adam.step`` of one minibatch without their
-    per-call overhead: the same ATen operations in the same order on the same tensors, so every
-    bit stays sb3's (tests/test_update.py compares them with torch's own calls).
-
-    ``zero_grad`` sets the gradients to None as ``Optimizer.zero_grad`` does; the norm is
-    ``clip_grad_norm_``'s foreach path (the one it takes on CPU and CUDA); Adam runs torch's
-    multi-tensor (foreach) implementation, which on CPU calls the per-tensor kernels of the
-    single-tensor loop sb3 gets by default: the same values, one Python call for all parameters.
-    The param groups are left alone (no ``foreach`` flag is written), so the optimizer's
-    ``state_dict`` stays what sb3 saves. Whatever the fast path does not cover (other optimizers
-    or Adam settings, parameters without a gradient or without Adam state yet, hooks) goes
-    through torch's own calls.
-    """
-
-    def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-        self.params = list(policy.parameters())
-        self.adam_groups = [group for group in optimizer.param_groups if _plain_adam_group(optimizer, group)]
-        if len(self.adam_groups) != len(optimizer.param_groups):
-            self.adam_groups = []
-
-    def zero_grad(self) -> None:
-        """``optimizer.zero_grad()`` (set_to_none): every parameter's gradient dropped."""
-        for param in self.params:
-            param.grad = None
-
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        """``clip_grad_norm_(policy.parameters(), max_norm)``: scales the gradients in place, returns the total norm."""
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads or len({(g.device, g.dtype) for g in grads}) != 1 or type(grads[0]) is not torch.Tensor:
-            return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        with torch.no_grad():  # torch's _get_total_norm and _clip_grads_with_norm_, expression for expression
-            total_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-            clip_coef = float(max_norm) / (total_norm + 1e-6)
-            torch._foreach_mul_(grads, torch.clamp(clip_coef, max=1.0))
-        return total_norm
-
-    def adam_step(self) -> None:
-        """``optimizer.step()``."""
-        if not self.adam_groups or self.optimizer._optimizer_step_pre_hooks or self.optimizer._optimizer_step_post_hooks:
-            self.optimizer.step()
-            return
-        state = self.optimizer.state
-        lists = []
-        for group in self.adam_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if len(params) != len(group["params"]) or any(len(state[p]) != 3 for p in params):
-                self.optimizer.step()  # the first step creates the state; a missing gradient skips its parameter
-                return
-            lists.append((group, params))
-        with torch.no_grad():
-            for group, params in lists:
-                beta1, beta2 = group["betas"]
-                adam_functional(
-                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params], [state[p]["exp_avg_sq"] for p in params],
-                    [], [state[p]["step"] for p in params], foreach=True, amsgrad=False, beta1=beta1, beta2=beta2,
-                    lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                )
-
-
-def _plain_adam_group(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> bool:
-    """Whether ``group`` is one the foreach path runs with the single-tensor path's values: torch's
-    Adam, float hyper-parameters, no amsgrad, capturable, differentiable, fused or complex parameters."""
-    return (
-        type(optimizer) is torch.optim.Adam
-        and group.get("foreach") in (None, True) and not group.get("fused") and not group.get("amsgrad")
-        and not group.get("capturable") and not group.get("differentiable") and not group.get("decoupled_weight_decay")
-        and not any(isinstance(group[k], torch.Tensor) for k in ("lr", "eps", "weight_decay"))
-        and not any(isinstance(b, torch.Tensor) for b in group["betas"])
-        and not any(torch.is_complex(p) or type(p) is not nn.Parameter for p in group["params"])
-    )
-
-
 class GaussianEvaluate:
     """``policy.evaluate_actions`` for a diagonal Gaussian policy on flattened vector observations,
     without the module calls and the distribution objects: the trunks run through the rollout's
@@ -254,37 +179,56 @@ class LossTerms:
     approx_kl: torch.Tensor
 
 
-def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, evaluate: Optional[GaussianEvaluate] = None) -> LossTerms:
+@dataclass(frozen=True)
+class Share:
+    """This process's share of a minibatch split over ranks (``ppo_dict.algo.distributed``): its rows of a global
+    minibatch of ``size`` rows, whose advantage ``(mean, std)`` (sb3's, over the global minibatch) are given
+    (None: not normalised). Each mean becomes this share's part of the global mean (its sum over ``size``), so the
+    ranks' parts add up to sb3's figures and their gradients to sb3's gradient."""
+
+    size: int
+    advantage_stats: Optional[tuple[torch.Tensor, torch.Tensor]]
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum() / self.size
+
+
+def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, evaluate: Optional[GaussianEvaluate] = None,
+               share: Optional[Share] = None) -> LossTerms:
     """sb3 ``PPO.train``'s loss of one minibatch, expression for expression, and the parts it logs.
-    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`)."""
+    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`); ``share``: these
+    rows are one rank's share of a global minibatch (each term its part of the global mean), None: sb3's own."""
     if evaluate is not None:
         values, log_prob, entropy = evaluate(batch.obs, batch.actions)
     else:
         values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions, batch.action_masks)  # MaskablePPO passes masks
     values = values.flatten()
     advantages = batch.advantages
+    mean = torch.mean if share is None else share.mean
     # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
-    if settings.normalize_advantage and len(advantages) > 1:
+    if share is None and settings.normalize_advantage and len(advantages) > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    elif share is not None and share.advantage_stats is not None:  # the global minibatch's mean and std
+        advantages = (advantages - share.advantage_stats[0]) / (share.advantage_stats[1] + 1e-8)
 
     ratio = torch.exp(log_prob - batch.old_log_prob)
     policy_loss_1 = advantages * ratio
     policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
-    policy_loss = -torch.min(policy_loss_1, policy_loss_2).mean()
+    policy_loss = -mean(torch.min(policy_loss_1, policy_loss_2))
     with torch.no_grad():  # a logged figure, outside the graph: no autograd nodes to record
-        clip_fraction = torch.mean((torch.abs(ratio - 1) > settings.clip_range).float())
+        clip_fraction = mean((torch.abs(ratio - 1) > settings.clip_range).float())
 
     if settings.clip_range_vf is None:
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
-    value_loss = F.mse_loss(batch.returns, values_pred)
-    entropy_loss = -torch.mean(entropy)
+    value_loss = F.mse_loss(batch.returns, values_pred) if share is None else mean((batch.returns - values_pred) ** 2)
+    entropy_loss = -mean(-log_prob) if entropy is None else -mean(entropy)  # None: squashed gSDE (sb3's estimate)
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
 
     with torch.no_grad():
         log_ratio = log_prob - batch.old_log_prob
-        approx_kl_div = torch.mean((torch.exp(log_ratio) - 1) - log_ratio)
+        approx_kl_div = mean((torch.exp(log_ratio) - 1) - log_ratio)
     return LossTerms(loss, policy_loss, value_loss, entropy_loss, clip_fraction, approx_kl_div)
 
 

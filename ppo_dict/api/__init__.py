@@ -6,8 +6,10 @@
     from ppo_dict import make_vec_env # sb3's signature; its envs run in ppo_dict's workers
 
 ``docs/python_api.md`` is the guide. The algorithms are a table (:mod:`.algorithms`); the
-arguments become the command line's config (:mod:`.arguments`, :mod:`.checks`); the envs
-(:mod:`.envs`); ``learn`` with sb3's callbacks (:mod:`.learning`); sb3's zips (:mod:`.files`).
+arguments become the command line's config (:mod:`.arguments`, :mod:`.checks`) and sb3's attributes,
+assignable between ``learn`` calls (:mod:`.settings`); the envs (:mod:`.envs`); the model built as
+sb3 builds it (:mod:`.building`); ``learn`` with sb3's callbacks (:mod:`.learning`), sb3's rollout
+buffer (:mod:`.buffer`) and what sb3 keeps between ``learn`` calls (:mod:`.carry`); sb3's zips (:mod:`.files`).
 """
 from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, PPO, RecurrentPPO
 from ppo_dict.api.envs import make_vec_env

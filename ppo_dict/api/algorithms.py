@@ -32,6 +32,8 @@ class AlgorithmSpec:
             zip of it names -> alias. policy_kwargs: the policy keyword arguments its policies take
             (of :data:`~ppo_dict.api.arguments.POLICY_FIELDS` and ``LSTM_FIELDS``). fixed: config values it
             sets. model_suffix: what its multi-input policy adds to the model the observation picks.
+            policy_base: ``"module:Class"`` of the sb3 policy class a script's own policy class subclasses
+            (trained through its own methods: ``ppo_dict.algo.own_policy``); None: not supported.
     """
 
     name: str
@@ -41,6 +43,7 @@ class AlgorithmSpec:
     policy_kwargs: tuple[str, ...]
     fixed: dict[str, Any]
     model_suffix: str = ""
+    policy_base: Optional[str] = None
 
     @property
     def multi_input(self) -> str:
@@ -78,12 +81,13 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     "PPO": AlgorithmSpec(
         "PPO", "stable_baselines3:PPO", ACTOR_CRITIC,
         {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy", "MultiInputActorCriticPolicy": "MultiInputPolicy"},
-        POLICY_FIELDS, {}),
+        POLICY_FIELDS, {}, policy_base="stable_baselines3.common.policies:ActorCriticPolicy"),
     "MaskablePPO": AlgorithmSpec(
         "MaskablePPO", "sb3_contrib:MaskablePPO", ACTOR_CRITIC,
         {"MaskableActorCriticPolicy": "MlpPolicy", "MaskableActorCriticCnnPolicy": "CnnPolicy",
          "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy"},
-        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln")), {"action_masks": True}),
+        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln", "squash_output")), {"action_masks": True},
+        policy_base="sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy"),
     "RecurrentPPO": AlgorithmSpec(
         "RecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT,
         {"RecurrentActorCriticPolicy": "MlpLstmPolicy", "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",

@@ -3,12 +3,13 @@
 An algorithm's arguments (``ppo_dict.api.algorithms``) are sb3's own, bound against the sb3 class's
 signature (the same names, order and defaults), plus ppo_dict's settings as keyword-only
 arguments with the command line's names (:data:`EXTRAS`). :func:`config_values` turns them into
-the values ``ppo_dict.run.cli.config_from_flags`` reads, the command line's one path to a
+the values ``ppo_dict.run.cli.read_config`` reads, the command line's one path to a
 :class:`~ppo_dict.core.config.Config`; what ppo_dict does not implement is listed by
 :func:`unsupported`, each by name, in the same error as every other problem.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Optional
 
@@ -23,26 +24,26 @@ from ppo_dict.envs import contains_image
 #: sb3 arguments that are config fields of the same name and meaning (read by the same parsers)
 SAME_NAME = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
              "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "use_sde", "sde_sample_freq", "target_kl", "seed",
-             "verbose", "tensorboard_log")
+             "verbose", "tensorboard_log", "stats_window_size")
 #: sb3 arguments whose default is the only value ppo_dict implements
-DEFAULT_ONLY = {"rollout_buffer_class": None, "rollout_buffer_kwargs": None, "stats_window_size": 100}
+DEFAULT_ONLY = {"rollout_buffer_class": None, "rollout_buffer_kwargs": None}
 #: what a zip holds for those defaults (sb3's ``_setup_model`` picks the buffer class, ``__init__`` turns None into {})
 SAVED_DEFAULTS = {"rollout_buffer_class": ("RolloutBuffer", "DictRolloutBuffer", "MaskableRolloutBuffer", "MaskableDictRolloutBuffer"),
                   "rollout_buffer_kwargs": ({},)}
 #: the sb3 modules of those buffer classes
 BUFFER_MODULES = ("stable_baselines3.common.buffers", "sb3_contrib.common.maskable.buffers")
-#: the policy keyword arguments that are config fields of the same name (``activation_fn`` as its name)
+#: the policy keyword arguments that are config fields of the same name (``activation_fn`` as its name, where it has one)
 POLICY_FIELDS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln")
+                 "full_std", "use_expln", "squash_output")
 #: sb3-contrib's recurrent policies' keyword arguments that are config fields of the same name (the command line's LSTM flags)
-LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm", "lstm_kwargs")
 #: ppo_dict's own settings, keyword-only, with the command line's names and defaults; torch_threads and
 #: update_threads default to the process's torch thread count (sb3 sets none), n_envs to 1 for an env id
 EXTRAS = ("n_envs", "num_workers", "envs_per_worker", "mp_method", "main_steps_envs", "main_envs", "spin_wait_us", "double_buffer",
           "step_timeout", "torch_threads", "update_threads", "env_kwargs", "gym_packages")
-#: sb3's policy keyword arguments that are objects: the API builds the policy's features extractor and the optimizer
-#: with them as sb3 does (:func:`built_here`); the config holds no class
-BUILT_HERE = ("features_extractor_class", "features_extractor_kwargs", "optimizer_class", "optimizer_kwargs")
+#: sb3's policy keyword arguments that are objects: the API builds the policy's features extractor, its activations
+#: (a class the config has no name for) and the optimizer with them as sb3 does (:func:`built_here`); the config holds no class
+BUILT_HERE = ("features_extractor_class", "features_extractor_kwargs", "optimizer_class", "optimizer_kwargs", "activation_fn")
 
 
 def extras_signature() -> list[inspect.Parameter]:
@@ -85,16 +86,16 @@ def policy_values(policy_kwargs: Optional[dict[str, Any]], alias: Optional[str],
     values: dict[str, Any] = {}
     problems: list[str] = []
     for name, value in dict(policy_kwargs or {}).items():
-        if name in taken:
-            if name == "activation_fn":
-                names = {cls: key for key, cls in ACTIVATION_CLASSES.items()}
-                if value not in names:
-                    problems.append(f"policy_kwargs activation_fn={value!r}: not one ppo_dict builds ({', '.join(c.__name__ for c in names)})")
-                    continue
-                value = names[value]
+        if name == "activation_fn" and name in taken:
+            names = {cls: key for key, cls in ACTIVATION_CLASSES.items()}
+            if value in names:
+                values[name] = names[value]  # the config's name of it (else the API builds it: built_here)
+            elif not (isinstance(value, type) and issubclass(value, nn.Module)):
+                problems.append(f"policy_kwargs activation_fn={value!r}: must be a torch.nn.Module class (nn.Tanh, nn.Softplus, ...)")
+        elif name in taken:
             if name == "net_arch" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
                 value = value[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], unwrapped as sb3 unwraps it
-            values[name] = value
+            values[name] = {} if name == "lstm_kwargs" and value is None else value  # sb3-contrib's: lstm_kwargs or {}
         elif name in BUILT_HERE:
             problem = built_here_problem(name, value)
             if problem:
@@ -115,8 +116,11 @@ def built_here_problem(name: str, value: Any) -> str:
 
 
 def built_here(policy_kwargs: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """The keyword arguments of :data:`BUILT_HERE` given in ``policy_kwargs``."""
-    return {name: value for name, value in dict(policy_kwargs or {}).items() if name in BUILT_HERE}
+    """The keyword arguments of :data:`BUILT_HERE` given in ``policy_kwargs`` (``activation_fn``: a class the config has no name for)."""
+    given = {name: value for name, value in dict(policy_kwargs or {}).items() if name in BUILT_HERE}
+    if given.get("activation_fn") in ACTIVATION_CLASSES.values():
+        del given["activation_fn"]
+    return given
 
 
 def sb3_policy_alias(policy: Any, policy_classes: dict[str, str]) -> Optional[str]:
@@ -131,6 +135,16 @@ def sb3_policy_alias(policy: Any, policy_classes: dict[str, str]) -> Optional[st
     return None
 
 
+def own_policy_class(policy: Any, base: Optional[str]) -> Optional[type]:
+    """``policy`` if it is a class of the script's own that ppo_dict trains through its methods: a subclass of
+    ``base`` (``"module:Class"``, the algorithm's sb3 policy class; not sb3-contrib's recurrent one), else None."""
+    if base is None or not isinstance(policy, type):
+        return None
+    module, _, name = base.partition(":")
+    recurrent = any(c.__name__ == "RecurrentActorCriticPolicy" and c.__module__.startswith("sb3_contrib") for c in policy.__mro__)
+    return policy if issubclass(policy, getattr(importlib.import_module(module), name)) and not recurrent else None
+
+
 def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     """Whether a policy keyword argument ppo_dict has no field for asks for what it builds anyway."""
     if name == "lstm_kwargs":
@@ -140,10 +154,10 @@ def default_policy_kwarg(name: str, value: Any, alias: Optional[str]) -> bool:
     return False
 
 
-def unsupported(arguments: dict[str, Any], alias: Optional[str],
-                aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")) -> list[str]:
+def unsupported(arguments: dict[str, Any], alias: Optional[str], aliases: tuple[str, ...] = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy"),
+                base: Optional[str] = None) -> list[str]:
     """The sb3 arguments given with a value ppo_dict does not implement, each by name (``alias``: the policy's,
-    None for a class of the user's; ``aliases``: the algorithm's policies)."""
+    None for a class of the user's; ``aliases``: the algorithm's policies; ``base``: the sb3 class its own classes subclass)."""
     def is_default(name: str, value: Any) -> bool:
         saved = SAVED_DEFAULTS.get(name, ())
         sb3s = getattr(value, "__name__", None) in saved and getattr(value, "__module__", None) in BUFFER_MODULES
@@ -151,10 +165,10 @@ def unsupported(arguments: dict[str, Any], alias: Optional[str],
 
     problems = [f"{name}={arguments[name]!r}: not supported (ppo_dict implements {default!r} only)"
                 for name, default in DEFAULT_ONLY.items() if name in arguments and not is_default(name, arguments[name])]
-    if alias is None:
-        problems.append(f"policy={arguments.get('policy')!r}: a custom policy class is not supported ({', '.join(aliases[:-1])} and "
-                        f"{aliases[-1]} are, and sb3's own classes of them: ppo_dict builds them itself; a custom network is "
-                        "policy_kwargs' features_extractor_class and net_arch)")
+    if alias is None and own_policy_class(arguments.get("policy"), base) is None:
+        own = f"a subclass of {base.replace(':', '.')}" if base else "no policy class of the script's own (RecurrentPPO's LSTM passes are ppo_dict's)"
+        problems.append(f"policy={arguments.get('policy')!r}: not a policy ppo_dict trains: {', '.join(aliases[:-1])} and {aliases[-1]}, "
+                        f"sb3's own classes of them, or {own} (a custom network is also policy_kwargs' features_extractor_class and net_arch)")
     return problems
 
 

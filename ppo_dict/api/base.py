@@ -5,11 +5,12 @@ policy, normaliser and spaces are the :class:`~ppo_dict.algo.model.Model` that p
 hold (``trainer.model``: the same objects, no copies). ``predict`` is that Model's predict on the
 observations the training vec env gives (after its ``VecNormalize``, as sb3's predict takes them);
 ``save`` writes sb3's zip of it; ``load`` reads sb3's zips and ppo_dict's model files
-(``ppo_dict.api.files``); ``learn`` is sb3's loop with its callbacks (``ppo_dict.api.learning``).
+(``ppo_dict.api.files``); ``learn`` is sb3's loop with its callbacks (``ppo_dict.api.learning``). The model is
+built as sb3's ``_setup_model`` builds it (``ppo_dict.api.building``); sb3's arguments read and assign as its
+attributes do (``ppo_dict.api.settings``); a policy class of the script's own predicts itself.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections import deque
@@ -19,24 +20,24 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.logger import Logger as SB3Logger
-from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
-from ppo_dict.algo.model import Model, build_normalizer
+from ppo_dict.algo.model import Model
+from ppo_dict.algo.own_policy import policy_object
 from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.ppo import PPO as Trainer
-from ppo_dict.api.arguments import built_here, sb3_device
+from ppo_dict.api import settings
+from ppo_dict.api.arguments import sb3_device
 from ppo_dict.api.checks import build_config
 from ppo_dict.api.envs import TrainingEnvs, classify
-from ppo_dict.api.learning import LoggerBridge, RolloutBufferView
+from ppo_dict.api.buffer import BufferState, RolloutBufferView
+from ppo_dict.api.carry import last_episode_starts, last_obs
+from ppo_dict.api.building import make_pool, setup_model, start_trainer
 from ppo_dict.core.parse import make_schedule, parse_packages
 from ppo_dict.core.seeding import preserved_rng, set_random_seed
 from ppo_dict.envs import is_image_space, leaf_spaces
-from ppo_dict.run.run_plan import device_notice
-from ppo_dict.vec import make_env_pool, watchdog
-from ppo_dict.vec.vec_env_pool import VecEnvPool
+from ppo_dict.interop.zip_entries import zip_params
 
 
 class Algorithm:
@@ -72,8 +73,9 @@ class Algorithm:
         self._logger: Optional[SB3Logger] = None
         self._custom_logger = False
         self._rollout_steps = 0  # env steps of the rollout in progress (sb3 counts them as they are taken)
-        self._buffer_pos = 0  # sb3's rollout_buffer.pos: the rollout steps stored so far
-        self._buffer_flat: Optional[dict[str, Any]] = None  # its arrays as its get() flattened them, until the next rollout
+        self._buffer = BufferState()  # what sb3's rollout_buffer holds besides the storage (ppo_dict.api.buffer)
+        self._carried: Optional[dict[str, Any]] = None  # the next rollout's start, kept between learn calls (ppo_dict.api.carry)
+        self._last_original_obs: Any = None  # sb3's: a VecNormalize's raw observations at the last reset
         self._total_timesteps, self._num_timesteps_at_start, self.start_time = 0, 0, 0.0
         self._current_progress_remaining = 1.0
         self._episode_num = 0
@@ -81,77 +83,37 @@ class Algorithm:
         if arguments["_init_setup_model"]:
             self._setup_model()
 
-    # ------------------------------------------------------------------ sb3's arguments, read-only
+    # ------------------------------------------------------------------ sb3's arguments as attributes (ppo_dict.api.settings)
     def __getattr__(self, name: str) -> Any:
         arguments = self.__dict__.get("_arguments", {})
         if name in arguments and name not in ("policy", "env"):
-            return arguments[name]
+            return settings.read(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """sb3's hyperparameters are the config's, fixed once built: setting one would change nothing, so it is an error
-        (``verbose`` and ``tensorboard_log`` apply at the next ``learn``, as in sb3; ``env`` is ``set_env``'s)."""
-        if name in self.__dict__.get("_arguments", ()) and name not in ("env", "verbose", "tensorboard_log"):
-            raise AttributeError(f"{type(self).__name__}.{name} is read-only in ppo_dict (its config is built once): "
-                                 f"give {name}= to the constructor, or to {type(self).__name__}.load(path, env, {name}=...)")
+        """sb3's hyperparameters, assignable between ``learn`` calls where sb3's are, with sb3's effect
+        (:mod:`ppo_dict.api.settings`); ``env`` is ``set_env``'s."""
+        if name in self.__dict__.get("_arguments", ()) and name != "env":
+            settings.assign(self, name, value)
+            return
         object.__setattr__(self, name, value)
 
-    # ------------------------------------------------------------------ building the model
+    @property
+    def lr_schedule(self) -> Any:
+        """sb3's ``lr_schedule``: the learning rate of each update, from the remaining progress (made from
+        ``learning_rate`` when the model is built; assign another to change the next updates', as in sb3)."""
+        return make_schedule(self.cfg.learning_rate) if self.trainer is None else self.trainer.lr_schedule
+
+    @lr_schedule.setter
+    def lr_schedule(self, schedule: Any) -> None:
+        if not callable(schedule):
+            raise TypeError(f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: 1e-4")
+        self._require_trainer().lr_schedule = schedule
+
+    # ------------------------------------------------------------------ building the model (ppo_dict.api.building)
     def _setup_model(self) -> None:
         """sb3's ``_setup_model``: the envs' pool (its processes), the seeds, then the policy and its optimizer."""
-        pool = self._make_pool()
-        self.set_random_seed(self.seed)
-        spaces_ = (self.observation_space, self.action_space) if pool is None else (pool.observation_space, pool.action_space)
-        policy, optimizer = self._build_policy(*spaces_)
-        if pool is None:  # a model without envs (loaded to predict) has a policy alone
-            self._policy, self._optimizer = policy, optimizer
-            return
-        self._start_trainer(pool, policy, optimizer)
-        notice = device_notice(self.device, 'device="cpu"')
-        if notice:
-            print(notice, flush=True)
-
-    def _build_policy(self, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[ActorCritic, torch.optim.Optimizer]:
-        """sb3's policy construction: the networks (sb3's modules in sb3's order and initialisation; a features
-        extractor class of ``policy_kwargs`` called as sb3 calls it), then ``optimizer_class(parameters,
-        lr=lr_schedule(1), **optimizer_kwargs)``: Adam with ``eps=1e-5`` unless both are given, as sb3's."""
-        given = built_here(self.policy_kwargs)
-        extractor = {k: v for k, v in given.items() if k.startswith("features_extractor")}
-        policy = build_policy(self.cfg, observation_space, action_space, **extractor).to(self.device)
-        optimizer_class = given.get("optimizer_class") or torch.optim.Adam
-        optimizer_kwargs = given.get("optimizer_kwargs")
-        if optimizer_kwargs is None:  # sb3's ActorCriticPolicy: Adam's eps=1e-5 only where no optimizer_kwargs are given
-            optimizer_kwargs = {"eps": 1e-5} if optimizer_class is torch.optim.Adam else {}
-        policy.optimizer = optimizer_class(policy.parameters(), lr=make_schedule(self.cfg.learning_rate)(1), **optimizer_kwargs)
-        return policy, policy.optimizer
-
-    def _make_pool(self) -> Any:
-        """The pool the trainer steps: the envs' own recipe in ppo_dict's pool, or the sb3 vec env itself."""
-        if self.envs is None:
-            return None
-        if self.envs.facade is None:
-            return VecEnvPool(self.env, self.cfg.n_steps, masks=self.cfg.action_masks, label=self.envs.label)
-        # the vec env's recipe, its envs built again in the trainer's pool: no infos unless asked, nothing from the main
-        # module, episode statistics as sb3 reads them (from its Monitor's info["episode"])
-        backend = dataclasses.replace(self.envs.backend, record_infos=False, needs_main=False, episodes_from_infos=True)
-        if self.cfg.layout().main:  # the envs this process steps get step_timeout as the command line's do
-            watchdog.start_for_library(self.cfg.step_timeout, backend.label)
-        pool = make_env_pool(self.cfg, backend)
-        self.envs.facade.attach(pool)  # the vec env the script holds steps through the trainer's pool from now on
-        return pool
-
-    def _start_trainer(self, pool: Any, policy: ActorCritic, optimizer: torch.optim.Optimizer) -> None:
-        """The trainer on ``pool``, training ``policy`` with ``optimizer``."""
-        self.trainer = Trainer(self.cfg, pool, LoggerBridge(self), device=self.device, policy=policy, optimizer=optimizer)
-        self.trainer.timing_logs = False  # sb3's keys only
-        self.trainer.policy.optimizer = self.trainer.optimizer  # sb3's name: policy.optimizer
-        vn = self.envs.vec_normalize
-        if vn is not None:  # the trainer's statistics are the VecNormalize's own objects: EvalCallback and save() see them live
-            norm = self.trainer.normalizer
-            if vn.norm_obs:
-                norm.obs_rms = dict(vn.obs_rms) if isinstance(vn.obs_rms, dict) else {next(iter(norm.obs_rms)): vn.obs_rms}
-            norm.ret_rms = vn.ret_rms
-        self._predictor = None
+        setup_model(self)
 
     def set_random_seed(self, seed: Optional[int] = None) -> None:
         """sb3's: python, numpy and torch seeded, the action space, and the envs' next reset (env i: ``seed + i``)."""
@@ -166,8 +128,8 @@ class Algorithm:
     # ------------------------------------------------------------------ what scripts read
     @property
     def policy(self) -> ActorCritic:
-        """The networks, with sb3's parameter names (and sb3's ``policy.optimizer``)."""
-        return self.trainer.policy if self.trainer is not None else self._policy
+        """The networks, with sb3's parameter names, sb3's methods and ``policy.optimizer`` (a policy class of the script's: its object)."""
+        return policy_object(self.trainer.policy) if self.trainer is not None else self._policy
 
     @property
     def logger(self) -> SB3Logger:
@@ -203,8 +165,18 @@ class Algorithm:
 
     @property
     def rollout_buffer(self) -> Optional[RolloutBufferView]:
-        """sb3's rollout buffer, on the rollout storage (:class:`~ppo_dict.api.learning.RolloutBufferView`)."""
+        """sb3's rollout buffer, on the rollout storage (:class:`~ppo_dict.api.buffer.RolloutBufferView`)."""
         return None if self.trainer is None else RolloutBufferView(self)
+
+    @property
+    def _last_obs(self) -> Any:
+        """sb3's: the observations the next rollout starts from, as the training vec env returned them (None before ``learn``)."""
+        return last_obs(self)
+
+    @property
+    def _last_episode_starts(self) -> Optional[np.ndarray]:
+        """sb3's: the envs whose episode starts with ``_last_obs``."""
+        return last_episode_starts(self)
 
     def dump_logs(self, iteration: int = 0) -> None:
         """sb3's ``dump_logs`` (``LogEveryNTimesteps`` calls it): the rollout and time keys, then a dump."""
@@ -241,7 +213,7 @@ class Algorithm:
         self.cfg = build_config(self.spec, self._arguments, {**self._extras, "n_envs": None}, envs)
         self.observation_space, self.action_space, self.n_envs = self.env.observation_space, self.env.action_space, self.env.num_envs
         with preserved_rng():  # the new pool builds an env here to read its spaces: sb3's set_env draws nothing
-            self._start_trainer(self._make_pool(), old_policy, old_optimizer)
+            start_trainer(self, make_pool(self), old_policy, old_optimizer)
         if old_trainer is not None:
             self.trainer.num_timesteps, self.trainer.n_updates = old_trainer.num_timesteps, old_trainer.n_updates
             self.trainer.episodes.load_state(old_trainer.episodes.state())
@@ -268,7 +240,7 @@ class Algorithm:
         """sb3's: parameters from a zip or from :meth:`get_parameters`' dict, in place."""
         params = load_path_or_dict
         if not isinstance(params, dict):
-            _, params, _ = load_from_zip_file(load_path_or_dict, device=device, load_data=False)
+            params = zip_params(load_path_or_dict, device)  # each entry capped, as load reads a zip
         objects = {"policy": self.policy, "policy.optimizer": self._optimizer_of()}
         for name, state in params.items():
             if name not in objects:
@@ -288,7 +260,11 @@ class Algorithm:
 
     def _predict(self, observation: Any, state: Any, episode_start: Any, deterministic: bool,
                  action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
-        """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as given (sb3's)."""
+        """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as given (sb3's);
+        a policy class of the script's own predicts itself, as sb3's ``predict`` asks ``policy.predict``."""
+        if not isinstance(self.policy, ActorCritic):
+            masks = {} if action_masks is None else {"action_masks": action_masks}
+            return self.policy.predict(observation, state, episode_start, deterministic, **masks)
         model = self._model_for_predict()
         actions, states = model.predict(env_layout(observation, model.observation_space), state, episode_start, deterministic, action_masks)
         return np.asarray(actions), (states if model.recurrent else state)  # one Discrete action: a 0-d array, as sb3's squeeze gives it

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ppo_dict.api.arguments import built_here, config_values, model_of, policy_problems, policy_values, sb3_policy_alias, unsupported
+from ppo_dict.api.arguments import (built_here, config_values, model_of, own_policy_class, policy_problems, policy_values, sb3_policy_alias,
+                                    unsupported)
 from ppo_dict.api.envs import TrainingEnvs
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.data.actions import masking_space_problem
 from ppo_dict.data.masking import METHOD
 from ppo_dict.core.machine import Machine
+from ppo_dict.core.ranks import RankInfo
 from ppo_dict.envs import is_image_space
 from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
-from ppo_dict.run.cli import config_from_flags
+from ppo_dict.run.cli import read_config
 
 
 def env_values(envs: Optional[TrainingEnvs], extras: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -61,7 +63,8 @@ def vec_env_problems(cfg: Config, envs: TrainingEnvs) -> list[str]:
 def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], envs: Optional[TrainingEnvs]) -> Config:
     """The run's :class:`Config` (``spec``: the algorithm's table entry); raises one ConfigError listing every problem."""
     alias = sb3_policy_alias(arguments["policy"], spec.policy_classes)
-    problems = unsupported(arguments, alias, tuple(spec.policies))
+    problems = unsupported(arguments, alias, tuple(spec.policies), spec.policy_base)
+    own = own_policy_class(arguments["policy"], spec.policy_base) if alias is None else None
     values, env_problem_list = env_values(envs, extras)
     problems += env_problem_list
     observation_space = None if envs is None else envs.vec_env.observation_space
@@ -71,26 +74,37 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
     if alias in spec.policies:
         model = spec.policies[alias] if observation_space is None else model_of(spec.policies[alias], observation_space, spec.model_suffix)
         problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
-    policy, policy_kwargs_problems = policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
+    elif own is not None and observation_space is not None:  # the class builds its networks: the model only names the observation's kind
+        model = model_of(None, observation_space)
+    policy, policy_kwargs_problems = ({}, []) if own is not None else policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
     problems += policy_kwargs_problems
     extractor = built_here(arguments.get("policy_kwargs")).get("features_extractor_class")
     if getattr(extractor, "__name__", None) == "NatureCNN" and observation_space is not None and not is_image_space(observation_space):
         problems.append(f"policy_kwargs features_extractor_class=NatureCNN: You should use NatureCNN only with images not with "
                         f"{observation_space} (sb3's words)")
     values.update(config_values(arguments, extras, spec.fixed), **policy, **({} if model is None else {"model": model}))
-    try:
-        cfg = config_from_flags(values)
-    except ConfigError as exc:
-        raise ConfigError(problems + exc.problems) from None
-    problems += cfg.problems()
+    cfg, unreadable = read_config(values)  # a value no parser reads is listed with every other problem (the rest checked on its default)
+    problems += list(unreadable.values()) + cfg.problems()
     if envs is not None and not problems:
         found = env_problems(cfg, envs.backend) if envs.facade is not None else vec_env_problems(cfg, envs)
         if envs.facade is not None and not found:  # the pool to start: the machine's resources, judged as the command line's
             found = machine_check(cfg, envs.backend, Machine.probe(), measure_policy=True)[1]
         problems += [in_sb3_words(p, alias, spec) for p in found]
+    if envs is not None and torchrun_world() > 1:
+        problems.append(f"torchrun started this script ({torchrun_world()} ranks): sb3's Python API trains in one process; "
+                        "train over ranks with the command line (torchrun ... -m ppo_dict.main_ppo ...), or start the script with python")
     if problems:
         raise ConfigError(problems)
     return cfg
+
+
+def torchrun_world() -> int:
+    """The ranks torchrun started (1: a plain run)."""
+    try:
+        info = RankInfo.from_env()
+    except ValueError:
+        return 1
+    return 1 if info is None else info.world
 
 
 def in_sb3_words(problem: str, alias: Optional[str], spec: Any) -> str:

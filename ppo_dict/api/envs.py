@@ -148,12 +148,17 @@ def classify(env: Any, n_envs: Optional[int], env_kwargs: dict[str, Any], gym_pa
     raise TypeError(f"env={env!r}: expected an env id, a gymnasium env, an env factory or a list of them, or an sb3 VecEnv")
 
 
+#: what ``verbose=1`` says where sb3 says "Wrapping the env in a DummyVecEnv.": ppo_dict's pool steps the env instead
+POOL_LINE = "Stepping the env in ppo_dict's env pool (where sb3 wraps it in a DummyVecEnv)."
+
+
 def announce_wrappers(verbose: int, monitor: bool) -> None:
-    """sb3's ``_wrap_env`` lines for one gym env at ``verbose >= 1`` (``monitor``: it adds a ``Monitor``)."""
+    """sb3's ``_wrap_env`` lines for one gym env at ``verbose >= 1`` (``monitor``: it adds a ``Monitor``), the last
+    one saying what steps it here (:data:`POOL_LINE`): there is no DummyVecEnv, which a user would look for."""
     if verbose >= 1:
         if monitor:
             print("Wrapping the env with a `Monitor` wrapper")
-        print("Wrapping the env in a DummyVecEnv.")
+        print(POOL_LINE)
 
 
 def classify_vec_env(env: VecEnv, verbose: int) -> TrainingEnvs:

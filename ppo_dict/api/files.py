@@ -17,22 +17,22 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 import zipfile
 from collections import deque
 from typing import Any, Optional
 
-from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces
+from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, get_system_info
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
-from ppo_dict.api.arguments import EXTRAS, SAME_NAME
+from ppo_dict.api.arguments import EXTRAS, SAME_NAME, own_policy_class
+from ppo_dict.api.carry import rnn_states
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import load_model_state, to_numpy
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
-from ppo_dict.interop.schedules import is_schedule_text, zip_schedule
+from ppo_dict.interop.schedules import custom_objects_line, is_schedule_text, zip_schedule
 from ppo_dict.interop.sb3_zip import Unrebuilt, class_name, read_zip, refuse_unrebuilt, trust_warning
 from ppo_dict.run.checkpoint import restore
 
@@ -41,6 +41,8 @@ from ppo_dict.run.checkpoint import restore
 Algorithm = Any
 #: sb3 arguments that are not hyperparameters a zip holds
 NOT_SAVED = ("policy", "env", "device", "_init_setup_model")
+#: sb3's arguments that are schedules (a function of the script's, in a zip, is a pickle)
+SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 
 
 def sb3_model(algorithm: Algorithm) -> Any:
@@ -52,7 +54,7 @@ def sb3_model(algorithm: Algorithm) -> Any:
         model.action_space = copy.deepcopy(algorithm.action_space)
         model.n_envs = algorithm.n_envs or 1
         model._setup_lr_schedule()  # sb3's _setup_model without its seeding and its rollout buffer
-        takes_sde = "use_sde" in inspect.signature(model.policy_class).parameters
+        takes_sde = not algorithm.cfg.action_masks  # sb3-contrib's MaskablePPO passes its policies no use_sde (a class of the script's neither)
         model.policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule,
                                           **({"use_sde": model.use_sde} if takes_sde else {}), **model.policy_kwargs)
         model.clip_range = FloatSchedule(model.clip_range)
@@ -63,9 +65,13 @@ def sb3_model(algorithm: Algorithm) -> Any:
     model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
     model._total_timesteps, model._current_progress_remaining = algorithm._total_timesteps, algorithm._current_progress_remaining
     model._episode_num = algorithm._episode_num
+    model._last_obs, model._last_episode_starts = algorithm._last_obs, algorithm._last_episode_starts  # sb3's, from the last learn
+    model._last_original_obs = algorithm._last_original_obs
+    if algorithm.trainer is not None and algorithm.trainer.collector.states is not None and algorithm._carried is not None:
+        model._last_lstm_states = rnn_states(algorithm.trainer, 0)
     if algorithm.ep_info_buffer is not None:
-        model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=100)
-        model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=100)
+        model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=algorithm.cfg.stats_window_size)
+        model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=algorithm.cfg.stats_window_size)
     return model
 
 
@@ -97,13 +103,16 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
         return load_ppo_dict_file(cls, str(path), env, device, **kwargs)
     if trust_pickles:
         trust_warning([path if isinstance(path, (str, os.PathLike)) else "the zip given"])
+    if print_system_info:  # sb3's load prints this system's block, then its load_from_zip_file the saved model's
+        print("== CURRENT SYSTEM INFO ==")
+        get_system_info()
     data, params = read_zip(path, trust_pickles, device, custom_objects, print_system_info)
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
     alias = policy_alias(cls, path, data.get("policy_class"))  # another algorithm's zip is named as such, not as unpickled
     names = cls.spec.signature().parameters
-    needed = [k for k in ("observation_space", "action_space", "policy_kwargs", *names) if k not in kwargs]
-    refuse_unrebuilt(path, data, needed, "Pass its value to load (as a keyword argument, or in custom_objects). ")
+    needed = [k for k in dict.fromkeys(("observation_space", "action_space", "policy_kwargs", *names)) if k not in kwargs]
+    refuse_unrebuilt(path, data, needed, what_to_pass(cls.spec.name, data, needed))
     stored = data.get("policy_kwargs")
     policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
     policy_kwargs.pop("device", None)
@@ -114,6 +123,8 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
                          f"specified kwargs: {kwargs['policy_kwargs']}")
     # sb3's arguments only: the zip's n_envs is the saving model's, and the env given decides the count, as in sb3's load
     arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED and k not in EXTRAS}
+    if isinstance(data.get("_stats_window_size"), int):  # sb3 saves its argument under this name
+        arguments["stats_window_size"] = data["_stats_window_size"]
     arguments.update({**kwargs, "policy_kwargs": policy_kwargs})  # a policy_kwargs given equals the stored (checked above)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     observation_space, action_space = _convert_space(data["observation_space"]), _convert_space(data["action_space"])
@@ -124,9 +135,19 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     model._setup_model()
     model.set_parameters(params, exact_match=True, device=device)
     continue_counters(model, data)
-    if model.policy.use_sde:
+    if model.cfg.use_sde:
         model.policy.reset_noise()  # sb3's load ends so: an exploration matrix from the loaded log_std (torch RNG draws)
     return model
+
+
+def what_to_pass(algorithm: str, data: dict[str, Any], needed: list[str]) -> str:
+    """The refusal's advice for the values not rebuilt: the ``custom_objects`` line of the schedules, named as the
+    zip's JSON names their functions (the learning rate's by its ``lr_schedule``), and where to pass the others."""
+    unrebuilt = [key for key in needed if isinstance(data.get(key), Unrebuilt)]
+    schedules = {key: data.get("lr_schedule" if key == "learning_rate" else key) for key in unrebuilt if key in SCHEDULE_KEYS}
+    functions = {key: named.name if isinstance(named, Unrebuilt) else "" for key, named in schedules.items()}
+    advice = f"Pass the schedules your script gave: {custom_objects_line(algorithm, functions)}. " if functions else ""
+    return advice + ("Pass its value to load (as a keyword argument, or in custom_objects). " if len(unrebuilt) > len(functions) else "")
 
 
 def schedule(value: Any) -> Any:
@@ -135,11 +156,19 @@ def schedule(value: Any) -> Any:
     return zip_schedule(value) if is_schedule_text(value) else value
 
 
-def policy_alias(cls: type, path: Any, policy_class: Any) -> str:
-    """The alias of a zip's policy class, or a CheckpointError naming what the zip holds."""
+def policy_alias(cls: type, path: Any, policy_class: Any) -> Any:
+    """The alias of a zip's policy class (a class of the script's own, given as ``custom_objects``' ``policy_class``:
+    the class), or a CheckpointError naming what the zip holds."""
+    own = own_policy_class(policy_class, cls.spec.policy_base)
+    if own is not None:
+        return own
     module, name = class_name(policy_class)
-    if name in cls.spec.policy_classes and module.split(".")[0] in ("stable_baselines3", "sb3_contrib"):
+    sb3s = module.split(".")[0] in ("stable_baselines3", "sb3_contrib")
+    if name in cls.spec.policy_classes and sb3s:
         return cls.spec.policy_classes[name]
+    if not sb3s and cls.spec.policy_base is not None and isinstance(policy_class, Unrebuilt):
+        raise CheckpointError(f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not unpickle "
+                              f"from a file: pass the class, {cls.spec.name}.load(path, custom_objects={{'policy_class': {name}}})")
     raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load takes a zip "
                           f"saved by {cls.spec.sb3_class.replace(':', '.')}")
 

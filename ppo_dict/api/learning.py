@@ -18,21 +18,18 @@ works; EvalCallback's ``eval/*`` join the same dumps), sb3's keys only.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
-from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import configure_logger
 
-from ppo_dict.data.recurrent import STATE_NAMES
-from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
+from ppo_dict.api.buffer import batch_obs, keep_after_learn
+from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_step
+from ppo_dict.data.storage import OBS_KEY, obs_parts
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO as Trainer
@@ -62,117 +59,6 @@ class LoggerBridge:
         self.algorithm.logger.dump(step=step)
 
 
-class RolloutBufferView:
-    """sb3's ``model.rollout_buffer`` as callbacks read it, on the rollout storage itself (no copy).
-
-    The arrays are sb3's, ``[n_steps, n_envs, ...]``, as views of the storage (observations as the
-    policy sees them: channel-first images, a dict for Dict spaces; RecurrentPPO's stored LSTM states,
-    MaskablePPO's masks); ``pos``, ``full`` and ``size()`` follow the rollout as sb3's buffer's do
-    (``pos``: the steps added so far, ``n_steps`` once the rollout is complete); ``gamma``,
-    ``gae_lambda``, ``buffer_size``, ``n_envs``, ``observation_space``, ``action_space``, ``obs_shape``,
-    ``action_dim`` and ``device`` are sb3's. ``get(batch_size)`` is sb3's generator of minibatch
-    samples: one ``np.random.permutation`` of the transitions drawn from the global numpy RNG, as sb3
-    draws it (the trainer's own minibatches then come from the stream after it, as sb3's do); from
-    then until the next rollout the arrays it samples read ``[n_steps * n_envs, ...]``, flattened as
-    sb3 flattens its own (copies: the storage stays as the trainer wrote it).
-    """
-
-    def __init__(self, algorithm: Algorithm):
-        self.algorithm = algorithm
-        self.storage: RolloutStorage = algorithm.trainer.storage
-        self.observation_space, self.action_space = algorithm.observation_space, algorithm.action_space
-        self.buffer_size, self.n_envs = self.storage.n_steps, self.storage.n_envs
-        self.gamma, self.gae_lambda = algorithm.trainer.cfg.gamma, algorithm.trainer.cfg.gae_lambda
-        self.device = algorithm.device
-        self.obs_shape, self.action_dim = get_obs_shape(self.observation_space), get_action_dim(self.action_space)
-        if self.storage.action_masks is not None:
-            self.mask_dims = self.storage.action_masks.shape[-1]
-
-    @property
-    def pos(self) -> int:
-        """The rollout steps added so far (sb3 adds step t after its callbacks' ``on_step``)."""
-        return self.algorithm._buffer_pos
-
-    @property
-    def full(self) -> bool:
-        return self.pos == self.buffer_size
-
-    def size(self) -> int:
-        return self.buffer_size if self.full else self.pos
-
-    @property
-    def generator_ready(self) -> bool:
-        """Whether ``get()`` flattened the arrays it samples (until the next rollout)."""
-        return self.algorithm._buffer_flat is not None
-
-    @property
-    def observations(self) -> Any:
-        if self.generator_ready:
-            return self.algorithm._buffer_flat["observations"]
-        s = self.storage
-        return s.as_policy_input({key: arr[: s.n_steps] for key, arr in s.obs.items()})
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        if name in ("actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns"):
-            flat = self.algorithm._buffer_flat
-            return flat[name] if flat is not None and name in flat else getattr(self.storage, name)
-        if name in STATE_NAMES and self.storage.lstm_states is not None:  # RecurrentPPO's, [n_steps, n_layers, n_envs, hidden]
-            return self.storage.lstm_states.rollout(name)
-        if name == "action_masks" and self.storage.action_masks is not None:  # MaskablePPO's buffer holds them as float32
-            if self.generator_ready:
-                return self.algorithm._buffer_flat[name]
-            return self.storage.action_masks[: self.storage.n_steps].astype(np.float32)
-        raise AttributeError(f"rollout_buffer has no {name!r}")
-
-    swap_and_flatten = staticmethod(RolloutBuffer.swap_and_flatten)
-
-    def to_torch(self, array: np.ndarray, copy: bool = True) -> torch.Tensor:
-        return torch.tensor(array, device=self.device) if copy else torch.as_tensor(array, device=self.device)
-
-    def get(self, batch_size: Optional[int] = None) -> Iterator[Any]:
-        """sb3's ``RolloutBuffer.get`` (``DictRolloutBuffer``'s, sb3-contrib's ``MaskableRolloutBuffer``'s): minibatches of
-        ``batch_size`` transitions (None: all of them) in the order of one permutation, drawn at the first ``next``."""
-        if not self.full:
-            raise ValueError(f"rollout_buffer.get(): the rollout is not complete (pos={self.pos} of buffer_size={self.buffer_size})")
-        if self.storage.lstm_states is not None:
-            raise NotImplementedError("rollout_buffer.get() of RecurrentPPO (sb3-contrib's sequence minibatches) is not provided: "
-                                      "read the arrays (observations, actions, hidden_states_pi, ...) instead")
-        indices = np.random.permutation(self.buffer_size * self.n_envs)
-        if not self.generator_ready:  # sb3 flattens once per rollout, at the first get()
-            observations = self.observations
-            flat = {"observations": ({key: self.swap_and_flatten(obs) for key, obs in observations.items()} if isinstance(observations, dict)
-                                     else self.swap_and_flatten(observations))}
-            masked = self.storage.action_masks is not None
-            for name in ("actions", "values", "log_probs", "advantages", "returns") + (("action_masks",) if masked else ()):
-                flat[name] = self.swap_and_flatten(getattr(self, name))
-            self.algorithm._buffer_flat = flat
-        flat = self.algorithm._buffer_flat
-        batch_size = self.buffer_size * self.n_envs if batch_size is None else batch_size
-        for start in range(0, self.buffer_size * self.n_envs, batch_size):
-            yield self._get_samples(flat, indices[start:start + batch_size])
-
-    def _get_samples(self, flat: dict[str, Any], batch_inds: np.ndarray) -> Any:
-        """One minibatch as sb3's ``_get_samples`` builds it (its samples' named tuple, its casts)."""
-        obs = flat["observations"]
-        observations = {key: self.to_torch(part[batch_inds]) for key, part in obs.items()} if isinstance(obs, dict) else self.to_torch(obs[batch_inds])
-        masked = "action_masks" in flat
-        actions = flat["actions"][batch_inds] if masked else flat["actions"][batch_inds].astype(np.float32, copy=False)
-        rest = [self.to_torch(actions)] + [self.to_torch(flat[name][batch_inds].flatten()) for name in ("values", "log_probs", "advantages", "returns")]
-        if masked:
-            from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBufferSamples, MaskableRolloutBufferSamples
-
-            samples = MaskableDictRolloutBufferSamples if isinstance(obs, dict) else MaskableRolloutBufferSamples
-            return samples(observations, *rest, self.to_torch(flat["action_masks"][batch_inds].reshape(-1, self.mask_dims)))
-        return (DictRolloutBufferSamples if isinstance(obs, dict) else RolloutBufferSamples)(observations, *rest)
-
-
-def batch_obs(obs: Any, space: spaces.Space, n_envs: int) -> Any:
-    """Copies of a ``[n_envs, ...]`` batch as a vec env returns it (an OrderedDict for Dict spaces, Discrete as ``[n_envs]``)."""
-    if isinstance(space, spaces.Dict):
-        return OrderedDict((key, np.array(obs[key]).reshape(n_envs, *space[key].shape)) for key in space.spaces)
-    return np.array(obs).reshape(n_envs, *space.shape)
-
-
 class CallbackHooks:
     """The collector's hooks for one ``learn`` call with ``callback`` (``learn_locals``: its locals dict)."""
 
@@ -181,13 +67,14 @@ class CallbackHooks:
         self.masks = masks  # None: PPO (no masks); else MaskablePPO's use_masking
 
     def rollout_start(self) -> None:
-        self.algorithm._rollout_steps = self.algorithm._buffer_pos = 0
-        self.algorithm._buffer_flat = None  # sb3's rollout_buffer.reset()
+        self.algorithm._rollout_steps = 0
+        self.algorithm._buffer.new_rollout(self.trainer.storage)  # sb3's rollout_buffer.reset()
         self.callback.on_rollout_start()
 
     def step(self, t: int) -> bool:
         """sb3's ``callback.update_locals(locals()); callback.on_step()`` after rollout step ``t``."""
-        self.algorithm._rollout_steps, self.algorithm._buffer_pos = (t + 1) * self.trainer.n_envs, t
+        self.algorithm._rollout_steps, self.algorithm._buffer.pos = (t + 1) * self.trainer.n_envs, t
+        show_step(self.algorithm, self.trainer, t + 1, t)  # a VecNormalize's views, as its step_wait left them
         self.callback.update_locals(self.step_locals(t))
         return self.callback.on_step()
 
@@ -211,7 +98,7 @@ class CallbackHooks:
             values["action_masks"] = s.action_masks[t].copy() if self.masks else None
             values["use_masking"] = self.masks
         if self.trainer.collector.states is not None:  # RecurrentPPO's: the states after the step's forward, its episode starts
-            values["lstm_states"], values["episode_starts"] = self.lstm_states(t + 1), torch.tensor(self.trainer.collector.last_dones, dtype=torch.float32)
+            values["lstm_states"], values["episode_starts"] = rnn_states(self.trainer, t + 1), torch.tensor(self.trainer.collector.last_dones, dtype=torch.float32)
         return values
 
     def rewards(self, t: int) -> np.ndarray:
@@ -220,14 +107,6 @@ class CallbackHooks:
         if self.algorithm.envs.facade is None:
             return np.array(self.trainer.pool.rewards)
         return self.trainer.storage.rewards[t].copy()
-
-    def lstm_states(self, row: int) -> Any:
-        """sb3-contrib's ``RNNStates`` of every env at rollout row ``row``, as copies."""
-        from sb3_contrib.common.recurrent.type_aliases import RNNStates
-
-        store = self.trainer.collector.states
-        groups = [store.at(row, g) for g in range(len(store.groups))]
-        return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(2)) for part in ("pi", "vf")))
 
     def infos(self, dones: np.ndarray) -> list[dict[str, Any]]:
         """The envs' infos as sb3's vec env wrappers return them: a terminal observation normalised
@@ -276,7 +155,14 @@ def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, 
             trainer.reset_envs(list(facade._seeds), list(facade._options))
             facade._reset_seeds()
             facade._reset_options()
+            show_reset(algorithm, trainer)
+        vn = algorithm.get_vec_normalize_env()
+        if vn is not None:  # sb3's _setup_learn
+            algorithm._last_original_obs = vn.get_original_obs()
         algorithm._needs_reset = False
+    else:
+        carry_in(algorithm, trainer)  # sb3's _last_obs, whatever a script did with the envs since
+    algorithm._buffer.first = {}  # no rollout of this call yet
     trainer.iteration = 0  # sb3's iteration counts this call's rollouts
     normalizer, vn = trainer.normalizer, algorithm.envs.vec_normalize
     if vn is not None:  # the settings a script may change between calls (training=False, norm_reward...)
@@ -305,7 +191,9 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
         callback.on_training_start(learn_locals, globals())
 
     def on_rollout(_: Any) -> None:
-        algorithm._buffer_pos, algorithm._buffer_flat = trainer.storage.n_steps, None  # the rollout is complete: sb3's buffer is full
+        if hooks is None:
+            algorithm._buffer.new_rollout(trainer.storage)
+        algorithm._buffer.pos, algorithm._buffer.flat = trainer.storage.n_steps, None  # the rollout is complete: sb3's buffer is full
         if hooks is not None:
             hooks.rollout_end()
         algorithm._current_progress_remaining = 1.0 - float(trainer.num_timesteps) / float(total)
@@ -316,8 +204,16 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
         trainer.learn(total, on_rollout=on_rollout, log_interval=log_interval)
     finally:
         trainer.collector.hooks, algorithm._rollout_steps = None, 0
+    after_learn(algorithm, trainer)
     if callback is not None:
         callback.on_training_end()
-    if algorithm.envs.vec_normalize is not None and trainer.normalizer is not None:
-        algorithm.envs.vec_normalize.returns = trainer.normalizer.returns.copy()
     return algorithm
+
+
+def after_learn(algorithm: Algorithm, trainer: "Trainer") -> None:
+    """What sb3 leaves once ``learn`` returns: its rollout buffer, its ``_last_obs`` and a VecNormalize's views."""
+    trained = trainer.collector.stopped is None
+    keep_after_learn(algorithm, trainer.storage, trained)
+    carry_out(algorithm, trainer)
+    if trained and algorithm._buffer.first:  # the last step's views (a stopped rollout's were set at its step)
+        show_step(algorithm, trainer, 0, trainer.storage.n_steps - 1)

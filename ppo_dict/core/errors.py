@@ -63,6 +63,15 @@ class EnvCallInterrupted(BaseException):
     env's ``except Exception`` does not swallow it; the command line turns it into a clean stop."""
 
 
+class RolloutDropped(EnvCallInterrupted):
+    """A stop signal ended a rank's rollout (its env call interrupted, its workers ended by the same signal): every rank
+    of the run drops the rollout together and goes back to the state after the last update. ``signum``: the signal."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
 class PoolClosedError(PPODictError, RuntimeError):
     """The env pool was closed (by ``close()`` or after a worker failure) and cannot be used."""
 
@@ -85,3 +94,12 @@ class SweepError(PPODictError, ValueError):
 
 class ExportError(PPODictError, RuntimeError):
     """A trained model cannot be written in the asked format (e.g. ONNX), with why."""
+
+
+class RankError(PPODictError, RuntimeError):
+    """A run over several ranks (``torchrun``) cannot go on: a rank raised, or the ranks disagree (a config one of
+    them refused, a checkpoint for another rank count). The message names the rank, its host and the cause."""
+
+
+class RankLostError(RankError):
+    """Another rank stopped answering in a collective (it died, hung or raised): this rank ends too."""

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
+from ppo_dict.core.config import FIELDS, Config, read_values
 from ppo_dict.core.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from ppo_dict.core.config import Config
+from ppo_dict.core.reading import one_line, open_regular
 
 #: a run's (or ``--save_path``'s) model file
 MODEL_FILE = "model.pt"
@@ -53,6 +52,14 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
         os.close(dir_fd)
 
 
+def append_text(path: str, text: str) -> None:
+    """Append ``text`` to ``path``, a run directory's own file (made by :func:`atomic_write`): never through a link
+    put in its place since, never waiting on a FIFO."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "a", newline="") as f:
+        f.write(text)
+
+
 def to_tensors(value: Any) -> Any:
     """numpy arrays -> tensors, recursively, so the file loads with ``weights_only=True``."""
     if isinstance(value, (np.ndarray, np.generic)):  # 0-d statistics are numpy scalars
@@ -71,23 +78,83 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def config_values(cfg: "Config") -> dict[str, Any]:
+def config_values(cfg: Config) -> dict[str, Any]:
     """The config as plain values (tuples as lists): what JSON, YAML and ``weights_only`` files hold."""
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.to_dict().items()}
 
 
 def load_model_state(path: str) -> dict[str, Any]:
     """Read a model file or checkpoint (``ppo_dict.algo.model.Model.save``, ``ppo_dict.run.checkpoint.save_model``, a checkpoint), or a
-    directory's ``model.pt``: weights only, no code is unpickled. Raises :class:`CheckpointError`."""
+    directory's ``model.pt``: a regular file (a FIFO is not waited on), weights only (no code is unpickled),
+    its form checked whole (:func:`model_file_problems`). Raises :class:`CheckpointError`."""
     if os.path.isdir(path):
         path = os.path.join(path, MODEL_FILE)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path) as f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"cannot load {path}: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"cannot load {path}: {one_line(exc)}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': {FORMAT!r})")
+    problems = model_file_problems(state)
+    if problems:
+        raise CheckpointError(f"{path}: not a model file ppo_dict wrote: {'; '.join(problems)}")
     return state
+
+
+def whole_number(value: Any, low: int = 0) -> bool:
+    """An int (not a bool) in [low, 2**63): a counter a run can hold."""
+    return type(value) is int and low <= value < 2**63
+
+
+def finite_tensor(value: Any, dims: Optional[int] = None) -> bool:
+    """A tensor (of ``dims`` dimensions, when given) whose floats are all finite."""
+    return (isinstance(value, torch.Tensor) and (dims is None or value.dim() == dims)
+            and (not value.is_floating_point() or bool(torch.isfinite(value).all())))
+
+
+def statistics_problem(rms: Any, where: str) -> str:
+    """Why ``rms`` is not a running mean/std's ``{"mean", "var", "count"}`` (finite, one shape, var and count >= 0); ``""``: it is."""
+    if not (isinstance(rms, dict) and {"mean", "var", "count"} <= set(rms)):
+        return f"{where}: not {{mean, var, count}}"
+    mean, var, count = (torch.as_tensor(rms[k]) if isinstance(rms[k], (int, float, torch.Tensor)) else None for k in ("mean", "var", "count"))
+    if mean is None or var is None or count is None or not all(finite_tensor(t) for t in (mean, var, count)):
+        return f"{where}: statistics that are not finite numbers"
+    if mean.shape != var.shape or count.dim() or bool((var < 0).any()) or float(count) < 0:
+        return f"{where}: mean {tuple(mean.shape)} and var {tuple(var.shape)} of other shapes, or a negative variance or count"
+    return ""
+
+
+def model_file_problems(state: dict[str, Any]) -> list[str]:
+    """What keeps ``state`` from being a model file ppo_dict wrote (each key named): the policy's tensors, the
+    normaliser's statistics, the step count, the spaces' texts, and a config that reads as one."""
+    problems = [f"no {key!r}" for key in ("policy", "normalizer", "num_timesteps", "observation_space", "action_space", "config")
+                if key not in state]
+    policy = state.get("policy", {})
+    if not (isinstance(policy, dict) and all(isinstance(k, str) and finite_tensor(v) for k, v in policy.items())):
+        problems.append("'policy': not a dict of finite tensors")
+    normalizer = state.get("normalizer")
+    if normalizer is not None:
+        if not (isinstance(normalizer, dict) and isinstance(normalizer.get("obs_rms"), dict) and finite_tensor(normalizer.get("returns"), 1)):
+            problems.append("'normalizer': not {obs_rms: {key: statistics}, ret_rms, returns}")
+        else:
+            problems += [p for key, rms in [*normalizer["obs_rms"].items(), ("ret_rms", normalizer.get("ret_rms"))]
+                         for p in [statistics_problem(rms, f"'normalizer' {key}")] if p]
+    if "num_timesteps" in state and not whole_number(state["num_timesteps"]):
+        problems.append(f"'num_timesteps'={str(state['num_timesteps'])[:40]}: not a whole number in [0, 2**63)")
+    problems += [f"{key!r}: not a space's text" for key in ("observation_space", "action_space") if not isinstance(state.get(key, ""), str)]
+    config = state.get("config", {})
+    if not (isinstance(config, dict) and all(isinstance(k, str) for k in config)):
+        problems.append(f"'config': a {type(config).__name__}, not a dict of settings")
+    else:
+        unreadable = read_values({k: v for k, v in config.items() if k in FIELDS})[1]  # each value no parser reads, named
+        problems += [f"'config' {problem}" for problem in unreadable.values()]
+        try:
+            if not unreadable:
+                Config.from_dict(config)
+        except Exception as exc:  # noqa: BLE001 (what building the config of values that each read raises)
+            problems.append(f"'config': {' '.join(str(exc).split())}")
+    return problems
 
 
 def space_mismatch(state: dict[str, Any], observation_space: Any, action_space: Any) -> str:

@@ -1,7 +1,9 @@
 """Which process steps which env columns: a run's layout, worked out once from its settings and the CPUs.
 
 Every usable CPU steps envs by default (DESIGN.md, "Using the whole machine"): the CPUs are those
-of this process's affinity mask, at most its cgroup's CPU quota (:func:`~ppo_dict.core.machine.cpu_budget`),
+of this process's affinity mask, at most its cgroup's CPU quota (:func:`~ppo_dict.core.machine.cpu_budget`), less
+those other processes keep busy at start (:func:`~ppo_dict.core.load.available_cpus`: two CPU burners beside a
+2-CPU run leave it one, and every env steps in this process, as sb3's DummyVecEnv steps them),
 and any ``n_envs`` is split over them, unevenly where it does not divide (256 envs on 16 CPUs: 15
 worker processes of 17 or 16 envs, and 9 in this process). Env i is env i wherever it steps (its
 seed, its storage column), so no layout changes a number of the run.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator, Optional, Sequence
 
-from ppo_dict.core.machine import cpu_budget
+from ppo_dict.core.load import available_cpus
 
 #: Envs this process's share gives up per worker process it commands (:func:`main_share`).
 WAKE_COST_ENVS = 0.5
@@ -147,7 +149,7 @@ class Layout:
         main: this process steps columns ``[0, main)`` (all of them in-process).
         blocks: each worker process's columns, in order (contiguous; with ``halves``, a part of each half).
         halves: the two halves double-buffered rollouts alternate (None: exact rollouts).
-        cpus, cpu_source: the usable CPUs and what bounds them (:func:`~ppo_dict.core.machine.cpu_budget`).
+        cpus, cpu_source: the usable CPUs and what bounds them (:func:`~ppo_dict.core.load.available_cpus`).
         asked: the layout settings given, as ``--flag value`` text ("": every choice was the default rule's).
     """
 
@@ -214,7 +216,7 @@ def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_work
     ``unit``s (a Godot game's agents); ``cpus``: ``(count, source)``, probed when not given.
 
     Assumes settings :func:`layout_problems` passes (else the result is clamped, not refused)."""
-    count, source = cpu_budget() if cpus is None else cpus
+    count, source = available_cpus() if cpus is None else cpus
     asked = ", ".join(f"{name} {value}" for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
                                                             ("main_envs", main_envs)) if value is not None)
     n, processes, in_main = _shares(n_envs, num_workers, envs_per_worker, main_steps_envs, halves, unit, count)
@@ -247,7 +249,7 @@ def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_
                         "each worker steps at least one")
     if problems or main_envs is None:
         return problems
-    n, processes, in_main = _shares(n, w, e, main_steps_envs, halves, unit, cpu_budget()[0] if cpus is None else cpus)
+    n, processes, in_main = _shares(n, w, e, main_steps_envs, halves, unit, available_cpus()[0] if cpus is None else cpus)
     largest = n - processes * unit
     if processes and in_main and not (isinstance(main_envs, int) and 0 <= main_envs <= largest and main_envs % unit == 0):
         problems.append(f"main_envs={main_envs!r}: must be a multiple of {unit} in [0, {largest}] for {n} envs{of} beside "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-from typing import Any, Callable, Union
+import re
+from typing import Any, Callable, Optional, Union
 
 NetArch = Union[list[int], dict[str, list[int]]]
 
@@ -143,6 +144,13 @@ def _check_net_arch(value: Any) -> NetArch:
     raise ValueError(f"net_arch must be a list of positive ints or dict(pi=[..], vf=[..]), got {value!r}")
 
 
+def parse_words(text: Union[None, str, list, tuple]) -> Optional[tuple[str, ...]]:
+    """Words as typed, each kept whole (a path, ``key:value`` with commas and spaces in its value): one
+    string is one word; None (or only ``None`` and empty words) is None."""
+    words = [] if text is None else [str(word) for word in text] if isinstance(text, (list, tuple)) else [str(text)]
+    return tuple(word for word in words if word.strip() not in ("", "None", "none", "null")) or None
+
+
 def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
     """Names separated by commas or spaces, in one string or several (``a,b`` and ``a b`` alike)."""
     if isinstance(text, (list, tuple)):
@@ -150,8 +158,49 @@ def parse_packages(text: Union[str, list, tuple]) -> tuple[str, ...]:
     return tuple(p for p in str(text).replace(",", " ").split() if p)
 
 
-def parse_kwargs(text: Union[str, dict]) -> dict[str, Any]:
-    """``dict(image_size=64, continuous=True)`` or ``{'image_size': 64}`` (parsed safely)."""
+#: the keys of sb3-contrib's ``lstm_kwargs`` ppo_dict takes: nn.LSTM's arguments that keep the states' shapes
+LSTM_KWARGS = ("dropout", "bias")
+
+
+def parse_lstm_kwargs(text: Union[str, dict, None]) -> dict[str, Any]:
+    """sb3-contrib's ``lstm_kwargs`` (None: none), of :data:`LSTM_KWARGS` only: the LSTM states ppo_dict carries are
+    sb3-contrib's ``[n_lstm_layers, n_envs, lstm_hidden_size]``, which the others change or do not keep."""
+    value = {} if text is None else parse_kwargs(text)
+    if set(value) - set(LSTM_KWARGS):
+        raise ValueError(f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, n_envs, "
+                         "lstm_hidden_size], which the others change or do not keep)")
+    dropout, bias = value.get("dropout", 0.0), value.get("bias", True)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or not isinstance(bias, bool):
+        raise ValueError("dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
+    return value
+
+
+#: rl-zoo's ``key:value`` words (its ``StoreDict``: ``--env-kwargs``, ``--hyperparams``): an identifier, a colon, the value's text
+KEY_VALUE = re.compile(r"([A-Za-z_]\w*):(.*)", re.S)
+
+
+def literal_or_text(text: str) -> Any:
+    """A ``key:value`` word's value as rl-zoo reads it (it ``eval``s the text; here a literal, never code), else
+    the text itself (``lin_0.001``, ``MlpPolicy``), for the reader of that value to judge."""
+    try:
+        return safe_literal(text)
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        return text
+
+
+def key_values(words: list[str]) -> dict[str, Any]:
+    """rl-zoo's ``key:value`` words as a dict (each value :func:`literal_or_text`)."""
+    return {m.group(1): literal_or_text(m.group(2)) for m in map(KEY_VALUE.fullmatch, words) if m}
+
+
+def parse_kwargs(text: Union[str, dict, list, tuple]) -> dict[str, Any]:
+    """``dict(image_size=64, continuous=True)`` or ``{'image_size': 64}`` (parsed safely), or rl-zoo's
+    ``--env-kwargs`` words ``image_size:64 continuous:True`` (a list of words, each ``key:value``)."""
+    if isinstance(text, (list, tuple)):
+        words = [str(word) for word in text]
+        if words and all(KEY_VALUE.fullmatch(word) for word in words):
+            return key_values(words)
+        text = " ".join(words)  # dict(a=1, b=2) typed without quotes arrives as two words
     value = text if isinstance(text, dict) else safe_literal(str(text)) if str(text).strip() else {}
     if not isinstance(value, dict):
         raise ValueError(f"expected dict(...) of keyword arguments, got {text!r}")

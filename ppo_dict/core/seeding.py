@@ -7,6 +7,7 @@ permutation per epoch) and python's ``random`` (seeded, unused); each env has it
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from typing import Any, Iterator
 
@@ -41,6 +42,35 @@ def rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
+
+
+def rng_state_problems(state: Any) -> list[str]:
+    """What keeps ``state`` from being :func:`rng_state`'s form (each part named), so that :func:`set_rng_state`
+    restores it without an error: torch's CPU state (uint8[5056]), numpy's MT19937 (keys int64[624] of 32-bit
+    words, a position in [0, 624]) and python's ``random`` (version 3, int64[625] of 32-bit words, the last
+    one a position in [0, 624])."""
+    def words(t: Any, n: int) -> bool:
+        return isinstance(t, torch.Tensor) and t.dtype == torch.int64 and tuple(t.shape) == (n,) and bool(((t >= 0) & (t < 2**32)).all())
+
+    if not isinstance(state, dict):
+        return ["'rng': not the RNG states"]
+    problems = []
+    cpu = state.get("torch")
+    if not (isinstance(cpu, torch.Tensor) and cpu.dtype == torch.uint8 and cpu.shape == torch.get_rng_state().shape):
+        problems.append("'rng' torch: not torch's CPU generator state")
+    n = state.get("numpy")
+    if not (isinstance(n, dict) and n.get("name") == "MT19937" and words(n.get("keys"), 624) and type(n.get("pos")) is int
+            and 0 <= n["pos"] <= 624 and n.get("has_gauss") in (0, 1) and type(n.get("cached_gaussian")) is float
+            and math.isfinite(n["cached_gaussian"])):
+        problems.append("'rng' numpy: not numpy's MT19937 state")
+    p = state.get("python")
+    if not (isinstance(p, dict) and p.get("version") == 3 and words(p.get("internal"), 625) and 0 <= int(p["internal"][-1]) <= 624
+            and (p.get("gauss_next") is None or (type(p["gauss_next"]) is float and math.isfinite(p["gauss_next"])))):
+        problems.append("'rng' python: not python's random state")
+    cuda = state.get("cuda", [])
+    if not (isinstance(cuda, list) and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda)):
+        problems.append("'rng' cuda: not CUDA generator states")
+    return problems
 
 
 def set_rng_state(state: dict[str, Any]) -> None:

@@ -3,12 +3,10 @@
 What ppo_dict does that depends on the kind of action space, it asks the space's spec; a new kind
 of space is a subclass here (and its distribution in ``ppo_dict.data.distributions``). A spec holds:
 
-* sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; the factory refuses a
-  space it has no spec for, by name);
+* sb3's refusals (:meth:`ActionSpec.problem`, :func:`action_space_problem`; unknown kinds by name);
 * the storage layout of one env's action (:attr:`ActionSpec.layout`, sb3's ``get_action_dim``);
-* the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and
-  ``proba_distribution``; sb3-contrib's maskable distributions for the masked kinds), whose
-  ``mode()`` is the deterministic action of evaluation and of the ONNX export;
+* the action net and the distribution of each pass (sb3's ``proba_distribution_net`` and ``proba_distribution``;
+  sb3-contrib's maskable ones for the masked kinds), whose ``mode()`` is evaluation's and the ONNX export's action;
 * the rollout step's lean sampling (:meth:`ActionSpec.sampler`, ``ppo_dict.data.lean_sampling``);
 * the env-side conversion (:meth:`ActionSpec.to_env`: sb3 clips Box actions to the bounds before
   ``env.step`` and stores the unclipped ones; :meth:`ActionSpec.env_module` in an exported graph);
@@ -27,7 +25,7 @@ from torch import nn
 
 from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MaskedCategorical,
                                          MaskedDistribution, MaskedMultiCategorical, MultiCategorical, StateDependentNoise)
-from ppo_dict.data.lean_sampling import CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
+from ppo_dict.data.lean_sampling import BernoulliSampler, CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
 
 
 class ActionSpec:
@@ -158,15 +156,23 @@ class ClampToBounds(nn.Module):
         return torch.clamp(actions, self.low, self.high)
 
 
+class UnscaleToBounds(ClampToBounds):
+    """sb3's ``unscale_action`` in an exported graph: ``low + 0.5 * (action + 1) * (high - low)``."""
+
+    def forward(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.low + (0.5 * (actions + 1.0) * (self.high - self.low))
+
+
 class StateDependentSpec(GaussianSpec):
-    """Box with gSDE: sb3's ``StateDependentNoiseDistribution`` (no squashing, features not learned);
-    its exploration matrices (:class:`GSDENoise`) are drawn at sb3's cadence (:meth:`explore`)."""
+    """Box with gSDE: sb3's ``StateDependentNoiseDistribution`` (features not learned); its exploration
+    matrices (:class:`GSDENoise`) are drawn at sb3's cadence (:meth:`explore`). ``squash_output``: actions
+    squashed into [-1, 1] by ``tanh`` and rescaled to the bounds for the env (sb3's ``unscale_action``), not clipped."""
 
     lean_evaluate = False
 
-    def __init__(self, space: spaces.Box, full_std: bool = True, use_expln: bool = False):
+    def __init__(self, space: spaces.Box, full_std: bool = True, use_expln: bool = False, squash_output: bool = False):
         super().__init__(space)
-        self.full_std, self.use_expln = full_std, use_expln
+        self.full_std, self.use_expln, self.squash = full_std, use_expln, squash_output
 
     def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
         action_net = nn.Linear(latent_dim, self.n_outputs)
@@ -177,7 +183,7 @@ class StateDependentSpec(GaussianSpec):
         return action_net, log_std
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
-        return StateDependentNoise(head, log_std, latent_pi, self.gsde)
+        return StateDependentNoise(head, log_std, latent_pi, self.gsde, self.squash)
 
     def explore(self, log_std: Optional[torch.Tensor], n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
         """New exploration matrices, one per env (sb3 ``collect_rollouts``): before the first step, and
@@ -187,7 +193,20 @@ class StateDependentSpec(GaussianSpec):
                 self.gsde.sample_weights(log_std, batch_size=n_envs)  # type: ignore[union-attr]
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
-        return StateDependentSampler(self.gsde)
+        return None if self.squash else StateDependentSampler(self.gsde)
+
+    def to_env(self, actions: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Squashed actions rescaled to the bounds, sb3's ``unscale_action`` expression for expression; else clipped."""
+        if not self.squash:
+            return super().to_env(actions, out)
+        flat = actions.reshape(len(actions), len(self.low))
+        unscaled = self.low + (0.5 * (flat + 1.0) * (self.high - self.low))
+        if out is not None:
+            out[...] = unscaled
+        return unscaled.reshape(actions.shape)
+
+    def env_module(self) -> nn.Module:
+        return UnscaleToBounds(self.space) if self.squash else super().env_module()
 
 
 class DiscreteSpec(ActionSpec):
@@ -209,7 +228,7 @@ class DiscreteSpec(ActionSpec):
         return CategoricalDist(head)
 
     def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
-        return CategoricalSampler(self.masked, huge_neg(dtype, device))
+        return CategoricalSampler(self.masked, huge_neg(dtype, device), self.n_outputs)
 
     def to_training(self, actions: torch.Tensor) -> torch.Tensor:
         return actions.long().flatten()  # sb3 PPO.train: "Convert discrete action from float to long"
@@ -239,7 +258,7 @@ class MultiDiscreteSpec(ActionSpec):
 
 
 class MultiBinarySpec(ActionSpec):
-    """MultiBinary(n): sb3's ``BernoulliDistribution``; the rollout step runs ``ActorCritic.forward`` (one ``bernoulli``)."""
+    """MultiBinary(n): sb3's ``BernoulliDistribution`` (one ``bernoulli`` over the batch)."""
 
     def problem(self) -> str:
         if not isinstance(self.space.n, (int, np.integer)):
@@ -257,6 +276,9 @@ class MultiBinarySpec(ActionSpec):
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return BernoulliDist(head)
+
+    def sampler(self, n_envs: int, device: torch.device, dtype: torch.dtype) -> Optional[LeanSampler]:
+        return BernoulliSampler(self.n_outputs)
 
 
 class Masked:
@@ -325,8 +347,8 @@ SUPPORTED_ACTION_SPACES = tuple(KINDS)
 
 
 def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True,
-                use_expln: bool = False) -> ActionSpec:
-    """The spec of ``space`` (gSDE with ``use_sde`` and its settings ``full_std``, ``use_expln``;
+                use_expln: bool = False, squash_output: bool = False) -> ActionSpec:
+    """The spec of ``space`` (gSDE with ``use_sde`` and its settings ``full_std``, ``use_expln``, ``squash_output``;
     sb3-contrib's maskable distributions with ``masked``). Raises ``ValueError`` naming a space of
     no supported kind, or a kind sb3 refuses gSDE or masks for; what sb3 refuses in a space of a
     supported kind is the spec's :meth:`~ActionSpec.problem`."""
@@ -338,8 +360,10 @@ def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False
         raise ValueError("generalized State-Dependent Exploration (gSDE) can only be used with continuous actions.")
     if masked and maskable is None:
         raise ValueError(masks_refused(space))
+    if squash_output and not use_sde:  # sb3 ActorCriticPolicy.__init__
+        raise ValueError("squash_output=True is only available when using gSDE (use_sde=True)")
     if use_sde:
-        return StateDependentSpec(space, full_std, use_expln)
+        return StateDependentSpec(space, full_std, use_expln, squash_output)
     return (maskable if masked else plain)(space)
 
 

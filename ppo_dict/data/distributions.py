@@ -23,7 +23,27 @@ HUGE_NEG = -1e8
 # The distributions of one forward pass: sample / mode [B, ...], log_prob / entropy [B]
 
 
-class TorchDistribution:
+class SB3Methods:
+    """What scripts call on sb3's ``Distribution`` (``policy.get_distribution(obs)``): ``get_actions`` and
+    ``distribution``, torch's distribution (a list of them for a MultiDiscrete space, as sb3's)."""
+
+    def sample(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mode(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def get_actions(self, deterministic: bool = False) -> torch.Tensor:
+        """sb3's: the mode, or a sample."""
+        return self.mode() if deterministic else self.sample()
+
+    @property
+    def distribution(self) -> Union[Normal, Categorical, Bernoulli, list[Categorical]]:
+        dist = getattr(self, "dist", None)
+        return dist if dist is not None else [getattr(d, "dist", d) for d in self.dists]  # type: ignore[attr-defined]
+
+
+class TorchDistribution(SB3Methods):
     """One of torch's distributions over a batch; ``summed``: its components are independent action
     dims, so log-probs and entropies are summed over dim 1 (sb3's ``sum_independent_dims``)."""
 
@@ -78,7 +98,7 @@ class BernoulliDist(TorchDistribution):
         return torch.round(self.dist.probs)
 
 
-class MultiCategorical:
+class MultiCategorical(SB3Methods):
     """sb3 ``MultiCategoricalDistribution``: one Categorical per ``th.split`` of the logits (views),
     sampled one after the other, stacked on dim 1; log-probs and entropies stacked, then summed."""
 
@@ -99,22 +119,39 @@ class MultiCategorical:
 
 
 class StateDependentNoise(TorchDistribution):
-    """sb3 ``StateDependentNoiseDistribution`` of one forward pass (no squashing, features not learned).
+    """sb3 ``StateDependentNoiseDistribution`` of one forward pass (features not learned).
 
     ``Normal(mean, sqrt(latent**2 @ std**2 + eps))``; a sample is ``mean + noise(latent)`` with the
-    exploration matrices of ``noise`` (:class:`GSDENoise`), drawn at its own cadence, not here.
+    exploration matrices of ``noise`` (:class:`GSDENoise`), drawn at its own cadence, not here. With
+    ``squash`` (sb3's ``squash_output``), sb3's ``TanhBijector``: samples and mode through ``tanh``, log-probs
+    of their ``atanh`` (clamped within one ulp of +-1) less the squash correction, and no entropy (None: PPO's
+    loss then uses ``-log_prob``).
     """
 
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, latent: torch.Tensor, noise: "GSDENoise"):
-        self.latent, self.noise = latent.detach(), noise  # sb3 stops the gradient into the features
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, latent: torch.Tensor, noise: "GSDENoise", squash: bool = False):
+        self.latent, self.noise, self.squash = latent.detach(), noise, squash  # sb3 stops the gradient into the features
         variance = torch.mm(self.latent**2, noise.get_std(log_std) ** 2)
         self.dist = Normal(mean, torch.sqrt(variance + noise.epsilon), validate_args=False)
 
     def sample(self) -> torch.Tensor:
-        return self.dist.mean + self.noise.get_noise(self.latent)
+        actions = self.dist.mean + self.noise.get_noise(self.latent)
+        return torch.tanh(actions) if self.squash else actions
 
     def mode(self) -> torch.Tensor:
-        return self.dist.mean
+        return torch.tanh(self.dist.mean) if self.squash else self.dist.mean
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        if not self.squash:
+            return super().log_prob(actions)
+        eps = torch.finfo(actions.dtype).eps
+        clamped = actions.clamp(min=-1.0 + eps, max=1.0 - eps)
+        gaussian_actions = 0.5 * (clamped.log1p() - (-clamped).log1p())  # sb3's TanhBijector.inverse
+        log_prob = self.dist.log_prob(gaussian_actions).sum(dim=1)
+        log_prob -= torch.sum(torch.log(1.0 - torch.tanh(gaussian_actions) ** 2 + self.noise.epsilon), dim=1)
+        return log_prob
+
+    def entropy(self) -> Optional[torch.Tensor]:  # type: ignore[override]
+        return None if self.squash else super().entropy()
 
 
 Distribution = Union[DiagGaussian, StateDependentNoise, CategoricalDist, MultiCategorical, BernoulliDist]
@@ -191,7 +228,7 @@ def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor], huge_neg:
     return torch.where(masks, normalized, huge_neg)
 
 
-class MaskedCategorical:
+class MaskedCategorical(SB3Methods):
     """sb3-contrib ``MaskableCategorical`` over logits ``[B, n]``, masks bool ``[B, n]`` or None.
 
     torch's Categorical is built twice, as sb3-contrib builds it: once from the raw logits (which
@@ -221,7 +258,7 @@ class MaskedCategorical:
         return -p_log_p.sum(-1)
 
 
-class MaskedMultiCategorical:
+class MaskedMultiCategorical(SB3Methods):
     """sb3-contrib ``MaskableMultiCategoricalDistribution`` (and ``MaskableBernoulliDistribution``,
     ``sizes = [2] * n``): one :class:`MaskedCategorical` per ``torch.split`` of the logits and of the masks."""
 

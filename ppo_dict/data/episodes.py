@@ -22,6 +22,7 @@ Integers are exact up to 2**53. Kind 0 (:data:`ABSENT`): nothing to record in th
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, Optional, Sequence
 
@@ -122,11 +123,13 @@ class EpisodeBook:
         else:
             episode = info.get(EPISODE)
             ended = episode is not None
-            if ended:
-                values[RETURN], values[LENGTH] = float(episode["r"]), float(episode["l"])
+            if ended:  # in the types the info gave them (VecMonitor's float32 return and int32 length), as sb3 keeps them
+                values[RETURN], kinds[RETURN] = encode(episode["r"], "info['episode']['r']")
+                values[LENGTH], kinds[LENGTH] = encode(episode["l"], "info['episode']['l']")
                 if "t" in episode:
                     values[TIME], kinds[TIME] = encode(episode["t"], "info['episode']['t']")
-        kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
+        if not ended or not self.monitored[j]:
+            kinds[RETURN], kinds[LENGTH] = (FLOAT, INT) if ended else (ABSENT, ABSENT)
         success = None if info is None else info.get(SUCCESS_KEY)
         if success is None:
             kinds[SUCCESS] = ABSENT
@@ -149,7 +152,8 @@ class EpisodeBook:
 
 def read_row(values: np.ndarray, kinds: np.ndarray, info_keywords: Sequence[str]) -> tuple[Optional[dict[str, Any]], Any]:
     """``(episode, success)`` from one env's row: sb3's ``info["episode"]`` as Monitor makes it
-    (``{"r": float, "l": int, "t": float, key: value...}``, ``t`` where the env's Monitor gave it;
+    (``{"r": float, "l": int, "t": float, key: value...}``, each in the type the env's monitor gave it: a
+    ``VecMonitor``'s float32 return and int32 length; ``t`` where the env's Monitor gave it;
     None where no return was recorded) and its
     ``info["is_success"]`` (None where the info had none)."""
     values, kinds = values.tolist(), kinds.tolist()
@@ -176,6 +180,11 @@ class EpisodeLog:
         self.keywords = tuple(info_keywords)
         self.info_buffer: deque[dict[str, Any]] = deque(maxlen=window)
         self.success_buffer: deque[Any] = deque(maxlen=window)
+        #: episodes recorded since the run began (a resumed run's count goes on from its checkpoint's; None: a
+        #: checkpoint written before it was kept), and where set, every recorded one with the time it was read
+        #: (``time.time()``): what a run's ``monitor.csv`` writes (``ppo_dict.run.monitor_csv``)
+        self.total: Optional[int] = 0
+        self.ended: Optional[list[tuple[dict[str, Any], float]]] = None
 
     def read(self, storage: Any, rows: Sequence[int]) -> None:
         """sb3's ``_update_info_buffer`` for the envs ``rows`` (in env order) whose episode ended at this step."""
@@ -187,6 +196,9 @@ class EpisodeLog:
             episode, success = read_row(row_values, row_kinds, info_keywords)
             if episode is not None:
                 self.info_buffer.append(episode)
+                self.total = None if self.total is None else self.total + 1
+                if self.ended is not None:
+                    self.ended.append((episode, time.time()))
             if success is not None:
                 self.success_buffer.append(success)
 
@@ -214,7 +226,7 @@ class EpisodeLog:
     def state(self) -> dict[str, Any]:
         """The buffers as tensors (a ``weights_only`` file holds them): ``ep_r: float64[k]``,
         ``ep_l: int64[k]``, ``ep_info: {key: float64[k]}`` and ``ep_info_kinds: {key: uint8[k]}``,
-        ``ep_success: float64[m]`` and ``ep_success_kinds: uint8[m]``."""
+        ``ep_success: float64[m]`` and ``ep_success_kinds: uint8[m]``, ``ep_total: int64[]`` (:attr:`total`)."""
         info = {key: [encode(e[key], key) if key in e else (0.0, ABSENT) for e in self.info_buffer] for key in self.keywords}
         success = [encode(s, SUCCESS_KEY) for s in self.success_buffer]
         return {
@@ -224,6 +236,7 @@ class EpisodeLog:
             "ep_info_kinds": {key: torch.tensor([k for _, k in pairs], dtype=torch.uint8) for key, pairs in info.items()},
             "ep_success": torch.tensor([v for v, _ in success], dtype=torch.float64),
             "ep_success_kinds": torch.tensor([k for _, k in success], dtype=torch.uint8),
+            **({} if self.total is None else {"ep_total": torch.tensor(self.total, dtype=torch.int64)}),
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -237,6 +250,9 @@ class EpisodeLog:
                 if key in info and kinds[key][n]:
                     episode[key] = decode(float(info[key][n]), int(kinds[key][n]))
             self.info_buffer.append(episode)
+        total = state.get("ep_total")
+        counted = isinstance(total, torch.Tensor) and total.ndim == 0 and not total.is_floating_point() and int(total) >= 0
+        self.total = int(total) if counted else None  # absent (an older checkpoint) or not a count: not known
         self.success_buffer.clear()
         self.success_buffer.extend(decode(v, k) for v, k in zip(state.get("ep_success", torch.zeros(0)).tolist(),
                                                                  state.get("ep_success_kinds", torch.zeros(0)).tolist()))

@@ -141,6 +141,12 @@ def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     return {k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
 
 
+def stage_keys_of(space: spaces.Space, normalize: bool, norm_obs: bool) -> tuple[str, ...]:
+    """The keys whose normalised observations a run keeps apart from the env's (:func:`vector_obs_shapes`' where it
+    normalises observations): the storage's ``stage_keys``, in shared memory where processes stepping envs write them."""
+    return tuple(vector_obs_shapes(space)) if normalize and norm_obs else ()
+
+
 class RolloutStorage:
     """Everything one rollout of ``n_steps`` x ``n_envs`` transitions needs.
 
@@ -167,7 +173,7 @@ class RolloutStorage:
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros,
-                 info_keywords: tuple[str, ...] = ()):
+                 info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()):
         self.observation_space, self.action_space = observation_space, action_space
         self.info_keywords = tuple(info_keywords)
         self.n_steps, self.n_envs = n_steps, n_envs
@@ -203,21 +209,33 @@ class RolloutStorage:
         self.action_masks = step_major(alloc, T + 1, (N, masks), np.dtype(np.bool_)) if masks else None
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
-        # the rollout step writes a step's actions, values and log-probs into these rows, as into fresh tensors
-        self.actions = step_major(zeros, T, (N, self.action_dim), act_dtype)
-        self.values = step_major(zeros, T, (N,), np.dtype(np.float32))
-        self.log_probs = step_major(zeros, T, (N,), np.dtype(np.float32))
+        # What a process stepping envs may also write of its own columns (the policy where the envs are,
+        # ppo_dict.algo.shard), so from ``alloc`` too: the normalised observations of ``stage_keys``, the
+        # step's actions, values and log-probs (into these rows, as into fresh tensors), the learner's rewards,
+        # the episode starts and each env's last episode end (sb3's _last_episode_starts).
+        self.stage_keys = tuple(stage_keys)
+        for key in self.stage_keys:
+            shape, dtype = self.obs_layout[key]
+            self.obs[key] = step_major(alloc, T + 1, (N, *shape), dtype)
+            self.terminal_obs[key] = step_major(alloc, N, shape, dtype)
+        self.actions = step_major(alloc, T, (N, self.action_dim), act_dtype)
+        self.values = step_major(alloc, T, (N,), np.dtype(np.float32))
+        self.log_probs = step_major(alloc, T, (N,), np.dtype(np.float32))
         # GAE's arrays: numpy, element by element
-        self.rewards = zeros((T, N), np.dtype(np.float32))
-        self.episode_starts = zeros((T, N), np.dtype(np.float32))
+        self.rewards = alloc((T, N), np.dtype(np.float32))
+        self.episode_starts = alloc((T, N), np.dtype(np.float32))
+        self.last_dones = alloc((N,), np.dtype(np.bool_))
         self.advantages = zeros((T, N), np.dtype(np.float32))
         self.returns = zeros((T, N), np.dtype(np.float32))
         # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
         self.lstm_states: Optional[Any] = None
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
-        """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's."""
+        """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's (the
+        :attr:`stage_keys` have theirs from the start)."""
         for key in keys:
+            if key in self.stage_keys:
+                continue
             shape, dtype = self.obs_layout[key]
             self.obs[key] = step_major(zeros, self.n_steps + 1, (self.n_envs, *shape), dtype)
             self.terminal_obs[key] = step_major(zeros, self.n_envs, shape, dtype)
@@ -324,58 +342,3 @@ def obs_to_tensor(obs: PolicyObs, device: torch.device) -> TensorObs:
     if isinstance(obs, dict):
         return {key: torch.as_tensor(value, device=device) for key, value in obs.items()}
     return torch.as_tensor(obs, device=device)
-
-
-class StepObsToDevice:
-    """The observations of one rollout step as policy input on ``device``.
-
-    CPU: views of the storage itself, no copy (tensors of the whole arrays are made once; a step
-    indexes them). CUDA: one pinned staging buffer per key, one copy into it and one non-blocking
-    host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU. Reusing
-    the staging buffer is safe because every step synchronises on the actions' copy back before
-    the next copy.
-    """
-
-    def __init__(self, storage: RolloutStorage, device: torch.device):
-        self.storage, self.device = storage, device
-        self.pinned: dict[str, torch.Tensor] = {}
-        self.mask_staging: Optional[torch.Tensor] = None  # CUDA: the action masks' staging buffer, made at first use
-        if device.type == "cuda":
-            for key, (shape, dtype) in storage.obs_layout.items():
-                torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-                self.pinned[key] = torch.empty((storage.n_envs, *shape), dtype=torch_dtype).pin_memory()
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Tensors of the storage's current observation arrays (call again after ``own_obs_stage``)."""
-        # channel-last images are seen as [C, H, W] views, as sb3's VecTransposeImage shows them (permute = moveaxis)
-        self.views = {k: torch.from_numpy(v).permute(0, 1, 4, 2, 3) if k in self.storage.channel_last_keys else torch.from_numpy(v)
-                      for k, v in self.storage.obs.items()}
-
-    def __call__(self, t: int) -> TensorObs:
-        if not self.pinned:
-            if not self.storage.is_dict_obs:
-                return self.views[OBS_KEY][t]
-            return {key: view[t] for key, view in self.views.items()}
-        on_device = {}
-        for key, arr in self.storage.obs_at(t).items():
-            staging = self.pinned[key]
-            staging.copy_(torch.from_numpy(arr))
-            on_device[key] = staging.to(self.device, non_blocking=True)
-            if key in self.storage.channel_last_keys:
-                on_device[key] = on_device[key].permute(0, 3, 1, 2)
-        return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]
-
-    def masks(self, masks: torch.Tensor, t: int, span: slice) -> torch.Tensor:
-        """The action masks of step ``t``'s envs ``span`` on the device, bool ``[len(span), mask_dim]``.
-        masks: the storage's ``action_masks`` as a tensor. CPU: the rows themselves. CUDA: through a
-        pinned staging buffer and one non-blocking copy, as the observations (a plain ``.to(device)``
-        from pageable memory waits for the copy)."""
-        if not self.pinned:
-            return masks[t, span].to(self.device)
-        rows = masks[t, span]
-        if self.mask_staging is None:
-            self.mask_staging = torch.empty((self.storage.n_envs, rows.shape[1]), dtype=torch.bool).pin_memory()
-        staging = self.mask_staging[: len(rows)]
-        staging.copy_(rows)
-        return staging.to(self.device, non_blocking=True)

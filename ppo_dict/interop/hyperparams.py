@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
 
 from ppo_dict.core.config import parse_values
-from ppo_dict.core.parse import safe_literal
-from ppo_dict.envs import GYM_PREFIX, is_atari_env
+from ppo_dict.core.parse import KEY_VALUE, key_values, safe_literal
+from ppo_dict.core.reading import open_regular
+from ppo_dict.envs import gym_id_of, is_atari_env
 
 #: rl-zoo key -> Config field, where the names differ
 RENAMED = {"n_timesteps": "total_timesteps"}
@@ -33,7 +36,8 @@ NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_
                     "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm")
+                 "full_std", "use_expln", "squash_output", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm",
+                 "lstm_kwargs")
 #: sb3's policy names, and sb3-contrib RecurrentPPO's (rl-zoo's ``ppo_lstm.yml``)
 POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp",
             "MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": "mlp_lstm"}
@@ -97,14 +101,22 @@ def env_wrapper_values(value: Any, where: str) -> tuple[dict[str, Any], list[str
     return values, problems
 
 
+#: rl-zoo's entry for an env without one of its own, where it is not an Atari game
+DEFAULT_ENTRY = "default"
+
+
 def _entry_names(env: str) -> list[str]:
     """The keys an env may have in the file, in rl-zoo's order: ``gym_Reacher-v2`` -> ``gym_Reacher-v2``,
     ``Reacher-v2``, then the fallback entry ``atari`` (Atari ids) or ``default``."""
-    names = [env]
-    if env.startswith(GYM_PREFIX):
-        names.append(env[len(GYM_PREFIX) :])
-    names.append(ATARI_ENTRY if is_atari_env(env) else "default")
+    names = list(dict.fromkeys([env, gym_id_of(env) or env]))
+    names.append(ATARI_ENTRY if is_atari_env(env) else DEFAULT_ENTRY)
     return names
+
+
+def other_versions(env: str, entries: Any) -> list[str]:
+    """The file's entries for other versions of ``env``'s gymnasium id (``Reacher-v2`` for ``Reacher-v5``)."""
+    found = re.fullmatch(r"(.+)-v\d+", gym_id_of(env) or env)
+    return [] if found is None else [str(e) for e in entries if re.fullmatch(rf"{re.escape(found.group(1))}-v\d+", str(e)) and e != gym_id_of(env)]
 
 
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
@@ -145,7 +157,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                     else:
                         values["info_keywords"] = list(kwarg) if isinstance(kwarg, (list, tuple)) else kwarg
             elif key == "policy":
-                if value not in POLICIES:
+                if not isinstance(value, str) or value not in POLICIES:
                     problems.append(f"{where}: policy={value!r}: must be one of {', '.join(POLICIES)}")
                 else:
                     values["model"] = POLICIES[value]
@@ -159,7 +171,7 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                 problems.append(f"{where}: {key!r} is not supported: {UNSUPPORTED[key]}")
             else:
                 problems.append(f"{where}: {key!r} is not an rl-zoo PPO hyperparameter")
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, TypeError) as exc:  # TypeError: a value of another type (a list where a name goes)
             problems.append(f"{where}: {key}={value!r}: {exc}")
     parsed: dict[str, Any] = {}
     for name, value in values.items():  # one value at a time, so that each bad one is named
@@ -214,25 +226,122 @@ def read_yaml(file: Any) -> Any:
         loader.dispose()
 
 
-def load_hyperparams(path: str, env: str, recurrent: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """``(Config values, problems)`` from ``path``'s entry for ``env`` (:func:`hyperparams_file` of ``path`` and
-    ``recurrent``); problems name the file and key."""
+@dataclass(frozen=True)
+class Entry:
+    """What ``--hyperparams path`` gives a run of ``env``: the ``file`` read, the ``name`` of the entry taken
+    (None: none), that entry as the file writes it (``written``), its Config ``values``, and ``problems``."""
+
+    path: str
+    env: str
+    file: str = ""
+    name: Optional[str] = None
+    written: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # the file's entries for other versions of the env
+
+    def text(self) -> str:
+        """What was applied, as rl-zoo prints it at start: the entry taken (and why, where it is a fallback),
+        then its values as written, a ``key: value`` line each."""
+        where = self.path if self.path == self.file else f"{self.path} ({self.file})"
+        head = f"hyperparameters: entry {self.name!r} of {where}"
+        if self.name in (DEFAULT_ENTRY, ATARI_ENTRY):
+            head += f", as it has no entry for {gym_id_of(self.env) or self.env}"
+            if self.others:
+                head += f" (its entries for other versions: {', '.join(self.others)}; --env {self.others[-1]} takes that one)"
+        return "\n".join([head] + [f"  {key}: {value!r}" for key, value in sorted(self.written.items())])
+
+
+def read_entry(path: str, env: str, recurrent: bool = False, replaced: Iterable[str] = ()) -> Entry:
+    """``path``'s entry for ``env`` (:func:`hyperparams_file` of ``path`` and ``recurrent``), looked up as rl-zoo
+    does: the env's id, else ``atari`` (Atari games) or ``default``; problems name the file and key. The
+    entry's keys in ``replaced`` (``--hyperparams key:value`` overrides) are left out of its values, as rl-zoo's
+    ``hyperparams.update`` replaces them whole (a ``policy_kwargs`` override drops the file's ``policy_kwargs``)."""
     import yaml  # PyYAML comes with wandb and gymnasium; imported only for this feature
 
     try:
-        with open(hyperparams_file(path, recurrent)) as f:
+        file = hyperparams_file(path, recurrent)
+        with open_regular(file) as f:  # a regular file: a FIFO is not waited on
             document = read_yaml(f)
+    except FileNotFoundError as exc:
+        zoo_name = os.path.basename(path) in RL_ZOO_FILES.values()  # the README's hyperparams/ppo.yml, run outside the checkout
+        hint = f" (rl-zoo's own file, outside this repository's checkout: --hyperparams {RL_ZOO})" if zoo_name else ""
+        return Entry(path, env, problems=[f"hyperparams={path!r}: cannot read: {exc}{hint}"])
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        return {}, [f"hyperparams={path!r}: cannot read: {exc}"]
+        return Entry(path, env, problems=[f"hyperparams={path!r}: cannot read: {exc}"])
     except RecursionError:
-        return {}, [f"hyperparams={path!r}: cannot read: nested too deeply"]
+        return Entry(path, env, problems=[f"hyperparams={path!r}: cannot read: nested too deeply"])
     if not isinstance(document, dict):
-        return {}, [f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"]
-    names = _entry_names(env)
+        return Entry(path, env, file, problems=[f"hyperparams={path!r}: expected a mapping of env ids to hyperparameters"])
+    names, others = _entry_names(env), other_versions(env, document)
     for name in names:
         if name in document:
             entry = document[name]
             if not isinstance(entry, dict):
-                return {}, [f"hyperparams={path!r}: entry {name!r} is not a mapping"]
-            return translate(entry, f"hyperparams {path}[{name}]")
-    return {}, [f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))})"]
+                return Entry(path, env, file, problems=[f"hyperparams={path!r}: entry {name!r} is not a mapping"])
+            values, problems = translate({k: v for k, v in entry.items() if k not in set(replaced)}, f"hyperparams {path}[{name}]")
+            return Entry(path, env, file, name, entry, values, problems, others)
+    hint = f"; its entries for other versions: {', '.join(others)}" if others else ""
+    return Entry(path, env, file, others=others, problems=[
+        f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))}){hint}"])
+
+
+def load_hyperparams(path: str, env: str, recurrent: bool = False, replaced: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """``(Config values, problems)`` of :func:`read_entry`."""
+    entry = read_entry(path, env, recurrent, replaced)
+    return entry.values, entry.problems
+
+
+#: where a problem of an override is said to be (a ``hyperparams`` problem, as the file's are)
+OVERRIDES = "hyperparams key:value"
+
+
+def split_words(words: Optional[Sequence[str]]) -> tuple[Optional[str], dict[str, Any], list[str]]:
+    """``--hyperparams``' words -> ``(file, overrides as written, problems)``: a word ``key:value`` is an override of
+    the file's entry (rl-zoo's ``--hyperparams n_epochs:5``), any other the file (a path, or ``rl_zoo3``; write
+    ``./a:b.yml`` for a file whose name looks like an override), one at most."""
+    files = [w for w in words or () if not KEY_VALUE.fullmatch(w)]
+    problems = [f"hyperparams={list(words or ())!r}: one file at most (the others are key:value overrides)"] if len(files) > 1 else []
+    return (files[-1] if files else None), key_values(list(words or ())), problems
+
+
+def zoo_values(words: Optional[Sequence[str]], env: str, recurrent: bool, read_file: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """``(Config values, problems)`` of ``--hyperparams``' words for a run of ``env``: the file's entry (where
+    ``read_file``: not on a resume, whose config holds what its file gave), then the overrides, as rl-zoo's
+    ``hyperparams.update(custom_hyperparams)``."""
+    file, overrides, problems = split_words(words)
+    values: dict[str, Any] = {}
+    if file is not None and read_file and not problems:  # with two files, neither is read: the user meant one
+        found, file_problems = load_hyperparams(file, env, recurrent, overrides)
+        values.update(found)
+        problems += file_problems
+    found, override_problems = translate(overrides, OVERRIDES) if overrides else ({}, [])
+    return {**values, **found}, problems + override_problems
+
+
+def hyperparams_text(cfg: Any, base: str = "sb3's defaults", read_file: bool = True) -> str:
+    """What the run of ``cfg`` takes its hyperparameters from, said at start and by ``--dry_run``: the entry of
+    its ``--hyperparams`` file (:meth:`Entry.text`; not where ``read_file`` is False: a resumed run's config is
+    its checkpoint's), else ``base`` (what the values not typed are), then the ``key:value`` overrides."""
+    file, overrides, _ = split_words(cfg.hyperparams)
+    if file is not None and read_file:
+        lines = [read_entry(file, cfg.env, cfg.recurrent).text()]
+    else:
+        lines = [f"hyperparameters: {base}, and the flags typed"]
+    if overrides:
+        lines += ["hyperparameters set by --hyperparams key:value (over the entry's; a flag typed wins over them):"]
+        lines += [f"  {key}: {value!r}" for key, value in overrides.items()]
+    return "\n".join(lines)
+
+
+#: rl-zoo's ``--algo`` names ppo_dict trains -> whether the algorithm is recurrent (rl-zoo's ``ppo_lstm.yml``)
+ZOO_ALGOS = {"ppo": False, "ppo_lstm": True}
+
+
+def parse_algo(text: str) -> str:
+    """rl-zoo's ``--algo`` for what ppo_dict trains (:data:`ZOO_ALGOS`), or ``ValueError`` naming them."""
+    name = str(text).strip().lower()
+    if name not in ZOO_ALGOS:
+        raise ValueError("ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) "
+                         "or ppo_lstm (sb3-contrib's RecurrentPPO)")
+    return name

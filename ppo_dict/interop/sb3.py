@@ -51,6 +51,7 @@ def sb3_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
         use_sde=cfg.use_sde,
         sde_sample_freq=cfg.sde_sample_freq,
         seed=cfg.seed,
+        stats_window_size=cfg.stats_window_size,
         device="cpu",
         policy_kwargs=policy_kwargs,
     )
@@ -60,7 +61,7 @@ def maskable_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     """The ``sb3_contrib.MaskablePPO`` keyword arguments that mean what ``cfg`` means: sb3's PPO
     arguments less gSDE's, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none)."""
     kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
-    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln")}
+    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln", "squash_output")}
     return kwargs
 
 

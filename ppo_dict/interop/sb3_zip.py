@@ -8,16 +8,17 @@ is unpickled: each is rebuilt from the JSON beside it,
 
 * a gymnasium space (Box, Discrete, MultiDiscrete, MultiBinary, a Dict of them) from its attributes: a
   Box's bounds as numpy printed them (8 decimals; an array numpy summarised with ``...`` is not rebuilt);
-* a schedule (sb3's ``FloatSchedule`` of a ``ConstantSchedule``, rl-zoo's ``SimpleLinearSchedule``) as a
-  float or rl-zoo's ``lin_<initial>``, the values a config holds;
+* a schedule (sb3's ``FloatSchedule`` of a ``ConstantSchedule`` or of a ``LinearSchedule``, rl-zoo's
+  ``SimpleLinearSchedule``) as a float, rl-zoo's ``lin_<initial>`` or sb3's ``LinearSchedule``, values a config holds
+  (:data:`ppo_dict.interop.schedules.SCHEDULES`; a function of a script's is named, for its refusal);
 * a class (the policy, the rollout buffer, ``policy_kwargs``' activation, optimizer and extractor) by
   module and name, only from :data:`ALLOWED_CLASSES`;
 * ``policy_kwargs`` from its items (plain values and allowed classes),
 
 or kept as an :class:`Unrebuilt` marker, which whoever needs that key refuses, naming it
 (:func:`refuse_unrebuilt`); a key nobody reads (the last observation) stays a marker. The episode
-buffers (deques of dicts of numbers) are read as plain data (:class:`DataUnpickler`: nothing but
-numpy's and builtins' data and the deque is named, so nothing runs).
+buffers (deques of dicts of numbers) are read as plain data (``ppo_dict.interop.plain_pickle``: numbers,
+strings, bounded containers and numeric arrays, so nothing runs).
 ``trust_pickles`` reads the zip as sb3 does (its ``load_from_zip_file``), after the caller's one warning line
 (:func:`trust_warning`).
 """
@@ -25,16 +26,15 @@ from __future__ import annotations
 
 import ast
 import base64
+import collections
 import contextlib
 import importlib
 import io
 import json
 import math
 import os
-import pickle
 import re
 import sys
-import zipfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
@@ -43,35 +43,41 @@ from gymnasium import spaces
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.interop.schedules import SCHEDULES
+from ppo_dict.interop.plain_pickle import plain_load
+from ppo_dict.interop.zip_entries import check_entries, counter_problems, open_zip, read_entry, read_params
 
 SERIALIZED, TYPE = ":serialized:", ":type:"
-NUMPY_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric", "numpy._core.numeric")
-NUMPY_NAMES = ("ndarray", "dtype", "_reconstruct", "scalar", "_frombuffer")
-BUILTINS = ("set", "frozenset", "slice", "complex", "range", "bytearray", "bytes", "int", "float", "str", "bool", "list", "tuple", "dict")
-#: what a pickle of plain data may name besides numpy's arrays: builtins' types, two containers, and copyreg's rebuilder of them
-PLAIN = {*(("builtins", name) for name in BUILTINS), ("collections", "OrderedDict"), ("collections", "deque"), ("copyreg", "_reconstructor")}
-
-
-class DataUnpickler(pickle.Unpickler):
-    """Plain data: numpy's arrays, scalars and dtypes, builtins' numbers, strings and containers,
-    ``collections.deque`` and ``OrderedDict``. Any other name is refused (``pickle.UnpicklingError``
-    naming it, :meth:`other`) before anything is called: nothing in the file runs."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module in NUMPY_MODULES and name in NUMPY_NAMES) or (module, name) in PLAIN:
-            return super().find_class(module, name)
-        return self.other(module, name)
-
-    def other(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"the pickle names {module}.{name}")
 
 
 def plain_data(serialized: str) -> Any:
-    """sb3's ``:serialized:`` text (base64 of a cloudpickle) of plain data, through :class:`DataUnpickler`."""
+    """sb3's ``:serialized:`` text (base64 of a cloudpickle) of plain data, through
+    :class:`~ppo_dict.interop.plain_pickle.PlainUnpickler` (nothing it names runs)."""
     try:
-        return DataUnpickler(io.BytesIO(base64.b64decode(serialized))).load()
+        return plain_load(base64.b64decode(serialized))
     except Exception as exc:  # noqa: BLE001 (the file's bytes, not ours: a refusal naming why)
         raise NotRebuildable(f"not plain data ({exc})") from None
+
+
+def finite_number(value: Any) -> bool:
+    """A bool, an integer of at most 64 bits, or a finite float (Python's or numpy's)."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if isinstance(value, (int, np.integer)):
+        return -(2**63) <= int(value) < 2**63
+    return isinstance(value, (float, np.floating)) and bool(np.isfinite(value))
+
+
+def episode_buffer(value: Any) -> Any:
+    """An episode buffer (sb3's ``ep_info_buffer``: Monitor's dicts of numbers; ``ep_success_buffer``: booleans)
+    whose every value is a finite number, else NotRebuildable."""
+    items = list(value) if isinstance(value, collections.deque) else None
+    if items is None or not all(finite_number(item) or (isinstance(item, dict) and all(finite_number(v) for v in item.values()))
+                                for item in items):
+        raise NotRebuildable("not a deque of episodes' finite numbers")
+    return value
+
+
 #: the classes a zip may name, by module: sb3's and sb3-contrib's PPO policies and rollout buffers, and
 #: what their ``policy_kwargs`` take (torch's activations, Adam, sb3's default features extractors)
 ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
@@ -140,24 +146,34 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
              print_system_info: bool = False) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
     """``(data, params)`` of an sb3 zip (a path or a binary file): ``data`` as :func:`data_from_json` reads it
     (None without a ``data`` entry); ``params`` (state dicts) with torch's weights-only loading, as sb3 does.
-    ``custom_objects`` replace the values of their keys, unread, as in sb3's ``load``."""
+    Every entry is read with a cap and the counters are checked (``ppo_dict.interop.zip_entries``): a
+    :class:`CheckpointError` names what is refused. ``custom_objects`` replace the values of their keys,
+    unread, as in sb3's ``load``."""
     from stable_baselines3.common.save_util import load_from_zip_file
 
     if not isinstance(path, (str, os.PathLike)):
-        path = io.BytesIO(path.read())  # read twice: the entries, then the parameters
-    if trust_pickles:  # the caller has said so (trust_warning)
+        path = io.BytesIO(path.read())  # read twice: the entries, then (trust_pickles) sb3's reading
+    with open_zip(path) as archive:
+        check_entries(archive, path)
+        if not trust_pickles:
+            if print_system_info and "system_info.txt" in archive.namelist():  # as sb3's load_from_zip_file prints it
+                print("== SAVED MODEL SYSTEM INFO ==\n" + read_entry(archive, "system_info.txt", path).decode(errors="replace"))
+            try:
+                text = read_entry(archive, "data", path).decode() if "data" in archive.namelist() else None
+            except UnicodeDecodeError as exc:
+                raise CheckpointError(f"{path}: its data entry is not text: {exc}") from None
+            params = read_params(archive, path, device)
+    if trust_pickles:  # the caller has said so (trust_warning); the entries' sizes are checked above
+        if not isinstance(path, (str, os.PathLike)):
+            path.seek(0)
         with gymnasium_unpatched():
             data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
-        return data, params
-    try:
-        with zipfile.ZipFile(path) as archive:
-            text = archive.read("data").decode() if "data" in archive.namelist() else None
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(path, (str, os.PathLike)):
-        path.seek(0)
-    _, params, _ = load_from_zip_file(path, load_data=False, device=device, print_system_info=print_system_info)
-    return (None if text is None else data_from_json(text, path, custom_objects)), params
+    else:
+        data = None if text is None else data_from_json(text, path, custom_objects)
+    problems = [] if data is None else counter_problems(data)
+    if problems:
+        raise CheckpointError(f"{path}: its data entry's counters are not counts: {'; '.join(problems)}")
+    return data, params
 
 
 def data_from_json(text: str, path: Any = "the zip", custom_objects: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -218,10 +234,10 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
         if kind == "dict":
             return {k: item_value(k, v) for k, v in attrs.items()}
         if kind == "collections.deque":  # the episode buffers: dicts of numbers, read as data
-            return plain_data(value.get(SERIALIZED, ""))
+            return episode_buffer(plain_data(value.get(SERIALIZED, "")))
         raise NotRebuildable("its JSON does not describe it")
     except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
-        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name)
+        return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name or getattr(exc, "function", ""))
 
 
 def described_class(attrs: dict[str, Any]) -> str:
@@ -256,27 +272,6 @@ def item_value(key: str, value: Any) -> Any:
         except NotRebuildable as exc:
             raise NotRebuildable(f"{key}: {exc}") from None
     return value
-
-
-# ---------------------------------------------------------------------------------------------- schedules
-def _schedule_text(text: Any) -> Any:
-    """A schedule's value from its repr: ``ConstantSchedule(val=x)`` -> x, ``SimpleLinearSchedule(initial_value=x)``
-    -> ``lin_x``, ``FloatSchedule(...)`` -> its inner one's."""
-    text = str(text).strip()
-    for pattern, value in ((r"FloatSchedule\((.*)\)", _schedule_text), (r"ConstantSchedule\(val=([^()]*)\)", float),
-                           (r"SimpleLinearSchedule\(initial_value=([^()]*)\)", lambda x: f"lin_{float(x)!r}")):
-        match = re.fullmatch(pattern, text)
-        if match:
-            return value(match.group(1))
-    raise NotRebuildable(f"the schedule {text[:80]!r} is not a constant or rl-zoo's linear schedule")
-
-
-SCHEDULES = {
-    "stable_baselines3.common.utils.FloatSchedule": lambda a: _schedule_text(a["value_schedule"]),
-    "stable_baselines3.common.utils.ConstantSchedule": lambda a: float(a["val"]),
-    "rl_zoo3.utils.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",
-    "ppo_dict.interop.schedules.SimpleLinearSchedule": lambda a: f"lin_{float(a['initial_value'])!r}",  # what ppo_dict writes
-}
 
 
 # ---------------------------------------------------------------------------------------------- spaces

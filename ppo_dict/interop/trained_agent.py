@@ -33,7 +33,8 @@ from gymnasium import spaces
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.envs import GYM_PREFIX, channel_first_space, contains_image
+from ppo_dict.core.reading import one_line
+from ppo_dict.envs import channel_first_space, contains_image, gym_id_of
 from ppo_dict.interop.sb3_zip import class_name, gymnasium_unpatched, read_zip, refuse_unrebuilt, trust_warning  # noqa: F401
 from ppo_dict.interop.schedules import is_schedule_text
 from ppo_dict.interop.vecnormalize import read_statistics, statistics_candidates
@@ -57,7 +58,7 @@ HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma"
                    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
 #: policy_kwargs ppo_dict builds the same way (the optimizer's own settings travel in its saved state)
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "optimizer_kwargs")
+                 "full_std", "use_expln", "squash_output", "optimizer_kwargs")
 DEFAULT_EXTRACTORS = ("FlattenExtractor", "NatureCNN", "CombinedExtractor")
 
 
@@ -106,7 +107,7 @@ def vecnormalize_candidates(zip_path: str, env: str) -> list[str]:
     """Where the statistics may lie: rl-zoo's ``<zip folder>/<env id>/``, then ``<zip without .zip>/``
     (ppo_dict's ``--export_sb3``; the same folder when the zip is named after the env, as rl-zoo names
     it); in each, ppo_dict's ``vecnormalize.npz`` before sb3's ``vecnormalize.pkl``."""
-    env_id = env[len(GYM_PREFIX):] if env.startswith(GYM_PREFIX) else env
+    env_id = gym_id_of(env) or env
     folders = [os.path.join(os.path.dirname(zip_path), env_id), zip_path[: -len(".zip")]]
     return statistics_candidates(list(dict.fromkeys(os.path.normpath(p) for p in folders)))
 
@@ -124,7 +125,7 @@ def _load_zip(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[str,
     except CheckpointError:
         raise
     except Exception as exc:  # truncated, a bad parameter file, with --trust_pickles an unpicklable object...
-        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointError(f"{path}: cannot read as an sb3 model zip: {one_line(exc)}") from exc
     if not data or not params:
         raise CheckpointError(f"{path}: not an sb3 model zip (no data or no parameters in it)")
     return data, params
@@ -175,7 +176,7 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     model = model or ("cnn" if contains_image(observation_space) else "mlp") + ("_lstm" if recurrent else "")
     lstm = {name: kwargs.get(name, default) for name, default in LSTM_KWARGS.items()} if recurrent else {}
     defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                                                         "full_std", "use_expln")}
+                                                         "full_std", "use_expln", "squash_output")}
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
     return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
             "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
@@ -214,8 +215,8 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
         agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
                              policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
                              n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {type(exc).__name__}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:  # ArithmeticError: a number past float's range
+        raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
     if statistics is not None:
         pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_statistics(statistics, trust_pickles)
         agent.pinned.update(pinned)

@@ -3,9 +3,11 @@ ppo_dict's own ``vecnormalize.npz``, which needs no pickle at all.
 
 sb3's ``VecNormalize.save`` pickles the whole ``VecNormalize`` less its venv: its settings, its
 ``RunningMeanStd`` objects (or a dict of them), its spaces, and numpy arrays. A pickle runs whatever code
-it names, so it is read through :class:`StatisticsUnpickler`, which builds only numpy arrays, builtins
-and plain records for sb3's ``VecNormalize``, ``RunningMeanStd`` and gymnasium's spaces (their state as
-attributes, none of their code run), and refuses any other name. ``trust_pickles`` reads it as sb3 does.
+it names, so it is read through :class:`StatisticsUnpickler`, which builds only plain data (numeric
+arrays checked against their bytes, bounded containers: ``ppo_dict.interop.plain_pickle``) and records for
+sb3's ``VecNormalize``, ``RunningMeanStd`` and gymnasium's spaces (their state as attributes, none of their
+code run), and refuses any other name. The statistics must be finite numbers of one shape, the counts
+finite. ``trust_pickles`` reads it as sb3 does.
 ``--export_sb3`` writes both files: the pickle for sb3 and rl-zoo, the npz for ppo_dict.
 """
 from __future__ import annotations
@@ -20,7 +22,9 @@ import numpy as np
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import atomic_write
 from ppo_dict.data.storage import OBS_KEY
-from ppo_dict.interop.sb3_zip import DataUnpickler
+from ppo_dict.core.reading import MiB, npz_arrays, one_line, read_capped
+from ppo_dict.interop.plain_pickle import Ignored, PlainUnpickler, Record, plain_load
+from ppo_dict.interop.sb3_zip import MAX_BOX_VALUES
 
 #: the statistics file names in a folder, the one ppo_dict writes first
 STATISTICS_FILES = ("vecnormalize.npz", "vecnormalize.pkl")
@@ -31,16 +35,6 @@ SETTINGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_obs": "c
             "norm_gamma": "gamma", "norm_epsilon": "epsilon"}
 
 
-class Record:
-    """A pickled object's state as attributes; none of its class's code runs."""
-
-    def __setstate__(self, state: Any) -> None:
-        parts = state if isinstance(state, tuple) else (state,)  # (dict, slots), as pickle writes an object with __slots__
-        for part in parts:
-            if isinstance(part, dict):
-                self.__dict__.update({k: v for k, v in part.items() if isinstance(k, str)})
-
-
 class VecNormalizeRecord(Record):
     """sb3's ``VecNormalize`` as its pickle holds it (``obs_rms``, ``ret_rms``, ``norm_obs``, ``gamma``...)."""
 
@@ -49,24 +43,15 @@ class RunningMeanStdRecord(Record):
     """sb3's ``RunningMeanStd`` as its pickle holds it (``mean``, ``var``, ``count``)."""
 
 
-class Ignored(Record):
-    """Stands for numpy's random generators (and their constructors) in a pickled space: the statistics do not need them."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
 RECORDS = {("stable_baselines3.common.vec_env.vec_normalize", "VecNormalize"): VecNormalizeRecord,
            ("stable_baselines3.common.running_mean_std", "RunningMeanStd"): RunningMeanStdRecord}
 
 
-class StatisticsUnpickler(DataUnpickler):
-    """Reads a ``VecNormalize`` pickle: plain data (:class:`~ppo_dict.interop.sb3_zip.DataUnpickler`),
-    records for sb3's ``VecNormalize`` and ``RunningMeanStd`` and for gymnasium's spaces; any other
-    name is refused (``pickle.UnpicklingError`` naming it) before anything is called."""
+class StatisticsUnpickler(PlainUnpickler):
+    """Reads a ``VecNormalize`` pickle: plain data (:class:`~ppo_dict.interop.plain_pickle.PlainUnpickler`),
+    records for sb3's ``VecNormalize`` and ``RunningMeanStd`` and for gymnasium's spaces, numpy's random
+    generators (in a pickled space) read past; any other name is refused (``pickle.UnpicklingError`` naming
+    it) before anything is called."""
 
     def other(self, module: str, name: str) -> Any:
         if (module, name) in RECORDS:
@@ -78,30 +63,44 @@ class StatisticsUnpickler(DataUnpickler):
         return super().other(module, name)
 
 
+#: the most bytes a VecNormalize pickle holds: the statistics of the largest Box ppo_dict rebuilds (mean and var
+#: as float64) and its space's bounds, twice over (observation and original spaces: float32, bounded flags)
+MAX_PICKLE_BYTES = MAX_BOX_VALUES * (2 * 8 + 2 * (2 * 4 + 2)) + MiB
+
+
 def load_pickle(path: str, trust_pickles: bool) -> Any:
     """The object in ``path``: unpickled as sb3 does with ``trust_pickles``, else through :class:`StatisticsUnpickler`."""
     try:
-        with open(path, "rb") as f:
-            return pickle.load(f) if trust_pickles else StatisticsUnpickler(f).load()
+        data = read_capped(path, MAX_PICKLE_BYTES, "a VecNormalize pickle")
+        return pickle.loads(data) if trust_pickles else plain_load(data, StatisticsUnpickler)
     except pickle.UnpicklingError as exc:
         if trust_pickles or not str(exc).startswith("the pickle names "):
-            raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {exc}") from exc
+            raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {exc}") from None
         raise CheckpointError(f"{path}: not unpickled, as pickles run code: {exc}, which a VecNormalize file does not hold (numpy "
                               "arrays, sb3's VecNormalize and RunningMeanStd, gymnasium's spaces, builtins). If you trust the file, "
                               "pass --trust_pickles, which unpickles it as sb3 does") from None
-    except Exception as exc:  # truncated, not a pickle...
-        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 (truncated, not a pickle, not a regular file, too large...)
+        raise CheckpointError(f"{path}: cannot read as an sb3 VecNormalize pickle: {one_line(exc)}") from None
 
 
 def rms_values(rms: Any, where: str) -> dict[str, Any]:
-    """``{"mean", "var", "count"}`` of a running mean/std (sb3's, or its record), checked to be numbers."""
+    """``{"mean", "var", "count"}`` of a running mean/std (sb3's, its record, or ``{"mean", "var", "count"}``):
+    numbers or numeric arrays (never lists, which a pickle can nest without end) of one shape, finite, the
+    variances and the count not negative."""
+    values = [rms.get(k) for k in ("mean", "var", "count")] if isinstance(rms, dict) else [getattr(rms, k, None) for k in ("mean", "var", "count")]
+    numeric = (np.ndarray, np.number, np.bool_, int, float)
+    if not all(isinstance(v, numeric) and (not isinstance(v, np.ndarray) or v.dtype.kind in "biuf") for v in values) or np.ndim(values[2]):
+        raise CheckpointError(f"{where}: not a RunningMeanStd's statistics (mean and var: numbers or numeric arrays, count: a number; "
+                              f"got {', '.join(type(v).__name__ for v in values)})")
     try:
-        mean, var, count = np.asarray(rms.mean, np.float64).copy(), np.asarray(rms.var, np.float64).copy(), float(rms.count)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{where}: not a RunningMeanStd's statistics ({type(exc).__name__}: {exc})") from None
+        mean, var, count = (np.array(v, np.float64) for v in values)
+    except OverflowError:  # an integer past float64's range
+        raise CheckpointError(f"{where}: statistics past float64's range") from None
     if mean.shape != var.shape:
         raise CheckpointError(f"{where}: mean {mean.shape} and var {var.shape} differ in shape")
-    return {"mean": mean, "var": var, "count": count}
+    if not (np.isfinite(mean).all() and np.isfinite(var).all() and np.isfinite(count)) or (var < 0).any() or count < 0:
+        raise CheckpointError(f"{where}: statistics that are not finite, or a negative variance or count (count {float(count)!r})")
+    return {"mean": mean, "var": var, "count": float(count)}
 
 
 def read_pickle(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[str, Any], bool]:
@@ -123,27 +122,31 @@ def read_pickle(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[st
 def read_npz(path: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """:func:`read_pickle`'s values from ppo_dict's ``vecnormalize.npz`` (numpy's own format: no pickle)."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+        arrays = npz_arrays(path, MAX_PICKLE_BYTES, "ppo_dict's vecnormalize.npz")
         header = json.loads(str(arrays.pop("header")))
         if header.get("format") != NPZ_FORMAT:
             raise ValueError(f"its format is {header.get('format')!r}, not {NPZ_FORMAT!r}")
-        stats = lambda prefix: {"mean": arrays[f"{prefix}.mean"].astype(np.float64), "var": arrays[f"{prefix}.var"].astype(np.float64),  # noqa: E731
-                                "count": float(arrays[f"{prefix}.count"])}
+        stats = lambda prefix: rms_values({k: arrays[f"{prefix}.{k}"] for k in ("mean", "var", "count")}, f"{path}: {prefix}")  # noqa: E731
         obs = {str(key): stats(f"obs_rms.{i}") for i, key in enumerate(header["obs_keys"])}
         return {name: header[name] for name in SETTINGS}, {"obs_rms": obs, "ret_rms": stats("ret_rms")}, bool(header["training"])
+    except CheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 (a truncated, foreign or hand-edited file: whatever numpy or json raises)
-        raise CheckpointError(f"{path}: cannot read as ppo_dict's VecNormalize statistics: {type(exc).__name__}: {exc}") from None
+        raise CheckpointError(f"{path}: cannot read as ppo_dict's VecNormalize statistics: {one_line(exc)}") from None
 
 
 def read_statistics(path: str, trust_pickles: bool = False) -> tuple[dict[str, Any], dict[str, Any], tuple[str, ...], list[str]]:
     """``(pinned normalisation settings, Normalizer state, normalised keys, notes)`` from ``vecnormalize.npz`` or
     an sb3 ``vecnormalize.pkl``."""
     settings, state, training = read_npz(path) if path.endswith(".npz") else read_pickle(path, trust_pickles)
-    try:
-        pinned = {"normalize": True, **{name: (bool if name in ("norm_obs", "norm_reward") else float)(value) for name, value in settings.items()}}
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: a setting is not a number ({exc})") from None
+    flags = {name: value for name, value in settings.items() if name in ("norm_obs", "norm_reward")}
+    numbers = {name: value for name, value in settings.items() if name not in flags}
+    wrong = [f"{name}={str(value)[:40]}" for name, value in flags.items() if not isinstance(value, (bool, np.bool_))]
+    wrong += [f"{name}={str(value)[:40]}" for name, value in numbers.items() if not (isinstance(value, (int, float, np.number))
+                                                                                   and not isinstance(value, (bool, np.bool_)) and abs(value) < 1e300)]
+    if wrong:
+        raise CheckpointError(f"{path}: a setting that is not a boolean or a finite number: {', '.join(wrong)}")
+    pinned = {"normalize": True, **{name: bool(value) for name, value in flags.items()}, **{name: float(value) for name, value in numbers.items()}}
     notes = [] if training else [
         f"note: {path} was saved with training=False (an evaluation env's): ppo_dict updates the statistics while "
         "training, as a training env's VecNormalize does; sb3 would keep them frozen"]

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, load_model_state, space_mismatch, to_numpy
-from ppo_dict.core.seeding import rng_state, set_rng_state
+from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch, to_numpy, whole_number
+from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -70,9 +70,15 @@ def write_model_file(ppo: "PPO", path: str) -> str:
     return path
 
 
-def write_config(cfg: "Config", path: str) -> str:
-    """The resolved config as JSON (lists for tuples), atomically; returns ``path``."""
-    atomic_write(path, lambda f: json.dump(config_values(cfg), f, indent=2), mode="w")
+def write_config(cfg: "Config", path: str, env_id: Optional[str] = None) -> str:
+    """The resolved config as JSON (lists for tuples), atomically, with ``env_id`` (the gymnasium id the env
+    resolved to) after ``env`` (as typed) where given; returns ``path``."""
+    values: dict[str, Any] = {}
+    for name, value in config_values(cfg).items():
+        values[name] = value
+        if name == "env" and env_id is not None:
+            values["env_id"] = env_id  # what ran, beside what was typed
+    atomic_write(path, lambda f: json.dump(values, f, indent=2), mode="w")
     return path
 
 
@@ -160,15 +166,45 @@ class LastUpdate:
 
 
 def resumable(source: str, state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` if training can resume from it: a model file without the training state is refused here,
-    before the run builds anything."""
+    """``state`` if training can resume from it, checked whole (:func:`training_state_problems`): a model file
+    without the training state, or a checkpoint whose state is not what ppo_dict writes, is refused here,
+    before the run builds anything (the shapes are checked against the policy when it is built: ``restore``)."""
     if "optimizer" not in state:
         raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
                               "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
+    problems = training_state_problems(state)
+    if problems:
+        raise CheckpointError(f"{source}: not a checkpoint ppo_dict wrote: {'; '.join(problems)}")
     return state
 
 
-def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str, Any]]:
+def training_state_problems(state: dict[str, Any]) -> list[str]:
+    """What keeps a checkpoint's training state from being one ppo_dict wrote: Adam's state, the counters,
+    the episode buffers (1-d tensors of one length per buffer) and the RNG states (:func:`rng_state_problems`)."""
+    problems = [f"no {key!r}" for key in ("optimizer", "iteration", "n_updates", "ep_r", "ep_l", "rng") if key not in state]
+    optimizer = state.get("optimizer", {})
+    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict) and isinstance(optimizer.get("param_groups"), list)
+            and all(isinstance(s, dict) and all(finite_tensor(v) or isinstance(v, (int, float)) for v in s.values())
+                    for s in optimizer["state"].values())):
+        problems.append("'optimizer': not an optimizer's state of finite tensors")
+    problems += [f"{key!r}={str(state[key])[:40]}: not a whole number in [0, 2**63)" for key in ("iteration", "n_updates")
+                 if key in state and not whole_number(state[key])]
+    for main, extra in (("ep_r", ("ep_l",)), ("ep_success", ("ep_success_kinds",))):
+        buffers = [state.get(main), *(state.get(key) for key in extra)]
+        if (main in state or extra[0] in state) and not (all(finite_tensor(b, 1) for b in buffers) and len({len(b) for b in buffers}) == 1):
+            problems.append(f"{main!r}, {', '.join(map(repr, extra))}: not finite 1-d tensors of one length")
+    info, kinds = state.get("ep_info", {}), state.get("ep_info_kinds", {})
+    n = len(state["ep_r"]) if finite_tensor(state.get("ep_r"), 1) else -1
+    if not (isinstance(info, dict) and isinstance(kinds, dict) and set(info) == set(kinds)
+            and all(finite_tensor(t, 1) and len(t) == n for t in [*info.values(), *kinds.values()])):
+        problems.append("'ep_info', 'ep_info_kinds': not finite 1-d tensors, one per info keyword, as long as 'ep_r'")
+    lstm = state.get("lstm_states", [])
+    if not (isinstance(lstm, list) and all(isinstance(g, dict) and all(finite_tensor(t) for t in g.values()) for g in lstm)):
+        problems.append("'lstm_states': not a list of dicts of finite tensors")
+    return problems + rng_state_problems(state.get("rng"))
+
+
+def load_for_resume(path: str, log: Optional[TextIO] = None) -> tuple[str, dict[str, Any]]:
     """``(file, state)`` to resume from: a checkpoint file, or a run directory's newest valid one.
 
     A file named by the user must load, or :class:`CheckpointError` says why. In a run directory
@@ -177,6 +213,7 @@ def load_for_resume(path: str, log: TextIO = sys.stderr) -> tuple[str, dict[str,
     the error lists each file with its reason. Nothing is written here (a run refused later leaves
     the directory as it was), and there is no silent fresh start.
     """
+    log = log or sys.stderr  # the stream of now (a caller may have redirected it), not of when this module was imported
     if os.path.isfile(path):
         return path, resumable(path, load_model_state(path))
     directory = os.path.join(path, CHECKPOINT_DIR) if os.path.isdir(os.path.join(path, CHECKPOINT_DIR)) else path

@@ -28,7 +28,7 @@ from ppo_dict.data.actions import action_space_problem, masking_space_problem
 from ppo_dict.data.masking import env_mask_problem
 from ppo_dict.data.storage import vector_obs_shapes
 from ppo_dict.envs import contains_image, ppo_observation_problem
-from ppo_dict.interop.hyperparams import load_hyperparams
+from ppo_dict.interop.hyperparams import zoo_values
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
 from ppo_dict.run.run_dir import run_dir_problems
 from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
@@ -53,7 +53,7 @@ def path_problems(cfg: Config) -> list[str]:
     if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
         problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
-        problems += load_hyperparams(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
+        problems += zoo_values(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
     return problems
 
 

@@ -1,25 +1,50 @@
-"""The command line generated from :class:`~ppo_dict.core.config.Config`'s fields: one ``--flag`` each.
+"""The command lines: ``main_ppo``'s generated from :class:`~ppo_dict.core.config.Config`'s fields (one
+``--flag`` each), and every other command's ``--help`` from the same generator (:func:`command_parser`).
 
 Booleans accept ``--x``, ``--x True`` and ``--x=False``; optional values accept ``None``: exactly
 what a wandb sweep agent sends. Unknown and abbreviated flags are argparse errors (exit 2). Values
 are read by the fields' own parsers after argparse, so that every unreadable value is listed (with
 the other problems, by ``ppo_dict.run.checks.validate``), not only argparse's first.
 
-``--dry_run`` is the command line's own flag, not a setting: check the config, print the run plan,
-start nothing.
+rl-zoo's spellings are aliases of the same flags (:data:`ALIASES`: ``-n``, ``--trained-agent``,
+``--eval-freq``...), ``--hyperparams`` takes rl-zoo's ``key:value`` overrides beside a file, and
+``--algo`` takes rl-zoo's ``ppo`` and ``ppo_lstm``. ``--dry_run`` and ``--algo`` are the command line's
+own flags, not settings (:data:`COMMAND_LINE_FLAGS`).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import difflib
-from typing import Any, NoReturn, Optional
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any, NamedTuple, NoReturn, Optional, Sequence
 
 from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config, read_values
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import reads_bool
-from ppo_dict.core.parse import parse_bool, parse_packages
-from ppo_dict.interop.hyperparams import load_hyperparams
+from ppo_dict.core.parse import parse_bool, parse_kwargs, parse_packages, parse_words
+from ppo_dict.interop.hyperparams import ZOO_ALGOS, parse_algo, zoo_values
+
+#: rl-zoo's spellings (``rl_zoo3/train.py``) of the flags that mean the same here, after ours in ``--help``
+ALIASES: dict[str, tuple[str, ...]] = {
+    "total_timesteps": ("-n", "--n-timesteps"), "trained_agent": ("-i", "--trained-agent"), "eval_freq": ("--eval-freq",),
+    "eval_episodes": ("--eval-episodes",), "save_freq": ("--save-freq",), "log_interval": ("--log-interval",),
+    "tensorboard_log": ("-tb", "--tensorboard-log"), "torch_threads": ("--num-threads",), "gym_packages": ("--gym-packages",),
+    "env_kwargs": ("--env-kwargs",), "hyperparams": ("-params", "-conf", "--conf-file"), "project": ("--wandb-project-name",),
+    "entity": ("--wandb-entity",), "group": ("--wandb-group",), "tags": ("-tags", "--wandb-tags"),
+}
+#: the flags that are the command line's own, not settings (not saved with a run): ``{name: help}``
+DRY_RUN_HELP = ("check the config (every problem, the machine's resources included), print the run plan and exit "
+                "without starting any process (0: the run would start; 2: it would be refused)")
+ALGO_HELP = (f"rl-zoo's --algo: {' or '.join(ZOO_ALGOS)} (sb3-contrib's RecurrentPPO: a recurrent --model, mlp_lstm unless the "
+             "hyperparameter entry or a flag names one); ppo_dict trains PPO only (MaskablePPO: --action_masks True)")
+COMMAND_LINE_FLAGS = {"dry_run": DRY_RUN_HELP, "algo": ALGO_HELP}
+#: ``python -m ppo_dict.main_ppo --help``'s description (the first paragraph is shown)
+MAIN_DOC = """Train PPO with sb3's numbers: ``python -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp``. Every
+setting is a flag with sb3's name and default; a bad config is refused before anything starts, every
+problem listed (``--dry_run`` checks and prints the plan)."""
 
 
 class FlagParser(argparse.ArgumentParser):
@@ -34,55 +59,82 @@ class FlagParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}{hints} (--help lists every flag)\n")
 
 
-def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False) -> argparse.ArgumentParser:
-    """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are,
-    and ``--dry_run``. Values are kept as typed (:func:`read_flags` reads them).
+class Option(NamedTuple):
+    """One option or positional argument of a command: its names, its help, its default (shown as
+    ``shown`` where given: a default worked out at run time), and argparse's other keyword arguments."""
 
-    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart); ``--help``
-    shows every default either way: it is written into the help text (:func:`help_text`), not left to
-    argparse, which shows none for a suppressed default.
-    """
-    parser = FlagParser(prog=prog, allow_abbrev=False)
-    for group_name, fields in flag_groups().items():
-        group = parser.add_argument_group(group_name)
-        for f in fields:
-            kwargs: dict[str, Any] = dict(default=flag_default(f), help=help_text(f.metadata["help"], default_text(f)), type=str)
-            if reads_bool(f.metadata["parse"]):
-                kwargs.update(nargs="?", const=True, metavar="True|False")
-            elif f.metadata["parse"] is parse_packages:
-                kwargs.update(nargs="*", metavar="NAME")
-            if suppress_defaults:
-                kwargs["default"] = argparse.SUPPRESS
-            group.add_argument(f"--{f.name}", **kwargs)
-    parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
-                        type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
+    names: tuple[str, ...]
+    help: str
+    default: Any = None
+    shown: Optional[str] = None
+    kwargs: dict[str, Any] = {}
+
+
+def plain(text: str) -> str:
+    """A docstring's reStructuredText as ``--help`` prints it: ````code```` and ``:func:`~a.b.name``` as plain words."""
+    text = re.sub(r":\w+:`~(?:[\w.]*\.)?(\w+)`", r"\1", text)  # :func:`~a.b.name`: name
+    text = re.sub(r":\w+:`([^`]+)`", r"\1", text)  # :class:`Config`: Config
+    return text.replace("``", "")
+
+
+def help_text(text: str, default: Optional[str]) -> str:
+    """An option's ``--help`` line: its help text (plain), then its default (``%`` doubled: argparse formats
+    help strings); ``default`` None: an argument that has none (a positional one)."""
+    text = plain(text) if default is None else f"{plain(text)} (default: {default})"
+    return text.replace("%", "%%")
+
+
+def add_option(container: Any, option: Option) -> None:
+    """``option`` on a parser or one of its groups, its default in its help."""
+    positional = not option.names[0].startswith("-")
+    shown = None if positional else option.shown if option.shown is not None else str(option.default)
+    kwargs = dict(option.kwargs, help=help_text(option.help, shown))
+    if not positional:
+        kwargs.setdefault("default", option.default)
+    container.add_argument(*option.names, **kwargs)
+
+
+#: the width ``--help`` wraps a command's description to (its examples, in the epilog, are shown as written)
+DESCRIPTION_WIDTH = 78
+
+
+def description(doc: str) -> str:
+    """A command's ``--help`` description: the first paragraph of its module's docstring, plain, wrapped."""
+    return textwrap.fill(" ".join(plain(doc.strip().split("\n\n")[0]).split()), DESCRIPTION_WIDTH)
+
+
+def command_parser(prog: str, doc: str, options: Sequence[Option] = (), epilog: Optional[str] = None) -> FlagParser:
+    """A command's parser: its :func:`description` from its module's docstring (``doc``); each option's
+    default shown in its help; ``epilog`` (examples) as written; errors in one line (:class:`FlagParser`)."""
+    parser = FlagParser(prog=prog, description=description(doc), epilog=epilog and plain(epilog), allow_abbrev=False,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    for option in options:
+        add_option(parser, option)
     return parser
 
 
-#: ``--dry_run``'s help: the command line's own flag, not a :class:`Config` field (the flags page shows it too)
-DRY_RUN_HELP = ("check the config (every problem, the machine's resources included), print the run plan and exit "
-                "without starting any process (0: the run would start; 2: it would be refused)")
+def flag_default(f: dataclasses.Field) -> Any:
+    """Field ``f``'s default (a dict field's from its factory)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
-def help_text(text: str, default: str) -> str:
-    """A flag's ``--help`` line: its help text, then its default as the flags page shows it
-    (``%`` doubled: argparse formats help strings)."""
-    return f"{text} (default: {default})".replace("%", "%%")
+def default_text(f: dataclasses.Field) -> str:
+    """Field ``f``'s default as the flags page prints it: sb3's value, ``None`` where the value is chosen at run time."""
+    return str(flag_default(f))
 
 
-def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``(flags, unreadable)``: ``{field: value}`` read for the flags actually given on the command
-    line (plus ``dry_run`` when given), and ``{field: problem}`` for values no parser reads.
-    argparse exits 2 only for what is not a value: an unknown flag, a flag without its value."""
-    given = vars(build_parser(suppress_defaults=True).parse_args(argv))
-    dry_run = given.pop("dry_run", None)
-    flags, unreadable = read_values(given)
-    if dry_run is not None:
-        try:
-            flags["dry_run"] = parse_bool(dry_run)
-        except argparse.ArgumentTypeError as exc:
-            unreadable["dry_run"] = f"dry_run={dry_run!r}: {exc}"
-    return flags, unreadable
+def shown_default(f: dataclasses.Field, default: Any) -> str:
+    """The default ``--help`` prints for field ``f``: ``default``, and for None what None means (``None: 256``)."""
+    none = f.metadata.get("none", "")
+    return f"{default}: {none}" if default is None and none else str(default)
+
+
+def flag_text(f: dataclasses.Field, spellings: bool = True) -> str:
+    """What field ``f``'s flag does, as the flags page says it: its help, what None means, rl-zoo's spellings of it
+    (not with ``spellings`` False: the setting as Python names it)."""
+    none, aliases = f.metadata.get("none", ""), ALIASES.get(f.name, ()) if spellings else ()
+    return (f.metadata["help"] + (f" (None: {none})" if none else "")
+            + (f" (rl-zoo's spelling{'s' * (len(aliases) > 1)}: {', '.join(aliases)})" if aliases else ""))
 
 
 def flag_groups() -> dict[str, list[dataclasses.Field]]:
@@ -95,34 +147,102 @@ def flag_groups() -> dict[str, list[dataclasses.Field]]:
     return groups
 
 
-def flag_default(f: dataclasses.Field) -> Any:
-    """The default ``--help`` shows for field ``f`` (a dict field's from its factory)."""
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+def field_option(f: dataclasses.Field, default: Any, suppress: bool) -> Option:
+    """The :class:`Option` of field ``f`` (``--help`` shows ``default``; parsing keeps what is typed, as typed)."""
+    kwargs: dict[str, Any] = dict(type=str, dest=f.name)
+    if reads_bool(f.metadata["parse"]):
+        kwargs.update(nargs="?", const=True, metavar="True|False")
+    elif f.metadata["parse"] is parse_packages:
+        kwargs.update(nargs="*", metavar="NAME")
+    elif f.metadata["parse"] is parse_kwargs:
+        kwargs.update(nargs="+", metavar="KWARGS")  # dict(a=1), or rl-zoo's key:value words
+    elif f.metadata["parse"] is parse_words:
+        kwargs.update(nargs="+", action="extend", metavar="WORD")  # words kept whole, gathered over repeats
+    if suppress:
+        kwargs["default"] = argparse.SUPPRESS
+    return Option((f"--{f.name}", *ALIASES.get(f.name, ())), f.metadata["help"], default, shown_default(f, default), kwargs)
 
 
-def default_text(f: dataclasses.Field) -> str:
-    """Field ``f``'s default as ``--help`` and the flags page print it: sb3's value, ``None`` where the
-    value is chosen at run time (the help text says how)."""
-    return str(flag_default(f))
+def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False, defaults: Optional[dict[str, Any]] = None,
+                 doc: str = MAIN_DOC, extra: Optional[dict[str, Sequence[Option]]] = None, epilog: Optional[str] = None) -> FlagParser:
+    """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are, and the
+    command line's own flags (:data:`COMMAND_LINE_FLAGS`). Values are kept as typed (:func:`read_command_line` reads them).
+
+    With ``suppress_defaults`` only the flags given appear in the result (to tell them apart); ``--help``
+    shows every default either way, written into the help text. ``defaults``: other defaults to show
+    (main_ppo_godot's); ``doc``: the docstring its description is from; ``extra``: ``{group: options}`` a
+    command adds (main_ppo_godot's ``--env_path``); ``epilog``: its examples.
+    """
+    parser = command_parser(prog, doc, epilog=epilog)
+    parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
+                        type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
+    parser.add_argument("--algo", default=argparse.SUPPRESS if suppress_defaults else "ppo", type=str, metavar="|".join(ZOO_ALGOS),
+                        help=help_text(ALGO_HELP, "ppo"))
+    for group_name, fields in flag_groups().items():
+        group = parser.add_argument_group(group_name)
+        for f in fields:
+            add_option(group, field_option(f, (defaults or {}).get(f.name, flag_default(f)), suppress_defaults))
+        for option in (extra or {}).get(group_name, ()):
+            add_option(group, option)
+    return parser
+
+
+@dataclass
+class CommandLine:
+    """A command line read once: ``flags`` ``{setting: value}`` for the settings typed, ``unreadable``
+    ``{setting: problem}`` for values no parser reads, and the command line's own flags."""
+
+    flags: dict[str, Any]
+    unreadable: dict[str, str]
+    dry_run: bool = False
+    algo: str = "ppo"
+
+
+def read_command_line(argv: Optional[list[str]]) -> CommandLine:
+    """Parse ``argv`` once: argparse exits 2 only for what is not a value (an unknown flag, a flag without its
+    value); every value no parser reads is in :attr:`CommandLine.unreadable`."""
+    given = vars(build_parser(suppress_defaults=True).parse_args(argv))
+    own = {name: given.pop(name) for name in COMMAND_LINE_FLAGS if name in given}
+    for name, value in given.items():  # one word of keyword arguments is read, and named, as the text it is
+        if FIELDS[name].metadata["parse"] is parse_kwargs and isinstance(value, list) and len(value) == 1:
+            given[name] = value[0]
+    line = CommandLine(*read_values(given))
+    try:
+        line.dry_run = parse_bool(own.get("dry_run", False))
+    except argparse.ArgumentTypeError as exc:
+        line.unreadable["dry_run"] = f"dry_run={own['dry_run']!r}: {exc}"
+    try:
+        line.algo = parse_algo(own.get("algo", "ppo"))
+    except ValueError as exc:
+        line.unreadable["algo"] = f"algo={own['algo']!r}: {exc}"
+    return line
+
+
+def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(flags, unreadable)`` of :func:`read_command_line`, ``dry_run`` among the flags when it was given."""
+    line = read_command_line(argv)
+    return {**line.flags, **({"dry_run": line.dry_run} if line.dry_run else {})}, line.unreadable
 
 
 def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
-    """``{field: value}`` for the flags actually given on the command line (parsed); one
-    :class:`ConfigError` lists every value no parser reads."""
-    flags, unreadable = read_flags(argv)
-    if unreadable:
-        raise ConfigError(list(unreadable.values()))
-    return flags
+    """``{setting: value}`` for the settings given on the command line (parsed); one :class:`ConfigError`
+    lists every value no parser reads."""
+    line = read_command_line(argv)
+    if line.unreadable:
+        raise ConfigError(list(line.unreadable.values()))
+    return line.flags
 
 
 def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
                      pinned: Optional[dict[str, Any]] = None) -> Config:
     """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.run.checks.validate``);
     argparse exits 2 on unknown flags, :class:`ConfigError` lists the values no parser reads.
-    See :func:`config_from_flags`."""
-    flags = explicit_flags(argv)
-    flags.pop("dry_run", None)
-    return config_from_flags(flags, base, pinned)
+    See :func:`read_config`."""
+    line = read_command_line(argv)
+    cfg, unreadable = read_config(line.flags, base, pinned, line.algo)
+    if line.unreadable or unreadable:
+        raise ConfigError(list({**line.unreadable, **unreadable}.values()))
+    return cfg
 
 
 def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None) -> Config:
@@ -135,20 +255,28 @@ def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = No
 
 
 def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
-                pinned: Optional[dict[str, Any]] = None) -> tuple[Config, dict[str, str]]:
+                pinned: Optional[dict[str, Any]] = None, algo: str = "ppo") -> tuple[Config, dict[str, str]]:
     """``(config, unreadable)`` (:meth:`Config.read`) of a command line read once (``given``:
-    :func:`read_flags`' flags, ``dry_run`` left out).
+    :attr:`CommandLine.flags`; ``algo``: its ``--algo``).
 
     Precedence, lowest first: sb3's defaults, ``base`` (a resumed checkpoint's config, or a
-    trained agent's saved hyperparameters), the ``--hyperparams`` file's entry for the env,
-    ``pinned`` (what a trained agent fixes: its policy), then the flags actually typed.
+    trained agent's saved hyperparameters), ``--algo ppo_lstm``'s recurrent model, the ``--hyperparams``
+    file's entry for the env and its ``key:value`` overrides, ``pinned`` (what a trained agent fixes: its
+    policy), then the flags typed.
     """
     layered: dict[str, Any] = dict(base or {})
-    hyperparams_file = given.get("hyperparams", layered.get("hyperparams"))
-    if hyperparams_file and "resume" not in given:
+    if ZOO_ALGOS[algo] and str(layered.get("model", "")) not in RECURRENT_MODELS:
+        layered["model"] = RECURRENT_MODELS[0]
+    words = given.get("hyperparams", layered.get("hyperparams"))
+    if words and ("resume" not in given or "hyperparams" in given):  # a resumed config holds what its words gave
         env = given.get("env", layered.get("env", FIELDS["env"].default))
         recurrent = str(given.get("model", layered.get("model", ""))) in RECURRENT_MODELS  # rl_zoo3: its ppo_lstm.yml
-        layered.update(load_hyperparams(hyperparams_file, env, recurrent)[0])
+        layered.update(zoo_values(parse_words(words), env, recurrent, read_file="resume" not in given)[0])
     layered.update(pinned or {})
     layered.update(given)
-    return Config.read(layered)  # the dataclass fills in sb3's defaults
+    cfg, unreadable = Config.read(layered)  # the dataclass fills in sb3's defaults
+    if ZOO_ALGOS[algo] and not cfg.recurrent:
+        unreadable["algo"] = (f"algo={algo!r}: sb3-contrib's RecurrentPPO trains a recurrent model (--model "
+                              f"{' or '.join(RECURRENT_MODELS)}), not model={cfg.model!r}")
+    return cfg, unreadable
+

@@ -18,6 +18,7 @@ import torch
 
 from ppo_dict.algo.model import Model
 from ppo_dict.core.files import atomic_write
+from ppo_dict.core.reading import MiB, entry_kind, npz_arrays
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.data.episodes import EpisodeBook
 from ppo_dict.data.masking import env_masks
@@ -35,6 +36,32 @@ EVAL_SEED_OFFSET = 1_000_000
 EVALUATIONS = "evaluations.npz"
 #: seconds the eval env's constructor may take (the pools' start timeout)
 BUILD_TIMEOUT = 120.0
+
+
+#: the most bytes an ``evaluations.npz`` holds: a float and an int per episode (a million evaluations of 16 episodes)
+MAX_EVALUATIONS_BYTES = 256 * MiB
+
+
+def read_evaluations(path: str) -> dict[str, np.ndarray]:
+    """A run's ``evaluations.npz`` (read without following a link, capped, no pickles), checked to be what
+    :meth:`Evaluator.evaluate` writes: ``timesteps: int[n]`` (not negative), ``results: float[n, episodes]`` finite,
+    ``ep_lengths: int[n, episodes]`` (not negative), ``successes: [m <= n, episodes]`` where kept.
+    Raises ``ValueError`` (an ``OSError`` for a file that is not read) naming what is wrong."""
+    data = npz_arrays(path, MAX_EVALUATIONS_BYTES, "an evaluations.npz", follow=False)
+    missing = [k for k in ("timesteps", "results", "ep_lengths") if k not in data]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)}")
+    timesteps, results, lengths = data["timesteps"], data["results"], data["ep_lengths"]
+    successes = data.get("successes", np.zeros((0, results.shape[-1] if results.ndim else 0)))
+    if not (timesteps.ndim == 1 and timesteps.dtype.kind in "iu" and (timesteps >= 0).all()):
+        raise ValueError(f"{path}: timesteps {timesteps.dtype}{list(timesteps.shape)} is not an array of steps")
+    if not (results.ndim == 2 and len(results) == len(timesteps) and results.dtype.kind in "iuf" and np.isfinite(results).all()):
+        raise ValueError(f"{path}: results {results.dtype}{list(results.shape)} is not finite returns, a row per evaluation")
+    if not (lengths.shape == results.shape and lengths.dtype.kind in "iu" and (lengths >= 0).all()):
+        raise ValueError(f"{path}: ep_lengths {lengths.dtype}{list(lengths.shape)} is not episode lengths of the results' shape")
+    if not (successes.ndim == 2 and len(successes) <= len(timesteps) and successes.dtype.kind in "biuf" and np.isfinite(successes).all()):
+        raise ValueError(f"{path}: successes {successes.dtype}{list(successes.shape)} is not an evaluation's successes")
+    return data
 
 
 class WatchedCalls:
@@ -197,15 +224,15 @@ class Evaluator:
     def load_history(self, up_to_step: int) -> None:
         """Continue a resumed run's ``evaluations.npz`` (rows after the checkpoint are dropped)."""
         path = os.path.join(self.run_dir, EVALUATIONS)
-        if not os.path.exists(path):
+        if not entry_kind(path):
             return
-        with np.load(path) as data:
-            keep = data["timesteps"] <= up_to_step
-            self.timesteps = data["timesteps"][keep].tolist()
-            self.results = data["results"][keep].tolist()
-            self.ep_lengths = data["ep_lengths"][keep].tolist()
-            if "successes" in data.files:  # a row per evaluation that had successes (all of them, as runs go)
-                self.successes = data["successes"][: len(self.timesteps)].tolist()
+        data = read_evaluations(path)  # checked before the run took its directory: this reads what was checked
+        keep = data["timesteps"] <= up_to_step
+        self.timesteps = data["timesteps"][keep].tolist()
+        self.results = data["results"][keep].tolist()
+        self.ep_lengths = data["ep_lengths"][keep].tolist()
+        if "successes" in data:  # a row per evaluation that had successes (all of them, as runs go)
+            self.successes = data["successes"][: len(self.timesteps)].tolist()
         if self.results:
             self.best_mean_reward = max(float(np.mean(r)) for r in self.results)
 

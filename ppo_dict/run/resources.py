@@ -20,7 +20,7 @@ from gymnasium import spaces
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.machine import Machine
-from ppo_dict.data.storage import obs_layout, policy_view, channel_last_keys
+from ppo_dict.data.storage import channel_last_keys, obs_layout, policy_view, stage_keys_of
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shared_memory import plan_layout, shared_memory_problem
 
@@ -104,10 +104,11 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     layout = cfg.layout(backend.unit)
     n_envs, T, workers = layout.n_envs, cfg.n_steps, layout.processes
     threads = max(cfg.torch_threads, cfg.update_threads or 1)
-    layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords).nbytes
+    # the storage (the normalised stage and the policy's outputs with it: processes stepping envs write them)
+    stage = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
+    layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords, stage).nbytes
     obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values())
-    copies = 2 if cfg.normalize and cfg.norm_obs else 1  # the update's flattened copy, and the normalised stage
-    learner = (T + 1) * n_envs * obs_row * copies + T * n_envs * 64  # actions, values, log-probs, advantages, ...
+    learner = (T + 1) * n_envs * obs_row + T * n_envs * 64  # the update's flattened copies, advantages, returns
     if cfg.recurrent:  # each env's LSTM states at every step: (h, c) of the actor's and the critic's LSTMs, float32
         lstm = cfg.lstm_settings
         learner += (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * 4

@@ -11,11 +11,19 @@ from typing import Optional
 import torch
 
 from ppo_dict.algo.device_choice import measured_device
-from ppo_dict.algo.model import resolve_device
+from ppo_dict.algo.model import build_normalizer, resolve_device
+from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.sharded_rollout import probed, processes_of
 from ppo_dict.core.config import Config
+from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
+from ppo_dict.core.seeding import thread_count
 from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
+from ppo_dict.data.masking import masked_backend
+from ppo_dict.data.step_obs import StepObsToDevice
+from ppo_dict.data.storage import RolloutStorage, stage_keys_of
 from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
 from ppo_dict.vec.backend import EnvBackend
@@ -68,21 +76,44 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 
 
 
+def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device) -> str:
+    """``--dry_run``'s line on where the rollout's policy step will run: the start probe
+    (``ppo_dict.algo.shard_probe``) on storage rows laid out as the run's (one rollout step of them: each step's
+    row is laid out alike), with the run's policy built from its seed on a fork of the generator (the run's own
+    draws stay as they are), in this process alone. "" where no worker process would step envs."""
+    if not layout.processes:
+        return ""
+    backend = masked_backend(backend) if cfg.action_masks else backend
+    space = backend.observation_space
+    stage_keys = stage_keys_of(space, cfg.normalize, cfg.norm_obs)
+    storage = RolloutStorage(space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords, stage_keys=stage_keys)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0 if cfg.seed is None else cfg.seed)
+        policy = build_policy(cfg, space, backend.action_space)
+    normalizer = build_normalizer(cfg, space, layout.n_envs)
+    processes = processes_of(layout.main, list(layout.blocks))
+    with thread_count(cfg.torch_threads):  # the run's rollout threads (the workers': one each)
+        return probed(cfg, storage, backend.label, processes, policy, normalizer, device, PolicyStep(policy, layout.n_envs),
+                      StepObsToDevice(storage, torch.device("cpu")))[1]
+
+
 def main_share_notice(cfg: Config, layout: Layout) -> str:
-    """The start line naming the envs the main process steps itself ("" where it steps none). A crash there
-    (a segfault in an env's native code) ends the whole run, where a worker's crash is a ``WorkerDiedError``."""
+    """The start line naming the envs the main process steps itself beside worker processes ("" where it steps
+    none, and where there is no worker process: every env in this process is sb3's own DummyVecEnv layout,
+    which the layout line says). A crash there (a segfault in an env's native code) ends the whole run,
+    where a worker's crash is a ``WorkerDiedError``."""
     n_envs, share = layout.n_envs, layout.main
-    if not share:
+    if not share or not layout.processes:
         return ""
     which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
-    isolate = "--main_steps_envs False" + (" with --num_workers 1 or more" if cfg.num_workers == 0 else "")
     return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
-            f"--resume auto continues it from its last checkpoint; {isolate} steps every env in a worker process instead, "
-            "where a crash is a WorkerDiedError")
+            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker process "
+            "instead, where a crash is a WorkerDiedError")
 
 
-def dry_run_text(cfg: Config, check: RunCheck) -> str:
-    """``--dry_run``'s report: what the checked run would be, and what it would ask of the machine."""
+def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
+    """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
+    from, said after its policy), and what it would ask of the machine."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
@@ -97,10 +128,12 @@ def dry_run_text(cfg: Config, check: RunCheck) -> str:
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+        *filter(None, [policy_step_line(cfg, check.backend, cfg.layout(backend.unit), check.device), hyperparams]),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
         f"workers {needs.worker_memory / MB:.0f} MB",
         f"processes: about {needs.tasks} processes and threads ({machine.cpus} usable CPU cores), {needs.files} more open files "
         f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
         f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+        f"writes: {'; '.join(written_paths(cfg))}",
     ])

@@ -42,7 +42,8 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
 
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
-    CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise).
+    CSV log, evaluations and checkpoints in place (unless ``--run_dir`` says otherwise); a checkpoint
+    that is in no run directory (``checkpoint_run_dir``) starts a new one, as a fresh run does.
     ``--resume auto`` resumes from ``--run_dir`` when it holds a checkpoint, else starts fresh.
     ``flags``: the command line's flags (:func:`~ppo_dict.run.cli.read_flags`).
     """
@@ -52,10 +53,12 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     if path is None or not os.path.exists(path):
         return None  # a fresh start, or validate() reports the missing path with the other problems
     file, state = load_for_resume(path)
-    steps = int(state["num_timesteps"])
-    continues = os.path.isdir(path) or not newer_checkpoints(file, steps)  # else: an older checkpoint, whose run went on
-    state["config"]["run_dir"] = checkpoint_run_dir(file) if continues else branch_dir(checkpoint_run_dir(file), steps)
-    state["config"].pop("overwrite", None)  # asked of one run, never of the runs that resume it
+    steps, home = int(state["num_timesteps"]), checkpoint_run_dir(file)
+    if home is None:  # a checkpoint outside a run directory (a download, a copy): its folder is no run's to take
+        state["config"]["run_dir"] = None
+    else:
+        continues = os.path.isdir(path) or not newer_checkpoints(file, steps)  # else: an older checkpoint, whose run went on
+        state["config"]["run_dir"] = home if continues else branch_dir(home, steps)
     return file, state
 
 

@@ -15,7 +15,8 @@ import re
 import sys
 from typing import Any, Optional, TextIO
 
-from ppo_dict.core.files import atomic_write
+from ppo_dict.core.files import append_text, atomic_write
+from ppo_dict.core.reading import entry_kind, open_regular
 
 STEP = "step"
 
@@ -45,9 +46,9 @@ class CSVWriter:
         self.rows: list[dict[str, Any]] = []
         self.keys: list[str] = []
         source = source or path
-        if resume_step is not None and os.path.exists(source):
-            with open(source, newline="") as f:
-                self.rows = [row for row in csv.DictReader(f) if row.get(STEP) and int(float(row[STEP])) <= resume_step]
+        if resume_step is not None and entry_kind(source):  # the run's own file: never read through a link
+            with open_regular(source, follow=False) as f:
+                self.rows = [row for row in progress_rows(io.TextIOWrapper(f, newline=""), source) if row[STEP] <= resume_step]
             self.keys = sorted({k for row in self.rows for k in row} - {STEP})
         self._rewrite()
 
@@ -66,14 +67,33 @@ class CSVWriter:
             self.keys = sorted(set(self.keys) | set(new_keys))
             self._rewrite()
             return
-        with open(self.path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=[STEP, *self.keys], restval="").writerow(row)
+        buffer = io.StringIO()
+        csv.DictWriter(buffer, fieldnames=[STEP, *self.keys], restval="").writerow(row)
+        append_text(self.path, buffer.getvalue())  # to the file _rewrite made, never through a link put in its place since
+
+
+def progress_rows(file: Any, where: str) -> list[dict[str, Any]]:
+    """The rows of a ``progress.csv`` (``file``: open as text) that have a step, the step read as an int (the
+    rest as written); ``ValueError`` names a step that is not a whole number of steps."""
+    rows = []
+    for n, row in enumerate(csv.DictReader(file), start=2):
+        text = row.get(STEP)
+        if not text:
+            continue
+        try:
+            step = float(text)
+        except ValueError:
+            step = math.nan
+        if not (math.isfinite(step) and 0 <= step < 2**63 and step == int(step)):
+            raise ValueError(f"{where}: line {n}: the step {text[:40]!r} is not a whole number of steps")
+        rows.append({**row, STEP: int(step)})
+    return rows
 
 
 def read_csv(path: str) -> list[dict[str, float]]:
     """Rows of a ``progress.csv`` as floats (empty cells left out)."""
-    with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+    with open_regular(path) as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(io.TextIOWrapper(f, newline=""))]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,9 +146,9 @@ class WandbTracker:
         id_path = os.path.join(run_dir, self.ID_FILE)
         run_id: Optional[str] = None
         if "WANDB_RUN_ID" not in os.environ:
-            if resuming and os.path.exists(id_path):
-                with open(id_path) as f:
-                    run_id = f.read().strip()
+            if resuming and entry_kind(id_path):
+                with open_regular(id_path, follow=False) as f:
+                    run_id = f.read(256).decode(errors="replace").strip()
             else:
                 from wandb.sdk.lib.runid import generate_id
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, U
 from gymnasium import spaces
 
 from ppo_dict.data.masking import masked_backend
-from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.data.storage import RolloutStorage, stage_keys_of
 from ppo_dict.envs import GODOT_BACKEND, GYM_BACKEND, AtariOptions, EnvSpec, PixelOptions, resolve_env_name
 from ppo_dict.vec.backend import EnvBackend, GymBackend
 from ppo_dict.vec.godot import GodotBackend
@@ -60,6 +60,8 @@ class EnvPool(Protocol):
     def step_wait(self) -> None: ...  # waits for them
 
     def record_infos(self, on: bool) -> None: ...
+
+    def adapt(self, busy_elsewhere: bool) -> None: ...  # other processes keep the CPUs busy (ppo_dict.core.load): waits that sleep
 
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]: ...
 
@@ -111,5 +113,7 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
         backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
     if not layout.processes:
         return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
+    # the normalised observations in shared memory too: the processes that step the envs may write them (ppo_dict.algo.shard)
+    stage_keys = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
     return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
-                      spin_wait_us=cfg.spin_wait_us, layout=layout)
+                      spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)

@@ -1,117 +1,44 @@
 """The main process's side of the worker processes: start W of them, talk to them, stop them.
 
 Worker w owns the env columns ``blocks[w]`` of one shared :class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
-under /dev/shm on Linux: nothing can leak, even after SIGKILL). Control is a tiny pickled message
-per worker per command over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them), written and read
-by a :class:`~ppo_dict.vec.channel.Channel` (one system call a message; a step's frame encoded once). The main process
-blocks in ``poll(2)`` on every pipe and every worker's process sentinel, with a timeout; there are
-no ``ctx.Queue``/``Lock``/``Event``: under forkserver/spawn their named semaphores outlive a
-SIGKILLed process group in /dev/shm.
+under /dev/shm on Linux: nothing can leak, even after SIGKILL). A rollout step is handed to every worker at
+once by one store in a shared page (:mod:`ppo_dict.vec.broadcast`, :meth:`WorkerGroup.publish`), each
+answering in its own word of it; other commands are a tiny pickled message per worker over a ``ctx.Pipe``
+(``ppo_dict.vec.worker`` lists them), written and read by a :class:`~ppo_dict.vec.channel.Channel` (one
+system call a message; a step's frame encoded once). The main process waits on the page, and on every pipe
+and every worker's process sentinel, with a timeout; there are no ``ctx.Queue``/``Lock``/``Event``: under
+forkserver/spawn their named semaphores outlive a SIGKILLed process group in /dev/shm.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
 import os
 import multiprocessing
 import multiprocessing.connection
 import select
 import signal
-import sys
 import time
 import weakref
-from typing import Any, Callable, Iterator, Optional, Sequence
+from multiprocessing import reduction
+from typing import Any, Callable, Optional, Sequence
 
 from ppo_dict.core.config import MP_METHODS
 from ppo_dict.core.errors import PoolClosedError, WorkerDiedError, WorkerStartError, WorkerTimeoutError
-from ppo_dict.core.machine import Machine, physical_cores, stat_fields
+from ppo_dict.core.load import BUSY, busy_at_start
+from ppo_dict.core.machine import physical_cores
 from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.vec import broadcast
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.channel import Channel, encode, frame_of, wait_for
+from ppo_dict.vec.processes import CLOSE_GRACE, columns_text, main_not_rerun, start_failure_text, stop_workers  # noqa: F401
 from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_alloc
 from ppo_dict.vec.watchdog import KILLERS
+from ppo_dict.vec.work import Header
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
 
-#: Seconds workers get to exit after "close" before they are terminated, then killed.
-CLOSE_GRACE = 1.0
 #: Seconds a waiting process looks before it sleeps where every process has a physical core (``spin_wait_us`` 1000: :func:`default_spin`).
 SPIN_WAIT = 0.001
-
-
-#: Seconds :func:`stop_workers` waits for killed workers to exit.
-KILLED_EXIT = 10.0
-
-
-def stop_workers(procs: list, channels: list[Channel], grace: float) -> None:
-    """Send close, wait ``grace``, terminate, wait 1 s, kill, reap; close the pipes.
-
-    Never reads a reply, so a worker still busy with a step cannot block it. After the kill it waits
-    up to :data:`KILLED_EXIT` for the exits: SIGKILL cannot be refused, but on a loaded host a killed
-    process can take over a second to exit (freeing its memory), and one left to the next check is
-    reported as a stray. Module-level so that ``weakref.finalize`` holds no reference to the group.
-    """
-    for channel in channels:
-        try:
-            channel.send(("close",))
-        except (OSError, ValueError):
-            pass
-    for signum, wait_s in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, KILLED_EXIT)):
-        alive = [p for p in procs if running(p)]
-        if not alive:
-            break
-        for p in alive:
-            if signum is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signum)
-        # Until every one has exited or wait_s is up: connection.wait returns when the first
-        # sentinel is ready, and a worker still closing its envs (reaping a Godot game) must not
-        # be terminated half-way because another was quicker.
-        deadline = time.monotonic() + wait_s
-        while alive and time.monotonic() < deadline:
-            watched = [p.sentinel for p in alive if p.is_alive()]  # the rest: orphans (running), looked at every 10 ms
-            timeout = deadline - time.monotonic() if len(watched) == len(alive) else min(deadline - time.monotonic(), 0.01)
-            if watched:
-                multiprocessing.connection.wait(watched, timeout=timeout)
-            else:
-                time.sleep(max(0.0, timeout))
-            alive = [p for p in alive if running(p)]
-    for p in procs:
-        p.join(0.1)
-        if p.exitcode is not None:
-            p.close()
-    for channel in channels:
-        channel.close()
-
-
-def running(proc: multiprocessing.process.BaseProcess) -> bool:
-    """Whether ``proc`` still runs. ``is_alive()`` alone is not enough with forkserver: a forkserver that dies
-    (a client connection closed before it sent its file descriptors, when this process hit its open-file limit
-    starting the next worker) ends every worker's status pipe, which reads as an exit, while the workers,
-    now orphans, still run; those are looked at by pid: running where not a zombie and in this process's
-    session (a pid the system gave another process since is not taken for the worker)."""
-    if proc.is_alive():
-        return True
-    fields = stat_fields(proc.pid)
-    return fields is not None and fields[0] != "Z" and int(fields[3]) == os.getsid(0)
-
-
-@contextlib.contextmanager
-def main_not_rerun() -> Iterator[None]:
-    """Workers started inside do not run the main module again (spawn and forkserver children import
-    it by path or name, to unpickle what it defines): for backends whose workers need nothing from
-    it (their env recipes pickled by value), so that a script without ``if __name__ == "__main__":``
-    (sb3's documentation's, whose DummyVecEnv starts no process) does not start itself again."""
-    main = sys.modules["__main__"]
-    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__spec__ = None
-    try:
-        yield
-    finally:
-        main.__dict__.update(saved)
-        if "__spec__" not in saved:
-            del main.__spec__
 
 
 def default_spin(processes: int) -> float:
@@ -119,41 +46,8 @@ def default_spin(processes: int) -> float:
     worker processes beside this one: :data:`SPIN_WAIT` where each of them and
     this process have a physical core of their own, else 0: a look would take a core that a process
     with work needs (three processes on two cores, zero-work env: 0.75-0.81x as fast with looks at
-    256 envs, 1.14-1.93x at 64)."""
-    return SPIN_WAIT if processes + 1 <= physical_cores() else 0.0
-
-
-def columns_text(columns: Sequence[int]) -> str:
-    """``0..15``, or ``0..7, 16..23`` for columns in several runs."""
-    runs, start = [], columns[0]
-    for prev, cur in zip(columns, [*columns[1:], None]):
-        if cur != prev + 1:
-            runs.append(f"{start}..{prev}")
-            start = cur
-    return ", ".join(runs)
-
-
-def start_failure_text(w: int, columns: Sequence[int], label: str, mp_method: str, exc: BaseException) -> str:
-    """Why worker ``w`` could not be started and what to change, from the error and the machine's limits now."""
-    machine, code = Machine.probe(), getattr(exc, "errno", None)
-    if code in (errno.EMFILE, errno.ENFILE):
-        advice = (f"too many open files: this process may open {machine.nofile_limit or 'unlimited'} (ulimit -n) and has "
-                  f"{machine.open_files} open; raise ulimit -n, or use fewer --num_workers")
-    elif code == errno.EAGAIN:
-        limit = f"ulimit -u {machine.nproc_limit}, {machine.user_tasks} in use" if machine.nproc_limit else "ulimit -u"
-        advice = (f"the system refused a new process: the process limit ({limit}) or the kernel's pid_max/threads-max "
-                  f"({machine.task_room} tasks left) is reached; use fewer --num_workers, or raise ulimit -u")
-    elif code == errno.ENOMEM or isinstance(exc, MemoryError):
-        mb = "unknown" if machine.memory_available is None else f"{machine.memory_available / 2**20:.0f} MB"
-        advice = f"not enough memory to start a process ({mb} available); use fewer --num_workers or smaller n_steps x n_envs"
-    elif mp_method == "forkserver" and isinstance(exc, (EOFError, ConnectionError, RuntimeError)):
-        advice = ("multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when it "
-                  "cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer --num_workers, "
-                  "or --mp_method spawn")
-    else:
-        advice = "use fewer --num_workers, or another --mp_method"
-    return (f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: {exc}; "
-            f"{advice}; the workers already started were stopped")
+    256 envs, 1.14-1.93x at 64), and where other processes keep CPUs busy (:func:`~ppo_dict.core.load.busy_at_start`)."""
+    return SPIN_WAIT if processes + 1 <= physical_cores() and busy_at_start() < BUSY else 0.0
 
 
 def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us: Any = None) -> list[str]:
@@ -191,6 +85,8 @@ class WorkerGroup:
         start_timeout: float = 120.0,
         n_envs: Optional[int] = None,
         spin_wait_us: Optional[float] = None,
+        stage_keys: tuple[str, ...] = (),
+        handovers: bool = True,
     ):
         problems = layout_problems(blocks, mp_method, step_timeout, spin_wait_us)
         if problems:
@@ -203,13 +99,13 @@ class WorkerGroup:
             for i in block:
                 self.owner[i] = w
         self.label, self.step_timeout = backend.label, step_timeout
-        self.spin = default_spin(len(self.blocks)) if spin_wait_us is None else spin_wait_us / 1e6
+        self.spin = self.settled_spin = default_spin(len(self.blocks)) if spin_wait_us is None else spin_wait_us / 1e6
         self.closed = False
         #: seconds spent handing commands to the workers (a write each: where a worker sleeps, its wake-up's
         #: cost to this process; on a host with fewer CPUs than processes, the woken worker can take this CPU)
         self.sending = 0.0
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
-        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords)
+        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords, stage_keys)
         check_shared_memory(layout.nbytes)
         ctx = multiprocessing.get_context(mp_method)
         if mp_method == "forkserver":
@@ -219,15 +115,19 @@ class WorkerGroup:
         self._buffer = ctx.RawArray("b", layout.nbytes)
         alloc = view_alloc(self._buffer, layout)
         self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
-                                      info_keywords=backend.info_keywords)
+                                      info_keywords=backend.info_keywords, stage_keys=stage_keys)
+        # the shared page of hand-overs (ppo_dict.vec.broadcast) where this machine orders memory as it needs; else pipes
+        self._control = ctx.RawArray("b", broadcast.page_bytes(self.num_workers)) if handovers and broadcast.available() else None
+        self.page = None if self._control is None else broadcast.Broadcast(memoryview(self._control).cast("B"), self.num_workers)
         self._procs: list = []
         self._channels: list[Channel] = []  # the main process's line to each worker
         self.pids: list[int] = []  # kept after close, for checks that they are gone
         # Registered before the first start, so a failure half-way still stops what started.
-        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE)
+        self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE, self.page)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin),
+            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs,
+                                                             self.spin, tuple(stage_keys), self._control, self.num_workers),
                         rerun_main=getattr(backend, "needs_main", True))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
@@ -290,7 +190,48 @@ class WorkerGroup:
                 channels[w].write(frame)
             except OSError:
                 pass  # the worker is dead; gather() reports it with its exit code
+        broadcast.wake_all(self.page)  # workers napping on the page look at their pipes
         self.sending += time.perf_counter() - started
+
+    # ------------------------------------------------------------------ hand-overs on the shared page
+    def publish(self, header: Header) -> int:
+        """Hand ``header`` to every worker by the shared page (:attr:`page` must exist); its number, for :meth:`wait`."""
+        if self.closed:
+            raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")
+        if self._awaiting is not None:
+            self.gather()  # replies of an interrupted command
+        started = time.perf_counter()
+        seq = self.page.publish(header)
+        self.sending += time.perf_counter() - started
+        return seq
+
+    def wait(self, seq: int, command: str, detail: Any = None, idle: Optional[Callable[[], bool]] = None) -> None:
+        """Wait until every worker finished hand-over ``seq``; ``idle``: work to do meanwhile. A failed worker's
+        report (on its pipe), a dead worker or ``step_timeout`` seconds raise as :meth:`gather` does."""
+        pending = set(range(self.num_workers))
+
+        def check() -> None:
+            for fd, _ in sorted(self._poller.poll(0), key=lambda e: self._fd_owner[e[0]][1] != "pipe"):
+                w, kind = self._fd_owner[fd]
+                msg = self._receive(w, kind, command, pending)
+                if msg is not None and msg[0] == "error":
+                    self._fail(env_worker_error(msg, self.label, command, detail))
+
+        if not self.page.wait(seq, time.monotonic() + self.step_timeout, self.spin, check, idle):
+            late = sorted(int(w) for w in self.page.pending(seq))
+            self._fail(WorkerTimeoutError(self._timeout_message(command, late, self.step_timeout, detail)))
+
+    def attach(self, program: Optional[bytes], handles: Sequence[int]) -> dict[int, Optional[str]]:
+        """Send each worker a work program (``ppo_dict.vec.work``, pickled) and the file descriptors ``handles``;
+        ``{worker: None}`` where it opened, else why not."""
+        self.send(("attach", program, len(handles)))
+        if handles:
+            self.gather()  # each worker asks for the descriptors
+            for proc, channel in zip(self._procs, self._channels):
+                for fd in handles:
+                    reduction.send_handle(channel.conn, fd, proc.pid)
+            self._awaiting = ("attach", set(range(self.num_workers)), None)
+        return self.gather()
 
     def gather(self, timeout: Optional[float] = None, idle: Optional[Callable[[], bool]] = None) -> dict[int, Any]:
         """Wait for every pending worker's answer: ``{worker: payload}``; ``idle``: work to do meanwhile
@@ -386,4 +327,4 @@ class WorkerGroup:
         self.closed = True
         self._awaiting = None
         self._finalizer.detach()
-        stop_workers(self._procs, self._channels, grace)
+        stop_workers(self._procs, self._channels, grace, self.page)

@@ -57,6 +57,9 @@ class InProcessEnvPool:
         if result is not None:
             self.infos, self.reset_infos = list(result[0]), list(result[1])
 
+    def adapt(self, busy_elsewhere: bool) -> None:
+        """Nothing to adapt: no other process of the run waits for this one."""
+
     def record_infos(self, on: bool) -> None:
         """Whether steps and resets keep sb3's infos in :attr:`infos` and :attr:`reset_infos` (they cost a dict per env step)."""
         self.runner.record_infos = on

@@ -34,7 +34,7 @@ class SharedLayout:
 
 
 def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int,
-                info_keywords: tuple[str, ...] = ()) -> SharedLayout:
+                info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()) -> SharedLayout:
     """Measure the env-written fields by building a storage whose ``alloc`` hands out
     zero-memory placeholders, so the layout can never disagree with :class:`RolloutStorage`."""
     fields: list[tuple[int, tuple[int, ...], str]] = []
@@ -47,7 +47,7 @@ def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_s
         offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
         return np.broadcast_to(np.zeros((), dtype), shape)
 
-    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords)
+    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords, stage_keys=stage_keys)
     return SharedLayout(tuple(fields), max(offset, ALIGN) + ALIGN)
 
 

@@ -15,12 +15,14 @@ import contextlib
 from collections import defaultdict
 from typing import Any, Callable, Optional, Sequence
 
-from ppo_dict.core.errors import EnvTimeoutError
+from ppo_dict.core.errors import EnvTimeoutError, NonFiniteError
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_halves
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup
 from ppo_dict.vec.runner import Runner, Seeds, env_seeds
+from ppo_dict.vec.broadcast import HEADER
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
+from ppo_dict.vec.work import PHASES, STEP, T, Header, StepWork, WorkProgram, run_work
 from ppo_dict.vec.worker import env_worker_error, error_report
 
 
@@ -38,7 +40,7 @@ def call_in_main(owner: Owner, command: str, call: Callable[[], Any], detail: An
         result = call()
     except Exception as exc:
         WATCHDOG.clear()
-        if isinstance(exc, EnvTimeoutError):
+        if isinstance(exc, (EnvTimeoutError, NonFiniteError)):  # a timeout, or the work's check of what its envs gave
             cleanup(exc)
             raise
         report = error_report(-1, owner.runner, command, exc)
@@ -92,6 +94,8 @@ class ShmEnvPool:
         spin_wait_us: Optional[float] = None,
         n_envs: Optional[int] = None,
         layout: Optional[Layout] = None,
+        stage_keys: tuple[str, ...] = (),
+        handovers: bool = True,
     ):
         """``layout``: which process steps which column (:func:`~ppo_dict.core.layout.plan_layout`);
         when not given, planned from ``n_envs`` (default ``num_workers x envs_per_worker``),
@@ -99,6 +103,8 @@ class ShmEnvPool:
         ``main_steps_envs`` and more than one worker), ``halves`` (every worker owns part of each
         half of the columns, :attr:`halves`, so that each half steps on every core: double-buffered
         rollouts; the main process steps none then), in whole units of the backend's envs.
+        ``stage_keys``: the observation keys whose normalised arrays the storage keeps in shared memory too;
+        ``handovers``: steps are handed over by the shared page where the machine allows (else pipes).
         Raises ``ValueError`` for settings no layout honours."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
@@ -117,7 +123,8 @@ class ShmEnvPool:
         self.halves = split_halves(n_envs, backend.unit)
         blocks = list(layout.blocks)
         self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
-                                  start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us)
+                                  start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us, stage_keys=stage_keys,
+                                  handovers=handovers)
         self.num_envs = self._group.num_envs
         self.storage = self._group.storage
         self._workers_of: dict[range, list[int]] = {}
@@ -126,6 +133,7 @@ class ShmEnvPool:
         self._waiting = Owner(backend.label)  # armed while waiting for the workers: a stop interrupts it
         self._recording, self._pending_main = False, None  # infos kept; what this process's envs answered to the last step_async
         self.infos, self.reset_infos = [{} for _ in range(self.num_envs)], [{} for _ in range(self.num_envs)]
+        self._work: Optional[StepWork] = None  # this process's share of an attached work program
         if in_main:
             self._main_runner = self._open_main(range(in_main), start_timeout)
 
@@ -163,12 +171,58 @@ class ShmEnvPool:
         """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
         errors name t as the rollout step; False for a vec env's step). ``idle``: work to do while the
         workers step, once this process's own envs have stepped, a unit a call (False: nothing left)."""
+        if self.handovers:
+            self.work((STEP, t), idle, rollout)
+            return
         detail = t if rollout else None
         self._group.send(("step", t), detail=detail, cache=True)
         mine = self._in_main("step", lambda runner: runner.step(t), detail=detail)
         answers = self._gather("step", detail, idle)
         if self._recording:
             self._keep(mine, answers, (self.infos, self.reset_infos))
+
+    @property
+    def handovers(self) -> bool:
+        """Whether steps go to the workers by the shared page (no infos crossing back: not while they are recorded)."""
+        return self._group.page is not None and not self._recording
+
+    def work(self, header: Header, idle: Optional[Callable[[], bool]] = None, rollout: bool = True) -> None:
+        """One hand-over (``ppo_dict.vec.work``) to every worker and to this process's own columns: the attached
+        work's parts around the envs' step where ``header`` asks for it; returns once every process is done.
+        ``idle``: work to do while the workers work, a unit a call."""
+        header = (*header, *(0,) * (HEADER - len(header)))  # every field given (the page keeps the last hand-over's otherwise)
+        detail = header[T] if rollout else None
+        command = "step" if header[PHASES] & STEP else "policy"
+        if self.handovers:
+            seq = self._group.publish(header)
+            self._in_main(command, lambda runner: run_work(runner, self._work, header), detail=detail)
+            WATCHDOG.arm(self._waiting, command, detail, None)
+            try:
+                self._group.wait(seq, command, detail, idle)
+            finally:
+                WATCHDOG.clear()
+            return
+        self._group.send(("work", header), detail=detail, cache=True)
+        mine = self._in_main(command, lambda runner: run_work(runner, self._work, header), detail=detail)
+        answers = self._gather(command, detail, idle)
+        if self._recording and header[PHASES] & STEP:
+            self._keep(mine, answers, (self.infos, self.reset_infos))
+
+    def attach(self, program: WorkProgram, pickled: bytes, handles: Sequence[int]) -> dict[int, Optional[str]]:
+        """Give every worker the work ``pickled`` (``program`` pickled, with the file descriptors ``handles``)
+        and open ``program`` on this process's own columns: ``{worker: None}`` where it opened, else why not.
+        Any worker that could not open it leaves the work unattached everywhere (:meth:`detach`)."""
+        answers = self._group.attach(pickled, handles)
+        if self._main_runner is not None:
+            self._work = program.open(self.storage, range(self.main_envs), handles)
+        if any(answers.values()):
+            self.detach()
+        return answers
+
+    def detach(self) -> None:
+        """Drop the attached work (a hand-over that asks for its parts then runs none of them)."""
+        self._work = None
+        self._group.attach(None, ())
 
     def _keep(self, mine: Any, answers: dict[int, Any], into: tuple[list, ...]) -> None:
         """Each env's infos from the runners' answers (``(infos, reset_infos)`` or ``reset_infos``, in block order)."""
@@ -257,8 +311,21 @@ class ShmEnvPool:
         self.close()
 
     @property
+    def blocks(self) -> list[tuple[int, ...]]:
+        """Each worker process's columns."""
+        return self._group.blocks
+
+    @property
     def pids(self) -> list[int]:
         return self._group.pids
+
+    def adapt(self, busy_elsewhere: bool) -> None:
+        """Waits that look only while no other process keeps the CPUs busy (``ppo_dict.core.load``): with a CPU
+        held elsewhere, a look takes the CPU the process it waits for needs (their first setting otherwise)."""
+        group = self._group
+        group.spin = 0.0 if busy_elsewhere else group.settled_spin
+        if group.page is not None:
+            group.page.set_spin(group.spin)
 
     @property
     def spin(self) -> float:

@@ -107,6 +107,9 @@ class VecEnvPool:
     def record_infos(self, on: bool) -> None:
         """The vec env returns its infos with every step anyway."""
 
+    def adapt(self, busy_elsewhere: bool) -> None:
+        """Nothing to adapt: the vec env waits as it waits."""
+
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` through the vec env."""
         indices = list(indices)

@@ -92,6 +92,9 @@ class Watchdog:
         self.signals: list[int] = []  # stop signals seen, in order
         self.written: list[str] = []  # the files the run's end wrote and named on stdout (for a second signal's message)
         self._stop_at: Optional[float] = None
+        # seconds after the first stop signal before an env call is interrupted; a rank of a torchrun run never interrupts
+        # one (its rollout ends, then every rank stops after the same update: ppo_dict.run.ranks)
+        self.stop_grace = STOP_GRACE
         self._second_seen = self._second_at = float("inf")
         self._second_armed: Optional[Armed] = None
         self._thread: Optional[threading.Thread] = None
@@ -231,7 +234,7 @@ class Watchdog:
                 continue
             self.signals.append(signum)
             if len(self.signals) == 1:
-                self._stop_at = time.monotonic() + STOP_GRACE
+                self._stop_at = time.monotonic() + self.stop_grace
             elif len(self.signals) == 2:
                 self._second_seen = time.monotonic()
                 self._second_at = self._second_seen + SECOND_GRACE

@@ -5,7 +5,9 @@ pickled), rebuilds the storage's numpy views of the shared buffer, builds its bl
 serves commands until "close" or until the main process dies.
 
 Messages, main -> worker: ``("step", t)`` or ``("step", t, first, end)`` (only columns
-``[first, end)``), ``("reset", seeds, options)``,
+``[first, end)``), ``("work", header)`` (a hand-over of ``ppo_dict.vec.work``, where the shared page of
+``ppo_dict.vec.broadcast`` does not carry it), ``("attach", program, n)`` (a work program, pickled, and
+``n`` file descriptors sent once the worker answers ``("send",)``), ``("reset", seeds, options)``,
 ``("call", kind, indices, name, args, kwargs)`` for get_attr/set_attr/env_method/env_is_wrapped,
 ``("infos", on)`` (whether step and reset answer with sb3's infos: ``runner.record_infos``), ``("close",)``. Worker -> main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per
 command, ``("raised", exception)`` when a call's caller erred (the worker stays usable), or an
@@ -16,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+from multiprocessing import reduction
 import pickle
 import select
 import signal
@@ -24,12 +27,14 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ppo_dict.core.errors import EnvWorkerError
+from ppo_dict.core.errors import EnvWorkerError, NonFiniteError
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
+from ppo_dict.vec.broadcast import Broadcast, WorkerSide
 from ppo_dict.vec.channel import Channel, wait_for
 from ppo_dict.vec.runner import Runner
 from ppo_dict.vec.shared_memory import SharedLayout, view_alloc
+from ppo_dict.vec.work import PHASES, StepWork, run_work
 
 #: ``("error", worker_idx, env_idx, command, exc_type, message, traceback_text)``; env_idx is -1
 #: when the failure was not inside an env call; worker_idx is -1 for envs the main process steps.
@@ -48,6 +53,9 @@ class WorkerArgs:
     n_steps: int
     n_envs: int
     spin: float  # seconds a wait for the next command looks before it sleeps (WorkerGroup.spin)
+    stage_keys: tuple[str, ...] = ()  # the storage's normalised keys in shared memory (RolloutStorage)
+    control: Any = None  # the shared page of hand-overs (ppo_dict.vec.broadcast), None: pipes only
+    workers: int = 1  # how many workers the page has lines for
 
 
 def limit_threads() -> None:
@@ -66,9 +74,13 @@ def error_report(worker_idx: int, runner: Optional[Runner], command: str, exc: B
     return ("error", worker_idx, env_idx, active_command or command, type(exc).__name__, str(exc), traceback.format_exc())
 
 
-def env_worker_error(report: ErrorReport, label: str, pending_command: str, detail: Any) -> EnvWorkerError:
-    """The :class:`EnvWorkerError` of an :data:`ErrorReport`; ``detail`` holds the reset seeds of a reset."""
+def env_worker_error(report: ErrorReport, label: str, pending_command: str, detail: Any) -> Exception:
+    """The :class:`EnvWorkerError` of an :data:`ErrorReport`; ``detail`` holds the reset seeds of a reset. A
+    :class:`NonFiniteError` (a worker's check of what its envs gave, ``ppo_dict.algo.shard``) stays one, as
+    the main process's own check raises it."""
     _, w, env_idx, command, exc_type, message, tb = report
+    if exc_type == NonFiniteError.__name__:
+        return NonFiniteError(message)
     who = "the main process" if w < 0 else f"worker {w}"
     where = f"env {env_idx}" if env_idx >= 0 else "outside env code"
     seed = ""
@@ -97,30 +109,87 @@ def answer_call(runner: Runner, call: tuple) -> tuple[str, Any]:
         return ("raised", exc)
 
 
-def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: float) -> None:
-    """Answer commands until "close", or until the main process dies (nobody left to serve).
+def open_program(conn: multiprocessing.connection.Connection, channel: Channel, runner: Runner, msg: tuple) -> tuple[Optional[StepWork], Any]:
+    """``("attach", program, n)``: ask for the ``n`` file descriptors, then open the unpickled program on this
+    worker's columns. ``(work, None)``, or ``(None, why)`` where it cannot be opened (the main process then
+    keeps the work to itself)."""
+    if msg[1] is None:  # detached
+        return None, None
+    if msg[2]:
+        channel.send(("send",))
+    handles = [reduction.recv_handle(conn) for _ in range(msg[2])]
+    try:
+        program = pickle.loads(msg[1])
+        return program.open(runner.storage, runner.block, handles), None
+    except Exception as exc:  # noqa: BLE001 (reported to the main process, which decides)
+        return None, f"{type(exc).__name__}: {exc}"
+    finally:
+        for fd in handles:
+            os.close(fd)
 
-    Waits in ``poll(2)`` on the pipe and on the parent's sentinel, after looking for up to ``spin``
-    seconds (:func:`~ppo_dict.vec.channel.wait_for`): no CPU while idle longer.
-    """
-    parent = multiprocessing.parent_process()
-    channel = Channel(conn)
-    poller = select.poll()
-    poller.register(channel.fd, select.POLLIN)
-    if parent is not None:
-        poller.register(parent.sentinel, select.POLLIN)
-    while True:
-        if not channel.pending and channel.fd not in {fd for fd, _ in wait_for(poller, None, spin)}:
-            return  # the main process died
-        try:
-            msg = channel.recv()
-        except EOFError:
-            return
-        command = msg[0]
-        runner.active = (-1, command)
+
+class Server:
+    """A worker's loop (:meth:`serve`): hand-overs from the shared page, commands from the pipe."""
+
+    def __init__(self, runner: Runner, conn: multiprocessing.connection.Connection, spin: float, side: Optional[WorkerSide] = None):
+        self.runner, self.conn, self.spin, self.side = runner, conn, spin, side
+        self.parent = multiprocessing.parent_process()
+        self.channel = Channel(conn)
+        self.poller = select.poll()
+        self.poller.register(self.channel.fd, select.POLLIN)
+        if self.parent is not None:
+            self.poller.register(self.parent.sentinel, select.POLLIN)
+        self.work: Optional[StepWork] = None  # an attached work program's (ppo_dict.vec.work)
+
+    def serve(self) -> None:
+        """Answer commands until "close", or until the main process dies (nobody left to serve).
+
+        With the shared page (``side``), waits for hand-overs there (``spin`` seconds of looks, then futex
+        naps) and looks at the pipe after each nap or when a hand-over says so; without, waits in ``poll(2)``
+        on the pipe and on the parent's sentinel, after looking for up to ``spin`` seconds
+        (:func:`~ppo_dict.vec.channel.wait_for`): no CPU while idle longer.
+        """
+        while self.message_waiting():
+            try:
+                msg = self.channel.recv()
+            except EOFError:
+                return
+            self.runner.active = (-1, msg[0])
+            if not self.answer(msg):
+                return
+            self.runner.active = (-1, "")
+
+    def message_waiting(self) -> bool:
+        """Serve hand-overs until a message is on the pipe (True) or the main process died (False)."""
+        channel, side = self.channel, self.side
+        if side is None:
+            return bool(channel.pending) or channel.fd in {fd for fd, _ in wait_for(self.poller, None, self.spin)}
+        while not channel.pending:
+            seq = side.next(self.spin, lambda: not self.poller.poll(0))  # None: a message on the pipe, or the parent died
+            if seq is not None:
+                header = side.header()
+                if header[PHASES]:
+                    run_work(self.runner, self.work, header)
+                    side.finish(seq)
+                    continue
+            if channel.ready():
+                return True
+            if seq is None:
+                return False  # nothing on the pipe: the main process died
+        return True
+
+    def answer(self, msg: tuple) -> bool:
+        """Carry out one command and answer it; False after "close"."""
+        command, runner, channel = msg[0], self.runner, self.channel
         if command == "step":  # ("step", t) or ("step", t, first column, end column)
             result = runner.step(msg[1], range(msg[2], msg[3]) if len(msg) > 2 else None)
             channel.send(("ok", result), cache=result is None)
+        elif command == "work":
+            result = run_work(runner, self.work, msg[1])
+            channel.send(("ok", result), cache=result is None)
+        elif command == "attach":
+            self.work, why = open_program(self.conn, channel, runner, msg)
+            channel.send(("ok", why))
         elif command == "reset":
             channel.send(("ok", runner.reset(msg[1], msg[2])))
         elif command == "call":
@@ -129,10 +198,12 @@ def serve(runner: Runner, conn: multiprocessing.connection.Connection, spin: flo
             runner.record_infos = msg[1]
             channel.send(("ok", None))
         elif command == "close":
-            return
+            if self.work is not None:
+                self.work.close()
+            return False
         else:
             raise ValueError(f"unknown command {command!r}")
-        runner.active = (-1, "")
+        return True
 
 
 def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> None:
@@ -147,17 +218,20 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
     limit_threads()
     runner: Optional[Runner] = None
+    side = None if a.control is None else Broadcast(memoryview(a.control).cast("B"), a.workers).for_worker(a.worker_idx)
     command = "constructor"
     try:
         storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs, alloc=view_alloc(a.buffer, a.layout),
-                                 info_keywords=a.backend.info_keywords)
+                                 info_keywords=a.backend.info_keywords, stage_keys=a.stage_keys)
         runner = a.backend.make_runner(a.block, storage)
         runner.open()
         limit_threads()  # again: env constructors may have imported torch or cv2
         conn.send(("ready",))
         command = "serve"
-        serve(runner, conn, a.spin)
+        Server(runner, conn, a.spin, side).serve()
     except BaseException as exc:  # noqa: B036 (report everything, including SystemExit, then exit)
+        if side is not None:
+            side.fail()  # the main process stops waiting for this worker's hand-over, and reads the report
         try:
             conn.send(error_report(a.worker_idx, runner, command, exc))
         except OSError:

@@ -72,7 +72,7 @@ def test_the_signature_and_defaults_are_sb3_contribs_and_the_config_the_command_
                                   shared_lstm=True, enable_critic_lstm=False), _init_setup_model=False)
     cfg = model.cfg
     assert (cfg.model, cfg.n_steps, cfg.batch_size, cfg.n_envs) == ("mlp_lstm", 128, 128, 1)
-    assert cfg.lstm_settings == dict(lstm_hidden_size=32, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False)
+    assert cfg.lstm_settings == dict(lstm_hidden_size=32, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False, lstm_kwargs={})
     dict_env = ppo_dict.RecurrentPPO("MultiInputLstmPolicy", "PPODictMaskedJump-v0", env_kwargs=dict(observation="dict"),
                                      gym_packages=("ppo_dict.envs.masked",), _init_setup_model=False)
     assert dict_env.cfg.model == "mlp_lstm" and dict_env.cfg.lstm_settings["lstm_hidden_size"] == 256
@@ -120,9 +120,10 @@ def test_bad_recurrent_arguments_are_refused_together_before_any_process_starts(
 
     with pytest.raises(ConfigError) as raised:
         ppo_dict.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_envs=2, num_workers=2, n_epochs=0,
-                              policy_kwargs=dict(shared_lstm=True, lstm_kwargs=dict(dropout=0.1), features_extractor_class=NatureCNN))
+                              policy_kwargs=dict(shared_lstm=True, lstm_kwargs=dict(bidirectional=True), features_extractor_class=NatureCNN))
     problems = raised.value.problems
-    for start in ("policy_kwargs lstm_kwargs=", "policy_kwargs features_extractor_class=", "n_epochs=0", "shared_lstm=True: the critic either"):
+    for start in ("lstm_kwargs={'bidirectional': True}: ppo_dict takes dropout and bias", "policy_kwargs features_extractor_class=",
+                  "n_epochs=0", "shared_lstm=True: the critic either"):
         assert any(p.startswith(start) for p in problems), (start, problems)
     assert multiprocessing.active_children() == []
     with pytest.raises(ConfigError, match=r"policy_kwargs lstm_hidden_size=64: not supported \(PPO's policies take no such argument\)"):

@@ -109,13 +109,20 @@ def test_callbacks_see_sb3s_rollout_buffer_and_locals(name: str, which: str, tmp
     assert_same_run(sb3, ours)
 
 
-def test_the_rollout_buffers_arrays_are_the_storage_itself() -> None:
+def test_the_rollout_buffers_arrays_are_the_storage_itself_during_a_rollout() -> None:
+    """(What it holds once learn returns: tests/api/test_after_learn.py.)"""
+    seen = []
+
+    def at_the_end(locals_: dict, globals_: dict) -> bool:
+        b, s = locals_["self"].rollout_buffer, locals_["self"].trainer.storage
+        seen.extend(np.shares_memory(getattr(b, name), getattr(s, name))
+                    for name in ("actions", "rewards", "values", "log_probs", "advantages", "returns", "episode_starts"))
+        seen.append(np.shares_memory(b.observations, s.obs["obs"]) and b.observations.shape == (32, 1, 4))
+        return True
+
     model = ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0, verbose=0)
-    model.learn(32)
-    b, s = model.rollout_buffer, model.trainer.storage
-    for name in ("actions", "rewards", "values", "log_probs", "advantages", "returns", "episode_starts"):
-        assert np.shares_memory(getattr(b, name), getattr(s, name)), name
-    assert np.shares_memory(b.observations, s.obs["obs"]) and b.observations.shape == (32, 1, 4)
+    model.learn(32, callback=at_the_end)
+    assert len(seen) == 32 * 8 and all(seen)
     model.close()
 
 
@@ -135,4 +142,7 @@ def test_verbose_lines_are_sb3s(env: str) -> None:
             "monitored": lambda: Monitor(gym.make("CartPole-v1"))}[env]
     sb3 = construction_lines(imports("sb3").PPO, make())
     assert "Wrapping the env in a DummyVecEnv." in sb3
-    assert construction_lines(ppo_dict.PPO, make()) == sb3
+    # sb3's lines, but the pool where sb3 says DummyVecEnv: a user reading "DummyVecEnv" would think the pool unused
+    from ppo_dict.api.envs import POOL_LINE
+
+    assert construction_lines(ppo_dict.PPO, make()) == [POOL_LINE if line == "Wrapping the env in a DummyVecEnv." else line for line in sb3]

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 
 from ppo_dict.envs import EnvSpec, resolve_env_name
@@ -45,16 +46,20 @@ class FaultEnv(gym.Env):
     ``ctypes.PyDLL``, which keeps the GIL: no Python thread of the process can run.
     ``segfault`` crashes its process in native code (``ctypes.string_at(0)``: SIGSEGV) once: it creates
     the file ``crash_marker`` first and never crashes where that file exists (the run resumed after the crash).
-    Every step sleeps ``step_s`` seconds (a costly env).
+    Every step sleeps ``step_s`` seconds (a costly env). ``only_rank`` (>= 0): the fault happens only in that rank of a
+    torchrun run (its ``RANK``), as a host that cannot build the env would.
     """
 
     #: envs built in this process so far
     built = 0
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = ""):
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = "",
+                 only_rank: int = -1):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
+        if only_rank >= 0 and os.environ.get("RANK") != str(only_rank):
+            mode = "none"
         if mode == "init_raise" and multiprocessing.current_process().name == bad_process:
             raise ValueError(f"bad kwarg for {bad_process}")
         FaultEnv.built += 1
@@ -139,3 +144,27 @@ def fault_spec(**kwargs: Any) -> EnvSpec:
 
 if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=f"{__name__}:FaultEnv")
+
+
+class FaultyExtractor(torch.nn.Module):
+    """A features extractor (sb3's ``features_extractor_class`` form: ``cls(observation_space, **kwargs)``) that
+    flattens, except in a worker process, where at its ``at_call``-th call it raises (``raise``), sleeps (``hang``)
+    or SIGKILLs its own process (``die``): a fault in the middle of a worker's policy step (the policy where the
+    envs are). The main process (its start probe, its own envs' rows) never meets it."""
+
+    def __init__(self, observation_space: spaces.Space, mode: str = "raise", at_call: int = 3):
+        super().__init__()
+        self.features_dim = int(np.prod(observation_space.shape))
+        self.mode, self.at_call, self.calls = mode, at_call, 0
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if multiprocessing.parent_process() is not None:
+            self.calls += 1
+            if self.calls == self.at_call:
+                if self.mode == "raise":
+                    raise RuntimeError("boom in the policy's forward")
+                if self.mode == "hang":
+                    time.sleep(3600)
+                if self.mode == "die":
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return obs.flatten(1)

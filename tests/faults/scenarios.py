@@ -58,9 +58,16 @@ def is_helper(pid: int) -> bool:
     return any(marker in cmdline for marker in HELPER_MARKERS)
 
 
-def strays() -> list[int]:
-    """Processes of this session, other than this one and multiprocessing's helpers."""
-    return [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and not is_helper(pid)]
+def strays(seconds: float = 0.0, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Processes of this session, other than this one, ``exclude`` and multiprocessing's helpers, once none is left or
+    ``seconds`` have passed (a process that exits of itself meanwhile, as a worker the forkserver forked as its
+    client's connection broke does on reading the end of its pipe, is not one left running)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude and not is_helper(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -331,6 +338,32 @@ def vec_env_ctrl_c() -> dict[str, Any]:
     return {}
 
 
+def policy_fault(mode: str, step_timeout: str) -> dict[str, Any]:
+    """A worker raises, hangs or dies in its policy step (the policy where the envs are: each process samples its own
+    envs' actions): the run ends naming the worker, within the step timeout, and nothing is left running."""
+    from ppo_dict.algo.policy import ActorCritic
+    from ppo_dict.algo.ppo import PPO
+    from ppo_dict.core.config import Config
+    from ppo_dict.run.run_plan import build_env_pool
+    from tests.faults.fault_envs import FaultyExtractor
+
+    cfg = Config(env=f"gym_{fault_spec().gym_id}", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, n_steps=8,
+                 batch_size=16, n_epochs=1, seed=SEED, step_timeout=float(step_timeout), device="cpu", verbose=0)
+    pool = build_env_pool(cfg)
+    policy = ActorCritic(pool.observation_space, pool.action_space, features_extractor_class=FaultyExtractor,
+                         features_extractor_kwargs=dict(mode=mode, at_call=3))
+    model = PPO(cfg, pool, policy=policy)
+    result = capture(lambda: model.learn(64))
+    result["policy_line"] = model.collector.policy_line
+    result["workers"] = pool.pids
+    start = time.monotonic()
+    pool.close()
+    result["close_s"] = time.monotonic() - start
+    result["alive_workers"] = [pid for pid in pool.pids if alive(pid)]
+    result["strays"] = strays()
+    return result
+
+
 def api_hang(mode: str, num_workers: str) -> dict[str, Any]:
     """``ppo_dict.PPO(...).learn()`` (no command line: the API starts the watchdog) with env 1, one the main process
     steps (in-process, or the default share of two workers), hanging in its first reset or its second step."""
@@ -379,12 +412,12 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
         files = len(os.listdir(f"/proc/{server}/fd"))
         resource.prlimit(server, resource.RLIMIT_NOFILE, (files, files))
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if how == "nofile":  # room for two more workers' descriptors (3 each: measured), not three
-        files = len(os.listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (files + 7, limits[1]))
+    if how == "nofile":  # room for the pool's two shared arrays (the storage, the hand-over page) and one or two workers'
+        files = len(os.listdir("/proc/self/fd"))  # descriptors (measured: spawn starts a worker with more of them open), not all six
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files + 9, limits[1]))
     result = capture(lambda: ShmEnvPool(backend, 6, 1, n_steps=8, mp_method=mp_method, main_steps_envs=False))
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)
-    result["strays_after_failure"] = [pid for pid in strays() if pid not in warm.pids]
+    result["strays_after_failure"] = strays(5.0, exclude=tuple(warm.pids))
     warm.close()
     if how == "forkserver":  # multiprocessing starts a new forkserver only once the old one has exited: on a loaded host
         deadline = time.monotonic() + 60  # it may still be printing its error when the next pool asks for one
@@ -399,6 +432,7 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "api_hang": api_hang,
+    "policy_fault": policy_fault,
     "api_own_alarm": api_own_alarm,
     "start_failure": start_failure,
     "main_process_envs": main_process_envs,

@@ -233,8 +233,10 @@ def test_fifty_create_close_cycles(mp_method: str) -> None:
 def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
     r = run_scenario("shm_too_small")
     assert r["error"] == "RuntimeError"
-    assert r["message"] == (  # 8.4 MB: 100001 steps of 4 x 3 float32 observations, each step's 48 bytes padded to 64
-        "rollout storage needs 8.4 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
+    # 29.8 MB: each of 100000 steps holds 4 x 3 float32 observations (48 bytes padded to 64) and the step's actions, values and
+    # log-probs (padded rows of 64 bytes each: processes stepping envs write them), and 4 x 14 bytes of rewards, flags, episode starts
+    assert r["message"] == (
+        "rollout storage needs 29.8 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
         "use docker run --shm-size=1g, or fewer n_steps x n_envs"
     )
     assert r["children"] == []
@@ -264,4 +266,29 @@ def test_vec_env_refuses_bad_action_batches_before_any_worker_steps() -> None:
     assert r["step0_equal"] and r["step1_equal"], "the next good steps must match DummyVecEnv (no stale reply)"
     assert r["steps_after"] == [2, 2, 2, 2]
     assert (r["after_close"]["error"], r["after_close"]["message"]) == ("PoolClosedError", "this ShmVecEnv (FaultEnv-v0) is closed")
+    assert r["alive_workers"] == [] and r["strays"] == []
+
+
+# ------------------------------------------------------------------------------ the policy where the envs are
+@pytest.mark.parametrize("mode", ["raise", "hang", "die"])
+def test_a_worker_failing_in_its_policy_step_ends_the_run_naming_it(mode: str) -> None:
+    """Each process samples its own envs' actions (ppo_dict.algo.shard); a worker that raises, hangs or dies in
+    the middle of that forward (its third) ends the run as an env's failure does: naming the worker (and the
+    error, the step), within the step timeout, with every worker stopped."""
+    r = run_scenario("policy_fault", mode, "1.0")
+    assert r["policy_line"].startswith("policy step: in each process for the envs it steps ("), r["policy_line"]
+    worker = f"worker 0 (envs 2..3, gym_FaultEnv-v0, pid {r['workers'][0]})"
+    if mode == "raise":
+        assert r["error"] == "EnvWorkerError"
+        assert r["message"].startswith("worker 0, outside env code (gym_FaultEnv-v0) raised in policy: "
+                                       "RuntimeError: boom in the policy's forward\n--- worker 0 traceback ---\n")
+        assert 'raise RuntimeError("boom in the policy\'s forward")' in r["message"]
+    elif mode == "hang":
+        assert r["error"] == "WorkerTimeoutError"
+        assert r["message"] == (f"worker 0 (envs 2..3, pid {r['workers'][0]}) did not answer 'step' at rollout step 2 within 1 s "
+                                "(gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); all workers were stopped")
+    else:
+        assert r["error"] == "WorkerDiedError"
+        assert r["message"] == f"{worker} died with exit code -9 (SIGKILL) during 'step' without reporting an error; all workers were stopped"
+    assert r["close_s"] < 0.1
     assert r["alive_workers"] == [] and r["strays"] == []

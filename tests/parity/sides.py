@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
+import pytest
 import torch
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -216,11 +217,24 @@ def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = 
     return rec
 
 
-def run_both(cfg: Config, pool=None) -> tuple[Record, Record]:
-    """``(sb3's record, ppo_dict's)`` of ``cfg`` (ppo_dict's on ``pool`` when given), sb3's warnings silenced."""
+def run_both(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = None) -> tuple[Record, Record]:
+    """``(sb3's record, ppo_dict's)`` of ``cfg`` (ppo_dict's on ``pool`` when given; ``prepare``: as :func:`run_ours`),
+    sb3's warnings silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_sb3(cfg), run_ours(cfg, pool=pool)
+        return run_sb3(cfg), run_ours(cfg, pool=pool, prepare=prepare)
+
+
+def policy_step_of(model: PPO, sharded: bool) -> None:
+    """``run_ours``'s ``prepare``: the rollouts' policy step must be where ``sharded`` says (each process its own envs'
+    rows, or the main process every env's); skips where the start probe kept it central on this CPU, saying why."""
+    line = model.collector.policy_line
+    if sharded and model.collector.shard is None:
+        model.close()
+        if "start probe" in line:
+            pytest.skip(f"on this CPU: {line}")
+        pytest.fail(f"the policy step stayed central: {line}")
+    assert (model.collector.shard is not None) == sharded, line
 
 
 # ------------------------------------------------------------------------------------- comparisons

@@ -6,11 +6,16 @@ trainings with sb3 at 1, 3, 5 and 7 envs, with minibatches that do not divide th
 episodes cut by time limits (the bootstrap), exactly (``==``).
 """
 
+import functools
+from typing import Optional
+
 import pytest
 
+from ppo_dict.algo import shard_probe
+from ppo_dict.algo.shard import GRANULES
 from ppo_dict.core.config import Config
 from ppo_dict.run.run_plan import build_env_pool
-from tests.parity.sides import assert_same_record, run_both
+from tests.parity.sides import assert_same_record, policy_step_of, run_both
 
 TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",))
 #: name: the env and policy settings of one space. Toy episodes are cut at 3 steps, images at 5: the
@@ -39,8 +44,10 @@ def config(space: str, n_envs: int, **overrides) -> Config:
     return Config(**{**settings, **overrides})
 
 
-def assert_parity(cfg: Config, pool=None) -> None:
-    assert_same_record(*run_both(cfg, pool))
+def assert_parity(cfg: Config, pool=None, sharded: Optional[bool] = None) -> None:
+    """sb3's numbers; ``sharded``: through the policy step where the envs are (True) or the central one (False)."""
+    prepare = None if sharded is None else functools.partial(policy_step_of, sharded=sharded)
+    assert_same_record(*run_both(cfg, pool, prepare))
 
 
 @pytest.mark.parametrize("n_envs", [1, 3, 5, 7])
@@ -53,9 +60,37 @@ def test_odd_env_counts_in_process(space: str, n_envs: int) -> None:
 @pytest.mark.parametrize("space,n_envs", [("box", 3), ("dict_normalized", 5), ("multi_binary", 7)])
 def test_odd_env_counts_through_a_worker_pool(space: str, n_envs: int, main_envs) -> None:
     """The workers write the rows into shared memory; by default the main process steps a worker's
-    share of the envs itself, with ``main_envs=0`` none."""
-    cfg = config(space, n_envs, num_workers=1, main_envs=main_envs)
-    assert_parity(cfg, pool=build_env_pool(cfg))
+    share of the envs itself (beside one worker), with ``main_envs=0`` none (two workers); each process samples its own envs' actions
+    (the policy where the envs are, ppo_dict.algo.shard)."""
+    cfg = config(space, n_envs, num_workers=3 if main_envs == 0 else 2, main_envs=main_envs)
+    assert_parity(cfg, pool=build_env_pool(cfg), sharded=True)
+
+
+@pytest.mark.parametrize("space,n_envs,num_workers", [
+    ("discrete", 5, 3), ("multi_discrete", 6, 2), ("gsde", 5, 3), ("image_channel_last", 5, 2), ("dict_image_and_vector", 4, 2),
+])
+def test_every_kind_of_space_through_the_policy_where_the_envs_are(space: str, n_envs: int, num_workers: int) -> None:
+    """The main process draws each step's random numbers in sb3's order (gSDE: its exploration matrices) and hands
+    them out by rows; each process samples its envs' actions from a window of the batch, keeps their books (the
+    normalised rows, the time-limit bootstrap) and steps them: sb3's numbers, bit for bit."""
+    cfg = config(space, n_envs, num_workers=num_workers)
+    assert_parity(cfg, pool=build_env_pool(cfg), sharded=True)
+
+
+def test_a_failing_probe_keeps_the_central_step_and_sb3s_numbers(monkeypatch) -> None:
+    """Where the start probe finds a row of any process's window unlike the whole batch's, the main process
+    samples every env's actions (the start line says why), with sb3's numbers."""
+    monkeypatch.setattr(shard_probe, "same_bits", lambda a, b: False)
+    cfg = config("dict_normalized", 5, num_workers=2)
+    lines = []
+
+    def central(model) -> None:
+        policy_step_of(model, sharded=False)
+        lines.append(model.collector.policy_line)
+
+    assert_same_record(*run_both(cfg, build_env_pool(cfg), central))
+    assert lines == [f"policy step: in the main process for every env (start probe: windows of {GRANULES[-1]} rows gave other actions, "
+                     "values, log-probs, env actions than the whole batch)"]
 
 
 def test_acrobot_three_envs_as_a_new_user_ran_it() -> None:
@@ -79,4 +114,4 @@ def test_uneven_splits_keep_sb3s_numbers(monkeypatch, space: str, n_envs: int, n
     cfg = config(space, n_envs, num_workers=num_workers)
     pool = build_env_pool(cfg)
     assert (pool.main_envs, [len(block) for block in pool.layout.blocks]) == shares
-    assert_parity(cfg, pool=pool)
+    assert_parity(cfg, pool=pool, sharded=True)

@@ -13,18 +13,22 @@ from ppo_dict.vec.shared_memory import check_shared_memory, plan_layout, view_al
 
 
 def test_layout_covers_every_env_written_field() -> None:
-    """Pendulum: obs float32[T+1,N,3], terminal obs, rewards, 2 flags, the episode
-    statistics (return, length, success, Monitor's time: values and kinds), actions;
-    the observations hold rows padded to 64 bytes (a step's 2 x 3 floats: 16 floats), the terminal
-    observations one padded row per env; rewards and flags (numpy's alone) are not padded."""
+    """Pendulum: obs float32[T+1,N,3], terminal obs, rewards, 2 flags, the episode statistics (return, length, success,
+    Monitor's time: values and kinds), actions; then what a process stepping envs writes of its own columns (the
+    policy where the envs are): the step's actions, values and log-probs, the learner's rewards, episode starts and last
+    episode ends. The observations and the policy's outputs hold rows padded to 64 bytes (a step's 2 x 3 floats: 16
+    floats), the terminal observations one padded row per env; what numpy alone reads is not padded."""
     import gymnasium as gym
 
     env = gym.make("Pendulum-v1")
     layout = plan_layout(env.observation_space, env.action_space, n_steps=5, n_envs=2)
     shapes = [(shape, dtype) for _, shape, dtype in layout.fields]
-    assert shapes == [((6, 16), "<f4"), ((2, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2, 4), "<f8"), ((2, 4), "|u1"), ((2, 1), "<f4")]
+    assert shapes == [((6, 16), "<f4"), ((2, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2, 4), "<f8"), ((2, 4), "|u1"), ((2, 1), "<f4"),
+                      ((5, 16), "<f4"), ((5, 16), "<f4"), ((5, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "<f4"), ((2,), "|b1")]
     assert all(offset % 64 == 0 for offset, _, _ in layout.fields)
-    assert layout.nbytes == 6 * 64 + 2 * 64 + 6 * 64 + 64  # the last 64: room to find the first aligned byte
+    assert layout.nbytes == 6 * 64 + 2 * 64 + 6 * 64 + 3 * 5 * 64 + 3 * 64 + 64  # the last 64: room to find the first aligned byte
+    normalised = plan_layout(env.observation_space, env.action_space, n_steps=5, n_envs=2, stage_keys=("obs",))
+    assert [(shape, dtype) for _, shape, dtype in normalised.fields][8:10] == [((6, 16), "<f4"), ((2, 16), "<f4")]  # their own stage
 
 
 SPACE = spaces.Dict({"image": spaces.Box(0, 255, (5, 7, 3), np.uint8), "state": spaces.Box(-1, 1, (3,), np.float32)})

@@ -82,7 +82,8 @@ def test_other_start_methods_give_the_same_numbers(mp_method: str) -> None:
 
 
 def test_storage_is_shared_memory_written_by_workers() -> None:
-    """The env-written fields are views of one RawArray buffer; learner fields are private."""
+    """The env-written fields, and the learner's fields a process stepping envs may write of its columns (actions,
+    values, log-probs, rewards: ppo_dict.algo.shard), are views of one RawArray buffer; GAE's are private."""
     spec = resolve_env_name("gym_Pendulum-v1")
     pool = ShmEnvPool(probe_env(spec), 2, 1, n_steps=4)
     try:
@@ -90,7 +91,9 @@ def test_storage_is_shared_memory_written_by_workers() -> None:
         buffer = np.frombuffer(memoryview(pool._group._buffer).cast("B"), dtype=np.uint8)
         for arr in (s.env_obs["obs"], s.env_rewards, s.terminated, s.env_actions, s.env_terminal_obs["obs"]):
             assert np.shares_memory(arr, buffer)
-        assert not np.shares_memory(s.values, buffer) and not np.shares_memory(s.rewards, buffer)
+        for arr in (s.actions, s.values, s.log_probs, s.rewards, s.episode_starts, s.last_dones):
+            assert np.shares_memory(arr, buffer)
+        assert not np.shares_memory(s.advantages, buffer) and not np.shares_memory(s.returns, buffer)
         pool.reset(seed=7)
         expected = [spec_env_reset_obs(spec, 7 + i) for i in range(2)]
         np.testing.assert_array_equal(s.env_obs["obs"][0], np.stack(expected))

@@ -1,0 +1,239 @@
+"""The main process's side of the policy where the envs are (``ppo_dict.algo.shard``): draws, hand-overs, whole-batch books.
+
+Per rollout step the main process draws the step's random numbers in sb3's order (gSDE's exploration
+matrices at sb3's cadence, then the step's draws) into the shared block, and starts the step with one
+hand-over; every process (the workers, and this one for its own envs) then settles the last step's rows
+(normalised observations and rewards, the time-limit bootstrap, episode starts), samples this step's
+actions for its rows, steps its envs and checks what they gave. Once all are done, this process keeps
+what needs the whole batch: ``VecNormalize``'s statistics (sb3's arithmetic on the whole batch, then
+handed out through the block), the episodes in sb3's order. The next step's draws are made while the
+workers step (no callback can draw between them then); with sb3's callbacks, a second hand-over
+normalises the step's rows before the callback sees them, and the draws wait for the callback.
+
+``time/serial_us`` is this process's time per step when no process has work: from the last worker's
+answer to the next hand-over.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import cloudpickle
+import numpy as np
+import torch
+
+from ppo_dict.algo.normalize import Normalizer
+from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.shard import ACT, BOOKS, NORM, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
+from ppo_dict.algo.shard_probe import probe
+from ppo_dict.algo.timing import Timing
+from ppo_dict.core.config import Config
+from ppo_dict.data.storage import RolloutStorage
+from ppo_dict.vec.work import STEP
+
+
+
+class Rollout(Protocol):
+    """What a rollout loop needs of its collector (``ppo_dict.algo.collect.Collector``): the pool, the timing, sb3's
+    callbacks' hooks (None: none), the env steps of earlier rollouts, the episodes, and where the hooks stopped it."""
+
+    cfg: Config
+    pool: Any
+    timing: Timing
+    hooks: Any
+    steps_before: int
+    episodes: Any
+    stopped: Optional[int]
+
+
+def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device) -> str:
+    """Why this run's policy step stays in the main process ("": it may go where the envs are, probe permitting)."""
+    if not cfg.shard_policy:
+        return "as asked (--shard_policy False)"
+    if device.type != "cpu":
+        return f"the policy runs on {device}"
+    if cfg.double_buffer:
+        return "--double_buffer samples one half's actions here while the workers step the other"
+    if getattr(policy, "own_forward", False):
+        return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
+    if type(policy) is not ActorCritic:
+        return f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor") else f"{type(policy).__name__} runs here"
+    if PolicyStep(policy, 1).sampler is None:
+        return f"{policy.action_space} samples through the policy's forward"
+    if normalizer is not None and not set(normalizer.normalized_keys) <= set(storage.stage_keys):
+        return "its normalised observations are not in shared memory"
+    if not hasattr(os, "memfd_create"):
+        return "this platform has no memfd for the shared parameters"
+    return ""
+
+
+def processes_of(main_envs: int, blocks: Sequence[Sequence[int]]) -> list[tuple[range, bool]]:
+    """Each process's columns and whether it is a worker: this process's share (``main_envs``) first, then the workers' ``blocks``."""
+    processes = [(range(main_envs), False)] if main_envs else []
+    return processes + [(range(block[0], block[-1] + 1), True) for block in blocks]
+
+
+class ShardedRollout:
+    """The main process's half of the sharded step on ``storage`` (a worker pool's, or one laid out as it) for ``policy``."""
+
+    def __init__(self, cfg: Config, storage: RolloutStorage, label: str, policy: ActorCritic, normalizer: Optional[Normalizer],
+                 central: PolicyStep):
+        self.cfg, self.storage, self.policy, self.normalizer, self.central = cfg, storage, policy, normalizer, central
+        n = self.n_envs = storage.n_envs
+        self.draw_shapes = central.sampler.draw_shapes(n)
+        gsde = policy.action_spec.gsde
+        named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
+        named += [(f"draw/{slot}/{i}", shape, torch.float32) for slot in (0, 1) for i, shape in enumerate(self.draw_shapes)]
+        if gsde is not None:
+            named += [(f"matrices/{slot}", (n, gsde.latent_dim, gsde.action_dim), torch.float32) for slot in (0, 1)]
+        norm = None
+        if normalizer is not None:
+            keys = tuple(normalizer.obs_rms)
+            shapes = tuple(tuple(normalizer.obs_rms[k].mean.shape) for k in keys)
+            named += [(f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes) for part in ("mean", "var")]
+            named += [("stats/ret_var", (), torch.float64)]
+            norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs, normalizer.clip_reward,
+                                normalizer.epsilon)
+        self.block = SharedBlock(block_layout(named))
+        self.program = ShardProgram(cloudpickle.dumps(policy), self.block.layout, n, 1, cfg.gamma, label,
+                                    tuple(range(len(self.draw_shapes))), norm)
+        self.version, self.mslot, self._matrices = 0, 0, None
+        self.refresh()
+
+    # ------------------------------------------------------------------ what this process writes
+    def refresh(self) -> None:
+        """The policy's parameters and the bootstrap's gamma into the block (once per rollout: after an update, after
+        a setting assigned between ``learn`` calls), a new version."""
+        with torch.no_grad():
+            for name, tensor in shared_tensors(self.policy):
+                self.block.tensors[name].copy_(tensor)
+        self.block.tensors["settings/gamma"].fill_(self.cfg.gamma)
+        self.version += 1
+
+    def sync_matrices(self, slot: Optional[int] = None) -> None:
+        """gSDE's exploration matrices into the block where the policy drew new ones (into the slot not being read)."""
+        gsde = self.policy.action_spec.gsde
+        if gsde is None or (slot is None and gsde.exploration_matrices is self._matrices):
+            return
+        self.mslot = 1 - self.mslot if slot is None else slot
+        self.block.tensors[f"matrices/{self.mslot}"].copy_(gsde.exploration_matrices)
+        self._matrices = gsde.exploration_matrices
+
+    def draw(self, t: int) -> None:
+        """Step t's randomness in sb3's order: the exploration matrices where due, then the step's draws (slot t % 2)."""
+        self.policy.explore(self.n_envs, t, self.cfg.sde_sample_freq)
+        self.sync_matrices()
+        self.central.sampler.draw([self.block.tensors[f"draw/{t % 2}/{i}"] for i in range(len(self.draw_shapes))])
+
+    def publish_stats(self) -> None:
+        """The normaliser's statistics, as its last whole-batch update left them, for the processes' books."""
+        norm, tensors = self.normalizer, self.block.tensors
+        for key, rms in norm.obs_rms.items():
+            tensors[f"stats/{key}/mean"].numpy()[...] = rms.mean
+            tensors[f"stats/{key}/var"].numpy()[...] = rms.var
+        tensors["stats/ret_var"].numpy()[...] = norm.ret_rms.var
+
+    def header(self, phases: int, t: int, steps_before: int) -> tuple[int, ...]:
+        return (phases, t, t - 1, steps_before, t % 2, self.mslot, self.version)
+
+    # ------------------------------------------------------------------ a rollout
+    def collect(self, c: Rollout) -> int:
+        """``n_steps`` steps of every env (the collector's hooks, episodes and timing); returns the steps taken."""
+        s, pool, timing, clock, hooks = self.storage, c.pool, c.timing, time.perf_counter, c.hooks
+        started = clock()
+        self.cfg = c.cfg  # settings assigned between learn calls (the bootstrap's gamma, sde_sample_freq)
+        self.refresh()
+        self.sync_matrices()  # the rollout's first matrices (the collector drew them)
+        self.draw(0)
+        if self.normalizer is not None:
+            self.publish_stats()
+        owed: list[Callable[[], None]] = []  # the last step's episodes, then the next step's draws: while the workers step
+
+        def idle() -> bool:
+            if owed:
+                owed.pop(0)()
+            return bool(owed)
+
+        for t in range(s.n_steps):
+            settle = (BOOKS if hooks is not None else NORM | BOOKS) if t else 0
+            if hooks is None and t + 1 < s.n_steps:
+                owed.append(lambda t=t: self.draw(t + 1))
+            timing.serial += clock() - started
+            mark = clock()
+            pool.work(self.header(settle | ACT | STEP, t, c.steps_before), idle=idle if pool.waits else None)
+            started = clock()
+            timing.envs += started - mark
+            while owed:
+                idle()
+            dones = s.terminated[t] | s.truncated[t]
+            if self.normalizer is not None:
+                self.normalizer.observe({key: s.env_obs[key][t + 1] for key in self.normalizer.obs_rms}, s.env_rewards[t], dones)
+                self.publish_stats()
+            if hooks is not None:
+                timing.serial += clock() - started
+                pool.work(self.header(NORM, t + 1, c.steps_before))
+                started = clock()
+                if not hooks.step(t):
+                    c.stopped = t
+                    return t + 1
+                if t + 1 < s.n_steps:
+                    self.draw(t + 1)
+            ended = np.flatnonzero(dones)
+            if len(ended):  # copied now: a process writes its env's row again at the env's next episode end
+                values, kinds = s.episode_values[ended], s.episode_kinds[ended]
+                owed.insert(0, lambda values=values, kinds=kinds: c.episodes.read_rows(values, kinds, s.info_keywords))
+        timing.serial += clock() - started
+        pool.work(self.header(BOOKS if hooks is not None else NORM | BOOKS, s.n_steps, c.steps_before))
+        while owed:
+            idle()
+        return s.n_steps
+
+
+    def probe(self, step_obs: Callable[[int], Any], processes: list[tuple[range, bool]]) -> tuple[Optional[int], str]:
+        """:func:`~ppo_dict.algo.shard_probe.probe` of these processes' columns on this storage; the granule found is the program's."""
+        granule, why = probe(self.program, self.block, self.policy, self.central, step_obs, self.storage, processes, self.sync_matrices)
+        if granule is not None:
+            self.program = dataclasses.replace(self.program, granule=granule)
+        return granule, why
+
+
+def central_line(why: str) -> str:
+    return f"policy step: in the main process for every env ({why})"
+
+
+def plan_sharding(cfg: Config, pool: Any, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device,
+                  central: PolicyStep, step_obs: Callable[[int], Any]) -> tuple[Optional[ShardedRollout], str]:
+    """The sharded step for this run, or None and why not: checked, probed on the pool's own storage, given to
+    every process. Returns ``(sharded or None, the start line)`` ("" for a run with no worker process)."""
+    if not hasattr(pool, "attach") or not pool.blocks:
+        return None, ""
+    sharded, line = probed(cfg, pool.storage, pool.backend.label, processes_of(pool.main_envs, pool.blocks), policy, normalizer, device,
+                           central, step_obs)
+    if sharded is None:
+        return None, line
+    refused = pool.attach(sharded.program, cloudpickle.dumps(sharded.program), [sharded.block.fd])
+    sharded.block.release_fd()
+    if any(refused.values()):
+        worker, why = next((w, why) for w, why in refused.items() if why)
+        return None, central_line(f"worker {worker} could not take it: {why}")
+    return sharded, line
+
+
+def probed(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: ActorCritic,
+           normalizer: Optional[Normalizer], device: torch.device, central: PolicyStep,
+           step_obs: Callable[[int], Any]) -> tuple[Optional[ShardedRollout], str]:
+    """The sharded step on ``storage`` if the run allows it and the probe passes, with the start line saying which and why."""
+    problem = sharding_problem(cfg, storage, policy, normalizer, device)
+    if problem:
+        return None, central_line(problem)
+    try:
+        sharded = ShardedRollout(cfg, storage, label, policy, normalizer, central)
+    except Exception as exc:  # noqa: BLE001 (a policy that cannot be pickled, a block that cannot be made: the central step)
+        return None, central_line(f"its copy for the other processes failed: {type(exc).__name__}: {exc}")
+    granule, why = sharded.probe(step_obs, processes)
+    if granule is None:
+        return None, central_line(f"start probe: {why}")
+    return sharded, f"policy step: in each process for the envs it steps ({why})"
