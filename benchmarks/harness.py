@@ -155,14 +155,18 @@ def load_line(start: list[int]) -> str:
     return f"CPU steal {steal:.1f}%, load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
 
 
-def machine_line() -> str:
-    """Date, commit, CPU, core count and the versions that decide the numbers."""
-    cpu = "unknown CPU"
+def cpu_name() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it."""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
+        return "unknown CPU"
+
+
+def machine_line() -> str:
+    """Date, commit, CPU, core count and the versions that decide the numbers."""
+    cpu = cpu_name()
     # BENCH_COMMIT names the commit where the checkout's git metadata is not this tree's (a copied working tree)
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
     import gymnasium

@@ -1,131 +1,243 @@
-"""Returns reached on standard tasks with rl-zoo's hyperparameters: ppo_dict beside sb3, for the results page.
+"""Returns reached on standard tasks with rl-zoo's PPO settings: ppo_dict beside sb3, for the results page.
 
-Each run trains one env id with the installed rl_zoo3's ``ppo.yml`` entry (its ``n_envs``,
-``n_timesteps`` and PPO settings; ``lin_<x>`` schedules as rl-zoo reads them), once with
-``stable_baselines3.PPO`` and once with ``ppo_dict.PPO`` (the import changed, nothing else: the envs
-are made from the id as sb3's ``make_vec_env`` makes them, in ppo_dict's worker pool), records
-``rollout/ep_rew_mean`` after every rollout, then evaluates the final policy deterministically for
-``--eval_episodes`` episodes on a fresh env (sb3's ``evaluate_policy``), as rl-zoo's benchmark does.
+Each run trains one env id as rl-zoo trains it (``benchmarks/zoo_setup.py``: the installed rl_zoo3's ``ppo.yml``
+entry through the command line's parser; its ``n_envs``, ``n_timesteps``, schedules, ``policy_kwargs``,
+``normalize``, ``env_wrapper`` and ``frame_stack``; another version's entry where rl_zoo3 has none of the id's
+own, named), with ``stable_baselines3.PPO`` and ``make_vec_env`` or with ``ppo_dict.PPO`` and ``make_vec_env``:
+the imports changed, nothing else. It records ``rollout/ep_rew_mean`` after every rollout, then evaluates the
+final policy as rl-zoo's benchmark does (deterministic, stochastic on Atari; as many episodes as rl-zoo's
+published row counted, else ``--eval_episodes``) with sb3's ``evaluate_policy`` on a fresh env normalised
+with the run's final statistics.
 
-Rows go to ``--out`` (default ``benchmarks/results/learning/``): ``final.csv`` (one row a run: the
-evaluation's mean and std, the last ``ep_rew_mean``, wall seconds, the commit and host) and
-``curves.csv`` (one row a rollout); ``--plot`` draws ``docs/img/results.png`` from them. Rows are
-appended, so runs on several machines or days add up; each carries its commit.
+Rows go to ``--out`` (default ``benchmarks/results/learning/``): ``final.csv`` (one row a run) and ``curves.csv``
+(one row a rollout), each row with the commit and host that made it. A run writes a checkpoint to ``--work``
+every ``--checkpoint_every`` seconds; ``--resume`` skips the runs ``final.csv`` holds and continues a stopped one
+from its checkpoint (its row says where: the envs restart there, cutting the episodes in flight).
 
-    python benchmarks/results.py --envs CartPole-v1 --seeds 0,1,2
-    python benchmarks/results.py --envs Pendulum-v1 --seeds 0 --libs ppo_dict
-    python benchmarks/results.py --plot
+    python benchmarks/results.py --envs Pendulum-v1 --seeds 0,1,2 --libs ppo_dict,sb3
+    python benchmarks/results.py --envs HalfCheetah-v5 --seeds 0 --libs sb3 --steps 200000 --eval_episodes 0
+    python benchmarks/results.py --envs all --dry_run        # every ppo.yml entry: reproduced, or why not
+    python benchmarks/results.py --check                     # sb3's and ppo_dict's curves, seed by seed
+    python benchmarks/results.py --plot                      # docs/img/results.png
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.zoo_setup import ZooEntryError, ZooSetup, make_envs, published, zoo_entries, zoo_setup  # noqa: E402
+
 OUT = os.path.join(ROOT, "benchmarks", "results", "learning")
-PLOT = os.path.join(ROOT, "docs", "img", "results.png")
-#: rl-zoo's published PPO scores (its benchmark.md: one trained agent each, deterministic evaluation
-#: over about 150k steps): env id -> (mean, std, its n_timesteps)
-ZOO_SCORES = {
-    "CartPole-v1": (500.000, 0.000, "100k"),
-    "Pendulum-v1": (-172.225, 104.159, "100k"),
-    "Acrobot-v1": (-73.506, 18.201, "1M"),
-    "LunarLander-v2": (242.119, 31.823, "1M"),
-    "HalfCheetah-v3": (5819.099, 663.530, "1M"),
-    "Hopper-v3": (2410.435, 10.026, "1M"),
-    "BreakoutNoFrameskip-v4": (398.033, 33.328, "10M"),
-}
-FINAL_FIELDS = ["env", "lib", "seed", "timesteps", "eval_mean", "eval_std", "eval_episodes", "last_ep_rew_mean", "wall_s",
-                "commit", "host", "date"]
-CURVE_FIELDS = ["env", "lib", "seed", "commit", "timesteps", "ep_rew_mean"]
-
-
-def zoo_entry(env_id: str) -> dict[str, Any]:
-    """The installed rl_zoo3's ``ppo.yml`` entry for ``env_id``, as written there."""
-    import rl_zoo3
-    import yaml
-
-    with open(os.path.join(os.path.dirname(rl_zoo3.__file__), "hyperparams", "ppo.yml")) as f:
-        entries = yaml.safe_load(f)
-    if env_id not in entries:
-        raise SystemExit(f"rl_zoo3's ppo.yml has no entry for {env_id}")
-    return entries[env_id]
-
-
-def ppo_kwargs(entry: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-    """``(PPO keyword arguments, n_envs, n_timesteps)`` of an rl-zoo entry: ``lin_<x>`` read as rl-zoo's
-    linear schedule. Entries that need more (normalisation, env wrappers, frame stacks) are refused:
-    this script does not reproduce rl-zoo's env setup for them."""
-    from rl_zoo3.utils import linear_schedule
-
-    entry = dict(entry)
-    n_envs, n_timesteps = int(entry.pop("n_envs", 1)), int(entry.pop("n_timesteps"))
-    policy = entry.pop("policy")
-    unsupported = sorted(set(entry) & {"normalize", "env_wrapper", "frame_stack", "policy_kwargs", "vec_env_wrapper",
-                                       "callback"})
-    if policy != "MlpPolicy" or unsupported:
-        raise SystemExit(f"this script runs MlpPolicy entries without {unsupported or policy}")
-    for key in ("learning_rate", "clip_range"):
-        if isinstance(entry.get(key), str) and entry[key].startswith("lin_"):
-            entry[key] = linear_schedule(float(entry[key][4:]))
-    return entry, n_envs, n_timesteps
+WORK = os.path.join(ROOT, "runs", "results")
+FINAL_FIELDS = ["env", "zoo_entry", "lib", "seed", "planned", "timesteps", "budget", "eval_mean", "eval_std", "eval_episodes",
+                "eval_mode", "last_ep_rew_mean", "wall_s", "resumed_at", "commit", "host", "date", "run"]
+CURVE_FIELDS = ["env", "lib", "seed", "commit", "timesteps", "ep_rew_mean", "run"]
+LIBS = ("ppo_dict", "sb3")
 
 
 def commit() -> str:
-    """The repository's commit, with ``+`` when the tree has changes."""
+    """The repository's commit, with ``+`` when tracked files have changes; ``BENCH_COMMIT`` where the code runs from
+    a copy of a commit's tree outside git (as the benchmarks take it), so that edits beside a long run do not touch it."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout
     return head + ("+" if dirty.strip() else "")
 
 
-def run(env_id: str, lib: str, seed: int, eval_episodes: int, steps: int | None) -> tuple[dict[str, Any], list[tuple[int, float]]]:
-    """Train and evaluate one run; ``(final row, [(timesteps, ep_rew_mean) per rollout])``."""
-    import numpy as np
-    import torch
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
+def host() -> str:
+    """The CPU's model name and count (the wall times' context)."""
+    from benchmarks.harness import cpu_name
 
+    return f"{cpu_name()}, {os.cpu_count()} cpus"
+
+
+def libraries(lib: str) -> tuple[Any, Any]:
+    """``(PPO, make_vec_env)`` of ``lib``: the one import a script changes."""
     if lib == "sb3":
         from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
     else:
-        from ppo_dict import PPO
-    torch.set_num_threads(1)  # both sides on one thread: ppo_dict's default, and the same arithmetic
-    kwargs, n_envs, n_timesteps = ppo_kwargs(zoo_entry(env_id))
-    curve: list[tuple[int, float]] = []
+        from ppo_dict import PPO, make_vec_env
+    return PPO, make_vec_env
 
-    class Curve(BaseCallback):
-        """``rollout/ep_rew_mean`` (the mean of the last 100 episodes' returns) after each rollout."""
+
+def vec_normalize(env: Any) -> Any:
+    """The ``VecNormalize`` in ``env``'s wrapper chain, or None."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    while env is not None and not isinstance(env, VecNormalize):
+        env = getattr(env, "venv", None)
+    return env
+
+
+class Checkpoint:
+    """A run's files under ``--work``: ``state.json`` (the commit point: counters, curve, the last 100 episodes,
+    wall time, resume points) naming the model zip and the ``VecNormalize`` statistics written before it."""
+
+    def __init__(self, work: str, env: str, lib: str, seed: int, planned: int):
+        self.dir = os.path.join(work, env, f"{lib}-seed{seed}-{planned}")
+
+    def state(self) -> Optional[dict[str, Any]]:
+        path = os.path.join(self.dir, "state.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def save(self, model: Any, state: dict[str, Any]) -> None:
+        """Write the model and statistics under new names, then ``state.json`` (atomically), then drop the old files."""
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        steps = state["timesteps"]
+        model.save(os.path.join(self.dir, f"model-{steps}.zip"))
+        norm = vec_normalize(model.get_env())
+        if norm is not None:
+            np.savez(os.path.join(self.dir, f"vecnormalize-{steps}.npz"), obs_mean=norm.obs_rms.mean, obs_var=norm.obs_rms.var,
+                     obs_count=norm.obs_rms.count, ret_mean=norm.ret_rms.mean, ret_var=norm.ret_rms.var, ret_count=norm.ret_rms.count)
+        tmp = os.path.join(self.dir, "state.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.dir, "state.json"))
+        for name in os.listdir(self.dir):
+            if name.split("-")[0] in ("model", "vecnormalize") and name.rsplit("-", 1)[1].split(".")[0] != str(steps):
+                os.remove(os.path.join(self.dir, name))
+
+    def restore_statistics(self, env: Any, steps: int) -> None:
+        """Put the saved ``VecNormalize`` statistics into ``env``'s."""
+        import numpy as np
+
+        norm = vec_normalize(env)
+        if norm is None:
+            return
+        with np.load(os.path.join(self.dir, f"vecnormalize-{steps}.npz"), allow_pickle=False) as saved:
+            for rms, prefix in ((norm.obs_rms, "obs"), (norm.ret_rms, "ret")):
+                rms.mean, rms.var, rms.count = saved[f"{prefix}_mean"].copy(), saved[f"{prefix}_var"].copy(), float(saved[f"{prefix}_count"])
+
+    def remove(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def progress_callback(state: dict[str, Any], planned: int, budget: int, checkpoint: Checkpoint, every: float) -> Any:
+    """sb3's callback (for either library) that records ``ep_rew_mean`` after each rollout into ``state``, stops
+    training once ``planned`` steps are done (the schedules still those of rl-zoo's whole budget), writes a
+    checkpoint every ``every`` seconds (0: never) between rollouts, and puts a resumed run's episodes back."""
+    import numpy as np
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Progress(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.saved_at = time.perf_counter()
+            if state["episodes"]:  # a resumed run: the last 100 episodes before the stop, as ep_rew_mean saw them
+                buffer = self.model.ep_info_buffer
+                buffer.clear()
+                buffer.extend({"r": r, "l": l, "t": t} for r, l, t in state["episodes"])
 
         def _on_step(self) -> bool:
-            return True
+            # A part of the budget: the first step after the rollout that reached the target ends learn (that
+            # step's rollout dropped). The whole budget: learn ends as sb3's does, after the rollout that passes it.
+            return planned >= budget or state["timesteps"] < planned
+
+        def _on_rollout_start(self) -> None:
+            if every and self.num_timesteps > state["saved"] and time.perf_counter() - self.saved_at >= every:
+                state["wall_s"] += time.perf_counter() - self.saved_at
+                self.saved_at = time.perf_counter()
+                state["episodes"] = [[float(e["r"]), int(e["l"]), float(e["t"])] for e in self.model.ep_info_buffer]
+                state["saved"] = self.num_timesteps
+                checkpoint.save(self.model, state)
 
         def _on_rollout_end(self) -> None:
+            state["timesteps"] = self.num_timesteps
             episodes = self.model.ep_info_buffer
             if episodes:
-                curve.append((self.model.num_timesteps, float(np.mean([e["r"] for e in episodes]))))
+                state["curve"].append([self.num_timesteps, float(np.mean([e["r"] for e in episodes]))])
 
-    start = time.perf_counter()
-    model = PPO("MlpPolicy", env_id, n_envs=n_envs, seed=seed, verbose=0, **kwargs) if lib == "ppo_dict" else \
-        PPO("MlpPolicy", make_vec_env(env_id, n_envs=n_envs, seed=seed), seed=seed, verbose=0, **kwargs)
-    model.learn(total_timesteps=steps or n_timesteps, callback=Curve())
-    wall = time.perf_counter() - start
-    eval_env = make_vec_env(env_id, n_envs=1, seed=10_000 + seed)
-    mean, std = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
+        def _on_training_end(self) -> None:
+            state["wall_s"] += time.perf_counter() - self.saved_at
+
+    return Progress()
+
+
+def train(setup: ZooSetup, lib: str, seed: int, planned: int, checkpoint: Checkpoint, every: float) -> tuple[Any, dict[str, Any]]:
+    """Train (or continue) one run to ``planned`` steps; ``(model, state)``."""
+    import torch
+
+    PPO, make_vec_env = libraries(lib)
+    torch.set_num_threads(1)  # both libraries on one thread: the same arithmetic, and kind to a shared machine
+    state = checkpoint.state()
+    env = make_envs(setup, make_vec_env, setup.n_envs, seed)
+    if state is None:
+        state = {"timesteps": 0, "saved": 0, "curve": [], "episodes": [], "wall_s": 0.0, "resumed_at": [], "commit": commit(),
+                 "run": f"{setup.env}-{lib}-s{seed}-{time.strftime('%Y%m%dT%H%M%S')}"}
+        model = PPO(setup.policy, env, seed=seed, verbose=0, **setup.ppo_kwargs)
+    else:
+        print(f"resuming {state['run']} at {state['timesteps']:,} steps", flush=True)
+        state["resumed_at"].append(state["timesteps"])
+        checkpoint.restore_statistics(env, state["timesteps"])
+        schedules = {name: setup.ppo_kwargs[name] for name in ("learning_rate", "clip_range", "clip_range_vf") if name in setup.ppo_kwargs}
+        model = PPO.load(os.path.join(checkpoint.dir, f"model-{state['timesteps']}.zip"), env=env,
+                         custom_objects={**schedules, "lr_schedule": schedules.get("learning_rate", 3e-4)})
+    if state["timesteps"] < planned:
+        model.learn(setup.n_timesteps - state["timesteps"], callback=progress_callback(state, planned, setup.n_timesteps, checkpoint, every),
+                    reset_num_timesteps=not state["resumed_at"])
+    return model, state
+
+
+def evaluate(setup: ZooSetup, model: Any, seed: int, episodes: int) -> tuple[float, float]:
+    """rl-zoo's benchmark evaluation: ``episodes`` episodes on one fresh env (seed ``10_000 + seed``) built as the
+    training env, normalised with the model's final statistics (sb3's ``sync_envs_normalization``)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import sync_envs_normalization
+
+    eval_env = make_envs(setup, make_vec_env, 1, 10_000 + seed, evaluation=True)
+    sync_envs_normalization(model.get_env(), eval_env)
+    mean, std = evaluate_policy(model, eval_env, n_eval_episodes=episodes, deterministic=setup.deterministic)
     eval_env.close()
+    return round(float(mean), 3), round(float(std), 3)
+
+
+def eval_episodes(setup: ZooSetup, asked: Optional[int]) -> int:
+    """``asked``, else as many episodes as rl-zoo's published row counted, else 10."""
+    if asked is not None:
+        return asked
+    row = published(setup.env)
+    return row.eval_episodes if row else 10
+
+
+def run(setup: ZooSetup, lib: str, seed: int, planned: int, args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One run, trained (or continued), evaluated; ``(final row, curve rows)``. Its checkpoint is removed after."""
+    checkpoint = Checkpoint(args.work, setup.env, lib, seed, planned)
+    if not args.resume:
+        checkpoint.remove()  # a run started afresh: an earlier attempt's checkpoint is not continued
+    model, state = train(setup, lib, seed, planned, checkpoint, args.checkpoint_every)
+    episodes = eval_episodes(setup, args.eval_episodes)
+    mean, std = evaluate(setup, model, seed, episodes) if episodes else ("", "")
     model.get_env().close()
-    row = dict(env=env_id, lib=lib, seed=seed, timesteps=model.num_timesteps, eval_mean=round(float(mean), 3),
-               eval_std=round(float(std), 3), eval_episodes=eval_episodes, last_ep_rew_mean=round(curve[-1][1], 3) if curve else "",
-               wall_s=round(wall, 1), host=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-               date=time.strftime("%Y-%m-%d"))
+    row = dict(env=setup.env, zoo_entry=setup.key, lib=lib, seed=seed, planned=planned, timesteps=state["timesteps"],
+               budget=setup.n_timesteps, eval_mean=mean, eval_std=std, eval_episodes=episodes,
+               eval_mode="deterministic" if setup.deterministic else "stochastic",
+               last_ep_rew_mean=state["curve"][-1][1] if state["curve"] else "", wall_s=round(state["wall_s"], 1),
+               resumed_at=";".join(map(str, state["resumed_at"])), commit=state["commit"], host=host(),
+               date=time.strftime("%Y-%m-%d"), run=state["run"])
+    if commit() != state["commit"]:
+        row["commit"] = f"{state['commit']}..{commit()}"  # a run continued on a later commit names both
+    curve = [dict(env=setup.env, lib=lib, seed=seed, commit=row["commit"], timesteps=t, ep_rew_mean=repr(r), run=state["run"])
+             for t, r in state["curve"]]
     return row, curve
 
 
@@ -140,65 +252,82 @@ def append(path: str, fields: list[str], rows: list[dict[str, Any]]) -> None:
 
 
 def read(path: str) -> list[dict[str, str]]:
+    if not os.path.exists(path):
+        return []
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def plot(out: str, path: str = PLOT) -> None:
-    """One panel per env: each run's ``ep_rew_mean`` curve (ppo_dict solid, sb3 dashed), rl-zoo's
-    published score as a horizontal line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = read(os.path.join(out, "curves.csv"))
-    envs = list(dict.fromkeys(row["env"] for row in curves))
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 3.6), squeeze=False)
-    for ax, env_id in zip(axes[0], envs):
-        runs: dict[tuple[str, str], list[tuple[int, float]]] = {}
-        for row in curves:
-            if row["env"] == env_id:
-                runs.setdefault((row["lib"], row["seed"]), []).append((int(row["timesteps"]), float(row["ep_rew_mean"])))
-        for (lib, seed), points in sorted(runs.items()):
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, linestyle="-" if lib == "ppo_dict" else "--", color="C0" if lib == "ppo_dict" else "C1",
-                    alpha=0.8, label=f"{lib}, seed {seed}")
-        if env_id in ZOO_SCORES:
-            ax.axhline(ZOO_SCORES[env_id][0], color="gray", linestyle=":", label="rl-zoo's published score")
-        ax.set_title(env_id)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("rollout/ep_rew_mean")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print(f"wrote {path}")
+def setups(names: list[str]) -> tuple[list[ZooSetup], list[str]]:
+    """The setups of ``names`` (``all``: every env entry of ppo.yml) and the problem of each one refused."""
+    entries = zoo_entries()
+    if names == ["all"]:
+        names = [key for key in entries if key not in ("atari", "default")]
+    made, problems = [], []
+    for name in names:
+        try:
+            made.append(zoo_setup(name, entries))
+        except ZooEntryError as exc:
+            problems.append(str(exc))
+    return made, problems
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python benchmarks/results.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", default="CartPole-v1", help="gymnasium ids with an rl-zoo ppo.yml entry, comma-separated")
+    parser.add_argument("--envs", default="CartPole-v1", help="gymnasium ids, comma-separated (all: every env entry of rl_zoo3's ppo.yml)")
     parser.add_argument("--seeds", default="0,1,2", help="seeds, comma-separated")
     parser.add_argument("--libs", default="ppo_dict,sb3", help="ppo_dict, sb3 or both, comma-separated")
-    parser.add_argument("--eval_episodes", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=None, help="train this many steps instead of rl-zoo's n_timesteps (a check, not a result)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="stop after this many steps (the first rollout end at or past it), the schedules still those of "
+                             "rl-zoo's n_timesteps: the first part of a run")
+    parser.add_argument("--eval_episodes", type=int, default=None,
+                        help="episodes of the final evaluation (default: as many as rl-zoo's published row; 10 without one; 0: none)")
+    parser.add_argument("--resume", action="store_true", help="skip the runs final.csv holds; continue stopped ones from their checkpoint")
+    parser.add_argument("--checkpoint_every", type=float, default=600.0, help="seconds between checkpoints (0: none)")
     parser.add_argument("--out", default=OUT, help="where final.csv and curves.csv are appended")
+    parser.add_argument("--work", default=WORK, help="where runs keep their checkpoints until they finish")
+    parser.add_argument("--dry_run", action="store_true", help="print each env's reproduced setup and the runs planned, then exit")
+    parser.add_argument("--check", action="store_true", help="compare sb3's and ppo_dict's ep_rew_mean, seed by seed, then exit")
     parser.add_argument("--plot", action="store_true", help="draw docs/img/results.png from --out's curves, then exit")
     args = parser.parse_args(argv)
-    if args.plot:
-        plot(args.out)
-        return 0
+    bad = [lib for lib in args.libs.split(",") if lib not in LIBS]
+    if bad:
+        parser.error(f"--libs: {', '.join(bad)}: not one of {', '.join(LIBS)}")
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from benchmarks.results_report import check_text, plot
+
+    args = parse_args(argv)
+    if args.plot or args.check:
+        if args.plot:
+            plot(read(os.path.join(args.out, "curves.csv")), read(os.path.join(args.out, "final.csv")))
+        text, differ = check_text(read(os.path.join(args.out, "final.csv")), read(os.path.join(args.out, "curves.csv")))
+        print(text if args.check else "", end="")
+        return 1 if args.check and differ else 0
+    made, problems = setups(args.envs.split(","))
+    for problem in problems:
+        print(f"cannot reproduce {problem}", file=sys.stderr)
+    if args.dry_run:
+        for setup in made:
+            print(setup.describe())
+    if problems or args.dry_run:
+        return 1 if problems else 0
     os.makedirs(args.out, exist_ok=True)
-    head = commit()
-    for env_id in args.envs.split(","):
+    done = {(row["env"], row["lib"], row["seed"], row["planned"]) for row in read(os.path.join(args.out, "final.csv"))}
+    for setup in made:
+        planned = min(args.steps or setup.n_timesteps, setup.n_timesteps)
         for seed in (int(s) for s in args.seeds.split(",")):
             for lib in args.libs.split(","):
-                row, curve = run(env_id, lib, seed, args.eval_episodes, args.steps)
-                row["commit"] = head
+                if args.resume and (setup.env, lib, str(seed), str(planned)) in done:
+                    print(f"{setup.env} {lib} seed {seed} ({planned:,} steps): in final.csv already", flush=True)
+                    continue
+                row, curve = run(setup, lib, seed, planned, args)
                 print(", ".join(f"{k}={row[k]}" for k in FINAL_FIELDS), flush=True)
                 append(os.path.join(args.out, "final.csv"), FINAL_FIELDS, [row])
-                append(os.path.join(args.out, "curves.csv"), CURVE_FIELDS,
-                       [dict(env=env_id, lib=lib, seed=seed, commit=head, timesteps=t, ep_rew_mean=round(r, 3)) for t, r in curve])
+                append(os.path.join(args.out, "curves.csv"), CURVE_FIELDS, curve)
+                Checkpoint(args.work, setup.env, lib, seed, planned).remove()
     return 0
 
 

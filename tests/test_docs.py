@@ -242,15 +242,23 @@ def test_the_docstrings_roles_render_as_code() -> None:
 
 
 def test_results_table_holds_every_run() -> None:
-    """The results page's table is benchmarks/results/learning/final.csv's runs, each with its commit."""
+    """The results page's tables are benchmarks/results/learning/final.csv's runs (the last of each env, library,
+    seed and budget), each with its commit, each evaluated full run's score, and each sb3 run's check against ppo_dict's."""
     import csv
 
+    from benchmarks.results_report import latest, pair_checks
+
     with open(HOOKS.RESULTS_CSV, newline="") as f:
-        runs = list(csv.DictReader(f))
+        runs = latest(list(csv.DictReader(f)))
+    with open(HOOKS.RESULTS_CSV.with_name("curves.csv"), newline="") as f:
+        curves = list(csv.DictReader(f))
     table = HOOKS.results_markdown()
     assert runs and all(row["commit"] in table for row in runs)
     for row in runs:
-        assert f"{float(row['eval_mean']):g} (seed {row['seed']})" in table
+        if row["eval_mean"] and row["planned"] == row["budget"]:
+            assert f"{float(row['eval_mean']):g} (seed {row['seed']}" in table
+    checks = pair_checks(runs, curves)
+    assert checks and all(check.text().split(": ", 1)[1] in table for check in checks)
 
 
 def test_ledger_page_is_the_ledger_newest_first() -> None:

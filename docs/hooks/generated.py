@@ -5,8 +5,8 @@
   other command lines, captured from their own parsers.
 * ``speed.md``, ``index.md`` and ``perf_log.md``: the headline speed table, from ``docs/figures/speed.csv``
   (the file ``docs/figures/speed.py`` draws ``docs/img/speed.png`` from).
-* ``results.md``: the returns table, from ``benchmarks/results/learning/final.csv`` (``benchmarks/results.py``
-  appends to it), beside rl-zoo's published scores (that script's ``ZOO_SCORES``).
+* ``results.md``: the returns and runs tables, from ``benchmarks/results/learning/final.csv`` and ``curves.csv``
+  (``benchmarks/results.py`` appends to them), beside rl-zoo's published scores (``benchmarks/zoo_setup.py``).
 * ``perf_log.md``: the repository's ``perf_log.md`` (the benchmarks append to it, oldest first), its
   entries newest first.
 * ``api.md``: ``Config``'s fields, and the constructor parameters of sb3's API (its classes take
@@ -186,31 +186,20 @@ def ledger_newest_first(path: Path = LEDGER) -> str:
 
 
 def results_markdown(path: Path = RESULTS_CSV) -> str:
-    """One row per env and library: the final deterministic evaluation of each seed's run, their mean,
-    the wall time, and the commit and host that made them; rl-zoo's published score beside."""
-    import importlib.util
+    """The results page's tables (``benchmarks/results_report.py``): returns per env beside sb3's and rl-zoo's
+    published scores, then every run with its wall time, its check against sb3's curve, commit and host."""
+    import importlib
+    import sys
 
-    spec = importlib.util.spec_from_file_location("benchmarks_results", ROOT / "benchmarks" / "results.py")
-    results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results)
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = ["| env | library | steps | final evaluation per seed (10 episodes each) | mean | rl-zoo's published score | wall time per run | commit, host, date |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
-    for row in rows:
-        groups.setdefault((row["env"], row["lib"]), []).append(row)
-    for (env, lib), runs in groups.items():
-        runs.sort(key=lambda row: int(row["seed"]))
-        per_seed = ", ".join(f"{float(row['eval_mean']):g} (seed {row['seed']})" for row in runs)
-        mean = sum(float(row["eval_mean"]) for row in runs) / len(runs)
-        zoo = results.ZOO_SCORES.get(env)
-        zoo_text = f"{zoo[0]:g} +/- {zoo[1]:g} ({zoo[2]} steps)" if zoo else "-"
-        walls = [float(row["wall_s"]) for row in runs]
-        made = "; ".join(sorted({f"{row['commit']}, {row['host']}, {row['date']}" for row in runs}))
-        out.append(f"| {env} | {lib} | {runs[0]['timesteps']} | {per_seed} | {mean:g} | {zoo_text} | "
-                   f"{min(walls):.0f}-{max(walls):.0f} s | {made} |")
-    return "\n".join(out)
+    if str(ROOT) not in sys.path:  # the repository's benchmarks package, wherever mkdocs runs from
+        sys.path.insert(0, str(ROOT))
+    report = importlib.import_module("benchmarks.results_report")
+
+    def rows(csv_path: Path) -> list[dict[str, str]]:
+        with open(csv_path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    return report.table_markdown(rows(path), rows(path.with_name("curves.csv")))
 
 
 def config_fields_markdown() -> str:

@@ -1,0 +1,175 @@
+"""``benchmarks/results.py`` reproduces rl-zoo's setup: each entry beside what rl-zoo's own ``ExperimentManager``
+makes of it (PPO's arguments, schedules, ``policy_kwargs``, ``VecNormalize``'s arguments, wrappers, frame stack,
+the envs' first observations), every ppo.yml entry reproduced or refused by name, tiny runs of both libraries
+whose curves are compared, ``--resume``. No learning run: the runs here stop after one or two rollouts."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from benchmarks import results
+from benchmarks.results_report import check_text, table_markdown
+from benchmarks.zoo_setup import ZooEntryError, entry_key, make_envs, published, zoo_entries, zoo_setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def zoo_manager(env_id: str, tmp_path) -> tuple[object, dict]:
+    """rl-zoo's ``ExperimentManager`` for ``env_id`` after its ``_preprocess_hyperparams``, and the PPO kwargs it keeps."""
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    manager = ExperimentManager(argparse.Namespace(), "ppo", env_id, str(tmp_path), verbose=0, seed=0)
+    hyperparams, manager.env_wrapper, _, _ = manager._preprocess_hyperparams(manager.read_hyperparameters()[0])
+    return manager, hyperparams
+
+
+def chain(env) -> list[str]:
+    names = []
+    while env is not None:
+        names.append(type(env).__name__)
+        env = getattr(env, "venv", None)
+    return names
+
+
+@pytest.mark.parametrize("env_id, zoo_id, key", [
+    ("Pendulum-v1", "Pendulum-v1", "Pendulum-v1"), ("Acrobot-v1", "Acrobot-v1", "Acrobot-v1"), ("CartPole-v1", "CartPole-v1", "CartPole-v1"),
+    ("LunarLander-v3", "LunarLander-v3", "LunarLander-v3"), ("HalfCheetah-v5", "HalfCheetah-v4", "HalfCheetah-v4"),
+    ("Hopper-v5", "Hopper-v4", "Hopper-v4"), ("Swimmer-v5", "Swimmer-v4", "Swimmer-v4"), ("Walker2d-v5", "Walker2d-v4", "Walker2d-v4"),
+    ("Ant-v5", "Ant-v4", "Ant-v4"), ("BreakoutNoFrameskip-v4", "BreakoutNoFrameskip-v4", "atari"), ("CarRacing-v3", "CarRacing-v3", "CarRacing-v3")])
+def test_setup_is_what_rl_zoo_makes_of_the_entry(env_id: str, zoo_id: str, key: str, tmp_path, capsys) -> None:
+    """``zoo_id``: the id rl-zoo is asked for (the v4 entries are its own for the v4 ids); ``key``: the entry read."""
+    setup = zoo_setup(env_id)
+    manager, hyperparams = zoo_manager(zoo_id, tmp_path)
+    assert setup.key == key and bool(setup.mapping) == (key != env_id)
+    assert (setup.n_envs, setup.n_timesteps, setup.frame_stack) == (manager.n_envs, manager.n_timesteps, manager.frame_stack)
+    assert setup.normalize == (manager.normalize_kwargs if manager.normalize else None)
+    assert setup.policy == hyperparams.pop("policy") and setup.deterministic == manager.deterministic_eval
+    ours = dict(setup.ppo_kwargs)
+    assert set(ours) == set(hyperparams)
+    for name, value in hyperparams.items():
+        if callable(value):  # rl-zoo's schedules: the same value at every point of the progress
+            assert [ours[name](p) for p in (1.0, 0.37, 0.0)] == [value(p) for p in (1.0, 0.37, 0.0)], name
+        else:
+            assert ours[name] == value, name  # policy_kwargs too: rl-zoo's eval of the string, ours read without eval
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "HalfCheetah-v4", "BreakoutNoFrameskip-v4"])
+def test_envs_are_rl_zoos_envs(env_id: str, tmp_path, capsys) -> None:
+    """The vec env (wrappers, VecNormalize's settings, frame stack, transposition) and its first observation, as
+    rl-zoo's create_envs gives them for the same seed."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    manager, _ = zoo_manager(env_id, tmp_path)
+    theirs = manager.create_envs(2, no_log=True)
+    ours = make_envs(zoo_setup(env_id), make_vec_env, 2, seed=0)
+    try:
+        assert chain(ours) == chain(theirs)
+        assert str(ours.observation_space) == str(theirs.observation_space)
+        np.testing.assert_array_equal(ours.reset(), theirs.reset())
+        if results.vec_normalize(ours) is not None:
+            mine, zoo = results.vec_normalize(ours), results.vec_normalize(theirs)
+            assert (mine.gamma, mine.norm_obs, mine.norm_reward, mine.clip_obs, mine.clip_reward) == \
+                (zoo.gamma, zoo.norm_obs, zoo.norm_reward, zoo.clip_obs, zoo.clip_reward)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_every_entry_is_reproduced_or_refused_by_name(capsys) -> None:
+    assert results.main(["--envs", "all", "--dry_run"]) == 1  # some entries need packages this machine lacks
+    out, err = capsys.readouterr()
+    for key in zoo_entries():
+        if key in ("atari", "default"):
+            continue
+        described = any(line.startswith(f"{key}: rl_zoo3 ppo.yml[{key}]") for line in out.splitlines())
+        refused = any(line.startswith(f"cannot reproduce {key}: ") for line in err.splitlines())
+        assert described != refused, key
+    assert "cannot reproduce Reacher-v2: gymnasium registers it only to say it needs mujoco-py" in err
+
+
+def test_entry_lookup_names_the_version_it_maps_and_refuses_unknown_ids() -> None:
+    entries = zoo_entries()
+    assert entry_key("Walker2d-v5", entries) == ("Walker2d-v4", "rl_zoo3 has Walker2d-v4's entry, not Walker2d-v5's: "
+                                                                "Walker2d-v5 trained with Walker2d-v4's settings")
+    assert entry_key("PongNoFrameskip-v4", entries)[0] == "atari"
+    assert entry_key("Reacher-v5", entries)[0] == "Reacher-v2"
+    with pytest.raises(ZooEntryError, match="NoSuchEnv-v0: not a registered gymnasium id"):
+        zoo_setup("NoSuchEnv-v0", entries)
+    assert published("LunarLander-v3").env == "LunarLander-v2" and published("Hopper-v5").mean == 2410.435
+    assert published("Humanoid-v5") is None
+
+
+def test_an_entry_it_cannot_read_is_refused_naming_every_key() -> None:
+    entries = {"Pendulum-v1": {"policy": "MlpPolicy", "n_timesteps": 1000, "callback": "my.Callback",
+                               "env_wrapper": "no_such_module.Wrapper", "policy_kwargs": "dict(lstm_kwargs=1)"}}
+    with pytest.raises(ZooEntryError) as refused:
+        zoo_setup("Pendulum-v1", entries)
+    text = str(refused.value)
+    assert "ppo.yml[Pendulum-v1]: 'callback' is not supported" in text
+    assert "env_wrapper 'no_such_module.Wrapper' cannot be built here" in text and "policy_kwargs: 'lstm_kwargs'" in text
+
+
+def test_refused_envs_start_no_run(tmp_path, capsys) -> None:
+    assert results.main(["--envs", "CartPole-v1,Reacher-v2", "--out", str(tmp_path)]) == 1
+    assert "cannot reproduce Reacher-v2" in capsys.readouterr().err and not os.listdir(tmp_path)
+
+
+def tiny_run(out, work, *extra: str) -> int:
+    """Both libraries on CartPole for one rollout (8 envs x 32 steps), evaluated on one episode."""
+    return results.main(["--envs", "CartPole-v1", "--seeds", "3", "--steps", "256", "--eval_episodes", "1", "--out", str(out),
+                         "--work", str(work), *extra])
+
+
+def test_tiny_runs_of_both_libraries_give_the_same_curve_and_resume_skips_them(tmp_path, capsys) -> None:
+    assert tiny_run(tmp_path / "out", tmp_path / "work") == 0
+    final, curves = (results.read(str(tmp_path / "out" / name)) for name in ("final.csv", "curves.csv"))
+    assert [(r["lib"], r["timesteps"], r["planned"], r["budget"], r["eval_episodes"]) for r in final] == \
+        [("ppo_dict", "256", "256", "100000", "1"), ("sb3", "256", "256", "100000", "1")]
+    assert final[0]["eval_mean"] == final[1]["eval_mean"] and final[0]["last_ep_rew_mean"] == final[1]["last_ep_rew_mean"]
+    assert len(curves) == 2 and curves[0]["ep_rew_mean"] == curves[1]["ep_rew_mean"]
+    text, differ = check_text(final, curves)
+    assert text == "CartPole-v1 seed 3: ep_rew_mean the same number at all 1 rollouts to step 256\n" and not differ
+    assert "256 of 100,000" in table_markdown(final, curves)
+    assert tiny_run(tmp_path / "out", tmp_path / "work", "--resume") == 0
+    assert len(results.read(str(tmp_path / "out" / "final.csv"))) == 2
+    assert "CartPole-v1 sb3 seed 3 (256 steps): in final.csv already" in capsys.readouterr().out
+    assert not os.path.exists(tmp_path / "work" / "CartPole-v1" / "sb3-seed3-256")
+
+
+def test_check_names_the_first_rollout_that_differs() -> None:
+    row = dict(env="E-v0", seed="0", planned="10", budget="10", timesteps="10", resumed_at="")
+    final = [dict(row, lib="ppo_dict", run="a"), dict(row, lib="sb3", run="b", resumed_at="30")]
+    curves = [dict(run=run, timesteps=str(t), ep_rew_mean=str(v)) for run, pts in
+              (("a", [(10, 1.0), (20, 2.0), (30, 3.0), (40, 9.0)]), ("b", [(10, 1.0), (20, 2.5), (30, 3.0), (40, 4.0)])) for t, v in pts]
+    text, differ = check_text(final, curves)
+    assert differ and text.startswith("E-v0 seed 0: DIFFERENT at rollout 2 (step 20): sb3 2.5, ppo_dict 2.0")
+    curves[5]["ep_rew_mean"] = "2.0"  # equal up to sb3's resume at step 30; the difference after it does not count
+    assert check_text(final, curves) == ("E-v0 seed 0: ep_rew_mean the same number at all 3 rollouts to step 30\n", False)
+
+
+@pytest.mark.slow
+def test_a_stopped_run_continues_from_its_checkpoint(tmp_path) -> None:
+    """A run killed after a checkpoint resumes there with ``--resume``: its row says where, its curve is whole."""
+    args = ["--envs", "CartPole-v1", "--seeds", "4", "--libs", "ppo_dict", "--steps", "4096", "--eval_episodes", "1",
+            "--checkpoint_every", "1e-9", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    state = tmp_path / "work" / "CartPole-v1" / "ppo_dict-seed4-4096" / "state.json"
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "results.py"), *args], start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert state.exists()
+    assert results.main([*args, "--resume"]) == 0
+    (row,) = results.read(str(tmp_path / "out" / "final.csv"))
+    curve = [int(c["timesteps"]) for c in results.read(str(tmp_path / "out" / "curves.csv"))]
+    assert row["resumed_at"] and 0 < int(row["resumed_at"]) < 4096 and row["timesteps"] == "4096"
+    assert curve == list(range(256, 4097, 256))
+    assert not state.parent.exists()
