@@ -113,7 +113,7 @@ def returns_table(rows: list[Row]) -> list[str]:
         ours = sorted((row for row in runs if row["lib"] == "ppo_dict" and full(row) and row["eval_mean"]), key=lambda row: int(row["seed"]))
         sb3 = sorted((row for row in runs if row["lib"] == "sb3"), key=lambda row: int(row["seed"]))
         scores = [float(row["eval_mean"]) for row in ours]
-        mean = f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} seeds)" if scores else "-"
+        mean = f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} seed{'s' * (len(scores) != 1)})" if scores else "-"
         sb3_text = "; ".join(seed_text(row) if full(row) and row["eval_mean"] else
                              f"first {steps_text(int(row['timesteps']))} steps, seed {row['seed']}: curve only" for row in sb3) or "-"
         zoo = published(env)

@@ -108,12 +108,12 @@ def test_entry_lookup_names_the_version_it_maps_and_refuses_unknown_ids() -> Non
 
 def test_an_entry_it_cannot_read_is_refused_naming_every_key() -> None:
     entries = {"Pendulum-v1": {"policy": "MlpPolicy", "n_timesteps": 1000, "callback": "my.Callback",
-                               "env_wrapper": "no_such_module.Wrapper", "policy_kwargs": "dict(lstm_kwargs=1)"}}
+                               "env_wrapper": "no_such_module.Wrapper", "policy_kwargs": "dict(no_such_kwarg=1)"}}
     with pytest.raises(ZooEntryError) as refused:
         zoo_setup("Pendulum-v1", entries)
     text = str(refused.value)
     assert "ppo.yml[Pendulum-v1]: 'callback' is not supported" in text
-    assert "env_wrapper 'no_such_module.Wrapper' cannot be built here" in text and "policy_kwargs: 'lstm_kwargs'" in text
+    assert "env_wrapper 'no_such_module.Wrapper' cannot be built here" in text and "policy_kwargs: 'no_such_kwarg'" in text
 
 
 def test_refused_envs_start_no_run(tmp_path, capsys) -> None:
