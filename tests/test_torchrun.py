@@ -48,12 +48,14 @@ def marked(mark: str) -> list[int]:
 
 
 class Torchrun:
-    """``torchrun --standalone --nproc-per-node N -m ppo_dict.main_ppo ARGS`` started in the background."""
+    """``torchrun --standalone --nproc-per-node N -m ppo_dict.main_ppo ARGS`` started in the background (``module``:
+    another module, or a script's path)."""
 
     def __init__(self, args: list[str], nproc: int = 2, module: str = "ppo_dict.main_ppo"):
         self.mark = f"PPO_DICT_TEST_RUN={uuid.uuid4().hex}"
         env = {**os.environ, self.mark.split("=")[0]: self.mark.split("=")[1], "PYTHONUNBUFFERED": "1"}
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m", module, *args]
+        target = [module] if module.endswith(".py") else ["-m", module]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *target, *args]
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.started = time.monotonic()
@@ -160,6 +162,30 @@ def test_one_rank_under_torchrun_is_the_plain_run_bit_for_bit(plain, tmp_path) -
     assert all(torch.equal(a, b) for a, b in zip(ours["optimizer"]["state"][0].values(), theirs["optimizer"]["state"][0].values()))
     assert [{k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(tmp_path / "one")] == \
         [{k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(plain)]
+
+
+#: a rank that joins, builds a layer on the meta device as the run's check measures the policy, and leaves: then it
+#: writes the threads it still has to rank<r>.txt in the directory it is given (gloo's threads, alive at the
+#: interpreter's end, can abort it: ppo_dict.run.ranks.leave)
+LEAVES = """
+import os, sys, torch
+from ppo_dict.run.ranks import join, leave
+info = join()
+with torch.device("meta"):
+    torch.tanh(torch.nn.Linear(4, 2)(torch.zeros(1, 4)))
+leave()
+with open(os.path.join(sys.argv[1], f"rank{info.rank}.txt"), "w") as f:
+    f.write(" ".join(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")))
+"""
+
+
+def test_a_rank_leaves_with_its_groups_threads_joined_before_the_interpreter_ends(tmp_path) -> None:
+    script = tmp_path / "leaves.py"
+    script.write_text(LEAVES)
+    code, out, err = Torchrun([str(tmp_path)], 2, str(script)).finish(120)
+    assert code == 0, err
+    threads = {rank: (tmp_path / f"rank{rank}.txt").read_text().split() for rank in (0, 1)}
+    assert all(names and not any("gloo" in name for name in names) for names in threads.values()), threads
 
 
 def test_dry_run_prints_the_global_plan_and_each_ranks_layout(tmp_path) -> None:

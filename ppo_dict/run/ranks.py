@@ -65,6 +65,8 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpu_share(sorted(os.sched_getaffinity(0)), cpu_budget()[0], info.local_rank, info.local_world))
     if not dist.is_initialized():
+        import torch._dynamo  # noqa: F401  (before the group is made: see leave)
+
         dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT))
         atexit.register(leave)
     store = _store()
@@ -74,8 +76,12 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
 
 
 def leave() -> None:
-    """Leave the process group :func:`join` made, at exit while the interpreter is whole: left to the interpreter's
-    own end, gloo's threads can abort the process (SIGABRT, "terminate called without an active exception")."""
+    """Leave the process group :func:`join` made, at exit while the interpreter is whole: the group is released and
+    its gloo threads joined. A gloo thread still alive when the interpreter ends aborts the process (SIGABRT,
+    "terminate called without an active exception") if it then frees a collective's tensors, which takes the GIL.
+    Hence :func:`join` imports ``torch._dynamo`` before it makes the group: imported after (the run's check builds
+    the policy on the meta device, which imports it), it keeps the group alive past ``destroy_process_group``
+    (torch 2.13), and with it the threads (tests/test_torchrun.py checks they are gone)."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
