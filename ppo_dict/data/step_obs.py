@@ -6,14 +6,15 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, obs_to_tensor
 
 
 class StepObsToDevice:
     """The observations of one rollout step as policy input on ``device``.
 
     CPU: views of the storage itself, no copy (tensors of the whole arrays are made once; a step
-    indexes them). CUDA: one pinned staging buffer per key, one copy into it and one non-blocking
+    indexes them); an sb3 vec env's arrays as it returned them, where its pool kept them
+    (:meth:`~ppo_dict.data.storage.RolloutStorage.step_input`). CUDA: one pinned staging buffer per key, one copy into it and one non-blocking
     host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU. Reusing
     the staging buffer is safe because every step synchronises on the actions' copy back before
     the next copy.
@@ -37,6 +38,9 @@ class StepObsToDevice:
 
     def __call__(self, t: int) -> TensorObs:
         if not self.pinned:
+            returned = self.storage.step_input(t)  # an sb3 vec env's arrays: read as it returned them, as sb3 reads them
+            if returned is not None:
+                return obs_to_tensor(returned, self.device)
             if not self.storage.is_dict_obs:
                 return self.views[OBS_KEY][t]
             return {key: view[t] for key, view in self.views.items()}

@@ -229,6 +229,13 @@ class RolloutStorage:
         self.returns = zeros((T, N), np.dtype(np.float32))
         # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
         self.lstm_states: Optional[Any] = None
+        # An sb3 vec env's pool (ppo_dict.vec.vec_env_pool) also keeps the arrays the vec env returned, as it returned them
+        # ({key: array} by obs_parts): those of the rows the policy reads next ({row: parts}, rows t and t+1) and the
+        # terminal observations of the last step ({env: parts}). The policy reads them as sb3 does (:meth:`step_input`,
+        # :meth:`terminal_input`): their strides are the vec env's (VecTransposeImage's view of a stacked frame is
+        # channels-last in memory, and a convolution rounds by the layout), where the rows above are contiguous copies.
+        self.returned: dict[int, dict[str, Any]] = {}
+        self.returned_terminal: dict[int, dict[str, Any]] = {}
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's (the
@@ -273,6 +280,15 @@ class RolloutStorage:
         """:func:`policy_view` of ``[B, ...]`` batches of this storage's observations."""
         return policy_view(obs, self.channel_last_keys, self.is_dict_obs)
 
+    def step_input(self, t: int) -> Optional[PolicyObs]:
+        """Step ``t``'s observations as an sb3 vec env returned them (:attr:`returned`), as sb3's ``obs_as_tensor``
+        reads its ``_last_obs``; None where the envs write only the storage's rows (ppo_dict's own pools), or where
+        the policy reads rows of its own (normalised observations)."""
+        parts = self.returned.get(t)
+        if parts is None or any(self.obs[key] is not self.env_obs[key] for key in parts):
+            return None
+        return self.as_policy_input(parts)
+
     def terminal_rows(self, envs: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of envs ``envs``' terminal observations (``{key: [len(envs), *shape]}``), each row laid out
         as a fresh allocation (:func:`step_major`), for :meth:`terminal_input` to read after a worker
@@ -293,6 +309,15 @@ class RolloutStorage:
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
         """
         obs = {}
+        returned = self.returned_terminal.get(env) if rows is None else None
+        if returned is not None and all(self.terminal_obs[key] is self.env_terminal_obs[key] for key in returned):
+            # as an sb3 vec env returned it, through sb3's obs_to_tensor: maybe_transpose, then np.array, which keeps
+            # the memory order (order="K"), and a reshape, a view of that
+            for key, one in returned.items():
+                one = np.array(np.transpose(one, (2, 0, 1)) if key in self.channel_last_keys else one)
+                shape = self.obs_layout[key][0]
+                obs[key] = one.reshape((-1, *((shape[2], *shape[:2]) if key in self.channel_last_keys else shape)))
+            return obs if self.is_dict_obs else obs[OBS_KEY]
         for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
             if key in self.channel_last_keys:
                 obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
@@ -309,6 +334,8 @@ class RolloutStorage:
                 arr[0] = arr[row]
         if self.action_masks is not None:
             self.action_masks[0] = self.action_masks[row]
+        if row in self.returned:
+            self.returned = {0: self.returned[row]}
         if self.lstm_states is not None:
             states = self.lstm_states
             if row != self.n_steps:  # sb3-contrib keeps _last_lstm_states from before the stopped step too

@@ -6,7 +6,8 @@
 write what their envs return, from what sb3's ``collect_rollouts`` reads:
 
 * the observations (``VecNormalize``'s normalised ones, ``VecTransposeImage``'s channel-first
-  ones: the vec env is the env here), rewards as float32, ``done`` split into truncated (``done``
+  ones: the vec env is the env here), also kept as the vec env returned them, which the policy
+  reads with their own strides as sb3 reads its ``_last_obs``, rewards as float32, ``done`` split into truncated (``done``
   with ``info["TimeLimit.truncated"]`` and a ``"terminal_observation"``: sb3 bootstraps exactly
   those) and terminated (the others);
 * the terminal observation of each truncated env, for the bootstrap;
@@ -68,6 +69,7 @@ class VecEnvPool:
             self.venv.seed(seed)
         obs = self.venv.reset()
         self.reset_infos = list(getattr(self.venv, "reset_infos", self.reset_infos))
+        self.storage.returned.clear()
         self._write_obs(0, obs)
         for j in range(self.num_envs):
             self.book.start(j)
@@ -83,14 +85,23 @@ class VecEnvPool:
                      for done, info in zip(dones, infos)]
         s.truncated[t] = truncated
         s.terminated[t] = np.asarray(dones, dtype=bool) & ~s.truncated[t]
+        s.returned_terminal.clear()
         for i in np.flatnonzero(dones):
             if truncated[i]:
-                for key, part in obs_parts(self.observation_space, infos[i]["terminal_observation"]).items():
+                parts = s.returned_terminal[i] = obs_parts(self.observation_space, infos[i]["terminal_observation"])
+                for key, part in parts.items():
                     s.env_terminal_obs[key][i] = part
             self.book.end(i, infos[i])
 
     def _write_obs(self, row: int, obs: Any) -> None:
-        for key, part in obs_parts(self.observation_space, obs).items():
+        """``obs`` into row ``row``, and kept as returned (the policy reads it so, as sb3 reads its ``_last_obs``)
+        with the row before it (a rollout a callback stops starts the next one from that row, as sb3)."""
+        parts = obs_parts(self.observation_space, obs)
+        returned = self.storage.returned
+        for old in [r for r in returned if r != row - 1]:
+            del returned[old]
+        returned[row] = parts
+        for key, part in parts.items():
             self.storage.env_obs[key][row] = np.asarray(part).reshape(self.storage.env_obs[key][row].shape)
         if self.storage.action_masks is not None:
             self.storage.action_masks[row] = np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1)

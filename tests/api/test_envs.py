@@ -23,6 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 import ppo_dict
 from ppo_dict.core.errors import ConfigError
+from ppo_dict.envs.dummy import GYM_ID as PIXELS_ID
 from ppo_dict.run.cli import config_from_args
 from tests.faults.scenarios import alive
 from tests.parity.sides import assert_same_value
@@ -78,6 +79,27 @@ def test_other_wrappers_around_ppo_dicts_vec_env_are_stepped_as_sb3_steps_them(c
     model = ppo_dict.PPO("MlpPolicy", VecFrameStack(ppo_dict.make_vec_env("CartPole-v1", n_envs=2, seed=1), 3), **SETTINGS)
     assert "VecFrameStack(ShmVecEnv) is stepped as sb3 steps it" in capsys.readouterr().out
     assert_same_value(sb3, trained(model), "parameters")
+
+
+def test_a_stacked_image_vec_env_is_read_with_its_own_strides_as_sb3_reads_it(capsys) -> None:
+    """rl-zoo's Atari chain in small: VecFrameStack over channel-last images, under the VecTransposeImage sb3 adds.
+    The policy reads what the vec env returned, a transposed view (channels-last in memory), and the convolution
+    rounds by the layout: read from contiguous copies instead, values differed by 4e-7 from the first step (rl-zoo's
+    Breakout, results.py). Episodes end by time limit: the bootstrap reads the terminal observations as returned too,
+    as sb3's ``np.array`` keeps them (channels-last; at a batch of one the convolution gave the same values either way)."""
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    def chain(make_vec_env):
+        kwargs = dict(image_size=36, channels=1, channel_last=True, episode_length=20)
+        return VecFrameStack(make_vec_env(PIXELS_ID, n_envs=2, seed=3, env_kwargs=kwargs), 4)
+
+    cnn = dict(SETTINGS, n_steps=24, batch_size=24)
+    sb3 = trained(SB3PPO("CnnPolicy", chain(sb3_make_vec_env), **cnn))
+    model = ppo_dict.PPO("CnnPolicy", chain(ppo_dict.make_vec_env), **cnn)
+    assert "VecFrameStack(ShmVecEnv) is stepped as sb3 steps it" in capsys.readouterr().out
+    assert_same_value(sb3, trained(model), "parameters")
+    read = model.trainer.storage.step_input(0)  # what the next rollout's first convolution reads: a channels-last view
+    assert read.shape == (2, 4, 36, 36) and read.strides == (36 * 36 * 4, 1, 36 * 4, 4)
 
 
 def test_ppo_dict_make_vec_env_is_the_trainers_pool() -> None:
