@@ -170,6 +170,12 @@ class RolloutStorage:
         rewards: float32[n_steps, n_envs], normalised and bootstrapped: what GAE uses.
         actions: [n_steps, n_envs, action_dim] (unclipped, action dtype), episode_starts, values,
         log_probs, advantages, returns: float32[n_steps, n_envs].
+    Written by an sb3 vec env's pool (``ppo_dict.vec.vec_env_pool``), the arrays the vec env returned, as it
+    returned them (``{key: array}`` by :func:`obs_parts`), for the policy to read as sb3 reads them
+    (:meth:`step_input`, :meth:`terminal_input`): their strides are the vec env's (``VecTransposeImage``'s view
+    of stacked frames is channels-last in memory, and a convolution rounds by the layout), the rows above copies:
+        returned: ``{row: parts}`` of the rows the policy reads next (t and t+1).
+        returned_terminal: ``{env: parts}``, the terminal observations of the last step.
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros,
@@ -229,11 +235,7 @@ class RolloutStorage:
         self.returns = zeros((T, N), np.dtype(np.float32))
         # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
         self.lstm_states: Optional[Any] = None
-        # An sb3 vec env's pool (ppo_dict.vec.vec_env_pool) also keeps the arrays the vec env returned, as it returned them
-        # ({key: array} by obs_parts): those of the rows the policy reads next ({row: parts}, rows t and t+1) and the
-        # terminal observations of the last step ({env: parts}). The policy reads them as sb3 does (:meth:`step_input`,
-        # :meth:`terminal_input`): their strides are the vec env's (VecTransposeImage's view of a stacked frame is
-        # channels-last in memory, and a convolution rounds by the layout), where the rows above are contiguous copies.
+        # an sb3 vec env's arrays as it returned them (see the class doc), by row and by env
         self.returned: dict[int, dict[str, Any]] = {}
         self.returned_terminal: dict[int, dict[str, Any]] = {}
 
