@@ -19,6 +19,7 @@ from its checkpoint (its row says where: the envs restart there, cutting the epi
     python benchmarks/results.py --envs all --dry_run        # every ppo.yml entry: reproduced, or why not
     python benchmarks/results.py --check                     # sb3's and ppo_dict's curves, seed by seed
     python benchmarks/results.py --plot                      # docs/img/results.png
+    python benchmarks/results.py --merge runs/other/out      # another --out folder's runs, into --out's CSVs
 """
 from __future__ import annotations
 
@@ -258,6 +259,18 @@ def read(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def merge(source: str, out: str) -> list[str]:
+    """Append ``source``'s runs (``final.csv`` rows, and their ``curves.csv`` rows) that ``out``'s ``final.csv`` does
+    not hold, in ``source``'s order; the names of the runs appended."""
+    held = {row["run"] for row in read(os.path.join(out, "final.csv"))}
+    new = [row for row in read(os.path.join(source, "final.csv")) if row["run"] not in held]
+    runs = {row["run"] for row in new}
+    os.makedirs(out, exist_ok=True)
+    append(os.path.join(out, "final.csv"), FINAL_FIELDS, new)
+    append(os.path.join(out, "curves.csv"), CURVE_FIELDS, [row for row in read(os.path.join(source, "curves.csv")) if row["run"] in runs])
+    return [row["run"] for row in new]
+
+
 def setups(names: list[str]) -> tuple[list[ZooSetup], list[str]]:
     """The setups of ``names`` (``all``: every env entry of ppo.yml) and the problem of each one refused."""
     entries = zoo_entries()
@@ -289,6 +302,9 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--dry_run", action="store_true", help="print each env's reproduced setup and the runs planned, then exit")
     parser.add_argument("--check", action="store_true", help="compare sb3's and ppo_dict's ep_rew_mean, seed by seed, then exit")
     parser.add_argument("--plot", action="store_true", help="draw docs/img/results.png from --out's curves, then exit")
+    parser.add_argument("--merge", metavar="DIR", default=None,
+                        help="append the runs of another --out folder (another machine's, a run made again) that --out's final.csv "
+                             "does not hold, with their curves, then exit; the tables show the last row of each env, library and seed")
     args = parser.parse_args(argv)
     bad = [lib for lib in args.libs.split(",") if lib not in LIBS]
     if bad:
@@ -300,6 +316,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     from benchmarks.results_report import check_text, plot
 
     args = parse_args(argv)
+    if args.merge is not None:
+        if not os.path.exists(os.path.join(args.merge, "final.csv")):
+            print(f"--merge {args.merge}: no final.csv there", file=sys.stderr)
+            return 1
+        merged = merge(args.merge, args.out)
+        print("\n".join(f"merged {run}" for run in merged) or f"nothing to merge: {args.out} holds every run of {args.merge}")
+        return 0
     if args.plot or args.check:
         if args.plot:
             plot(read(os.path.join(args.out, "curves.csv")), read(os.path.join(args.out, "final.csv")))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import results
-from benchmarks.results_report import check_text, table_markdown
+from benchmarks.results_report import check_text, latest, table_markdown
 from benchmarks.zoo_setup import ZooEntryError, entry_key, make_envs, published, zoo_entries, zoo_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,6 +152,31 @@ def test_check_names_the_first_rollout_that_differs() -> None:
     assert differ and text.startswith("E-v0 seed 0: DIFFERENT at rollout 2 (step 20): sb3 2.5, ppo_dict 2.0")
     curves[5]["ep_rew_mean"] = "2.0"  # equal up to sb3's resume at step 30; the difference after it does not count
     assert check_text(final, curves) == ("E-v0 seed 0: ep_rew_mean the same number at all 3 rollouts to step 30\n", False)
+
+
+def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tmp_path, capsys) -> None:
+    """A run made again elsewhere (another --out) joins the CSVs with --merge: its rows and curve once, the older run
+    kept in the files, the newer one in the tables."""
+    row = {field: "" for field in results.FINAL_FIELDS}
+    row.update(env="E-v0", lib="ppo_dict", seed="0", planned="10", budget="10", timesteps="10")
+    here, there = tmp_path / "here", tmp_path / "there"
+    os.makedirs(here), os.makedirs(there)
+    old, again, other = dict(row, run="old", eval_mean="1.0"), dict(row, run="again", eval_mean="2.0"), dict(row, run="other", seed="1")
+    results.append(str(here / "final.csv"), results.FINAL_FIELDS, [old])
+    results.append(str(there / "final.csv"), results.FINAL_FIELDS, [old, again, other])
+    curves = [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean=str(i), run=run)
+              for i, run in enumerate(["old", "again", "other"])]
+    results.append(str(there / "curves.csv"), results.CURVE_FIELDS, curves)
+    assert results.main(["--merge", str(there), "--out", str(here)]) == 0
+    assert capsys.readouterr().out == "merged again\nmerged other\n"
+    final = results.read(str(here / "final.csv"))
+    assert [r["run"] for r in final] == ["old", "again", "other"]
+    assert [r["run"] for r in results.read(str(here / "curves.csv"))] == ["again", "other"]
+    assert [r["run"] for r in latest(final)] == ["again", "other"]
+    assert results.main(["--merge", str(there), "--out", str(here)]) == 0
+    assert "nothing to merge" in capsys.readouterr().out and len(results.read(str(here / "final.csv"))) == 3
+    assert results.main(["--merge", str(tmp_path / "nowhere"), "--out", str(here)]) == 1
+    assert "no final.csv there" in capsys.readouterr().err
 
 
 @pytest.mark.slow
