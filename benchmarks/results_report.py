@@ -121,8 +121,13 @@ def returns_table(rows: list[Row]) -> list[str]:
                     if zoo else "none published")
         entry = runs[0]["zoo_entry"]
         name = env if entry == env else f"{env} ({entry})"
-        evaluation = f"{ours[0]['eval_episodes']} episodes, {ours[0]['eval_mode']}" if ours else "-"
-        out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(map(seed_text, ours)) or '-'} | "
+        # without a run of the whole budget, those of part of it (as far as the machines allowed): each said so, in no mean
+        part = [] if ours else sorted((row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]), key=lambda row: int(row["seed"]))
+        seeds = [seed_text(row) for row in ours] + [f"{seed_text(row)[:-1]}, {steps_text(int(row['planned']))} of "
+                                                    f"{steps_text(int(row['budget']))} steps)" for row in part]
+        shown = ours + part
+        evaluation = f"{shown[0]['eval_episodes']} episodes, {shown[0]['eval_mode']}" if shown else "-"
+        out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(seeds) or '-'} | "
                    f"{sb3_text} | {zoo_text} | {evaluation} |")
     return out
 
