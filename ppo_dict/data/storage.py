@@ -174,7 +174,9 @@ class RolloutStorage:
     returned them (``{key: array}`` by :func:`obs_parts`), for the policy to read as sb3 reads them
     (:meth:`step_input`, :meth:`terminal_input`): their strides are the vec env's (``VecTransposeImage``'s view
     of stacked frames is channels-last in memory, and a convolution rounds by the layout), the rows above copies:
-        returned: ``{row: parts}`` of the rows the policy reads next (t and t+1).
+        returned: ``{row: parts}`` of the rows the policy reads next (t and t+1; None: not kept).
+    Such a pool's storage has no normalised stage (a ``VecNormalize`` is in the vec env) and no channel-last keys
+    (sb3's ``_wrap_env`` put the images channel-first), so what the vec env returned is what the policy reads.
         returned_terminal: ``{env: parts}``, the terminal observations of the last step.
     """
 
@@ -236,7 +238,7 @@ class RolloutStorage:
         # a recurrent policy's LSTM states (ppo_dict.data.recurrent.StateStore), set by the collector: the learner's alone
         self.lstm_states: Optional[Any] = None
         # an sb3 vec env's arrays as it returned them (see the class doc), by row and by env
-        self.returned: dict[int, dict[str, Any]] = {}
+        self.returned: dict[int, Optional[dict[str, Any]]] = {}
         self.returned_terminal: dict[int, dict[str, Any]] = {}
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
@@ -284,12 +286,9 @@ class RolloutStorage:
 
     def step_input(self, t: int) -> Optional[PolicyObs]:
         """Step ``t``'s observations as an sb3 vec env returned them (:attr:`returned`), as sb3's ``obs_as_tensor``
-        reads its ``_last_obs``; None where the envs write only the storage's rows (ppo_dict's own pools), or where
-        the policy reads rows of its own (normalised observations)."""
+        reads its ``_last_obs``; None where the envs write only the storage's rows (ppo_dict's own pools)."""
         parts = self.returned.get(t)
-        if parts is None or any(self.obs[key] is not self.env_obs[key] for key in parts):
-            return None
-        return self.as_policy_input(parts)
+        return None if parts is None else self.as_policy_input(parts)
 
     def terminal_rows(self, envs: np.ndarray) -> dict[str, np.ndarray]:
         """Copies of envs ``envs``' terminal observations (``{key: [len(envs), *shape]}``), each row laid out
@@ -310,16 +309,10 @@ class RolloutStorage:
         Channel-last images: ``np.transpose(obs, (2, 0, 1)).reshape(-1, C, H, W)``, a view whose
         batch stride differs from a slice's, and the convolution rounds by it (1.2e-7 in values).
         """
-        obs = {}
         returned = self.returned_terminal.get(env) if rows is None else None
-        if returned is not None and all(self.terminal_obs[key] is self.env_terminal_obs[key] for key in returned):
-            # as an sb3 vec env returned it, through sb3's obs_to_tensor: maybe_transpose, then np.array, which keeps
-            # the memory order (order="K"), and a reshape, a view of that
-            for key, one in returned.items():
-                one = np.array(np.transpose(one, (2, 0, 1)) if key in self.channel_last_keys else one)
-                shape = self.obs_layout[key][0]
-                obs[key] = one.reshape((-1, *((shape[2], *shape[:2]) if key in self.channel_last_keys else shape)))
-            return obs if self.is_dict_obs else obs[OBS_KEY]
+        if returned is not None:  # as an sb3 vec env returned it, through sb3's obs_to_tensor: np.array keeps the memory order
+            return self.as_policy_input({key: np.array(one).reshape((-1, *self.obs_layout[key][0])) for key, one in returned.items()})
+        obs = {}
         for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
             if key in self.channel_last_keys:
                 obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
@@ -336,8 +329,8 @@ class RolloutStorage:
                 arr[0] = arr[row]
         if self.action_masks is not None:
             self.action_masks[0] = self.action_masks[row]
-        if row in self.returned:
-            self.returned = {0: self.returned[row]}
+        if self.returned:
+            self.returned = {0: self.returned.get(row)}
         if self.lstm_states is not None:
             states = self.lstm_states
             if row != self.n_steps:  # sb3-contrib keeps _last_lstm_states from before the stopped step too

@@ -69,7 +69,6 @@ class VecEnvPool:
             self.venv.seed(seed)
         obs = self.venv.reset()
         self.reset_infos = list(getattr(self.venv, "reset_infos", self.reset_infos))
-        self.storage.returned.clear()
         self._write_obs(0, obs)
         for j in range(self.num_envs):
             self.book.start(j)
@@ -97,10 +96,7 @@ class VecEnvPool:
         """``obs`` into row ``row``, and kept as returned (the policy reads it so, as sb3 reads its ``_last_obs``)
         with the row before it (a rollout a callback stops starts the next one from that row, as sb3)."""
         parts = obs_parts(self.observation_space, obs)
-        returned = self.storage.returned
-        for old in [r for r in returned if r != row - 1]:
-            del returned[old]
-        returned[row] = parts
+        self.storage.returned = {row - 1: self.storage.returned.get(row - 1), row: parts}
         for key, part in parts.items():
             self.storage.env_obs[key][row] = np.asarray(part).reshape(self.storage.env_obs[key][row].shape)
         if self.storage.action_masks is not None:

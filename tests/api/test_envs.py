@@ -81,7 +81,8 @@ def test_other_wrappers_around_ppo_dicts_vec_env_are_stepped_as_sb3_steps_them(c
     assert_same_value(sb3, trained(model), "parameters")
 
 
-def test_a_stacked_image_vec_env_is_read_with_its_own_strides_as_sb3_reads_it(capsys) -> None:
+@pytest.mark.parametrize("n_envs", [1, 2, 3])
+def test_a_stacked_image_vec_env_is_read_with_its_own_strides_as_sb3_reads_it(n_envs: int, capsys) -> None:
     """rl-zoo's Atari chain in small: VecFrameStack over channel-last images, under the VecTransposeImage sb3 adds.
     The policy reads what the vec env returned, a transposed view (channels-last in memory), and the convolution
     rounds by the layout: read from contiguous copies instead, values differed by 4e-7 from the first step (rl-zoo's
@@ -91,7 +92,7 @@ def test_a_stacked_image_vec_env_is_read_with_its_own_strides_as_sb3_reads_it(ca
 
     def chain(make_vec_env):
         kwargs = dict(image_size=36, channels=1, channel_last=True, episode_length=20)
-        return VecFrameStack(make_vec_env(PIXELS_ID, n_envs=2, seed=3, env_kwargs=kwargs), 4)
+        return VecFrameStack(make_vec_env(PIXELS_ID, n_envs=n_envs, seed=3, env_kwargs=kwargs), 4)
 
     cnn = dict(SETTINGS, n_steps=24, batch_size=24)
     sb3 = trained(SB3PPO("CnnPolicy", chain(sb3_make_vec_env), **cnn))
@@ -99,7 +100,7 @@ def test_a_stacked_image_vec_env_is_read_with_its_own_strides_as_sb3_reads_it(ca
     assert "VecFrameStack(ShmVecEnv) is stepped as sb3 steps it" in capsys.readouterr().out
     assert_same_value(sb3, trained(model), "parameters")
     read = model.trainer.storage.step_input(0)  # what the next rollout's first convolution reads: a channels-last view
-    assert read.shape == (2, 4, 36, 36) and read.strides == (36 * 36 * 4, 1, 36 * 4, 4)
+    assert read.shape == (n_envs, 4, 36, 36) and read.strides == (36 * 36 * 4, 1, 36 * 4, 4)
 
 
 def test_ppo_dict_make_vec_env_is_the_trainers_pool() -> None:
