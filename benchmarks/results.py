@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import subprocess
@@ -36,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.zoo_setup import ZooEntryError, ZooSetup, make_envs, published, zoo_entries, zoo_setup  # noqa: E402
+from ppo_dict.core.reading import UnreadableFile, read_capped  # noqa: E402
 
 OUT = os.path.join(ROOT, "benchmarks", "results", "learning")
 WORK = os.path.join(ROOT, "runs", "results")
@@ -252,11 +254,15 @@ def append(path: str, fields: list[str], rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+#: the most a results CSV may hold (curves.csv of every run on the page is about 1.5 MB)
+CSV_CAP = 256 << 20
+
+
 def read(path: str) -> list[dict[str, str]]:
+    """The rows of the CSV at ``path`` ([] where there is none): a regular file of at most :data:`CSV_CAP` bytes."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    return list(csv.DictReader(io.StringIO(read_capped(path, CSV_CAP, "a results CSV").decode(), newline="")))
 
 
 def merge(source: str, out: str) -> list[str]:
@@ -320,7 +326,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not os.path.exists(os.path.join(args.merge, "final.csv")):
             print(f"--merge {args.merge}: no final.csv there", file=sys.stderr)
             return 1
-        merged = merge(args.merge, args.out)
+        try:
+            merged = merge(args.merge, args.out)
+        except UnreadableFile as exc:
+            print(f"--merge {args.merge}: {exc}", file=sys.stderr)
+            return 1
         print("\n".join(f"merged {run}" for run in merged) or f"nothing to merge: {args.out} holds every run of {args.merge}")
         return 0
     if args.plot or args.check:

@@ -99,8 +99,10 @@ def steps_text(steps: int) -> str:
 
 
 def seed_text(row: Row) -> str:
+    """``"score (seed N)"``, saying where the run was resumed, and its steps where it trained part of the budget."""
     resumed = f", resumed at {', '.join(steps_text(int(s)) for s in row['resumed_at'].split(';'))}" if row["resumed_at"] else ""
-    return f"{float(row['eval_mean']):g} (seed {row['seed']}{resumed})"
+    part = "" if full(row) else f", {steps_text(int(row['planned']))} of {steps_text(int(row['budget']))} steps"
+    return f"{float(row['eval_mean']):g} (seed {row['seed']}{resumed}{part})"
 
 
 def returns_table(rows: list[Row]) -> list[str]:
@@ -123,11 +125,9 @@ def returns_table(rows: list[Row]) -> list[str]:
         name = env if entry == env else f"{env} ({entry})"
         # without a run of the whole budget, those of part of it (as far as the machines allowed): each said so, in no mean
         part = [] if ours else sorted((row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]), key=lambda row: int(row["seed"]))
-        seeds = [seed_text(row) for row in ours] + [f"{seed_text(row)[:-1]}, {steps_text(int(row['planned']))} of "
-                                                    f"{steps_text(int(row['budget']))} steps)" for row in part]
         shown = ours + part
         evaluation = f"{shown[0]['eval_episodes']} episodes, {shown[0]['eval_mode']}" if shown else "-"
-        out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(seeds) or '-'} | "
+        out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(map(seed_text, shown)) or '-'} | "
                    f"{sb3_text} | {zoo_text} | {evaluation} |")
     return out
 

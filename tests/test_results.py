@@ -179,6 +179,9 @@ def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tm
     assert "nothing to merge" in capsys.readouterr().out and len(results.read(str(here / "final.csv"))) == 3
     assert results.main(["--merge", str(tmp_path / "nowhere"), "--out", str(here)]) == 1
     assert "no final.csv there" in capsys.readouterr().err
+    os.makedirs(tmp_path / "fifo"), os.mkfifo(tmp_path / "fifo" / "final.csv")  # read without waiting for a writer
+    assert results.main(["--merge", str(tmp_path / "fifo"), "--out", str(here)]) == 1
+    assert "is a FIFO (named pipe), not a regular file" in capsys.readouterr().err
 
 
 @pytest.mark.slow
