@@ -91,3 +91,16 @@ class FrameStack(gym.Wrapper):
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._stacked(obs, "push"), reward, terminated, truncated, info
+
+    # the stacked frames as plain data (envs.state: a resumed run's envs as they were)
+    def state_dict(self) -> dict[str, Any]:
+        return {"frames": [stack.frames.copy() for stack in self.stacks.values()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        frames = state.get("frames") if isinstance(state, dict) else None
+        stacks = list(self.stacks.values())
+        if not (isinstance(frames, list) and len(frames) == len(stacks)
+                and all(isinstance(f, np.ndarray) and f.shape == s.frames.shape for f, s in zip(frames, stacks))):
+            raise ValueError(f"FrameStack: saved frames that are not {len(stacks)} arrays of {[s.frames.shape for s in stacks]}")
+        for stack, saved in zip(stacks, frames):
+            stack.frames[...] = saved

@@ -41,7 +41,7 @@ from ppo_dict.algo.ppo import PPO
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import (CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RolloutDropped,
-                                  WorkerDiedError)
+                                  UpdateInterrupted, WorkerDiedError)
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.hyperparams import hyperparams_text
@@ -49,6 +49,7 @@ from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, restore, save_model, write_config
 from ppo_dict.run.cli import read_command_line, read_config
+from ppo_dict.run.env_states import STOP_TIMEOUT, keep_snapshots, resume_envs, take_env_states
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, ranks_of, settle_everywhere
@@ -72,17 +73,21 @@ class StopFlag:
     def __init__(self, quiet: bool = False) -> None:
         self.signum: Optional[int] = None
         self.quiet = quiet  # a rank of a torchrun run: rank 0 says so once every rank stopped (ppo_dict.run.ranks)
+        self.phase: Callable[[], str] = lambda: ""  # "rollout" or "update" while one runs, which the signal then drops
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
         self.signum = signum
-        if self.quiet:
-            return
         name = signal.Signals(signum).name
-        print(f"\n{name} received: finishing the current update, then saving and stopping (a rollout whose envs are still "
-              f"running {watchdog.STOP_GRACE:g} s from now is dropped and the last update saved; send it again to stop at once "
-              "without saving)", file=sys.stderr, flush=True)
+        if not self.quiet:
+            print(f"\n{name} received: saving the state from before the current rollout (the model as the last update left it, "
+                  "the envs as the rollout began) and stopping; send it again to stop at once without saving", file=sys.stderr, flush=True)
+        phase = self.phase()
+        if phase == "update":
+            raise UpdateInterrupted(f"{name} during an update")
+        if phase == "rollout":
+            raise EnvCallInterrupted(f"{name} during a rollout")
 
     def install(self) -> None:
         for signum in startup.taken_signals():
@@ -229,14 +234,17 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
 def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None],
                         should_stop: Optional[Callable[[], bool]] = None, say: bool = True) -> None:
     """``ppo.learn`` until done or stopped (``should_stop``: asked after each update; by default whether a stop
-    signal came). A stop that interrupted an env call (or found a worker killed by the same signal, sent to the
-    process group; or, over ranks, another rank's: ``RolloutDropped``) drops the rollout in progress: the
-    workers are stopped and the model goes back to its state after the last update, to be saved (``say``: said so)."""
+    signal came). A stop that interrupted an env call or an update (or found a worker killed by the same signal, sent
+    to the process group; or, over ranks, another rank's: ``RolloutDropped``) drops the rollout in progress and its
+    update: the envs' states from when that rollout began are read from the workers, the workers are stopped, and the
+    model goes back to its state after the last update, to be saved with them (``say``: said so)."""
     last_update = LastUpdate(ppo)
+    keep_snapshots(ppo)
 
     def after(m: PPO) -> None:
         after_update(m)
         last_update.take(m)
+        m.rollout_begun = False
 
     try:
         ppo.learn(should_stop=should_stop or (lambda: stop.signum is not None), after_update=after)
@@ -245,11 +253,15 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
             stop.signum = exc.signum  # another rank's stop: every rank drops the rollout
         if stop.signum is None and not watchdog.WATCHDOG.signals:
             raise
+        states = take_env_states(ppo, rollout_start=ppo.rollout_begun, timeout=STOP_TIMEOUT)
         pool.close()
         last_update.restore(ppo)
+        ppo.env_snapshot = {} if states is None else {"envs": states, "carry": last_update.carry}
         if say:
-            print(f"stopped in the middle of a rollout ({type(exc).__name__}: {exc}); its steps are dropped and the state after "
-                  f"the last update ({ppo.num_timesteps} steps) is saved", file=sys.stderr, flush=True)
+            where = "an update" if isinstance(exc, UpdateInterrupted) else "a rollout"
+            print(f"stopped in the middle of {where} ({type(exc).__name__}: {exc}); the rollout is dropped and the state from "
+                  f"before it ({ppo.num_timesteps} steps{', the envs as it began' if states is not None else ''}) is saved",
+                  file=sys.stderr, flush=True)
     if stop.signum is None and watchdog.WATCHDOG.signals:
         stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)
 
@@ -284,8 +296,11 @@ def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed
         print(device_notice(ppo.device), flush=True)
     if resumed is not None:
         restore(ppo, resumed[1], resumed[0])
+        home = checkpoint_run_dir(resumed[0])  # ALE's emulator bytes only from this run's own checkpoints
+        trusted = home is not None and os.path.realpath(cfg.run_dir).startswith(os.path.realpath(home))
+        envs = resume_envs(ppo, resumed[1], resumed[0], trusted)
         if writes:
-            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps (envs reset with seed {ppo.env_seed})", flush=True)
+            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps ({envs})", flush=True)
     elif agent is not None:
         apply_trained_agent(ppo, agent)
         stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
@@ -314,6 +329,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     pool = plan.env_pool()
     try:
         ppo = build_trainer(cfg, plan, pool, logger, resumed, agent, rank)
+        if rank is None:  # over ranks, every rank finishes the update and drops a rollout together (ppo_dict.run.ranks)
+            stop.phase, ppo.stop_asked = (lambda: ppo.phase), (lambda: stop.signum is not None)
         if writes:
             owned = claim(cfg, resumed, fresh_dir)
             tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)

@@ -15,6 +15,7 @@ from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, model_state, restore
+from ppo_dict.run.env_states import resume_envs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.conftest import ROOT
@@ -57,7 +58,8 @@ def test_restored_state_is_bit_identical_to_the_saved_one(tmp_path) -> None:
     torch.manual_seed(123)  # move every stream, so that the restore has something to undo
     fresh = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 2, 64))
     restore(fresh, load_model_state(path), path)
-    assert_same(model_state(fresh), saved)  # params, Adam, normaliser, counters, ep infos, RNG states, config
+    assert resume_envs(fresh, load_model_state(path), path, trusted=True) == "2 envs restored as they were at step 256"
+    assert_same(model_state(fresh), saved)  # params, Adam, normaliser, counters, ep infos, RNG states, config, envs
     model.pool.close()
     fresh.pool.close()
 
@@ -87,24 +89,34 @@ def runs(tmp_path_factory):
     return interrupted_runs(tmp_path_factory.mktemp("runs"), SMALL, 1024, 256)
 
 
-def test_resume_continues_everything_saved_and_says_what_it_does_with_envs(runs) -> None:
+def csv_rows(path, drop: tuple[str, ...]) -> list[dict]:
+    """A run's CSV as rows of dicts, without the columns ``drop`` (wall times) and the monitor's JSON header line."""
+    import csv
+
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    return [{k: v for k, v in row.items() if k not in drop and not k.startswith("time/")} for row in csv.DictReader(lines)]
+
+
+def test_a_resumed_run_is_the_uninterrupted_run(runs) -> None:
+    """The checkpoints hold the envs (each env's state and the rows the next rollout starts from): a run stopped at 512
+    steps and resumed to 1024 ends where the run never stopped ends, in every saved value, every progress.csv value
+    (time/* aside) and every monitor.csv episode (its wall time aside)."""
     a = {os.path.basename(p): load_model_state(p) for p in list_checkpoints(str(runs / "a" / "checkpoints"))}
     assert sorted(a) == [f"checkpoint_{s:012d}.pt" for s in (256, 512, 768, 1024)]
     b512 = load_model_state(str(runs / "b_at_512" / "checkpoints" / "checkpoint_000000000512.pt"))
-    # What B saved at 512 steps is what the uninterrupted run had at 512 steps, bit for bit.
+    # What B saved at 512 steps is what the uninterrupted run had at 512 steps, bit for bit, the envs included.
+    assert "envs" in b512 and len(b512["envs"]) == 2 and all(e["env"] is not None for e in b512["envs"])
     assert_same(without_config(b512), without_config(a["checkpoint_000000000512.pt"]))
     b_files = [os.path.basename(p) for p in list_checkpoints(str(runs / "b" / "checkpoints"))]
     assert b_files == ["checkpoint_000000000768.pt", "checkpoint_000000001024.pt"]  # keep_checkpoints=2
     b_end = load_model_state(str(runs / "b" / "checkpoints" / "checkpoint_000000001024.pt"))
     c_end = load_model_state(str(runs / "c" / "checkpoints" / "checkpoint_000000001024.pt"))
-    assert_same(without_config(b_end), without_config(c_end))  # a resume is deterministic
-    a_end = a["checkpoint_000000001024.pt"]
-    for key in ("num_timesteps", "iteration", "n_updates"):
-        assert b_end[key] == a_end[key]
-    # Envs were re-seeded and reset at the resume, so the trajectories (and so the weights) differ.
-    assert not torch.equal(b_end["policy"]["action_net.weight"], a_end["policy"]["action_net.weight"])
-    # The CSV log continues: rows up to 512 from the first part, then the resumed rows.
-    steps = [line.split(",")[0] for line in (runs / "b" / "progress.csv").read_text().splitlines()[1:]]
+    assert_same(without_config(b_end), without_config(a["checkpoint_000000001024.pt"]))  # weights, Adam, envs, RNG...
+    assert_same(without_config(c_end), without_config(b_end))
+    for run in ("b", "c"):
+        assert csv_rows(runs / run / "progress.csv", ()) == csv_rows(runs / "a" / "progress.csv", ())
+        assert csv_rows(runs / run / "monitor.csv", ("t",)) == csv_rows(runs / "a" / "monitor.csv", ("t",))
+    steps = [row["time/total_timesteps"] for row in __import__("csv").DictReader((runs / "b" / "progress.csv").open())]
     assert steps == ["256", "512", "768", "1024"]
 
 
@@ -219,15 +231,13 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tmp_path) -> Non
 
 
 def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
-    """The first Ctrl-C reaches the run while it waits at a known point (the second update, after the
-    first checkpoint), so the save it triggers is the one that blocks; the second Ctrl-C comes once
-    that save has half-written its temp file."""
+    """The first Ctrl-C reaches the run while it waits at a known point (just before its second update, with no
+    periodic checkpoint yet), so the save it triggers (the state from before that rollout: 256 steps) is the one that
+    blocks; the second Ctrl-C comes once that save has half-written its temp file."""
     run_dir = tmp_path / "run"
-    proc, lines = start_slow("signal", run_dir, "--total_timesteps", "100000000", "--save_freq", "256")
+    proc, lines = start_slow("signal", run_dir, "--total_timesteps", "100000000", "--save_freq", "100000")
     try:
         lines.wait_for("UPDATING 512", timeout=120)
-        first = run_dir / "checkpoints" / "checkpoint_000000000256.pt"
-        before = first.read_bytes()
         proc.send_signal(signal.SIGINT)
         lines.wait_for("WRITING", timeout=120)
         proc.send_signal(signal.SIGINT)
@@ -237,10 +247,7 @@ def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
         proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted twice: stopped without saving" in err and "Traceback" not in err
-    names = os.listdir(run_dir / "checkpoints")
-    assert sorted(names) == ["checkpoint_000000000256.pt"], names  # the partial file was removed, nothing else written
-    assert first.read_bytes() == before
-    load_model_state(str(first))
+    assert os.listdir(run_dir / "checkpoints") == []  # the partial file was removed, nothing else written
 
 
 def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_path) -> None:

@@ -26,7 +26,7 @@ from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
-from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
 from ppo_dict.core.load import BUSY, LoadWatch
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.parse import make_schedule
@@ -106,6 +106,10 @@ class PPO:
         self.load = LoadWatch()  # other processes' use of the CPUs, looked at before each update
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
+        self.phase = ""  # "rollout" or "update" while one runs (a stop signal then drops the rollout: ppo_dict.main_ppo)
+        self.rollout_begun = False  # a rollout has started stepping since the last update's state was kept (main_ppo)
+        self.stop_asked: Callable[[], bool] = lambda: False  # a stop signal came (the command line's; ppo_dict.main_ppo)
+        self.env_snapshot: Optional[dict[str, Any]] = None  # the envs' saved entries a stop left (ppo_dict.run.env_states)
 
     def pool_pids(self) -> list[int]:
         """The pool's worker processes (whose CPU time is the run's own, not other processes')."""
@@ -153,11 +157,14 @@ class PPO:
         self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
             started = time.perf_counter()
+            self.rollout_begun, self.phase = True, "rollout"
             self.collect_rollout()  # n_steps of every env; time-limit truncations bootstrapped on the way
             if self.collector.stopped is not None:  # as sb3: no GAE, no update; the next rollout starts from obs[t]
+                self.phase = ""
                 self.storage.carry_over(self.collector.stopped)
                 break
             self.compute_advantages()  # V(last obs), then GAE in float32 as sb3
+            self.phase = ""
             self.timing.rollout += time.perf_counter() - started
             self.iteration += 1
             if on_rollout is not None:
@@ -183,6 +190,18 @@ class PPO:
         recurrent run's first rollout starts from the LSTM states it saved (:meth:`load_lstm_states`)."""
         if not self._envs_started:
             self.reset_envs(self.env_seed)
+
+    def start_envs_as_saved(self, put_back: Callable[[], None]) -> None:
+        """The first reset of a run resumed with its envs' states: every env reset (a reset draws from the env's
+        generator), then ``put_back()`` overwrites their states and the rows the first rollout starts from. The
+        normaliser keeps its saved statistics and running returns (sb3's ``VecNormalize.reset`` would update the one
+        and zero the other: a resumed run is the uninterrupted one), and the LSTM states are the saved ones."""
+        self.pool.reset(self.env_seed)
+        put_back()
+        self._envs_started = True
+        if self._resumed_lstm_states is not None:
+            self.load_lstm_states(self._resumed_lstm_states)
+            self._resumed_lstm_states = None
 
     def reset_envs(self, seed: Any, options: Optional[list[dict[str, Any]]] = None) -> None:
         """Reset every env (env i with ``seed + i``, or ``seed[i]`` for a list; ``options[i]``) and the
@@ -249,11 +268,17 @@ class PPO:
         if busy is not None:
             self.timing.busy_elsewhere = busy
             self.pool.adapt(shared)
-        if self.update_threads is None:
-            self.update_threads, (logs, self.n_updates) = self._first_update(settings)
-        else:
-            with thread_count(self.cfg.torch_threads if shared else self.update_threads):
-                logs, self.n_updates = self._update(settings)
+        self.phase = "update"
+        try:
+            if self.stop_asked():  # a stop that came after the rollout: the update is dropped as if it had begun
+                raise UpdateInterrupted("a stop signal before the update")
+            if self.update_threads is None:
+                self.update_threads, (logs, self.n_updates) = self._first_update(settings)
+            else:
+                with thread_count(self.cfg.torch_threads if shared else self.update_threads):
+                    logs, self.n_updates = self._update(settings)
+        finally:
+            self.phase = ""
         self.logger.record("train/learning_rate", settings.learning_rate)
         self.logger.record_many(logs)
         return logs

@@ -63,6 +63,11 @@ class EnvCallInterrupted(BaseException):
     env's ``except Exception`` does not swallow it; the command line turns it into a clean stop."""
 
 
+class UpdateInterrupted(EnvCallInterrupted):
+    """A stop signal came during an update: the update is dropped (it may take tens of seconds, a job's grace is
+    seconds), and the run saves its state from before the rollout that update was of."""
+
+
 class RolloutDropped(EnvCallInterrupted):
     """A stop signal ended a rank's rollout (its env call interrupted, its workers ended by the same signal): every rank
     of the run drops the rollout together and goes back to the state after the last update. ``signum``: the signal."""

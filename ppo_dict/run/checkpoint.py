@@ -6,12 +6,12 @@ states, spaces, config) in ``RUN_DIR/checkpoints/checkpoint_<num_timesteps>.pt``
 crash leaves the previous files as they were. A new checkpoint is loaded back before older ones
 are deleted.
 
-What a resumed run does with the envs: their states live in the worker processes and are not
-saved, so a resumed run resets every env, env i with ``resume_env_seed(seed, num_timesteps) + i``
-(through the normaliser's reset, as sb3's ``learn(reset_num_timesteps=False)`` on a loaded model
-does). Everything saved (parameters, Adam, normaliser, counters, RNG streams) continues bit for
-bit; episodes in flight are cut, so env trajectories after a resume differ from an uninterrupted
-run's, while two resumes from the same checkpoint are identical.
+A checkpoint also holds the envs (``ppo_dict.run.env_states``): each env's state, wrappers included, and the rows
+the next rollout starts from, so that a resumed run continues as the run that was never stopped. Where an env's
+state cannot be taken (a Box2D world, a Godot game) or the checkpoint holds none, a resumed run resets every env,
+env i with ``resume_env_seed(seed, num_timesteps) + i`` (through the normaliser's reset, as sb3's
+``learn(reset_num_timesteps=False)`` on a loaded model does), and says so: everything else saved continues bit for
+bit, but episodes in flight are cut.
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ import torch
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch, to_numpy, whole_number
 from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
+from ppo_dict.envs.state import StateNotRestorable, from_saved, to_saved
+from ppo_dict.run.env_states import carry_state, checkpoint_entries, env_state_problems
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -40,7 +42,7 @@ BEST_MODEL = "best_model.pt"
 _NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
-def model_state(ppo: "PPO") -> dict[str, Any]:
+def model_state(ppo: "PPO", envs: bool = True) -> dict[str, Any]:
     """Everything a trained model is, so that training can resume from it bit for bit.
 
     Weights, Adam state, normaliser statistics, counters (``num_timesteps``, ``iteration``,
@@ -49,24 +51,27 @@ def model_state(ppo: "PPO") -> dict[str, Any]:
     ``random``, the spaces (to refuse a checkpoint that does not fit the env) and the config; a recurrent
     run's LSTM states that start its next rollout (``lstm_states``: ``PPO.lstm_states``, one set per
     ``--double_buffer`` half).
-    Envs' own states are not in it: they live in the workers (see ``checkpoint.resume_env_seed``).
+    With ``envs``, the envs' states and the rows the next rollout starts from (``ppo_dict.run.env_states``).
     The model's part is ``ppo.model.state()`` (``ppo_dict.algo.model.Model``: what ``Model.from_file`` reads).
     """
     lstm_states = ppo.lstm_states()
     return {
+        **(checkpoint_entries(ppo) if envs else {}),
         **ppo.model.state(),
         "optimizer": ppo.optimizer.state_dict(),
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
+        "log_pending": to_saved(dict(ppo.logger.current)),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
         "rng": rng_state(),
         **({} if lstm_states is None else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
     }
 
 
-def write_model_file(ppo: "PPO", path: str) -> str:
-    """Write :func:`model_state` to ``path`` atomically; returns ``path``."""
-    atomic_write(path, lambda f: torch.save(model_state(ppo), f))
+def write_model_file(ppo: "PPO", path: str, envs: bool = True) -> str:
+    """Write :func:`model_state` to ``path`` atomically (``envs``: with the envs' states); returns ``path``."""
+    state = model_state(ppo, envs)
+    atomic_write(path, lambda f: torch.save(state, f))
     return path
 
 
@@ -85,7 +90,7 @@ def write_config(cfg: "Config", path: str, env_id: Optional[str] = None) -> str:
 def save_model(ppo: "PPO", directory: str) -> str:
     """Write ``directory/model.pt`` and ``directory/config.json``; returns the model file's path."""
     write_config(ppo.cfg, os.path.join(directory, "config.json"))
-    return write_model_file(ppo, os.path.join(directory, MODEL_FILE))
+    return write_model_file(ppo, os.path.join(directory, MODEL_FILE), envs=False)
 
 
 def checkpoint_name(num_timesteps: int) -> str:
@@ -151,15 +156,17 @@ class LastUpdate:
     the middle of a rollout puts it back (:meth:`restore`) and saves it, so that every checkpoint
     holds a state the run had between two iterations, exactly as a periodic save would.
 
-    A copy of :func:`model_state` (weights, Adam, normaliser, counters, RNG states): about a
-    millisecond per iteration for an MLP, a few for a NatureCNN.
+    A copy of :func:`model_state` (weights, Adam, normaliser, counters, RNG states) and of the rows the next rollout
+    starts from (``carry``): about a millisecond per iteration for an MLP, a few for a NatureCNN. The envs' states of
+    that moment are the runners' snapshots (``ppo_dict.run.env_states``).
     """
 
     def __init__(self, ppo: "PPO"):
         self.take(ppo)
 
     def take(self, ppo: "PPO") -> None:
-        self.state = copy.deepcopy(model_state(ppo))
+        self.state = copy.deepcopy(model_state(ppo, envs=False))
+        self.carry = carry_state(ppo)
 
     def restore(self, ppo: "PPO") -> None:
         restore(ppo, self.state, "the state after the last update")
@@ -201,7 +208,13 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
     lstm = state.get("lstm_states", [])
     if not (isinstance(lstm, list) and all(isinstance(g, dict) and all(finite_tensor(t) for t in g.values()) for g in lstm)):
         problems.append("'lstm_states': not a list of dicts of finite tensors")
-    return problems + rng_state_problems(state.get("rng"))
+    try:
+        pending = from_saved(state.get("log_pending", {}), "'log_pending'")
+        if not (isinstance(pending, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())):
+            problems.append("'log_pending': not a dict of logged numbers and strings")
+    except StateNotRestorable as exc:
+        problems.append(str(exc))
+    return problems + rng_state_problems(state.get("rng")) + env_state_problems(state)
 
 
 def load_for_resume(path: str, log: Optional[TextIO] = None) -> tuple[str, dict[str, Any]]:
@@ -255,6 +268,8 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     ppo.load_optimizer(state["optimizer"], source)
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
     ppo.episodes.load_state(state)
+    ppo.logger.current.clear()
+    ppo.logger.current.update(from_saved(state.get("log_pending", {}), "log_pending"))
     if ("lstm_states" in state) != ppo.cfg.recurrent or len(state.get("lstm_states", ())) != len(ppo.lstm_states() or ()):
         raise CheckpointError(f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
                               f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "

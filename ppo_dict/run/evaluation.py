@@ -262,7 +262,7 @@ class Evaluator:
             ppo.logger.record("eval/success_rate", np.mean(successes))
         if mean_reward > self.best_mean_reward:
             self.best_mean_reward = mean_reward
-            write_model_file(ppo, os.path.join(self.run_dir, BEST_MODEL))
+            write_model_file(ppo, os.path.join(self.run_dir, BEST_MODEL), envs=False)
             print(f"eval at {step} steps: new best mean reward {mean_reward:.3f}", file=self.log, flush=True)
         ppo.logger.dump(step=step)
         video_path = writer.close() if writer is not None else None

@@ -63,7 +63,8 @@ class EnvPool(Protocol):
 
     def adapt(self, busy_elsewhere: bool) -> None: ...  # other processes keep the CPUs busy (ppo_dict.core.load): waits that sleep
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]: ...
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
+             timeout: Optional[float] = None) -> list[Any]: ...
 
     def close(self) -> None: ...
 

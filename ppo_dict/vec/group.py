@@ -176,6 +176,12 @@ class WorkerGroup:
         command = next(iter(messages.values()), ("",))[0]
         self._write({w: encode(msg) for w, msg in messages.items()}, command, detail)
 
+    def drain(self, timeout: Optional[float] = None) -> None:
+        """Read the answers of a command an exception interrupted (a stop), waiting at most ``timeout`` seconds
+        (default ``step_timeout``), so that none is read as the next command's."""
+        if self._awaiting is not None:
+            self.gather(timeout)
+
     def _write(self, frames: dict[int, bytes], command: str, detail: Any) -> None:
         if self.closed:
             raise PoolClosedError(f"the env workers ({self.label}) are closed; create a new pool")

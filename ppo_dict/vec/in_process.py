@@ -64,8 +64,10 @@ class InProcessEnvPool:
         """Whether steps and resets keep sb3's infos in :attr:`infos` and :attr:`reset_infos` (they cost a dict per env step)."""
         self.runner.record_infos = on
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
-        """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``, in their order."""
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
+             timeout: Optional[float] = None) -> list[Any]:
+        """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``, in their order
+        (and the runner's own calls: ``Runner.call``); ``timeout``: the worker pool's, nothing to wait for here."""
         return self.runner.call(kind, list(indices), name, args, kwargs or {})
 
     @property

@@ -15,15 +15,14 @@ from ppo_dict.core.machine import Machine, stat_fields
 from ppo_dict.vec.broadcast import Broadcast, wake_all
 from ppo_dict.vec.channel import Channel
 
-#: Seconds workers get to exit after "close" before they are terminated, then killed.
+#: Seconds workers get to exit after "close" before they are killed (they ignore SIGTERM: ``worker.worker_main``).
 CLOSE_GRACE = 1.0
 #: Seconds :func:`stop_workers` waits for killed workers to exit.
 KILLED_EXIT = 10.0
 
 
 def stop_workers(procs: list, channels: list[Channel], grace: float, page: Optional[Broadcast] = None) -> None:
-    """Send close (waking the workers that nap on the shared ``page``), wait ``grace``, terminate, wait 1 s,
-    kill, reap; close the pipes.
+    """Send close (waking the workers that nap on the shared ``page``), wait ``grace``, kill, reap; close the pipes.
 
     Never reads a reply, so a worker still busy with a step cannot block it. After the kill it waits
     up to :data:`KILLED_EXIT` for the exits: SIGKILL cannot be refused, but on a loaded host a killed
@@ -36,7 +35,7 @@ def stop_workers(procs: list, channels: list[Channel], grace: float, page: Optio
         except (OSError, ValueError):
             pass
     wake_all(page)
-    for signum, wait_s in ((None, grace), (signal.SIGTERM, 1.0), (signal.SIGKILL, KILLED_EXIT)):
+    for signum, wait_s in ((None, grace), (signal.SIGKILL, KILLED_EXIT)):
         alive = [p for p in procs if running(p)]
         if not alive:
             break

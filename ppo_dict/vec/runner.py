@@ -18,6 +18,7 @@ from ppo_dict.data.episodes import EpisodeBook
 from ppo_dict.data.masking import MaskWriter
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
 from ppo_dict.envs.monitor import is_wrapped
+from ppo_dict.envs.state import StateNotRestorable, env_state, load_env_state
 from ppo_dict.vec.guard import ACTION_MASKS, ACTIVE, ACTIVE_SCALE, CONSTRUCTOR, RESET, STEP
 from ppo_dict.vec.watchdog import WATCHDOG
 
@@ -104,6 +105,10 @@ class GymRunner:
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
         # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
         self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None else None
+        # each env's state when it began the rollout in progress (step 0), kept where asked (a run's checkpoints: envs.state)
+        self.keep_snapshots = False
+        self.snapshots: list[Optional[dict[str, Any]]] = [None] * len(self.block)
+        self._unrestorable: dict[int, str] = {}  # why an env's state cannot be taken, once found (not looked for again)
 
     def open(self) -> None:
         """Build the envs, in column order."""
@@ -160,6 +165,8 @@ class GymRunner:
         write_obs = next_obs[OBS_KEY].__setitem__ if self.single_obs else functools.partial(self._write_obs, next_obs)
         beacon, codes, slot = WATCHDOG.beacon.ints, self._beacon_codes, ACTIVE
         stepped, envs = self._subsets.get(columns) or self._subset(columns)
+        if t == 0 and self.keep_snapshots:
+            self._snapshot(stepped)
         actions = s.env_actions_of(envs)
         rewards, terminations, truncations = [], [], []
         for k, j in enumerate(stepped):
@@ -203,8 +210,52 @@ class GymRunner:
         self._subsets[columns] = stepped, columns_index([self.block[j] for j in stepped])
         return self._subsets[columns]
 
+    # ------------------------------------------------------------------ the envs' states (a checkpoint's)
+    def state_of(self, j: int) -> dict[str, Any]:
+        """Env ``j``'s state as plain data (``envs.state``) and its running episode (the book's return and
+        length); ``{"env": None, "problem": why}`` for an env whose state cannot be taken."""
+        book, env = self.book, self.envs[j]
+        problem = self._unrestorable.get(j, "")
+        state = None
+        if not problem:
+            try:
+                state = env_state(env)
+            except StateNotRestorable as exc:
+                problem = self._unrestorable[j] = str(exc)
+        return {"env": state, "problem": problem, "return": book.returns[j], "length": book.lengths[j]}
+
+    def _snapshot(self, stepped: Sequence[int]) -> None:
+        for j in stepped:  # a snapshot left half-taken (an interrupt) must not stand for this rollout's start
+            self.snapshots[j] = None
+        for j in stepped:
+            self.snapshots[j] = self.state_of(j)
+
+    def env_states(self, indices: Sequence[int], rollout_start: bool) -> list[dict[str, Any]]:
+        """The states of envs ``indices`` (global): as they began the rollout in progress (``rollout_start``:
+        the snapshot of its step 0, where one was taken), else as they are."""
+        positions = [self.block.index(i) for i in indices]
+        return [self.snapshots[j] if rollout_start and self.snapshots[j] is not None else self.state_of(j) for j in positions]
+
+    def load_env_states(self, indices: Sequence[int], states: Sequence[dict[str, Any]], trusted: bool) -> None:
+        """Put :meth:`env_states`' states back into envs ``indices``, which were reset first; their running episodes too."""
+        for i, state in zip(indices, states):
+            j = self.block.index(i)
+            self.active = (i, "load_env_state")
+            load_env_state(self.envs[j], state["env"], trusted)
+            self.book.returns[j], self.book.lengths[j] = float(state["return"]), int(state["length"])
+        self.active = (-1, "")
+
     def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
-        """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs."""
+        """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs; the
+        envs' states (``env_states``, ``load_env_states``, ``keep_snapshots``: a run's checkpoints)."""
+        if kind == "env_states":
+            return self.env_states(indices, *args)
+        if kind == "load_env_states":
+            self.load_env_states(indices, *args)
+            return [None] * len(indices)
+        if kind == "keep_snapshots":
+            self.keep_snapshots = bool(args[0])
+            return [None] * len(indices)
         local = dict(zip(self.block, self.envs))
         results = []
         for i in indices:

@@ -245,13 +245,17 @@ class ShmEnvPool:
         self._group.send(("infos", on))
         self._gather("infos", None)
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
+             timeout: Optional[float] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``
-        (Python list indices already resolved), in their order, each where its env lives."""
+        (Python list indices already resolved), in their order, each where its env lives (and the runners' own calls:
+        ``Runner.call``). ``timeout``: seconds for the workers' answers (default ``step_timeout``), the answers of a
+        command a stop interrupted included."""
         by_worker: dict[int, list[tuple[int, int]]] = defaultdict(list)  # worker (-1: this process) -> [(position, env)]
         for position, env in enumerate(indices):
             by_worker[self._group.owner[env]].append((position, env))
         mine = by_worker.pop(-1, [])
+        self._group.drain(timeout)
         self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args, kwargs or {}) for w, calls in by_worker.items()})
         results: list[Any] = [None] * len(indices)
         error = None
@@ -261,7 +265,7 @@ class ShmEnvPool:
                     results[position] = value
         except Exception as exc:  # noqa: BLE001 (re-raised once the workers have answered)
             error = exc
-        answers = self._group.gather()
+        answers = self._group.gather(timeout)
         if error is not None:
             raise error
         for w, calls in by_worker.items():

@@ -208,14 +208,16 @@ class Server:
 
 def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> None:
     """A worker's whole life: build envs, then serve commands; report any failure, then exit."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is main's to handle; it closes us.
-    # A forked worker inherits main's handlers and its wakeup fd: its own SIGTERM (close() sends
-    # one) must neither run main's stop flag nor reach main's watchdog as a signal of main's.
+    # The stop signals are main's to handle; it closes us (SIGKILL for a worker that does not exit). A stop signal sent
+    # to every process of a job (SLURM, a terminal's process group) leaves the workers alive, so that main can still
+    # read the envs' states for the checkpoint it writes on a stop (ppo_dict.run.env_states). A worker whose main
+    # process died exits by itself (Server.serve).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    # A forked worker inherits main's handlers and its wakeup fd: nothing may run main's stop flag or reach main's
+    # watchdog as a signal of main's.
     signal.set_wakeup_fd(-1)
-    for signum in (signal.SIGTERM, signal.SIGALRM):
-        signal.signal(signum, signal.SIG_DFL)
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's ignore stays (main kept it: startup.taken_signals)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
     limit_threads()
     runner: Optional[Runner] = None
     side = None if a.control is None else Broadcast(memoryview(a.control).cast("B"), a.workers).for_worker(a.worker_idx)
