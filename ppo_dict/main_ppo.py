@@ -3,11 +3,10 @@
 Parses flags into one :class:`~ppo_dict.core.config.Config`, refuses a bad config before any env or
 process exists (exit 2, every problem listed, the machine's resources included; ``--dry_run`` stops
 there and prints the run plan, exit 0), trains, saves what was asked, and prints one JSON
-summary line last. Ctrl-C / SIGTERM / SIGHUP finish the current update, save, close the workers and
-exit 130 / 143 / 129, within a few seconds whatever the envs do (a rollout whose envs are still
-running 2 s later is dropped and the last update's state saved); a second signal stops at once
-without writing anything more, and one while the command line starts ends it cleanly (same exit
-status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process ends the run after ``--step_timeout``
+summary line last. Ctrl-C / SIGTERM / SIGHUP drop the rollout or update in progress, save the state from before
+it (the envs included), close the workers and exit 130 / 143 / 129 within a few seconds (``ppo_dict.run.stopping``); a
+second signal stops at once without writing anything more, and one while the command line starts ends it cleanly
+(same exit status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process ends the run after ``--step_timeout``
 seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
@@ -40,62 +39,26 @@ import torch
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
-from ppo_dict.core.errors import (CheckpointError, ConfigError, EnvCallInterrupted, PPODictError, RolloutDropped,
-                                  UpdateInterrupted, WorkerDiedError)
+from ppo_dict.core.errors import CheckpointError, ConfigError, PPODictError
 from ppo_dict.core.logger import Logger
 from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
-from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, LastUpdate, restore, save_model, write_config
+from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, restore, save_model, write_config
 from ppo_dict.run.cli import read_command_line, read_config
-from ppo_dict.run.env_states import STOP_TIMEOUT, keep_snapshots, resume_envs, take_env_states
+from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, ranks_of, settle_everywhere
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
 from ppo_dict.run.sources import RESUMED, sources
+from ppo_dict.run.stopping import StopFlag, learn_until_stopped
 from ppo_dict.run.tracking import CSVWriter, scalars
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
-
-
-class StopFlag:
-    """SIGINT/SIGTERM/SIGHUP handler: the first signal asks training to stop, a second one interrupts.
-
-    ``ppo_dict.vec.watchdog`` sees the same signals (through the wakeup fd): it interrupts an env
-    call still running :data:`~ppo_dict.vec.watchdog.STOP_GRACE` seconds after the first, and ends
-    the process if it has not ended :data:`~ppo_dict.vec.watchdog.SECOND_GRACE` seconds after the second.
-    """
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.signum: Optional[int] = None
-        self.quiet = quiet  # a rank of a torchrun run: rank 0 says so once every rank stopped (ppo_dict.run.ranks)
-        self.phase: Callable[[], str] = lambda: ""  # "rollout" or "update" while one runs, which the signal then drops
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
-        self.signum = signum
-        name = signal.Signals(signum).name
-        if not self.quiet:
-            print(f"\n{name} received: saving the state from before the current rollout (the model as the last update left it, "
-                  "the envs as the rollout began) and stopping; send it again to stop at once without saving", file=sys.stderr, flush=True)
-        phase = self.phase()
-        if phase == "update":
-            raise UpdateInterrupted(f"{name} during an update")
-        if phase == "rollout":
-            raise EnvCallInterrupted(f"{name} during a rollout")
-
-    def install(self) -> None:
-        for signum in startup.taken_signals():
-            signal.signal(signum, self)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.signum is None else 128 + self.signum
 
 
 def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0) -> dict[str, Any]:
@@ -229,41 +192,6 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
         except ValueError as exc:  # e.g. no episode finished yet: nothing to draw, the run itself is fine
             print(f"no learning curve: {exc}", file=sys.stderr, flush=True)
     return last_checkpoint
-
-
-def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None],
-                        should_stop: Optional[Callable[[], bool]] = None, say: bool = True) -> None:
-    """``ppo.learn`` until done or stopped (``should_stop``: asked after each update; by default whether a stop
-    signal came). A stop that interrupted an env call or an update (or found a worker killed by the same signal, sent
-    to the process group; or, over ranks, another rank's: ``RolloutDropped``) drops the rollout in progress and its
-    update: the envs' states from when that rollout began are read from the workers, the workers are stopped, and the
-    model goes back to its state after the last update, to be saved with them (``say``: said so)."""
-    last_update = LastUpdate(ppo)
-    keep_snapshots(ppo)
-
-    def after(m: PPO) -> None:
-        after_update(m)
-        last_update.take(m)
-        m.rollout_begun = False
-
-    try:
-        ppo.learn(should_stop=should_stop or (lambda: stop.signum is not None), after_update=after)
-    except (EnvCallInterrupted, WorkerDiedError) as exc:
-        if isinstance(exc, RolloutDropped) and stop.signum is None:
-            stop.signum = exc.signum  # another rank's stop: every rank drops the rollout
-        if stop.signum is None and not watchdog.WATCHDOG.signals:
-            raise
-        states = take_env_states(ppo, rollout_start=ppo.rollout_begun, timeout=STOP_TIMEOUT)
-        pool.close()
-        last_update.restore(ppo)
-        ppo.env_snapshot = {} if states is None else {"envs": states, "carry": last_update.carry}
-        if say:
-            where = "an update" if isinstance(exc, UpdateInterrupted) else "a rollout"
-            print(f"stopped in the middle of {where} ({type(exc).__name__}: {exc}); the rollout is dropped and the state from "
-                  f"before it ({ppo.num_timesteps} steps{', the envs as it began' if states is not None else ''}) is saved",
-                  file=sys.stderr, flush=True)
-    if stop.signum is None and watchdog.WATCHDOG.signals:
-        stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)
 
 
 def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any:

@@ -107,7 +107,6 @@ class PPO:
         self.last_values: Optional[torch.Tensor] = None  # V(obs[n_steps]) of the last rollout
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
         self.phase = ""  # "rollout" or "update" while one runs (a stop signal then drops the rollout: ppo_dict.main_ppo)
-        self.rollout_begun = False  # a rollout has started stepping since the last update's state was kept (main_ppo)
         self.stop_asked: Callable[[], bool] = lambda: False  # a stop signal came (the command line's; ppo_dict.main_ppo)
         self.env_snapshot: Optional[dict[str, Any]] = None  # the envs' saved entries a stop left (ppo_dict.run.env_states)
 
@@ -157,7 +156,7 @@ class PPO:
         self.timing = self.collector.timing = Timing()  # where this call's time goes
         while self.num_timesteps < total:
             started = time.perf_counter()
-            self.rollout_begun, self.phase = True, "rollout"
+            self.phase = "rollout"
             self.collect_rollout()  # n_steps of every env; time-limit truncations bootstrapped on the way
             if self.collector.stopped is not None:  # as sb3: no GAE, no update; the next rollout starts from obs[t]
                 self.phase = ""

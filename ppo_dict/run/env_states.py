@@ -163,7 +163,7 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
 
     def put_back() -> None:
         try:
-            ppo.pool.call("load_env_states", list(range(ppo.n_envs)), "", (plain, trusted))
+            ppo.pool.call("load_env_states", list(range(ppo.n_envs)), "", (trusted,), per_env=plain)
         except StateNotRestorable as exc:
             raise CheckpointError(f"{source}: a saved env state does not fit this run's envs: {exc}") from exc
         _put_carry(ppo, state["carry"], source)

@@ -27,6 +27,7 @@ class InProcessEnvPool:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
         self.backend, self.num_envs = backend, n_envs
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
+        self.rollouts_begun = 0  # rollouts whose step 0 was stepped (the runner snapshots its envs there)
         self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs, info_keywords=backend.info_keywords)
         self.runner = backend.make_runner(range(n_envs), self.storage)
         self._owner = Owner(backend.label, self.runner)
@@ -53,6 +54,7 @@ class InProcessEnvPool:
     def step(self, t: int, rollout: bool = True) -> None:
         """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
         errors name t as the rollout step; False for a vec env's step)."""
+        self.rollouts_begun += rollout and t == 0
         result = call_in_main(self._owner, "step", lambda: self.runner.step(t), t if rollout else None, self.step_timeout, self._fail)
         if result is not None:
             self.infos, self.reset_infos = list(result[0]), list(result[1])
@@ -65,10 +67,11 @@ class InProcessEnvPool:
         self.runner.record_infos = on
 
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
-             timeout: Optional[float] = None) -> list[Any]:
+             timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``, in their order
-        (and the runner's own calls: ``Runner.call``); ``timeout``: the worker pool's, nothing to wait for here."""
-        return self.runner.call(kind, list(indices), name, args, kwargs or {})
+        (and the runner's own calls: ``Runner.call``); ``timeout``: the worker pool's, nothing to wait for here;
+        ``per_env``: a value for each of ``indices``, given as the first of ``args``."""
+        return self.runner.call(kind, list(indices), name, args if per_env is None else (list(per_env), *args), kwargs or {})
 
     @property
     def pids(self) -> list[int]:
@@ -76,6 +79,7 @@ class InProcessEnvPool:
 
     def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Step the envs in ``columns`` (here, at once: there is no other process to wait for)."""
+        self.rollouts_begun += rollout and t == 0 and columns.start == 0
         result = call_in_main(self._owner, "step", lambda: self.runner.step(t, columns), t if rollout else None, self.step_timeout, self._fail)
         if result is not None:
             self.infos, self.reset_infos = list(result[0]), list(result[1])

@@ -118,6 +118,8 @@ class ShmEnvPool:
         if not layout.processes:
             raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps envs here)")
         self.layout = layout
+        # rollouts whose step 0 was sent (each runner snapshots its envs there: ppo_dict.run.env_states)
+        self.rollouts_begun = 0
         n_envs, in_main = layout.n_envs, layout.main
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)
@@ -174,6 +176,7 @@ class ShmEnvPool:
         if self.handovers:
             self.work((STEP, t), idle, rollout)
             return
+        self.rollouts_begun += rollout and t == 0
         detail = t if rollout else None
         self._group.send(("step", t), detail=detail, cache=True)
         mine = self._in_main("step", lambda runner: runner.step(t), detail=detail)
@@ -191,6 +194,7 @@ class ShmEnvPool:
         work's parts around the envs' step where ``header`` asks for it; returns once every process is done.
         ``idle``: work to do while the workers work, a unit a call."""
         header = (*header, *(0,) * (HEADER - len(header)))  # every field given (the page keeps the last hand-over's otherwise)
+        self.rollouts_begun += rollout and bool(header[PHASES] & STEP) and header[T] == 0
         detail = header[T] if rollout else None
         command = "step" if header[PHASES] & STEP else "policy"
         if self.handovers:
@@ -246,22 +250,27 @@ class ShmEnvPool:
         self._gather("infos", None)
 
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
-             timeout: Optional[float] = None) -> list[Any]:
+             timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``
         (Python list indices already resolved), in their order, each where its env lives (and the runners' own calls:
         ``Runner.call``). ``timeout``: seconds for the workers' answers (default ``step_timeout``), the answers of a
-        command a stop interrupted included."""
+        command a stop interrupted included. ``per_env``: a value for each of ``indices``, of which each process gets
+        its own envs' as the first of ``args``."""
         by_worker: dict[int, list[tuple[int, int]]] = defaultdict(list)  # worker (-1: this process) -> [(position, env)]
         for position, env in enumerate(indices):
             by_worker[self._group.owner[env]].append((position, env))
         mine = by_worker.pop(-1, [])
+
+        def args_of(calls: list[tuple[int, int]]) -> tuple:
+            return args if per_env is None else ([per_env[position] for position, _ in calls], *args)
+
         self._group.drain(timeout)
-        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args, kwargs or {}) for w, calls in by_worker.items()})
+        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args_of(calls), kwargs or {}) for w, calls in by_worker.items()})
         results: list[Any] = [None] * len(indices)
         error = None
         try:
             if mine:
-                for (position, _), value in zip(mine, self._main_runner.call(kind, [env for _, env in mine], name, args, kwargs or {})):
+                for (position, _), value in zip(mine, self._main_runner.call(kind, [env for _, env in mine], name, args_of(mine), kwargs or {})):
                     results[position] = value
         except Exception as exc:  # noqa: BLE001 (re-raised once the workers have answered)
             error = exc
@@ -277,6 +286,7 @@ class ShmEnvPool:
         """Start stepping the envs in ``columns`` (the workers owning any of them); :meth:`step_wait`
         waits for them. Envs the main process steps are stepped here, before it returns
         (``rollout``: as :meth:`step`)."""
+        self.rollouts_begun += rollout and t == 0 and columns.start == 0
         workers = self._workers_of.get(columns)
         if workers is None:
             workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)]
