@@ -15,7 +15,7 @@ from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, model_state, restore
-from ppo_dict.run.env_states import resume_envs
+from ppo_dict.run.env_states import read_saved, resume_envs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.conftest import ROOT
@@ -105,7 +105,8 @@ def test_a_resumed_run_is_the_uninterrupted_run(runs) -> None:
     assert sorted(a) == [f"checkpoint_{s:012d}.pt" for s in (256, 512, 768, 1024)]
     b512 = load_model_state(str(runs / "b_at_512" / "checkpoints" / "checkpoint_000000000512.pt"))
     # What B saved at 512 steps is what the uninterrupted run had at 512 steps, bit for bit, the envs included.
-    assert "envs" in b512 and len(b512["envs"]) == 2 and all(e["env"] is not None for e in b512["envs"])
+    envs = read_saved(b512["envs"], "envs")
+    assert len(envs) == 2 and all(e["env"] is not None for e in envs)
     assert_same(without_config(b512), without_config(a["checkpoint_000000000512.pt"]))
     b_files = [os.path.basename(p) for p in list_checkpoints(str(runs / "b" / "checkpoints"))]
     assert b_files == ["checkpoint_000000000768.pt", "checkpoint_000000001024.pt"]  # keep_checkpoints=2

@@ -29,8 +29,8 @@ import torch
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch, to_numpy, whole_number
 from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
-from ppo_dict.envs.state import StateNotRestorable, from_saved, to_saved
-from ppo_dict.run.env_states import carry_state, checkpoint_entries, env_state_problems
+from ppo_dict.envs.state import StateNotRestorable
+from ppo_dict.run.env_states import carry_state, checkpoint_entries, env_state_problems, read_saved, saved
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -62,7 +62,7 @@ def model_state(ppo: "PPO", envs: bool = True) -> dict[str, Any]:
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
-        "log_pending": to_saved(dict(ppo.logger.current)),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
+        "log_pending": saved(dict(ppo.logger.current)),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
         "rng": rng_state(),
         **({} if lstm_states is None else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
     }
@@ -209,7 +209,7 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
     if not (isinstance(lstm, list) and all(isinstance(g, dict) and all(finite_tensor(t) for t in g.values()) for g in lstm)):
         problems.append("'lstm_states': not a list of dicts of finite tensors")
     try:
-        pending = from_saved(state.get("log_pending", {}), "'log_pending'")
+        pending = read_saved(state["log_pending"], "'log_pending'") if "log_pending" in state else {}
         if not (isinstance(pending, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())):
             problems.append("'log_pending': not a dict of logged numbers and strings")
     except StateNotRestorable as exc:
@@ -269,7 +269,7 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
     ppo.episodes.load_state(state)
     ppo.logger.current.clear()
-    ppo.logger.current.update(from_saved(state.get("log_pending", {}), "log_pending"))
+    ppo.logger.current.update(read_saved(state["log_pending"], "log_pending") if "log_pending" in state else {})
     if ("lstm_states" in state) != ppo.cfg.recurrent or len(state.get("lstm_states", ())) != len(ppo.lstm_states() or ()):
         raise CheckpointError(f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
                               f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "

@@ -6,9 +6,10 @@ are; one written on a stop in the middle of a rollout or an update holds them as
 (each runner keeps a snapshot taken at its step 0: ``GymRunner.keep_snapshots``), beside the model, Adam and the RNG
 streams as the last update left them (``checkpoint.LastUpdate``). Its entries:
 
-* ``"envs"``: one entry per env, ``{"env": its state (``envs.state``: plain data, arrays as bytes), "problem": "",
-  "return": ..., "length": ...}`` (the running episode's return and length of the episode book), or
-  ``{"env": None, "problem": why}`` for an env whose state cannot be taken (a Box2D world, a Godot game);
+* ``"envs"``: one entry per env, ``{"env": its state (``envs.state``: plain data), "problem": "", "return": ...,
+  "length": ...}`` (the running episode's return and length of the episode book), or ``{"env": None, "problem": why}``
+  for an env whose state cannot be taken (a Box2D world, a Godot game); stored as :func:`saved` stores plain data (a
+  tree, and every array's bytes in one uint8 tensor);
 * ``"carry"``: what the rollout carries to the next (sb3's ``_last_obs`` and ``_last_episode_starts``): the raw and
   the normalised first rows of storage, the action masks of that row, each env's last episode end.
 
@@ -49,9 +50,23 @@ def carry_state(ppo: "PPO") -> dict[str, Any]:
     return carry
 
 
+def saved(value: Any) -> dict[str, Any]:
+    """Plain data as a checkpoint holds it: its tree, and the bytes of its arrays in one uint8 tensor (``envs.state.to_saved``)."""
+    tree, blob = to_saved(value)
+    return {"tree": tree, "blob": torch.from_numpy(blob)}
+
+
+def read_saved(entry: Any, where: str) -> Any:
+    """:func:`saved`'s value back, checked as it is read (``StateNotRestorable`` for what no run wrote)."""
+    blob = entry.get("blob") if isinstance(entry, dict) else None
+    if not (isinstance(blob, torch.Tensor) and blob.dtype == torch.uint8 and blob.dim() == 1 and "tree" in entry):
+        raise StateNotRestorable(f"{where}: not a tree with its bytes in a uint8 tensor")
+    return from_saved(entry["tree"], blob.contiguous().numpy(), where)
+
+
 def take_env_states(ppo: "PPO", rollout_start: bool, timeout: Optional[float] = None) -> Optional[list[dict[str, Any]]]:
-    """Every env's state from the pool (``rollout_start``: as the rollout in progress began), ready to save; None where
-    the pool cannot give them (the Python API's vec envs; a pool closed, failed or too slow: the envs restart on a resume)."""
+    """Every env's state from the pool (``rollout_start``: as the rollout in progress began); None where the pool
+    cannot give them (the Python API's vec envs; a pool closed, failed or too slow: the envs restart on a resume)."""
     pool = ppo.pool
     if ppo.ranks is not None or getattr(pool, "closed", False) or not hasattr(pool, "call"):
         return None
@@ -61,7 +76,7 @@ def take_env_states(ppo: "PPO", rollout_start: bool, timeout: Optional[float] = 
         return [{"env": None, "problem": f"{type(exc).__name__}: {exc}"} for _ in range(ppo.n_envs)]
     except PPODictError:  # a worker that failed or did not answer in time: its envs cannot be read
         return None
-    return [{**state, "env": to_saved(state["env"])} if state["env"] is not None else state for state in states]
+    return states
 
 
 def keep_snapshots(ppo: "PPO") -> None:
@@ -78,7 +93,7 @@ def checkpoint_entries(ppo: "PPO") -> dict[str, Any]:
     if ppo.env_snapshot is not None:
         return ppo.env_snapshot
     states = take_env_states(ppo, rollout_start=False)
-    return {} if states is None else {"envs": states, "carry": carry_state(ppo)}
+    return {} if states is None else {"envs": saved(states), "carry": carry_state(ppo)}
 
 
 def restart_reasons(states: Any) -> list[str]:
@@ -96,7 +111,10 @@ def env_state_problems(state: dict[str, Any]) -> list[str]:
     written: wrong types or sizes, NaN); empty for a checkpoint without them (written before they were saved)."""
     if "envs" not in state and "carry" not in state:
         return []
-    envs, carry = state.get("envs"), state.get("carry")
+    try:
+        envs = read_saved(state.get("envs"), "'envs'")
+    except StateNotRestorable as exc:
+        return [str(exc)]
     if not isinstance(envs, list) or not all(isinstance(e, dict) for e in envs):
         return ["'envs': not a list of dicts, one per env"]
     problems = []
@@ -104,22 +122,17 @@ def env_state_problems(state: dict[str, Any]) -> list[str]:
         if entry.get("env") is None:
             if not isinstance(entry.get("problem"), str):
                 problems.append(f"'envs'[{i}]: no state and no reason")
-            continue
-        if not (isinstance(entry.get("return"), float) and np.isfinite(entry["return"]) and isinstance(entry.get("length"), int)
-                and 0 <= entry["length"] < 2**62):
+        elif not (isinstance(entry.get("return"), float) and np.isfinite(entry["return"]) and type(entry.get("length")) is int
+                  and 0 <= entry["length"] < 2**62):
             problems.append(f"'envs'[{i}]: its running episode is not a finite return and a whole length")
-            continue
-        try:
-            problem = first_problem(from_saved(entry["env"], f"'envs'[{i}]"))
-        except StateNotRestorable as exc:
-            problem = str(exc)
-        if problem:
-            problems.append(f"'envs'[{i}]: {problem}")
+        elif first_problem(entry["env"]):
+            problems.append(f"'envs'[{i}]: {first_problem(entry['env'])}")
         if len(problems) >= 3:
             break
+    carry = state.get("carry")
     if not (isinstance(carry, dict) and isinstance(carry.get("env_obs"), dict) and isinstance(carry.get("obs"), dict)
             and isinstance(carry.get("last_dones"), torch.Tensor) and carry["last_dones"].dtype == torch.bool
-            and carry["last_dones"].shape == (len(envs),)
+            and tuple(carry["last_dones"].shape) == (len(envs),)
             and all(isinstance(t, torch.Tensor) and t.shape[:1] == (len(envs),) for t in [*carry["env_obs"].values(), *carry["obs"].values()])):
         problems.append(f"'carry': not the first rows of {len(envs)} envs' observations and their episode ends")
     return problems
@@ -147,23 +160,22 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
     """Put the checkpoint's envs back into ``ppo``'s freshly built pool, where every env has a state; returns what was
     done, in a line. ``trusted``: the checkpoint is the run directory's own (only then are bytes that a C++ library
     parses, ALE's, given to it). Else the envs restart at the first rollout (``PPO.start_envs``), and the line says why."""
-    states = state.get("envs")
-    if states is None:
+    if state.get("envs") is None:
         return f"envs reset with seed {ppo.env_seed} (the checkpoint holds no env states)"
+    states = read_saved(state["envs"], "'envs'")  # checked whole before the run started (env_state_problems)
     reasons = restart_reasons(states)
     if ppo.ranks is not None:
         reasons = ["the envs of a run over ranks restart on a resume"]
     elif len(states) != ppo.n_envs:
         reasons = [f"the checkpoint holds {len(states)} envs, this run has {ppo.n_envs}"]
-    plain = [{**entry, "env": from_saved(entry["env"], f"env {i}")} for i, entry in enumerate(states)] if not reasons else []
-    if not trusted and any("ale" in layer for entry in plain for layer in entry["env"]):
+    if not trusted and not reasons and any("ale" in layer for entry in states for layer in entry["env"]):
         reasons = ["ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from elsewhere)"]
     if reasons:
         return f"envs reset with seed {ppo.env_seed}, not restored: " + "; ".join(reasons)
 
     def put_back() -> None:
         try:
-            ppo.pool.call("load_env_states", list(range(ppo.n_envs)), "", (trusted,), per_env=plain)
+            ppo.pool.call("load_env_states", list(range(ppo.n_envs)), "", (trusted,), per_env=states)
         except StateNotRestorable as exc:
             raise CheckpointError(f"{source}: a saved env state does not fit this run's envs: {exc}") from exc
         _put_carry(ppo, state["carry"], source)

@@ -26,6 +26,7 @@ from tests.faults.lines import Lines
 from tests.test_checkpoint import assert_same, without_config
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
+from ppo_dict.run.env_states import read_saved
 from tests.test_main_ppo import run_cli, summary_line
 
 CARTPOLE = ["--env", "gym_CartPole-v1", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "4",
@@ -44,7 +45,7 @@ def assert_same_run(a, b, total: int) -> None:
     """``b`` ended where ``a`` ended: its last checkpoint, its progress and its episodes."""
     a_end, b_end = (load_model_state(list_checkpoints(str(d / "checkpoints"))[-1]) for d in (a, b))
     assert a_end["num_timesteps"] == b_end["num_timesteps"] == total
-    assert all(e["env"] is not None for e in b_end["envs"])
+    assert all(e["env"] is not None for e in read_saved(b_end["envs"], "envs"))
     assert_same(without_config(b_end), without_config(a_end))
     assert rows(b / "progress.csv") == rows(a / "progress.csv")
     assert rows(b / "monitor.csv", ("t",)) == rows(a / "monitor.csv", ("t",))
@@ -83,6 +84,7 @@ def killed_and_resumed(root, flags: list[str], total: int, save_freq: int, kills
     assert_same_run(a, b, total)
 
 
+@pytest.mark.slow
 def test_cartpole_killed_three_times_at_random_moments_is_the_uninterrupted_run(tmp_path) -> None:
     killed_and_resumed(tmp_path, CARTPOLE, 2048, 128, 3, [["--num_workers", "0"], ["--num_workers", "2"]])
 
@@ -139,11 +141,21 @@ sys.exit(mp.main(sys.argv[1:]))
 """
 
 
+SIGNALLED_RUN = [*CARTPOLE, "--num_workers", "2", "--total_timesteps", "1024", "--save_freq", "100000"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The run the signalled ones are compared with, never stopped."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "a"
+    proc = run_cli(*SIGNALLED_RUN, "--run_dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    return run_dir
+
+
 @pytest.mark.parametrize("mode", ["rollout", "update"])
-def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within_5_s(mode, tmp_path) -> None:
-    common = [*CARTPOLE, "--num_workers", "2", "--total_timesteps", "1024", "--save_freq", "100000"]
-    a = run_cli(*common, "--run_dir", str(tmp_path / "a"))
-    assert a.returncode == 0, a.stderr
+def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within_5_s(mode, uninterrupted, tmp_path) -> None:
+    common = SIGNALLED_RUN
     run_dir = tmp_path / "b"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, mode, *common, "--run_dir", str(run_dir)], stdout=subprocess.PIPE,
@@ -167,4 +179,4 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     done = run_cli("--resume", str(run_dir), "--total_timesteps", "1024")
     assert done.returncode == 0, done.stderr
     assert "2 envs restored as they were at step 512" in done.stdout
-    assert_same_run(tmp_path / "a", run_dir, 1024)
+    assert_same_run(uninterrupted, run_dir, 1024)
