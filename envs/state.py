@@ -32,6 +32,7 @@ import functools
 import math
 import random
 import types
+import weakref
 from typing import Any, Optional
 
 import gymnasium as gym
@@ -61,11 +62,16 @@ def _qualname(obj: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+_SCALARS = frozenset({bool, int, float, str, bytes})
+
+
 def plain(value: Any, where: str, depth: int = 0) -> Any:
     """``value`` as plain data (copied), or :class:`StateNotRestorable` naming ``where``."""
     if depth > MAX_DEPTH:
         raise StateNotRestorable(f"{where}: nested deeper than {MAX_DEPTH}")
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+    if value is None or type(value) in _SCALARS:
+        return value
+    if isinstance(value, (bool, int, float, str, bytes)):
         return value
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject or value.dtype.fields is not None:
@@ -97,19 +103,35 @@ def plain(value: Any, where: str, depth: int = 0) -> Any:
 CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial, type)
 
 
+#: values that are never configuration (looked up first: a snapshot is taken at every rollout's start)
+_DATA_TYPES = frozenset({int, float, bool, str, type(None), np.ndarray, list, tuple, dict, np.float64, np.float32, np.int64})
+
+
 def _is_config(name: str, value: Any) -> bool:
     """Configuration, not state: a name of :data:`CONFIG`, code, or a frozen dataclass (an options record)."""
-    frozen = dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen
-    return name in CONFIG or isinstance(value, CODE) or frozen
+    if name in CONFIG:
+        return True
+    if type(value) in _DATA_TYPES:
+        return False
+    return isinstance(value, CODE) or (dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen)
 
 
 def _attrs(layer: Any, label: str) -> dict[str, Any]:
     return {name: plain(value, f"{label}.{name}") for name, value in vars(layer).items() if not _is_config(name, value)}
 
 
-def _mujoco_fixed_arrays(data: Any) -> list[str]:
-    """The names of MjData's numpy arrays, less the constraints' of the moment."""
-    return [name for name in dir(data) if not name.startswith(("_", *MUJOCO_TRANSIENT)) and isinstance(getattr(data, name, None), np.ndarray)]
+#: each MjData's fixed arrays, found once (``dir`` and ``getattr`` of every field cost more than the copies)
+_FIXED_ARRAYS: "weakref.WeakKeyDictionary[Any, dict[str, np.ndarray]]" = weakref.WeakKeyDictionary()
+
+
+def _mujoco_fixed_arrays(data: Any) -> dict[str, np.ndarray]:
+    """MjData's numpy arrays by name (views of its memory, which a model-fixed array keeps), less the constraints' of
+    the moment."""
+    arrays = _FIXED_ARRAYS.get(data)
+    if arrays is None:
+        arrays = _FIXED_ARRAYS[data] = {name: value for name in dir(data) if not name.startswith(("_", *MUJOCO_TRANSIENT))
+                                        and isinstance(value := getattr(data, name, None), np.ndarray)}
+    return arrays
 
 
 def _mujoco_state(env: Any) -> dict[str, Any]:
@@ -118,7 +140,7 @@ def _mujoco_state(env: Any) -> dict[str, Any]:
     spec = mujoco.mjtState.mjSTATE_INTEGRATION
     integration = np.empty(mujoco.mj_stateSize(env.model, spec))
     mujoco.mj_getState(env.model, env.data, integration, spec)
-    return {"integration": integration, "arrays": {name: getattr(env.data, name).copy() for name in _mujoco_fixed_arrays(env.data)},
+    return {"integration": integration, "arrays": {name: view.copy() for name, view in _mujoco_fixed_arrays(env.data).items()},
             "cameras": _cameras(env)}
 
 
@@ -156,16 +178,16 @@ def _load_mujoco_state(env: Any, state: dict[str, Any], label: str) -> None:
     integration = state["integration"]
     if not (isinstance(integration, np.ndarray) and integration.shape == (mujoco.mj_stateSize(env.model, spec),)):
         raise StateNotRestorable(f"{label}: MuJoCo's integration state does not fit this model")
-    arrays, names = state["arrays"], set(_mujoco_fixed_arrays(env.data))
-    if set(arrays) != names:
-        raise StateNotRestorable(f"{label}: MjData's arrays differ from this MuJoCo's ({sorted(set(arrays) ^ names)[:3]}...)")
+    arrays, views = state["arrays"], _mujoco_fixed_arrays(env.data)
+    if not isinstance(arrays, dict) or set(arrays) != set(views):
+        raise StateNotRestorable(f"{label}: MjData's arrays differ from this MuJoCo's ({sorted(set(arrays) ^ set(views))[:3]}...)")
     for name, saved in arrays.items():
-        target = getattr(env.data, name)
+        target = views[name]
         if not isinstance(saved, np.ndarray) or saved.shape != target.shape or saved.dtype != target.dtype:
             raise StateNotRestorable(f"{label}: MjData.{name} is {getattr(saved, 'dtype', type(saved))}{getattr(saved, 'shape', '')}, "
                                      f"this model's {target.dtype}{target.shape}")
     for name, saved in arrays.items():
-        getattr(env.data, name)[...] = saved
+        views[name][...] = saved
     mujoco.mj_setState(env.model, env.data, np.ascontiguousarray(integration, dtype=np.float64), spec)
     _load_cameras(env, state.get("cameras", {}), label)
 
@@ -339,88 +361,3 @@ def first_problem(state: Any) -> Optional[str]:
     if not nan_free(state):
         return "holds NaN"
     return None
-
-
-# ---------------------------------------------------------------------- as a checkpoint stores it
-#: the largest array a saved state may hold (elements): a stride trick or a forged shape is refused before any allocation
-MAX_ELEMENTS = 1 << 28
-
-
-def to_saved(value: Any) -> tuple[Any, np.ndarray]:
-    """Plain data as ``torch.load(weights_only=True)`` reads it back without numpy's pickles: ``(tree, blob)``, the
-    bytes of every array, numpy scalar and bytes value in one uint8 array ``blob`` (one tensor in a checkpoint, however
-    many arrays), and in the tree where each lies (``{"__ndarray__": offset, "nbytes": n, "dtype": "<f8", "shape": [...]}``)."""
-    parts: list[bytes] = []
-    size = [0]
-
-    def put(data: bytes) -> int:
-        start = size[0]
-        parts.append(data)
-        size[0] += len(data)
-        return start
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            data = np.ascontiguousarray(v).tobytes()
-            return {"__ndarray__": put(data), "nbytes": len(data), "dtype": v.dtype.str, "shape": list(v.shape)}
-        if isinstance(v, np.generic):
-            data = v.tobytes()
-            return {"__npscalar__": put(data), "nbytes": len(data), "dtype": v.dtype.str}
-        if isinstance(v, (bytes, bytearray)):
-            return {"__bytes__": put(bytes(v)), "nbytes": len(v)}
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            items = [walk(x) for x in v]
-            return tuple(items) if isinstance(v, tuple) else items
-        return v
-
-    tree = walk(value)
-    return tree, np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
-
-
-def _span(value: dict[str, Any], key: str, blob: np.ndarray, where: str) -> np.ndarray:
-    start, nbytes = value.get(key), value.get("nbytes")
-    if not all(type(n) is int and 0 <= n <= len(blob) for n in (start, nbytes)) or start + nbytes > len(blob):
-        raise StateNotRestorable(f"{where}: bytes {str(start)[:20]}+{str(nbytes)[:20]} outside the saved {len(blob)}")
-    return blob[start : start + nbytes]
-
-
-def _saved_array(value: dict[str, Any], key: str, blob: np.ndarray, where: str) -> np.ndarray:
-    dtype, shape = value.get("dtype"), value.get("shape", [])
-    try:
-        dt = np.dtype(dtype) if isinstance(dtype, str) and len(dtype) <= 8 else None
-    except TypeError:
-        dt = None
-    if dt is None or dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
-        raise StateNotRestorable(f"{where}: an array of dtype {str(dtype)[:20]!r}")
-    if not (isinstance(shape, (list, tuple)) and len(shape) <= 32 and all(type(n) is int and n >= 0 for n in shape)):
-        raise StateNotRestorable(f"{where}: an array of shape {str(shape)[:40]}")
-    count = math.prod(shape)
-    data = _span(value, key, blob, where)
-    if count > MAX_ELEMENTS or len(data) != count * dt.itemsize:
-        raise StateNotRestorable(f"{where}: {len(data)} bytes for an array of {dt}{tuple(shape)}")
-    return data.view(dt).reshape(shape).copy()
-
-
-def from_saved(tree: Any, blob: np.ndarray, where: str = "state", depth: int = 0) -> Any:
-    """:func:`to_saved`'s value back as plain data, checked as it is read (depth, dtypes, sizes, bytes inside ``blob``):
-    a value no env wrote is :class:`StateNotRestorable`."""
-    if depth > 2 * MAX_DEPTH:
-        raise StateNotRestorable(f"{where}: nested deeper than {2 * MAX_DEPTH}")
-    if tree is None or isinstance(tree, (bool, int, float, str)):
-        return tree
-    if isinstance(tree, dict):
-        if "__ndarray__" in tree:
-            return _saved_array(tree, "__ndarray__", blob, where)
-        if "__npscalar__" in tree:
-            return _saved_array({**tree, "shape": []}, "__npscalar__", blob, where)[()]
-        if "__bytes__" in tree:
-            return _span(tree, "__bytes__", blob, where).tobytes()
-        if not all(isinstance(k, (str, int)) for k in tree):
-            raise StateNotRestorable(f"{where}: a dict with keys other than strings and integers")
-        return {k: from_saved(v, blob, f"{where}[{k!r}]", depth + 1) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        items = [from_saved(v, blob, f"{where}[{i}]", depth + 1) for i, v in enumerate(tree)]
-        return tuple(items) if isinstance(tree, tuple) else items
-    raise StateNotRestorable(f"{where}: a {type(tree).__name__}, not plain data")

@@ -45,14 +45,14 @@ from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
-from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, restore, save_model, write_config
+from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, Every, SaveDue, restore, save_model, write_config
 from ppo_dict.run.cli import read_command_line, read_config
 from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, ranks_of, settle_everywhere
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
-from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run
+from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
 from ppo_dict.run.sources import RESUMED, sources
 from ppo_dict.run.stopping import StopFlag, learn_until_stopped
 from ppo_dict.run.tracking import CSVWriter, scalars
@@ -95,19 +95,6 @@ def default_run_dir(cfg: Config, root: str = "runs") -> str:
     return path
 
 
-class Every:
-    """True once each time ``num_timesteps`` crosses a multiple of ``freq`` (never for freq 0)."""
-
-    def __init__(self, freq: int, start: int):
-        self.freq, self.last = freq, start
-
-    def __call__(self, num_timesteps: int) -> bool:
-        if self.freq <= 0 or num_timesteps // self.freq <= self.last // self.freq:
-            return False
-        self.last = num_timesteps
-        return True
-
-
 def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
     """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
     ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
@@ -138,14 +125,14 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: 
 
 
 def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any, closers: list[Callable[[], None]],
-                          resumed: Optional[RESUMED] = None) -> tuple[CheckpointManager, Callable[[PPO], None]]:
-    """The episodes' ``monitor.csv``, checkpoints, evaluation and progress, run after each update:
+                          resumed: Optional[RESUMED], save_due: SaveDue) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+    """The episodes' ``monitor.csv``, checkpoints (when ``save_due``), evaluation and progress, run after each update:
     ``(checkpoints, after_update)``."""
     resume = None if resumed is None else (int(resumed[1]["num_timesteps"]), checkpoint_run_dir(resumed[0]))
     monitor = MonitorFile(cfg.run_dir, spec.gym_id, cfg.info_keywords, ppo.episodes, resume)
     closers.append(monitor.close)
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
-    save_due, eval_due = Every(cfg.save_freq, ppo.num_timesteps), Every(cfg.eval_freq, ppo.num_timesteps)
+    eval_due = Every(cfg.eval_freq, ppo.num_timesteps)
     evaluator = None
     if cfg.eval_freq > 0:
         from ppo_dict.run.evaluation import Evaluator
@@ -203,6 +190,8 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
         rank.ranks, who = ranks_of(rank.info, cfg), f"{rank.info.name}, envs {rank.envs_text(cfg)}: "
     if plan.spec.notice and (rank is None or rank.writes):
         print(plan.spec.notice, flush=True)
+    if plan.backend.state_problem and (rank is None or rank.writes):  # said once: what a resume will do with the envs
+        print(f"note: {resume_line(plan.backend)}", flush=True)
     if cfg.verbose >= 1:
         print(f"{who}layout: {plan.layout.text(cfg.mp_method)}", flush=True)
     notice = main_share_notice(cfg, plan.layout)
@@ -259,14 +248,16 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         ppo = build_trainer(cfg, plan, pool, logger, resumed, agent, rank)
         if rank is None:  # over ranks, every rank finishes the update and drops a rollout together (ppo_dict.run.ranks)
             stop.phase, ppo.stop_asked = (lambda: ppo.phase), (lambda: stop.signum is not None)
+        # every save_freq steps or save_every_minutes (rank 0's clock deciding for every rank); asked alike on every rank
+        save_due = SaveDue(cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps, None if rank is None else rank.from_rank_0)
         if writes:
             owned = claim(cfg, resumed, fresh_dir)
             tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
-            checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers, resumed)
+            checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers, resumed, save_due)
         if rank is None:
             learn_until_stopped(ppo, pool, stop, after_update)
         else:  # the checkpoints and the stop, every rank together
-            after_update = rank.before_checkpoints(after_update, Every(cfg.save_freq, ppo.num_timesteps))
+            after_update = rank.before_checkpoints(after_update, save_due)
             learn_until_stopped(ppo, pool, stop, after_update, lambda: rank.any_stop(stop.signum) is not None, say=writes)
             stop.signum = rank.stopped(ppo, stop.signum)
         last_checkpoint = write_outputs(ppo, cfg, checkpoints) if writes else None

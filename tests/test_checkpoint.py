@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -337,3 +338,25 @@ def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export
         assert code == 2 and err.startswith("error: ") and "Traceback" not in out + err, (name, err)
         assert text in err, (name, err)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_000000000032.pt"]
+
+
+def test_a_checkpoint_is_due_every_save_freq_steps_or_every_save_every_minutes() -> None:
+    from ppo_dict.run.checkpoint import SaveDue
+
+    by_steps = SaveDue(256, 0.0, 0)
+    assert [by_steps(n) for n in (128, 256, 256, 384, 512)] == [False, True, True, False, True]  # the same step: the same answer
+    by_time = SaveDue(0, 0.5 / 60, 0)  # half a second
+    assert by_time(128) is False
+    time.sleep(0.6)
+    assert by_time(256) is True and by_time(384) is False  # the clock starts again at each checkpoint
+    asked = []
+    over_ranks = SaveDue(0, 0.5 / 60, 0, agree=lambda late: asked.append(late) or True)  # rank 0 said "due"
+    assert over_ranks(128) is True and asked == [False]
+
+
+def test_dry_run_says_what_a_resume_does_with_the_envs() -> None:
+    restored = run_cli("--env", "gym_CartPole-v1", "--dry_run")
+    assert "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight" in restored.stdout
+    restarted = run_cli("--env", "gym_LunarLander-v3", "--dry_run")
+    assert ("resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
+            "(LunarLander.world is a Box2D.Box2D.b2World, not plain data)") in restarted.stdout

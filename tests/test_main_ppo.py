@@ -94,7 +94,7 @@ def test_signal_finishes_the_update_saves_and_exits(tmp_path, sig, code) -> None
     finally:
         proc.kill()
     assert proc.returncode == code, err
-    assert err.count("received: finishing the current update") == 1 and "Traceback" not in err
+    assert err.count("received: saving the state from before the current rollout") == 1 and "Traceback" not in err
     assert summary_line(out)["interrupted"] is True
     assert (tmp_path / "model.pt").exists()
 

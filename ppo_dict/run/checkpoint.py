@@ -21,7 +21,8 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Optional, TextIO
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 import numpy as np
 import torch
@@ -125,6 +126,42 @@ def remove_stale_temp_files(directory: str, log: TextIO = sys.stderr) -> list[st
         os.unlink(path)
         print(f"removed {path}: a partial checkpoint from an interrupted write", file=log, flush=True)
     return stale
+
+
+class Every:
+    """True once each time ``num_timesteps`` crosses a multiple of ``freq`` (never for freq 0)."""
+
+    def __init__(self, freq: int, start: int):
+        self.freq, self.last = freq, start
+
+    def __call__(self, num_timesteps: int) -> bool:
+        if self.freq <= 0 or num_timesteps // self.freq <= self.last // self.freq:
+            return False
+        self.last = num_timesteps
+        return True
+
+
+class SaveDue:
+    """Whether a checkpoint is due after an update: every ``freq`` env steps (:class:`Every`), or once ``minutes`` of
+    wall time have passed since the last one (0: never by time). ``agree``: over ranks, makes every rank take rank 0's
+    time decision (checkpoints are taken alike on every rank). Asked again at the same step, it answers the same."""
+
+    def __init__(self, freq: int, minutes: float, start: int, agree: Optional[Callable[[bool], bool]] = None):
+        self.every, self.seconds, self.agree = Every(freq, start), 60.0 * minutes, agree
+        self.last = time.monotonic()
+        self.answer: tuple[int, bool] = (-1, False)
+
+    def __call__(self, num_timesteps: int) -> bool:
+        if self.answer[0] == num_timesteps:
+            return self.answer[1]
+        due = self.every(num_timesteps)
+        if self.seconds > 0:
+            late = time.monotonic() - self.last >= self.seconds
+            due = (self.agree(late) if self.agree is not None else late) or due
+        if due:
+            self.last = time.monotonic()
+        self.answer = (num_timesteps, due)
+        return due
 
 
 class CheckpointManager:

@@ -25,7 +25,9 @@ import numpy as np
 import torch
 
 from ppo_dict.core.errors import CheckpointError, PPODictError
-from ppo_dict.envs.state import StateNotRestorable, first_problem, from_saved, to_saved
+from ppo_dict.core.files import config_values
+from ppo_dict.envs.saved_state import from_saved, to_saved
+from ppo_dict.envs.state import StateNotRestorable, first_problem
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO
@@ -156,6 +158,19 @@ def _put_carry(ppo: "PPO", carry: dict[str, Any], source: str) -> None:
     s.last_dones[...] = carry["last_dones"].numpy()
 
 
+#: the settings that make the envs: a resume with other values builds other envs, which the saved states do not fit
+ENV_SETTINGS = ("env", "env_kwargs", "gym_packages", "pixel_obs_wrapper", "image_size", "grayscale", "pixel_keep_state",
+                "frame_stack", "atari_wrapper", "atari_noop_max", "atari_frame_skip", "atari_terminal_on_life_loss",
+                "atari_clip_reward", "atari_action_repeat_probability", "action_masks", "info_keywords")
+
+
+def env_settings_changed(saved_config: Any, current: dict[str, Any]) -> list[str]:
+    """The env settings whose values differ between a checkpoint's config and this run's (``--env_kwargs`` given anew)."""
+    if not isinstance(saved_config, dict):
+        return []
+    return [name for name in ENV_SETTINGS if name in saved_config and name in current and saved_config[name] != current[name]]
+
+
 def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -> str:
     """Put the checkpoint's envs back into ``ppo``'s freshly built pool, where every env has a state; returns what was
     done, in a line. ``trusted``: the checkpoint is the run directory's own (only then are bytes that a C++ library
@@ -164,7 +179,10 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
         return f"envs reset with seed {ppo.env_seed} (the checkpoint holds no env states)"
     states = read_saved(state["envs"], "'envs'")  # checked whole before the run started (env_state_problems)
     reasons = restart_reasons(states)
-    if ppo.ranks is not None:
+    changed = env_settings_changed(state.get("config", {}), config_values(ppo.cfg))
+    if changed:  # the saved states are of other envs (an env's constructor arguments are among its attributes)
+        reasons = [f"the env's settings differ from the checkpoint's ({', '.join(changed)})"]
+    elif ppo.ranks is not None:
         reasons = ["the envs of a run over ranks restart on a resume"]
     elif len(states) != ppo.n_envs:
         reasons = [f"the checkpoint holds {len(states)} envs, this run has {ppo.n_envs}"]

@@ -187,6 +187,12 @@ class RankRun:
         self.agree_state(ppo)
         return signum
 
+    def from_rank_0(self, decision: bool) -> bool:
+        """Rank 0's ``decision`` on every rank (each rank asks at the same point): a choice by a clock, which every rank
+        must take alike."""
+        mine = int(decision) if self.writes else 0
+        return bool(self.ranks.largest(mine, what="rank 0's decision")) if self.ranks else decision
+
     def any_stop(self, stopped: Optional[int]) -> Optional[int]:
         """The stop signal any rank received (every rank stops after the same update), else None."""
         signum = self.ranks.largest(stopped or 0, what="the stop check") if self.ranks else (stopped or 0)

@@ -6,7 +6,7 @@ None of it changes a number of the run: which process steps which env leaves eve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -111,6 +111,14 @@ def main_share_notice(cfg: Config, layout: Layout) -> str:
             "instead, where a crash is a WorkerDiedError")
 
 
+def resume_line(backend: Any) -> str:
+    """What a checkpoint holds of the envs, and so what a resume does with them (``ppo_dict.run.env_states``)."""
+    problem = getattr(backend, "state_problem", "")
+    if problem:
+        return f"resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved ({problem})"
+    return "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never stopped"
+
+
 def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
     """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
     from, said after its policy), and what it would ask of the machine."""
@@ -135,5 +143,6 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
         f"processes: about {needs.tasks} processes and threads ({machine.cpus} usable CPU cores), {needs.files} more open files "
         f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
         f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+        resume_line(backend),
         f"writes: {'; '.join(written_paths(cfg))}",
     ])

@@ -16,6 +16,7 @@ from gymnasium import spaces
 
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.envs import EnvSpec, make_env
+from ppo_dict.envs.state import restore_problem
 from ppo_dict.vec.runner import GymRunner, Runner
 
 EnvFactory = Callable[[int], gym.Env]
@@ -41,6 +42,7 @@ class EnvBackend(Protocol):
     makes_gym_envs: bool
     unit: int
     info_keywords: tuple[str, ...]
+    state_problem: str  # why its envs' states cannot be saved in checkpoints (they restart on a resume); "" when they can
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> Runner:
         """The runner of columns ``block``; its ``open()`` builds their envs (in the calling process)."""
@@ -105,12 +107,21 @@ class GymBackend:
     info_keywords: tuple[str, ...] = ()
     episodes_from_infos: bool = False
     needs_main: bool = True
+    state_problem: str = ""  # why an env's state cannot be saved in a checkpoint (envs.state), "" when it can
 
     @classmethod
     def probe(cls, spec: EnvSpec) -> "GymBackend":
-        """Build one env of ``spec`` here to read its spaces (an unknown id or bad kwargs fail here)."""
-        observation_space, action_space, _ = probe_spaces(lambda: make_env(spec), f"env {spec.name}")
-        return cls(SpecFactory(spec), observation_space, action_space, spec.label)
+        """Build one env of ``spec`` here to read its spaces (an unknown id or bad kwargs fail here), and whether its
+        state can be saved in checkpoints (``envs.state``)."""
+        problems: list[str] = []
+
+        def make() -> gym.Env:
+            env = make_env(spec)
+            problems.append(restore_problem(env))
+            return env
+
+        observation_space, action_space, _ = probe_spaces(make, f"env {spec.name}")
+        return cls(SpecFactory(spec), observation_space, action_space, spec.label, state_problem=problems[0] if problems else "")
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
         return GymRunner(self.factory, block, storage, record_infos=self.record_infos, episodes_from_infos=self.episodes_from_infos)

@@ -171,6 +171,9 @@ class GodotBackend:
     def label(self) -> str:
         return self.spec.label
 
+    #: a game's state lives in its own process, which the protocol cannot read or write: its agents restart on a resume
+    state_problem = "a Godot game's state lives in the game's own process, which its protocol cannot read or write"
+
     @property
     def unit(self) -> int:
         """Agents per game: a block of columns holds whole games. The demo in a pool, without ``n_agents``

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from ppo_dict.envs import AtariOptions, PixelOptions, make_env, resolve_env_name
-from ppo_dict.envs.state import StateNotRestorable, env_state, first_problem, from_saved, load_env_state, restore_problem, to_saved
+from ppo_dict.envs.saved_state import from_saved, to_saved
+from ppo_dict.envs.state import StateNotRestorable, env_state, first_problem, load_env_state, restore_problem
 from tests.system_parts import needs
 import ppo_dict.envs.goal  # noqa: F401,E402  (each registers its gymnasium id)
 import ppo_dict.envs.masked  # noqa: F401,E402

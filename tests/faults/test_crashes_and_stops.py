@@ -160,7 +160,7 @@ def test_under_nohup_a_hangup_changes_nothing_and_sigterm_still_stops_the_run(tm
     run.proc.send_signal(signal.SIGTERM)
     code, err = run.finish(timeout=GUARD)
     assert code == 128 + signal.SIGTERM, err
-    assert "SIGTERM received: finishing the current update" in err and "SIGHUP" not in err and "Traceback" not in err, err
+    assert "SIGTERM received: saving the state from before the current rollout" in err and "SIGHUP" not in err and "Traceback" not in err, err
     assert_nothing_left(run, shm_before)
 
 

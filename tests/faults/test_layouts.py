@@ -243,7 +243,7 @@ def test_a_signal_during_a_hang_saves_the_last_update_and_exits(name: str, sig: 
     run.proc.send_signal(sig)
     code, err = run.finish(timeout=STOP_GRACE + GUARD)
     assert code == 128 + sig, err
-    assert err.count(f"{signal.Signals(sig).name} received: finishing the current update") == 1, err
+    assert err.count(f"{signal.Signals(sig).name} received: saving the state from before the current rollout") == 1, err
     assert "stopped in the middle of a rollout (EnvCallInterrupted: " in err and "Traceback" not in err, err
     assert time.monotonic() - sent < STOP_GRACE + GUARD
     assert_nothing_left(run, shm_before)
