@@ -39,6 +39,7 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import cpu_budget
+from ppo_dict.core.reading import one_line
 from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, ranks_text
 from ppo_dict.interop.trained_agent import TrainedAgent
 from ppo_dict.run.checks import check_run
@@ -282,6 +283,8 @@ def check_everywhere(cfg: Config, agent: Optional[TrainedAgent], unreadable: dic
             check = check_run(cfg, agent, unreadable, resumed=resumed)
     except (ConfigError, RenderBackendError) as exc:
         refused = exc
+    except (OSError, ValueError, RecursionError) as exc:  # a file a check read that no reader bounded yet: one message, never a traceback
+        refused = ConfigError([f"the run cannot be checked: {one_line(exc)}"])
     if rank is None:
         return check, refused
     problems = [] if refused is None else refused.problems if isinstance(refused, ConfigError) else [str(refused)]
