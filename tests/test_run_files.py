@@ -17,6 +17,7 @@ from ppo_dict.core.files import finite_tensor, tensor_problems
 from ppo_dict.run.checkpoint import list_checkpoints
 from tests.test_run_dir import TINY, assert_refused, checked, tree_state
 from tests.test_main_ppo import run_cli
+from tests.test_safe_files import cartpole_zip  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +141,34 @@ def test_a_checkpoint_holding_a_view_larger_than_its_bytes_is_refused_before_it_
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert f"state['policy'][{first!r}]: a tensor of 1,000,000,000,000 elements on 4 bytes of storage" in proc.stderr
     assert tree_state(run_dir) == before
+
+
+@pytest.mark.parametrize("entry", ["policy.pth", "policy.optimizer.pth"])
+def test_an_sb3_zip_of_nan_parameters_or_adam_state_is_refused_before_the_run_directory_exists(cartpole_zip, tmp_path, capsys,
+                                                                                                entry: str) -> None:
+    """Its run directory was created before the NaN surfaced; now the zip's tensors are checked as they are read."""
+    import io
+    import zipfile
+
+    from ppo_dict.main_ppo import main
+
+    evil = tmp_path / "nan.zip"
+    with zipfile.ZipFile(cartpole_zip) as source, zipfile.ZipFile(evil, "w") as out:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == entry:
+                state = torch.load(io.BytesIO(data), weights_only=True)
+                tensors = state["state"][0] if entry == "policy.optimizer.pth" else state
+                name = next(k for k, v in tensors.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel())
+                tensors[name] = torch.full_like(tensors[name], float("nan"))
+                buffer = io.BytesIO()
+                torch.save(state, buffer)
+                data = buffer.getvalue()
+            out.writestr(info, data)
+    for dry_run in ([], ["--dry_run"]):
+        capsys.readouterr()
+        code = main(["--env", "gym_CartPole-v1", "--trained_agent", str(evil), "--num_workers", "0", "--total_timesteps", "64",
+                     "--run_dir", str(tmp_path / "run"), *dry_run])
+        err = capsys.readouterr().err
+        assert code == 2 and "its parameters are not an sb3 model's: parameters[" in err and ": not finite" in err, err
+        assert "Traceback" not in err and not (tmp_path / "run").exists()
