@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 
 import pytest
 import torch
@@ -172,3 +173,29 @@ def test_an_sb3_zip_of_nan_parameters_or_adam_state_is_refused_before_the_run_di
         err = capsys.readouterr().err
         assert code == 2 and "its parameters are not an sb3 model's: parameters[" in err and ": not finite" in err, err
         assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_a_video_is_written_in_a_private_folder_never_through_a_planted_link(tmp_path) -> None:
+    """OpenCV wrote the evaluation's video to the predictable name .<video>.tmp.mp4 beside it, following a link planted
+    there: the file the link named was overwritten. Now the frames go to a folder mkdtemp makes, then os.replace."""
+    import numpy as np
+
+    from ppo_dict.run.evaluation import VideoWriter
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("export PATH=/usr/bin\n")
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    os.symlink(victim, videos / ".eval-000000000064.mp4.tmp.mp4")  # the old temp name
+    writer = VideoWriter(str(videos / "eval-000000000064.mp4"), 30)
+    for i in range(3):
+        writer.add(np.full((32, 48, 3), 40 * i, np.uint8))
+    assert os.path.dirname(writer.tmp) != str(videos) and stat.S_IMODE(os.stat(os.path.dirname(writer.tmp)).st_mode) == 0o700
+    assert writer.close() == str(videos / "eval-000000000064.mp4")
+    assert victim.read_text() == "export PATH=/usr/bin\n"
+    assert sorted(os.listdir(videos)) == [".eval-000000000064.mp4.tmp.mp4", "eval-000000000064.mp4"]
+    assert (videos / "eval-000000000064.mp4").stat().st_size > 0
+    discarded = VideoWriter(str(videos / "eval-000000000128.mp4"), 30)
+    discarded.add(np.zeros((32, 48, 3), np.uint8))
+    discarded.discard()
+    assert sorted(os.listdir(videos)) == [".eval-000000000064.mp4.tmp.mp4", "eval-000000000064.mp4"]
