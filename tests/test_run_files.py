@@ -199,3 +199,15 @@ def test_a_video_is_written_in_a_private_folder_never_through_a_planted_link(tmp
     discarded.add(np.zeros((32, 48, 3), np.uint8))
     discarded.discard()
     assert sorted(os.listdir(videos)) == [".eval-000000000064.mp4.tmp.mp4", "eval-000000000064.mp4"]
+
+
+def test_a_dangling_link_at_the_branch_name_is_skipped_not_retried_forever(run_dir, tmp_path) -> None:
+    """A dangling symlink at branches/from_<N> was taken for a free name: the run said "created by another run a
+    moment ago; start again", every time. Now the next name is taken, and the link (and where it points) left alone."""
+    older = list_checkpoints(str(run_dir / "checkpoints"))[1]
+    (run_dir / "branches").mkdir()
+    os.symlink(tmp_path / "nowhere", run_dir / "branches" / "from_128")
+    proc = run_cli("--resume", older, "--total_timesteps", "192")
+    assert proc.returncode == 0, proc.stderr
+    assert f"this run is a branch, written to {run_dir / 'branches' / 'from_128_2'}" in proc.stdout
+    assert os.path.islink(run_dir / "branches" / "from_128") and not (tmp_path / "nowhere").exists()

@@ -78,7 +78,7 @@ def branch_dir(run_dir: str, steps: int) -> str:
     """``run_dir/branches/from_<steps>``, or ``..._2``, ``..._3``... when that exists already."""
     base = os.path.join(run_dir, BRANCHES, f"from_{steps}")
     path, n = base, 1
-    while os.path.exists(path):
+    while os.path.lexists(path):  # a dangling link counts: mkdir cannot create a folder there either
         n += 1
         path = f"{base}_{n}"
     return path
@@ -255,7 +255,9 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
         try:
             os.mkdir(run_dir)
         except FileExistsError:
-            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again"]) from None
+            kind = entry_kind(run_dir)
+            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again" if kind == "a directory" else
+                               f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or choose another --run_dir"]) from None
     else:
         os.makedirs(run_dir, exist_ok=True)
     fd = open_lock_file(run_dir)
