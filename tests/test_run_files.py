@@ -211,3 +211,20 @@ def test_a_dangling_link_at_the_branch_name_is_skipped_not_retried_forever(run_d
     assert proc.returncode == 0, proc.stderr
     assert f"this run is a branch, written to {run_dir / 'branches' / 'from_128_2'}" in proc.stdout
     assert os.path.islink(run_dir / "branches" / "from_128") and not (tmp_path / "nowhere").exists()
+
+
+def test_a_resume_needs_only_its_checkpoint_not_the_hyperparameter_file_it_names(tmp_path) -> None:
+    """A resume read the YAML its checkpoint's config names: a moved file blocked it, a hostile one gave a traceback."""
+    from tests.conftest import ROOT
+
+    hyperparams = tmp_path / "ppo.yml"
+    shutil.copy(os.path.join(ROOT, "hyperparams", "ppo.yml"), hyperparams)
+    run_dir = tmp_path / "run"
+    proc = run_cli(*TINY, "--hyperparams", str(hyperparams), "n_envs:2", "n_steps:32", "--total_timesteps", "64", "--run_dir", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    for steps, spoil in (("128", hyperparams.unlink), ("192", lambda: hyperparams.write_text("CartPole-v1: [[[\n" + "[" * 100_000))):
+        spoil()
+        assert checked(["--resume", str(run_dir), "--total_timesteps", steps, "--dry_run"]).returncode == 0
+        proc = run_cli("--resume", str(run_dir), "--total_timesteps", steps)
+        assert proc.returncode == 0, proc.stderr
+        assert (run_dir / "progress.csv").read_text().splitlines()[-1].startswith(f"{steps},")
