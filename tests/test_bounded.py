@@ -82,3 +82,15 @@ def test_a_hostile_hyperparameter_file_is_one_refusal(tmp_path, capsys, body: st
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: ") and "Traceback" not in err and len(err) < 2000, err
         assert not (tmp_path / "run").exists()
+
+
+def test_a_capped_read_allocates_what_the_file_holds_not_its_cap(tmp_path) -> None:
+    """read(cap + 1) allocated the whole cap first: a 1 GiB cap cost 1 GiB of address space for a file of 40 bytes
+    (a MemoryError under a memory limit), a cap of 2**42 failed outright."""
+    from ppo_dict.core.reading import UnreadableFile, read_capped
+
+    path = tmp_path / "small"
+    path.write_bytes(b"x" * 40)
+    assert read_capped(str(path), 2**42, "a file") == b"x" * 40
+    with pytest.raises(UnreadableFile, match="40 bytes; a file holds at most 39"):
+        read_capped(str(path), 39, "a file")
