@@ -61,6 +61,7 @@ CASES = {
                                    "monitor.csv: line 1: its JSON nests 30000 deep; ppo_dict reads at most 32"),
     "monitor header nested past its line": (lambda d: monitor_header(d, "#" + "[" * 100_000), "monitor.csv: not a monitor file"),
     "monitor sparse 256 MiB": (sparse_monitor, "monitor.csv: not a monitor file"),
+    "monitor not utf-8": (lambda d: open(d / "monitor.csv", "ab").write(b"\xff\xfe,1,2\n"), "monitor.csv: not UTF-8 text"),
     "monitor row of text": (lambda d: open(d / "monitor.csv", "a").write("many,9,1.0\n"), ": its r is not a number"),
     "progress cell of 200 KB": (lambda d: open(d / "progress.csv", "a").write("320," + "1" * 200_000 + "\n"), ": not CSV (field larger than field limit"),
     "progress extra cells": (extra_cells, " cells, its header "),

@@ -45,15 +45,28 @@ def before_resume_name(steps: int) -> str:
 
 #: the longest first line (``#{"t_start": ..., "env_id": ...}``) read: Monitor writes a few dozen characters
 MAX_HEADER = 2**16
+#: the most bytes of a monitor.csv a resumed run continues (an episode is a line of a few dozen bytes: tens of millions)
+MAX_MONITOR_BYTES = 2**30
 
 
 def read_monitor(path: str) -> tuple[dict[str, Any], list[str]]:
+    """:func:`read_monitor_text`, a file that is not UTF-8 text said so, naming it."""
+    try:
+        return read_monitor_text(path)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
+
+
+def read_monitor_text(path: str) -> tuple[dict[str, Any], list[str]]:
     """``(header, lines)``: a monitor file's first-line JSON and its CSV lines (column names first), read bounded
     (:mod:`ppo_dict.core.bounded`) and checked whole: a JSON object whose ``t_start`` is a finite number (and
     ``env_id`` text), then a table whose rows are as wide as its columns and whose ``r``, ``l``, ``t`` are numbers.
     ``ValueError`` (an ``OSError`` for a file that is not read) names the file, the line and what is wrong."""
     with open_regular(path, follow=False) as raw:  # the run's own file: never read through a link, nor a FIFO waited on
-        f = io.TextIOWrapper(raw, newline="")
+        size = os.fstat(raw.fileno()).st_size
+        if size > MAX_MONITOR_BYTES:
+            raise ValueError(f"{path}: {size:,} bytes; a monitor.csv ppo_dict continues holds at most {MAX_MONITOR_BYTES:,}")
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
         first = f.readline(MAX_HEADER + 1)
         if not first.startswith("#") or len(first) > MAX_HEADER:
             raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} characters)")
