@@ -197,6 +197,7 @@ def test_every_spelling_the_command_line_takes_of_a_command_line_setting_is_refu
     ({"gym_packages": {"value": "my_envs"}}, "'gym_packages': imports the module(s) it names"),
     ({"gym-packages": {"values": ["a", "b"]}}, "'gym-packages': imports the module(s) it names"),
     ({"env": {"values": ["CartPole-v1", "evil_module:Env-v0"]}}, "'env': names a module to import (<module>:<env id>) or a Godot game to launch"),
+    ({"env_path": {"value": "/tmp/game.x86_64"}}, "'env_path': launches the Godot program it names"),
     ({"env_kwargs": {"value": "dict(env_path='/tmp/game.x86_64')"}}, "'env_kwargs': may name the Godot program launched (env_path, project, binary, game_args)"),
 ], ids=lambda v: str(v)[:30])
 def test_a_sweep_parameter_that_imports_or_launches_code_needs_allow_code(tmp_path, capsys, parameters: dict, effect: str) -> None:

@@ -80,10 +80,13 @@ def parameter_values(spec: Any) -> list[Any]:
 
 def code_effect(setting: str, spec: Any) -> str:
     """What a parameter imports or launches (``""``: nothing): ``gym_packages``, an ``env`` of the form
-    ``module:Id`` (gymnasium imports the module) or a Godot game, ``env_kwargs`` naming a Godot program."""
+    ``module:Id`` (gymnasium imports the module) or a Godot game, ``env_kwargs`` naming a Godot program,
+    ``main_ppo_godot``'s ``env_path``."""
     values = parameter_values(spec)
     if setting == "gym_packages":
         return "imports the module(s) it names"
+    if setting == "env_path":  # ppo_dict.main_ppo_godot's flag
+        return "launches the Godot program it names"
     if setting == "env" and any(":" in gym_id_of(str(v)) or is_godot_name(str(v)) for v in values):
         return "names a module to import (<module>:<env id>) or a Godot game to launch"
     if setting == "env_kwargs" and any(key in str(v) for v in values for key in GODOT_PROGRAM_KWARGS):
