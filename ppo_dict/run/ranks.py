@@ -65,7 +65,7 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
     reached, is one ``error:`` line and the exit (2, 1)."""
     env = os.environ if environ is None else environ
     try:
-        info = RankInfo.from_env(env)
+        info = RankInfo.from_env(env, store=True)
         rendezvous.rendezvous_timeout(env)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
