@@ -229,3 +229,19 @@ def test_a_resume_needs_only_its_checkpoint_not_the_hyperparameter_file_it_names
         proc = run_cli("--resume", str(run_dir), "--total_timesteps", steps)
         assert proc.returncode == 0, proc.stderr
         assert (run_dir / "progress.csv").read_text().splitlines()[-1].startswith(f"{steps},")
+
+
+@pytest.mark.parametrize("raised", [OSError(5, "Input/output error"), ValueError("a reader not bounded yet"), RecursionError("deep")])
+def test_what_a_check_raises_besides_ppo_dicts_errors_is_one_message(monkeypatch, capsys, tmp_path, raised) -> None:
+    """main_ppo's main re-raised what was not a ppo_dict error: a file a check read ended in a traceback."""
+    from ppo_dict import main_ppo
+    from ppo_dict.run import ranks
+
+    def check_run(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(ranks, "check_run", check_run)
+    code = main_ppo.main([*TINY, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run"), "--dry_run"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: 1 invalid setting(s):\n  - the run cannot be checked: ") and type(raised).__name__ in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
