@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import os
 import subprocess
@@ -37,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.zoo_setup import ZooEntryError, ZooSetup, make_envs, published, zoo_entries, zoo_setup  # noqa: E402
-from ppo_dict.core.reading import UnreadableFile, read_capped  # noqa: E402
+from benchmarks.results_rows import read_rows, write_both  # noqa: E402
 
 OUT = os.path.join(ROOT, "benchmarks", "results", "learning")
 WORK = os.path.join(ROOT, "runs", "results")
@@ -254,26 +253,26 @@ def append(path: str, fields: list[str], rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-#: the most a results CSV may hold (curves.csv of every run on the page is about 1.5 MB)
-CSV_CAP = 256 << 20
-
-
 def read(path: str) -> list[dict[str, str]]:
-    """The rows of the CSV at ``path`` ([] where there is none): a regular file of at most :data:`CSV_CAP` bytes."""
-    if not os.path.exists(path):
-        return []
-    return list(csv.DictReader(io.StringIO(read_capped(path, CSV_CAP, "a results CSV").decode(), newline="")))
+    """The rows of the CSV at ``path`` ([] where there is none), validated whole (``results_rows.read_rows``): a regular
+    file of at most ``CSV_CAP`` bytes, every column ``results.py`` writes for its kind (``final.csv``, ``curves.csv``)."""
+    return read_rows(path, CURVE_FIELDS if os.path.basename(path) == "curves.csv" else FINAL_FIELDS)
 
 
 def merge(source: str, out: str) -> list[str]:
     """Append ``source``'s runs (``final.csv`` rows, and their ``curves.csv`` rows) that ``out``'s ``final.csv`` does
-    not hold, in ``source``'s order; the names of the runs appended."""
-    held = {row["run"] for row in read(os.path.join(out, "final.csv"))}
-    new = [row for row in read(os.path.join(source, "final.csv")) if row["run"] not in held]
+    not hold, in ``source``'s order; the names of the runs appended. Every row of the four files is validated
+    first, then both of ``out``'s files are written, or neither (``results_rows.write_both``)."""
+    final, curves = os.path.join(out, "final.csv"), os.path.join(out, "curves.csv")
+    held_rows, held_curves = read(final), read(curves)
+    source_rows, source_curves = read(os.path.join(source, "final.csv")), read(os.path.join(source, "curves.csv"))
+    held = {row["run"] for row in held_rows}
+    new = [row for row in source_rows if row["run"] not in held]
     runs = {row["run"] for row in new}
-    os.makedirs(out, exist_ok=True)
-    append(os.path.join(out, "final.csv"), FINAL_FIELDS, new)
-    append(os.path.join(out, "curves.csv"), CURVE_FIELDS, [row for row in read(os.path.join(source, "curves.csv")) if row["run"] in runs])
+    if new:
+        os.makedirs(out, exist_ok=True)
+        write_both([(final, FINAL_FIELDS, held_rows + new),
+                    (curves, CURVE_FIELDS, held_curves + [row for row in source_curves if row["run"] in runs])])
     return [row["run"] for row in new]
 
 
@@ -328,12 +327,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 1
         try:
             merged = merge(args.merge, args.out)
-        except UnreadableFile as exc:
-            print(f"--merge {args.merge}: {exc}", file=sys.stderr)
+        except (OSError, ValueError) as exc:  # a file not read, a row not valid: nothing was written
+            print(f"--merge {args.merge}: {exc}; nothing merged", file=sys.stderr)
             return 1
         print("\n".join(f"merged {run}" for run in merged) or f"nothing to merge: {args.out} holds every run of {args.merge}")
         return 0
     if args.plot or args.check:
+        try:
+            read(os.path.join(args.out, "final.csv")), read(os.path.join(args.out, "curves.csv"))
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         if args.plot:
             plot(read(os.path.join(args.out, "curves.csv")), read(os.path.join(args.out, "final.csv")))
         text, differ = check_text(read(os.path.join(args.out, "final.csv")), read(os.path.join(args.out, "curves.csv")))

@@ -324,7 +324,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return rank.fault(exc, code)
         if isinstance(exc, (CheckpointError, ConfigError)):  # a checkpoint that does not fit this config; a run directory taken meanwhile
             print(f"error: {exc}", file=sys.stderr)
-        elif isinstance(exc, PPODictError):  # an env failed, hung or returned NaN, a worker died: the message says which and where
+        elif isinstance(exc, (PPODictError, OSError)):  # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         else:
             raise

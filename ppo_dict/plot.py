@@ -8,7 +8,6 @@ episode statistics besides the return (``rollout/success_rate``, ``rollout/<key>
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import defaultdict
@@ -17,7 +16,8 @@ from typing import Optional
 import numpy as np
 
 from ppo_dict.core.files import atomic_write
-from ppo_dict.core.reading import open_regular
+from ppo_dict.core import bounded
+from ppo_dict.core.reading import read_capped
 from ppo_dict.run.tracking import STEP, read_csv
 
 KEY = "rollout/ep_rew_mean"
@@ -32,14 +32,24 @@ def load_curve(run_dir: str, key: str = KEY) -> tuple[np.ndarray, np.ndarray]:
     return np.array([r[STEP] for r in rows], dtype=np.int64), np.array([r[key] for r in rows], dtype=np.float64)
 
 
+#: the most bytes of a ``config.json`` read (a run's is a few KiB)
+MAX_CONFIG_BYTES = 2**20
+
+
 def run_config(run_dir: str) -> dict:
-    """A run's ``config.json`` (empty when it has none that reads)."""
+    """What the plot takes of a run's ``config.json``: its ``env`` (text) and ``info_keywords`` (a list of text), each
+    left out where it is not that; empty when the file does not read (a FIFO is not waited on, a file over
+    :data:`MAX_CONFIG_BYTES` or nested deeper than JSON data is not parsed)."""
+    path = os.path.join(run_dir, "config.json")
     try:
-        with open_regular(os.path.join(run_dir, "config.json")) as f:  # a FIFO is not waited on
-            config = json.load(f)
+        config = bounded.loads(read_capped(path, MAX_CONFIG_BYTES, "a config.json").decode(), path)
     except (OSError, ValueError):
         return {}
-    return config if isinstance(config, dict) else {}
+    if not isinstance(config, dict):
+        return {}
+    keywords = config.get("info_keywords")
+    return {**({"env": config["env"]} if isinstance(config.get("env"), str) else {}),
+            **({"info_keywords": keywords} if isinstance(keywords, list) and all(isinstance(k, str) for k in keywords) else {})}
 
 
 def run_label(run_dir: str) -> str:
@@ -50,7 +60,7 @@ def run_label(run_dir: str) -> str:
 def episode_keys(run_dirs: list[str]) -> list[str]:
     """The episode statistics besides the return that the runs logged: ``rollout/success_rate``
     and ``rollout/<key>`` of their ``info_keywords``."""
-    keys = [SUCCESS_KEY] + [f"rollout/{k}" for d in run_dirs for k in run_config(d).get("info_keywords") or ()]
+    keys = [SUCCESS_KEY] + [f"rollout/{k}" for d in run_dirs for k in run_config(d).get("info_keywords", ())]
     return [key for key in dict.fromkeys(keys) if any(len(load_curve(d, key)[0]) for d in run_dirs)]
 
 

@@ -150,8 +150,10 @@ class TrialFailed(Exception):
 def metric_value(summary: Optional[dict[str, Any]], name: str) -> float:
     if summary is None:
         return math.nan
-    value = summary.get("metrics", {}).get(name, summary.get(name))
-    return math.nan if value is None else float(value)
+    metrics = summary.get("metrics")
+    value = (metrics if isinstance(metrics, dict) else {}).get(name, summary.get(name))
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if number else math.nan  # text, a list, nothing: no metric (the trial fails, named)
 
 
 def make_objective(sweep: dict[str, Any], out: str, extra: list[str], timeout: float, trials: TrialProcesses) -> Any:
@@ -222,11 +224,13 @@ def import_optuna() -> Any:
 
 def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
               timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
-              trials: Optional[TrialProcesses] = None, allow_command: bool = False) -> list[dict[str, Any]]:
+              trials: Optional[TrialProcesses] = None, allow_command: bool = False, allow_code: bool = False) -> list[dict[str, Any]]:
     """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
     the whole study, this process's and every other's. ``allow_command``: the sweep file's command may
-    be another program than ppo_dict's own (said in one line before any trial)."""
-    check_sweep(sweep, method, allow_command)
+    be another program than ppo_dict's own; ``allow_code``: its parameters may import or launch code (each
+    said in one line before any trial)."""
+    for name, effect in check_sweep(sweep, method, allow_command, allow_code).items():
+        print(f"--allow_code: the sweep file's parameter {name!r} {effect}", flush=True)
     if not own_command(sweep["command"]):
         print(f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own", flush=True)
     optuna = import_optuna()
@@ -275,6 +279,8 @@ def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]
         Option(("--timeout",), "seconds one trial may take", 3600.0, kwargs={"type": float}),
         Option(("--allow_command",), "run the sweep file's command when it is not ppo_dict's own (${interpreter} -m ppo_dict.main_ppo "
                "${args}): it runs whatever program the file names", False, kwargs={"action": "store_true"}),
+        Option(("--allow_code",), "let the sweep file's parameters import or launch code (gym_packages, an env <module>:<id>, "
+               "a Godot game's program)", False, kwargs={"action": "store_true"}),
     ], epilog="Arguments after -- go to every trial, e.g. -- --total_timesteps 20000")
     args, extra = parser.parse_known_args(argv)
     problems = [f"--{name} must be >= {low}" for name, low in (("count", 0), ("n_jobs", 1)) if getattr(args, name) < low]
@@ -311,7 +317,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     previous = install_stop_handlers(trials)
     try:
         rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs, trials,
-                         args.allow_command)
+                         args.allow_command, args.allow_code)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

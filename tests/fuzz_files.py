@@ -206,7 +206,10 @@ def read_file(reader: str, path: str) -> str:
     """What ppo_dict's reader ``reader`` makes of ``path``: ``value: ...`` or ``refused: <message>``; anything
     else it raises propagates (the child reports it)."""
     from ppo_dict.core.errors import CheckpointError
+    from tests.fuzz_text import READERS, read_text
 
+    if reader in READERS:  # a run directory's, results.py's and a sweep's text files (tests/fuzz_text.py)
+        return read_text(reader, path)
     try:
         if reader == "zip":
             from ppo_dict.interop.trained_agent import read_trained_agent
@@ -301,6 +304,10 @@ def serve() -> None:
 
     import ppo_dict.interop.trained_agent  # noqa: F401
     import ppo_dict.interop.vecnormalize  # noqa: F401
+    import ppo_dict.plot  # noqa: F401  (the text readers: tests/fuzz_text.py)
+    import ppo_dict.run.run_files  # noqa: F401
+    import ppo_dict.run.sweep_file  # noqa: F401
+    from benchmarks import results  # noqa: F401
 
     for line in sys.stdin:
         request = json.loads(line)

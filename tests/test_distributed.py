@@ -253,8 +253,10 @@ def test_rank_info_reads_torchruns_environment() -> None:
     assert RankInfo.from_env({}) is None and RankInfo.from_env({"WORLD_SIZE": "1", "RANK": "0"}) is None
     info = RankInfo.from_env({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"})
     assert (info.rank, info.world, info.local_rank, info.local_world) == (3, 4, 1, 2)
-    with pytest.raises(ValueError, match="RANK=None"):
+    with pytest.raises(ValueError, match="RANK is not set"):
         RankInfo.from_env({"WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match=r"RANK='abc' is not a whole number; LOCAL_WORLD_SIZE=0 is not in \[1, 2\]; MASTER_ADDR is not set$"):
+        RankInfo.from_env({"WORLD_SIZE": "2", "RANK": "abc", "LOCAL_WORLD_SIZE": "0", "MASTER_PORT": "29500"}, store=True)
 
 
 def test_what_torchrun_refuses_is_said_per_setting() -> None:

@@ -40,3 +40,33 @@ def test_episode_statistics_get_a_panel_of_their_own(tmp_path) -> None:
     assert height == 750  # two panels (one is 450 pixels high)
     (run / "config.json").write_text(json.dumps({"env": "gym_PPODictGoal-v0"}))
     assert episode_keys([str(run)]) == ["rollout/success_rate"]
+
+
+def hostile_run(tmp_path, name: str, progress: str, config: str):
+    run = tmp_path / name
+    run.mkdir()
+    (run / "progress.csv").write_text(progress)
+    (run / "config.json").write_text(config)
+    return run
+
+
+GOOD_PROGRESS = "step,rollout/ep_rew_mean\n100,1.0\n200,2.0\n"
+
+
+def test_a_hostile_progress_csv_is_one_message_and_a_hostile_config_json_is_left_out(tmp_path, capsys) -> None:
+    """Extra cells, a step of 1e30, info_keywords: 5 and a config.json nested 100,000 deep ended in tracebacks."""
+    for name, progress, said in (("extra", GOOD_PROGRESS + "300,3.0,4.0,5.0\n", "line 4 has 4 cells, its header 2"),
+                                 ("huge", GOOD_PROGRESS + "1e30,3.0\n", "line 4: the step '1e30' is not a whole number of steps"),
+                                 ("text", GOOD_PROGRESS + "300,high\n", "line 4: rollout/ep_rew_mean is 'high', not a number")):
+        run = hostile_run(tmp_path, name, progress, "{}")
+        assert plot_main([str(run), "--out", str(tmp_path / f"{name}.png")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and said in err and "Traceback" not in err, err
+        assert not (tmp_path / f"{name}.png").exists()
+    for name, config in (("keywords", json.dumps({"env": "E-v0", "info_keywords": 5})), ("deep", "[" * 100_000 + "]" * 100_000),
+                         ("env", json.dumps({"env": {"a": 1}}))):
+        run = hostile_run(tmp_path, name, GOOD_PROGRESS, config)
+        assert plot_main([str(run), "--out", str(tmp_path / f"{name}.png")]) == 0, capsys.readouterr().err
+    from ppo_dict.plot import run_config
+
+    assert run_config(str(tmp_path / "keywords")) == {"env": "E-v0"} and run_config(str(tmp_path / "deep")) == {}

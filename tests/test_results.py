@@ -203,3 +203,52 @@ def test_a_stopped_run_continues_from_its_checkpoint(tmp_path) -> None:
     assert row["resumed_at"] and 0 < int(row["resumed_at"]) < 4096 and row["timesteps"] == "4096"
     assert curve == list(range(256, 4097, 256))
     assert not state.parent.exists()
+
+
+def merge_folders(tmp_path):
+    """``(here, there)``: ``here`` holds one run; ``there`` a good run then the rows a test spoils."""
+    row = {field: "" for field in results.FINAL_FIELDS}
+    row.update(env="E-v0", lib="ppo_dict", seed="0", planned="10", budget="10", timesteps="10")
+    here, there = tmp_path / "here", tmp_path / "there"
+    os.makedirs(here), os.makedirs(there)
+    results.append(str(here / "final.csv"), results.FINAL_FIELDS, [dict(row, run="old")])
+    results.append(str(here / "curves.csv"), results.CURVE_FIELDS, [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c",
+                                                                         timesteps="10", ep_rew_mean="1.0", run="old")])
+    results.append(str(there / "final.csv"), results.FINAL_FIELDS, [dict(row, run="good")])
+    results.append(str(there / "curves.csv"), results.CURVE_FIELDS, [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c",
+                                                                          timesteps="10", ep_rew_mean="2.0", run="good")])
+    return here, there
+
+
+@pytest.mark.parametrize("spoil, said", [
+    (lambda there: (there / "final.csv").write_text("env,lib,seed\nE-v0,ppo_dict,0\n"), "its header has no "),
+    (lambda there: open(there / "final.csv", "a").write("E-v0,x," + "9" * 200_000 + "\n"), "not CSV (field larger than field limit"),
+    (lambda there: open(there / "final.csv", "ab").write(b"E-v0,\xff\xfe\n"), "not UTF-8 text"),
+    (lambda there: open(there / "final.csv", "a").write(",".join(["E-v0", "", "ppo_dict", "zero"] + ["10"] * 3 + [""] * 7 + ["c", "h", "d", "bad"]) + "\r\n"), "seed is 'zero', not a whole number"),
+    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,1e30,1.0,good\r\n"), "timesteps is '1e30', not a whole number"),
+    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,10,high,good\r\n"), "ep_rew_mean is 'high', not a number"),
+    (lambda there: open(there / "final.csv", "a").write("E-v0,ppo_dict,0,1,2\r\n"), "cells, its header 18"),
+], ids=["no run column", "200 KB cell", "not utf-8", "text seed", "1e30 steps", "text return", "short row"])
+def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_path, capsys, spoil, said: str) -> None:
+    """A CSV without a run column, a 200 KB cell, non-UTF-8 bytes or a non-numeric number ended in tracebacks, and a
+    good row then a bad one appended final.csv and never curves.csv. Now: one message, nothing written."""
+    here, there = merge_folders(tmp_path)
+    spoil(there)
+    before = {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")}
+    assert results.main(["--merge", str(there), "--out", str(here)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"--merge {there}: ") and said in err and err.rstrip().endswith("nothing merged") and "Traceback" not in err, err
+    assert {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")} == before
+    assert sorted(os.listdir(here)) == ["curves.csv", "final.csv"]
+    for name in ("final.csv", "curves.csv"):  # --check of a spoiled folder: one message too
+        (here / name).write_bytes((there / name).read_bytes())
+    assert results.main(["--check", "--out", str(here)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and "Traceback" not in err, err
+
+
+def test_merge_of_good_rows_writes_both_files(tmp_path, capsys) -> None:
+    here, there = merge_folders(tmp_path)
+    assert results.main(["--merge", str(there), "--out", str(here)]) == 0
+    assert [r["run"] for r in results.read(str(here / "final.csv"))] == ["old", "good"]
+    assert [r["run"] for r in results.read(str(here / "curves.csv"))] == ["old", "good"]

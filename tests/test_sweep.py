@@ -183,6 +183,58 @@ def test_a_sweep_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path, c
     assert expected in refused_sweep(tmp_path, capsys, {**GOOD, **change})
 
 
+@pytest.mark.parametrize("name, flag", [("tensorboard-log", "tensorboard_log"), ("wandb-project-name", "project"), ("wandb-entity", "entity"),
+                                        ("tensorboard_log", "tensorboard_log")])
+def test_every_spelling_the_command_line_takes_of_a_command_line_setting_is_refused(tmp_path, capsys, name: str, flag: str) -> None:
+    """rl-zoo's spellings (--tensorboard-log, --wandb-project-name, --wandb-entity) are the same flags: a sweep parameter
+    of that name passed the check, which matched exact names, and set where the trials write."""
+    err = refused_sweep(tmp_path, capsys, {**GOOD, "parameters": {name: {"value": "/tmp/elsewhere"}}})
+    shown = "" if name == flag else f" (--{flag})"
+    assert f"  - parameter {name!r}{shown}: set on the command line only (docs/safety.md)" in err, err
+
+
+@pytest.mark.parametrize("parameters, effect", [
+    ({"gym_packages": {"value": "my_envs"}}, "'gym_packages': imports the module(s) it names"),
+    ({"gym-packages": {"values": ["a", "b"]}}, "'gym-packages': imports the module(s) it names"),
+    ({"env": {"values": ["CartPole-v1", "evil_module:Env-v0"]}}, "'env': names a module to import (<module>:<env id>) or a Godot game to launch"),
+    ({"env_path": {"value": "/tmp/game.x86_64"}}, "'env_path': launches the Godot program it names"),
+    ({"env_kwargs": {"value": "dict(env_path='/tmp/game.x86_64')"}}, "'env_kwargs': may name the Godot program launched (env_path, project, binary, game_args)"),
+], ids=lambda v: str(v)[:30])
+def test_a_sweep_parameter_that_imports_or_launches_code_needs_allow_code(tmp_path, capsys, parameters: dict, effect: str) -> None:
+    """A sweep's gym_packages imported a local module, a Godot env_path launched a program, silently."""
+    err = refused_sweep(tmp_path, capsys, {**GOOD, "parameters": parameters})
+    assert f"  - parameter {effect}; a sweep file imports and launches nothing unless the sweep's command line says so (--allow_code)" in err
+
+
+def test_allow_code_says_each_parameter_that_imports_before_the_first_trial(tmp_path, capsys) -> None:
+    path = tmp_path / "allowed.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "command": [sys.executable, "-c", "pass", "${args}"],
+                                    "parameters": {"gym_packages": {"value": "math"}}}))
+    assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "out"), ALLOW, "--allow_code"]) == 1  # ran; no metric
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "--allow_code: the sweep file's parameter 'gym_packages' imports the module(s) it names", out
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0}}, "parameter 'x': q=0: the step of a q_uniform distribution must be above 0"),
+    ({"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": -1}}, "parameter 'x': q=-1: the step"),
+    ({"x": {"distribution": "log_uniform_values", "min": 0, "max": 1}}, "parameter 'x': min=0: a log_uniform_values distribution draws from min > 0"),
+    ({"x": {"distribution": "int_uniform", "min": 0.5, "max": 3}}, "parameter 'x': an int_uniform distribution needs whole numbers"),
+], ids=lambda v: str(v)[:40])
+def test_a_range_optuna_cannot_draw_from_is_refused_before_optuna_sees_it(tmp_path, capsys, change: dict, expected: str) -> None:
+    """q: 0, q: -1 and a log range from 0 ended in Optuna's tracebacks at the first trial."""
+    assert expected in refused_sweep(tmp_path, capsys, {**GOOD, "parameters": change})
+
+
+def test_a_metric_that_names_text_is_refused_and_a_text_value_fails_its_trial(tmp_path, capsys) -> None:
+    from ppo_dict.sweep import metric_value
+
+    err = refused_sweep(tmp_path, capsys, {**GOOD, "metric": {"name": "env", "goal": "maximize"}})
+    assert "metric: 'env' is text in a run's summary, not a number to minimize or maximize" in err
+    assert metric_value({"metrics": {"m": "high"}}, "m") != metric_value({"metrics": {"m": 1.5}}, "m") == 1.5
+    assert str(metric_value({"metrics": ["m"], "m": [1]}, "m")) == "nan"
+
+
 def test_a_sweep_file_that_is_a_fifo_or_a_folder_is_refused_at_once(tmp_path, capsys) -> None:
     os.mkfifo(tmp_path / "fifo.yaml")
     (tmp_path / "folder.yaml").mkdir()

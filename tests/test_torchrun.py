@@ -257,3 +257,54 @@ def test_torchruns_sigterm_stops_every_rank_together_with_one_checkpoint(num_wor
     assert out.count("checkpoint ") == 1 and errors(err) == [], err
     last = checkpoint(run_dir)
     assert last["num_timesteps"] % 64 == 0
+
+
+def by_hand(rank: int, port: int, *args: str, **env: str) -> subprocess.Popen:
+    """One rank of a 2-rank run started without torchrun: MASTER_ADDR and MASTER_PORT set by hand (rank 0 hosts the store)."""
+    environ = {**os.environ, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **env}
+    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("env, said", [({"RANK": "abc"}, "RANK='abc' is not a whole number"), ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
+                                       ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 is not in [1, 2]"),
+                                       ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not in [1, 65535]"),
+                                       ({"PPO_DICT_RENDEZVOUS_TIMEOUT": "-1"}, "PPO_DICT_RENDEZVOUS_TIMEOUT='-1' is not a number of seconds")])
+def test_an_environment_that_places_no_rank_is_one_message(env, said: str) -> None:
+    """RANK=abc, no MASTER_ADDR, LOCAL_WORLD_SIZE=0 ended in tracebacks (torch's or ppo_dict's)."""
+    proc = by_hand(1, free_port(), *RUN, "--dry_run", **env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err.startswith("error: ") and said in err and "Traceback" not in err and out == "", err
+
+
+def test_a_store_where_nothing_listens_is_a_line_while_waiting_and_one_message_naming_it() -> None:
+    """A hand-set MASTER_ADDR:MASTER_PORT where nothing listens waited 1800 s without a word, --dry_run too."""
+    port = free_port()
+    started = time.monotonic()
+    proc = by_hand(1, port, *RUN, "--dry_run", PPO_DICT_RENDEZVOUS_TIMEOUT="17")
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1 and time.monotonic() - started < 60
+    lines = err.splitlines()
+    assert lines[0].startswith(f"rank 1 (") and f"waiting for a store listening at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) (15 s of 17 s)" in lines[0]
+    assert lines[-1].startswith("error: rank 1 (") and f"waited 17 s for a store listening at 127.0.0.1:{port}" in lines[-1], err
+    assert "Traceback" not in err
+
+
+def test_two_ranks_started_by_hand_meet_and_rank_0_says_a_missing_one() -> None:
+    port = free_port()
+    ranks = [by_hand(r, port, *RUN, "--dry_run") for r in (1, 0)]
+    (out1, err1), (out0, err0) = (p.communicate(timeout=120) for p in ranks)
+    assert [p.returncode for p in ranks] == [0, 0], err0 + err1
+    assert "dry run: the config passes every check" in out0 and out1 == ""
+    alone = by_hand(0, free_port(), *RUN, "--dry_run", PPO_DICT_RENDEZVOUS_TIMEOUT="3")
+    _, err = alone.communicate(timeout=60)
+    assert alone.returncode == 1 and "waited 3 s for rank 1 to join at 127.0.0.1:" in err and "Traceback" not in err, err

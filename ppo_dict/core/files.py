@@ -96,6 +96,9 @@ def load_model_state(path: str) -> dict[str, Any]:
         raise CheckpointError(f"cannot load {path}: {one_line(exc)}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a ppo_dict model file (no 'format': {FORMAT!r})")
+    oversized = tensor_problems(state, "state", finite=False)
+    if oversized:  # before anything computes on a tensor: a view larger than its bytes would be allocated whole
+        raise CheckpointError(f"{path}: not a model file ppo_dict wrote: {'; '.join(oversized)}")
     problems = model_file_problems(state)
     if problems:
         raise CheckpointError(f"{path}: not a model file ppo_dict wrote: {'; '.join(problems)}")
@@ -108,9 +111,38 @@ def whole_number(value: Any, low: int = 0) -> bool:
 
 
 def finite_tensor(value: Any, dims: Optional[int] = None) -> bool:
-    """A tensor (of ``dims`` dimensions, when given) whose floats are all finite."""
-    return (isinstance(value, torch.Tensor) and (dims is None or value.dim() == dims)
-            and (not value.is_floating_point() or bool(torch.isfinite(value).all())))
+    """A tensor (of ``dims`` dimensions, when given) within its storage (:func:`within_storage`) whose floats and
+    complex numbers are all finite."""
+    return (isinstance(value, torch.Tensor) and (dims is None or value.dim() == dims) and within_storage(value)
+            and (not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all())))
+
+
+def within_storage(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` has no more elements than its storage holds from its offset: a file may hold a view of
+    a few bytes with a stride of 0 and 10**12 elements, which any computation on it (``isfinite``, a copy) would
+    allocate whole. Sizes come from the storage, not the view."""
+    if tensor.layout != torch.strided:
+        return False
+    held = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+    return tensor.numel() * tensor.element_size() <= max(held, 0)
+
+
+def tensor_problems(value: Any, where: str, finite: bool = True, limit: int = 4) -> list[str]:
+    """Every tensor in ``value`` (dicts, lists and tuples of them, walked without recursion) that is not within
+    its storage or (``finite``) not finite, named by its path under ``where`` (at most ``limit``)."""
+    problems, stack = [], [(where, value)]
+    while stack and len(problems) < limit:
+        path, item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if not within_storage(item):
+                problems.append(f"{path}: a tensor of {item.numel():,} elements on {item.untyped_storage().nbytes():,} bytes of storage")
+            elif finite and not finite_tensor(item):
+                problems.append(f"{path}: not finite")
+        elif isinstance(item, dict):
+            stack += [(f"{path}[{k!r}]", v) for k, v in reversed(list(item.items()))]
+        elif isinstance(item, (list, tuple)):
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(item)))]
+    return problems
 
 
 def statistics_problem(rms: Any, where: str) -> str:

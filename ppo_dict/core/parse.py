@@ -64,6 +64,10 @@ def make_schedule(value: Union[float, str, Callable[[float], float]]) -> Callabl
     return lambda progress_remaining: constant
 
 
+#: the longest literal :func:`safe_literal` parses (an rl-zoo ``policy_kwargs`` string is a few hundred characters)
+MAX_LITERAL = 10_000
+
+
 def safe_literal(text: str) -> Any:
     """Evaluate a Python literal that may contain ``dict(k=v)`` calls, as rl-zoo writes them.
 
@@ -85,11 +89,14 @@ def safe_literal(text: str) -> Any:
             return ast.unparse(node)
         return ast.literal_eval(node)  # constants and signed numbers; raises ValueError on anything else
 
+    if len(text) > MAX_LITERAL:  # before the parser: a few hundred KiB nested or chained exhaust its stack and memory
+        raise ValueError(f"a literal of {len(text):,} characters; ppo_dict reads at most {MAX_LITERAL:,}: {text[:60]!r}...")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        return convert(ast.parse(text.strip(), mode="eval").body)
     except SyntaxError as exc:  # a ValueError like every other unreadable value, with the parser's reason
-        raise ValueError(f"not a Python literal ({exc.msg}): {text!r}") from None
-    return convert(tree.body)
+        raise ValueError(f"not a Python literal ({exc.msg}): {text[:200]!r}") from None
+    except (RecursionError, MemoryError):  # nested or chained deeper than the parser's stack: still one message
+        raise ValueError(f"a literal nested too deep to read: {text[:60]!r}...") from None
 
 
 def parse_net_arch(text: Union[str, list, dict]) -> NetArch:

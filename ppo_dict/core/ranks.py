@@ -26,27 +26,54 @@ class RankInfo:
     host: str
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional["RankInfo"]:
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None, store: bool = False) -> Optional["RankInfo"]:
         """This process's place as ``torchrun`` wrote it in the environment; None where it did not (a plain run)
-        or where the run has one rank (``WORLD_SIZE=1``: a plain run too, sb3's numbers bit for bit)."""
+        or where the run has one rank (``WORLD_SIZE=1``: a plain run too, sb3's numbers bit for bit). ``ValueError``
+        names every variable that is missing, not a number or out of its range (:func:`environment_problems`; ``store``:
+        the store's address too)."""
         env = os.environ if environ is None else environ
-        try:
-            world = int(env.get("WORLD_SIZE", "1"))
-            if world <= 1:
-                return None
-            rank = int(env["RANK"])
-            local_rank = int(env.get("LOCAL_RANK", rank))
-            local_world = int(env.get("LOCAL_WORLD_SIZE", world))
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"torchrun's environment is incomplete or not numbers (WORLD_SIZE={env.get('WORLD_SIZE')!r}, "
-                             f"RANK={env.get('RANK')!r}, LOCAL_RANK={env.get('LOCAL_RANK')!r}, "
-                             f"LOCAL_WORLD_SIZE={env.get('LOCAL_WORLD_SIZE')!r}): {exc}") from exc
-        return cls(rank, world, local_rank, local_world, socket.gethostname())
+        problems = environment_problems(env, store)
+        if problems:
+            raise ValueError(f"torchrun's environment does not describe a rank: {'; '.join(problems)}")
+        world = int(env.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return None
+        rank = int(env["RANK"])
+        return cls(rank, world, int(env.get("LOCAL_RANK", rank)), int(env.get("LOCAL_WORLD_SIZE", world)), socket.gethostname())
 
     @property
     def name(self) -> str:
         """``rank 1 (host)``: how messages name this rank."""
         return f"rank {self.rank} ({self.host})"
+
+
+def _whole(env: Mapping[str, str], name: str, low: int, high: int, default: Optional[str] = None) -> tuple[Optional[int], str]:
+    """``(the variable's value, "")``, or ``(None, why not)``: a whole number in [low, high]."""
+    text = env.get(name, default)
+    if text is None:
+        return None, f"{name} is not set"
+    try:
+        value = int(text.strip())
+    except ValueError:
+        return None, f"{name}={text[:20]!r} is not a whole number"
+    return (value, "") if low <= value <= high else (None, f"{name}={value} is not in [{low}, {high}]")
+
+
+def environment_problems(env: Mapping[str, str], store: bool = False) -> list[str]:
+    """What keeps ``env`` from placing a rank (empty: a plain run, or a rank of a run of ``WORLD_SIZE`` ranks):
+    ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` whole numbers in their ranges, and (``store``:
+    the rank is joining) the store's ``MASTER_ADDR`` and ``MASTER_PORT`` (a port number) that the ranks meet at."""
+    world, problem = _whole(env, "WORLD_SIZE", 1, 2**20, "1")
+    if world is None or world == 1:
+        return [problem] if problem else []
+    rank, rank_problem = _whole(env, "RANK", 0, world - 1)
+    local_world, local_problem = _whole(env, "LOCAL_WORLD_SIZE", 1, world, str(world))
+    local_rank_problem = "" if rank is None and "LOCAL_RANK" not in env else _whole(env, "LOCAL_RANK", 0, (local_world or world) - 1, str(rank))[1]
+    problems = [p for p in (rank_problem, local_problem, local_rank_problem) if p]
+    if store:
+        problems += [] if env.get("MASTER_ADDR", "").strip() else ["MASTER_ADDR is not set"]
+        problems += [p for p in [_whole(env, "MASTER_PORT", 1, 65535)[1]] if p]
+    return problems
 
 
 def env_range(n_envs: int, rank: int, world: int) -> range:

@@ -78,7 +78,15 @@ def read_capped(path: str, cap: int, what: str, follow: bool = True) -> bytes:
         size = os.fstat(f.fileno()).st_size
         if size > cap:
             raise UnreadableFile(f"{path}: {size:,} bytes; {what} holds at most {cap:,}")
-        data = f.read(cap + 1)
+        chunks = [f.read(size)]  # what fstat says it holds: read(cap + 1) would allocate the whole cap first
+        total = len(chunks[0])
+        while total <= cap:  # grew since fstat: read on in bounded chunks, up to past the cap
+            chunk = f.read(min(cap + 1 - total, MiB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
     if len(data) > cap:  # grew while read
         raise UnreadableFile(f"{path}: over {cap:,} bytes; {what} holds at most {cap:,}")
     return data

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from argparse import ArgumentTypeError
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
@@ -93,6 +94,9 @@ def env_wrapper_values(value: Any, where: str) -> tuple[dict[str, Any], list[str
             problems.append(f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} (--atari_wrapper True)")
             continue
         values["atari_wrapper"] = True
+        if not isinstance(kwargs, dict) and kwargs is not None:
+            problems.append(f"{where}: env_wrapper: {name}'s arguments are {shown(kwargs)}, not a mapping of AtariWrapper arguments")
+            continue
         for kwarg, kwarg_value in (kwargs or {}).items():
             if kwarg not in ATARI_KWARGS:
                 problems.append(f"{where}: env_wrapper: {kwarg!r} is not an AtariWrapper argument ({', '.join(ATARI_KWARGS)})")
@@ -172,14 +176,20 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
             else:
                 problems.append(f"{where}: {key!r} is not an rl-zoo PPO hyperparameter")
         except (ValueError, SyntaxError, TypeError) as exc:  # TypeError: a value of another type (a list where a name goes)
-            problems.append(f"{where}: {key}={value!r}: {exc}")
+            problems.append(f"{where}: {key}={shown(value)}: {exc}")
     parsed: dict[str, Any] = {}
     for name, value in values.items():  # one value at a time, so that each bad one is named
         try:
             parsed.update(parse_values({name: value}))
-        except (ValueError, TypeError, SyntaxError) as exc:
-            problems.append(f"{where}: {name}={value!r}: {exc}")
+        except (ValueError, TypeError, SyntaxError, ArgumentTypeError) as exc:  # ArgumentTypeError: a flag's own parser
+            problems.append(f"{where}: {name}={shown(value)}: {exc}")
     return parsed, problems
+
+
+def shown(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a message names a value, it does not echo a file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 #: The most nodes a hyperparameter file may hold once its aliases are expanded. rl-zoo's files use

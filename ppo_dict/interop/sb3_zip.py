@@ -43,6 +43,7 @@ from gymnasium import spaces
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.errors import CheckpointError
+from ppo_dict.core.files import tensor_problems
 from ppo_dict.interop.schedules import SCHEDULES
 from ppo_dict.interop.plain_pickle import plain_load
 from ppo_dict.interop.zip_entries import check_entries, counter_problems, open_zip, read_entry, read_params
@@ -170,6 +171,9 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
             data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
     else:
         data = None if text is None else data_from_json(text, path, custom_objects)
+    tensors = tensor_problems(params, "parameters")  # NaN weights or Adam moments, a view larger than its bytes
+    if tensors:
+        raise CheckpointError(f"{path}: its parameters are not an sb3 model's: {'; '.join(tensors)}")
     problems = [] if data is None else counter_problems(data)
     if problems:
         raise CheckpointError(f"{path}: its data entry's counters are not counts: {'; '.join(problems)}")

@@ -121,7 +121,8 @@ def model_file(run_dir: str, which: str) -> str:
 
 def remove_stale_temp_files(directory: str, log: TextIO = sys.stderr) -> list[str]:
     """Delete temp files left by a write that was killed (``.checkpoint_*.pt.*.tmp``); returns them."""
-    stale = sorted(glob.glob(os.path.join(directory, ".checkpoint_*.tmp")))
+    stale = [p for p in sorted(glob.glob(os.path.join(glob.escape(directory), ".checkpoint_*.tmp")))
+             if not os.path.isdir(p) or os.path.islink(p)]  # a folder of that name: refused by the resume's check
     for path in stale:
         os.unlink(path)
         print(f"removed {path}: a partial checkpoint from an interrupted write", file=log, flush=True)

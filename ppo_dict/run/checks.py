@@ -46,14 +46,16 @@ def model_problem(model: str, observation_space) -> str:
     return ""
 
 
-def path_problems(cfg: Config) -> list[str]:
+def path_problems(cfg: Config, read_file: bool = True) -> list[str]:
+    """What the paths the run reads name that is missing or does not read; a ``--hyperparams`` file only where
+    ``read_file`` (not on a resume: its config holds what the file gave, and the file may have moved or changed)."""
     problems = []
     if cfg.resume not in (None, RESUME_AUTO) and not os.path.exists(cfg.resume):
         problems.append(f"resume={cfg.resume!r}: no such run directory or checkpoint file")
     if cfg.trained_agent is not None and not (os.path.isfile(cfg.trained_agent) and cfg.trained_agent.endswith(".zip")):
         problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
-        problems += zoo_values(cfg.hyperparams, cfg.env, cfg.recurrent)[1]
+        problems += zoo_values(cfg.hyperparams, cfg.env, cfg.recurrent, read_file)[1]
     return problems
 
 
@@ -206,7 +208,7 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
     """
     unreadable = dict(unreadable or {})
     machine = machine or Machine.probe()
-    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg) + core_problems(cfg, machine)
+    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg, read_file=resumed is None) + core_problems(cfg, machine)
     problems += [] if resumed is None else resume_problems(cfg, resumed[1], resumed[0])
     backend = probe_backend(cfg, unreadable, problems)
     result = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
@@ -97,11 +98,18 @@ def render_spec(spec: EnvSpec) -> EnvSpec:
 
 
 class VideoWriter:
-    """RGB frames ``uint8[H, W, 3]`` -> an mp4 (OpenCV, codec mp4v), renamed into place when closed."""
+    """RGB frames ``uint8[H, W, 3]`` -> an mp4 (OpenCV, codec mp4v), renamed into place when closed.
+
+    OpenCV's writer takes only a path and follows a symbolic link there: a predictable temp name beside the
+    video (``.eval-<step>.mp4.tmp.mp4``) let anyone who can write the folder plant a link and have the video
+    written over the file it names. So the frames go to a private folder made with ``mkdtemp`` (mode 0700, a
+    new name) beside the video, on its file system, and the finished file is renamed over ``path`` (a link
+    there is replaced, not followed)."""
 
     def __init__(self, path: str, fps: float):
         self.path, self.fps = path, fps
-        self.tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp.mp4")
+        self.folder: Optional[str] = None
+        self.tmp = ""
         self._writer: Any = None
         self.frames = 0
 
@@ -110,6 +118,8 @@ class VideoWriter:
 
         if self._writer is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self.folder = tempfile.mkdtemp(prefix=f".{os.path.basename(self.path)}.", dir=os.path.dirname(self.path) or ".")
+            self.tmp = os.path.join(self.folder, "video.mp4")
             height, width = frame.shape[:2]
             self._writer = cv2.VideoWriter(self.tmp, cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (width, height))
         self._writer.write(np.ascontiguousarray(frame[..., ::-1]))  # OpenCV wants BGR
@@ -122,6 +132,7 @@ class VideoWriter:
         self._writer.release()
         self._writer = None
         os.replace(self.tmp, self.path)
+        self._remove_folder()
         return self.path
 
     def discard(self) -> None:
@@ -129,7 +140,14 @@ class VideoWriter:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
-            os.remove(self.tmp)
+            if os.path.lexists(self.tmp):
+                os.remove(self.tmp)
+            self._remove_folder()
+
+    def _remove_folder(self) -> None:
+        if self.folder is not None:
+            os.rmdir(self.folder)
+            self.folder = None
 
 
 @torch.no_grad()

@@ -21,11 +21,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
+from ppo_dict.core import bounded
 from ppo_dict.core.files import append_text, atomic_write
 from ppo_dict.core.reading import entry_kind, open_regular
 from ppo_dict.data.episodes import EpisodeLog
@@ -41,18 +43,54 @@ def before_resume_name(steps: int) -> str:
     return f"monitor.before_resume_at_{steps}.csv"
 
 
+#: the longest first line (``#{"t_start": ..., "env_id": ...}``) read: Monitor writes a few dozen characters
+MAX_HEADER = 2**16
+#: the most bytes of a monitor.csv a resumed run continues (an episode is a line of a few dozen bytes: tens of millions)
+MAX_MONITOR_BYTES = 2**30
+
+
 def read_monitor(path: str) -> tuple[dict[str, Any], list[str]]:
-    """``(header, lines)``: a monitor file's first-line JSON and its CSV lines (column names first)."""
+    """:func:`read_monitor_text`, a file that is not UTF-8 text said so, naming it."""
+    try:
+        return read_monitor_text(path)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a read)") from None
+
+
+def read_monitor_text(path: str) -> tuple[dict[str, Any], list[str]]:
+    """``(header, lines)``: a monitor file's first-line JSON and its CSV lines (column names first), read bounded
+    (:mod:`ppo_dict.core.bounded`) and checked whole: a JSON object whose ``t_start`` is a finite number (and
+    ``env_id`` text), then a table whose rows are as wide as its columns and whose ``r``, ``l``, ``t`` are numbers.
+    ``ValueError`` (an ``OSError`` for a file that is not read) names the file, the line and what is wrong."""
     with open_regular(path, follow=False) as raw:  # the run's own file: never read through a link, nor a FIFO waited on
-        f = io.TextIOWrapper(raw, newline="")
-        first = f.readline()
-        lines = f.read().splitlines(keepends=True)
-    if not first.startswith("#"):
-        raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}})")
-    header = json.loads(first[1:])
-    if not isinstance(header, dict):
-        raise ValueError(f"{path}: its first line holds no JSON object")
-    return header, lines
+        size = os.fstat(raw.fileno()).st_size
+        if size > MAX_MONITOR_BYTES:
+            raise ValueError(f"{path}: {size:,} bytes; a monitor.csv ppo_dict continues holds at most {MAX_MONITOR_BYTES:,}")
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        first = f.readline(MAX_HEADER + 1)
+        if not first.startswith("#") or len(first) > MAX_HEADER:
+            raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} characters)")
+        header = bounded.loads(first[1:], f"{path}: line 1")
+        start = header.get("t_start") if isinstance(header, dict) else None
+        if not (isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start)):
+            raise ValueError(f"{path}: line 1 is not Monitor's header (a JSON object whose t_start is a time, not {start!r:.40})")
+        if not isinstance(header.get("env_id", ""), str):
+            raise ValueError(f"{path}: line 1: its env_id is not text")
+        lines, columns = [], []
+        for n, cells in bounded.table(f, path, first=2):
+            bad = columns and next((c for c, v in zip(columns, cells) if c in COLUMNS and bounded.number(v) is None), None)
+            columns = columns or cells
+            if bad:
+                raise ValueError(f"{path}: line {n}: its {bad} is not a number")
+            lines.append(cells)
+    return header, [_csv_line(cells) for cells in lines]
+
+
+def _csv_line(cells: list[str]) -> str:
+    """A row as csv writes it, with Monitor's line end."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(cells)
+    return buffer.getvalue()
 
 
 class MonitorFile:

@@ -39,8 +39,10 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
 from ppo_dict.core.machine import cpu_budget
+from ppo_dict.core.reading import one_line
 from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, ranks_text
 from ppo_dict.interop.trained_agent import TrainedAgent
+from ppo_dict.run import rendezvous
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.sources import RESUMED
 
@@ -58,8 +60,16 @@ RESUME_HINT = "--resume auto with the same command continues from the last check
 
 def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
     """Join the run torchrun started (None: no torchrun, or one rank: a plain run): pin this process to its share of
-    the host's CPUs, join the default process group (gloo) unless the program joined it already."""
-    info = RankInfo.from_env(environ)
+    the host's CPUs, reach the store within its own timeout (``ppo_dict.run.rendezvous``), join the default process
+    group (gloo) on it unless the program joined it already. An environment that places no rank, or a store not
+    reached, is one ``error:`` line and the exit (2, 1)."""
+    env = os.environ if environ is None else environ
+    try:
+        info = RankInfo.from_env(env, store=True)
+        rendezvous.rendezvous_timeout(env)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     if info is None:
         return None
     if hasattr(os, "sched_setaffinity"):
@@ -67,7 +77,14 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
     if not dist.is_initialized():
         import torch._dynamo  # noqa: F401  (before the group is made: see leave)
 
-        dist.init_process_group("gloo", timeout=timedelta(seconds=GROUP_TIMEOUT))
+        try:
+            store = rendezvous.store(info, env)
+        except RankError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+        store.set_timeout(timedelta(seconds=GROUP_TIMEOUT))  # the collectives' timeout from here on
+        dist.init_process_group("gloo", store=dist.PrefixStore("default_pg", store), rank=info.rank, world_size=info.world,
+                                timeout=timedelta(seconds=GROUP_TIMEOUT))
         atexit.register(leave)
     store = _store()
     if store is not None:
@@ -288,6 +305,8 @@ def check_everywhere(cfg: Config, agent: Optional[TrainedAgent], unreadable: dic
             check = check_run(cfg, agent, unreadable, resumed=resumed)
     except (ConfigError, RenderBackendError) as exc:
         refused = exc
+    except (OSError, ValueError, RecursionError) as exc:  # a file a check read that no reader bounded yet: one message, never a traceback
+        refused = ConfigError([f"the run cannot be checked: {one_line(exc)}"])
     if rank is None:
         return check, refused
     problems = [] if refused is None else refused.problems if isinstance(refused, ConfigError) else [str(refused)]

@@ -23,7 +23,6 @@ never overwritten without being asked, and untouched by a run that is refused.
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 import re
 import shutil
@@ -36,7 +35,8 @@ from ppo_dict.core.files import atomic_write, output_problem
 from ppo_dict.core.reading import entry_kind, kind_of, open_regular
 from ppo_dict.run.checkpoint import BEST_MODEL, CHECKPOINT_DIR, list_checkpoints
 from ppo_dict.run.monitor_csv import MONITOR
-from ppo_dict.run.tracking import STEP, progress_rows
+from ppo_dict.run.run_files import read_progress, resumed_file_problems
+from ppo_dict.run.tracking import STEP
 
 LOCK_FILE = ".lock"
 BRANCHES = "branches"
@@ -78,7 +78,7 @@ def branch_dir(run_dir: str, steps: int) -> str:
     """``run_dir/branches/from_<steps>``, or ``..._2``, ``..._3``... when that exists already."""
     base = os.path.join(run_dir, BRANCHES, f"from_{steps}")
     path, n = base, 1
-    while os.path.exists(path):
+    while os.path.lexists(path):  # a dangling link counts: mkdir cannot create a folder there either
         n += 1
         path = f"{base}_{n}"
     return path
@@ -166,24 +166,6 @@ def resumed_home(run_dir: str, resumed: Optional[tuple[str, dict[str, Any]]]) ->
     return home, home is not None and os.path.realpath(run_dir) == os.path.realpath(home)
 
 
-def resumed_file_problems(resume: str, home: str, in_place: bool) -> list[str]:
-    """What a resumed run would read of its run directory ``home`` and cannot: its ``progress.csv`` (the rows it
-    continues from, a branch too) and, continuing in place, its ``evaluations.npz``."""
-    from ppo_dict.run.evaluation import EVALUATIONS, read_evaluations  # (the evaluation's modules: only when resuming)
-
-    problems = []
-    progress, evaluations = os.path.join(home, PROGRESS), os.path.join(home, EVALUATIONS)
-    try:
-        if entry_kind(progress):
-            with open_regular(progress, follow=False) as f:
-                progress_rows(io.TextIOWrapper(f, newline=""), progress)
-        if in_place and entry_kind(evaluations):
-            read_evaluations(evaluations)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        problems.append(f"resume={resume!r}: {str(exc).replace(chr(10), ' ')}; the run continues from it, so it must read as the run wrote it")
-    return problems
-
-
 def branch_problems(run_dir: str, home: str) -> list[str]:
     """A branch ``home/branches/from_<steps>`` is created in ``home``'s own ``branches/`` folder: refused where
     that is no folder (a link would lead the branch out of the run)."""
@@ -209,7 +191,7 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
     if entries:
         return entries
     if home is not None:  # what the resumed run reads of its run before it writes: read now, whole
-        entries = resumed_file_problems(cfg.resume, home, in_place)
+        entries = resumed_file_problems(cfg, home, in_place)
         if entries:
             return entries
     found = earlier_run(run_dir)
@@ -273,7 +255,9 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
         try:
             os.mkdir(run_dir)
         except FileExistsError:
-            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again"]) from None
+            kind = entry_kind(run_dir)
+            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again" if kind == "a directory" else
+                               f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or choose another --run_dir"]) from None
     else:
         os.makedirs(run_dir, exist_ok=True)
     fd = open_lock_file(run_dir)
@@ -333,10 +317,10 @@ def keep_progress_after(run_dir: str, steps: int, log: TextIO = sys.stderr) -> O
     path = os.path.join(run_dir, PROGRESS)
     if not entry_kind(path):
         return None
-    with open_regular(path, follow=False) as f:
-        logged = f.read()
-    if not any(row[STEP] > steps for row in progress_rows(io.StringIO(logged.decode()), path)):
+    if not any(row[STEP] > steps for row in read_progress(path)):
         return None
+    with open_regular(path, follow=False) as f:  # read as checked (bounded) just above
+        logged = f.read()
     kept = os.path.join(run_dir, f"progress.before_resume_at_{steps}.csv")
     atomic_write(kept, lambda f: f.write(logged))
     print(f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}", file=log, flush=True)

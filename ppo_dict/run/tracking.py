@@ -15,8 +15,9 @@ import re
 import sys
 from typing import Any, Optional, TextIO
 
+from ppo_dict.core import bounded
 from ppo_dict.core.files import append_text, atomic_write
-from ppo_dict.core.reading import entry_kind, open_regular
+from ppo_dict.core.reading import entry_kind, open_regular, read_capped
 
 STEP = "step"
 
@@ -74,26 +75,33 @@ class CSVWriter:
 
 def progress_rows(file: Any, where: str) -> list[dict[str, Any]]:
     """The rows of a ``progress.csv`` (``file``: open as text) that have a step, the step read as an int (the
-    rest as written); ``ValueError`` names a step that is not a whole number of steps."""
-    rows = []
-    for n, row in enumerate(csv.DictReader(file), start=2):
+    rest as written), read bounded (``ppo_dict.core.bounded.table``: lines, cells, rows as wide as the header);
+    ``ValueError`` names the line of a step that is not a whole number of steps or a cell that is no number."""
+    rows, header = [], None
+    for n, cells in bounded.table(file, where):
+        if header is None:
+            header = cells
+            continue
+        row = dict(zip(header, cells))
         text = row.get(STEP)
         if not text:
             continue
-        try:
-            step = float(text)
-        except ValueError:
-            step = math.nan
-        if not (math.isfinite(step) and 0 <= step < 2**63 and step == int(step)):
+        step = bounded.whole_step(text)
+        if step is None:
             raise ValueError(f"{where}: line {n}: the step {text[:40]!r} is not a whole number of steps")
-        rows.append({**row, STEP: int(step)})
+        bad = next((k for k, v in row.items() if v and bounded.number(v) is None), None)
+        if bad is not None:
+            raise ValueError(f"{where}: line {n}: {bad} is {row[bad][:40]!r}, not a number")
+        rows.append({**row, STEP: step})
     return rows
 
 
 def read_csv(path: str) -> list[dict[str, float]]:
-    """Rows of a ``progress.csv`` as floats (empty cells left out)."""
+    """Rows of a ``progress.csv`` as floats (empty cells and rows without a step left out), read as
+    :func:`progress_rows` reads it (``ValueError`` or ``OSError`` for a file that does not read)."""
     with open_regular(path) as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(io.TextIOWrapper(f, newline=""))]
+        rows = progress_rows(io.TextIOWrapper(f, newline=""), path)
+    return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in rows]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,6 +134,20 @@ def resolve_wandb_mode(flag: Optional[str]) -> tuple[Optional[str], str]:
     return "offline", "no W&B API key configured (WANDB_API_KEY or ~/.netrc): logging offline"
 
 
+#: a wandb run id as ppo_dict writes it (wandb's ``generate_id``: 8 lowercase letters and digits), or one a user set
+#: with ``WANDB_RUN_ID`` (wandb refuses ``/``, ``\``, ``#``, ``?``, ``%``, ``:`` in an id): letters, digits, ``_``, ``-``
+WANDB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def read_wandb_id(path: str) -> str:
+    """The wandb run id in ``path`` (never through a link, at most 256 bytes), checked to be one wandb takes
+    (``ValueError`` otherwise: a path or other characters would reach wandb's own file names)."""
+    text = read_capped(path, 256, "a wandb_run_id", follow=False).decode(errors="replace").strip()
+    if not WANDB_ID.match(text):
+        raise ValueError(f"{path}: {text[:40]!r} is not a wandb run id (1 to 64 letters, digits, '_' or '-')")
+    return text
+
+
 class WandbTracker:
     """One wandb run for a training run: config, every dump, eval videos, the sync command.
 
@@ -147,8 +169,7 @@ class WandbTracker:
         run_id: Optional[str] = None
         if "WANDB_RUN_ID" not in os.environ:
             if resuming and entry_kind(id_path):
-                with open_regular(id_path, follow=False) as f:
-                    run_id = f.read(256).decode(errors="replace").strip()
+                run_id = read_wandb_id(id_path)  # checked before the run took its directory: this reads what was checked
             else:
                 from wandb.sdk.lib.runid import generate_id
 
