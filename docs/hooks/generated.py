@@ -187,7 +187,7 @@ def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:
 
 
 def speed_markdown(rows: list[dict[str, str]]) -> str:
-    """The headline speed table, as README shows it (``tests/test_docs.py`` compares the two)."""
+    """The headline speed table, as the speed page and the index show it (README gives its range: ``tests/test_docs.py``)."""
     out = ["| workload | ppo_dict / sb3 | over the rounds | measured by, on |", "| --- | --- | --- | --- |"]
     for row in rows:
         out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, {row['where']} |")
