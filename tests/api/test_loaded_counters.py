@@ -1,12 +1,14 @@
 """A saved model loaded again, with or without ``env=``, as sb3's ``load`` gives it: its counters (``_n_updates``,
 ``num_timesteps``, ``_episode_num``, ``_current_progress_remaining``, ``_stats_window_size``), its episodes
 (``ep_info_buffer``), the zip's ``start_time`` and ``rollout_buffer_class``, the zip it saves again, and the episodes
-``set_env`` + ``learn(reset_num_timesteps=False)`` then logs; for PPO, MaskablePPO and RecurrentPPO, under sb3's
+``set_env`` + ``learn(reset_num_timesteps=False)`` then logs, for PPO, MaskablePPO and RecurrentPPO; a command-line
+run's ``best_model.pt`` loaded without env; ``rollout_buffer.compute_returns_and_advantage`` in a callback. Under sb3's
 import and ppo_dict's, compared with ``==``.
 """
 from __future__ import annotations
 
 import pytest
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.save_util import load_from_zip_file
 
 import ppo_dict.envs.masked  # noqa: F401  (registers PPODictMaskedJump-v0)
@@ -86,3 +88,39 @@ def test_a_command_line_runs_best_model_loads_without_env(tmp_path) -> None:
         assert (model.num_timesteps, model._n_updates) == (state["num_timesteps"], state["n_updates"]) and model._n_updates > 0
         assert np.array_equal(model.predict(observations, deterministic=True)[0], Model.from_file(str(path)).predict(observations, deterministic=True)[0])
         assert all(torch.equal(a, b) for a, b in zip(model.policy.state_dict().values(), state["policy"].values()))
+
+
+class RecomputeAdvantages(BaseCallback):
+    """Sets the buffer's gamma at each rollout's end and recomputes GAE with sb3's ``compute_returns_and_advantage``
+    from the rollout's last ``values`` and ``dones``; records the advantages and returns."""
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        buffer = self.model.rollout_buffer
+        buffer.gamma = 0.5
+        buffer.compute_returns_and_advantage(last_values=self.locals["values"], dones=self.locals["dones"])
+        self.seen.append((buffer.advantages.copy(), buffer.returns.copy()))
+
+
+@pytest.mark.parametrize("name", ["PPO", "RecurrentPPO"])
+def test_rollout_buffers_compute_returns_and_advantage_is_sb3s(name: str) -> None:
+    """Recomputed in a callback with another gamma: the same advantages as sb3's, and the update trains on them."""
+    import torch
+
+    records = {}
+    for which in ("sb3", "ppo_dict"):
+        api, seen = imports(which), []
+        policy, env_id, settings = CASES[name]
+        model = getattr(api, name)(policy, api.make_vec_env(env_id, n_envs=2, seed=0), seed=0, device="cpu", **settings)
+        model.learn(256, callback=RecomputeAdvantages(seen))
+        records[which] = (seen, [p.detach().clone() for p in model.policy.parameters()])
+    (sb3_seen, sb3_params), (our_seen, our_params) = records["sb3"], records["ppo_dict"]
+    assert len(sb3_seen) == len(our_seen) > 1
+    assert_same_value(sb3_seen, our_seen, "advantages and returns")
+    assert all(torch.equal(a, b) for a, b in zip(sb3_params, our_params))
