@@ -48,6 +48,26 @@ def _newest_version(spec: gym.envs.registration.EnvSpec) -> Optional[str]:
     return max(candidates, key=lambda s: s.version).id if candidates else None
 
 
+def import_id_module(gym_id: str) -> tuple[str, str]:
+    """``(module, id)`` of gymnasium's ``<module>:<id>`` form, the module imported as ``gym.make`` imports it
+    (``gym.spec`` does not); ``("", gym_id)`` for a plain id. Not called before a video's GL backend is chosen
+    (the module may import mujoco)."""
+    module, _, bare = gym_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return module, bare
+
+
+def with_id_module(gym_id: str, packages: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """``(id, packages)`` of ``mymodule:MyEnv-v0``: ``MyEnv-v0``, and ``mymodule`` (imported) joining the packages
+    each worker imports; a plain id as it is. ValueError naming a module that cannot be imported."""
+    try:
+        module, bare = import_id_module(gym_id)
+    except Exception as exc:  # noqa: BLE001 (a module that fails to import, whatever it raises)
+        raise ValueError(f"the module of {gym_id} (gymnasium's <module>:<id>) cannot be imported: {type(exc).__name__}: {exc}") from None
+    return bare, packages + ((module,) if module and module not in packages else ())
+
+
 def gym_spec(gym_id: str, atari_asked: bool = False) -> gym.envs.registration.EnvSpec:
     """gymnasium's spec of ``gym_id``, importing ale-py first if the id is not registered yet.
 
@@ -146,7 +166,8 @@ def resolve_env_name(
             f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), {TEST_DUMMY}, "
             f"{GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs \"dict(env_path=...)\" (another Godot game)"
         )
-    packages = with_no_velocity_envs(gym_id, tuple(gym_packages))
+    gym_id, packages = with_id_module(gym_id, tuple(gym_packages))
+    packages = with_no_velocity_envs(gym_id, packages)
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
     notice = ""
     if is_mujoco_py_stub(spec):

@@ -1,4 +1,5 @@
-"""Replay a trained run: ``python -m ppo_dict.enjoy RUN_DIR [--video] [--episodes 5]``.
+"""Replay a trained run: ``python -m ppo_dict.enjoy RUN_DIR [--video] [--episodes 5]``, or as rl-zoo's enjoy finds
+a run: ``python -m ppo_dict.enjoy --algo ppo --env CartPole-v1 -f logs`` (a run trained with ``-f logs``).
 
 Loads ``best_model.pt`` (if the run evaluated), else the newest checkpoint, else ``model.pt``;
 plays deterministic episodes with the saved normalisation statistics frozen (as rl-zoo's
@@ -66,11 +67,25 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
             "mean_reward": float(np.mean(returns)), "video": video_path}
 
 
+def zoo_run_dir(parser: Any, args: Any) -> str:
+    """The run rl-zoo's ``enjoy.py --algo A --env ID -f FOLDER [--exp-id N]`` means: ``FOLDER/A/ID_N``, the latest
+    ``N`` where 0; one argparse error (exit 2) for what does not name one."""
+    from ppo_dict.run.cli import latest_run_id, zoo_env_name
+
+    if args.env is None or args.folder is None:
+        parser.error("give the run directory, or rl-zoo's --env ID -f FOLDER (--algo ppo, --exp-id N)")
+    env, folder = zoo_env_name(args.env), os.path.join(args.folder, args.algo)
+    exp_id = args.exp_id or latest_run_id(folder, env)
+    if exp_id <= 0 or not os.path.isdir(os.path.join(folder, f"{env}_{exp_id}")):
+        parser.error(f"no run {env}_{exp_id if exp_id > 0 else '<n>'} in {folder}")
+    return os.path.join(folder, f"{env}_{exp_id}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from ppo_dict.run.cli import Option, add_option, command_parser
 
     parser = command_parser("python -m ppo_dict.enjoy", __doc__, [
-        Option(("run_dir",), "the run directory to replay from", kwargs={"metavar": "RUN_DIR"}),
+        Option(("run_dir",), "the run directory to replay from (or rl-zoo's --env ID -f FOLDER)", kwargs={"metavar": "RUN_DIR", "nargs": "?"}),
         Option(("--model",), "best | last | a model or checkpoint file (best: best_model.pt where the run evaluated, else the "
                "newest checkpoint, else model.pt)", "best"),
         Option(("--episodes",), "episodes to play", 5, kwargs={"type": int}),
@@ -83,8 +98,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                             {"dest": "deterministic", "action": "store_const", "const": True}))
     add_option(mode, Option(("--stochastic",), "sample actions", None, "None: stochastic for Atari games only, as rl-zoo's enjoy",
                             {"dest": "deterministic", "action": "store_const", "const": False}))
+    zoo = parser.add_argument_group("rl-zoo's enjoy.py flags: the run <folder>/<algo>/<env>_<exp-id>, as rl-zoo finds it")
+    add_option(zoo, Option(("--algo",), "rl-zoo's algorithm folder", "ppo", kwargs={"choices": ["ppo", "ppo_lstm"]}))
+    add_option(zoo, Option(("--env",), "the env id of the run", None))
+    add_option(zoo, Option(("-f", "--folder"), "rl-zoo's log folder (-f of train: python -m ppo_dict.main_ppo ... -f FOLDER)", None))
+    add_option(zoo, Option(("--exp-id",), "the run's number n (0: the latest)", 0, kwargs={"type": int}))
+    add_option(zoo, Option(("--no-render",), "accepted: nothing is shown on screen here (--video records)", False, kwargs={"action": "store_true"}))
+    add_option(zoo, Option(("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes (--episodes)", None))
     startup.imported()
     args = parser.parse_args(argv)
+    if args.n_timesteps is not None:
+        parser.error(f"-n {args.n_timesteps}: rl-zoo's enjoy counts timesteps; ppo_dict's plays whole episodes: --episodes N")
+    args.run_dir = args.run_dir or zoo_run_dir(parser, args)
     if args.seed < 0 or args.episodes < 1:  # gymnasium refuses a negative seed only at the first reset
         parser.error(f"--seed {args.seed}: must be >= 0" if args.seed < 0 else f"--episodes {args.episodes}: must be >= 1")
     torch.set_num_threads(1)

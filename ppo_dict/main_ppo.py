@@ -301,13 +301,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"error: {refused}", file=sys.stderr)
         return 2
     base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
-    applied = hyperparams_text(cfg, base, read_file=resumed is None)
+    applied = "\n".join(filter(None, [hyperparams_text(cfg, base, read_file=resumed is None), line.algo_note]))
     if dry_run:
         ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local_layout(cfg, rank.info, check.backend.unit))
         if writes:
             print(dry_run_text(cfg, check, applied) + ranks, flush=True)
         return 0
-    if cfg.hyperparams is not None and (resumed is None or "hyperparams" in flags) and writes:  # as rl-zoo prints them
+    if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:  # as rl-zoo prints them
         print(applied, flush=True)
     cfg, fresh_dir = settle_everywhere(cfg, flags, rank, default_run_dir)
     home = None if resumed is None else checkpoint_run_dir(resumed[0])

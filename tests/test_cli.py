@@ -104,10 +104,12 @@ def test_rl_zoos_spellings_are_the_same_flags() -> None:
 
 
 def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
-    assert config_from_args(["--algo", "ppo"]) == config_from_args([])
-    lstm = config_from_args(["--algo", "ppo_lstm", "--env", "CartPole-v1"])
+    """Untyped, --algo is ppo and sb3's defaults; typed without --hyperparams, it reads rl-zoo's tuned entry
+    (tests/test_cli.py's test_typed_algo_reads_rl_zoos_entry_as_train_py_does); --hyperparams typed beside it wins."""
+    assert config_from_args(["--algo", "ppo", "--hyperparams", "n_epochs:10"]) == config_from_args(["--hyperparams", "n_epochs:10"])
+    lstm = config_from_args(["--algo", "ppo_lstm", "--env", "CartPole-v1", "--hyperparams", "gamma:0.99"])
     assert (lstm.model, lstm.n_steps, lstm.batch_size) == ("mlp_lstm", 128, 128)  # RecurrentPPO's defaults
-    assert config_from_args(["--algo", "ppo_lstm", "--model", "cnn_lstm"]).model == "cnn_lstm"
+    assert config_from_args(["--algo", "ppo_lstm", "--model", "cnn_lstm", "--hyperparams", "gamma:0.99"]).model == "cnn_lstm"
     code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "sac", "--model", "mlp_lstm", "--n_epochs", "0")
     assert code == 2 and out == "" and err.splitlines()[1:] == [  # listed with the other problems
         "  - algo='sac': ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) or "
@@ -116,6 +118,79 @@ def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
     code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "ppo_lstm", "--model", "mlp")
     assert code == 2 and "algo='ppo_lstm': sb3-contrib's RecurrentPPO trains a recurrent model (--model mlp_lstm or cnn_lstm), " \
         "not model='mlp'" in err
+
+
+def test_typed_algo_reads_rl_zoos_entry_as_train_py_does(capsys, monkeypatch) -> None:
+    """rl-zoo's ``train.py --algo ppo --env CartPole-v1``: its tuned entry (8 envs, n_steps 32, 20 epochs), said at start
+    with how to get sb3's defaults, and recorded as --hyperparams rl_zoo3 (config.json: a resume, a sweep see it);
+    without rl_zoo3, sb3's defaults and one line saying why."""
+    pytest.importorskip("rl_zoo3")
+    zoo = config_from_args(["--algo", "ppo", "--env", "CartPole-v1", "-n", "20000"])
+    assert zoo == config_from_args(["--hyperparams", "rl_zoo3", "--env", "CartPole-v1", "-n", "20000"])
+    assert (zoo.n_envs, zoo.n_steps, zoo.n_epochs, zoo.total_timesteps, zoo.hyperparams) == (8, 32, 20, 20000, ("rl_zoo3",))
+    assert config_from_args(["--env", "CartPole-v1"]).hyperparams is None  # untyped: sb3's defaults, as before
+    lstm = config_from_args(["--algo", "ppo_lstm", "--env", "CartPoleNoVel-v1"])  # rl-zoo's ppo_lstm.yml
+    assert (lstm.model, lstm.n_envs, lstm.hyperparams) == ("mlp_lstm", 8, ("rl_zoo3",))
+    code, out, _ = dry_run(capsys, "--algo", "ppo", "--env", "CartPole-v1")
+    assert code == 0 and ("--algo ppo: rl-zoo's tuned entry 'CartPole-v1', as rl-zoo's train.py takes it (leave out --algo for "
+                          "sb3's defaults)") in out.splitlines()
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rl_zoo3" else real_find_spec(name, *a))
+    assert config_from_args(["--algo", "ppo", "--env", "CartPole-v1"]) == config_from_args(["--env", "CartPole-v1"])
+    code, out, _ = dry_run(capsys, "--algo", "ppo", "--env", "CartPole-v1")
+    assert code == 0 and ("--algo ppo: sb3's defaults, not rl-zoo's tuned entry: rl_zoo3 is not installed: pip install rl_zoo3 "
+                          "(or ppo_dict's zoo extra), or give a file path") in out.splitlines()
+
+
+def test_rl_zoos_train_flags_mean_what_they_mean_there_or_name_the_equivalent(tmp_path) -> None:
+    """-f/--log-folder numbers the run as rl-zoo's train.py (<folder>/ppo/<env>_<n>); --track logs to wandb's project sb3;
+    --vec-env dummy / subproc is every env here / in workers; --n-eval-envs other than 1 is refused naming --eval_episodes."""
+    from ppo_dict.core.errors import ConfigError
+
+    logs = tmp_path / "logs"
+    assert config_from_args(["--env", "CartPole-v1", "-f", str(logs)]).run_dir == str(logs / "ppo" / "CartPole-v1_1")
+    (logs / "ppo" / "CartPole-v1_1").mkdir(parents=True)
+    (logs / "ppo" / "CartPole-v1_7").mkdir()
+    (logs / "ppo" / "CartPole-v1_9.txt").write_text("")  # not a run
+    assert config_from_args(["--env", "gym_CartPole-v1", "--log-folder", str(logs)]).run_dir == str(logs / "ppo" / "CartPole-v1_8")
+    assert config_from_args(["--env", "CartPole-v1", "-f", str(logs), "--run_dir", "mine"]).run_dir == "mine"
+    assert config_from_args(["--track"]).project == "sb3" and config_from_args(["--track", "--project", "p"]).project == "p"
+    assert config_from_args(["--track", "False"]).project is None
+    assert config_from_args(["--vec-env", "dummy"]).num_workers == 0
+    assert config_from_args(["--vec-env", "subproc"]).main_steps_envs is False
+    assert config_from_args(["--n-eval-envs", "1"]) == config_from_args([])
+    with pytest.raises(ConfigError) as refused:
+        config_from_args(["--n-eval-envs", "4", "--vec-env", "shm"])
+    assert str(refused.value).splitlines()[1:] == [
+        "  - vec_env='shm': rl-zoo's --vec-env takes dummy or subproc",
+        "  - n_eval_envs='4': ppo_dict evaluates in one env; --eval_episodes N (rl-zoo's --eval-episodes) sets how many episodes"]
+
+
+def test_enjoy_finds_a_run_as_rl_zoos_enjoy_does(tmp_path, capsys) -> None:
+    """``python -m ppo_dict.enjoy --algo ppo --env ID -f FOLDER``: the latest <env>_<n> of FOLDER/ppo (--exp-id N: that one);
+    --no-render accepted; rl-zoo's -n (timesteps) refused naming --episodes; no run named, one line, exit 2."""
+    import json
+
+    from ppo_dict import enjoy
+    from tests.test_main_ppo import run_cli
+
+    logs = tmp_path / "logs"
+    for _ in range(2):
+        assert run_cli("--env", "CartPole-v1", "-f", str(logs), *TINY).returncode == 0
+    assert enjoy.main(["--algo", "ppo", "--env", "CartPole-v1", "-f", str(logs), "--no-render", "--episodes", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["model"].startswith(str(logs / "ppo" / "CartPole-v1_2" / "checkpoints"))
+    assert enjoy.main(["--env", "CartPole-v1", "-f", str(logs), "--exp-id", "1", "--episodes", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["model"].startswith(str(logs / "ppo" / "CartPole-v1_1" / "checkpoints"))
+    for argv, error in [(["--env", "CartPole-v1", "-f", str(logs), "-n", "1000"],
+                         "-n 1000: rl-zoo's enjoy counts timesteps; ppo_dict's plays whole episodes: --episodes N"),
+                        (["--env", "Pendulum-v1", "-f", str(logs)], f"no run Pendulum-v1_<n> in {logs / 'ppo'}"),
+                        (["--env", "CartPole-v1", "-f", str(logs), "--exp-id", "3"], f"no run CartPole-v1_3 in {logs / 'ppo'}"),
+                        ([], "give the run directory, or rl-zoo's --env ID -f FOLDER (--algo ppo, --exp-id N)")]:
+        with pytest.raises(SystemExit) as exited:
+            enjoy.main(argv)
+        assert exited.value.code == 2 and capsys.readouterr().err == f"python -m ppo_dict.enjoy: error: {error} (--help lists every flag)\n"
 
 
 # ------------------------------------------------------------------------------------------------ what a run says

@@ -143,3 +143,22 @@ def test_python_blocks_are_cut_short() -> None:
                                                 marks=block_marks(b)) for b in BLOCKS])
 def test_example_runs(block: Block, work: Path, done: set[int]) -> None:
     run_block(block, work, done)
+
+
+def test_getting_started_own_env_runs_under_both_imports(tmp_path: Path) -> None:
+    """Getting started's "Your own env": its module written under the name its first line gives, then its command
+    line and its script run beside it (cut short), the script under ppo_dict's import and sb3's alike."""
+    blocks = [b for b in page_blocks((Path(ROOT) / "docs" / "getting-started.md").read_text()) if b.heading == "Your own env"]
+    assert [b.kind for b in blocks] == ["python", "bash", "python"]
+    module, shell, script = blocks
+    (tmp_path / re.match(r"# (\w+\.py):", module.text).group(1)).write_text(module.text)
+    sb3_script = cut_python(script.text).replace("from ppo_dict.api import PPO", "from stable_baselines3 import PPO")
+    assert sb3_script != cut_python(script.text)
+    (tmp_path / "ours.py").write_text(cut_python(script.text))
+    (tmp_path / "sb3s.py").write_text(sb3_script)
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    runs = [["bash", "-c", cut_command(line)] for line in commands(shell)] + [[sys.executable, "ours.py"], [sys.executable, "sb3s.py"]]
+    for argv in runs:
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{argv[-1]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert (tmp_path / "runs" / "goright" / "config.json").exists() and (tmp_path / "goright_ppo.zip").exists()

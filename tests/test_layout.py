@@ -151,7 +151,7 @@ def test_dry_run_says_the_layout_and_why(monkeypatch, capsys, n_envs: int, expec
     assert main(["--env", "gym_Pendulum-v1", "--n_envs", str(n_envs), "--dry_run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert expected in lines
-    assert any(line.startswith("processes: about") and "(16 usable CPU cores)" in line for line in lines)
+    assert any(line.startswith("processes: about") and "(16 usable CPUs (affinity mask))" in line for line in lines)  # the layout's words
 
 
 def test_the_python_api_follows_the_same_layout(monkeypatch) -> None:

@@ -77,7 +77,54 @@ def test_a_pool_with_a_share_in_the_main_process_gives_the_same_numbers_as_one_p
     assert all(torch.equal(a, b) for a, b in zip(*params))
 
 
-def test_update_threads_fall_back_when_they_change_a_bit(monkeypatch) -> None:
+@pytest.fixture
+def a_trial(monkeypatch):
+    """The first update's thread trial where it runs: on 2 cores, CFG's 2 epochs enough for it, no CPU busy elsewhere
+    (whatever the host runs meanwhile); ``calls``: each update's thread count and epochs, in order."""
+    calls = []
+    real_update = ppo_module.ppo_update
+
+    def counted(policy, optimizer, storage, settings, *args):
+        calls.append((torch.get_num_threads(), settings.n_epochs))
+        return real_update(policy, optimizer, storage, settings, *args)
+
+    monkeypatch.setattr(ppo_module, "physical_cores", lambda: 2)
+    monkeypatch.setattr(ppo_module, "MIN_TRIAL_EPOCHS", 2)
+    monkeypatch.setattr(ppo_module.LoadWatch, "look", lambda self, own=(): 0.0)
+    monkeypatch.setattr(ppo_module, "ppo_update", counted)
+    return calls
+
+
+def test_the_thread_trial_is_one_epoch_on_each_count_then_the_update_on_the_cores(a_trial) -> None:
+    """Two epochs' work, once: one epoch on the cores and one on torch_threads from the same start; where they agree,
+    every update (the first included) runs on the cores, and the numbers are the one-thread run's."""
+    with PPO(CFG, build_env_pool(CFG)) as model:
+        model.learn()
+    assert model.update_threads == 2 and a_trial == [(2, 1), (1, 1)] + [(2, 2)] * 2
+    with PPO(CFG.replace(update_threads=1), build_env_pool(CFG)) as reference:
+        reference.learn()
+    assert all(torch.equal(a, b) for a, b in zip(reference.policy.parameters(), model.policy.parameters()))
+
+
+def test_no_thread_trial_where_other_processes_keep_the_cpus_busy(a_trial, monkeypatch, capsys) -> None:
+    """CPUs busy elsewhere, at start or through the first rollout: no trial, torch_threads for the run, said once."""
+    from ppo_dict.core import load
+
+    note = ("note: other processes keep this run's CPUs busy: the update runs on 1 thread (torch_threads), not the 2 cores "
+            "(--update_threads 2 to ask for them)\n")
+    monkeypatch.setattr(load, "_at_start", 1.4)  # as the start measured it beside two CPU burners
+    with PPO(CFG.replace(verbose=1), build_env_pool(CFG)) as model:
+        model.learn()
+    assert model.update_threads == 1 and a_trial == [(1, 2)] * 2 and capsys.readouterr().err == note
+    monkeypatch.setattr(load, "_at_start", 0.0)
+    monkeypatch.setattr(ppo_module.LoadWatch, "look", lambda self, own=(): 1.4)  # busy through the rollout instead
+    a_trial.clear()
+    with PPO(CFG.replace(verbose=1), build_env_pool(CFG)) as model:
+        model.learn()
+    assert model.update_threads == 1 and a_trial == [(1, 2)] * 2 and capsys.readouterr().err == note
+
+
+def test_update_threads_fall_back_when_they_change_a_bit(a_trial, monkeypatch) -> None:
     """If an update with more threads rounds differently, the run keeps one thread and its numbers."""
     real_update = ppo_module.ppo_update
 
@@ -91,7 +138,6 @@ def test_update_threads_fall_back_when_they_change_a_bit(monkeypatch) -> None:
     reference = PPO(CFG.replace(update_threads=1), build_env_pool(CFG))
     reference.learn()
     monkeypatch.setattr(ppo_module, "ppo_update", rounds_differently_with_threads)
-    monkeypatch.setattr(ppo_module, "physical_cores", lambda: 2)
     checked = PPO(CFG, build_env_pool(CFG))
     checked.learn()
     assert checked.update_threads == 1

@@ -107,12 +107,29 @@ def flag_row(name: str, default: str, values: str, help_text: str) -> str:
 OWN_FLAGS = {"dry_run": ("False", VALUE_KINDS["parse_bool"]), "algo": ("ppo", "`ppo` `ppo_lstm`")}
 
 
+#: the values rl-zoo's train.py flags take (``ppo_dict.run.cli.ZOO_FLAGS``)
+ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`", "n_eval_envs": "`1`"}
+
+
+def zoo_flags_markdown() -> list[str]:
+    """rl-zoo's ``train.py`` flags that are no setting here (``ppo_dict.run.cli.ZOO_FLAGS``), a table in ``--help``'s
+    order, each row under its spellings (its anchor: the name they are read under)."""
+    from ppo_dict.run.cli import ZOO_FLAGS
+
+    out = ["## rl-zoo's train.py flags", "", "`--help` group `rl-zoo's train.py flags`; not settings: each sets the settings "
+           "that mean the same here, or is refused naming them.", "", *TABLE_HEAD]
+    for name, (spellings, text, default) in ZOO_FLAGS.items():
+        out.append(f'| <a id="{name}"></a>{" ".join(f"`{s}`" for s in spellings)} | {code(default)} | {ZOO_VALUES[name]} | {cell(text)} |')
+    return out + [""]
+
+
 def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], default_text: Callable[[dataclasses.Field], str],
                    own_flags: dict[str, str], flag_text: Callable[[dataclasses.Field], str]) -> str:
     """The flags reference, in ``--help``'s order: the command line's own flags (``own_flags``: ``{name: help}``,
     in ``--help``'s `options`), then one table per ``--help`` group, one row per flag (``flag_text``: what it does)."""
     out = ["## The command line's own flags", "", "`--help` group `options`; not settings (not saved with a run).", "", *TABLE_HEAD]
     out += [flag_row(name, *OWN_FLAGS[name], text) for name, text in own_flags.items()] + [""]
+    out += zoo_flags_markdown()
     for group, fields in flag_groups().items():
         out += [f"## {GROUP_TITLES.get(group, group)}", "", f"`--help` group `{group}`.", "", *TABLE_HEAD]
         out += [flag_row(f.name, default_text(f), values_of(f), flag_text(f)) for f in fields]
@@ -170,7 +187,7 @@ def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:
 
 
 def speed_markdown(rows: list[dict[str, str]]) -> str:
-    """The headline speed table, as README shows it (``tests/test_docs.py`` compares the two)."""
+    """The headline speed table, as the speed page and the index show it (README gives its range: ``tests/test_docs.py``)."""
     out = ["| workload | ppo_dict / sb3 | over the rounds | measured by, on |", "| --- | --- | --- | --- |"]
     for row in rows:
         out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, {row['where']} |")

@@ -7,6 +7,7 @@ this module sees only the storage arrays.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import sys
@@ -27,7 +28,7 @@ from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
-from ppo_dict.core.load import BUSY, LoadWatch
+from ppo_dict.core.load import BUSY, LoadWatch, busy_at_start
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
@@ -50,6 +51,10 @@ def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
                     return f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter {tuple(parameter.shape)}"
     return ""
 
+
+#: The fewest epochs whose first update tries the cores' threads: the trial is two epochs' work (one on each thread
+#: count), at most a fifth of such an update; fewer epochs keep ``torch_threads``.
+MIN_TRIAL_EPOCHS = 10
 
 class PPO:
     """Proximal Policy Optimisation with sb3's numbers.
@@ -272,7 +277,7 @@ class PPO:
             if self.stop_asked():  # a stop that came after the rollout: the update is dropped as if it had begun
                 raise UpdateInterrupted("a stop signal before the update")
             if self.update_threads is None:
-                self.update_threads, (logs, self.n_updates) = self._first_update(settings)
+                self.update_threads, (logs, self.n_updates) = self._first_update(settings, shared or busy_at_start() >= BUSY)
             else:
                 with thread_count(self.cfg.torch_threads if shared else self.update_threads):
                     logs, self.n_updates = self._update(settings)
@@ -282,34 +287,47 @@ class PPO:
         self.logger.record_many(logs)
         return logs
 
-    def _first_update(self, settings: UpdateSettings) -> tuple[int, tuple[dict[str, float], int]]:
+    def _first_update(self, settings: UpdateSettings, busy: bool) -> tuple[int, tuple[dict[str, float], int]]:
         """The first update, and the threads for every later one: ``cfg.update_threads``, else the
-        physical cores if an update with them gives the same bits as with ``torch_threads``.
+        physical cores if one epoch with them gives the same bits as with ``torch_threads``
+        (:meth:`_cores_keep_the_bits`), else ``torch_threads``.
 
-        To check, the update runs once with the cores from a snapshot of the parameters, Adam and
-        the numpy RNG, the snapshot is put back, and the real update runs with ``torch_threads``.
-        Threads split GEMMs and large reductions by the tensors' shapes, which stay the same for a
-        run; where a split changes the rounding, the run keeps ``torch_threads``. A recurrent update's
-        shapes change from one update to the next (sequence lengths, sb3-contrib's two LSTM branches,
-        oneDNN's LSTM kernels splitting by them), so one trial proves nothing there: it keeps ``torch_threads``.
+        No trial where other processes keep the CPUs busy (``busy``: at start or through the first rollout):
+        more threads than free cores make each update slower, not faster; said once. Threads split GEMMs
+        and large reductions by the tensors' shapes, which stay the same for a run; where a split changes
+        the rounding, the run keeps ``torch_threads``. A recurrent update's shapes change from one update
+        to the next (sequence lengths, sb3-contrib's two LSTM branches, oneDNN's LSTM kernels splitting by
+        them), so one trial proves nothing there: it keeps ``torch_threads``.
         """
         base, cores = self.cfg.torch_threads, physical_cores()
         chosen = self.cfg.update_threads or base
-        trial = None
         # over ranks, every rank's update keeps torch_threads: a thread count chosen per rank could round the norms apart
-        if self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent and self.ranks is None:
-            snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
-            with thread_count(cores):
-                self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
-            trial = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()["state"]))
+        if (self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent
+                and self.ranks is None and settings.n_epochs >= MIN_TRIAL_EPOCHS):
+            if busy:
+                if self.cfg.verbose:
+                    print(f"note: other processes keep this run's CPUs busy: the update runs on {base} thread{'s' * (base != 1)} "
+                          f"(torch_threads), not the {cores} cores (--update_threads {cores} to ask for them)", file=sys.stderr, flush=True)
+            elif self._cores_keep_the_bits(settings, base, cores):
+                chosen = cores
+        with thread_count(chosen):
+            return chosen, self._update(settings)
+
+    def _cores_keep_the_bits(self, settings: UpdateSettings, base: int, cores: int) -> bool:
+        """Whether one epoch of the update gives the same parameters and Adam state with ``cores`` threads as with
+        ``base``: run from the same snapshot (parameters, Adam, the numpy RNG) with each, the snapshot put back
+        after. Two epochs' work, once per run: at most ``2 / MIN_TRIAL_EPOCHS`` of the first update."""
+        one_epoch = dataclasses.replace(settings, n_epochs=1)
+        snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
+        results = []
+        for threads in (cores, base):
+            with thread_count(threads):
+                self.update(self.policy, self.optimizer, self.storage, one_epoch, self.n_updates, self.device)
+            results.append((copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()["state"])))
             self.policy.load_state_dict(snapshot[0])
             self.optimizer.load_state_dict(snapshot[1])
             np.random.set_state(snapshot[2])
-        with thread_count(chosen):
-            result = self._update(settings)
-        if trial is not None and same_values(trial, (self.policy.state_dict(), self.optimizer.state_dict()["state"])):
-            chosen = cores
-        return chosen, result
+        return same_values(*results)
 
     def _update(self, settings: UpdateSettings) -> tuple[dict[str, float], int]:
         """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""

@@ -153,15 +153,22 @@ class Algorithm:
 
     @property
     def _n_updates(self) -> int:
-        return 0 if self.trainer is None else self.trainer.n_updates
+        """sb3's epoch counter (a model loaded without env: the zip's, as sb3's load puts it back)."""
+        return self.__dict__.get("_saved_updates", 0) if self.trainer is None else self.trainer.n_updates
+
+    @property
+    def _stats_window_size(self) -> int:
+        """sb3's name of ``stats_window_size``: the episodes ``ep_info_buffer`` keeps."""
+        return self.cfg.stats_window_size
 
     @property
     def ep_info_buffer(self) -> Optional[deque]:
-        return None if self.trainer is None else self.trainer.episodes.info_buffer
+        """sb3's last episodes (``{"r", "l", "t", ...}``); a model loaded without env: the zip's."""
+        return self.__dict__.get("_saved_info_buffer") if self.trainer is None else self.trainer.episodes.info_buffer
 
     @property
     def ep_success_buffer(self) -> Optional[deque]:
-        return None if self.trainer is None else self.trainer.episodes.success_buffer
+        return self.__dict__.get("_saved_success_buffer") if self.trainer is None else self.trainer.episodes.success_buffer
 
     @property
     def rollout_buffer(self) -> Optional[RolloutBufferView]:
@@ -217,9 +224,12 @@ class Algorithm:
         if old_trainer is not None:
             self.trainer.num_timesteps, self.trainer.n_updates = old_trainer.num_timesteps, old_trainer.n_updates
             self.trainer.episodes.load_state(old_trainer.episodes.state())
-        else:
+        else:  # a model loaded without env: the zip's counters and episodes, as sb3's load put them on the model
             self.trainer.num_timesteps = self.__dict__.pop("_saved_timesteps", 0)
             self.trainer.n_updates = self.__dict__.pop("_saved_updates", 0)
+            for name, target in (("_saved_info_buffer", self.trainer.episodes.info_buffer),
+                                 ("_saved_success_buffer", self.trainer.episodes.success_buffer)):
+                target.extend(self.__dict__.pop(name, None) or ())
         self._policy = self._optimizer = None
         self._needs_reset = self._needs_reset or force_reset
 

@@ -21,6 +21,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
+from ppo_dict.algo.update import compute_gae
 from ppo_dict.data.recurrent import STATE_NAMES
 from ppo_dict.data.storage import RolloutStorage
 
@@ -207,6 +208,14 @@ class RolloutBufferView:
         raise AttributeError(f"rollout_buffer has no {name!r}")
 
     swap_and_flatten = staticmethod(RolloutBuffer.swap_and_flatten)
+
+    def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
+        """sb3's: GAE over the stored rollout with this buffer's ``gamma`` and ``gae_lambda``, from ``last_values`` (V of
+        the observations after the last step) and ``dones`` (its episode ends), into ``advantages`` and ``returns``: the
+        storage's own, which the update then trains on (as sb3's update trains on its buffer's)."""
+        s = self.storage
+        s.advantages[...], s.returns[...] = compute_gae(s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(),
+                                                        np.asarray(dones), self.gamma, self.gae_lambda)
 
     def to_torch(self, array: np.ndarray, copy: bool = True) -> torch.Tensor:
         return torch.tensor(array, device=self.device) if copy else torch.as_tensor(array, device=self.device)

@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize, VecTransposeI
 from stable_baselines3.common.vec_env.patch_gym import _patch_env
 
 from ppo_dict.data.storage import OBS_KEY, vector_obs_shapes
-from ppo_dict.envs import GYM_PREFIX, import_gym_packages
+from ppo_dict.envs import GYM_PREFIX, import_gym_packages, import_id_module
 from ppo_dict.vec.backend import GymBackend, probe
 from ppo_dict.vec.pool_vec_env import PoolVecEnv
 from ppo_dict.vec.shm_vec_env import EnvFns, ShmVecEnv
@@ -42,7 +42,7 @@ class GymMake:
     value): a worker builds the env without importing the script or the module that registered it."""
 
     def __init__(self, env_id: str):
-        spec = gym.spec(env_id)
+        spec = gym.spec(import_id_module(env_id)[1])  # mymodule:MyEnv-v0 imports mymodule, as gym.make does
         if isinstance(spec.entry_point, str) and spec.entry_point.startswith("__main__:"):
             spec = dataclasses.replace(spec, entry_point=load_env_creator(spec.entry_point))
         self.env_id, self.spec = env_id, spec

@@ -22,6 +22,7 @@ import zipfile
 from collections import deque
 from typing import Any, Optional
 
+from gymnasium import spaces
 from stable_baselines3.common.utils import FloatSchedule, check_for_correct_spaces, get_system_info
 from stable_baselines3.common.vec_env.patch_gym import _convert_space
 
@@ -29,7 +30,10 @@ from ppo_dict.api.arguments import EXTRAS, SAME_NAME, own_policy_class
 from ppo_dict.api.carry import rnn_states
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.files import load_model_state, to_numpy
+from ppo_dict.algo.model import gym_env_spec, saved_env
+from ppo_dict.core.file_effects import announce
+from ppo_dict.core.files import load_model_state, space_mismatch, to_numpy
+from ppo_dict.envs import contains_image
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
 from ppo_dict.interop.schedules import custom_objects_line, is_schedule_text, zip_schedule
@@ -64,7 +68,8 @@ def sb3_model(algorithm: Algorithm) -> Any:
     model.policy.optimizer.load_state_dict(algorithm._optimizer_of().state_dict())
     model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
     model._total_timesteps, model._current_progress_remaining = algorithm._total_timesteps, algorithm._current_progress_remaining
-    model._episode_num = algorithm._episode_num
+    model._episode_num, model.start_time = algorithm._episode_num, algorithm.start_time
+    model.rollout_buffer_class = sb3_buffer_class(algorithm)
     model._last_obs, model._last_episode_starts = algorithm._last_obs, algorithm._last_episode_starts  # sb3's, from the last learn
     model._last_original_obs = algorithm._last_original_obs
     if algorithm.trainer is not None and algorithm.trainer.collector.states is not None and algorithm._carried is not None:
@@ -73,6 +78,21 @@ def sb3_model(algorithm: Algorithm) -> Any:
         model.ep_info_buffer = deque(algorithm.ep_info_buffer, maxlen=algorithm.cfg.stats_window_size)
         model.ep_success_buffer = deque(algorithm.ep_success_buffer, maxlen=algorithm.cfg.stats_window_size)
     return model
+
+
+def sb3_buffer_class(algorithm: Algorithm) -> Optional[type]:
+    """The ``rollout_buffer_class`` sb3's ``_setup_model`` sets (and its zip saves): sb3's (Dict)RolloutBuffer,
+    sb3-contrib MaskablePPO's Maskable(Dict)RolloutBuffer; None for RecurrentPPO, which picks its buffer without keeping it."""
+    if algorithm.spec.recurrent:
+        return None
+    dict_obs = isinstance(algorithm.observation_space, spaces.Dict)
+    if algorithm.cfg.action_masks:
+        from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBuffer, MaskableRolloutBuffer
+
+        return MaskableDictRolloutBuffer if dict_obs else MaskableRolloutBuffer
+    from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+
+    return DictRolloutBuffer if dict_obs else RolloutBuffer
 
 
 def save(algorithm: Algorithm, path: Any, exclude: Any = None, include: Any = None) -> None:
@@ -179,14 +199,48 @@ def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
     model._total_timesteps = int(data.get("_total_timesteps", 0))
     model._current_progress_remaining = float(data.get("_current_progress_remaining", 1.0))
     model._episode_num = int(data.get("_episode_num", 0))
-    if model.trainer is None:
+    if isinstance(data.get("start_time"), (int, float)):
+        model.start_time = data["start_time"]  # sb3's load: the saved model's, until the next learn starts its clock
+    if model.trainer is None:  # kept on the model until set_env gives it a trainer (sb3's load keeps them on the model)
         model.__dict__["_saved_updates"] = int(data.get("_n_updates", 0))
+        for name in ("ep_info_buffer", "ep_success_buffer"):
+            episodes = () if isinstance(data.get(name), Unrebuilt) else data.get(name) or ()
+            model.__dict__[f"_saved_{name.removeprefix('ep_')}"] = deque(episodes, maxlen=model.cfg.stats_window_size)
         return
     model.trainer.n_updates = int(data.get("_n_updates", 0))
     for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer), ("ep_success_buffer", model.trainer.episodes.success_buffer)):
         target.clear()
         if not isinstance(data.get(name), Unrebuilt):  # not unpickled: the episodes start afresh, as after learn()'s reset
             target.extend(data.get(name) or ())
+
+
+def ppo_dict_file_without_env(model: Algorithm, state: dict[str, Any], cfg: Config, path: str) -> Algorithm:
+    """A ppo_dict model file or checkpoint loaded as sb3's ``load`` loads a zip without env: its spaces (read from one env
+    built from the saved config, then closed: the file holds their text only), the policy's weights, Adam's state where
+    the file has it, and the counters; no envs and no normaliser (sb3's model without env has no VecNormalize either).
+    Image observations need ``env=``: the env given decides their layout (sb3 transposes them in its vec env)."""
+    announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
+    made = saved_env(gym_env_spec(cfg, path), path)
+    try:
+        observation_space, action_space = made.observation_space, made.action_space
+    finally:
+        made.close()
+    if contains_image(observation_space):
+        raise CheckpointError(f"{path}: a ppo_dict model file of image observations loads with env= (the env given decides their layout)")
+    mismatch = space_mismatch(state, observation_space, action_space)
+    if mismatch:
+        raise CheckpointError(f"{path}: {mismatch}")
+    model.observation_space, model.action_space, model.n_envs = observation_space, action_space, 1
+    model._setup_model()
+    try:
+        model.policy.load_state_dict(state["policy"])
+        if "optimizer" in state:
+            model._optimizer_of().load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path}: the saved policy does not fit the config ({type(exc).__name__}: {exc})") from exc
+    model.num_timesteps = int(state["num_timesteps"])
+    model.__dict__["_saved_updates"] = int(state.get("n_updates", 0))
+    return model
 
 
 def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: Any) -> Algorithm:
@@ -202,7 +256,7 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     arguments.update(kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     if model.env is None:
-        raise CheckpointError(f"{path}: a ppo_dict model file loads with env= (its spaces and envs come from the env given)")
+        return ppo_dict_file_without_env(model, state, cfg, path)
     if (state["normalizer"] is not None) != (model.envs.vec_normalize is not None):
         raise CheckpointError(f"{path}: saved with normalize={state['normalizer'] is not None}: pass an env "
                               f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's settings")

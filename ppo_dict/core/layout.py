@@ -171,11 +171,16 @@ class Layout:
         """The shares, as ``--num_workers`` counts them: worker processes, and this process's where it steps a share (0 in-process)."""
         return self.processes + (1 if self.processes and self.main else 0)
 
+    @property
+    def usable_cpus(self) -> str:
+        """``2 usable CPUs (affinity mask)``: the CPUs the layout was planned on, and what bounds them (the start line's
+        and ``--dry_run``'s words alike)."""
+        return f"{self.cpus} usable CPU{'s' * (self.cpus != 1)} ({self.cpu_source})"
+
     def text(self, mp_method: str = "forkserver") -> str:
         """The layout in one line, and why: ``256 envs: 15 worker processes x 17/16 envs (forkserver) + 9 in
         this process; 16 usable CPUs (affinity mask): one worker each, this process keeps one``."""
-        cpus = f"{self.cpus} usable CPU{'s' * (self.cpus != 1)} ({self.cpu_source})"
-        why = f"as asked ({self.asked}); {cpus}" if self.asked else cpus
+        why = f"as asked ({self.asked}); {self.usable_cpus}" if self.asked else self.usable_cpus
         if not self.processes:
             if not self.asked:
                 why += ": one env (or game) steps fastest here" if self.cpus > 1 else ": no CPU for a worker"

@@ -203,7 +203,9 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     or its loaded :class:`Model`) on ``n`` sampled observations (and, for a masked policy, ``n`` random
     masks: :func:`sample_masks`).
 
-    Returns ``{"observations", "mismatched" (discrete: differing actions), "max_abs_diff"}``.
+    Returns ``{"observations", "mismatched" (the rows whose actions differ by more than :data:`CHECK_TOLERANCE`: float32
+    rounding of the layers stays below it; discrete actions differ by 1 or more), "max_abs_diff", "verdict"}``: the
+    verdict says ``equal within 1e-06`` where every action (and a recurrent model's states) is, else how many differ.
     """
     import onnxruntime
 
@@ -219,5 +221,16 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
         ours = model.predict_batch(batch, masks=inputs.get(MASKS_INPUT))
         theirs = session.run(["action"], inputs)[0]
     diff = np.abs(theirs.astype(np.float64) - ours.astype(np.float64)).reshape(n, -1)
-    result = {"observations": n, "mismatched": int((diff.max(axis=1) > 0).sum()), "max_abs_diff": float(diff.max())}
-    return {**result, "max_abs_state_diff": state_diff} if model.recurrent else result
+    mismatched = int((diff.max(axis=1) > CHECK_TOLERANCE).sum())
+    result = {"observations": n, "mismatched": mismatched, "max_abs_diff": float(diff.max())}
+    if model.recurrent:
+        result["max_abs_state_diff"] = state_diff
+    equal = mismatched == 0 and (not model.recurrent or state_diff <= CHECK_TOLERANCE)
+    result["verdict"] = (f"equal within {CHECK_TOLERANCE:g}" if equal else
+                         f"{mismatched} of {n} actions (or the LSTM states) differ by more than {CHECK_TOLERANCE:g}")
+    return result
+
+
+#: How far an ONNX action may be from ppo_dict's and count as equal: float32 rounding of the layers (about 1e-8 to 1e-6
+#: on a deep MLP); a discrete action differs by 1 or more.
+CHECK_TOLERANCE = 1e-6

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import os
 import re
 import textwrap
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from ppo_dict.core.config import FIELDS, RECURRENT_MODELS, Config, read_values
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_bool, parse_kwargs, parse_packages, parse_words
-from ppo_dict.interop.hyperparams import ZOO_ALGOS, parse_algo, zoo_values
+from ppo_dict.envs import gym_id_of
+from ppo_dict.interop.hyperparams import RL_ZOO, ZOO_ALGOS, parse_algo, read_entry, zoo_values
 
 #: rl-zoo's spellings (``rl_zoo3/train.py``) of the flags that mean the same here, after ours in ``--help``
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -41,6 +43,17 @@ DRY_RUN_HELP = ("check the config (every problem, the machine's resources includ
 ALGO_HELP = (f"rl-zoo's --algo: {' or '.join(ZOO_ALGOS)} (sb3-contrib's RecurrentPPO: a recurrent --model, mlp_lstm unless the "
              "hyperparameter entry or a flag names one); ppo_dict trains PPO only (MaskablePPO: --action_masks True)")
 COMMAND_LINE_FLAGS = {"dry_run": DRY_RUN_HELP, "algo": ALGO_HELP}
+#: rl-zoo's ``train.py`` flags that are no setting here: ``{name: (spellings, help, default shown)}``, read by :func:`rl_zoo_flags`
+ZOO_FLAGS = {
+    "log_folder": (("-f", "--log-folder"), "rl-zoo's log folder: the run directory is <folder>/<algo>/<env>_<n>, n one more than "
+                   "the highest there (as rl-zoo's train.py numbers its runs; --run_dir typed wins)", "None: --run_dir's default"),
+    "track": (("--track",), "rl-zoo's --track: log to wandb, project 'sb3' unless --project (rl-zoo's --wandb-project-name) is typed",
+              "False"),
+    "vec_env": (("--vec-env",), "rl-zoo's VecEnv class: dummy steps every env in this process (--num_workers 0), subproc every env "
+                "in a worker process (--main_steps_envs False); the numbers are the same either way", "None: the layout's"),
+    "n_eval_envs": (("--n-eval-envs",), "rl-zoo's evaluation envs: ppo_dict evaluates in one env (1 only; --eval_episodes sets the "
+                    "episodes)", "1"),
+}
 #: ``python -m ppo_dict.main_ppo --help``'s description (the first paragraph is shown)
 MAIN_DOC = """Train PPO with sb3's numbers: ``python -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp``. Every
 setting is a flag with sb3's name and default; a bad config is refused before anything starts, every
@@ -178,6 +191,10 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
                         type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
     parser.add_argument("--algo", default=argparse.SUPPRESS if suppress_defaults else "ppo", type=str, metavar="|".join(ZOO_ALGOS),
                         help=help_text(ALGO_HELP, "ppo"))
+    zoo = parser.add_argument_group("rl-zoo's train.py flags")
+    for name, (spellings, text, default) in ZOO_FLAGS.items():
+        zoo.add_argument(*spellings, dest=name, default=argparse.SUPPRESS, help=help_text(text, default),
+                         **({"nargs": "?", "const": "True", "metavar": "True|False"} if name == "track" else {"metavar": name.upper()}))
     for group_name, fields in flag_groups().items():
         group = parser.add_argument_group(group_name)
         for f in fields:
@@ -196,6 +213,8 @@ class CommandLine:
     unreadable: dict[str, str]
     dry_run: bool = False
     algo: str = "ppo"
+    #: what a typed ``--algo`` without ``--hyperparams`` did (rl-zoo's tuned entry, or why sb3's defaults), said at start
+    algo_note: str = ""
 
 
 def read_command_line(argv: Optional[list[str]]) -> CommandLine:
@@ -203,6 +222,7 @@ def read_command_line(argv: Optional[list[str]]) -> CommandLine:
     value); every value no parser reads is in :attr:`CommandLine.unreadable`."""
     given = vars(build_parser(suppress_defaults=True).parse_args(argv))
     own = {name: given.pop(name) for name in COMMAND_LINE_FLAGS if name in given}
+    zoo = {name: given.pop(name) for name in ZOO_FLAGS if name in given}
     for name, value in given.items():  # one word of keyword arguments is read, and named, as the text it is
         if FIELDS[name].metadata["parse"] is parse_kwargs and isinstance(value, list) and len(value) == 1:
             given[name] = value[0]
@@ -215,7 +235,67 @@ def read_command_line(argv: Optional[list[str]]) -> CommandLine:
         line.algo = parse_algo(own.get("algo", "ppo"))
     except ValueError as exc:
         line.unreadable["algo"] = f"algo={own['algo']!r}: {exc}"
+    if "algo" in own and "algo" not in line.unreadable:
+        line.algo_note = zoo_entry_by_default(line.flags, line.algo)
+    rl_zoo_flags(zoo, line)
     return line
+
+
+def rl_zoo_flags(zoo: dict[str, str], line: CommandLine) -> None:
+    """rl-zoo's ``train.py`` flags (:data:`ZOO_FLAGS`) as the settings that mean the same, into ``line``'s flags (a
+    setting typed as itself wins), or a problem naming ppo_dict's equivalent."""
+    flags = line.flags
+    if "log_folder" in zoo and "run_dir" not in flags:
+        env = zoo_env_name(str(flags.get("env", FIELDS["env"].default)))
+        folder = os.path.join(zoo["log_folder"], line.algo)
+        flags["run_dir"] = os.path.join(folder, f"{env}_{latest_run_id(folder, env) + 1}")
+    if "track" in zoo:
+        try:
+            if parse_bool(zoo["track"]):
+                flags.setdefault("project", "sb3")  # rl-zoo's --wandb-project-name default
+        except argparse.ArgumentTypeError as exc:
+            line.unreadable["track"] = f"track={zoo['track']!r}: {exc}"
+    if "vec_env" in zoo:
+        setting = {"dummy": ("num_workers", 0), "subproc": ("main_steps_envs", False)}.get(zoo["vec_env"])
+        if setting is None:
+            line.unreadable["vec_env"] = f"vec_env={zoo['vec_env']!r}: rl-zoo's --vec-env takes dummy or subproc"
+        else:
+            flags.setdefault(*setting)
+    if "n_eval_envs" in zoo and zoo["n_eval_envs"] != "1":
+        line.unreadable["n_eval_envs"] = (f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; --eval_episodes N "
+                                          "(rl-zoo's --eval-episodes) sets how many episodes")
+
+
+def zoo_env_name(env: str) -> str:
+    """The env's name in rl-zoo's log folders (``<folder>/<algo>/<name>_<n>``): its gymnasium id, without a module."""
+    return (gym_id_of(env) or env).rpartition(":")[2]
+
+
+def latest_run_id(folder: str, env: str) -> int:
+    """The highest ``n`` of the ``<env>_<n>`` directories in ``folder`` (0: none), as rl-zoo's ``get_latest_run_id``."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # not there (or not readable: the run directory's own check says why)
+        names = []
+    found = (re.fullmatch(rf"{re.escape(env)}_(\d+)", name) for name in names)
+    return max((int(m.group(1)) for m in found if m and os.path.isdir(os.path.join(folder, m.group(0)))), default=0)
+
+
+def zoo_entry_by_default(flags: dict[str, Any], algo: str) -> str:
+    """rl-zoo's ``train.py --algo ppo --env ID`` reads its tuned entry for the env: so does a typed ``--algo`` here
+    without ``--hyperparams`` (``flags`` gains ``hyperparams: ["rl_zoo3"]``, which config.json records, so that a resume
+    and a sweep see the same settings). Not for a resume or a trained agent (their configs are the base). Returns the
+    line said at start: which entry and how to get sb3's defaults, or why sb3's defaults (no rl_zoo3, no entry)."""
+    if {"hyperparams", "resume", "trained_agent"} & set(flags):
+        return ""
+    env = str(flags.get("env", FIELDS["env"].default))
+    recurrent = ZOO_ALGOS[algo] or str(flags.get("model", "")) in RECURRENT_MODELS
+    entry = read_entry(RL_ZOO, env, recurrent)
+    if entry.name is None:  # rl_zoo3 is not installed, or its file has no entry (nor a default one) for the env
+        why = entry.problems[0].removeprefix(f"hyperparams={RL_ZOO!r}: ").removeprefix("cannot read: ")
+        return f"--algo {algo}: sb3's defaults, not rl-zoo's tuned entry: {why}"
+    flags["hyperparams"] = [RL_ZOO]
+    return f"--algo {algo}: rl-zoo's tuned entry {entry.name!r}, as rl-zoo's train.py takes it (leave out --algo for sb3's defaults)"
 
 
 def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:

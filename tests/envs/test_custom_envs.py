@@ -27,6 +27,18 @@ def test_every_entry_point_resolves_to_itself(env_id: str) -> None:
     assert not is_mujoco_py_stub(gym.spec(env_id))
 
 
+def test_module_colon_id_imports_the_module_and_each_worker_imports_it() -> None:
+    """gymnasium's ``<module>:<id>`` (``--env`` documents it): the module is imported first, as ``gym.make`` does,
+    and joins the packages each worker imports; a module that cannot be imported is named."""
+    spec = resolve_env_name(f"tests.envs.custom_envs:{IDS[0]}", kwargs={"goal": 2})
+    assert (spec.gym_id, spec.gym_packages, spec.kwargs) == (IDS[0], PACKAGE, {"goal": 2})
+    assert resolve_env_name(f"gym_tests.envs.custom_envs:{IDS[0]}", PACKAGE).gym_packages == PACKAGE
+    with pytest.raises(ValueError) as raised:
+        resolve_env_name("tests.envs.no_such_module:Foo-v0")
+    assert str(raised.value) == ("the module of tests.envs.no_such_module:Foo-v0 (gymnasium's <module>:<id>) cannot be imported: "
+                                 "ModuleNotFoundError: No module named 'tests.envs.no_such_module'")
+
+
 def test_mujoco_py_stubs_are_recognised_by_what_they_are() -> None:
     assert is_mujoco_py_stub(gym.spec("Hopper-v3")) and not is_mujoco_py_stub(gym.spec("Hopper-v4"))
     spec = resolve_env_name("gym_Hopper-v3")

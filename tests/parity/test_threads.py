@@ -1,7 +1,7 @@
 """Threads during the update: the contract the run keeps, on any CPU.
 
-With ``update_threads`` unset, the first update is tried with the machine's physical cores and the
-run keeps them only if they give the bits of ``torch_threads``; either way the run is sb3's. Whether
+With ``update_threads`` unset, one epoch of the first update is tried with the machine's physical cores and
+with ``torch_threads``, and the run keeps the cores only if they give the same bits; either way the run is sb3's. Whether
 more threads round the same is a property of the CPU (on an AVX-512 host two threads split
 NatureCNN's gradient reductions differently, on this AVX2 host they do not), so the tests assert
 the contract, never the CPU's answer: the run equals sb3 whichever count was kept, and where the
@@ -32,6 +32,14 @@ LONG = {
     "mlp-256": CONFIGS["mlp-256"].replace(n_steps=64, batch_size=256, total_timesteps=20 * 8 * 64),
     "cnn": CONFIGS["cnn"].replace(n_steps=32, batch_size=64, total_timesteps=20 * 4 * 32),
 }
+
+
+@pytest.fixture(autouse=True)
+def _the_trial_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trial where these short configs would skip it (fewer epochs than MIN_TRIAL_EPOCHS), and on a machine
+    taken as quiet whatever else the host runs meanwhile (a busy one skips it too)."""
+    monkeypatch.setattr(ppo_dict.algo.ppo, "MIN_TRIAL_EPOCHS", 1)
+    monkeypatch.setattr(ppo_dict.algo.ppo.LoadWatch, "look", lambda self, own=(): 0.0)
 
 
 def run_recording_threads(cfg: Config):
