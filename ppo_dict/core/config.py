@@ -162,7 +162,7 @@ class Config:
     # Run directory, checkpoints and resume
     run_dir: Optional[str] = _opt(None, "where this run writes config, CSV log, checkpoints, evaluations, videos, plots", none_or(str), "run", none="runs/<env>__<seed>__<time>")
     save_freq: int = _opt(0, "write a checkpoint every this many env steps (0: only at the end and on Ctrl-C/SIGTERM)", _int, "run", range=(0, inf))
-    save_every_minutes: float = _opt(0.0, "also write a checkpoint once this many minutes of wall time have passed since the last one, at the next update's end (0: off; under torchrun rank 0's clock decides for every rank)", float, "run", range=(0, inf))
+    save_every_minutes: float = _opt(0.0, "also write a checkpoint once this many minutes of wall time have passed since the last one, at the next update's end (0: off; under torchrun rank 0's clock decides for every rank)", float, "run", range=(0.0, inf))
     keep_checkpoints: int = _opt(3, "keep the newest K checkpoints", int, "run", range=(1, inf))
     resume: Optional[str] = _opt(None, "continue from a run directory (its newest valid checkpoint) or a checkpoint file; auto: from --run_dir if it holds a checkpoint, else start fresh (requeued jobs)", none_or(str), "run")
     overwrite: bool = _opt(False, "start this run in a --run_dir that holds an earlier run, removing that run's files (config, logs, checkpoints, evaluations, videos, branches); without it such a run directory is refused", parse_bool, "run")
