@@ -66,14 +66,15 @@ def read_saved(entry: Any, where: str) -> Any:
     return from_saved(entry["tree"], blob.contiguous().numpy(), where)
 
 
-def take_env_states(ppo: "PPO", rollout_start: bool, timeout: Optional[float] = None) -> Optional[list[dict[str, Any]]]:
-    """Every env's state from the pool (``rollout_start``: as the rollout in progress began); None where the pool
-    cannot give them (the Python API's vec envs; a pool closed, failed or too slow: the envs restart on a resume)."""
+def take_env_states(ppo: "PPO", rollout: Optional[int], timeout: Optional[float] = None) -> Optional[list[dict[str, Any]]]:
+    """Every env's state from the pool: as they began ``rollout`` (the pool's ``rollouts_begun`` count of the one in
+    progress), else (None) as they are; None where the pool cannot give them (the Python API's vec envs; a pool
+    closed, failed or too slow: the envs restart on a resume)."""
     pool = ppo.pool
     if ppo.ranks is not None or getattr(pool, "closed", False) or not hasattr(pool, "call"):
         return None
     try:
-        states = pool.call("env_states", list(range(ppo.n_envs)), "", (rollout_start,), timeout=timeout)
+        states = pool.call("env_states", list(range(ppo.n_envs)), "", (rollout,), timeout=timeout)
     except (NotImplementedError, ValueError, TypeError) as exc:  # a backend without states (a Godot game's runner)
         return [{"env": None, "problem": f"{type(exc).__name__}: {exc}"} for _ in range(ppo.n_envs)]
     except PPODictError:  # a worker that failed or did not answer in time: its envs cannot be read
@@ -85,7 +86,7 @@ def keep_snapshots(ppo: "PPO") -> None:
     """Ask every runner to keep its envs' states at each rollout's step 0 (what a stop in the middle of a rollout saves)."""
     if ppo.ranks is None and hasattr(ppo.pool, "call") and not getattr(ppo.pool, "closed", False):
         try:
-            ppo.pool.call("keep_snapshots", list(range(ppo.n_envs)), "", (True,))
+            ppo.pool.call("keep_snapshots", list(range(ppo.n_envs)), "", (getattr(ppo.pool, "rollouts_begun", 0),))
         except (NotImplementedError, ValueError, TypeError):
             pass  # a backend without states: its envs restart on a resume, as take_env_states says
 
@@ -94,7 +95,7 @@ def checkpoint_entries(ppo: "PPO") -> dict[str, Any]:
     """The entries of a checkpoint taken now: the snapshot a stop left (``ppo.env_snapshot``), else the envs as they are."""
     if ppo.env_snapshot is not None:
         return ppo.env_snapshot
-    states = take_env_states(ppo, rollout_start=False)
+    states = take_env_states(ppo, rollout=None)
     return {} if states is None else {"envs": saved(states), "carry": carry_state(ppo)}
 
 

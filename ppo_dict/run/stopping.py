@@ -82,7 +82,8 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
             raise
         # the envs as the dropped rollout began: the runners' snapshots of its step 0, where it was sent (each runner
         # answers after the commands before, so it has taken them); else the envs as they are, not yet stepped
-        states = take_env_states(ppo, rollout_start=getattr(pool, "rollouts_begun", 0) > begun[0], timeout=STOP_TIMEOUT)
+        now = getattr(pool, "rollouts_begun", 0)
+        states = take_env_states(ppo, rollout=now if now > begun[0] else None, timeout=STOP_TIMEOUT)
         pool.close()
         last_update.restore(ppo)
         ppo.env_snapshot = {} if states is None else {"envs": saved(states), "carry": last_update.carry}

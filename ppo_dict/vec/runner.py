@@ -108,6 +108,10 @@ class GymRunner:
         # each env's state when it began the rollout in progress (step 0), kept where asked (a run's checkpoints: envs.state)
         self.keep_snapshots = False
         self.snapshots: list[Optional[dict[str, Any]]] = [None] * len(self.block)
+        # each env's rollouts begun (its steps 0 since keep_snapshots), and the rollout its snapshot is of: a
+        # double-buffered half steps its step 0 after the other's, so a stop may come between them
+        self.begun = [0] * len(self.block)
+        self.snapshot_of = [-1] * len(self.block)
         self._unrestorable: dict[int, str] = {}  # why an env's state cannot be taken, once found (not looked for again)
 
     def open(self) -> None:
@@ -226,15 +230,21 @@ class GymRunner:
 
     def _snapshot(self, stepped: Sequence[int]) -> None:
         for j in stepped:  # a snapshot left half-taken (an interrupt) must not stand for this rollout's start
-            self.snapshots[j] = None
+            self.snapshots[j], self.begun[j] = None, self.begun[j] + 1
         for j in stepped:
-            self.snapshots[j] = self.state_of(j)
+            self.snapshots[j], self.snapshot_of[j] = self.state_of(j), self.begun[j]
 
-    def env_states(self, indices: Sequence[int], rollout_start: bool) -> list[dict[str, Any]]:
-        """The states of envs ``indices`` (global): as they began the rollout in progress (``rollout_start``:
-        the snapshot of its step 0, where one was taken), else as they are."""
+    def env_states(self, indices: Sequence[int], rollout: Optional[int]) -> list[dict[str, Any]]:
+        """The states of envs ``indices`` (global): as they began rollout ``rollout`` (the pool's count of rollouts
+        begun since :meth:`snapshots_from`), the snapshot of its step 0 where the env took one; as they are where it
+        did not (not stepped in that rollout yet), or for None."""
         positions = [self.block.index(i) for i in indices]
-        return [self.snapshots[j] if rollout_start and self.snapshots[j] is not None else self.state_of(j) for j in positions]
+        return [self.snapshots[j] if rollout is not None and self.snapshot_of[j] == rollout and self.snapshots[j] is not None
+                else self.state_of(j) for j in positions]
+
+    def snapshots_from(self, begun: int) -> None:
+        """Keep a snapshot of each env at each rollout's step 0 from now on, the pool having begun ``begun`` rollouts."""
+        self.keep_snapshots, self.begun = True, [begun] * len(self.block)
 
     def load_env_states(self, indices: Sequence[int], states: Sequence[dict[str, Any]], trusted: bool) -> None:
         """Put :meth:`env_states`' states back into envs ``indices``, which were reset first; their running episodes too."""
@@ -254,7 +264,7 @@ class GymRunner:
             self.load_env_states(indices, *args)
             return [None] * len(indices)
         if kind == "keep_snapshots":
-            self.keep_snapshots = bool(args[0])
+            self.snapshots_from(int(args[0]))
             return [None] * len(indices)
         local = dict(zip(self.block, self.envs))
         results = []

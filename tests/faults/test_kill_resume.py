@@ -180,3 +180,11 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     assert done.returncode == 0, done.stderr
     assert "2 envs restored as they were at step 512" in done.stdout
     assert_same_run(uninterrupted, run_dir, 1024)
+
+
+@pytest.mark.slow
+def test_double_buffered_rollouts_killed_at_random_moments_are_the_uninterrupted_run(tmp_path) -> None:
+    """Each half snapshots its envs at its own step 0 (the second half after the first): a stop between them saves
+    the second half as it is, the first from its snapshot. Double-buffered numbers are the layout's, so one layout."""
+    flags = [*PENDULUM, "--double_buffer", "True", "--n_epochs", "2"]
+    killed_and_resumed(tmp_path, flags, 2048, 256, 3, [["--num_workers", "2"]])
