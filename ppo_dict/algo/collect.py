@@ -208,7 +208,8 @@ class Collector:
         else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
             group = self.halves.index(columns)
             keep = RecurrentStep.keep(self.last_dones[span], self.device)
-            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out, rows=rows)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out,
+                                                                                 rows=rows, masks=masks)
             self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]

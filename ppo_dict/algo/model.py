@@ -158,17 +158,18 @@ class Model:
         A recurrent model acts from zero states here, each observation a new episode (:meth:`predict_recurrent` carries them).
         """
         if self.recurrent:
-            return self.predict_recurrent(batch, None, None, deterministic)[0]
+            return self.predict_recurrent(batch, None, None, deterministic, masks)[0]
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
         actions = self.policy(self.policy_input(batch), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
     @torch.no_grad()
     def predict_recurrent(self, batch: dict[str, np.ndarray], state: Any, episode_start: Any,
-                          deterministic: bool) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+                          deterministic: bool, masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """sb3-contrib's ``RecurrentActorCriticPolicy.predict`` for a batch of ``B`` observations: ``(actions,
         (h, c))``, the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
-        before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere)."""
+        before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere);
+        ``masks`` ``[B, mask_dim]`` (a masked policy): only the valid actions."""
         n = len(next(iter(batch.values())))
         policy: RecurrentActorCritic = self.policy  # type: ignore[assignment]
         if state is None:
@@ -179,7 +180,8 @@ class Model:
                              f"(n_lstm_layers={policy.lstm_actor.num_layers}, n_envs={n}, lstm_hidden_size={policy.lstm_actor.hidden_size})")
         starts = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start).reshape(n)
         starts = torch.tensor(starts, dtype=torch.float32, device=self.device)
-        actions, (h, c) = policy.act(self.policy_input(batch), hx, starts, deterministic)  # type: ignore[arg-type]
+        action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
+        actions, (h, c) = policy.act(self.policy_input(batch), hx, starts, deterministic, action_masks)  # type: ignore[arg-type]
         return self.policy.action_spec.to_env(actions.cpu().numpy()), (h.cpu().numpy(), c.cpu().numpy())
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
@@ -193,10 +195,10 @@ class Model:
         with this observation (its states are zeroed first); the states after the step are returned. Other
         models return ``None`` and ignore both, as sb3's ``PPO.predict``."""
         batch, vectorized = self._as_batch(observation)
-        if self.recurrent:
-            actions, states = self.predict_recurrent(batch, state, episode_start, deterministic)
-            return (actions if vectorized else actions[0]), states
         masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
+        if self.recurrent:
+            actions, states = self.predict_recurrent(batch, state, episode_start, deterministic, masks)
+            return (actions if vectorized else actions[0]), states
         actions = self.predict_batch(batch, deterministic, masks)
         return (actions if vectorized else actions[0]), None
 

@@ -115,8 +115,6 @@ class RecurrentActorCritic(ActorCritic):
             raise ValueError("You must choose between shared LSTM, seperate or no LSTM for the critic.")  # sb3-contrib's words
         if shared_lstm and not kwargs.get("share_features_extractor", True):
             raise ValueError("If the features extractor is not shared, the LSTM cannot be shared.")
-        if kwargs.get("action_masks"):
-            raise ValueError("sb3-contrib has no masked recurrent policy")
         self.lstm_output_dim = lstm_hidden_size  # before ActorCritic builds the MLPs on it, as sb3-contrib
         super().__init__(observation_space, action_space, model=model, **kwargs)
         self.shared_lstm, self.enable_critic_lstm = shared_lstm, enable_critic_lstm
@@ -158,22 +156,24 @@ class RecurrentActorCritic(ActorCritic):
         return latent_pi, latent_vf, LstmStates(states_pi, states_vf)
 
     def forward(self, obs: TensorObs, states: LstmStates, episode_starts: torch.Tensor,  # type: ignore[override]
-                deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
-        """``(actions, values [B, 1], log_probs [B], states after the step)`` (sb3-contrib ``forward``)."""
+                deterministic: bool = False, action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
+        """``(actions, values [B, 1], log_probs [B], states after the step)`` (sb3-contrib ``forward``;
+        ``action_masks`` bool ``[B, mask_dim]``: a policy built with masks samples among the valid actions)."""
         latent_pi, latent_vf, states = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
         latent_pi = self.mlp_extractor.forward_actor(latent_pi)
         latent_vf = self.mlp_extractor.forward_critic(latent_vf)
         values = self.value_net(latent_vf)
-        dist = self.distribution(latent_pi)
+        dist = self.distribution(latent_pi, action_masks)
         actions = dist.mode() if deterministic else dist.sample()
         log_prob = dist.log_prob(actions)
         return actions.reshape((-1, *self.action_space.shape)), values, log_prob, states
 
     def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor, states: LstmStates,  # type: ignore[override]
-                         episode_starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(values [B, 1], log_prob [B], entropy [B])`` of padded sequences (sb3-contrib ``evaluate_actions``)."""
+                         episode_starts: torch.Tensor, action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(values [B, 1], log_prob [B], entropy [B])`` of padded sequences (sb3-contrib ``evaluate_actions``;
+        ``action_masks``: the padded masks of a masked policy)."""
         latent_pi, latent_vf, _ = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
-        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi))
+        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi), action_masks)
         log_prob = dist.log_prob(actions)
         values = self.value_net(self.mlp_extractor.forward_critic(latent_vf))
         return values, log_prob, dist.entropy()
@@ -189,32 +189,37 @@ class RecurrentActorCritic(ActorCritic):
             latent_vf = self.critic(features)
         return self.value_net(self.mlp_extractor.forward_critic(latent_vf))
 
-    def act(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, HiddenCell]:
+    def act(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor, deterministic: bool = False,
+            action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, HiddenCell]:
         """The actor alone (sb3-contrib ``_predict``, what ``predict`` runs): ``(actions [B, *action_shape],
         the actor's states after the step)`` from its states ``[n_layers, B, hidden]`` before it, zeroed where
-        ``episode_starts [B]`` is set."""
+        ``episode_starts [B]`` is set; ``action_masks`` (masked policies): only valid actions."""
         features = self.pi_features_extractor(self._preprocess(obs))
         latent_pi, states = process_sequence(features, states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size)
-        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi))
+        dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi), action_masks)
         actions = dist.mode() if deterministic else dist.sample()
         return actions.reshape((-1, *self.action_space.shape)), states
 
     # ------------------------------------------------------------------ sb3-contrib's methods for scripts (ppo_dict.algo.policy_surface)
     def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                         episode_starts: torch.Tensor) -> tuple[Any, tuple[torch.Tensor, ...]]:
-        """sb3-contrib's: ``(distribution, the actor's states after the step)``."""
+                         episode_starts: torch.Tensor, action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
+        """sb3-contrib's: ``(distribution, the actor's states after the step)`` (masked by ``action_masks``, a masked policy)."""
         features = self.pi_features_extractor(self._preprocess(obs))
         latent_pi, lstm_states = process_sequence(features, lstm_states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size)
-        return self.distribution(self.mlp_extractor.forward_actor(latent_pi)), lstm_states
+        masks = None if action_masks is None else torch.as_tensor(np.asarray(action_masks), dtype=torch.bool, device=self.device)
+        return self.distribution(self.mlp_extractor.forward_actor(latent_pi), masks), lstm_states
 
     def _predict(self, observation: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                 episode_starts: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        distribution, lstm_states = self.get_distribution(observation, lstm_states, episode_starts)
+                 episode_starts: torch.Tensor, deterministic: bool = False,
+                 action_masks: Optional[Any] = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        distribution, lstm_states = self.get_distribution(observation, lstm_states, episode_starts, action_masks)
         return distribution.get_actions(deterministic=deterministic), lstm_states
 
     def predict(self, observation: Union[np.ndarray, dict[str, np.ndarray]], state: Any = None,  # type: ignore[override]
-                episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        """sb3-contrib's ``policy.predict``: ``(actions, (h, c))``, the actor's states after the step (None: zeros before it)."""
+                episode_start: Any = None, deterministic: bool = False,
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """sb3-contrib's ``policy.predict``: ``(actions, (h, c))``, the actor's states after the step (None: zeros before it);
+        ``action_masks`` (a masked policy): only the valid actions, as ``MaskableActorCriticPolicy.predict``."""
         self.set_training_mode(False)
         observation, vectorized = self.obs_to_tensor(observation)
         n_envs = (observation[next(iter(observation))] if isinstance(observation, dict) else observation).shape[0]
@@ -226,7 +231,9 @@ class RecurrentActorCritic(ActorCritic):
         with torch.no_grad():
             states = (torch.tensor(state[0], dtype=torch.float32, device=self.device), torch.tensor(state[1], dtype=torch.float32, device=self.device))
             episode_starts = torch.tensor(episode_start, dtype=torch.float32, device=self.device)
-            actions, states = self._predict(observation, lstm_states=states, episode_starts=episode_starts, deterministic=deterministic)
+            masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(n_envs, -1)
+            actions, states = self._predict(observation, lstm_states=states, episode_starts=episode_starts, deterministic=deterministic,
+                                            action_masks=masks)
             states = (states[0].cpu().numpy(), states[1].cpu().numpy())
         return self._actions_out(actions, vectorized), states
 
@@ -246,6 +253,6 @@ def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spa
     settings = {**policy_settings(cfg), **classes}
     if cfg.recurrent:
         return RecurrentActorCritic(channel_first_space(observation_space), action_space, model=cfg.model.removesuffix("_lstm"),
-                                    use_sde=cfg.use_sde, **settings, **cfg.lstm_settings)
+                                    use_sde=cfg.use_sde, action_masks=cfg.action_masks, **settings, **cfg.lstm_settings)
     return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
                        action_masks=cfg.action_masks, **settings)

@@ -51,6 +51,7 @@ class SequenceBatch(NamedTuple):
     mask: torch.Tensor  # bool: a transition, not padding
     resets: bool  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
     zeroing: list[bool]  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
+    action_masks: Optional[torch.Tensor] = None  # bool [n_seq * max_len, mask_dim] with --action_masks; padding rows all True
 
 
 class SequenceRollout:
@@ -69,6 +70,9 @@ class SequenceRollout:
         self.columns = {k: _padded(torch.as_tensor(v.reshape(len(v), -1) if k == "actions" else v.reshape(-1), device=device))
                         for k, v in columns.items()}
         self.states = {name: torch.as_tensor(storage.lstm_states.flat(name), device=device) for name in STATE_NAMES}
+        # the rollout's masks, padded with the sequences (a padding row allows every action: finite, and outside every mean)
+        masks = data.get("action_masks")
+        self.masks = None if masks is None else torch.cat([torch.as_tensor(masks, device=device), torch.ones((1, masks.shape[1]), dtype=torch.bool, device=device)])
 
     def take(self, batch_inds: np.ndarray) -> SequenceBatch:
         plan = SequencePlan(batch_inds, self.episode_starts, self.env_change)
@@ -83,7 +87,7 @@ class SequenceRollout:
         mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
         return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
                              rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()),
-                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq))
+                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq), None if self.masks is None else rows(self.masks))
 
 
 def _padded(tensor: torch.Tensor) -> torch.Tensor:
@@ -118,7 +122,7 @@ class SequenceEvaluate:
         else:
             latent_vf = p.critic.forward(vf_features)
         latent_pi, latent_vf = run(self.pi, latent_pi), run(self.vf, latent_vf)
-        dist = p.distribution(latent_pi)
+        dist = p.distribution(latent_pi, batch.action_masks)  # masked: each real row's masks are its rollout step's
         log_prob = dist.log_prob(actions)
         values = p.value_net.forward(latent_vf)
         return values, log_prob, dist.entropy()

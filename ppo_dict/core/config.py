@@ -330,9 +330,9 @@ class Config:
         if settings["shared_lstm"] and not self.share_features_extractor:
             problems.append("shared_lstm=True: needs share_features_extractor=True (sb3-contrib: the LSTM cannot be shared "
                             "when the features extractor is not)")
-        if self.action_masks:
-            problems.append(f"action_masks=True: sb3-contrib has no masked recurrent PPO (MaskablePPO has no LSTM policies); "
-                            f"drop --action_masks or use --model {self.model.removesuffix('_lstm')}")
+        if self.action_masks and self.export_sb3 is not None:
+            problems.append(f"export_sb3={self.export_sb3!r}: sb3-contrib cannot load a masked recurrent model (RecurrentPPO has no "
+                            "masks, MaskablePPO no LSTM); drop --export_sb3 (the run's checkpoints and model files hold it for ppo_dict)")
         return problems
 
     def _minibatch_problems(self) -> list[str]:

@@ -65,7 +65,8 @@ class DeterministicPolicy(nn.Module):
         self.recurrent = model.recurrent
         if self.recurrent and set(STATE_INPUTS) & set(self.keys):
             raise ExportError(f"an observation key among {STATE_INPUTS} would collide with the graph's state inputs of that name")
-        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else [*self.keys, *STATE_INPUTS] if self.recurrent else list(self.keys)
+        # the observations, a recurrent policy's states, then a masked policy's masks
+        self.input_names = [*self.keys, *(STATE_INPUTS if self.recurrent else ()), *((MASKS_INPUT,) if self.masked else ())]
         self.output_names = ["action", *STATE_OUTPUTS] if self.recurrent else ["action"]
         channel_last = channel_last_keys(observation_space)
         self.channel_last = [k for k in self.keys if k in channel_last]
@@ -78,8 +79,8 @@ class DeterministicPolicy(nn.Module):
         self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``, or
-        (recurrent policies) :data:`STATE_INPUTS`; returns the actions (and the states after the step)."""
+        """``inputs``: one ``[B, *shape]`` tensor per key, then (recurrent policies) :data:`STATE_INPUTS`, then (masked
+        policies) the masks ``[B, mask_dim]``; returns the actions (and the states after the step)."""
         obs = dict(zip(self.keys, inputs))
         masks = inputs[-1] if self.masked else None
         for i, key in enumerate(self.normalized):
@@ -89,18 +90,19 @@ class DeterministicPolicy(nn.Module):
             obs[key] = obs[key].permute(0, 3, 1, 2)
         obs = obs if self.dict_obs else obs[OBS_KEY]
         if self.recurrent:
-            return self.recurrent_actions(obs, *inputs[len(self.keys):])
+            return self.recurrent_actions(obs, *inputs[len(self.keys):len(self.keys) + len(STATE_INPUTS)], masks)
         actions = self.policy(obs, deterministic=True, action_masks=masks)[0]
         return self.to_env(actions)
 
-    def recurrent_actions(self, obs: Any, h: torch.Tensor, c: torch.Tensor, episode_start: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def recurrent_actions(self, obs: Any, h: torch.Tensor, c: torch.Tensor, episode_start: torch.Tensor,
+                          masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
         """sb3-contrib's deterministic ``predict`` as one graph: the states multiplied by ``1 - episode_start`` (its
         loop branch: the one-call branch's outputs, as a graph has no data-dependent branch), one LSTM step, the mode."""
         policy = self.policy
         keep = (1.0 - episode_start.float()).view(1, -1, 1)
         features = policy.pi_features_extractor(policy._preprocess(obs))
         latent, (h, c) = policy.lstm_actor(features.unsqueeze(0), (keep * h, keep * c))
-        actions = policy.distribution(policy.mlp_extractor.forward_actor(latent[0])).mode()
+        actions = policy.distribution(policy.mlp_extractor.forward_actor(latent[0]), masks).mode()
         return self.to_env(actions.reshape((-1, *policy.action_space.shape))), h, c
 
 
@@ -129,13 +131,13 @@ def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarra
 def sample_inputs(model: Model, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     """The graph's inputs for ``n`` sampled observations (:func:`sample_batch`), masks included for a masked policy."""
     inputs = sample_batch(model.observation_space, n, seed)
-    if model.policy.masked:
-        inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
     if model.recurrent:  # states as an episode carries them, and an episode start in about a third of the batch
         rng, lstm = np.random.default_rng(seed), model.policy.lstm_actor
         for name in STATE_INPUTS[:2]:
             inputs[name] = rng.normal(0.0, 0.3, (lstm.num_layers, n, lstm.hidden_size)).astype(np.float32)
         inputs[STATE_INPUTS[2]] = rng.random(n) < 0.3
+    if model.policy.masked:
+        inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
     return inputs
 
 
@@ -212,7 +214,8 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     batch = {key: inputs[key] for key in obs_layout(model.observation_space)}
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     if model.recurrent:
-        ours, states = model.predict_recurrent(batch, (inputs["lstm_h"], inputs["lstm_c"]), inputs["episode_start"], deterministic=True)
+        ours, states = model.predict_recurrent(batch, (inputs["lstm_h"], inputs["lstm_c"]), inputs["episode_start"], deterministic=True,
+                                               masks=inputs.get(MASKS_INPUT))
         theirs, *their_states = session.run(["action", *STATE_OUTPUTS], inputs)
         state_diff = max(float(np.abs(a - b).max()) for a, b in zip(states, their_states))
     else:
