@@ -170,8 +170,8 @@ def test_config_defaults_and_refusals() -> None:
     assert Config(model="mlp", lstm_hidden_size=64, shared_lstm=False).problems() == [
         "lstm_hidden_size=64: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'",
         "shared_lstm=False: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'"]
-    problems = Config(model="mlp_lstm", shared_lstm=True, share_features_extractor=False, action_masks=True, export_sb3="x.zip").problems()
-    assert [p.split(":")[0] for p in problems] == ["shared_lstm=True", "shared_lstm=True", "export_sb3='x.zip'"]
+    problems = Config(model="mlp_lstm", shared_lstm=True, share_features_extractor=False, action_masks=True).problems()
+    assert [p.split(":")[0] for p in problems] == ["shared_lstm=True", "shared_lstm=True"]
     assert Config(model="mlp_lstm", action_masks=True).problems() == []  # masked recurrent PPO (tests/test_recurrent_masking.py)
     assert Config(model="mlp_lstm", shared_lstm=True, enable_critic_lstm=False).problems() == []
     assert Config(model="mlp_lstm", n_envs=1, n_steps=129, batch_size=64, num_workers=0).problems() == [

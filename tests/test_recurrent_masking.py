@@ -275,7 +275,9 @@ def test_refusals_of_masked_recurrent_runs_before_anything_starts() -> None:
     with pytest.raises(ConfigError) as err:
         validate(Config(**{**BASE, "env": "gym_Pendulum-v1", "gym_packages": ()}, n_envs=2))
     assert "action_masks=True: invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions" in str(err.value)
-    assert Config(**BASE, export_sb3="model.zip").problems() == [
+    from ppo_dict.run.checks import sb3_file_problems
+
+    assert sb3_file_problems(Config(**BASE, export_sb3="model.zip")) == [
         "export_sb3='model.zip': sb3-contrib cannot load a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM); "
         "drop --export_sb3 (the run's checkpoints and model files hold it for ppo_dict)"]
 
