@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,12 +72,11 @@ def evaluate(model, episodes: int = 10) -> list[float]:
     return returns
 
 
-def run(mode: str, seed: int, steps: int, out: str) -> dict:
+def train_recording(cfg: Config, steps: int):
+    """Train ``cfg`` for ``steps`` env steps; ``(the trained PPO, [(steps, rollout/ep_rew_mean)] after each update, wall seconds)``."""
     from ppo_dict.algo.ppo import PPO
     from ppo_dict.run.run_plan import build_env_pool
 
-    cfg = Config(env=f"gym_{GYM_ID}", model="mlp_lstm", seed=seed, verbose=0, device="cpu", total_timesteps=steps,
-                 lstm_fast_path=mode == "fast", **ZOO)
     model = PPO(cfg, build_env_pool(cfg))
     curve: list[tuple[int, float]] = []
 
@@ -90,24 +90,39 @@ def run(mode: str, seed: int, steps: int, out: str) -> dict:
         model.learn(steps, after_update=record)
     finally:
         model.pool.close()
-    seconds = time.perf_counter() - started
+    return model, curve, time.perf_counter() - started
+
+
+def write_result(out: str, name: str, result: dict) -> None:
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def read_results(out: str):
+    """``(matplotlib's pyplot on the Agg backend, every run's result found in out)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "*_seed*.json")))]
+
+
+def run(mode: str, seed: int, steps: int, out: str) -> dict:
+    cfg = Config(env=f"gym_{GYM_ID}", model="mlp_lstm", seed=seed, verbose=0, device="cpu", total_timesteps=steps,
+                 lstm_fast_path=mode == "fast", **ZOO)
+    model, curve, seconds = train_recording(cfg, steps)
     returns = evaluate(model)
     result = dict(mode=mode, seed=seed, steps=steps, seconds=seconds, eval_returns=returns, eval_mean=float(np.mean(returns)),
                   curve=curve, torch=torch.__version__)
-    with open(os.path.join(out, f"{mode}_seed{seed}.json"), "w") as f:
-        json.dump(result, f)
+    write_result(out, f"{mode}_seed{seed}", result)
     print(f"{mode} seed {seed}: {steps} steps in {seconds:.0f} s, final deterministic evaluation {np.mean(returns):.1f} "
           f"({', '.join(f'{r:.0f}' for r in returns)})", flush=True)
     return result
 
 
 def plot(out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, "*_seed*.json")))]
+    plt, results = read_results(out)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, mode in zip(axes, ("exact", "fast")):
         runs = [r for r in results if r["mode"] == mode]
@@ -137,20 +152,34 @@ def plot(out: str) -> None:
         print(f"| {r['mode']} | {r['seed']} | {r['eval_mean']:.1f} | {last:.1f} | {r['seconds']:.0f} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("exact", "fast"), default="exact")
-    parser.add_argument("--seeds", default="0,1,2,3,4")
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "recurrent_learning"))
+def learning_arguments(doc: str, seeds: str, steps: int, out: str, plot_runs) -> tuple[argparse.ArgumentParser, Any]:
+    """``(the parser, a function that parses the command line)`` of a learning benchmark: ``--seeds``, ``--steps``, ``--out``,
+    ``--plot`` (then ``plot_runs(out)`` and the function returns None); add more arguments to the parser before calling it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default=seeds)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", out))
     parser.add_argument("--plot", action="store_true", help="draw the runs found in --out")
-    args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    if args.plot:
-        plot(args.out)
+
+    def parse() -> Any:
+        args = parser.parse_args()
+        os.makedirs(args.out, exist_ok=True)
+        if args.plot:
+            plot_runs(args.out)
+            return None
+        torch.set_num_threads(1)
+        return args
+
+    return parser, parse
+
+
+def main() -> None:
+    parser, parse = learning_arguments(__doc__, "0,1,2,3,4", 100_000, "recurrent_learning", plot)
+    parser.add_argument("--mode", choices=("exact", "fast"), default="exact")
+    args = parse()
+    if args is None:
         return
     check_zoo_entry()
-    torch.set_num_threads(1)
     for seed in (int(s) for s in args.seeds.split(",")):
         run(args.mode, seed, args.steps, args.out)
 

@@ -19,15 +19,16 @@ from ppo_dict.data.storage import RolloutStorage
 RTOL, ATOL = 1e-4, 1e-6
 
 
-def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int, **critic: bool) -> tuple[RecurrentActorCritic, SequenceRollout]:
-    """A policy and a random rollout with episode starts (about one step in six), its stored states the
-    LSTM's own states along each episode (so a zeroed start matters)."""
+def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int, rnn_type: str = "lstm",
+            **critic: bool) -> tuple[RecurrentActorCritic, SequenceRollout]:
+    """A policy (of ``rnn_type`` cells) and a random rollout with episode starts (about one step in six), its
+    stored states random."""
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     obs_space, act_space = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
-    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers, **critic)
+    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers, rnn_type=rnn_type, **critic)
     storage = RolloutStorage(obs_space, act_space, n_steps, n_envs)
-    storage.lstm_states = StateStore(n_steps, (range(n_envs),), layers, hidden, critic_lstm=True)
+    storage.lstm_states = StateStore(n_steps, (range(n_envs),), layers, hidden, critic_lstm=True, cell=rnn_type)
     storage.obs["obs"][:n_steps] = rng.normal(size=(n_steps, n_envs, 5))
     storage.actions[...] = rng.normal(size=(n_steps, n_envs, 2))
     storage.episode_starts[...] = rng.random((n_steps, n_envs)) < 0.17
@@ -44,7 +45,7 @@ SETTINGS = UpdateSettings(learning_rate=1e-3, clip_range=0.2, clip_range_vf=0.3,
 
 @pytest.mark.parametrize("hidden, layers, batch_size, critic", [
     (16, 1, 40, {}), (64, 1, 128, {}), (8, 2, 25, {}), (16, 1, 40, dict(shared_lstm=True, enable_critic_lstm=False)),
-    (16, 1, 40, dict(enable_critic_lstm=False))])
+    (16, 1, 40, dict(enable_critic_lstm=False)), (16, 1, 40, dict(rnn_type="gru")), (8, 2, 25, dict(rnn_type="gru"))])
 def test_fast_path_equals_the_exact_path_to_float_tolerance(hidden: int, layers: int, batch_size: int, critic: dict) -> None:
     """Each minibatch of a rotated epoch: values, log-probs, entropies, the loss and every parameter's
     gradient of the whole-sequence path are the exact path's to ``RTOL``/``ATOL`` (the critic's own LSTM,

@@ -372,16 +372,16 @@ def test_onnx_graph_takes_and_returns_the_states_as_recurrent_ppo_predict(tmp_pa
 
 
 def test_bad_recurrent_input_is_one_error_listing_every_problem(tmp_path) -> None:
-    """LSTM flags sb3-contrib refuses together, masks, and a model that does not fit the observation: all in one
+    """LSTM flags sb3-contrib refuses together, masks with --export_sb3 (no sb3-contrib class reads them), and a model that does not fit the observation: all in one
     ConfigError from the command line (exit 2), before any process or directory; a recurrent flag without a recurrent
     model, with the others."""
     from tests.test_main_ppo import run_cli
 
     proc = run_cli("--env", "gym_CartPole-v1", "--model", "cnn_lstm", "--shared_lstm", "True", "--share_features_extractor", "False",
-                   "--action_masks", "True", "--run_dir", str(tmp_path / "run"))
+                   "--action_masks", "True", "--export_sb3", "model.zip", "--run_dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and not (tmp_path / "run").exists()
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
-    assert listed == ["shared_lstm=True", "shared_lstm=True", "action_masks=True", "model='cnn_lstm'"], proc.stderr
+    assert listed == ["shared_lstm=True", "shared_lstm=True", "export_sb3='model.zip'", "model='cnn_lstm'"], proc.stderr
     proc = run_cli("--env", "gym_CartPole-v1", "--model", "cnn", "--enable_critic_lstm", "False", "--n_steps", "0", "--run_dir", str(tmp_path / "run"))
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert proc.returncode == 2 and listed == ["n_steps=0", "enable_critic_lstm=False", "model='cnn'"], proc.stderr

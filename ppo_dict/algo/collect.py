@@ -76,7 +76,7 @@ class Collector:
         self.policy_steps = {len(columns): graphed(step_class(policy, len(columns))) for columns in (*self.halves, everything)}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
-            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states)
+            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states, policy.rnn_type)
         # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
         # on an accelerator they come back through pinned buffers, with one synchronisation per step.
         self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
@@ -208,7 +208,8 @@ class Collector:
         else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
             group = self.halves.index(columns)
             keep = RecurrentStep.keep(self.last_dones[span], self.device)
-            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out, rows=rows)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out,
+                                                                                 rows=rows, masks=masks)
             self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]
@@ -303,7 +304,7 @@ class Collector:
         no_start = torch.zeros(1, device=self.device)
 
         def recurrent(idx: int, obs: Any) -> float:
-            states = (vf[0][:, idx : idx + 1].contiguous(), vf[1][:, idx : idx + 1].contiguous())
+            states = tuple(state[:, idx : idx + 1].contiguous() for state in vf)
             return step.recurrent_critic(obs, states, no_start, resets=False).item()
 
         return recurrent
@@ -315,7 +316,7 @@ class Collector:
         if self.states is None:
             return step.value(obs)
         rows = [self.states.at(self.storage.n_steps, g, self.device).vf for g in range(len(self.halves))]
-        states = rows[0] if len(rows) == 1 else tuple(torch.cat([row[i] for row in rows], dim=1) for i in range(2))
+        states = rows[0] if len(rows) == 1 else tuple(torch.cat([row[i] for row in rows], dim=1) for i in range(len(rows[0])))
         with torch.inference_mode():
             starts = torch.as_tensor(self.last_dones, dtype=torch.float32, device=self.device)
             return step.recurrent_critic(obs, states, starts, resets=bool(self.last_dones.any()))

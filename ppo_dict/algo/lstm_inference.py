@@ -26,7 +26,7 @@ rnn_layer = torch.ops.aten.mkldnn_rnn_layer
 def takes_onednn_path(lstm: nn.LSTM) -> bool:
     """Whether ``torch.lstm`` runs ``lstm`` through oneDNN here (ATen's ``use_mkldnn``), in a shape this class handles."""
     weight = lstm.weight_ih_l0
-    return (torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled() and weight.device.type == "cpu"
+    return (isinstance(lstm, nn.LSTM) and torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled() and weight.device.type == "cpu"
             and weight.dtype == torch.float32 and lstm.bias and not lstm.bidirectional and not lstm.batch_first
             and lstm.proj_size == 0 and weight.layout == torch.strided)
 

@@ -21,6 +21,7 @@ from gymnasium import spaces
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, build_policy
+from ppo_dict.data.recurrent import CELL_STATES
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
@@ -158,29 +159,33 @@ class Model:
         A recurrent model acts from zero states here, each observation a new episode (:meth:`predict_recurrent` carries them).
         """
         if self.recurrent:
-            return self.predict_recurrent(batch, None, None, deterministic)[0]
+            return self.predict_recurrent(batch, None, None, deterministic, masks)[0]
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
         actions = self.policy(self.policy_input(batch), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
     @torch.no_grad()
     def predict_recurrent(self, batch: dict[str, np.ndarray], state: Any, episode_start: Any,
-                          deterministic: bool) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+                          deterministic: bool, masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """sb3-contrib's ``RecurrentActorCriticPolicy.predict`` for a batch of ``B`` observations: ``(actions,
-        (h, c))``, the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
-        before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere)."""
+        (h, c))`` (a GRU's ``(h,)``), the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
+        before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere);
+        ``masks`` ``[B, mask_dim]`` (a masked policy): only the valid actions."""
         n = len(next(iter(batch.values())))
         policy: RecurrentActorCritic = self.policy  # type: ignore[assignment]
+        cell = CELL_STATES[policy.rnn_type]
         if state is None:
-            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),) * 2
+            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),) * len(cell)
         hx = tuple(torch.tensor(np.asarray(s), dtype=torch.float32, device=self.device) for s in state)
-        if hx[0].shape != (policy.lstm_actor.num_layers, n, policy.lstm_actor.hidden_size):
-            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected (h, c), each "
-                             f"(n_lstm_layers={policy.lstm_actor.num_layers}, n_envs={n}, lstm_hidden_size={policy.lstm_actor.hidden_size})")
+        shape = (policy.lstm_actor.num_layers, n, policy.lstm_actor.hidden_size)
+        if len(hx) != len(cell) or any(h.shape != shape for h in hx):
+            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected {'(h, c)' if len(cell) == 2 else '(h,) (a GRU)'}, "
+                             f"each (n_lstm_layers={shape[0]}, n_envs={n}, lstm_hidden_size={shape[2]})")
         starts = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start).reshape(n)
         starts = torch.tensor(starts, dtype=torch.float32, device=self.device)
-        actions, (h, c) = policy.act(self.policy_input(batch), hx, starts, deterministic)  # type: ignore[arg-type]
-        return self.policy.action_spec.to_env(actions.cpu().numpy()), (h.cpu().numpy(), c.cpu().numpy())
+        action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
+        actions, states = policy.act(self.policy_input(batch), hx, starts, deterministic, action_masks)  # type: ignore[arg-type]
+        return self.policy.action_spec.to_env(actions.cpu().numpy()), tuple(s.cpu().numpy() for s in states)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
                 action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[tuple[np.ndarray, np.ndarray]]]:
@@ -193,10 +198,10 @@ class Model:
         with this observation (its states are zeroed first); the states after the step are returned. Other
         models return ``None`` and ignore both, as sb3's ``PPO.predict``."""
         batch, vectorized = self._as_batch(observation)
-        if self.recurrent:
-            actions, states = self.predict_recurrent(batch, state, episode_start, deterministic)
-            return (actions if vectorized else actions[0]), states
         masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
+        if self.recurrent:
+            actions, states = self.predict_recurrent(batch, state, episode_start, deterministic, masks)
+            return (actions if vectorized else actions[0]), states
         actions = self.predict_batch(batch, deterministic, masks)
         return (actions if vectorized else actions[0]), None
 

@@ -62,15 +62,16 @@ class RecurrentStep(PolicyStep):
         return (1.0 - torch.as_tensor(episode_starts, dtype=torch.float32, device=device)).view(1, len(episode_starts), 1)
 
     def _one_step(self, call, features: torch.Tensor, states: HiddenCell, keep: Optional[torch.Tensor]) -> tuple[torch.Tensor, HiddenCell]:
-        hx = states if keep is None else (keep * states[0], keep * states[1])
+        hx = states if keep is None else tuple(keep * state for state in states)
         output, states = call(features.unsqueeze(0), hx)
         return output[0], states
 
     @torch.inference_mode()
     def __call__(self, obs: TensorObs, states: LstmStates, keep: Optional[torch.Tensor],  # type: ignore[override]
-                 out: Optional[Out] = None, rows: Optional[slice] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
+                 out: Optional[Out] = None, rows: Optional[slice] = None,
+                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
         """One step; ``states``: each env's before it; ``keep``: :meth:`keep` of the episode starts;
-        ``out`` and ``rows`` as :class:`PolicyStep`'s."""
+        ``out``, ``rows`` and ``masks`` (bool ``[n_envs, mask_dim]``, a masked policy's) as :class:`PolicyStep`'s."""
         pi_features, vf_features = self.features(obs)
         latent_pi, states_pi = self._one_step(self._actor, pi_features, states.pi, keep)
         if self._critic_lstm is not None:
@@ -86,14 +87,14 @@ class RecurrentStep(PolicyStep):
             values = torch.addmm(self._value_bias, latent_vf, self._value_weight.t(), out=out[1].view(-1, 1))
         head = self._action_head(latent_pi)
         if self.sampler is None:  # sb3's distribution itself (unmasked MultiBinary): one bernoulli
-            dist = self.policy.action_spec.distribution(head, getattr(self.policy, "log_std", None), latent_pi)
+            dist = self.policy.action_spec.distribution(head, getattr(self.policy, "log_std", None), latent_pi, masks)
             actions = dist.sample()
             log_probs = dist.log_prob(actions)
             if out is not None:
                 out[0].copy_(actions.reshape(out[0].shape))
                 out[2].copy_(log_probs)
         else:
-            actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, None)
+            actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
         return actions, values, log_probs, LstmStates(states_pi, states_vf)
 
     def recurrent_critic(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor, resets: bool) -> torch.Tensor:

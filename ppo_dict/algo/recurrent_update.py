@@ -33,7 +33,7 @@ from ppo_dict.algo.lstm_inference import step_loop
 from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
 from ppo_dict.algo.rollout_step import layers_of, run
 from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, run_epochs, update_logs
-from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, SequencePlan, env_change, rotated_indices
+from ppo_dict.data.recurrent import LstmStates, SequencePlan, env_change, rotated_indices
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
 
 
@@ -51,6 +51,7 @@ class SequenceBatch(NamedTuple):
     mask: torch.Tensor  # bool: a transition, not padding
     resets: bool  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
     zeroing: list[bool]  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
+    action_masks: Optional[torch.Tensor] = None  # bool [n_seq * max_len, mask_dim] with --action_masks; padding rows all True
 
 
 class SequenceRollout:
@@ -68,7 +69,12 @@ class SequenceRollout:
                    "advantages": data["advantages"], "returns": data["returns"], "episode_starts": self.episode_starts}
         self.columns = {k: _padded(torch.as_tensor(v.reshape(len(v), -1) if k == "actions" else v.reshape(-1), device=device))
                         for k, v in columns.items()}
-        self.states = {name: torch.as_tensor(storage.lstm_states.flat(name), device=device) for name in STATE_NAMES}
+        store = storage.lstm_states
+        self.state_names = (store.pi_names, store.vf_names)
+        self.states = {name: torch.as_tensor(store.flat(name), device=device) for name in store.names}
+        # the rollout's masks, padded with the sequences (a padding row allows every action: finite, and outside every mean)
+        masks = data.get("action_masks")
+        self.masks = None if masks is None else torch.cat([torch.as_tensor(masks, device=device), torch.ones((1, masks.shape[1]), dtype=torch.bool, device=device)])
 
     def take(self, batch_inds: np.ndarray) -> SequenceBatch:
         plan = SequencePlan(batch_inds, self.episode_starts, self.env_change)
@@ -79,11 +85,11 @@ class SequenceRollout:
         starts = torch.as_tensor(plan.starts, device=self.device)
         # (n_seq, n_layers, hidden) -> (n_layers, n_seq, hidden), fresh and contiguous as sb3-contrib's to_torch(...).contiguous()
         first = {name: torch.index_select(arr, 0, starts).transpose(0, 1).contiguous() for name, arr in self.states.items()}
-        states = LstmStates((first["hidden_states_pi"], first["cell_states_pi"]), (first["hidden_states_vf"], first["cell_states_vf"]))
+        states = LstmStates(*(tuple(first[name] for name in names) for names in self.state_names))
         mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
         return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
                              rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()),
-                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq))
+                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq), None if self.masks is None else rows(self.masks))
 
 
 def _padded(tensor: torch.Tensor) -> torch.Tensor:
@@ -118,7 +124,7 @@ class SequenceEvaluate:
         else:
             latent_vf = p.critic.forward(vf_features)
         latent_pi, latent_vf = run(self.pi, latent_pi), run(self.vf, latent_vf)
-        dist = p.distribution(latent_pi)
+        dist = p.distribution(latent_pi, batch.action_masks)  # masked: each real row's masks are its rollout step's
         log_prob = dist.log_prob(actions)
         values = p.value_net.forward(latent_vf)
         return values, log_prob, dist.entropy()
@@ -132,7 +138,7 @@ def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: t
     n_seq = states[0].shape[1]
     if resets:
         keep = (1.0 - episode_starts.reshape((n_seq, -1))[:, 0]).view(1, n_seq, 1)
-        states = (keep * states[0], keep * states[1])
+        states = tuple(keep * state for state in states)
     output, _ = call(features.reshape((n_seq, -1, input_size)).swapaxes(0, 1), states)
     return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1)
 

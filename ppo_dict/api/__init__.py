@@ -3,6 +3,7 @@
     from ppo_dict import PPO          # instead of: from stable_baselines3 import PPO
     from ppo_dict import MaskablePPO  # instead of: from sb3_contrib import MaskablePPO
     from ppo_dict import RecurrentPPO # instead of: from sb3_contrib import RecurrentPPO
+    from ppo_dict import MaskableRecurrentPPO  # RecurrentPPO with MaskablePPO's masks (no library has it)
     from ppo_dict import make_vec_env # sb3's signature; its envs run in ppo_dict's workers
 
 ``docs/python_api.md`` is the guide. The algorithms are a table (:mod:`.algorithms`); the
@@ -11,7 +12,7 @@ assignable between ``learn`` calls (:mod:`.settings`); the envs (:mod:`.envs`); 
 sb3 builds it (:mod:`.building`); ``learn`` with sb3's callbacks (:mod:`.learning`), sb3's rollout
 buffer (:mod:`.buffer`) and what sb3 keeps between ``learn`` calls (:mod:`.carry`); sb3's zips (:mod:`.files`).
 """
-from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, PPO, RecurrentPPO
+from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, MaskableRecurrentPPO, PPO, RecurrentPPO
 from ppo_dict.api.envs import make_vec_env
 
-__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "ALGORITHMS", "make_vec_env"]
+__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "MaskableRecurrentPPO", "ALGORITHMS", "make_vec_env"]

@@ -93,6 +93,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         {"RecurrentActorCriticPolicy": "MlpLstmPolicy", "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
          "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy"},
         POLICY_FIELDS + LSTM_FIELDS, {}, "_lstm"),
+    # no library has it: RecurrentPPO's arguments, policies and defaults, with MaskablePPO's masks (docs/recurrent.md)
+    "MaskableRecurrentPPO": AlgorithmSpec(
+        "MaskableRecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT, {}, POLICY_FIELDS + LSTM_FIELDS, {"action_masks": True}, "_lstm"),
 }
 
 
@@ -150,3 +153,31 @@ class RecurrentPPO(Algorithm):
         ``[n_lstm_layers, n_envs, lstm_hidden_size]``); ``state``: those the previous call returned (None: zeros);
         ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
         return self._predict(observation, state, episode_start, deterministic, None)
+
+
+class MaskableRecurrentPPO(Algorithm):
+    """RecurrentPPO with MaskablePPO's invalid-action masks, which neither library has: RecurrentPPO's arguments,
+    defaults and LSTM policies (``MlpLstmPolicy``, ...), sb3-contrib's mask conventions (the envs' ``action_masks()``,
+    directly or through ``ActionMasker``; ``predict(obs, state, episode_start, action_masks=...)``). With every action
+    valid its numbers are RecurrentPPO's with sb3-contrib's masked distribution (docs/recurrent.md). ``save`` writes
+    ppo_dict's checkpoint (no sb3-contrib class reads a masked recurrent zip); ``load`` reads it back."""
+
+    spec = ALGORITHMS["MaskableRecurrentPPO"]
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskableRecurrentPPO",
+              reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskableRecurrentPPO":
+        """RecurrentPPO's ``learn`` with MaskablePPO's ``use_masking`` (True only)."""
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
+                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+        """RecurrentPPO's ``predict`` (the actor's LSTM states in and out) among the actions ``action_masks`` allows
+        (all of them when None), as MaskablePPO's."""
+        return self._predict(observation, state, episode_start, deterministic, action_masks)
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """ppo_dict's checkpoint of this model (``.zip`` added to a path without it, as sb3 adds it): parameters, Adam,
+        counters; :meth:`load` reads it. ``exclude`` and ``include`` are sb3's zip's and are refused when given."""
+        from ppo_dict.api.files import save_checkpoint
+
+        save_checkpoint(self, path, exclude, include)

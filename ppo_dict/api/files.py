@@ -38,7 +38,7 @@ from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.interop.sb3 import sb3_kwargs
 from ppo_dict.interop.schedules import custom_objects_line, is_schedule_text, zip_schedule
 from ppo_dict.interop.sb3_zip import Unrebuilt, class_name, read_zip, refuse_unrebuilt, trust_warning
-from ppo_dict.run.checkpoint import restore
+from ppo_dict.run.checkpoint import restore, write_model_file
 
 
 #: an algorithm of sb3's API (``ppo_dict.api.base.Algorithm``, which imports this module)
@@ -98,6 +98,21 @@ def sb3_buffer_class(algorithm: Algorithm) -> Optional[type]:
 def save(algorithm: Algorithm, path: Any, exclude: Any = None, include: Any = None) -> None:
     """sb3's ``save`` of :func:`sb3_model` (``.zip`` added to a path without it, as sb3 adds it)."""
     sb3_model(algorithm).save(path, exclude, include)
+
+
+def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any = None, include: Any = None) -> None:
+    """ppo_dict's checkpoint of ``algorithm`` at ``path`` (``.zip`` added to a path without it, as sb3's ``save``), for a
+    model no sb3 class can read (a masked recurrent one): :func:`load` reads it back; without a trainer, its model file."""
+    if exclude is not None or include is not None:
+        raise ValueError(f"exclude/include: {algorithm.spec.name}.save writes ppo_dict's checkpoint, which has no sb3 zip entries to pick")
+    path = os.fspath(path)
+    path = path if os.path.splitext(path)[1] else f"{path}.zip"
+    if algorithm.trainer is not None:
+        write_model_file(algorithm.trainer, path)
+        return
+    from ppo_dict.algo.model import Model
+
+    Model(algorithm.cfg, algorithm.policy, None, algorithm.observation_space, algorithm.action_space, algorithm.num_timesteps).save(path)
 
 
 def zip_path(path: Any) -> Any:
@@ -247,9 +262,12 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     """A ppo_dict model file or checkpoint, with its config's settings (``kwargs`` override them)."""
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
-    if cfg.recurrent != cls.spec.recurrent:
-        raise CheckpointError(f"{path}: {'a' if cfg.recurrent else 'not a'} recurrent model (model={cfg.model!r}): "
-                              f"{'RecurrentPPO' if cfg.recurrent else 'PPO or MaskablePPO'}.load reads it, not {cls.spec.name}.load")
+    masked_recurrent = cfg.recurrent and cfg.action_masks
+    if cfg.recurrent != cls.spec.recurrent or masked_recurrent != bool(cls.spec.recurrent and cls.spec.fixed.get("action_masks")):
+        reader = "MaskableRecurrentPPO" if masked_recurrent else "RecurrentPPO" if cfg.recurrent else "PPO or MaskablePPO"
+        kind = "a masked recurrent model" if masked_recurrent else "a recurrent model" if cfg.recurrent else "not a recurrent model"
+        raise CheckpointError(f"{path}: {kind} (model={cfg.model!r}{', action_masks=True' if masked_recurrent else ''}): "
+                              f"{reader}.load reads it, not {cls.spec.name}.load")
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
     arguments["policy_kwargs"] = sb3_kwargs(cfg)["policy_kwargs"]
     alias = cls.spec.multi_input if state["observation_space"].startswith("Dict(") else cls.spec.policy_for(cfg.model)

@@ -105,6 +105,7 @@ class Config:
     enable_critic_lstm: Optional[bool] = _opt(None, "the critic has an LSTM of its own; with neither this nor shared_lstm the critic is a Linear layer", none_or(parse_bool), "recurrent", none="True")
     lstm_kwargs: dict[str, Any] = _opt({}, f"keyword arguments of the LSTMs (sb3-contrib's lstm_kwargs), of {' and '.join(LSTM_KWARGS)}: dict(dropout=0.1)", parse_lstm_kwargs, "recurrent")
     lstm_fast_path: bool = _opt(False, "train each LSTM over whole sequences in one call per minibatch, split at episode starts (sb3-contrib PR 118): RecurrentPPO's algorithm and losses, not its bits (False: its bits, one call per time step where a minibatch has an episode start)", parse_bool, "recurrent")
+    rnn_type: Optional[str] = _opt(None, "the recurrent cell: lstm (sb3-contrib's RecurrentPPO) or gru (torch's nn.GRU in the LSTM's places, one state per layer; no library has it, and sb3-contrib cannot read it)", none_or(lambda s: str(s).lower()), "recurrent", choices=("lstm", "gru"), none="lstm")
 
     # PPO (sb3 PPO keyword arguments)
     learning_rate: Union[float, str, Callable[[float], float]] = _opt(3e-4, "Adam learning rate, or lin_<initial> for a linear schedule", parse_schedule, "ppo", range=(0.0, MAX_LEARNING_RATE, False, True), measure=schedule_start)
@@ -319,7 +320,8 @@ class Config:
     def _recurrent_problems(self) -> list[str]:
         """The LSTM flags: set only with a recurrent model, in a combination sb3-contrib takes."""
         lstm_flags = {"lstm_hidden_size": self.lstm_hidden_size, "n_lstm_layers": self.n_lstm_layers,
-                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm, "lstm_kwargs": self.lstm_kwargs or None}
+                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm, "lstm_kwargs": self.lstm_kwargs or None,
+                      "rnn_type": self.rnn_type}
         if not self.recurrent:
             return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
                     for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items() if value is not None]
@@ -331,9 +333,6 @@ class Config:
         if settings["shared_lstm"] and not self.share_features_extractor:
             problems.append("shared_lstm=True: needs share_features_extractor=True (sb3-contrib: the LSTM cannot be shared "
                             "when the features extractor is not)")
-        if self.action_masks:
-            problems.append(f"action_masks=True: sb3-contrib has no masked recurrent PPO (MaskablePPO has no LSTM policies); "
-                            f"drop --action_masks or use --model {self.model.removesuffix('_lstm')}")
         return problems
 
     def _minibatch_problems(self) -> list[str]:

@@ -1,7 +1,8 @@
-"""The LSTM states of a recurrent run, and sb3-contrib's sequence minibatches.
+"""The recurrent states of a recurrent run (an LSTM's or a GRU's), and sb3-contrib's sequence minibatches.
 
-One home for the states: :class:`LstmStates` (torch tensors, what the policy's passes take and
-return) and :class:`StateStore` (each env's states over a rollout, in the learner's rollout storage;
+One home for the states: :data:`CELL_STATES` (what each cell carries per layer: an LSTM its hidden and
+cell states, a GRU its hidden state), :class:`LstmStates` (torch tensors, what the policy's passes take
+and return) and :class:`StateStore` (each env's states over a rollout, in the learner's rollout storage;
 the workers never see them). A rollout row ``t`` holds the states *before* step t's forward and
 before its episode-start reset (sb3-contrib's ``RecurrentRolloutBuffer.add`` stores
 ``_last_lstm_states``); row ``n_steps`` holds the states after the last step, which start the next
@@ -21,34 +22,52 @@ import torch
 
 from ppo_dict.data.storage import step_major, zeros
 
-#: the four state arrays, in sb3-contrib's buffer's order and names
-STATE_NAMES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
+#: the recurrent cells (``--rnn_type``) and the states each carries per layer, in order
+CELL_STATES = {"lstm": ("hidden_states", "cell_states"), "gru": ("hidden_states",)}
+
+
+def state_names(cell: str = "lstm") -> tuple[str, ...]:
+    """The state arrays of a ``cell`` policy, the actor's then the critic's (an LSTM's: sb3-contrib's buffer's order and names)."""
+    return tuple(f"{state}_{part}" for part in ("pi", "vf") for state in CELL_STATES[cell])
+
+
+#: the four state arrays of an LSTM policy, in sb3-contrib's buffer's order and names
+STATE_NAMES = state_names("lstm")
 
 
 class LstmStates(NamedTuple):
-    """sb3-contrib's ``RNNStates``: ``pi = (h, c)`` of the actor's LSTM, ``vf = (h, c)`` of the critic's
-    (the actor's again when the critic has no LSTM of its own), each ``float32[n_layers, batch, hidden]``."""
+    """sb3-contrib's ``RNNStates``: ``pi``, the actor's states, ``vf``, the critic's (the actor's again when the
+    critic has no cell of its own); each a tuple of the cell's states (:data:`CELL_STATES`: an LSTM's ``(h, c)``,
+    a GRU's ``(h,)``), each ``float32[n_layers, batch, hidden]``."""
 
-    pi: tuple[torch.Tensor, torch.Tensor]
-    vf: tuple[torch.Tensor, torch.Tensor]
+    pi: tuple[torch.Tensor, ...]
+    vf: tuple[torch.Tensor, ...]
+
+
+#: the same tuple for any cell (the LSTM's name kept: sb3-contrib's ``RNNStates``)
+RnnStates = LstmStates
 
 
 class StateStore:
-    """Each env's LSTM states over a rollout: per group of env columns (all envs, or each half of a
-    double-buffered rollout) four ``[n_steps+1, n_layers, n_envs_of_group, hidden]`` float32 arrays,
-    every row laid out as a fresh array (:func:`~ppo_dict.data.storage.step_major`), so the rollout
-    step hands a row to the LSTM as it is. ``critic_lstm`` False: the critic has no LSTM state of its
-    own, and its arrays are the actor's (sb3-contrib stores ``vf = pi`` then)."""
+    """Each env's recurrent states over a rollout: per group of env columns (all envs, or each half of a
+    double-buffered rollout) one ``[n_steps+1, n_layers, n_envs_of_group, hidden]`` float32 array per name
+    of :func:`state_names` (an LSTM's four, a GRU's two), every row laid out as a fresh array
+    (:func:`~ppo_dict.data.storage.step_major`), so the rollout step hands a row to the cell as it is.
+    ``critic_lstm`` False: the critic has no state of its own, and its arrays are the actor's (sb3-contrib
+    stores ``vf = pi`` then)."""
 
-    def __init__(self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool):
+    def __init__(self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool, cell: str = "lstm"):
         self.n_steps, self.groups = n_steps, groups
         self.n_envs = sum(len(g) for g in groups)
+        self.names = state_names(cell)
+        half = len(self.names) // 2
+        self.pi_names, self.vf_names = self.names[:half], self.names[half:]
         self.arrays: list[dict[str, np.ndarray]] = []
         for group in groups:
             arrays = {name: step_major(zeros, n_steps + 1, (n_layers, len(group), hidden_size), np.dtype(np.float32))
-                      for name in (STATE_NAMES if critic_lstm else STATE_NAMES[:2])}
+                      for name in (self.names if critic_lstm else self.pi_names)}
             if not critic_lstm:
-                arrays["hidden_states_vf"], arrays["cell_states_vf"] = arrays["hidden_states_pi"], arrays["cell_states_pi"]
+                arrays.update({vf: arrays[pi] for pi, vf in zip(self.pi_names, self.vf_names)})
             self.arrays.append(arrays)
         self.tensors = [{name: torch.from_numpy(arr) for name, arr in arrays.items()} for arrays in self.arrays]
 
@@ -56,7 +75,7 @@ class StateStore:
         """Rollout row ``t`` of ``group`` as tensors (the states before step t): views of the store, or
         copies on ``device`` when it is not the CPU."""
         s = self.tensors[group]
-        states = LstmStates((s["hidden_states_pi"][t], s["cell_states_pi"][t]), (s["hidden_states_vf"][t], s["cell_states_vf"][t]))
+        states = LstmStates(tuple(s[name][t] for name in self.pi_names), tuple(s[name][t] for name in self.vf_names))
         if device is None or device.type == "cpu":
             return states
         return LstmStates(*(tuple(x.to(device) for x in pair) for pair in states))
@@ -64,11 +83,11 @@ class StateStore:
     def write(self, t: int, states: LstmStates, group: int = 0) -> None:
         """Row ``t`` of ``group`` := ``states`` (the states after step t-1's forward)."""
         s = self.tensors[group]
-        s["hidden_states_pi"][t].copy_(states.pi[0])
-        s["cell_states_pi"][t].copy_(states.pi[1])
-        if s["hidden_states_vf"] is not s["hidden_states_pi"]:
-            s["hidden_states_vf"][t].copy_(states.vf[0])
-            s["cell_states_vf"][t].copy_(states.vf[1])
+        for name, state in zip(self.pi_names, states.pi):
+            s[name][t].copy_(state)
+        if s[self.vf_names[0]] is not s[self.pi_names[0]]:
+            for name, state in zip(self.vf_names, states.vf):
+                s[name][t].copy_(state)
 
     def carry_over(self) -> None:
         """The last states start the next rollout (sb3-contrib: ``_last_lstm_states``)."""

@@ -9,7 +9,7 @@ with ``--action_masks`` takes each step's masks too, as a last input ``action_ma
 ``MaskablePPO.predict(obs, action_masks=..., deterministic=True)``: masked logits -1e8, the most
 probable valid action of each categorical. A recurrent model's graph takes the actor's LSTM states and the episode
 starts as its last inputs (``lstm_h``, ``lstm_c``: float32 ``[n_layers, batch, hidden]``, ``episode_start``: bool
-``[batch]``) and returns the states after the step (``lstm_h_out``, ``lstm_c_out``) after the action: sb3-contrib's
+``[batch]``; a GRU's ``gru_h`` alone) and returns the states after the step (``lstm_h_out``, ``lstm_c_out``; ``gru_h_out``) after the action: sb3-contrib's
 ``RecurrentPPO.predict(obs, state, episode_start, deterministic=True)``, the states fed back at the next step. With
 ``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
 computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
@@ -48,6 +48,13 @@ MASKS_INPUT = METHOD
 #: bool ``[batch]`` episode starts) and outputs (the states after it): sb3-contrib's ``predict(obs, state, episode_start)``
 STATE_INPUTS = ("lstm_h", "lstm_c", "episode_start")
 STATE_OUTPUTS = ("lstm_h_out", "lstm_c_out")
+#: a GRU policy's (``--rnn_type gru``): its one state per layer
+GRU_STATE_INPUTS, GRU_STATE_OUTPUTS = ("gru_h", "episode_start"), ("gru_h_out",)
+
+
+def state_io(model: Model) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A recurrent model's graph's state inputs (then ``episode_start``) and outputs, by its cell."""
+    return (GRU_STATE_INPUTS, GRU_STATE_OUTPUTS) if model.policy.rnn_type == "gru" else (STATE_INPUTS, STATE_OUTPUTS)
 
 
 class DeterministicPolicy(nn.Module):
@@ -63,10 +70,12 @@ class DeterministicPolicy(nn.Module):
         if self.masked and MASKS_INPUT in self.keys:
             raise ExportError(f"the observation key {MASKS_INPUT!r} would collide with the graph's masks input of that name")
         self.recurrent = model.recurrent
-        if self.recurrent and set(STATE_INPUTS) & set(self.keys):
-            raise ExportError(f"an observation key among {STATE_INPUTS} would collide with the graph's state inputs of that name")
-        self.input_names = [*self.keys, MASKS_INPUT] if self.masked else [*self.keys, *STATE_INPUTS] if self.recurrent else list(self.keys)
-        self.output_names = ["action", *STATE_OUTPUTS] if self.recurrent else ["action"]
+        self.state_inputs, state_outputs = state_io(model) if self.recurrent else ((), ())
+        if set(self.state_inputs) & set(self.keys):
+            raise ExportError(f"an observation key among {self.state_inputs} would collide with the graph's state inputs of that name")
+        # the observations, a recurrent policy's states, then a masked policy's masks
+        self.input_names = [*self.keys, *self.state_inputs, *((MASKS_INPUT,) if self.masked else ())]
+        self.output_names = ["action", *state_outputs]
         channel_last = channel_last_keys(observation_space)
         self.channel_last = [k for k in self.keys if k in channel_last]
         self.normalized = list(normalizer.normalized_keys) if normalizer is not None else []
@@ -78,8 +87,8 @@ class DeterministicPolicy(nn.Module):
         self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """``inputs``: one ``[B, *shape]`` tensor per key, then (masked policies) the masks ``[B, mask_dim]``, or
-        (recurrent policies) :data:`STATE_INPUTS`; returns the actions (and the states after the step)."""
+        """``inputs``: one ``[B, *shape]`` tensor per key, then (recurrent policies) :data:`STATE_INPUTS`, then (masked
+        policies) the masks ``[B, mask_dim]``; returns the actions (and the states after the step)."""
         obs = dict(zip(self.keys, inputs))
         masks = inputs[-1] if self.masked else None
         for i, key in enumerate(self.normalized):
@@ -89,19 +98,23 @@ class DeterministicPolicy(nn.Module):
             obs[key] = obs[key].permute(0, 3, 1, 2)
         obs = obs if self.dict_obs else obs[OBS_KEY]
         if self.recurrent:
-            return self.recurrent_actions(obs, *inputs[len(self.keys):])
+            states = inputs[len(self.keys):len(self.keys) + len(self.state_inputs)]
+            return self.recurrent_actions(obs, states[:-1], states[-1], masks)
         actions = self.policy(obs, deterministic=True, action_masks=masks)[0]
         return self.to_env(actions)
 
-    def recurrent_actions(self, obs: Any, h: torch.Tensor, c: torch.Tensor, episode_start: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def recurrent_actions(self, obs: Any, hx: tuple[torch.Tensor, ...], episode_start: torch.Tensor,
+                          masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
         """sb3-contrib's deterministic ``predict`` as one graph: the states multiplied by ``1 - episode_start`` (its
         loop branch: the one-call branch's outputs, as a graph has no data-dependent branch), one LSTM step, the mode."""
         policy = self.policy
         keep = (1.0 - episode_start.float()).view(1, -1, 1)
         features = policy.pi_features_extractor(policy._preprocess(obs))
-        latent, (h, c) = policy.lstm_actor(features.unsqueeze(0), (keep * h, keep * c))
-        actions = policy.distribution(policy.mlp_extractor.forward_actor(latent[0])).mode()
-        return self.to_env(actions.reshape((-1, *policy.action_space.shape))), h, c
+        hx = tuple(keep * state for state in hx)
+        latent, states = policy.lstm_actor(features.unsqueeze(0), hx if len(hx) == 2 else hx[0])
+        states = states if isinstance(states, tuple) else (states,)
+        actions = policy.distribution(policy.mlp_extractor.forward_actor(latent[0]), masks).mode()
+        return (self.to_env(actions.reshape((-1, *policy.action_space.shape))), *states)
 
 
 def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -129,13 +142,14 @@ def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarra
 def sample_inputs(model: Model, n: int, seed: int = 0) -> dict[str, np.ndarray]:
     """The graph's inputs for ``n`` sampled observations (:func:`sample_batch`), masks included for a masked policy."""
     inputs = sample_batch(model.observation_space, n, seed)
-    if model.policy.masked:
-        inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
     if model.recurrent:  # states as an episode carries them, and an episode start in about a third of the batch
         rng, lstm = np.random.default_rng(seed), model.policy.lstm_actor
-        for name in STATE_INPUTS[:2]:
+        names = state_io(model)[0]
+        for name in names[:-1]:
             inputs[name] = rng.normal(0.0, 0.3, (lstm.num_layers, n, lstm.hidden_size)).astype(np.float32)
-        inputs[STATE_INPUTS[2]] = rng.random(n) < 0.3
+        inputs[names[-1]] = rng.random(n) < 0.3
+    if model.policy.masked:
+        inputs[MASKS_INPUT] = sample_masks(model.action_space, n, seed)
     return inputs
 
 
@@ -170,7 +184,7 @@ def export_onnx(path: str, out: str, opset: int = OPSET, model: Optional[Model] 
     with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
         scratch_file = os.path.join(scratch, "policy.onnx")
         try:
-            dims = tuple({1: batch} if name in STATE_INPUTS[:2] else {0: batch} for name in module.input_names)  # states: [layers, B, H]
+            dims = tuple({1: batch} if name in module.state_inputs[:-1] else {0: batch} for name in module.input_names)  # states: [layers, B, H]
             torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=module.output_names,
                               dynamic_shapes={"inputs": dims}, opset_version=opset, external_data=False,
                               dynamo=True, verbose=False)
@@ -214,8 +228,10 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     batch = {key: inputs[key] for key in obs_layout(model.observation_space)}
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     if model.recurrent:
-        ours, states = model.predict_recurrent(batch, (inputs["lstm_h"], inputs["lstm_c"]), inputs["episode_start"], deterministic=True)
-        theirs, *their_states = session.run(["action", *STATE_OUTPUTS], inputs)
+        names, outputs = state_io(model)
+        ours, states = model.predict_recurrent(batch, tuple(inputs[name] for name in names[:-1]), inputs[names[-1]], deterministic=True,
+                                               masks=inputs.get(MASKS_INPUT))
+        theirs, *their_states = session.run(["action", *outputs], inputs)
         state_diff = max(float(np.abs(a - b).max()) for a, b in zip(states, their_states))
     else:
         ours = model.predict_batch(batch, masks=inputs.get(MASKS_INPUT))

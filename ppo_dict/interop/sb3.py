@@ -75,8 +75,8 @@ def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
 
 def sb3_kwargs(cfg: "Config") -> dict[str, Any]:
     """The keyword arguments of the sb3 class a run of ``cfg`` is (MaskablePPO's with ``--action_masks``, RecurrentPPO's
-    with a recurrent model, else PPO's)."""
-    return maskable_ppo_kwargs(cfg) if cfg.action_masks else recurrent_ppo_kwargs(cfg) if cfg.recurrent else sb3_ppo_kwargs(cfg)
+    with a recurrent model, masked or not, else PPO's)."""
+    return recurrent_ppo_kwargs(cfg) if cfg.recurrent else maskable_ppo_kwargs(cfg) if cfg.action_masks else sb3_ppo_kwargs(cfg)
 
 
 def export_sb3(ppo: "PPO", path: str) -> str:

@@ -56,6 +56,19 @@ def path_problems(cfg: Config, read_file: bool = True) -> list[str]:
         problems.append(f"trained_agent={cfg.trained_agent!r}: no such .zip file (an sb3 PPO model saved by PPO.save)")
     if cfg.hyperparams is not None:
         problems += zoo_values(cfg.hyperparams, cfg.env, cfg.recurrent, read_file)[1]
+    return problems + sb3_file_problems(cfg)
+
+
+def sb3_file_problems(cfg: Config) -> list[str]:
+    """The sb3-contrib files a recurrent run that no sb3-contrib class is cannot write or start from: a masked one's or a
+    GRU's ``--export_sb3``, a GRU started from a ``--trained_agent`` (RecurrentPPO's zips hold LSTMs)."""
+    gru, problems = cfg.recurrent and cfg.rnn_type == "gru", []
+    if cfg.recurrent and (cfg.action_masks or gru) and cfg.export_sb3 is not None:
+        what = "a GRU model (RecurrentPPO has LSTMs only)" if gru else "a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM)"
+        problems.append(f"export_sb3={cfg.export_sb3!r}: sb3-contrib cannot load {what}; drop --export_sb3 "
+                        "(the run's checkpoints and model files hold it for ppo_dict)")
+    if gru and cfg.trained_agent is not None:
+        problems.append(f"rnn_type='gru': a RecurrentPPO zip (trained_agent={cfg.trained_agent!r}) holds LSTMs; drop --rnn_type")
     return problems
 
 
@@ -158,7 +171,7 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
 
 def recurrent_settings(cfg: Config) -> dict[str, Any]:
     """What makes a model recurrent, and how: its model and sb3-contrib's LSTM arguments, resolved."""
-    return {"model": cfg.model, **cfg.lstm_settings} if cfg.recurrent else {"model": cfg.model}
+    return {"model": cfg.model, "rnn_type": cfg.rnn_type or "lstm", **cfg.lstm_settings} if cfg.recurrent else {"model": cfg.model}
 
 
 def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str]:

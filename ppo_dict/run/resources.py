@@ -109,9 +109,9 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords, stage).nbytes
     obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values())
     learner = (T + 1) * n_envs * obs_row + T * n_envs * 64  # the update's flattened copies, advantages, returns
-    if cfg.recurrent:  # each env's LSTM states at every step: (h, c) of the actor's and the critic's LSTMs, float32
+    if cfg.recurrent:  # each env's states at every step: (h, c) of the actor's and the critic's LSTMs (a GRU's h), float32
         lstm = cfg.lstm_settings
-        learner += (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * 4
+        learner += (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * (2 if cfg.rnn_type == "gru" else 4)
     on_cpu = device.type == "cpu"
     batch = max(cfg.minibatch_size, n_envs)
     return Needs(

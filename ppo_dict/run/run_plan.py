@@ -135,7 +135,7 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
         f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
-        f"policy: {cfg.model}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+        f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
         *filter(None, [policy_step_line(cfg, check.backend, cfg.layout(backend.unit), check.device), hyperparams]),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
