@@ -13,7 +13,6 @@ connects as a client at once; where the address is set by hand, rank 0 hosts the
 """
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
