@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
@@ -45,10 +46,31 @@ def assert_same_run(a, b, total: int) -> None:
     """``b`` ended where ``a`` ended: its last checkpoint, its progress and its episodes."""
     a_end, b_end = (load_model_state(list_checkpoints(str(d / "checkpoints"))[-1]) for d in (a, b))
     assert a_end["num_timesteps"] == b_end["num_timesteps"] == total
-    assert all(e["env"] is not None for e in read_saved(b_end["envs"], "envs"))
+    a_envs, b_envs = (without_wall_times(read_saved(end.pop("envs"), "envs")) for end in (a_end, b_end))
+    assert all(e["env"] is not None for e in b_envs)
     assert_same(without_config(b_end), without_config(a_end))
+    assert same_plain(b_envs, a_envs)
     assert rows(b / "progress.csv") == rows(a / "progress.csv")
     assert rows(b / "monitor.csv", ("t",)) == rows(a / "monitor.csv", ("t",))
+
+
+def without_wall_times(value):
+    """Env states without the episode monitor's ``t_start`` (the wall clock when it was built: ``info["episode"]["t"]``)."""
+    if isinstance(value, dict):
+        return {k: without_wall_times(v) for k, v in value.items() if k != "t_start"}
+    if isinstance(value, (list, tuple)):
+        return type(value)(without_wall_times(v) for v in value)
+    return value
+
+
+def same_plain(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_plain(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_plain(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
 def start(*args: str) -> subprocess.Popen:
@@ -98,12 +120,12 @@ def test_pendulum_with_vecnormalize_on_workers_killed_at_random_moments_is_the_u
     ["--env", "gym_Reacher-v5", "--n_envs", "8", "--n_steps", "64", "--batch_size", "128", "--seed", "3", "--normalize", "True"],
     ["--env", "gym_Hopper-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "4"],
     ["--env", "gym_Ant-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "5"],
-    ["--env", "gym_Reacher-v5", "--pixel_obs_wrapper", "True", "--image_size", "36", "--n_envs", "4", "--n_steps", "32",
+    ["--env", "gym_Reacher-v5", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--n_envs", "4", "--n_steps", "32",
      "--batch_size", "64", "--seed", "6"],
-    ["--env", "gym_PongNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--n_envs", "4", "--n_steps", "32",
+    ["--env", "gym_PongNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn", "--n_envs", "4", "--n_steps", "32",
      "--batch_size", "64", "--seed", "7"],
     ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed", "8"],
-    ["--env", "PPODictMaskedJump-v0", "--action_masks", "True", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed", "9"],
+    ["--env", "PPODictMaskedJump-v0", "--gym_packages", "ppo_dict.envs.masked", "--action_masks", "True", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed", "9"],
 ], ids=["reacher-vecnormalize", "hopper", "ant", "pixels", "pong", "recurrent", "maskable"])
 def test_envs_killed_at_random_moments_are_the_uninterrupted_run(flags, tmp_path) -> None:
     killed_and_resumed(tmp_path, [*flags, "--n_epochs", "3", "--verbose", "0", "--plot", "False"], 1024, 128, 3,
