@@ -51,11 +51,11 @@ class Torchrun:
     """``torchrun --standalone --nproc-per-node N -m ppo_dict.main_ppo ARGS`` started in the background (``module``:
     another module, or a script's path)."""
 
-    def __init__(self, args: list[str], nproc: int = 2, module: str = "ppo_dict.main_ppo"):
+    def __init__(self, args: list[str], nproc: int = 2, module: str = "ppo_dict.main_ppo", launcher: tuple[str, ...] = ()):
         self.mark = f"PPO_DICT_TEST_RUN={uuid.uuid4().hex}"
         env = {**os.environ, self.mark.split("=")[0]: self.mark.split("=")[1], "PYTHONUNBUFFERED": "1"}
         target = [module] if module.endswith(".py") else ["-m", module]
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *target, *args]
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *launcher, *target, *args]
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.started = time.monotonic()
@@ -308,3 +308,49 @@ def test_two_ranks_started_by_hand_meet_and_rank_0_says_a_missing_one() -> None:
     alone = by_hand(0, free_port(), *RUN, "--dry_run", PPO_DICT_RENDEZVOUS_TIMEOUT="3")
     _, err = alone.communicate(timeout=60)
     assert alone.returncode == 1 and "waited 3 s for rank 1 to join at 127.0.0.1:" in err and "Traceback" not in err, err
+
+
+def same_ends(a: Path, b: Path) -> None:
+    """``b`` ended where ``a`` ended: its last checkpoint (the envs included) and its progress, wall times aside."""
+    from tests.test_checkpoint import assert_same, without_config
+
+    ours, theirs = checkpoint(b), checkpoint(a)
+    assert "envs" in ours and ours["num_timesteps"] == theirs["num_timesteps"]
+    assert_same(without_config(ours), without_config(theirs))
+    assert [{k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(b)] == \
+        [{k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(a)]
+
+
+@pytest.mark.slow
+def test_every_ranks_envs_reach_the_checkpoint_and_a_resumed_two_rank_run_is_the_one_never_stopped(tmp_path) -> None:
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    code, out, err = run_cli([*RUN, "--total_timesteps", "320", "--save_freq", "80", "--run_dir", str(whole)])
+    assert code == 0, err
+    code, out, err = run_cli([*RUN, "--total_timesteps", "160", "--save_freq", "80", "--run_dir", str(halves)])
+    assert code == 0, err
+    code, out, err = run_cli([*RUN, "--total_timesteps", "320", "--save_freq", "80", "--resume", str(halves)])
+    assert code == 0, err
+    assert "(5 envs restored as they were at step 160)" in out, out
+    same_ends(whole, halves)
+
+
+@pytest.mark.slow
+def test_a_rank_killed_then_torchrun_restarting_the_group_with_resume_auto_is_the_run_never_killed(tmp_path) -> None:
+    """``torchrun --max-restarts 1``: rank 1 SIGKILLed after the first checkpoint, every rank ends, torchrun starts the
+    group again, whose ``--resume auto`` continues from the last checkpoint to the numbers of the run never killed."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    args = [*RUN, "--total_timesteps", "800", "--save_freq", "80", "--n_epochs", "4"]
+    code, out, err = run_cli([*args, "--run_dir", str(whole)])
+    assert code == 0, err
+    run = Torchrun([*args, "--resume", "auto", "--run_dir", str(killed)], launcher=("--max-restarts", "1"))
+    deadline = time.monotonic() + 120
+    while not list((killed / "checkpoints").glob("checkpoint_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = run.rank_pid(1)
+    assert pid is not None and list((killed / "checkpoints").glob("checkpoint_*.pt")), "no checkpoint within 120 s"
+    os.kill(pid, signal.SIGKILL)
+    code, out, err = run.finish(timeout=240)
+    assert code == 0, err
+    assert run.left() == []
+    assert "resumed from" in out and "envs restored as they were at step" in out, out
+    same_ends(whole, killed)

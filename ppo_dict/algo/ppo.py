@@ -113,7 +113,8 @@ class PPO:
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
         self.phase = ""  # "rollout" or "update" while one runs (a stop signal then drops the rollout: ppo_dict.main_ppo)
         self.stop_asked: Callable[[], bool] = lambda: False  # a stop signal came (the command line's; ppo_dict.main_ppo)
-        self.env_snapshot: Optional[dict[str, Any]] = None  # the envs' saved entries a stop left (ppo_dict.run.env_states)
+        self.env_snapshot: Optional[dict[str, Any]] = None
+        self.env_local: Any = None  # over ranks, this rank's envs a stop read, for the ranks to gather (ppo_dict.run.ranks)  # the envs' saved entries a stop left (ppo_dict.run.env_states)
 
     def pool_pids(self) -> list[int]:
         """The pool's worker processes (whose CPU time is the run's own, not other processes')."""

@@ -71,7 +71,7 @@ def take_env_states(ppo: "PPO", rollout: Optional[int], timeout: Optional[float]
     progress), else (None) as they are; None where the pool cannot give them (the Python API's vec envs; a pool
     closed, failed or too slow: the envs restart on a resume)."""
     pool = ppo.pool
-    if ppo.ranks is not None or getattr(pool, "closed", False) or not hasattr(pool, "call"):
+    if getattr(pool, "closed", False) or not hasattr(pool, "call"):
         return None
     try:
         states = pool.call("env_states", list(range(ppo.n_envs)), "", (rollout,), timeout=timeout)
@@ -84,19 +84,45 @@ def take_env_states(ppo: "PPO", rollout: Optional[int], timeout: Optional[float]
 
 def keep_snapshots(ppo: "PPO") -> None:
     """Ask every runner to keep its envs' states at each rollout's step 0 (what a stop in the middle of a rollout saves)."""
-    if ppo.ranks is None and hasattr(ppo.pool, "call") and not getattr(ppo.pool, "closed", False):
+    if hasattr(ppo.pool, "call") and not getattr(ppo.pool, "closed", False):
         try:
             ppo.pool.call("keep_snapshots", list(range(ppo.n_envs)), "", (getattr(ppo.pool, "rollouts_begun", 0),))
         except (NotImplementedError, ValueError, TypeError):
             pass  # a backend without states: its envs restart on a resume, as take_env_states says
 
 
+#: one process's envs: their states and the rows of the next rollout (:func:`carry_state`), None where they cannot be read
+Local = Optional[tuple[list[dict[str, Any]], dict[str, Any]]]
+
+
+def local_entries(ppo: "PPO") -> Local:
+    """This process's envs as they are now, with the rows the next rollout starts from."""
+    states = take_env_states(ppo, rollout=None)
+    return None if states is None else (states, carry_state(ppo))
+
+
+def entries_of(parts: list[Local]) -> dict[str, Any]:
+    """A checkpoint's ``envs`` and ``carry`` from the envs of every process that steps some (every rank's, in rank order;
+    or this process's alone); none where one of them could not read its envs (they restart on a resume)."""
+    if not parts or any(part is None for part in parts):
+        return {}
+    carries = [part[1] for part in parts]
+
+    def joined(key: str) -> dict[str, torch.Tensor]:
+        return {name: torch.cat([c[key][name] for c in carries]) for name in carries[0][key]}
+
+    carry = {"env_obs": joined("env_obs"), "obs": joined("obs"), "last_dones": torch.cat([c["last_dones"] for c in carries])}
+    if "action_masks" in carries[0]:
+        carry["action_masks"] = torch.cat([c["action_masks"] for c in carries])
+    return {"envs": saved([state for part in parts for state in part[0]]), "carry": carry}
+
+
 def checkpoint_entries(ppo: "PPO") -> dict[str, Any]:
-    """The entries of a checkpoint taken now: the snapshot a stop left (``ppo.env_snapshot``), else the envs as they are."""
+    """The entries of a checkpoint taken now: the ones a stop or the ranks' agreement left (``ppo.env_snapshot``), else
+    the envs as they are (over ranks, only the ranks together can read them: ``ppo_dict.run.ranks``)."""
     if ppo.env_snapshot is not None:
         return ppo.env_snapshot
-    states = take_env_states(ppo, rollout=None)
-    return {} if states is None else {"envs": saved(states), "carry": carry_state(ppo)}
+    return {} if ppo.ranks is not None else entries_of([local_entries(ppo)])
 
 
 def restart_reasons(states: Any) -> list[str]:
@@ -181,12 +207,15 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
     states = read_saved(state["envs"], "'envs'")  # checked whole before the run started (env_state_problems)
     reasons = restart_reasons(states)
     changed = env_settings_changed(state.get("config", {}), config_values(ppo.cfg))
+    mine = range(ppo.n_envs) if ppo.ranks is None else ppo.ranks.envs  # over ranks, each rank's envs of the global ones
+    n_envs = ppo.n_envs if ppo.ranks is None else ppo.ranks.n_envs
     if changed:  # the saved states are of other envs (an env's constructor arguments are among its attributes)
         reasons = [f"the env's settings differ from the checkpoint's ({', '.join(changed)})"]
-    elif ppo.ranks is not None:
-        reasons = ["the envs of a run over ranks restart on a resume"]
-    elif len(states) != ppo.n_envs:
-        reasons = [f"the checkpoint holds {len(states)} envs, this run has {ppo.n_envs}"]
+    elif len(states) != n_envs:
+        reasons = [f"the checkpoint holds {len(states)} envs, this run has {n_envs}"]
+    states = states[mine.start : mine.stop]
+    carry = {key: ({k: v[mine.start : mine.stop] for k, v in value.items()} if isinstance(value, dict) else value[mine.start : mine.stop])
+             for key, value in state["carry"].items()}
     if not trusted and not reasons and any("ale" in layer for entry in states for layer in entry["env"]):
         reasons = ["ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from elsewhere)"]
     if reasons:
@@ -197,10 +226,10 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
             ppo.pool.call("load_env_states", list(range(ppo.n_envs)), "", (trusted,), per_env=states)
         except StateNotRestorable as exc:
             raise CheckpointError(f"{source}: a saved env state does not fit this run's envs: {exc}") from exc
-        _put_carry(ppo, state["carry"], source)
+        _put_carry(ppo, carry, source)
 
     try:
         ppo.start_envs_as_saved(put_back)
     except StateNotRestorable as exc:
         raise CheckpointError(f"{source}: a saved env state does not fit this run's envs: {exc}") from exc
-    return f"{ppo.n_envs} envs restored as they were at step {ppo.num_timesteps}"
+    return f"{len(states)} envs restored as they were at step {ppo.num_timesteps}"

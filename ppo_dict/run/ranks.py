@@ -44,6 +44,7 @@ from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, ranks_text
 from ppo_dict.interop.trained_agent import TrainedAgent
 from ppo_dict.run import rendezvous
 from ppo_dict.run.checks import check_run
+from ppo_dict.run.env_states import entries_of, local_entries
 from ppo_dict.run.sources import RESUMED
 
 #: Seconds a collective waits for the other ranks before it gives up: torch's default (a rank may spend long in its
@@ -188,9 +189,13 @@ class RankRun:
         """``after_update`` (rank 0's services; nothing on the others) after the ranks' agreement on every update whose
         checkpoint is due (``save_due``, asked alike on every rank): a checkpoint is written when every rank reached it."""
         def after(ppo: Any) -> None:
-            if save_due(ppo.num_timesteps):
+            due = save_due(ppo.num_timesteps)
+            if due:
                 self.agree_state(ppo)
+                ppo.env_snapshot = self.gather_envs(local_entries(ppo))
             after_update(ppo)
+            if due:
+                ppo.env_snapshot = None
 
         return after
 
@@ -202,7 +207,14 @@ class RankRun:
             print(f"{signal.Signals(signum).name} received: every rank stopped after the same update ({ppo.num_timesteps} steps); "
                   "rank 0 saves the run once", file=sys.stderr, flush=True)
         self.agree_state(ppo)
+        ppo.env_snapshot = self.gather_envs(ppo.env_local if ppo.env_local is not None else local_entries(ppo))
         return signum
+
+    def gather_envs(self, local: Any) -> Optional[dict[str, Any]]:
+        """Every rank's envs (their states and the next rollout's rows, ``ppo_dict.run.env_states``) as rank 0's
+        checkpoint holds them: rank 0's value; None on the other ranks."""
+        parts = self.ranks.gather_objects(local, what="the envs' states") if self.ranks else [local]
+        return entries_of(parts) if self.writes else None
 
     def from_rank_0(self, decision: bool) -> bool:
         """Rank 0's ``decision`` on every rank (each rank asks at the same point): a choice by a clock, which every rank

@@ -17,7 +17,7 @@ from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.errors import EnvCallInterrupted, RolloutDropped, UpdateInterrupted, WorkerDiedError
 from ppo_dict.run import startup
 from ppo_dict.run.checkpoint import LastUpdate
-from ppo_dict.run.env_states import STOP_TIMEOUT, keep_snapshots, saved, take_env_states
+from ppo_dict.run.env_states import STOP_TIMEOUT, entries_of, keep_snapshots, take_env_states
 from ppo_dict.vec import EnvPool, watchdog
 
 
@@ -86,7 +86,11 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
         states = take_env_states(ppo, rollout=now if now > begun[0] else None, timeout=STOP_TIMEOUT)
         pool.close()
         last_update.restore(ppo)
-        ppo.env_snapshot = {} if states is None else {"envs": saved(states), "carry": last_update.carry}
+        local = None if states is None else (states, last_update.carry)
+        if ppo.ranks is None:
+            ppo.env_snapshot = entries_of([local])
+        else:  # every rank's together, when the ranks agree on the state rank 0 saves (RankRun.stopped)
+            ppo.env_local = local
         if say:
             where = "an update" if isinstance(exc, UpdateInterrupted) else "a rollout"
             print(f"stopped in the middle of {where} ({type(exc).__name__}: {exc}); the rollout is dropped and the state from "
