@@ -324,12 +324,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.merge is not None:
         if not os.path.exists(os.path.join(args.merge, "final.csv")):
             print(f"--merge {args.merge}: no final.csv there", file=sys.stderr)
-            return 1
+            return 2
         try:
             merged = merge(args.merge, args.out)
         except (OSError, ValueError) as exc:  # a file not read, a row not valid: nothing was written
             print(f"--merge {args.merge}: {exc}; nothing merged", file=sys.stderr)
-            return 1
+            return 2
         print("\n".join(f"merged {run}" for run in merged) or f"nothing to merge: {args.out} holds every run of {args.merge}")
         return 0
     if args.plot or args.check:
@@ -337,7 +337,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             read(os.path.join(args.out, "final.csv")), read(os.path.join(args.out, "curves.csv"))
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return 2
         if args.plot:
             plot(read(os.path.join(args.out, "curves.csv")), read(os.path.join(args.out, "final.csv")))
         text, differ = check_text(read(os.path.join(args.out, "final.csv")), read(os.path.join(args.out, "curves.csv")))

@@ -177,10 +177,10 @@ def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tm
     assert [r["run"] for r in latest(final)] == ["again", "other"]
     assert results.main(["--merge", str(there), "--out", str(here)]) == 0
     assert "nothing to merge" in capsys.readouterr().out and len(results.read(str(here / "final.csv"))) == 3
-    assert results.main(["--merge", str(tmp_path / "nowhere"), "--out", str(here)]) == 1
+    assert results.main(["--merge", str(tmp_path / "nowhere"), "--out", str(here)]) == 2
     assert "no final.csv there" in capsys.readouterr().err
     os.makedirs(tmp_path / "fifo"), os.mkfifo(tmp_path / "fifo" / "final.csv")  # read without waiting for a writer
-    assert results.main(["--merge", str(tmp_path / "fifo"), "--out", str(here)]) == 1
+    assert results.main(["--merge", str(tmp_path / "fifo"), "--out", str(here)]) == 2
     assert "is a FIFO (named pipe), not a regular file" in capsys.readouterr().err
 
 
@@ -235,14 +235,14 @@ def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_pa
     here, there = merge_folders(tmp_path)
     spoil(there)
     before = {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")}
-    assert results.main(["--merge", str(there), "--out", str(here)]) == 1
+    assert results.main(["--merge", str(there), "--out", str(here)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"--merge {there}: ") and said in err and err.rstrip().endswith("nothing merged") and "Traceback" not in err, err
     assert {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")} == before
     assert sorted(os.listdir(here)) == ["curves.csv", "final.csv"]
     for name in ("final.csv", "curves.csv"):  # --check of a spoiled folder: one message too
         (here / name).write_bytes((there / name).read_bytes())
-    assert results.main(["--check", "--out", str(here)]) == 1
+    assert results.main(["--check", "--out", str(here)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and said in err and "Traceback" not in err, err
 
