@@ -37,7 +37,7 @@ def test_model_file_loads_weights_only_and_holds_everything(tmp_path) -> None:
         ppo.learn(total_timesteps=32)
         path = save_model(ppo, str(tmp_path / "model"))
         state = torch.load(path, weights_only=True)
-        expected = model_state(ppo)
+        expected = model_state(ppo, envs=False)  # a model file holds no envs: a checkpoint does
         assert set(state) == set(expected) and state["num_timesteps"] == 32 and state["config"] == config_values(cfg)
         assert all(torch.equal(state["policy"][k], v) for k, v in expected["policy"].items())
         assert load_model_state(str(tmp_path / "model"))["format"] == "ppo_dict/1"

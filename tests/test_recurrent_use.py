@@ -269,7 +269,8 @@ def test_a_recurrent_checkpoint_restores_bit_for_bit_its_states_included() -> No
         fresh = PPO(cfg, build_env_pool(cfg))
         try:
             restore(fresh, saved, "memory")
-            assert_same(model_state(fresh), saved)
+            # the model's part (the envs' is put back when they start: tests/test_checkpoint.py)
+            assert_same(model_state(fresh, envs=False), {k: v for k, v in saved.items() if k not in ("envs", "carry")})
             fresh.start_envs()
             for arrays, group in zip(fresh.collector.states.arrays, saved["lstm_states"]):
                 for name, arr in arrays.items():

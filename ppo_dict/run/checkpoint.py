@@ -63,7 +63,7 @@ def model_state(ppo: "PPO", envs: bool = True) -> dict[str, Any]:
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
-        "log_pending": saved(dict(ppo.logger.current)),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
+        "log_pending": saved(dict(getattr(ppo.logger, "current", {}))),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
         "rng": rng_state(),
         **({} if lstm_states is None else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
     }
@@ -306,8 +306,10 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     ppo.load_optimizer(state["optimizer"], source)
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
     ppo.episodes.load_state(state)
-    ppo.logger.current.clear()
-    ppo.logger.current.update(read_saved(state["log_pending"], "log_pending") if "log_pending" in state else {})
+    pending = getattr(ppo.logger, "current", None)  # the command line's logger (sb3's API logs through its own)
+    if pending is not None:
+        pending.clear()
+        pending.update(read_saved(state["log_pending"], "log_pending") if "log_pending" in state else {})
     if ("lstm_states" in state) != ppo.cfg.recurrent or len(state.get("lstm_states", ())) != len(ppo.lstm_states() or ()):
         raise CheckpointError(f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
                               f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "

@@ -142,7 +142,7 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
         f"workers {needs.worker_memory / MB:.0f} MB",
         f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), {needs.files} more open files "
         f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
-        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
         resume_line(backend),
+        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
         f"writes: {'; '.join(written_paths(cfg))}",
     ])
