@@ -232,4 +232,5 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
         ppo.start_envs_as_saved(put_back)
     except StateNotRestorable as exc:
         raise CheckpointError(f"{source}: a saved env state does not fit this run's envs: {exc}") from exc
-    return f"{len(states)} envs restored as they were at step {ppo.num_timesteps}"
+    whose = "" if ppo.ranks is None else f" of {n_envs} (this rank's)"
+    return f"{len(states)} envs{whose} restored as they were at step {ppo.num_timesteps}"

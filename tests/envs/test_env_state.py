@@ -109,7 +109,7 @@ def test_atari_with_sb3s_atari_wrapper_and_frame_stacking_steps_on_as_it_would_h
 
 
 @needs("gl")
-@pytest.mark.parametrize("env_id", ["Reacher-v5", "Hopper-v5"])
+@pytest.mark.parametrize("env_id", ["Reacher-v5", pytest.param("Hopper-v5", marks=pytest.mark.slow)])
 def test_rendered_pixels_step_on_as_they_would_have(env_id) -> None:
     """The pixel env's camera included: gymnasium's renderer points it at its first render, from the state of then."""
     spec = resolve_env_name(env_id, pixel=PixelOptions(48, False, env_id == "Hopper-v5"), frame_stack=2)
