@@ -19,10 +19,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tests.envs.test_env_state import same
 from tests.faults.lines import Lines
 from tests.test_checkpoint import assert_same, without_config
 from ppo_dict.core.files import load_model_state
@@ -49,7 +49,7 @@ def assert_same_run(a, b, total: int) -> None:
     a_envs, b_envs = (without_wall_times(read_saved(end.pop("envs"), "envs")) for end in (a_end, b_end))
     assert all(e["env"] is not None for e in b_envs)
     assert_same(without_config(b_end), without_config(a_end))
-    assert same_plain(b_envs, a_envs)
+    assert same(b_envs, a_envs)
     assert rows(b / "progress.csv") == rows(a / "progress.csv")
     assert rows(b / "monitor.csv", ("t",)) == rows(a / "monitor.csv", ("t",))
 
@@ -61,16 +61,6 @@ def without_wall_times(value):
     if isinstance(value, (list, tuple)):
         return type(value)(without_wall_times(v) for v in value)
     return value
-
-
-def same_plain(a, b) -> bool:
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(same_plain(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_plain(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
-    return type(a) is type(b) and (a == b or (a != a and b != b))
 
 
 def start(*args: str) -> subprocess.Popen:
