@@ -280,3 +280,24 @@ def test_sb3s_python_api_in_a_torchrun_script_is_refused_with_one_message(monkey
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(ConfigError, match=r"torchrun started this script \(2 ranks\): sb3's Python API trains in one process"):
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=8, batch_size=8)
+
+
+def test_a_restarted_group_sees_only_its_own_attempts_keys_in_the_store_that_outlived_the_last() -> None:
+    """torchrun's store outlives a ``--max-restarts`` restart: each attempt's keys (gloo's addresses, the faults and
+    the roll call) live under its restart count, so a restarted rank never reads the lost group's (a dead rank's
+    address: "Connection refused")."""
+    from datetime import timedelta
+
+    from ppo_dict.run import rendezvous
+
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    info = RankInfo(0, 1, 0, 1, "localhost")
+    first = rendezvous.store(info, {**env, "TORCHELASTIC_RESTART_COUNT": "0"})
+    first.set("default_pg/rank_0", "the lost group's address")
+    again = rendezvous.store(info, {**env, "TORCHELASTIC_RESTART_COUNT": "1"})
+    assert not again.check(["default_pg/rank_0"]) and first.check(["default_pg/rank_0"])
+    again.set("default_pg/rank_0", "this group's")
+    assert first.get("default_pg/rank_0") == b"the lost group's address"
+    assert agent.get(f"{rendezvous.ATTEMPT}1/default_pg/rank_0") == b"this group's"

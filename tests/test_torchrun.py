@@ -332,3 +332,24 @@ def test_every_ranks_envs_reach_the_checkpoint_and_a_resumed_two_rank_run_is_the
     assert code == 0, err
     assert "(3 envs of 5 (this rank's) restored as they were at step 160)" in out, out  # rank 0's 3, rank 1's 2
     same_ends(whole, halves)
+
+@pytest.mark.slow
+def test_a_rank_killed_then_torchrun_restarting_the_group_with_resume_auto_is_the_run_never_killed(tmp_path) -> None:
+    """``torchrun --max-restarts 1``: rank 1 SIGKILLed after the first checkpoint, every rank ends, torchrun starts the
+    group again, whose ``--resume auto`` continues from the last checkpoint to the numbers of the run never killed."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    args = [*RUN, "--total_timesteps", "800", "--save_freq", "80", "--n_epochs", "4"]
+    code, out, err = run_cli([*args, "--run_dir", str(whole)])
+    assert code == 0, err
+    run = Torchrun([*args, "--resume", "auto", "--run_dir", str(killed)], launcher=("--max-restarts", "1"))
+    deadline = time.monotonic() + 120
+    while not list((killed / "checkpoints").glob("checkpoint_*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = run.rank_pid(1)
+    assert pid is not None and list((killed / "checkpoints").glob("checkpoint_*.pt")), "no checkpoint within 120 s"
+    os.kill(pid, signal.SIGKILL)
+    code, out, err = run.finish(timeout=240)
+    assert code == 0, err
+    assert run.left() == []
+    assert "resumed from" in out and "(this rank's) restored as they were at step" in out, out
+    same_ends(whole, killed)

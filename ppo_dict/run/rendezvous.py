@@ -28,8 +28,12 @@ TIMEOUT_VARIABLE = "PPO_DICT_RENDEZVOUS_TIMEOUT"
 RENDEZVOUS_TIMEOUT = 300.0
 #: seconds between the lines a waiting rank prints
 WAIT_LINE = 15.0
-#: each rank's key in the store once it reached it (under the restart count: torchrun's store outlives a restart)
+#: each rank's key in the store once it reached it
 JOINED = "ppo_dict/joined/"
+#: the prefix of every key one attempt of the group writes (torchrun's restart count after it): torchrun's store
+#: outlives a restart (``--max-restarts``), and a restarted group that read the lost group's keys would connect to
+#: its dead ranks' addresses (gloo's "Connection refused") and see its faults and roll call as its own
+ATTEMPT = "ppo_dict/attempt/"
 
 
 def rendezvous_timeout(env: Mapping[str, str]) -> float:
@@ -88,8 +92,9 @@ def reach(host: str, port: int, wait: Waiting) -> None:
 
 
 def store(info: RankInfo, env: Mapping[str, str], log: TextIO = sys.stderr) -> Any:
-    """The store at ``MASTER_ADDR:MASTER_PORT`` once every rank of the run reached it, within the rendezvous timeout;
-    its timeout then set to ``group_timeout`` by the caller. :class:`RankError` names the address when it fails."""
+    """The store at ``MASTER_ADDR:MASTER_PORT`` once every rank of the run reached it, within the rendezvous timeout,
+    seen under this attempt's prefix (:data:`ATTEMPT`); its timeout then set to ``group_timeout`` by the caller.
+    :class:`RankError` names the address when it fails."""
     import torch.distributed as dist
 
     host, port = env["MASTER_ADDR"].strip(), int(env["MASTER_PORT"])
@@ -103,11 +108,11 @@ def store(info: RankInfo, env: Mapping[str, str], log: TextIO = sys.stderr) -> A
     except Exception as exc:  # noqa: BLE001 (torch's DistNetworkError, RuntimeError: the port taken, the host gone)
         raise RankError(f"{info.name}: cannot {'host' if hosts else 'reach'} the store at {host}:{port} (MASTER_ADDR:MASTER_PORT): "
                         f"{' '.join(str(exc).split())[:200]}") from None
-    prefix = f"{JOINED}{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-    found.set(f"{prefix}{info.rank}", info.host)
-    keys = [f"{prefix}{r}" for r in range(info.world)]
-    while not found.check(keys):
-        missing = [str(r) for r, key in enumerate(keys) if not found.check([key])]
+    attempt = dist.PrefixStore(f"{ATTEMPT}{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", found)
+    attempt.set(f"{JOINED}{info.rank}", info.host)
+    keys = [f"{JOINED}{r}" for r in range(info.world)]
+    while not attempt.check(keys):
+        missing = [str(r) for r, key in enumerate(keys) if not attempt.check([key])]
         wait.tick(f"rank {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''} to join")
         time.sleep(0.5)
-    return found
+    return attempt
