@@ -1,17 +1,20 @@
 """Shared fixtures: every test runs torch single-threaded (bit-exactness needs the same thread
-count on both sides of a parity test; MKL's QR differs between 1 and 2 threads), and Godot tests
-fail if they leave a game process behind."""
+count on both sides of a parity test; MKL's QR differs between 1 and 2 threads) and leaves the process as it
+found it (tests/process_state.py), and Godot tests fail if they leave a game process behind."""
 import gc
 import os
 import random
 import signal
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the parity suite's folder (sb3 beside ppo_dict): ``make test`` runs it shuffled
+PARITY = Path(ROOT) / "tests" / "parity"
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -46,11 +49,15 @@ def _a_quiet_machine(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_torch_thread_and_the_process_restored():
+    """Every test on one torch thread, and the process as it was after it: a command line's entry point called in
+    this process leaves its signal handlers, watchdog, threads, RNG streams and environment variables behind
+    (tests/process_state.py), and no test may depend on what another left."""
+    from tests.process_state import restored
+
+    with restored():
+        torch.set_num_threads(1)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +107,8 @@ _skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the su
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Run the suite in another order, or collect garbage between tests: nothing a test asserts may
     depend on what ran before it in the process (``make test-orders``)."""
-    parser.addoption("--order", default="file", help="file (the default), reverse, or random:SEED (a shuffle, seeded)")
+    parser.addoption("--order", default="file", help="file (the default), reverse, random:SEED (a shuffle, seeded), or "
+                                                     "parity-random:SEED (the parity suite's tests shuffled among their places)")
     parser.addoption("--gc-between-tests", action="store_true", help="gc.collect() after every test")
 
 
@@ -109,8 +117,14 @@ def _reorder(items: list[pytest.Item], order: str) -> None:
         items.reverse()
     elif order.startswith("random:"):
         random.Random(order.partition(":")[2]).shuffle(items)
+    elif order.startswith("parity-random:"):  # make test: the parity suite once, shuffled; the rest in file order
+        places = [i for i, item in enumerate(items) if PARITY in item.path.parents]
+        shuffled = [items[i] for i in places]
+        random.Random(order.partition(":")[2]).shuffle(shuffled)
+        for i, item in zip(places, shuffled):
+            items[i] = item
     elif order != "file":
-        raise pytest.UsageError(f"--order {order!r}: expected file, reverse or random:SEED")
+        raise pytest.UsageError(f"--order {order!r}: expected file, reverse, random:SEED or parity-random:SEED")
 
 
 @pytest.fixture(autouse=True)

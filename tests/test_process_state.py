@@ -1,0 +1,25 @@
+"""A training run called in this process (the command line's entry point) changes the process's signal handlers,
+watchdog, RNG streams and more; the fixture every test runs under (tests/process_state.py) puts all of it back."""
+from __future__ import annotations
+
+import os
+import signal
+
+from tests.process_state import differences, restored, snapshot
+
+
+def test_an_in_process_run_changes_the_process_and_the_fixture_puts_every_part_back(tmp_path, capfd) -> None:
+    from ppo_dict import main_ppo
+
+    with restored() as before:
+        os.environ["PPO_DICT_TEST_LEFT_BEHIND"] = "1"
+        code = main_ppo.main(["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "16",
+                              "--batch_size", "32", "--n_epochs", "1", "--total_timesteps", "32", "--seed", "0",
+                              "--progress", "none", "--plot", "False", "--run_dir", str(tmp_path / "run")])
+        assert code == 0, capfd.readouterr().err
+        changed = differences(before, snapshot())
+        # what a run takes for its lifetime (the stop signals' handlers, the watchdog's SIGALRM), and its streams
+        assert {"handlers", "environ", "torch"} <= set(changed), changed
+        assert signal.getsignal(signal.SIGALRM) is not before["handlers"][int(signal.SIGALRM)]
+    assert differences(before, snapshot()) == []
+    assert "PPO_DICT_TEST_LEFT_BEHIND" not in os.environ
