@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, channel_first
 
 
 def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -40,7 +40,7 @@ def terminal_batch(storage: RolloutStorage, envs: np.ndarray, device: torch.devi
         source = torch.from_numpy(arr)  # [n_envs, *shape], each env's row aligned (step_major)
         gathered = torch.index_select(source, 0, index, out=host_buffer((len(envs), *source.shape[1:]), source.dtype, device))
         on_device = gathered.to(device, non_blocking=True)
-        batch[key] = on_device.permute(0, 3, 1, 2) if key in storage.channel_last_keys else on_device
+        batch[key] = channel_first(on_device) if key in storage.channel_last_keys else on_device
     return batch if storage.is_dict_obs else batch[OBS_KEY]
 
 

@@ -160,7 +160,7 @@ class ShardWork:
         self.draws = [[tensors[f"draw/{slot}/{i}"] for i in range(len(program.draws))] for slot in (0, 1)]
         self.matrices = [tensors.get(f"matrices/{slot}") for slot in (0, 1)]
         s = storage
-        self.views = {k: torch.from_numpy(v).permute(0, 1, 4, 2, 3) if k in s.channel_last_keys else torch.from_numpy(v) for k, v in s.obs.items()}
+        self.views = s.obs_views()
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)
         self.to_env = policy.action_spec.to_env
         self.env_actions = s.env_actions.reshape(n, s.action_dim)

@@ -29,7 +29,7 @@ from stable_baselines3.common.utils import configure_logger
 
 from ppo_dict.api.buffer import batch_obs, keep_after_learn
 from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_step
-from ppo_dict.data.storage import OBS_KEY, obs_parts
+from ppo_dict.data.storage import OBS_KEY, channel_first, obs_parts
 
 if TYPE_CHECKING:
     from ppo_dict.algo.ppo import PPO as Trainer
@@ -125,7 +125,7 @@ class CallbackHooks:
             for key in changed:
                 parts[key] = s.terminal_obs[key][i].reshape(np.shape(parts[key])).copy()
             for key in transposed:
-                parts[key] = np.transpose(parts[key], (2, 0, 1))
+                parts[key] = channel_first(parts[key])
             infos[i] = {**infos[i], "terminal_observation": type(raw)(parts) if isinstance(raw, dict) else parts[OBS_KEY]}
         return infos
 

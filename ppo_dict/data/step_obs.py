@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, obs_to_tensor
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, channel_first, obs_to_tensor
 
 
 class StepObsToDevice:
@@ -32,9 +32,7 @@ class StepObsToDevice:
 
     def refresh(self) -> None:
         """Tensors of the storage's current observation arrays (call again after ``own_obs_stage``)."""
-        # channel-last images are seen as [C, H, W] views, as sb3's VecTransposeImage shows them (permute = moveaxis)
-        self.views = {k: torch.from_numpy(v).permute(0, 1, 4, 2, 3) if k in self.storage.channel_last_keys else torch.from_numpy(v)
-                      for k, v in self.storage.obs.items()}
+        self.views = self.storage.obs_views()
 
     def __call__(self, t: int) -> TensorObs:
         if not self.pinned:
@@ -50,7 +48,7 @@ class StepObsToDevice:
             staging.copy_(torch.from_numpy(arr))
             on_device[key] = staging.to(self.device, non_blocking=True)
             if key in self.storage.channel_last_keys:
-                on_device[key] = on_device[key].permute(0, 3, 1, 2)
+                on_device[key] = channel_first(on_device[key])
         return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]
 
     def masks(self, masks: torch.Tensor, t: int, span: slice) -> torch.Tensor:

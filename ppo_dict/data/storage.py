@@ -123,13 +123,19 @@ def channel_last_keys(space: spaces.Space) -> frozenset[str]:
     return frozenset(k for k, sub in storage_keys(space).items() if is_channel_last(sub))
 
 
+def channel_first(images: Any) -> Any:
+    """Channel-last images ``[..., H, W, C]`` seen as ``[..., C, H, W]``: a view (a numpy array's or a tensor's), as
+    sb3's ``VecTransposeImage`` shows them to its policy. The one place an image's axes are moved."""
+    return torch.movedim(images, -1, -3) if isinstance(images, torch.Tensor) else np.moveaxis(images, -1, -3)
+
+
 def policy_view(obs: dict[str, np.ndarray], channel_last: frozenset[str], dict_obs: bool) -> PolicyObs:
     """``[B, ...]`` batches in the policy's input form: channel-last images as transposed *views*
     ``[B, C, H, W]`` (sb3's VecTransposeImage hands its policy the same non-contiguous view, and a
     convolution rounds differently on another memory layout: 3.7e-9 in the actions); the single
     array, or the dict for Dict spaces."""
     if channel_last:
-        obs = {k: np.moveaxis(v, -1, -3) if k in channel_last else v for k, v in obs.items()}
+        obs = {k: channel_first(v) if k in channel_last else v for k, v in obs.items()}
     return obs if dict_obs else obs[OBS_KEY]
 
 
@@ -314,10 +320,8 @@ class RolloutStorage:
             return self.as_policy_input({key: np.array(one).reshape((-1, *self.obs_layout[key][0])) for key, one in returned.items()})
         obs = {}
         for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
-            if key in self.channel_last_keys:
-                obs[key] = np.transpose(one, (2, 0, 1)).reshape((-1, one.shape[2], *one.shape[:2]))
-            else:
-                obs[key] = one.reshape((-1, *one.shape))
+            view = channel_first(one) if key in self.channel_last_keys else one
+            obs[key] = view.reshape((-1, *view.shape))
         return obs if self.is_dict_obs else obs[OBS_KEY]
 
     def carry_over(self, row: Optional[int] = None) -> None:
@@ -338,6 +342,11 @@ class RolloutStorage:
                     states.write(self.n_steps, states.at(row, group), group)
             states.carry_over()
 
+    def obs_views(self) -> dict[str, torch.Tensor]:
+        """Tensors of the observation arrays ``[n_steps + 1, n_envs, ...]``, channel-last images seen as ``[C, H, W]``
+        views, as sb3's VecTransposeImage shows them (call again after :meth:`own_obs_stage`)."""
+        return {k: channel_first(torch.from_numpy(v)) if k in self.channel_last_keys else torch.from_numpy(v) for k, v in self.obs.items()}
+
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:
         """Env-major flattened copies (``flat index = env * n_steps + step``), as sb3's swap_and_flatten."""
@@ -347,7 +356,7 @@ class RolloutStorage:
 
         # sb3's buffer holds transposed images contiguously, so training minibatches are contiguous [C, H, W]
         obs = {key: flat(arr[: self.n_steps]) for key, arr in self.obs.items()}
-        obs = {k: np.ascontiguousarray(np.moveaxis(v, -1, -3)) if k in self.channel_last_keys else v for k, v in obs.items()}
+        obs = {k: np.ascontiguousarray(channel_first(v)) if k in self.channel_last_keys else v for k, v in obs.items()}
         return {
             "observations": obs if self.is_dict_obs else obs[OBS_KEY],
             "actions": flat(self.actions),

@@ -38,7 +38,7 @@ from ppo_dict.core.errors import ExportError
 from ppo_dict.core.files import atomic_write
 from ppo_dict.data.actions import mask_sizes
 from ppo_dict.data.masking import METHOD
-from ppo_dict.data.storage import OBS_KEY, channel_last_keys, obs_layout, obs_parts
+from ppo_dict.data.storage import OBS_KEY, channel_first, channel_last_keys, obs_layout, obs_parts
 
 #: ONNX opset of the exported graph (torch's exporter's own default)
 OPSET = 18
@@ -95,7 +95,7 @@ class DeterministicPolicy(nn.Module):
             x = (obs[key].double() - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
             obs[key] = x.clamp(-self.clip_obs, self.clip_obs).float()
         for key in self.channel_last:  # [B, H, W, C] -> [B, C, H, W], as sb3's VecTransposeImage
-            obs[key] = obs[key].permute(0, 3, 1, 2)
+            obs[key] = channel_first(obs[key])
         obs = obs if self.dict_obs else obs[OBS_KEY]
         if self.recurrent:
             states = inputs[len(self.keys):len(self.keys) + len(self.state_inputs)]
