@@ -44,25 +44,26 @@ def test_cpus_taken_elsewhere_leave_the_layout_fewer(monkeypatch) -> None:
     assert plan_layout(8, None, None).processes == 1
 
 
-def busy_loop(seconds: float, started=None) -> None:
-    if started is not None:
+def busy_loop(seconds: float, started=None, go=None) -> None:
+    if started is not None:  # said it is ready, then waits for the others
         started.set()
+        go.wait(10)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
 
 
 @contextlib.contextmanager
-def burners(seconds: float) -> Iterator[None]:
-    """A CPU burner on each of two CPUs (this process pinned to them, the burners with it) for ``seconds`` from their
-    start, which the body begins at."""
+def burners(seconds: float) -> Iterator[list[int]]:
+    """A CPU burner on each of two CPUs (this process pinned to them, the burners with it), all started, then burning
+    for ``seconds`` from when the body begins; the burners' pids."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("one CPU: two burners beside a run need two")
     os.sched_setaffinity(0, cpus[:2])
     ctx = multiprocessing.get_context("fork")
-    started = [ctx.Event(), ctx.Event()]
-    procs = [ctx.Process(target=busy_loop, args=(seconds, event)) for event in started]
+    started, go = [ctx.Event(), ctx.Event()], ctx.Event()
+    procs = [ctx.Process(target=busy_loop, args=(seconds, event, go)) for event in started]
     try:
         if machine.cpu_budget()[0] < 2:
             pytest.skip("a cgroup CPU quota of one CPU")
@@ -70,7 +71,8 @@ def burners(seconds: float) -> Iterator[None]:
             p.start()
         for event in started:
             event.wait(10)
-        yield
+        go.set()
+        yield [p.pid for p in procs]
     finally:
         for p in procs:
             if p.pid is not None:
@@ -88,15 +90,23 @@ def test_a_load_that_lasts_leaves_the_layout_fewer_cpus(monkeypatch) -> None:
 
 
 def test_a_blip_at_start_is_not_a_load(monkeypatch) -> None:
-    """Two burners that end 0.1 s into the look (a command's last moments): its first part sees them, as the single
-    0.2 s look that planned a run on one CPU did; its second finds the CPUs free, and the layout takes every CPU."""
-    if load.busy_elsewhere(0.3) >= 0.3:
-        pytest.skip("other processes keep this machine's CPUs busy: a blip cannot be told from their load")
+    """Burners that end 0.15 s into the look (a command's last moments): its first part sees them, as the single 0.2 s
+    look that planned a run on one CPU did; its second finds the CPUs free, and the layout takes every CPU. The watch
+    counts the burners' CPU time alone against the wall clock (what else this host runs meanwhile, other sessions'
+    tests, is not part of the blip), from a BUSY of 0.2 (on such a busy host the burners get a quarter of the CPUs)."""
+    monkeypatch.setattr(load, "BUSY", 0.2)
     seen: list[float] = []
     real = load.look_at_start
     monkeypatch.setattr(load, "look_at_start", lambda: seen.extend(real()) or seen)
     monkeypatch.setattr(load, "_at_start", None)
-    with burners(0.1):
+    with burners(0.15) as pids:
+        burnt: dict[int, int] = {}  # each burner's CPU ticks, kept once it has exited and been reaped
+
+        def burners_ticks(cpus=None) -> tuple[int, int]:
+            burnt.update({pid: max(burnt.get(pid, 0), load.process_ticks([pid])) for pid in pids})
+            return sum(burnt.values()), int(time.monotonic() * os.sysconf("SC_CLK_TCK") * 2)
+
+        monkeypatch.setattr(load, "cpu_ticks", burners_ticks)
         layout = plan_layout(8, None, None)
     assert seen[0] >= load.BUSY and min(seen) < load.BUSY, seen
     assert layout.processes == 1 and layout.cpus == 2 and layout.cpu_source == machine.AFFINITY
