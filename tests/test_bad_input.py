@@ -86,9 +86,9 @@ def test_more_workers_or_threads_than_4x_the_cores_need_oversubscribe() -> None:
     two_cores = dataclasses.replace(ROOMY, cpus=2)
     cfg = Config(env="gym_CartPole-v1", num_workers=9, n_envs=9, update_threads=9, n_steps=8, batch_size=8)
     assert problems(cfg, two_cores) == [
-        "num_workers=9: more than 4x the 2 usable CPU cores (8); use at most 8, or --oversubscribe True if you mean it "
+        "num_workers=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, or --oversubscribe True if you mean it "
         "(slow envs, such as games, may want more workers than cores)",
-        "update_threads=9: more than 4x the 2 usable CPU cores (8); use at most 8, or --oversubscribe True if you mean it "
+        "update_threads=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, or --oversubscribe True if you mean it "
         "(slow envs, such as games, may want more workers than cores)"]
     check = check_run(cfg.replace(oversubscribe=True), machine=two_cores)
     assert check.needs.workers == 8 and check.needs.threads == 9  # the main process steps one worker's share

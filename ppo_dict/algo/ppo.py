@@ -28,13 +28,16 @@ from ppo_dict.algo.recurrent_update import recurrent_update
 from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
+from ppo_dict.core.layout import load_gone_note
 from ppo_dict.core.load import BUSY, LoadWatch, busy_at_start
 from ppo_dict.core.logger import Logger
+from ppo_dict.core.machine import cpu_budget
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.envs import contains_image
 from ppo_dict.vec import EnvPool
+from ppo_dict.vec.vec_env_pool import VecEnvPool
 
 
 def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
@@ -266,13 +269,19 @@ class PPO:
     def train(self, progress_remaining: float) -> dict[str, float]:
         """One PPO update over the stored rollout; logs ``train/*``. Where other processes kept the CPUs busy
         through the rollout (:class:`~ppo_dict.core.load.LoadWatch`), the update keeps ``torch_threads`` (the
-        first update proved the cores' threads give its bits, not that they are free) and the pool's waits sleep."""
+        first update proved the cores' threads give its bits, not that they are free) and the pool's waits sleep. A layout
+        that a load at start planned on fewer CPUs stays; once that load has gone, a note says which flag gives the full one."""
         settings = self._update_settings(progress_remaining)
         busy = self.load.look(self.pool_pids())
         shared = busy is not None and busy >= BUSY
         if busy is not None:
             self.timing.busy_elsewhere = busy
             self.pool.adapt(shared)
+        if self.load.gone() and self.cfg.verbose and self.ranks is None and not isinstance(self.pool, VecEnvPool):
+            unit = self.pool.backend.unit  # the layout stays as planned; the note names the flag that gives the full one
+            note = load_gone_note(self.cfg.layout(unit), self.cfg.layout(unit, cpu_budget()))
+            if note:
+                print(note, file=sys.stderr, flush=True)
         self.phase = "update"
         try:
             if self.stop_asked():  # a stop that came after the rollout: the update is dropped as if it had begun

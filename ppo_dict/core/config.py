@@ -145,7 +145,7 @@ class Config:
     shard_policy: bool = _opt(True, "each process that steps envs (the workers, and the main process for its share) samples their actions itself, from the parameters in shared memory and the step's random numbers drawn by the main process in sb3's order, so the policy step stops being every step's serial part; used where a start probe finds each process's rows equal to the whole batch's bit for bit on this CPU (the start line says which and why), else the main process samples every env's; the numbers are sb3's either way", parse_bool, "workers")
     double_buffer: bool = _opt(False, "two halves of the envs alternate: the policy samples one half's actions while the workers step the other (faster where the policy is costly; deterministic, not bit-exact with sb3)", parse_bool, "workers")
     step_timeout: float = _opt(60.0, "seconds one env step or reset may take before it is declared hung and the run ends: in a worker (WorkerTimeoutError), or in the main process (EnvTimeoutError, raised in the hung call by a watchdog thread; a call stuck in C code that never returns to Python ends the process 2 s later without saving; C code that also holds the GIL stops every thread of the process: a guard process SIGKILLs the run 1 s after that, exit status 137)", float, "workers", range=(0.0, MAX_TIMEOUT, True, False))
-    oversubscribe: bool = _opt(False, "allow more worker processes (num_workers) or torch threads than 4x the usable CPU cores: slow envs (games that wait on rendering or a network) may want many more workers than cores; without it such a layout is refused", parse_bool, "workers")
+    oversubscribe: bool = _opt(False, "allow more worker processes (num_workers) or torch threads than 4x the CPUs this process may run on (its affinity mask, a cgroup CPU quota): slow envs (games that wait on rendering or a network) may want many more workers than cores; without it such a layout is refused", parse_bool, "workers")
 
     # System and output
     device: str = _opt("auto", "torch device: auto | cpu | cuda | cuda:N (auto: cpu for MLP policies, bit-exact with sb3; cuda for image policies when a GPU is present)", str, "system")
@@ -225,12 +225,13 @@ class Config:
                     shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False,
                     lstm_kwargs=dict(self.lstm_kwargs))
 
-    def layout(self, unit: int = 1) -> Layout:
-        """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable
-        CPU by default, any ``n_envs`` split over them), for envs in whole ``unit``s (a Godot game's agents)."""
-        if unit == 1:
+    def layout(self, unit: int = 1, cpus: Optional[tuple[int, str]] = None) -> Layout:
+        """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable CPU by default, any
+        ``n_envs`` split over them), for envs in whole ``unit``s (a Godot game's agents); ``cpus``: planned on these instead."""
+        if unit == 1 and cpus is None:
             return self._layout
-        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer, unit)
+        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer, unit,
+                           cpus)
 
     @cached_property
     def _layout(self) -> Layout:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterator, Optional, Sequence
 
-from ppo_dict.core.load import available_cpus
+from ppo_dict.core.load import GONE_AFTER, available_cpus
 
 #: Envs this process's share gives up per worker process it commands (:func:`main_share`).
 WAKE_COST_ENVS = 0.5
@@ -260,3 +260,15 @@ def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_
         problems.append(f"main_envs={main_envs!r}: must be a multiple of {unit} in [0, {largest}] for {n} envs{of} beside "
                         f"{processes} worker process{'es' * (processes != 1)}, each keeping some")
     return problems
+
+
+def load_gone_note(planned: Layout, full: Layout) -> str:
+    """What a run says once the other processes' load that shaped its layout at start has gone (:data:`GONE_AFTER`
+    updates without it): the layout stays as planned (it changes no number, and a run stays predictable), and the
+    flag that gives ``full`` (the same settings on every CPU of the budget). ``""`` where the load changed nothing
+    (a layout asked for, one env)."""
+    if (planned.processes, planned.main) == (full.processes, full.main):
+        return ""
+    return (f"note: the load that left this run {planned.usable_cpus} has gone (the last {GONE_AFTER} updates found the CPUs "
+            f"free); the layout stays as planned; --num_workers {full.num_workers} gives a run the full layout on "
+            f"{full.usable_cpus}, whatever the load at its start")

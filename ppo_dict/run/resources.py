@@ -24,7 +24,7 @@ from ppo_dict.data.storage import channel_last_keys, obs_layout, policy_view, st
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.shared_memory import plan_layout, shared_memory_problem
 
-#: More worker processes or torch threads than this many per usable core is refused without --oversubscribe.
+#: More worker processes or torch threads than this many per CPU this process may run on is refused without --oversubscribe.
 CORES_FACTOR = 4
 MB = 2**20
 #: Memory one worker adds, by start method. Measured with CartPole, Reacher (MuJoCo) and test_dummy
@@ -144,12 +144,12 @@ def resource_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
 
 
 def core_problems(cfg: Config, machine: Machine) -> list[str]:
-    """More workers or torch threads than :data:`CORES_FACTOR` per usable core, without ``--oversubscribe``."""
+    """More workers or torch threads than :data:`CORES_FACTOR` per CPU this process may run on, without ``--oversubscribe``."""
     most = CORES_FACTOR * machine.cpus
     if cfg.oversubscribe:
         return []
     asked = {"num_workers": cfg.num_workers or 0, "torch_threads": cfg.torch_threads, "update_threads": cfg.update_threads or 0}
-    return [f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} usable CPU cores ({most}); use at most {most}, "
+    return [f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} CPUs this process may run on ({most}); use at most {most}, "
             f"or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"
             for name, count in asked.items() if count > most]
 
