@@ -32,7 +32,7 @@ import torch
 from ppo_dict.algo.lstm_inference import step_loop
 from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
 from ppo_dict.algo.rollout_step import layers_of, run
-from ppo_dict.algo.update import GradientStep, UpdateLog, UpdateSettings, run_epochs, update_logs
+from ppo_dict.algo.update import GradientStep, Masked, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
 from ppo_dict.data.recurrent import LstmStates, SequencePlan, env_change, rotated_indices
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
 
@@ -144,35 +144,10 @@ def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: t
 
 
 def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
-    """``RecurrentPPO.train``'s loss of one minibatch, expression for expression; records its parts in ``log``.
+    """``RecurrentPPO.train``'s loss of one minibatch: PPO's (:func:`~ppo_dict.algo.update.evaluated_loss`), each term a
+    mean over the real transitions (:class:`~ppo_dict.algo.update.Masked`); records its parts in ``log``.
     Returns ``(loss, approx_kl)``."""
-    mask = batch.mask
-    values, log_prob, entropy = evaluate(batch, batch.actions)
-    values = values.flatten()
-    advantages = batch.advantages
-    if settings.normalize_advantage:  # over the real transitions; no single-sample guard (sb3-contrib has none)
-        advantages = (advantages - advantages[mask].mean()) / (advantages[mask].std() + 1e-8)
-    ratio = torch.exp(log_prob - batch.old_log_prob)
-    policy_loss_1 = advantages * ratio
-    policy_loss_2 = advantages * torch.clamp(ratio, 1 - settings.clip_range, 1 + settings.clip_range)
-    policy_loss = -torch.mean(torch.min(policy_loss_1, policy_loss_2)[mask])
-    log.pg_losses.append(policy_loss.item())
-    with torch.no_grad():  # a logged figure: the same values without autograd nodes
-        log.clip_fractions.append(torch.mean((torch.abs(ratio - 1) > settings.clip_range).float()[mask]).item())
-    if settings.clip_range_vf is None:
-        values_pred = values
-    else:
-        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
-    value_loss = torch.mean(((batch.returns - values_pred) ** 2)[mask])
-    log.value_losses.append(value_loss.item())
-    entropy_loss = -torch.mean(-log_prob[mask]) if entropy is None else -torch.mean(entropy[mask])  # None: squashed gSDE
-    log.entropy_losses.append(entropy_loss.item())
-    loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
-    log.loss = loss
-    with torch.no_grad():
-        log_ratio = log_prob - batch.old_log_prob
-        approx_kl_div = torch.mean(((torch.exp(log_ratio) - 1) - log_ratio)[mask]).cpu().numpy()
-    return loss, approx_kl_div
+    return logged_loss(evaluated_loss(evaluate(batch, batch.actions), batch, settings, Masked(batch.mask)), log)
 
 
 def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,

@@ -179,8 +179,25 @@ class LossTerms:
     approx_kl: torch.Tensor
 
 
+class Mean:
+    """How one minibatch's loss terms are averaged (sb3 ``PPO.train``'s own: ``torch.mean`` over its rows), its
+    advantages normalised (per minibatch, unbiased std, skipped for a single sample: sb3 GH#325) and its value loss
+    taken (``F.mse_loss``). :class:`Share` and :class:`Masked` are the other two ways."""
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mean(x)
+
+    def advantages(self, advantages: torch.Tensor, normalize: bool) -> torch.Tensor:
+        if normalize and len(advantages) > 1:
+            return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return advantages
+
+    def value_loss(self, returns: torch.Tensor, values_pred: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(returns, values_pred)
+
+
 @dataclass(frozen=True)
-class Share:
+class Share(Mean):
     """This process's share of a minibatch split over ranks (``ppo_dict.algo.distributed``): its rows of a global
     minibatch of ``size`` rows, whose advantage ``(mean, std)`` (sb3's, over the global minibatch) are given
     (None: not normalised). Each mean becomes this share's part of the global mean (its sum over ``size``), so the
@@ -192,24 +209,59 @@ class Share:
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         return x.sum() / self.size
 
+    def advantages(self, advantages: torch.Tensor, normalize: bool) -> torch.Tensor:
+        if self.advantage_stats is None:
+            return advantages
+        return (advantages - self.advantage_stats[0]) / (self.advantage_stats[1] + 1e-8)
+
+    def value_loss(self, returns: torch.Tensor, values_pred: torch.Tensor) -> torch.Tensor:
+        return self.mean((returns - values_pred) ** 2)
+
+
+@dataclass(frozen=True)
+class Masked(Mean):
+    """A padded sequence minibatch (sb3-contrib's ``RecurrentPPO.train``): every mean over the real transitions
+    (``mask``, bool), advantages normalised over them with no single-sample guard, the value loss a masked mean."""
+
+    mask: torch.Tensor
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mean(x[self.mask])
+
+    def advantages(self, advantages: torch.Tensor, normalize: bool) -> torch.Tensor:
+        if not normalize:
+            return advantages
+        return (advantages - advantages[self.mask].mean()) / (advantages[self.mask].std() + 1e-8)
+
+    def value_loss(self, returns: torch.Tensor, values_pred: torch.Tensor) -> torch.Tensor:
+        return self.mean((returns - values_pred) ** 2)
+
+
+#: sb3 PPO's own means
+PLAIN = Mean()
+
 
 def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, evaluate: Optional[GaussianEvaluate] = None,
                share: Optional[Share] = None) -> LossTerms:
-    """sb3 ``PPO.train``'s loss of one minibatch, expression for expression, and the parts it logs.
-    ``evaluate``: the lean ``evaluate_actions`` where it applies (:meth:`GaussianEvaluate.of`); ``share``: these
-    rows are one rank's share of a global minibatch (each term its part of the global mean), None: sb3's own."""
+    """sb3 ``PPO.train``'s loss of one minibatch (:func:`evaluated_loss`). ``evaluate``: the lean ``evaluate_actions``
+    where it applies (:meth:`GaussianEvaluate.of`); ``share``: these rows are one rank's share of a global minibatch
+    (each term its part of the global mean), None: sb3's own."""
     if evaluate is not None:
-        values, log_prob, entropy = evaluate(batch.obs, batch.actions)
+        evaluated = evaluate(batch.obs, batch.actions)
     else:
-        values, log_prob, entropy = policy.evaluate_actions(batch.obs, batch.actions, batch.action_masks)  # MaskablePPO passes masks
+        evaluated = policy.evaluate_actions(batch.obs, batch.actions, batch.action_masks)  # MaskablePPO passes masks
+    return evaluated_loss(evaluated, batch, settings, PLAIN if share is None else share)
+
+
+def evaluated_loss(evaluated: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], batch: Any, settings: UpdateSettings,
+                   over: Mean) -> LossTerms:
+    """The PPO loss of one minibatch from the policy's ``(values, log_prob, entropy)`` of its actions, expression for
+    expression as sb3's ``PPO.train`` and sb3-contrib's ``RecurrentPPO.train`` (``over``: how its terms are averaged:
+    :data:`PLAIN`, :class:`Share`, :class:`Masked`), and the parts they log."""
+    values, log_prob, entropy = evaluated
     values = values.flatten()
-    advantages = batch.advantages
-    mean = torch.mean if share is None else share.mean
-    # Per minibatch; skipped for a single sample (sb3 GH#325). torch's std is unbiased.
-    if share is None and settings.normalize_advantage and len(advantages) > 1:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    elif share is not None and share.advantage_stats is not None:  # the global minibatch's mean and std
-        advantages = (advantages - share.advantage_stats[0]) / (share.advantage_stats[1] + 1e-8)
+    advantages = over.advantages(batch.advantages, settings.normalize_advantage)
+    mean = over.mean
 
     ratio = torch.exp(log_prob - batch.old_log_prob)
     policy_loss_1 = advantages * ratio
@@ -222,7 +274,7 @@ def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, 
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
         values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
-    value_loss = F.mse_loss(batch.returns, values_pred) if share is None else mean((batch.returns - values_pred) ** 2)
+    value_loss = over.value_loss(batch.returns, values_pred)
     entropy_loss = -mean(-log_prob) if entropy is None else -mean(entropy)  # None: squashed gSDE (sb3's estimate)
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
 
@@ -232,17 +284,21 @@ def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, 
     return LossTerms(loss, policy_loss, value_loss, entropy_loss, clip_fraction, approx_kl_div)
 
 
-def minibatch_loss(
-    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
-) -> tuple[torch.Tensor, np.ndarray]:
-    """:func:`loss_terms`, its parts read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
-    terms = loss_terms(policy, batch, settings, evaluate)
+def logged_loss(terms: LossTerms, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+    """A minibatch's loss terms read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
     log.pg_losses.append(terms.policy_loss.item())
     log.clip_fractions.append(terms.clip_fraction.item())
     log.value_losses.append(terms.value_loss.item())
     log.entropy_losses.append(terms.entropy_loss.item())
     log.loss = terms.loss
     return terms.loss, terms.approx_kl.cpu().numpy()
+
+
+def minibatch_loss(
+    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """:func:`loss_terms`, its parts read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
+    return logged_loss(loss_terms(policy, batch, settings, evaluate), log)
 
 
 def prepare_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
