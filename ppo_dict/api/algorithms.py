@@ -154,6 +154,14 @@ class RecurrentPPO(Algorithm):
         ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
         return self._predict(observation, state, episode_start, deterministic, None)
 
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """sb3-contrib's zip of an LSTM model (``RecurrentPPO.load`` of either library opens it); a GRU model's is ppo_dict's
+        checkpoint (no sb3-contrib class reads a GRU), as :meth:`MaskableRecurrentPPO.save` writes it, which :meth:`load` reads."""
+        if self.cfg.rnn_type == "gru":
+            save_checkpoint(self, path, exclude, include)
+        else:
+            super().save(path, exclude, include)
+
 
 class MaskableRecurrentPPO(Algorithm):
     """RecurrentPPO with MaskablePPO's invalid-action masks, which neither library has: RecurrentPPO's arguments,
@@ -178,6 +186,11 @@ class MaskableRecurrentPPO(Algorithm):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """ppo_dict's checkpoint of this model (``.zip`` added to a path without it, as sb3 adds it): parameters, Adam,
         counters; :meth:`load` reads it. ``exclude`` and ``include`` are sb3's zip's and are refused when given."""
-        from ppo_dict.api.files import save_checkpoint
-
         save_checkpoint(self, path, exclude, include)
+
+
+def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any, include: Any) -> None:
+    """:func:`ppo_dict.api.files.save_checkpoint` (imported when called: ``files`` imports the run layer's checkpoints)."""
+    from ppo_dict.api.files import save_checkpoint as write
+
+    write(algorithm, path, exclude, include)
