@@ -139,7 +139,8 @@ class RecurrentPPO(Algorithm):
     arguments, defaults (``n_steps=128, batch_size=128``) and numbers; ``policy_kwargs``' LSTM settings
     are the command line's flags. ``predict`` carries the actor's LSTM states as sb3-contrib's does (so
     ``evaluate_policy`` and ``EvalCallback`` work); ``save`` writes sb3-contrib's zip and ``load`` reads it
-    (and ppo_dict's recurrent model files and checkpoints)."""
+    (and ppo_dict's recurrent model files and checkpoints). ``policy_kwargs=dict(rnn_type="gru")``: torch's GRU in
+    the LSTMs' places (the command line's ``--rnn_type gru``), one state per layer, saved as ppo_dict's checkpoint."""
 
     spec = ALGORITHMS["RecurrentPPO"]
 
