@@ -5,7 +5,10 @@ process, n_steps 128, batch 256, 4 epochs, LSTM/GRU 64 wide, one torch thread; e
 (4,096 env steps) and reports the CPU seconds of ``learn`` (``time.process_time``), per round, and the least.
 sb3-contrib's RecurrentPPO (no masks: it has none) runs on sb3's DummyVecEnv of the same envs.
 
-    python benchmarks/speed_masked_recurrent.py [--rounds 2]
+    python benchmarks/speed_masked_recurrent.py [--rounds 2] [--note "taken under contention"] [--no_log]
+
+The table is printed, and its ledger rows (issue 61's comparisons: masked exact against RecurrentPPO, whose CPU time
+it should stay within 10% of; GRU against LSTM on the fast path) appended to perf_log.md (``--no_log``: printed only).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import ppo_dict.envs.key_door  # noqa: E402,F401  (registers PPODictKeyDoor-v0)
+from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 
 STEPS = 8 * 128 * 4
@@ -55,9 +59,12 @@ def cpu_seconds(settings) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--note", default="", help="said after the ledger section's title (e.g. how busy the machine was)")
+    add_log_flags(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    started = machine_times()
     times: dict[str, list[float]] = {name: [] for name in ROWS}
     for _ in range(args.rounds):  # interleaved: each round runs every row once
         for name, settings in ROWS.items():
@@ -65,6 +72,26 @@ def main() -> None:
     print(f"| training, {STEPS} env steps | CPU s per round | least |\n| --- | --- | --- |")
     for name, ts in times.items():
         print(f"| {name} | {', '.join(f'{t:.2f}' for t in ts)} | {min(ts):.2f} |")
+    ledger(times, args, started)
+
+
+def ledger(times: dict[str, list[float]], args: argparse.Namespace, started: list[int]) -> None:
+    """The perf_log.md rows: each comparison of the least CPU seconds of its two rows."""
+    least = {name: min(ts) for name, ts in times.items()}
+    setting = f"PPODictKeyDoor-v0 all_valid, 8 envs, n_steps 128, batch 256, 4 epochs, width 64, 1 thread, {args.rounds} rounds"
+    table = Table()
+    for what, ours, other, target in (
+            ("masked LSTM, exact", "ppo_dict LSTM, masks", "sb3-contrib RecurrentPPO (no masks)", 1.10),
+            ("masked LSTM, exact", "ppo_dict LSTM, masks", "ppo_dict LSTM, no masks", None),
+            ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict LSTM, masks, fast path", None),
+            ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict GRU, masks", None)):
+        ratio = least[ours] / least[other]
+        judged = "" if target is None else f" (target <= {target:.2f}: {'met' if ratio <= target else 'NOT met'})"
+        table.row(setting, f"{what}: CPU s of learn, {STEPS} steps (least)", f"{least[ours]:.2f} s", f"{other}: {least[other]:.2f} s",
+                  f"{ratio:.2f}x{judged}")
+    flags = f"--rounds {args.rounds}" + (f" --note {args.note!r}" if args.note else "")
+    title = "speed_masked_recurrent" + (f", {args.note}" if args.note else "")
+    table.write(title, f"python benchmarks/speed_masked_recurrent.py {flags}", started, log=log_path(args))
 
 
 if __name__ == "__main__":

@@ -177,10 +177,16 @@ class JumpGame(gym.Env):
 
 
 class MaskedJumpEnv(JumpGame):
-    """The game with sb3-contrib's method name: ``action_masks()``."""
+    """The game with sb3-contrib's method name: ``action_masks()``; ``all_valid=True``: masks allowing every action
+    (the game's rules unchanged: a masked run whose masks change nothing, ``tests/parity/test_masked_recurrent_parity.py``)."""
+
+    def __init__(self, *args: Any, all_valid: bool = False, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.all_valid = all_valid
 
     def action_masks(self) -> np.ndarray:
-        return self.valid_actions()
+        valid = self.valid_actions()
+        return np.ones_like(valid) if self.all_valid else valid
 
 
 def make_masker(**kwargs: Any) -> gym.Env:

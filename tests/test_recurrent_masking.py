@@ -36,20 +36,26 @@ ALL_VALID = Config(**BASE, env_kwargs=dict(all_valid=True, episode_length=6), n_
 
 
 def maskable_lstm_policy():
-    """sb3-contrib's ``RecurrentActorCriticPolicy`` whose action distribution is its ``MaskableCategoricalDistribution``,
-    given all-true masks wherever the policy builds one (``forward``, ``evaluate_actions``, ``predict``)."""
-    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+    """sb3-contrib's ``RecurrentActorCriticPolicy`` whose action distribution is its masked one for the action space
+    (``make_masked_proba_distribution``: MaskableCategorical, MaskableMultiCategorical, MaskableBernoulli), given all-true
+    masks wherever the policy builds one (``forward``, ``evaluate_actions``, ``predict``)."""
+    from sb3_contrib.common.maskable.distributions import make_masked_proba_distribution
     from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
+    from stable_baselines3.common.distributions import MultiCategoricalDistribution
 
     class AllValidMaskableLstmPolicy(RecurrentActorCriticPolicy):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            # the same Linear(latent, n) action net as CategoricalDistribution's, built above with the same RNG draws
-            self.action_dist = MaskableCategoricalDistribution(int(self.action_space.n))
+        def _build(self, lr_schedule):
+            # the action net of the masked distribution, built where sb3's is, with the same RNG draws: Discrete's and
+            # MultiDiscrete's are the unmasked ones' Linear(latent, sum of sizes); MultiBinary(n)'s is n two-way
+            # categoricals' Linear(latent, 2n) (MaskableBernoulli), not Bernoulli's Linear(latent, n)
+            if isinstance(self.action_space, spaces.MultiBinary):
+                self.action_dist = MultiCategoricalDistribution([2] * int(self.action_space.n))
+            super()._build(lr_schedule)
+            self.action_dist = make_masked_proba_distribution(self.action_space)
 
         def _get_action_dist_from_latent(self, latent_pi):
             dist = self.action_dist.proba_distribution(action_logits=self.action_net(latent_pi))
-            dist.apply_masking(np.ones((latent_pi.shape[0], self.action_dist.action_dim), dtype=bool))
+            dist.apply_masking(np.ones((latent_pi.shape[0], self.action_net.out_features), dtype=bool))
             return dist
 
     return AllValidMaskableLstmPolicy

@@ -139,7 +139,8 @@ class RecurrentPPO(Algorithm):
     arguments, defaults (``n_steps=128, batch_size=128``) and numbers; ``policy_kwargs``' LSTM settings
     are the command line's flags. ``predict`` carries the actor's LSTM states as sb3-contrib's does (so
     ``evaluate_policy`` and ``EvalCallback`` work); ``save`` writes sb3-contrib's zip and ``load`` reads it
-    (and ppo_dict's recurrent model files and checkpoints)."""
+    (and ppo_dict's recurrent model files and checkpoints). ``policy_kwargs=dict(rnn_type="gru")``: torch's GRU in
+    the LSTMs' places (the command line's ``--rnn_type gru``), one state per layer, saved as ppo_dict's checkpoint."""
 
     spec = ALGORITHMS["RecurrentPPO"]
 
@@ -153,6 +154,14 @@ class RecurrentPPO(Algorithm):
         ``[n_lstm_layers, n_envs, lstm_hidden_size]``); ``state``: those the previous call returned (None: zeros);
         ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
         return self._predict(observation, state, episode_start, deterministic, None)
+
+    def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
+        """sb3-contrib's zip of an LSTM model (``RecurrentPPO.load`` of either library opens it); a GRU model's is ppo_dict's
+        checkpoint (no sb3-contrib class reads a GRU), as :meth:`MaskableRecurrentPPO.save` writes it, which :meth:`load` reads."""
+        if self.cfg.rnn_type == "gru":
+            save_checkpoint(self, path, exclude, include)
+        else:
+            super().save(path, exclude, include)
 
 
 class MaskableRecurrentPPO(Algorithm):
@@ -178,6 +187,11 @@ class MaskableRecurrentPPO(Algorithm):
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """ppo_dict's checkpoint of this model (``.zip`` added to a path without it, as sb3 adds it): parameters, Adam,
         counters; :meth:`load` reads it. ``exclude`` and ``include`` are sb3's zip's and are refused when given."""
-        from ppo_dict.api.files import save_checkpoint
-
         save_checkpoint(self, path, exclude, include)
+
+
+def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any, include: Any) -> None:
+    """:func:`ppo_dict.api.files.save_checkpoint` (imported when called: ``files`` imports the run layer's checkpoints)."""
+    from ppo_dict.api.files import save_checkpoint as write
+
+    write(algorithm, path, exclude, include)

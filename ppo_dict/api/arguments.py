@@ -19,6 +19,7 @@ from torch import nn
 
 from ppo_dict.algo.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS
+from ppo_dict.data.recurrent import CELL_STATES
 from ppo_dict.envs import contains_image
 
 #: sb3 arguments that are config fields of the same name and meaning (read by the same parsers)
@@ -35,8 +36,9 @@ BUFFER_MODULES = ("stable_baselines3.common.buffers", "sb3_contrib.common.maskab
 #: the policy keyword arguments that are config fields of the same name (``activation_fn`` as its name, where it has one)
 POLICY_FIELDS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                  "full_std", "use_expln", "squash_output")
-#: sb3-contrib's recurrent policies' keyword arguments that are config fields of the same name (the command line's LSTM flags)
-LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm", "lstm_kwargs")
+#: sb3-contrib's recurrent policies' keyword arguments that are config fields of the same name (the command line's LSTM flags),
+#: and ``rnn_type`` (``--rnn_type``: "lstm" or "gru"), ppo_dict's own, which no sb3-contrib policy takes
+LSTM_FIELDS = ("lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm", "lstm_kwargs", "rnn_type")
 #: ppo_dict's own settings, keyword-only, with the command line's names and defaults; torch_threads and
 #: update_threads default to the process's torch thread count (sb3 sets none), n_envs to 1 for an env id
 EXTRAS = ("n_envs", "num_workers", "envs_per_worker", "mp_method", "main_steps_envs", "main_envs", "spin_wait_us", "double_buffer",
@@ -92,6 +94,9 @@ def policy_values(policy_kwargs: Optional[dict[str, Any]], alias: Optional[str],
                 values[name] = names[value]  # the config's name of it (else the API builds it: built_here)
             elif not (isinstance(value, type) and issubclass(value, nn.Module)):
                 problems.append(f"policy_kwargs activation_fn={value!r}: must be a torch.nn.Module class (nn.Tanh, nn.Softplus, ...)")
+        elif name == "rnn_type" and name in taken and not (value is None or str(value).lower() in CELL_STATES):
+            problems.append(f"policy_kwargs rnn_type={value!r}: the recurrent cell, one of {', '.join(map(repr, CELL_STATES))} "
+                            "('lstm': sb3-contrib's LSTM; 'gru': torch's nn.GRU in its place, one state per layer)")
         elif name in taken:
             if name == "net_arch" and isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
                 value = value[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], unwrapped as sb3 unwraps it

@@ -60,7 +60,7 @@ class BufferState:
             self.kept = sb3_arrays(storage, (self.first, second), pos)
             if trained:
                 for name in FLATTENED_RECURRENT if storage.lstm_states is not None else FLATTENED:
-                    if name in STATE_NAMES:
+                    if name in STATE_NAMES and name in self.kept:  # a GRU's: its hidden states only
                         self.kept[name] = self.kept[name].swapaxes(1, 2)
                     if name in self.kept:
                         self.kept[name] = flatten(self.kept[name])
@@ -75,7 +75,7 @@ def rows_of(storage: RolloutStorage, row: int) -> dict[str, Any]:
     if storage.action_masks is not None:
         rows["action_masks"] = storage.action_masks[row].astype(np.float32)
     if storage.lstm_states is not None:
-        rows.update({name: storage.lstm_states.rollout(name)[row].copy() for name in STATE_NAMES})
+        rows.update({name: storage.lstm_states.rollout(name)[row].copy() for name in storage.lstm_states.names})
     return rows
 
 
@@ -87,7 +87,7 @@ def sb3_arrays(storage: RolloutStorage, saved: tuple[dict[str, Any], ...], pos: 
     if storage.action_masks is not None:
         arrays["action_masks"] = storage.action_masks[: storage.n_steps].astype(np.float32)
     if storage.lstm_states is not None:
-        arrays.update({name: storage.lstm_states.rollout(name).copy() for name in STATE_NAMES})
+        arrays.update({name: storage.lstm_states.rollout(name).copy() for name in storage.lstm_states.names})
     for row, rows in enumerate(saved):
         for key, values in rows.get("observations", {}).items():
             obs[key][row] = values
@@ -195,7 +195,7 @@ class RolloutBufferView:
         return s.as_policy_input({key: arr[: s.n_steps] for key, arr in s.obs.items()})
 
     def __getattr__(self, name: str) -> np.ndarray:
-        recurrent = name in STATE_NAMES and self.storage.lstm_states is not None
+        recurrent = self.storage.lstm_states is not None and name in self.storage.lstm_states.names  # a GRU's: hidden_states_* only
         if name in ARRAYS or recurrent or (name == "action_masks" and self.storage.action_masks is not None):
             kept = self._kept(name)
             if kept is not None:

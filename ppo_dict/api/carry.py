@@ -73,12 +73,13 @@ def last_episode_starts(algorithm: Algorithm) -> Optional[np.ndarray]:
 
 def rnn_states(trainer: Trainer, row: int) -> Any:
     """sb3-contrib's ``RNNStates`` of every env at rollout row ``row`` (row 0 once ``learn`` returned: its
-    ``_last_lstm_states``), as copies."""
+    ``_last_lstm_states``), as copies; a GRU's hold ``(h,)`` where an LSTM's hold ``(h, c)``."""
     from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
     store = trainer.collector.states
     groups = [store.at(row, g) for g in range(len(store.groups))]
-    return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(2)) for part in ("pi", "vf")))
+    cells = len(store.pi_names)  # an LSTM's (h, c), a GRU's (h,)
+    return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(cells)) for part in ("pi", "vf")))
 
 
 def raw_obs(algorithm: Algorithm, trainer: Trainer, row: int) -> Any:

@@ -52,6 +52,8 @@ SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 def sb3_model(algorithm: Algorithm) -> Any:
     """An sb3 model object (no env) of ``algorithm``'s settings, parameters, Adam state and counters."""
     arguments = {k: v for k, v in algorithm._arguments.items() if k not in NOT_SAVED}
+    if "rnn_type" in (arguments.get("policy_kwargs") or {}):  # ppo_dict's (an LSTM's here; a GRU saves ppo_dict's file): sb3-contrib's policies take none
+        arguments["policy_kwargs"] = {k: v for k, v in arguments["policy_kwargs"].items() if k != "rnn_type"}
     with preserved_rng():  # building sb3's policy draws from the RNGs: this model's streams stay as they are
         model = algorithm.spec.sb3()(algorithm._arguments["policy"], None, device="cpu", _init_setup_model=False, **arguments)
         model.observation_space = copy.deepcopy(algorithm.observation_space)
@@ -269,7 +271,7 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
         raise CheckpointError(f"{path}: {kind} (model={cfg.model!r}{', action_masks=True' if masked_recurrent else ''}): "
                               f"{reader}.load reads it, not {cls.spec.name}.load")
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
-    arguments["policy_kwargs"] = sb3_kwargs(cfg)["policy_kwargs"]
+    arguments["policy_kwargs"] = {**sb3_kwargs(cfg)["policy_kwargs"], **({"rnn_type": "gru"} if cfg.recurrent and cfg.rnn_type == "gru" else {})}
     alias = cls.spec.multi_input if state["observation_space"].startswith("Dict(") else cls.spec.policy_for(cfg.model)
     arguments.update(kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)

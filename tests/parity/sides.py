@@ -177,7 +177,7 @@ class RecordingPPO(PPO):
             "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
         })
         if s.lstm_states is not None:  # RecurrentPPO's buffer: the states before each step
-            self.rollouts[-1].update({name: s.lstm_states.rollout(name) for name in STATE_NAMES})
+            self.rollouts[-1].update({name: s.lstm_states.rollout(name) for name in s.lstm_states.names})  # a GRU: its two
         if s.action_masks is not None:  # MaskablePPO's buffer holds them as float32
             self.rollouts[-1]["action_masks"] = s.action_masks[: s.n_steps].astype(np.float32)
 
