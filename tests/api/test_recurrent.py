@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 
 import ppo_dict
@@ -78,23 +79,30 @@ def test_the_signature_and_defaults_are_sb3_contribs_and_the_config_the_command_
     assert dict_env.cfg.model == "mlp_lstm" and dict_env.cfg.lstm_settings["lstm_hidden_size"] == 256
 
 
-def cli(*args: str) -> None:
+def cli(*args: str) -> str:
+    """A recurrent CartPole run of the command line; its stdout."""
     proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "2",
                            "--num_workers", "0", "--n_steps", "16", "--batch_size", "16", "--n_epochs", "2", "--lstm_hidden_size", "8",
                            "--seed", "5", "--update_threads", "1", "--verbose", "0", "--plot", "False", "--progress", "none", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 @pytest.mark.slow  # two runs of the command line in subprocesses: 30-40 s on 2 cores
 def test_a_recurrent_checkpoint_continues_as_resume_does(tmp_path) -> None:
-    """The checkpoint holds the LSTM states that start the next rollout: ``learn`` starts from them, as ``--resume`` does."""
+    """The checkpoint holds the LSTM states that start the next rollout: ``learn`` starts from them, as ``--resume`` does
+    (from envs reset: the API keeps sb3-contrib's semantics, where a resumed command line restores the envs)."""
     run_dir = os.path.join(tmp_path, "run")
     cli("--total_timesteps", "64", "--run_dir", run_dir, "--save_freq", "32", "--keep_checkpoints", "5")
     first = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "checkpoint_*.pt")))[0]  # at 32 steps
     saved = load_model_state(first)
     assert any(bool(t.abs().sum() > 0) for t in saved["lstm_states"][0].values())
-    cli("--resume", first, "--total_timesteps", "96", "--run_dir", os.path.join(tmp_path, "resumed"))
+    # the API continues as sb3-contrib does, from reset envs: as --resume from a checkpoint without env states
+    without_envs = os.path.join(tmp_path, "without_envs.pt")
+    torch.save({k: v for k, v in torch.load(first, weights_only=True).items() if k not in ("envs", "carry")}, without_envs)
+    out = cli("--resume", without_envs, "--total_timesteps", "96", "--run_dir", os.path.join(tmp_path, "resumed"))
+    assert "the checkpoint holds no env states" in out, out
     resumed = load_model_state(sorted(glob.glob(os.path.join(tmp_path, "resumed", "checkpoints", "checkpoint_*.pt")))[-1])
     with pytest.raises(CheckpointError, match=r"a recurrent model \(model='mlp_lstm'\): RecurrentPPO.load reads it, not PPO.load"):
         ppo_dict.PPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
