@@ -80,17 +80,19 @@ def _run(*args: str, env_overrides: dict, prefix: tuple = (), timeout: float = 3
                           timeout=timeout, cwd=ROOT, env=env)
 
 
-PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--model", "cnn", "--num_workers", "2", "--n_envs", "2",
-             "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "400", "--seed", "0", "--verbose", "0")
+#: one rollout of two rendered Reacher envs (four episodes) and one update, on two workers
+PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--num_workers", "2",
+             "--n_envs", "2", "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "200", "--seed", "0",
+             "--verbose", "0")
 
 
-@pytest.mark.parametrize("backend", [pytest.param("egl", marks=needs("egl")), pytest.param("osmesa", marks=needs("osmesa")),
-                                     pytest.param(None, marks=needs("gl"))])
+@pytest.mark.parametrize("backend", [pytest.param("osmesa", marks=needs("osmesa")), pytest.param(None, marks=needs("gl"))])
 def test_rendered_mujoco_run_through_the_worker_pool(backend, tmp_path) -> None:
+    """Named (OSMesa), or picked (EGL where it works, which a machine with every system part has)."""
     proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), env_overrides={} if backend is None else {"MUJOCO_GL": backend})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["env_steps"] == 400 and summary["ep_rew_mean"] < 0
+    assert summary["env_steps"] == 200 and summary["ep_rew_mean"] < 0
     if backend is None:  # picked automatically (EGL first), and said so
         assert f"rendering with MUJOCO_GL={'egl' if part_problem('egl') is None else 'osmesa'}" in proc.stdout
 
@@ -157,7 +159,7 @@ def test_rendered_run_under_xvfb_run_uses_glfw(tmp_path) -> None:
                 prefix=("xvfb-run", "-a", "-s", "-screen 0 1400x900x24"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rendering with MUJOCO_GL=glfw" in proc.stdout
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] == 400
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] == 200
 
 
 def test_mlp_on_images_is_refused_with_the_model_that_fits() -> None:

@@ -102,7 +102,7 @@ def test_cartpole_killed_three_times_at_random_moments_is_the_uninterrupted_run(
 
 
 def test_pendulum_with_vecnormalize_on_workers_killed_at_random_moments_is_the_uninterrupted_run(tmp_path) -> None:
-    killed_and_resumed(tmp_path, PENDULUM, 2048, 256, 3, [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]])
+    killed_and_resumed(tmp_path, PENDULUM, 1024, 128, 2, [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]])
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ seen = []
 def pause(t):
     if MODE == "rollout" and t == 5:
         seen.append(t)
-        if len(seen) == 5:  # rollout step 5 of the fifth rollout (512 to 640 steps): envs stepped since it began
+        if len(seen) == 3:  # rollout step 5 of the third rollout (256 to 384 steps): envs stepped since it began
             print("IN ROLLOUT", flush=True)
             time.sleep(600)
 work, step, train = sp.ShmEnvPool.work, sp.ShmEnvPool.step, ppo_module.PPO.train
@@ -143,7 +143,7 @@ def slow_step(self, t, rollout=True, idle=None):
         pause(t)
     return step(self, t, rollout, idle)
 def slow_train(self, progress_remaining):
-    if MODE == "update" and self.num_timesteps == 640:
+    if MODE == "update" and self.num_timesteps == 384:
         self.phase = "update"
         print("IN UPDATE", flush=True)
         time.sleep(600)  # a long update: the signal comes in the middle of it
@@ -153,7 +153,7 @@ sys.exit(mp.main(sys.argv[1:]))
 """
 
 
-SIGNALLED_RUN = [*CARTPOLE, "--num_workers", "2", "--total_timesteps", "1024", "--save_freq", "100000"]
+SIGNALLED_RUN = [*CARTPOLE, "--num_workers", "2", "--total_timesteps", "512", "--save_freq", "100000"]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
         time.sleep(0.5)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        checkpoint = run_dir / "checkpoints" / "checkpoint_000000000512.pt"
+        checkpoint = run_dir / "checkpoints" / "checkpoint_000000000256.pt"
         while not checkpoint.exists() and time.monotonic() - signalled < 30:
             time.sleep(0.02)
         took = time.monotonic() - signalled
@@ -188,10 +188,10 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     assert proc.returncode == 143, err
     assert checkpoint.exists() and took < 5, (took, err)
     assert f"stopped in the middle of {'a rollout' if mode == 'rollout' else 'an update'}" in err and "Traceback" not in err
-    done = run_cli("--resume", str(run_dir), "--total_timesteps", "1024")
+    done = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
     assert done.returncode == 0, done.stderr
-    assert "2 envs restored as they were at step 512" in done.stdout
-    assert_same_run(uninterrupted, run_dir, 1024)
+    assert "2 envs restored as they were at step 256" in done.stdout
+    assert_same_run(uninterrupted, run_dir, 512)
 
 
 @pytest.mark.slow
