@@ -14,7 +14,7 @@ SITE_DIR ?= site
 SYSTEM_PACKAGES := $(strip $(shell sed -e 's/\#.*//' -e 's/^[^:]*://' system-packages.txt))
 APT_FLAGS ?=
 
-.PHONY: install train test test-all test-orders docs bench bench-scale clean system-deps
+.PHONY: install train test test-all test-orders lint docs bench bench-scale clean system-deps
 
 install:
 	$(PYTHON) -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
@@ -35,6 +35,10 @@ test: install
 # More orders of the parity suite, outside CI: the whole suite shuffled, with the garbage collected between tests.
 test-orders: install
 	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) --gc-between-tests $(PYTEST_ARGS)
+
+# pyflakes' and pycodestyle's rules at sb3's line length (ruff.toml); CI runs it.
+lint: install
+	$(PYTHON) -m ruff check .
 
 test-all: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

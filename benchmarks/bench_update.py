@@ -173,6 +173,7 @@ def main() -> None:
     a, b = fixture.run(before), fixture.run(update)
     if not same_values(a[2][:2], b[2][:2]) or repr(a[2][2]) != repr(b[2][2]):  # repr: exact floats, nan equal to nan
         raise SystemExit(f"this tree's update and {args.against}'s give different bits: not comparable")
+    both: list[dict[str, float]] = []
     for _ in range(2):  # interleaved: this tree, then the commit's, twice; the medians of the two
         costs = [parts(fixture, update, 2), parts(fixture, before, 2)]
         both = costs if _ == 0 else [{k: statistics.median([a[k], b[k]]) for k in a} for a, b in zip(both, costs)]

@@ -147,7 +147,7 @@ def progress_callback(state: dict[str, Any], planned: int, budget: int, checkpoi
             if state["episodes"]:  # a resumed run: the last 100 episodes before the stop, as ep_rew_mean saw them
                 buffer = self.model.ep_info_buffer
                 buffer.clear()
-                buffer.extend({"r": r, "l": l, "t": t} for r, l, t in state["episodes"])
+                buffer.extend({"r": r, "l": length, "t": t} for r, length, t in state["episodes"])
 
         def _on_step(self) -> bool:
             # A part of the budget: the first step after the rollout that reached the target ends learn (that

@@ -17,11 +17,11 @@ import gymnasium as gym
 
 from .errors import AtariUnavailableError
 from .render import check_mujoco_gl, frames_without_display, select_mujoco_gl
+from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
+                   gym_id_of, is_atari_entry, is_godot_name)
 
 # gymnasium's envs that draw with pygame, not OpenGL
 PYGAME_ENTRIES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
-from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
-                   gym_id_of, is_atari_entry, is_godot_name)
 
 
 def import_gym_packages(packages: tuple[str, ...]) -> None:

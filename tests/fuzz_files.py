@@ -13,7 +13,6 @@ allocation is an outcome the test sees, not the end of pytest.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import pickle

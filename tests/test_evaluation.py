@@ -175,7 +175,11 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
     returns, lengths = run_episodes(ours.model, make_env(env_spec(cfg)), 8, 5, deterministic=False, successes=flags)
     torch.manual_seed(11)
     expected: list = []
-    collect = lambda local, _: expected.append(local["info"]["is_success"]) if local["done"] and "is_success" in local["info"] else None
+
+    def collect(local: dict, _: dict) -> None:
+        if local["done"] and "is_success" in local["info"]:
+            expected.append(local["info"]["is_success"])
+
     sb3_returns, sb3_lengths = evaluate_policy(sb3, make_vec_env("PPODictGoal-v0", n_envs=1, seed=5, env_kwargs=kwargs), n_eval_episodes=8,
                                                deterministic=False, return_episode_rewards=True, callback=collect)
     assert lengths == sb3_lengths and returns == pytest.approx(sb3_returns, abs=1e-6)  # sb3's Monitor rounds to 6 decimals

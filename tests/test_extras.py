@@ -13,7 +13,7 @@ import configparser
 import json
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+from importlib.metadata import PackageNotFoundError, requires
 from pathlib import Path
 
 from packaging.requirements import Requirement

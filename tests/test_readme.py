@@ -1,7 +1,7 @@
 """README's commands, run as a reader runs them, with their steps cut short.
 
 Every command in README's ``bash`` blocks either runs here (``python -m ppo_dict...``, ``make train``,
-``make test``, ``make docs``), in README's order and in one working folder (so ``--resume runs/hopper``
+``make test``, ``make docs``, ``make lint``), in README's order and in one working folder (so ``--resume runs/hopper``
 finds the run the command before it wrote), or carries a marker naming what it needs
 (``# needs: root``), one of :data:`NEEDS`. Training commands get :data:`CUT` appended (later flags
 win); the system parts a command needs (a GL backend, Godot) skip it where they are missing, as the
@@ -37,7 +37,7 @@ NEEDS = {
     "a many-core machine, about an hour": "benchmarks for an hour",
     "a many-core machine, ~6 minutes": "benchmarks on a borrowed many-core host",
 }
-RUN = ("python -m ppo_dict.", "make train", "make test", "make docs")
+RUN = ("python -m ppo_dict.", "make train", "make test", "make docs", "make lint")
 #: appended to every training command: one or two short rollouts and one epoch
 CUT = ["--n_steps", "16", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps", "128", "--progress", "lines"]
 #: a sweep's one trial: a rollout long enough to end episodes (Reacher's are 50 steps), whose return is its metric
@@ -98,6 +98,7 @@ def make_args(target: str, work: Path) -> list[str]:
         "train": [f"TRAIN_ARGS={shlex.join([*CUT, '--run_dir', str(work / 'runs' / 'make-train')])}"],
         "test": ["PYTEST_ARGS=-q -p no:cacheprovider tests/test_parse.py"],
         "docs": [f"SITE_DIR={work / 'site'}"],
+        "lint": [],
     }[target]
 
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo import shard_probe
 from ppo_dict.algo.normalize import Normalizer
 from ppo_dict.algo.policy import ActorCritic
 from ppo_dict.algo.rollout_step import PolicyStep

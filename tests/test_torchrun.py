@@ -294,7 +294,7 @@ def test_a_store_where_nothing_listens_is_a_line_while_waiting_and_one_message_n
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 1 and time.monotonic() - started < 60
     lines = err.splitlines()
-    assert lines[0].startswith(f"rank 1 (") and f"waiting for a store listening at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) (15 s of 17 s)" in lines[0]
+    assert lines[0].startswith("rank 1 (") and f"waiting for a store listening at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) (15 s of 17 s)" in lines[0]
     assert lines[-1].startswith("error: rank 1 (") and f"waited 17 s for a store listening at 127.0.0.1:{port}" in lines[-1], err
     assert "Traceback" not in err
 

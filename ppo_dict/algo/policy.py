@@ -21,7 +21,7 @@ from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.distributions import Distribution, GSDENoise
 from ppo_dict.data.storage import TensorObs
-from ppo_dict.envs import channel_first_space, is_image_space, ppo_observation_problem
+from ppo_dict.envs import is_image_space, ppo_observation_problem
 
 if TYPE_CHECKING:
     from ppo_dict.core.config import Config

@@ -56,7 +56,7 @@ def open_regular(path: str, follow: bool = True) -> BinaryIO:
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
-    except OSError as exc:
+    except OSError:
         if not follow and entry_kind(path) == "a symbolic link":
             raise UnreadableFile(f"{path}: is a symbolic link, not a regular file") from None
         raise

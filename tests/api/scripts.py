@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
-import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -101,11 +100,11 @@ class Watch(BaseCallback):
         self.record.events.append(("rollout_start", self.num_timesteps))
 
     def _on_step(self) -> bool:
-        l = self.locals
-        new_obs = {k: np.array(v) for k, v in l["new_obs"].items()} if isinstance(l["new_obs"], dict) else np.array(l["new_obs"])
-        self.record.steps.append((self.num_timesteps, self.n_calls, self.model.num_timesteps, l["n_steps"], l["rewards"].copy(),
-                                  np.array(l["dones"]), new_obs, np.array(l["actions"]), l["values"].clone(), l["log_probs"].clone(),
-                                  [plain_info(i) for i in l["infos"]], l["total_timesteps"], l["tb_log_name"],
+        seen = self.locals
+        new_obs = {k: np.array(v) for k, v in seen["new_obs"].items()} if isinstance(seen["new_obs"], dict) else np.array(seen["new_obs"])
+        self.record.steps.append((self.num_timesteps, self.n_calls, self.model.num_timesteps, seen["n_steps"], seen["rewards"].copy(),
+                                  np.array(seen["dones"]), new_obs, np.array(seen["actions"]), seen["values"].clone(), seen["log_probs"].clone(),
+                                  [plain_info(i) for i in seen["infos"]], seen["total_timesteps"], seen["tb_log_name"],
                                   None if self.model.get_vec_normalize_env() is None else self.model.get_vec_normalize_env().obs_rms.mean.copy()))
         return not (self.stop_at and self.n_calls >= self.stop_at)
 
