@@ -49,8 +49,10 @@ def carry_in(algorithm: Algorithm, trainer: Trainer) -> None:
     for stage in ("env_obs", "obs"):
         for key, row in carried[stage].items():
             getattr(s, stage)[key][0] = row
-    if s.action_masks is not None:  # sb3-contrib's get_action_masks(env) at each step: the envs' state now
+    if s.action_masks is not None and trainer.collector.masking:  # sb3-contrib's get_action_masks(env) at each step: the envs' state now
         s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs), METHOD)).reshape(s.action_masks[0].shape)
+    elif s.action_masks is not None:  # learn(use_masking=False): not asked, the buffer's all-True masks
+        s.action_masks[0] = True
     vn = algorithm.envs.vec_normalize
     if vn is not None and trainer.normalizer is not None:
         trainer.normalizer.returns = np.array(vn.returns, dtype=np.float64)

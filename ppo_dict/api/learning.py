@@ -177,8 +177,8 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
           reset_num_timesteps: bool, progress_bar: bool, use_masking: Optional[bool] = None) -> Algorithm:
     """sb3's ``OnPolicyAlgorithm.learn`` (sb3-contrib's with ``use_masking``) on the algorithm's trainer."""
     trainer = algorithm._require_trainer()
-    if use_masking is False:
-        raise ValueError("use_masking=False is not supported: ppo_dict's MaskablePPO samples among the valid actions only")
+    if use_masking is not None:  # False: sb3-contrib's unmasked rollout (the envs not asked), updated with all-True masks
+        trainer.collector.set_masking(bool(use_masking))
     total = setup_learn(algorithm, trainer, total_timesteps, reset_num_timesteps, tb_log_name)
     if callback is not None or progress_bar:
         callback = BaseAlgorithm._init_callback(algorithm, callback, progress_bar)  # sb3's: lists, functions, the progress bar
