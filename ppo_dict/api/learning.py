@@ -28,7 +28,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import configure_logger
 
 from ppo_dict.api.buffer import batch_obs, keep_after_learn
-from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_step
+from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_reset_infos, show_step
 from ppo_dict.data.storage import OBS_KEY, obs_parts
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class CallbackHooks:
         """sb3's ``callback.update_locals(locals()); callback.on_step()`` after rollout step ``t``."""
         self.algorithm._rollout_steps, self.algorithm._buffer.pos = (t + 1) * self.trainer.n_envs, t
         show_step(self.algorithm, self.trainer, t + 1, t)  # a VecNormalize's views, as its step_wait left them
+        show_reset_infos(self.algorithm, self.trainer, recorded=True)  # DummyVecEnv's, as its step_wait left them
         self.callback.update_locals(self.step_locals(t))
         return self.callback.on_step()
 
@@ -215,5 +216,6 @@ def after_learn(algorithm: Algorithm, trainer: "Trainer") -> None:
     trained = trainer.collector.stopped is None
     keep_after_learn(algorithm, trainer.storage, trained)
     carry_out(algorithm, trainer)
+    show_reset_infos(algorithm, trainer)
     if trained and algorithm._buffer.first:  # the last step's views (a stopped rollout's were set at its step)
         show_step(algorithm, trainer, 0, trainer.storage.n_steps - 1)
