@@ -2,6 +2,7 @@
 import pytest
 
 from ppo_dict.core.parse import make_schedule
+from ppo_dict.run import cli
 from ppo_dict.run.cli import config_from_args
 
 
@@ -101,6 +102,24 @@ def test_rl_zoos_spellings_are_the_same_flags() -> None:
     assert zoo == ours and zoo.env_kwargs == {"a": 1, "b": "x", "c": "lin_1"}
     assert config_from_args(["--n-timesteps", "300"]).total_timesteps == 300
     assert config_from_args(["--env_kwargs", "dict(a=1,", "b=2)"]).env_kwargs == {"a": 1, "b": 2}  # typed without quotes
+
+
+def test_rl_zoos_num_threads_minus_one_is_torchs_count_and_device_auto_is_named(capsys, monkeypatch) -> None:
+    """rl-zoo's ``--num-threads -1`` (its default: torch left as it is) is torch's own count; N > 0 is --torch_threads N;
+    --torch_threads typed wins. rl-zoo's --device auto would put an MLP on CUDA: an --algo command says what ppo_dict's does."""
+    import torch
+
+    assert config_from_args(["--num-threads", "-1"]).torch_threads == torch.get_num_threads()
+    assert config_from_args(["--num-threads", "0", "--torch_threads", "1"]).torch_threads == 1
+    assert config_from_args(["--num-threads", "3"]).torch_threads == 3
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--num-threads", "two")
+    assert code == 2 and "num_threads='two': rl-zoo's --num-threads takes an integer (-1: torch's own count)" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9"]).algo_note == cli.DEVICE_NOTE
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9", "--device", "cpu"]).algo_note == ""
+    assert cli.read_command_line(["--hyperparams", "gamma:0.9"]).algo_note == ""  # ppo_dict's own form: nothing to say
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9"]).algo_note == ""  # rl-zoo's auto is the CPU too
 
 
 def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
