@@ -59,7 +59,7 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
         return "--double_buffer samples one half's actions here while the workers step the other"
     if getattr(policy, "own_forward", False):
         return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
-    if type(policy) is not ActorCritic:
+    if getattr(type(policy), "surface_of", type(policy)) is not ActorCritic:  # the API's sb3 class (ppo_dict.api.sb3_policy): the same passes
         return f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor") else f"{type(policy).__name__} runs here"
     if PolicyStep(policy, 1).sampler is None:
         return f"{policy.action_space} samples through the policy's forward"
