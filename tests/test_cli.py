@@ -212,6 +212,40 @@ def test_enjoy_finds_a_run_as_rl_zoos_enjoy_does(tmp_path, capsys) -> None:
         assert exited.value.code == 2 and capsys.readouterr().err == f"python -m ppo_dict.enjoy: error: {error} (--help lists every flag)\n"
 
 
+def test_enjoy_replays_rl_zoos_own_folder_as_rl_zoos_enjoy(tmp_path, capsys) -> None:
+    """rl-zoo's folder (``<f>/ppo/<env>_1/<env>.zip`` and ``<env>/vecnormalize.pkl``, as its train.py saves them, written
+    here by sb3) replayed by ``ppo_dict.enjoy --algo ppo --env ID -f FOLDER``, both files read as data: the episode sb3's
+    model plays with its VecNormalize frozen (rl-zoo's enjoy: training and norm_reward off, deterministic)."""
+    import json
+    import warnings
+
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from ppo_dict import enjoy
+
+    run = tmp_path / "logs" / "ppo" / "Pendulum-v1_1"
+    (run / "Pendulum-v1").mkdir(parents=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        venv = VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0))
+        model = PPO("MlpPolicy", venv, n_steps=128, batch_size=64, n_epochs=2, seed=0).learn(512)
+    model.save(run / "Pendulum-v1.zip")
+    venv.save(run / "Pendulum-v1" / "vecnormalize.pkl")
+    env, total, length, done = gym.make("Pendulum-v1"), 0.0, 0, False
+    obs, _ = env.reset(seed=3)
+    while not done:
+        action, _ = model.predict(venv.normalize_obs(obs), deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total, length, done = total + float(reward), length + 1, terminated or truncated
+    assert enjoy.main(["--algo", "ppo", "--env", "Pendulum-v1", "-f", str(tmp_path / "logs"), "--episodes", "1", "--seed", "3"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (result["model"], result["num_timesteps"]) == (str(run / "Pendulum-v1.zip"), 512)
+    assert (result["returns"], result["lengths"]) == ([total], [length])
+
+
 # ------------------------------------------------------------------------------------------------ what a run says
 TINY = ["--n_steps", "16", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps", "16", "--seed", "0", "--progress", "none",
         "--plot", "False", "--verbose", "0"]
