@@ -1,7 +1,8 @@
 """Replay a trained run: ``python -m ppo_dict.enjoy RUN_DIR [--video] [--episodes 5]``, or as rl-zoo's enjoy finds
 a run: ``python -m ppo_dict.enjoy --algo ppo --env CartPole-v1 -f logs`` (a run trained with ``-f logs``).
 
-Loads ``best_model.pt`` (if the run evaluated), else the newest checkpoint, else ``model.pt``;
+Loads ``best_model.pt`` (if the run evaluated), else the newest checkpoint, else ``model.pt``; in rl-zoo's own
+run folder, its sb3 zip (``best_model.zip``, else ``<env>.zip``) and ``<env>/vecnormalize.pkl``, read as data;
 plays deterministic episodes with the saved normalisation statistics frozen (as rl-zoo's
 ``enjoy`` does with ``vecnormalize.pkl``), prints each return and a JSON line last. Ctrl-C / SIGTERM
 ends it cleanly at any point (``ppo_dict.run.startup``: exit 130 / 143, one line, no traceback, no
@@ -42,8 +43,12 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     deterministic otherwise. Atari episodes are whole games with unclipped rewards
     (``evaluation.run_episodes``).
     """
-    state = load_model_state(path)
-    cfg = saved_config(state, path)
+    if path.endswith(".zip"):  # an sb3 zip (rl-zoo's folders): read as data, its vecnormalize.pkl beside it too
+        cfg, make_model, steps = zoo_model(path)
+    else:
+        state = load_model_state(path)
+        cfg, steps = saved_config(state, path), int(state["num_timesteps"])
+        make_model = lambda env: Model.from_state(state, env.observation_space, env.action_space, path)  # noqa: E731
     announce(path, cfg, typed=(), dry_run=False)  # what its config imports or launches, said before it is
     if video:
         prepare_video(cfg.env)  # MuJoCo's headless GL backend, pygame without a display
@@ -51,10 +56,10 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
     env = saved_env(render_spec(spec) if video else spec, path)
     writer = None
     try:
-        model = Model.from_state(state, env.observation_space, env.action_space, path)
+        model = make_model(env)
         if video:
             out = video_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "videos")
-            writer = VideoWriter(os.path.join(out, f"enjoy-{state['num_timesteps']:012d}.mp4"), env.metadata.get("render_fps", 30))
+            writer = VideoWriter(os.path.join(out, f"enjoy-{steps:012d}.mp4"), env.metadata.get("render_fps", 30))
         if deterministic is None:
             deterministic = not spec.is_atari
         returns, lengths = run_episodes(model, env, episodes, seed, writer, cfg.video_length, deterministic)
@@ -63,8 +68,48 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
         if writer is not None:
             writer.discard()  # a video the replay did not finish (an error, a stop signal): no file is left
         env.close()
-    return {"model": path, "env": cfg.env, "num_timesteps": state["num_timesteps"], "returns": returns, "lengths": lengths,
+    return {"model": path, "env": cfg.env, "num_timesteps": steps, "returns": returns, "lengths": lengths,
             "mean_reward": float(np.mean(returns)), "video": video_path}
+
+
+def zoo_model(path: str) -> tuple[Any, Any, int]:
+    """``(config, the model for an env, timesteps trained)`` of an sb3 PPO zip in rl-zoo's run folder
+    ``<folder>/<algo>/<env>_<n>/<env>.zip``: the zip and its ``<env>/vecnormalize.pkl`` read as data, as
+    ``--trained_agent`` reads them (``ppo_dict.interop.trained_agent``); the statistics frozen, rewards unnormalised,
+    as rl-zoo's enjoy sets its VecNormalize (``training=False``, ``norm_reward=False``)."""
+    from ppo_dict.algo.model import build_normalizer
+    from ppo_dict.algo.recurrent_policy import build_policy
+    from ppo_dict.interop.trained_agent import read_trained_agent
+    from ppo_dict.run.cli import read_config
+
+    env_id = zoo_env_of(path)
+    agent = read_trained_agent(path, env_id)
+    cfg, unreadable = read_config({"env": env_id}, base=agent.saved, pinned=agent.pinned)
+    if unreadable:
+        raise CheckpointError(f"{path}: its settings do not read as ppo_dict's: {'; '.join(unreadable.values())}")
+
+    def make(env: Any) -> Model:
+        policy = build_policy(cfg, env.observation_space, env.action_space)
+        model = Model(cfg, policy, build_normalizer(cfg, env.observation_space, 1), env.observation_space, env.action_space, agent.steps)
+        model.load(agent.policy_state, agent.normalizer_state, path)
+        policy.eval()
+        return model
+
+    return cfg, make, agent.steps
+
+
+def zoo_env_of(path: str) -> str:
+    """The env id of a zip in rl-zoo's run folder (``.../<env>_<n>/<env>.zip`` or ``best_model.zip``): its folder's name less ``_<n>``."""
+    return os.path.basename(os.path.dirname(os.path.abspath(path))).rpartition("_")[0]
+
+
+def zoo_zip(run_dir: str, which: str) -> Optional[str]:
+    """rl-zoo's model in ``run_dir`` where it holds no ppo_dict model: ``best_model.zip`` (``best``, where the run evaluated),
+    else ``<env>.zip``, the final model rl-zoo's enjoy loads by default; None when there is none."""
+    if which not in ("best", "last"):
+        return None
+    names = (["best_model.zip"] if which == "best" else []) + [f"{os.path.basename(os.path.normpath(run_dir)).rpartition('_')[0]}.zip"]
+    return next((os.path.join(run_dir, name) for name in names if os.path.isfile(os.path.join(run_dir, name))), None)
 
 
 def zoo_run_dir(parser: Any, args: Any) -> str:
@@ -114,8 +159,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error(f"--seed {args.seed}: must be >= 0" if args.seed < 0 else f"--episodes {args.episodes}: must be >= 1")
     torch.set_num_threads(1)
     try:
-        result = enjoy(model_file(args.run_dir, args.model), args.episodes, args.video, args.seed,
-                       os.path.join(args.run_dir, "videos"), args.deterministic)
+        try:
+            path = model_file(args.run_dir, args.model)
+        except CheckpointError:  # rl-zoo's own folder: its sb3 zip
+            path = zoo_zip(args.run_dir, args.model)
+            if path is None:
+                raise
+        result = enjoy(path, args.episodes, args.video, args.seed, os.path.join(args.run_dir, "videos"), args.deterministic)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

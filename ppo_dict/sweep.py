@@ -34,6 +34,7 @@ if __name__ == "__main__":  # before the imports below take their seconds: a sto
     startup.exit_on_stop_signals(STOPPED)
 
 from ppo_dict.core.errors import SweepError  # noqa: E402 (after the start-up signal handlers)
+from ppo_dict.core.reading import UnreadableFile, read_capped  # noqa: E402
 from ppo_dict.run.sweep_file import check_sweep, distribution, own_command, read_sweep_file
 from ppo_dict.envs.godot.game import die_with_parent
 from ppo_dict.run.study import OUTCOME, OWNER, default_storage, join_study, open_storage, recover, redact, retry, this_process
@@ -164,7 +165,8 @@ def make_objective(sweep: dict[str, Any], out: str, extra: list[str], timeout: f
     def objective(trial: Any) -> float:
         trial.set_user_attr(OWNER, this_process())  # first: recover() in other processes reads it
         params = {name: suggest(name, spec, trial) for name, spec in parameters.items()}
-        argv = agent_command(sweep, params) + list(extra) + ["--run_dir", os.path.join(out, f"trial_{trial.number:04d}")]
+        run_dir = os.path.join(out, f"trial_{trial.number:04d}")
+        argv = agent_command(sweep, params) + list(extra) + ["--run_dir", run_dir]
         trial.set_user_attr("params", params)
         trial.set_user_attr("argv", argv)
         if trials.stopping:
@@ -177,6 +179,7 @@ def make_objective(sweep: dict[str, Any], out: str, extra: list[str], timeout: f
             trial.set_user_attr(OUTCOME, "interrupted")
             raise
         value = metric_value(summary, metric)
+        trial.set_user_attr("ran", ran_values(run_dir, params))
         trial.set_user_attr("seconds", round(time.time() - started, 1))
         if interrupted or error or math.isnan(value):
             message = "interrupted" if interrupted else error or f"no {metric} logged"
@@ -187,6 +190,16 @@ def make_objective(sweep: dict[str, Any], out: str, extra: list[str], timeout: f
         return value
 
     return objective
+
+
+def ran_values(run_dir: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as the trial ran them, from its ``config.json`` (arguments after ``--`` win over the sweep file's:
+    ``-- --total_timesteps 8192`` runs 8192 steps whatever the file says); ``{}`` where the trial wrote none."""
+    try:
+        config = json.loads(read_capped(os.path.join(run_dir, "config.json"), 1 << 20, "a trial's config.json"))
+    except (OSError, ValueError, UnreadableFile):  # no config.json (a trial refused, another program's): the drawn values stand
+        return {}
+    return {name: config[name] for name in params if isinstance(config, dict) and name in config}
 
 
 def row(trial: Any) -> dict[str, Any]:
@@ -200,13 +213,15 @@ def row(trial: Any) -> dict[str, Any]:
         status = f"running ({attrs.get(OWNER, {}).get('host', '?')} pid {attrs.get(OWNER, {}).get('pid', '?')})"
     else:
         status = state + (f" (retry of {trial.system_attrs['failed_trial']})" if "failed_trial" in trial.system_attrs else "")
-    return {"trial": trial.number, "params": attrs.get("params", trial.params), "value": math.nan if trial.value is None else trial.value,
-            "status": status, "argv": attrs.get("argv"), "host": attrs.get(OWNER, {}).get("host")}
+    params = attrs.get("params", trial.params)
+    return {"trial": trial.number, "params": params, "ran": {**params, **attrs.get("ran", {})},
+            "value": math.nan if trial.value is None else trial.value, "status": status, "argv": attrs.get("argv"),
+            "host": attrs.get(OWNER, {}).get("host")}
 
 
 def format_table(rows: list[dict[str, Any]], names: list[str], metric: str) -> str:
     header = ["trial", *names, metric, "status"]
-    body = [[str(r["trial"]), *(str(r["params"].get(n, "")) for n in names), f"{r['value']:.4g}", r["status"]] for r in rows]
+    body = [[str(r["trial"]), *(str(r["ran"].get(n, "")) for n in names), f"{r['value']:.4g}", r["status"]] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)] if body else [len(h) for h in header]
     lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]

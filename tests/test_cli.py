@@ -2,6 +2,7 @@
 import pytest
 
 from ppo_dict.core.parse import make_schedule
+from ppo_dict.run import cli
 from ppo_dict.run.cli import config_from_args
 
 
@@ -103,6 +104,24 @@ def test_rl_zoos_spellings_are_the_same_flags() -> None:
     assert config_from_args(["--env_kwargs", "dict(a=1,", "b=2)"]).env_kwargs == {"a": 1, "b": 2}  # typed without quotes
 
 
+def test_rl_zoos_num_threads_minus_one_is_torchs_count_and_device_auto_is_named(capsys, monkeypatch) -> None:
+    """rl-zoo's ``--num-threads -1`` (its default: torch left as it is) is torch's own count; N > 0 is --torch_threads N;
+    --torch_threads typed wins. rl-zoo's --device auto would put an MLP on CUDA: an --algo command says what ppo_dict's does."""
+    import torch
+
+    assert config_from_args(["--num-threads", "-1"]).torch_threads == torch.get_num_threads()
+    assert config_from_args(["--num-threads", "0", "--torch_threads", "1"]).torch_threads == 1
+    assert config_from_args(["--num-threads", "3"]).torch_threads == 3
+    code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--num-threads", "two")
+    assert code == 2 and "num_threads='two': rl-zoo's --num-threads takes an integer (-1: torch's own count)" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9"]).algo_note == cli.DEVICE_NOTE
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9", "--device", "cpu"]).algo_note == ""
+    assert cli.read_command_line(["--hyperparams", "gamma:0.9"]).algo_note == ""  # ppo_dict's own form: nothing to say
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.read_command_line(["--algo", "ppo", "--hyperparams", "gamma:0.9"]).algo_note == ""  # rl-zoo's auto is the CPU too
+
+
 def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
     """Untyped, --algo is ppo and sb3's defaults; typed without --hyperparams, it reads rl-zoo's tuned entry
     (tests/test_cli.py's test_typed_algo_reads_rl_zoos_entry_as_train_py_does); --hyperparams typed beside it wins."""
@@ -191,6 +210,40 @@ def test_enjoy_finds_a_run_as_rl_zoos_enjoy_does(tmp_path, capsys) -> None:
         with pytest.raises(SystemExit) as exited:
             enjoy.main(argv)
         assert exited.value.code == 2 and capsys.readouterr().err == f"python -m ppo_dict.enjoy: error: {error} (--help lists every flag)\n"
+
+
+def test_enjoy_replays_rl_zoos_own_folder_as_rl_zoos_enjoy(tmp_path, capsys) -> None:
+    """rl-zoo's folder (``<f>/ppo/<env>_1/<env>.zip`` and ``<env>/vecnormalize.pkl``, as its train.py saves them, written
+    here by sb3) replayed by ``ppo_dict.enjoy --algo ppo --env ID -f FOLDER``, both files read as data: the episode sb3's
+    model plays with its VecNormalize frozen (rl-zoo's enjoy: training and norm_reward off, deterministic)."""
+    import json
+    import warnings
+
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from ppo_dict import enjoy
+
+    run = tmp_path / "logs" / "ppo" / "Pendulum-v1_1"
+    (run / "Pendulum-v1").mkdir(parents=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        venv = VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0))
+        model = PPO("MlpPolicy", venv, n_steps=128, batch_size=64, n_epochs=2, seed=0).learn(512)
+    model.save(run / "Pendulum-v1.zip")
+    venv.save(run / "Pendulum-v1" / "vecnormalize.pkl")
+    env, total, length, done = gym.make("Pendulum-v1"), 0.0, 0, False
+    obs, _ = env.reset(seed=3)
+    while not done:
+        action, _ = model.predict(venv.normalize_obs(obs), deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total, length, done = total + float(reward), length + 1, terminated or truncated
+    assert enjoy.main(["--algo", "ppo", "--env", "Pendulum-v1", "-f", str(tmp_path / "logs"), "--episodes", "1", "--seed", "3"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (result["model"], result["num_timesteps"]) == (str(run / "Pendulum-v1.zip"), 512)
+    assert (result["returns"], result["lengths"]) == ([total], [length])
 
 
 # ------------------------------------------------------------------------------------------------ what a run says

@@ -77,6 +77,21 @@ def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
             assert all(1e-4 <= t["params"]["learning_rate"] <= 1e-2 for t in results["trials"])
 
 
+def test_the_table_shows_each_parameter_as_the_trial_ran_it(tmp_path, capsys) -> None:
+    """A sweep file's ``total_timesteps: 200000`` run with ``-- --total_timesteps 256`` ran 256 steps: the table and
+    results.json say 256 (``ran``, from the trial's config.json), results.json keeps the drawn value under ``params``."""
+    path = write_sweep(tmp_path, "random")
+    sweep = yaml.safe_load(open(path))
+    sweep["parameters"]["total_timesteps"] = {"value": 200000}
+    open(path, "w").write(yaml.safe_dump(sweep))
+    assert sweep_main([path, "--count", "1", "--out", str(tmp_path / "out"), *TINY]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith("trial  "))
+    assert printed[header].split()[4] == "total_timesteps" and printed[header + 2].split()[4] == "256"
+    trial = json.loads((tmp_path / "out" / "results.json").read_text())["trials"][0]
+    assert (trial["params"]["total_timesteps"], trial["ran"]["total_timesteps"]) == (200000, 256)
+
+
 def test_a_continued_study_runs_each_trial_in_a_run_directory_of_its_own(tmp_path, capsys) -> None:
     """Run directories are owned (``ppo_dict.run.run_dir``): the same command again continues the study into the same
     --out, each new trial in a fresh directory; another study given that --out has its colliding trial refused by the

@@ -108,7 +108,8 @@ OWN_FLAGS = {"dry_run": ("False", VALUE_KINDS["parse_bool"]), "algo": ("ppo", "`
 
 
 #: the values rl-zoo's train.py flags take (``ppo_dict.run.cli.ZOO_FLAGS``)
-ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`", "n_eval_envs": "`1`"}
+ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`", "num_threads": "an integer",
+              "n_eval_envs": "`1`"}
 
 
 def zoo_flags_markdown() -> list[str]:

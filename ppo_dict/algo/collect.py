@@ -31,6 +31,7 @@ from ppo_dict.algo.sharded_rollout import plan_sharding
 from ppo_dict.algo.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
 from ppo_dict.core.config import Config
 from ppo_dict.data.episodes import EpisodeLog
+from ppo_dict.data.masking import ASK_MASKS
 from ppo_dict.data.recurrent import StateStore
 from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import aligned, obs_to_tensor
@@ -86,6 +87,7 @@ class Collector:
             for n in self.policy_steps}
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
+        self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
         # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.device_rollout); the CPU keeps sb3's order
         self.device_bootstrap = device.type != "cpu" and self.states is None
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
@@ -105,6 +107,17 @@ class Collector:
     @last_dones.setter
     def last_dones(self, dones: np.ndarray) -> None:
         self.storage.last_dones[...] = dones
+
+    def set_masking(self, on: bool) -> None:
+        """sb3-contrib's ``learn(use_masking=on)`` from the next rollout on (a run with masks). Off: the envs'
+        ``action_masks()`` are not asked, the policy samples from its unmasked distribution and the storage keeps
+        all-True masks, which the update applies as ``MaskableRolloutBuffer``'s untouched ones."""
+        if self.masks is None or on == self.masking:
+            return
+        self.masking = on
+        self.pool.call(ASK_MASKS, range(self.n_envs), args=(on,))
+        if self.shard is not None:
+            self.shard.masking = on
 
     # ------------------------------------------------------------------ a rollout
     def reset(self, seed: Any, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
@@ -201,7 +214,7 @@ class Collector:
         if len(columns) < self.n_envs:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
         out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
-        masks = None if self.masks is None else self.step_obs.masks(self.masks, t, span)  # sb3-contrib: the masks at obs[t]
+        masks = None if self.masks is None or not self.masking else self.step_obs.masks(self.masks, t, span)  # sb3-contrib: the masks at obs[t]
         rows = span if len(columns) < self.n_envs else None
         if self.states is None:
             actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=rows, masks=masks)

@@ -8,7 +8,7 @@ Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unch
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -48,32 +48,36 @@ def flat_dim(space: spaces.Space) -> int:
     return int(np.prod(space.shape))
 
 
-def one_hots(nvec: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """sb3's MultiDiscrete preprocessing: one one-hot per ``th.split`` column, concatenated, viewed as ``[B, sum(nvec)]``."""
-    total = sum(nvec)
+class Preprocessor:
+    """sb3 ``preprocess_obs`` for one space, decided once (a plain object, not a closure: the policy pickles, as
+    ``torch.save(model.policy)`` does): ``/ 255.0`` for images (not ``* (1/255)``: not bit-exact), ``float()`` for
+    other boxes and MultiBinary, one-hot for Discrete (``nvec``: ``[n]``), concatenated one-hots for MultiDiscrete
+    (sb3's one per ``th.split`` column, viewed as ``[B, sum(nvec)]``)."""
 
-    def encode(obs: torch.Tensor) -> torch.Tensor:
-        parts = [F.one_hot(column.long(), num_classes=nvec[i]).float() for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
-        return torch.cat(parts, dim=-1).view(obs.shape[0], total)
+    def __init__(self, kind: str, nvec: Sequence[int] = ()):
+        self.kind, self.nvec = kind, [int(n) for n in nvec]
 
-    return encode
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.kind == "image":
+            return obs.float() / 255.0
+        if self.kind == "float":
+            return obs.float()
+        if self.kind == "one_hot":
+            return F.one_hot(obs.long(), num_classes=self.nvec[0]).float()
+        parts = [F.one_hot(column.long(), num_classes=self.nvec[i]).float() for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
+        return torch.cat(parts, dim=-1).view(obs.shape[0], sum(self.nvec))
 
 
-def preprocessor(space: spaces.Space, normalize_images: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """sb3 ``preprocess_obs`` for one space, decided once: ``/ 255.0`` for images (not ``* (1/255)``:
-    not bit-exact), ``float()`` for other boxes and MultiBinary, one-hot for Discrete, concatenated
-    one-hots for MultiDiscrete."""
+def preprocessor(space: spaces.Space, normalize_images: bool) -> Preprocessor:
+    """:class:`Preprocessor` of ``space``."""
     if isinstance(space, spaces.Box):
-        if normalize_images and is_image_space(space):
-            return lambda obs: obs.float() / 255.0
-        return lambda obs: obs.float()
+        return Preprocessor("image" if normalize_images and is_image_space(space) else "float")
     if isinstance(space, spaces.Discrete):
-        n = int(space.n)
-        return lambda obs: F.one_hot(obs.long(), num_classes=n).float()
+        return Preprocessor("one_hot", [int(space.n)])
     if isinstance(space, spaces.MultiDiscrete):
-        return one_hots([int(n) for n in space.nvec])
+        return Preprocessor("one_hots", [int(n) for n in space.nvec])
     if isinstance(space, spaces.MultiBinary):
-        return lambda obs: obs.float()
+        return Preprocessor("float")
     raise ValueError(f"{space} observation space is not supported")
 
 

@@ -162,6 +162,7 @@ class ShardWork:
         s = storage
         self.views = s.obs_views()
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)
+        self.masking = True  # the main process's (sb3-contrib's use_masking), from the block at each new version
         self.to_env = policy.action_spec.to_env
         self.env_actions = s.env_actions.reshape(n, s.action_dim)
         self.gamma = np.float32(program.gamma)  # until the block's, at the first hand-over
@@ -180,6 +181,8 @@ class ShardWork:
         if header[VERSION] != self.version:
             self.step.refresh()  # the parameters changed (an update): what depends on them alone, for the whole batch
             self.gamma = np.float32(float(self.block.tensors["settings/gamma"]))  # sb3's float32 bootstrap, as the central path
+            if self.masks is not None:
+                self.masking = bool(self.block.tensors["settings/masking"])
             if self.norm is not None:  # settings assigned between learn calls, as the main process's normaliser took them
                 values = self.block.tensors["settings/norm"].tolist()
                 for name, value in zip(NORM_SETTINGS, values):
@@ -208,7 +211,7 @@ class ShardWork:
         s, span, mine = self.storage, self.span, self.mine
         obs = {key: view[t, span] for key, view in self.views.items()}
         obs = obs if s.is_dict_obs else next(iter(obs.values()))
-        masks = None if self.masks is None else self.masks[t, span]
+        masks = None if self.masks is None or not self.masking else self.masks[t, span]
         matrices = None if self.matrices[mslot] is None else self.matrices[mslot][span]
         values, actions, log_probs = self.evaluate(obs, [d[span] for d in self.draws[slot]], masks, matrices)
         rows = self.rows

@@ -59,7 +59,7 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
         return "--double_buffer samples one half's actions here while the workers step the other"
     if getattr(policy, "own_forward", False):
         return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
-    if type(policy) is not ActorCritic:
+    if getattr(type(policy), "surface_of", type(policy)) is not ActorCritic:  # the API's sb3 class (ppo_dict.api.sb3_policy): the same passes
         return f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor") else f"{type(policy).__name__} runs here"
     if PolicyStep(policy, 1).sampler is None:
         return f"{policy.action_space} samples through the policy's forward"
@@ -86,6 +86,7 @@ class ShardedRollout:
         self.draw_shapes = central.sampler.draw_shapes(n)
         gsde = policy.action_spec.gsde
         named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
+        named += [("settings/masking", (), torch.float64)] if storage.action_masks is not None else []
         named += [(f"draw/{slot}/{i}", shape, torch.float32) for slot in (0, 1) for i, shape in enumerate(self.draw_shapes)]
         if gsde is not None:
             named += [(f"matrices/{slot}", (n, gsde.latent_dim, gsde.action_dim), torch.float32) for slot in (0, 1)]
@@ -101,16 +102,19 @@ class ShardedRollout:
         self.program = ShardProgram(cloudpickle.dumps(policy), self.block.layout, n, 1, cfg.gamma, label,
                                     tuple(range(len(self.draw_shapes))), norm)
         self.version, self.mslot, self._matrices = 0, 0, None
+        self.masking = True  # the collector's (sb3-contrib's use_masking)
         self.refresh()
 
     # ------------------------------------------------------------------ what this process writes
     def refresh(self) -> None:
-        """The policy's parameters, the bootstrap's gamma and the normaliser's settings into the block (once per rollout: after an update, after
+        """The policy's parameters, the bootstrap's gamma, whether masks apply and the normaliser's settings into the block (once per rollout: after an update, after
         a setting assigned between ``learn`` calls), a new version."""
         with torch.no_grad():
             for name, tensor in shared_tensors(self.policy):
                 self.block.tensors[name].copy_(tensor)
         self.block.tensors["settings/gamma"].fill_(self.cfg.gamma)
+        if "settings/masking" in self.block.tensors:
+            self.block.tensors["settings/masking"].fill_(float(self.masking))
         if self.normalizer is not None:  # what a script may assign to sb3's VecNormalize between learn calls
             self.block.tensors["settings/norm"].copy_(torch.tensor([float(getattr(self.normalizer, name)) for name in NORM_SETTINGS]))
         self.version += 1

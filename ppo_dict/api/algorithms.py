@@ -125,7 +125,8 @@ class MaskablePPO(Algorithm):
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskablePPO",
               reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskablePPO":
-        """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (True only: ppo_dict always samples among valid actions)."""
+        """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (False: the envs' ``action_masks()`` not asked, the rollout
+        sampled unmasked and the update given all-True masks, as sb3-contrib's)."""
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
@@ -175,7 +176,7 @@ class MaskableRecurrentPPO(Algorithm):
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskableRecurrentPPO",
               reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskableRecurrentPPO":
-        """RecurrentPPO's ``learn`` with MaskablePPO's ``use_masking`` (True only)."""
+        """RecurrentPPO's ``learn`` with MaskablePPO's ``use_masking`` (False: MaskablePPO's unmasked rollout)."""
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,

@@ -18,6 +18,7 @@ from ppo_dict.algo.own_policy import OwnMethodsPolicy, policy_object
 from ppo_dict.algo.ppo import PPO as Trainer
 from ppo_dict.algo.recurrent_policy import build_policy
 from ppo_dict.api.arguments import built_here, own_policy_class
+from ppo_dict.api.sb3_policy import as_sb3_policy
 from ppo_dict.api.learning import LoggerBridge
 from ppo_dict.core.parse import make_schedule
 from ppo_dict.run.run_plan import device_notice
@@ -65,7 +66,7 @@ def build(algorithm: Algorithm, observation_space: spaces.Space, action_space: s
     if optimizer_kwargs is None:  # sb3's ActorCriticPolicy: Adam's eps=1e-5 only where no optimizer_kwargs are given
         optimizer_kwargs = {"eps": 1e-5} if optimizer_class is torch.optim.Adam else {}
     policy.optimizer = optimizer_class(policy.parameters(), lr=make_schedule(algorithm.cfg.learning_rate)(1), **optimizer_kwargs)
-    return policy, policy.optimizer
+    return as_sb3_policy(algorithm, policy), policy.optimizer
 
 
 def build_own(algorithm: Algorithm, policy_class: type) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

@@ -49,8 +49,10 @@ def carry_in(algorithm: Algorithm, trainer: Trainer) -> None:
     for stage in ("env_obs", "obs"):
         for key, row in carried[stage].items():
             getattr(s, stage)[key][0] = row
-    if s.action_masks is not None:  # sb3-contrib's get_action_masks(env) at each step: the envs' state now
+    if s.action_masks is not None and trainer.collector.masking:  # sb3-contrib's get_action_masks(env) at each step: the envs' state now
         s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs), METHOD)).reshape(s.action_masks[0].shape)
+    elif s.action_masks is not None:  # learn(use_masking=False): not asked, the buffer's all-True masks
+        s.action_masks[0] = True
     vn = algorithm.envs.vec_normalize
     if vn is not None and trainer.normalizer is not None:
         trainer.normalizer.returns = np.array(vn.returns, dtype=np.float64)
@@ -89,10 +91,20 @@ def raw_obs(algorithm: Algorithm, trainer: Trainer, row: int) -> Any:
 
 
 def show_reset(algorithm: Algorithm, trainer: Trainer) -> None:
-    """A VecNormalize's ``reset()``: ``old_obs`` the reset observations, ``returns`` zeros."""
+    """A VecNormalize's ``reset()``: ``old_obs`` the reset observations, ``returns`` zeros; the vec env's ``reset_infos``."""
     vn = algorithm.envs.vec_normalize
     if vn is not None:
         vn.old_obs, vn.returns = raw_obs(algorithm, trainer, 0), np.zeros(trainer.n_envs)
+    show_reset_infos(algorithm, trainer)
+
+
+def show_reset_infos(algorithm: Algorithm, trainer: Trainer, recorded: bool = False) -> None:
+    """The pool's vec env's ``reset_infos`` as sb3's ``DummyVecEnv`` keeps them (each env's last reset info, an
+    auto-reset's too): the pool's own while it records infos (``recorded``: a callback's step), else asked of the
+    runners (one call, where each env lives: at the reset and when ``learn`` returns)."""
+    facade = algorithm.envs.facade
+    if facade is not None:
+        facade.reset_infos = list(trainer.pool.reset_infos) if recorded else trainer.pool.call("reset_infos", range(trainer.n_envs))
 
 
 def show_step(algorithm: Algorithm, trainer: Trainer, obs_row: int, t: int) -> None:

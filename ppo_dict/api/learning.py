@@ -28,7 +28,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import configure_logger
 
 from ppo_dict.api.buffer import batch_obs, keep_after_learn
-from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_step
+from ppo_dict.api.carry import carry_in, carry_out, rnn_states, show_reset, show_reset_infos, show_step
 from ppo_dict.data.storage import OBS_KEY, channel_first, obs_parts
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class CallbackHooks:
         """sb3's ``callback.update_locals(locals()); callback.on_step()`` after rollout step ``t``."""
         self.algorithm._rollout_steps, self.algorithm._buffer.pos = (t + 1) * self.trainer.n_envs, t
         show_step(self.algorithm, self.trainer, t + 1, t)  # a VecNormalize's views, as its step_wait left them
+        show_reset_infos(self.algorithm, self.trainer, recorded=True)  # DummyVecEnv's, as its step_wait left them
         self.callback.update_locals(self.step_locals(t))
         return self.callback.on_step()
 
@@ -177,8 +178,8 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
           reset_num_timesteps: bool, progress_bar: bool, use_masking: Optional[bool] = None) -> Algorithm:
     """sb3's ``OnPolicyAlgorithm.learn`` (sb3-contrib's with ``use_masking``) on the algorithm's trainer."""
     trainer = algorithm._require_trainer()
-    if use_masking is False:
-        raise ValueError("use_masking=False is not supported: ppo_dict's MaskablePPO samples among the valid actions only")
+    if use_masking is not None:  # False: sb3-contrib's unmasked rollout (the envs not asked), updated with all-True masks
+        trainer.collector.set_masking(bool(use_masking))
     total = setup_learn(algorithm, trainer, total_timesteps, reset_num_timesteps, tb_log_name)
     if callback is not None or progress_bar:
         callback = BaseAlgorithm._init_callback(algorithm, callback, progress_bar)  # sb3's: lists, functions, the progress bar
@@ -215,5 +216,6 @@ def after_learn(algorithm: Algorithm, trainer: "Trainer") -> None:
     trained = trainer.collector.stopped is None
     keep_after_learn(algorithm, trainer.storage, trained)
     carry_out(algorithm, trainer)
+    show_reset_infos(algorithm, trainer)
     if trained and algorithm._buffer.first:  # the last step's views (a stopped rollout's were set at its step)
         show_step(algorithm, trainer, 0, trainer.storage.n_steps - 1)

@@ -29,6 +29,8 @@ from ppo_dict.data.actions import mask_sizes, masking_space_problem
 MASKED = "ppo_dict_action_masks"
 #: sb3-contrib's name of the env method (``sb3_contrib.common.maskable.utils.EXPECTED_METHOD_NAME``).
 METHOD = "action_masks"
+#: The runners' own call (``Runner.call``) that turns the envs' masks on or off: sb3-contrib's ``learn(use_masking=...)``.
+ASK_MASKS = "ask_masks"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,12 +100,17 @@ class MaskWriter:
     :meth:`bind` finds an env's ``action_masks`` once (as ``env.get_wrapper_attr``, the way
     ``DummyVecEnv.env_method`` reaches it); :meth:`write` calls it and stores the checked mask.
     Errors are ``ValueError``s naming the env, the step and what was wrong.
+
+    ``asking`` False (sb3-contrib's ``learn(use_masking=False)``): the envs are not asked and every
+    mask written allows every action, as ``MaskableRolloutBuffer`` keeps its all-ones masks when
+    ``collect_rollouts`` adds none.
     """
 
     def __init__(self, masks: np.ndarray, action_space: spaces.Space):
         self.masks, self.sizes = masks, mask_sizes(action_space)
         self.offsets = mask_offsets(self.sizes)
         self.methods: list[Callable[[], Any]] = []
+        self.asking = True
 
     def bind(self, env: Any, env_idx: int) -> None:
         """Find env ``env_idx``'s ``action_masks()`` (the next local env in order)."""
@@ -113,7 +120,11 @@ class MaskWriter:
         self.methods.append(env.get_wrapper_attr(METHOD))
 
     def write(self, local: int, env_idx: int, row: int, when: str) -> None:
-        """Ask local env ``local`` (global ``env_idx``) for its mask and store it as ``masks[row, env_idx]``."""
+        """Ask local env ``local`` (global ``env_idx``) for its mask and store it as ``masks[row, env_idx]``
+        (all True, the env not asked, while not :attr:`asking`)."""
+        if not self.asking:
+            self.masks[row, env_idx] = True
+            return
         mask = np.asarray(self.methods[local]())
         problem = mask_problem(mask, self.sizes, self.offsets)
         if problem:

@@ -83,6 +83,7 @@ class TrainedAgent:
     normalizer_state: Optional[dict[str, Any]] = None
     normalized_keys: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    steps: int = 0  # the zip's num_timesteps (what ppo_dict.enjoy names the replayed model by; a new run's counters start at 0)
 
 
 def schedule_value(value: Any) -> Any:
@@ -214,7 +215,8 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
     try:  # the data entry's plain values are the file's, not sb3's: a wrong type is the file's fault
         agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
                              policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
-                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space)
+                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space,
+                             steps=int(data.get("num_timesteps", 0)))
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:  # ArithmeticError: a number past float's range
         raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
     if statistics is not None:

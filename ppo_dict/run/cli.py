@@ -33,7 +33,7 @@ from ppo_dict.interop.hyperparams import RL_ZOO, ZOO_ALGOS, parse_algo, read_ent
 ALIASES: dict[str, tuple[str, ...]] = {
     "total_timesteps": ("-n", "--n-timesteps"), "trained_agent": ("-i", "--trained-agent"), "eval_freq": ("--eval-freq",),
     "eval_episodes": ("--eval-episodes",), "save_freq": ("--save-freq",), "log_interval": ("--log-interval",),
-    "tensorboard_log": ("-tb", "--tensorboard-log"), "torch_threads": ("--num-threads",), "gym_packages": ("--gym-packages",),
+    "tensorboard_log": ("-tb", "--tensorboard-log"), "gym_packages": ("--gym-packages",),
     "env_kwargs": ("--env-kwargs",), "hyperparams": ("-params", "-conf", "--conf-file"), "project": ("--wandb-project-name",),
     "entity": ("--wandb-entity",), "group": ("--wandb-group",), "tags": ("-tags", "--wandb-tags"),
 }
@@ -51,6 +51,9 @@ ZOO_FLAGS = {
               "False"),
     "vec_env": (("--vec-env",), "rl-zoo's VecEnv class: dummy steps every env in this process (--num_workers 0), subproc every env "
                 "in a worker process (--main_steps_envs False); the numbers are the same either way", "None: the layout's"),
+    "num_threads": (("--num-threads",), "rl-zoo's --num-threads: N > 0 sets --torch_threads N; 0 or less (rl-zoo's -1) leaves torch its "
+                    "own count, as rl-zoo does: --torch_threads becomes torch.get_num_threads() (--torch_threads typed wins)",
+                    "None: --torch_threads' default"),
     "n_eval_envs": (("--n-eval-envs",), "rl-zoo's evaluation envs: ppo_dict evaluates in one env (1 only; --eval_episodes sets the "
                     "episodes)", "1"),
 }
@@ -236,7 +239,7 @@ def read_command_line(argv: Optional[list[str]]) -> CommandLine:
     except ValueError as exc:
         line.unreadable["algo"] = f"algo={own['algo']!r}: {exc}"
     if "algo" in own and "algo" not in line.unreadable:
-        line.algo_note = zoo_entry_by_default(line.flags, line.algo)
+        line.algo_note = "\n".join(filter(None, [zoo_entry_by_default(line.flags, line.algo), zoo_device_note(line.flags)]))
     rl_zoo_flags(zoo, line)
     return line
 
@@ -261,9 +264,39 @@ def rl_zoo_flags(zoo: dict[str, str], line: CommandLine) -> None:
             line.unreadable["vec_env"] = f"vec_env={zoo['vec_env']!r}: rl-zoo's --vec-env takes dummy or subproc"
         else:
             flags.setdefault(*setting)
+    if "num_threads" in zoo:
+        zoo_threads(zoo["num_threads"], line)
     if "n_eval_envs" in zoo and zoo["n_eval_envs"] != "1":
         line.unreadable["n_eval_envs"] = (f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; --eval_episodes N "
                                           "(rl-zoo's --eval-episodes) sets how many episodes")
+
+
+#: what rl-zoo's --device auto means here, said where it differs (a CUDA device present)
+DEVICE_NOTE = ("--device auto: ppo_dict's auto keeps an MLP policy on the CPU, bit-exact with sb3, where rl-zoo's auto puts every "
+               "policy on CUDA when there is one; --device cuda for rl-zoo's choice")
+
+
+def zoo_device_note(flags: dict[str, Any]) -> str:
+    """:data:`DEVICE_NOTE` for an rl-zoo-style command (``--algo`` typed) on ``auto`` (rl-zoo's default too) where CUDA is present."""
+    if flags.get("device", FIELDS["device"].default) != "auto":
+        return ""
+    import torch
+
+    return DEVICE_NOTE if torch.cuda.is_available() else ""
+
+
+def zoo_threads(typed: str, line: CommandLine) -> None:
+    """rl-zoo's ``--num-threads``: ``th.set_num_threads(n)`` for n > 0, else torch left as it is (its own count)."""
+    try:
+        n = int(typed)
+    except ValueError:
+        line.unreadable["num_threads"] = f"num_threads={typed!r}: rl-zoo's --num-threads takes an integer (-1: torch's own count)"
+        return
+    if n <= 0:
+        import torch  # the count torch starts with: nothing in this process has set it yet
+
+        n = torch.get_num_threads()
+    line.flags.setdefault("torch_threads", n)
 
 
 def zoo_env_name(env: str) -> str:

@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from ppo_dict.data.episodes import EpisodeBook
-from ppo_dict.data.masking import MaskWriter
+from ppo_dict.data.masking import ASK_MASKS, MaskWriter
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_parts
 from ppo_dict.envs.monitor import is_wrapped
 from ppo_dict.envs.state import StateNotRestorable, env_state, load_env_state
@@ -257,7 +257,8 @@ class GymRunner:
 
     def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs; the
-        envs' states (``env_states``, ``load_env_states``, ``keep_snapshots``: a run's checkpoints)."""
+        envs' states (``env_states``, ``load_env_states``, ``keep_snapshots``: a run's checkpoints); ``reset_infos`` (each env's
+        last reset info); ``ask_masks`` (``ppo_dict.data.masking.ASK_MASKS``: whether the envs' ``action_masks()`` are asked)."""
         if kind == "env_states":
             return self.env_states(indices, *args)
         if kind == "load_env_states":
@@ -265,6 +266,12 @@ class GymRunner:
             return [None] * len(indices)
         if kind == "keep_snapshots":
             self.snapshots_from(int(args[0]))
+            return [None] * len(indices)
+        if kind == "reset_infos":  # each env's last reset info (kept with or without record_infos): a vec env's reset_infos
+            return [self.reset_infos[self.block.index(i)] for i in indices]
+        if kind == ASK_MASKS:  # every env of the runner at once: sb3-contrib's use_masking is the whole learn call's
+            if self.masks is not None:
+                self.masks.asking = bool(args[0])
             return [None] * len(indices)
         local = dict(zip(self.block, self.envs))
         results = []

@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ppo_dict.data.episodes import EpisodeBook
-from ppo_dict.data.masking import METHOD, with_action_masks
+from ppo_dict.data.masking import ASK_MASKS, METHOD, with_action_masks
 from ppo_dict.data.storage import RolloutStorage, obs_parts
 from ppo_dict.vec.runner import Seeds
 
@@ -61,6 +61,7 @@ class VecEnvPool:
         self.infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self.reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self.rewards = np.zeros(self.num_envs, dtype=np.float32)
+        self.asking = True  # the envs' masks asked (sb3-contrib's use_masking); else all True, as MaskableRolloutBuffer's
         self.closed = False
 
     def reset(self, seed: Seeds = None, options: Optional[Sequence[dict[str, Any]]] = None) -> None:
@@ -100,7 +101,7 @@ class VecEnvPool:
         for key, part in parts.items():
             self.storage.env_obs[key][row] = np.asarray(part).reshape(self.storage.env_obs[key][row].shape)
         if self.storage.action_masks is not None:
-            self.storage.action_masks[row] = np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1)
+            self.storage.action_masks[row] = np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1) if self.asking else True
 
     def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Every env at once (a vec env steps all its envs): ``columns`` must be all of them."""
@@ -120,6 +121,9 @@ class VecEnvPool:
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` through the vec env."""
         indices = list(indices)
+        if kind == ASK_MASKS:  # the runners' own call (ppo_dict.vec.runner.GymRunner.call): every env at once
+            self.asking = bool(args[0])
+            return [None] * len(indices)
         if kind == "get_attr":
             return self.venv.get_attr(name, indices)
         if kind == "set_attr":
