@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
