@@ -1,6 +1,6 @@
 """Which process steps which env columns: a run's layout, worked out once from its settings and the CPUs.
 
-Every usable CPU steps envs by default (DESIGN.md, "Using the whole machine"): the CPUs are those
+Every usable CPU steps envs by default (docs/speed.md, "Layouts"): the CPUs are those
 of this process's affinity mask, at most its cgroup's CPU quota (:func:`~ppo_dict.core.machine.cpu_budget`), less
 those other processes keep busy at start (:func:`~ppo_dict.core.load.available_cpus`: two CPU burners beside a
 2-CPU run leave it one, and every env steps in this process, as sb3's DummyVecEnv steps them),
