@@ -24,7 +24,7 @@ from gymnasium import spaces
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ppo_dict.algo.policy import ActorCritic  # noqa: E402
+from ppo_dict.algo.networks.policy import ActorCritic  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.core.logger import Logger  # noqa: E402

@@ -34,7 +34,7 @@ from benchmarks.harness import (  # noqa: E402
     Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
 )
 from ppo_dict.algo.ppo import PPO  # noqa: E402
-from ppo_dict.algo.rollout_step import PolicyStep  # noqa: E402
+from ppo_dict.algo.rollout.rollout_step import PolicyStep  # noqa: E402
 from ppo_dict.core.config import Config, physical_cores  # noqa: E402
 from ppo_dict.envs.make import make_env  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402

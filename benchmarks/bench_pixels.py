@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.harness import Contender, Table, add_log_flags, interleave, log_path, machine_times, ratio_text  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
-from ppo_dict.algo.rollout_step import PolicyStep  # noqa: E402
+from ppo_dict.algo.rollout.rollout_step import PolicyStep  # noqa: E402
 from ppo_dict.core.config import Config, physical_cores  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool  # noqa: E402
 from ppo_dict.vec import make_env_pool  # noqa: E402

@@ -1,7 +1,7 @@
 """What training over ranks costs on one host: 2 ranks (gloo, this host) against one process with the same workers.
 
 For each env count, the same run twice: one process with ``--workers`` worker processes, and two ranks
-(``ppo_dict.algo.distributed``) with half of them each, each rank pinned to its half of the CPUs as torchrun's ranks
+(``ppo_dict.algo.ranks.distributed``) with half of them each, each rank pinned to its half of the CPUs as torchrun's ranks
 pin themselves (``ppo_dict.run.ranks.join``). Both train ``--iterations`` iterations after one warm-up iteration;
 the rows give the rollout's time per vectorised step and the update's time per update, and, for the ranks, the
 time spent inside the collectives (rank 0's clock; it includes waiting for the other rank): the per-step gather of ``VecNormalize``'s batch and the
@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
-from ppo_dict.algo.distributed import Ranks  # noqa: E402
+from ppo_dict.algo.ranks.distributed import Ranks  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.core.logger import Logger  # noqa: E402

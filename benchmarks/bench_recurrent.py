@@ -101,7 +101,7 @@ def kernel_floor(ppo, whole_sequences: bool = False) -> float:
     sequence without episode starts, else one of each per time step, the weight gradients added up as
     autograd adds them), replayed alone on the policy's weights. Both sides make these calls alike.
     ``whole_sequences``: the fast path's calls instead (one forward and one backward per minibatch)."""
-    from ppo_dict.algo.lstm_inference import LSTM_MODE
+    from ppo_dict.algo.networks.lstm_inference import LSTM_MODE
     from ppo_dict.data.recurrent import SequencePlan, env_change, rotated_indices
 
     storage, policy, cfg = ppo.storage, ppo.policy, ppo.cfg
@@ -145,8 +145,8 @@ def rollout_floor(sb3_model, ppo, n_steps: int) -> tuple[float, float]:
     """CPU microseconds per env step of what an exact rollout cannot skip, each replayed alone: every env's
     own step (RecurrentPPO's envs, with their Monitor, on random actions) and the LSTM calls of a step
     (one per LSTM on ``[1, n_envs, features]``, weights laid out once: ppo_dict's
-    :class:`~ppo_dict.algo.lstm_inference.PackedLstm`, the cheapest form of the call exactness needs)."""
-    from ppo_dict.algo.lstm_inference import PackedLstm
+    :class:`~ppo_dict.algo.networks.lstm_inference.PackedLstm`, the cheapest form of the call exactness needs)."""
+    from ppo_dict.algo.networks.lstm_inference import PackedLstm
 
     vec = sb3_model.env
     while hasattr(vec, "venv"):

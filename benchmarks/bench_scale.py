@@ -171,7 +171,7 @@ def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: fl
 
 
 def policy_floor(model, rounds: int, evict: Optional[np.ndarray] = None) -> float:
-    """Microseconds of one exact policy step replayed alone (:class:`~ppo_dict.algo.rollout_step.PolicyStep`
+    """Microseconds of one exact policy step replayed alone (:class:`~ppo_dict.algo.rollout.rollout_step.PolicyStep`
     on the rollout's first observations, writing into the storage's rows, as a rollout step does): the
     median over ``rounds`` rounds of 50 calls. ``evict``: an array written over before each call (its
     data caches cold, as after stepping envs), each call timed alone."""

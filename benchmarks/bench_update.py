@@ -7,7 +7,7 @@ starts from the same snapshot (parameters, Adam, numpy RNG). Rows:
   * per minibatch, CPU microseconds of each part, this tree's loop and the commit's: the rows
     gathered, forward and loss (with the logged figures), zero_grad, backward, clip_grad_norm_,
     the finite check, Adam;
-  * this tree's update against ``--against`` (a commit; its ``ppo_dict/algo/update.py`` is loaded beside
+  * this tree's update against ``--against`` (a commit; its ``ppo_dict/algo/training/update.py`` is loaded beside
     this one, the rest of the package shared): both must leave the same parameters, Adam state
     and logs, bit for bit; the ratio of CPU seconds and of wall seconds per round, medians.
 
@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
-from ppo_dict.algo import update  # noqa: E402
+from ppo_dict.algo.training import update  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.core.seeding import same_values  # noqa: E402
@@ -51,14 +51,14 @@ MINIBATCHES = CFG.n_epochs * CFG.n_steps * CFG.n_envs // CFG.batch_size
 
 
 def module_at(commit: str) -> ModuleType:
-    """``ppo_dict/algo/update.py`` as it was at ``commit`` (``ppo_dict/update.py`` before the package
+    """``ppo_dict/algo/training/update.py`` as it was at ``commit`` (``ppo_dict/update.py`` before the package
     layers), imported under another name; its imports of modules that have since moved into a
     package of ``ppo_dict/`` are pointed at where they are now."""
     shown = [subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
-             for path in ("ppo_dict/algo/update.py", "ppo_dict/update.py")]
+             for path in ("ppo_dict/algo/training/update.py", "ppo_dict/update.py")]
     found = [r.stdout for r in shown if r.returncode == 0]
     if not found:
-        raise SystemExit(f"no ppo_dict/algo/update.py or ppo_dict/update.py at {commit}")
+        raise SystemExit(f"no ppo_dict/algo/training/update.py or ppo_dict/update.py at {commit}")
     moved = {p.stem: ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in Path(ROOT, "ppo_dict").glob("*/*.py")}
     source = re.sub(r"\bppo_dict\.(\w+)\b", lambda m: moved.get(m.group(1), m.group(0)), found[0])
     path = os.path.join(tempfile.mkdtemp(), "update_at_commit.py")

@@ -202,7 +202,7 @@ def zoo_setup(env_id: str, entries: Optional[dict[str, Any]] = None) -> ZooSetup
     import rl_zoo3.import_envs  # noqa: F401  rl-zoo's registrations (ale-py's games), as its train.py imports them
     from rl_zoo3.utils import get_wrapper_class
 
-    from ppo_dict.algo.policy import ACTIVATION_CLASSES
+    from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES
     from ppo_dict.interop.hyperparams import NORMALIZE_KWARGS, POLICY_KWARGS, translate
 
     entries = zoo_entries() if entries is None else entries

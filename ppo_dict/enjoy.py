@@ -78,7 +78,7 @@ def zoo_model(path: str) -> tuple[Any, Any, int]:
     ``--trained_agent`` reads them (``ppo_dict.interop.trained_agent``); the statistics frozen, rewards unnormalised,
     as rl-zoo's enjoy sets its VecNormalize (``training=False``, ``norm_reward=False``)."""
     from ppo_dict.algo.model import build_normalizer
-    from ppo_dict.algo.recurrent_policy import build_policy
+    from ppo_dict.algo.networks.recurrent_policy import build_policy
     from ppo_dict.interop.trained_agent import read_trained_agent
     from ppo_dict.run.cli import read_config
 

@@ -56,7 +56,7 @@ def test_a_spec_tells_what_sb3_refuses_in_a_space_of_its_kind() -> None:
     # the storage lays out a space sb3 refuses (a shared-memory vec env steps it), so the spec exists
     assert action_spec(spaces.MultiBinary([2, 3])).layout == ((2, 3), np.dtype(np.int8), 6)
     with pytest.raises(ValueError, match="finite lower and upper bound"):
-        from ppo_dict.algo.policy import ActorCritic
+        from ppo_dict.algo.networks.policy import ActorCritic
         ActorCritic(spaces.Box(-1, 1, (3,)), spaces.Box(-np.inf, np.inf, (2,)))
 
 

@@ -10,12 +10,12 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.device_choice import choose_device, forced_cuda_line, measured_device, measured_step_us
-from ppo_dict.algo.device_update import device_ppo_update
-from ppo_dict.algo.graph_step import GraphedStep
-from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.training.device_update import device_ppo_update
+from ppo_dict.algo.rollout.graph_step import GraphedStep
+from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.update import UpdateSettings, ppo_update
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.training.update import UpdateSettings, ppo_update
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.masking import with_action_masks

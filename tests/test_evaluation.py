@@ -83,7 +83,7 @@ def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
 def test_deterministic_episodes_on_channel_last_images_see_them_as_training_does() -> None:
     """The policy takes [C, H, W]; an env that gives [H, W, C] is transposed for it, in evaluation as in training."""
     from ppo_dict.algo.model import Model
-    from ppo_dict.algo.recurrent_policy import build_policy
+    from ppo_dict.algo.networks.recurrent_policy import build_policy
     from ppo_dict.envs import make_env
     from ppo_dict.run.evaluation import run_episodes
 

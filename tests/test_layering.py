@@ -16,8 +16,10 @@ PACKAGES = {"ppo_dict": "ppo_dict", "envs": "ppo_dict.envs"}
 #: the layers, bottom first: a module imports modules of its own layer and of the layers below it only.
 #: ``ppo_dict.api`` is sb3's Python API (the other face); ``ppo_dict`` itself holds the command lines
 #: (``python -m ppo_dict.main_ppo``, ...), the top.
-LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo", "ppo_dict.interop",
-          "ppo_dict.run", "ppo_dict.api", "ppo_dict")
+#: Inside ``ppo_dict.algo``, its concepts are layers too: the networks, the rollout that runs them, the update that
+#: trains them, the ranks that share both; the trainer (``algo/ppo.py``) and the model on top.
+LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo.networks", "ppo_dict.algo.rollout",
+          "ppo_dict.algo.training", "ppo_dict.algo.ranks", "ppo_dict.algo", "ppo_dict.interop", "ppo_dict.run", "ppo_dict.api", "ppo_dict")
 
 
 def modules() -> dict[str, Path]:
@@ -128,6 +130,8 @@ def test_imports_run_down_the_layers() -> None:
     assert upward({"ppo_dict.core.config": {"ppo_dict.algo.ppo"}, "ppo_dict.run.cli": {"ppo_dict.core.config"}}) == [
         "ppo_dict.core.config -> ppo_dict.algo.ppo"]  # the check finds what it is for
     assert layer("ppo_dict.main_ppo") == len(LAYERS) - 1 and layer("ppo_dict.vec.runner") == LAYERS.index("ppo_dict.vec")
+    assert upward({"ppo_dict.algo.networks.policy": {"ppo_dict.algo.rollout.collect"}}) == [
+        "ppo_dict.algo.networks.policy -> ppo_dict.algo.rollout.collect"]  # and between algo's concepts
     assert upward(graph()) == []
 
 
@@ -137,7 +141,9 @@ def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
     not_commands = [p.name for p in top if p.name != "__init__.py" and 'if __name__ == "__main__":' not in p.read_text()]
     assert len(top) > 1 and not_commands == []
     packages = {p.parent.name for p in (ROOT / "ppo_dict").glob("*/__init__.py")}
-    assert packages == {name.rpartition(".")[2] for name in LAYERS[1:-1]}  # every package is a layer
+    assert packages == {name.split(".")[1] for name in LAYERS[1:-1]}  # every package is a layer
+    algo = {p.parent.name for p in (ROOT / "ppo_dict" / "algo").glob("*/__init__.py")}
+    assert algo == {name.split(".")[2] for name in LAYERS if name.startswith("ppo_dict.algo.")}  # and every concept of algo
 
 
 def test_every_package_is_installed() -> None:

@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.model import Model
-from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, EnvWorkerError

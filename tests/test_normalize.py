@@ -4,7 +4,7 @@ import numpy as np
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
 
-from ppo_dict.algo.normalize import Normalizer, RunningMeanStd
+from ppo_dict.algo.rollout.normalize import Normalizer, RunningMeanStd
 
 
 class RawTerminalObs(VecEnvWrapper):

@@ -13,10 +13,10 @@ from sb3_contrib.common.recurrent.buffers import RecurrentDictRolloutBuffer, Rec
 from sb3_contrib.common.recurrent.policies import RecurrentActorCriticPolicy
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 
-from ppo_dict.algo import recurrent_policy
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
-from ppo_dict.algo.recurrent_step import RecurrentStep
-from ppo_dict.algo.recurrent_update import SequenceRollout
+from ppo_dict.algo.networks import recurrent_policy
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
+from ppo_dict.algo.training.recurrent_update import SequenceRollout
 from ppo_dict.core.config import Config
 from ppo_dict.data.recurrent import STATE_NAMES, LstmStates, StateStore, rotated_indices
 from ppo_dict.data.storage import RolloutStorage
@@ -37,7 +37,7 @@ def test_process_sequence_and_its_gradients_equal_sb3_contribs(resets: bool, n_l
     """The lean ``_VF.lstm`` call and :func:`process_sequence` (one call, or one per step with resets), and
     the update's per-step loop of ATen's oneDNN calls (``step_loop``): sb3-contrib's ``_process_sequence``
     on ``nn.LSTM``, the same outputs, states and gradients."""
-    from ppo_dict.algo.lstm_inference import step_loop
+    from ppo_dict.algo.networks.lstm_inference import step_loop
 
     torch.manual_seed(0)
     lstm = torch.nn.LSTM(5, 8, num_layers=n_layers)
@@ -220,7 +220,8 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(monkeypatch: pytest
         return run_lstm(lstm, x, hx)
 
     monkeypatch.setattr(recurrent_policy, "run_lstm", recording)
-    from ppo_dict.algo import lstm_inference, recurrent_update
+    from ppo_dict.algo.networks import lstm_inference
+    from ppo_dict.algo.training import recurrent_update
 
     layer_call, in_loop = lstm_inference.rnn_layer, []
 
@@ -292,7 +293,7 @@ def test_double_buffered_recurrent_training_learns() -> None:
 def test_packed_lstm_equals_torch_lstm(layers: int, hidden: int, n_envs: int) -> None:
     """The rollout's LSTM call with weights laid out for oneDNN once (``PackedLstm``): ``torch.lstm``'s bits, on the
     oneDNN path itself where torch takes it (here), after the weights change too."""
-    from ppo_dict.algo.lstm_inference import PackedLstm, takes_onednn_path
+    from ppo_dict.algo.networks.lstm_inference import PackedLstm, takes_onednn_path
 
     torch.manual_seed(layers + hidden)
     lstm = torch.nn.LSTM(11, hidden, num_layers=layers).eval()

@@ -7,9 +7,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
-from ppo_dict.algo.recurrent_update import SequenceEvaluate, SequenceRollout, sequence_loss
-from ppo_dict.algo.update import UpdateLog, UpdateSettings
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
+from ppo_dict.algo.training.recurrent_update import SequenceEvaluate, SequenceRollout, sequence_loss
+from ppo_dict.algo.training.update import UpdateLog, UpdateSettings
 from ppo_dict.core.config import Config
 from ppo_dict.data.recurrent import StateStore
 from ppo_dict.data.storage import RolloutStorage

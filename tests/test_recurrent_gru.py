@@ -16,9 +16,9 @@ import torch
 from gymnasium import spaces
 
 import ppo_dict.envs.key_door  # noqa: F401  (registers PPODictKeyDoor-v0)
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
-from ppo_dict.algo.recurrent_step import RecurrentStep
-from ppo_dict.algo.recurrent_update import SequenceEvaluate
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
+from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
+from ppo_dict.algo.training.recurrent_update import SequenceEvaluate
 from ppo_dict.core.config import Config
 from ppo_dict.data.recurrent import LstmStates, state_names
 from tests.parity.sides import assert_same_value
@@ -128,7 +128,7 @@ def test_gru_predict_and_onnx_carry_its_one_state(tmp_path) -> None:
     """``Model.predict`` takes and returns ``(h,)``; the ONNX graph takes ``gru_h`` and ``episode_start`` (then the masks)
     and returns ``gru_h_out``: ppo_dict's deterministic actions and states (onnxruntime)."""
     from ppo_dict.algo.model import Model
-    from ppo_dict.algo.recurrent_policy import build_policy
+    from ppo_dict.algo.networks.recurrent_policy import build_policy
     from ppo_dict.data.masking import with_action_masks
     from ppo_dict.envs.key_door import KeyDoorEnv
 

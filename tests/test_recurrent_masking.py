@@ -19,9 +19,9 @@ import torch
 from gymnasium import spaces
 
 import ppo_dict.envs.key_door  # noqa: F401  (registers PPODictKeyDoor-v0)
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
-from ppo_dict.algo.recurrent_step import RecurrentStep
-from ppo_dict.algo import recurrent_update
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
+from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
+from ppo_dict.algo.training import recurrent_update
 from ppo_dict.core.config import Config
 from ppo_dict.data.masking import with_action_masks
 from ppo_dict.data.recurrent import SequencePlan, env_change
@@ -213,7 +213,7 @@ def test_predict_and_the_onnx_graph_take_masks_with_the_states(tmp_path) -> None
     one action gives that action), carrying the states as without masks; the ONNX graph takes the states, then the masks
     (``action_masks`` last), and gives ppo_dict's deterministic masked actions and states (onnxruntime)."""
     from ppo_dict.algo.model import Model
-    from ppo_dict.algo.recurrent_policy import build_policy
+    from ppo_dict.algo.networks.recurrent_policy import build_policy
     from ppo_dict.envs.key_door import KeyDoorEnv
 
     cfg = Config(**BASE, n_envs=4, seed=0)

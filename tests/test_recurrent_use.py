@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ppo_dict.algo.model import Model
-from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.core.config import Config
 from tests.parity.sides import make_recurrent
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import ppo_dict.algo.ppo as ppo_module
-from ppo_dict.algo.collect import TIMING_KEYS
+from ppo_dict.algo.rollout.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError

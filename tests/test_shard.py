@@ -1,15 +1,15 @@
-"""The policy where the envs are (ppo_dict.algo.shard): windows of rows, the start probe on every kind of space
+"""The policy where the envs are (ppo_dict.algo.rollout.shard): windows of rows, the start probe on every kind of space
 (in this process, on storage laid out as a run's), and what the probe leaves as it found it."""
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.shard import GRANULES, ShardWork, window
-from ppo_dict.algo.sharded_rollout import ShardedRollout, sharding_problem
+from ppo_dict.algo.rollout.normalize import Normalizer
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.shard import GRANULES, ShardWork, window
+from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout, sharding_problem
 from ppo_dict.core.config import Config
 from ppo_dict.data.masking import with_action_masks
 from ppo_dict.data.step_obs import StepObsToDevice

@@ -4,8 +4,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.update import GaussianEvaluate, GradientStep, RolloutTensors, UpdateSettings, compute_gae, explained_variance, ppo_update
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.training.update import GaussianEvaluate, GradientStep, RolloutTensors, UpdateSettings, compute_gae, explained_variance, ppo_update
 from ppo_dict.core.seeding import same_values
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.storage import RolloutStorage

@@ -21,8 +21,8 @@ import time
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.recurrent_policy import build_policy
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.networks.recurrent_policy import build_policy
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.core.config import Config
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.data.step_obs import StepObsToDevice

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, build_policy
+from ppo_dict.algo.rollout.normalize import Normalizer
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic, build_policy
 from ppo_dict.data.recurrent import CELL_STATES
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError

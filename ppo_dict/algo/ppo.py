@@ -17,15 +17,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.collect import Collector, Timing
-from ppo_dict.algo.device_update import device_ppo_update
-from ppo_dict.algo.distributed import Ranks, ranked_update
+from ppo_dict.algo.rollout.collect import Collector, Timing
+from ppo_dict.algo.training.device_update import device_ppo_update
+from ppo_dict.algo.ranks.distributed import Ranks, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rank_rollout import RankEpisodes, RankNormalizer, draw_globally, rank_collect
-from ppo_dict.algo.recurrent_policy import build_policy
-from ppo_dict.algo.recurrent_update import recurrent_update
-from ppo_dict.algo.update import UpdateSettings, compute_gae, ppo_update
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.ranks.rank_rollout import RankEpisodes, RankNormalizer, draw_globally, rank_collect
+from ppo_dict.algo.networks.recurrent_policy import build_policy
+from ppo_dict.algo.training.recurrent_update import recurrent_update
+from ppo_dict.algo.training.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
 from ppo_dict.core.layout import load_gone_note
@@ -67,7 +67,7 @@ class PPO:
     (as in sb3); the command line always passes a seed. A config with a bad setting is refused
     here (:meth:`Config.check`), however it was built. ``device``: the run plan's
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
-    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.distributed``): ``pool``
+    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.ranks.distributed``): ``pool``
     steps its envs ``ranks.envs`` of the global ``cfg.n_envs``, and the ranks train one PPO on the global batch.
     """
 
@@ -103,11 +103,11 @@ class PPO:
         self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
         self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
-        if ranks is not None:  # the global batch's draws and update (ppo_dict.algo.rank_rollout, .distributed)
+        if ranks is not None:  # the global batch's draws and update (ppo_dict.algo.ranks.rank_rollout, .distributed)
             draw_globally(self.collector.policy_steps.values(), ranks, self.device)
             self.update = functools.partial(ranked_update, ranks=ranks)
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
-        # (ppo_dict.algo.device_update); the CPU keeps sb3's loop and numpy permutations
+        # (ppo_dict.algo.training.device_update); the CPU keeps sb3's loop and numpy permutations
         self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
@@ -250,7 +250,7 @@ class PPO:
         """``n_steps`` steps of every env into storage (sb3 ``collect_rollouts`` before its GAE).
 
         Starts from ``obs[0]``: the reset observations, or the last ones of the previous rollout
-        (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.algo.collect``).
+        (:meth:`RolloutStorage.carry_over`). Exact, or double-buffered (``ppo_dict.algo.rollout.collect``).
         """
         if self.ranks is None:
             self.num_timesteps += self.collector.collect(self.num_timesteps)

@@ -33,7 +33,7 @@ class AlgorithmSpec:
             (of :data:`~ppo_dict.api.arguments.POLICY_FIELDS` and ``LSTM_FIELDS``). fixed: config values it
             sets. model_suffix: what its multi-input policy adds to the model the observation picks.
             policy_base: ``"module:Class"`` of the sb3 policy class a script's own policy class subclasses
-            (trained through its own methods: ``ppo_dict.algo.own_policy``); None: not supported.
+            (trained through its own methods: ``ppo_dict.algo.networks.own_policy``); None: not supported.
     """
 
     name: str

@@ -17,7 +17,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS
 from ppo_dict.data.recurrent import CELL_STATES
 from ppo_dict.envs import contains_image

@@ -24,8 +24,8 @@ from stable_baselines3.common.utils import check_for_correct_spaces
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize, unwrap_vec_normalize
 
 from ppo_dict.algo.model import Model
-from ppo_dict.algo.own_policy import policy_object
-from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.networks.own_policy import policy_object
+from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO as Trainer
 from ppo_dict.api import settings
 from ppo_dict.api.arguments import sb3_device

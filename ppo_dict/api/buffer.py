@@ -21,7 +21,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
-from ppo_dict.algo.update import compute_gae
+from ppo_dict.algo.training.update import compute_gae
 from ppo_dict.data.recurrent import STATE_NAMES
 from ppo_dict.data.storage import RolloutStorage
 

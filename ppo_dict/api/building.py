@@ -4,7 +4,7 @@ The policy is built as sb3 builds it, so the same seed gives the same weights: p
 (sb3's modules in sb3's order and initialisation, with the features extractor and activation classes
 ``policy_kwargs`` names), or a policy class of the script's own (a subclass of sb3's ``ActorCriticPolicy``,
 or sb3-contrib's ``MaskableActorCriticPolicy``) called as sb3's ``_setup_model`` calls it, which the
-trainer then trains through its own methods (``ppo_dict.algo.own_policy``).
+trainer then trains through its own methods (``ppo_dict.algo.networks.own_policy``).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.own_policy import OwnMethodsPolicy, policy_object
+from ppo_dict.algo.networks.own_policy import OwnMethodsPolicy, policy_object
 from ppo_dict.algo.ppo import PPO as Trainer
-from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.api.arguments import built_here, own_policy_class
 from ppo_dict.api.sb3_policy import as_sb3_policy
 from ppo_dict.api.learning import LoggerBridge

@@ -1,7 +1,7 @@
 """sb3's ``learn`` on ppo_dict's trainer: ``_setup_learn``, the callbacks and the logger, as sb3 has them.
 
 The trainer's loop (``ppo_dict.algo.ppo.PPO.learn``) is sb3's; the callbacks enter it through the
-collector's hooks (``ppo_dict.algo.collect.RolloutHooks``) and its ``on_rollout``:
+collector's hooks (``ppo_dict.algo.rollout.collect.RolloutHooks``) and its ``on_rollout``:
 
 * ``on_training_start(locals, globals)`` with ``learn``'s arguments; ``on_rollout_start()`` after a
   rollout's exploration noise; ``on_step()`` once per vectorised step, after the envs stepped and

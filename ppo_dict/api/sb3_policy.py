@@ -1,7 +1,7 @@
 """``model.policy`` as sb3's policy classes: ppo_dict's networks and passes, sb3's class, files and distributions.
 
-The layers below ``api/`` do not import sb3, so ppo_dict's policies (``ppo_dict.algo.policy.ActorCritic``,
-``ppo_dict.algo.recurrent_policy.RecurrentActorCritic``) are not sb3's classes. The API's policy is one of the
+The layers below ``api/`` do not import sb3, so ppo_dict's policies (``ppo_dict.algo.networks.policy.ActorCritic``,
+``ppo_dict.algo.networks.recurrent_policy.RecurrentActorCritic``) are not sb3's classes. The API's policy is one of the
 classes here, each ppo_dict's policy first and sb3's class after it (:func:`as_sb3_policy` gives the built policy
 its class; nothing of sb3's ``__init__`` runs, nothing is rebuilt), so that
 
@@ -27,8 +27,8 @@ import torch
 from stable_baselines3.common import distributions as sb3_distributions
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic, lstm_call, process_sequence
 from ppo_dict.data.actions import Masked
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line
@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover (sb3-contrib is an install requirement o
 class SB3Surface:
     """What the classes below add to ppo_dict's policy (a mixin before it)."""
 
-    #: the ppo_dict class whose passes these are (the trainer's checks ask for it: ``ppo_dict.algo.sharded_rollout``)
+    #: the ppo_dict class whose passes these are (the trainer's checks ask for it: ``ppo_dict.algo.rollout.sharded_rollout``)
     surface_of: type = ActorCritic
     #: the sb3 class whose ``load`` reads this class's files
     sb3_base: type = ActorCriticPolicy
@@ -96,7 +96,7 @@ def sb3_distribution(policy: Any, latent_pi: torch.Tensor, action_masks: Optiona
 
 
 class SB3ActorCritic(SB3Surface, ActorCritic, ActorCriticPolicy):  # type: ignore[misc]
-    """PPO's policy: ppo_dict's :class:`~ppo_dict.algo.policy.ActorCritic` as sb3's ``ActorCriticPolicy``."""
+    """PPO's policy: ppo_dict's :class:`~ppo_dict.algo.networks.policy.ActorCritic` as sb3's ``ActorCriticPolicy``."""
 
     def get_distribution(self, obs: TensorObs, action_masks: Optional[Any] = None) -> sb3_distributions.Distribution:
         """sb3's ``get_distribution``: sb3's distribution at ``obs`` (module doc)."""
@@ -108,14 +108,14 @@ CLASSES: dict[str, type] = {"PPO": SB3ActorCritic}
 
 if MaskableActorCriticPolicy is not None:
     class SB3MaskableActorCritic(SB3Surface, ActorCritic, MaskableActorCriticPolicy):  # type: ignore[misc]
-        """MaskablePPO's policy: ppo_dict's masked :class:`~ppo_dict.algo.policy.ActorCritic` as sb3-contrib's
+        """MaskablePPO's policy: ppo_dict's masked :class:`~ppo_dict.algo.networks.policy.ActorCritic` as sb3-contrib's
         ``MaskableActorCriticPolicy``."""
 
         sb3_base = MaskableActorCriticPolicy
         get_distribution = SB3ActorCritic.get_distribution
 
     class SB3RecurrentActorCritic(SB3Surface, RecurrentActorCritic, RecurrentActorCriticPolicy):  # type: ignore[misc]
-        """RecurrentPPO's policy: ppo_dict's :class:`~ppo_dict.algo.recurrent_policy.RecurrentActorCritic` as
+        """RecurrentPPO's policy: ppo_dict's :class:`~ppo_dict.algo.networks.recurrent_policy.RecurrentActorCritic` as
         sb3-contrib's ``RecurrentActorCriticPolicy``."""
 
         surface_of = RecurrentActorCritic

@@ -306,7 +306,7 @@ class Config:
         return problems
 
     def _cuda_graph_problems(self) -> list[str]:
-        """``--cuda_graphs``: a device that can be CUDA, a policy step it captures (ppo_dict.algo.graph_step)."""
+        """``--cuda_graphs``: a device that can be CUDA, a policy step it captures (ppo_dict.algo.rollout.graph_step)."""
         if not self.cuda_graphs:
             return []
         problems = []

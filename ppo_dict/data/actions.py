@@ -37,7 +37,7 @@ class ActionSpec:
 
     #: sb3-contrib's maskable distribution: the passes take the env's masks
     masked = False
-    #: ``ppo_dict.algo.update.GaussianEvaluate`` scores the actions (a diagonal Gaussian, no gSDE)
+    #: ``ppo_dict.algo.training.update.GaussianEvaluate`` scores the actions (a diagonal Gaussian, no gSDE)
     lean_evaluate = False
 
     def __init__(self, space: spaces.Space):

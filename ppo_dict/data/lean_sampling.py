@@ -2,7 +2,7 @@
 
 Each sampler turns the action net's output of one rollout step into ``(actions, log_probs)`` with
 the torch operations sb3's distribution runs, on the same shapes, in the same order (see
-``ppo_dict.algo.rollout_step``), writing into the storage's rows when given them. What depends only on
+``ppo_dict.algo.rollout.rollout_step``), writing into the storage's rows when given them. What depends only on
 the parameters is computed in :meth:`LeanSampler.refresh`, once per rollout, for the whole batch. Which
 sampler a policy uses is its action spec's (``ppo_dict.data.actions.ActionSpec.sampler``).
 
@@ -13,13 +13,13 @@ Two ways to run a step:
 
 * :meth:`LeanSampler.__call__`, the central step: sb3's own draws (``normal_``, ``multinomial``,
   ``bernoulli``), over the whole batch, in this process.
-* :meth:`LeanSampler.draw` then :meth:`LeanSampler.sample`, the sharded step (``ppo_dict.algo.shard``): the
+* :meth:`LeanSampler.draw` then :meth:`LeanSampler.sample`, the sharded step (``ppo_dict.algo.rollout.shard``): the
   main process draws the step's random numbers into tensors of :meth:`LeanSampler.draw_shapes`, with
   the same generator calls in the same order, and each process samples a window of rows from its
   rows of them. ``multinomial(p, 1, True)`` is ``argmax(p / q)`` with ``q`` one ``exponential_`` draw
   of ``p``'s shape (torch's own one-sample path), and ``bernoulli(p)`` is ``u < p`` with ``u`` one
   ``uniform_`` draw: the same numbers and the same generator state after, which the start probe
-  (``ppo_dict.algo.shard_probe``) checks on the run's own shapes before the sharded step is used.
+  (``ppo_dict.algo.rollout.shard_probe``) checks on the run's own shapes before the sharded step is used.
 """
 from __future__ import annotations
 

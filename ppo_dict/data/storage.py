@@ -224,7 +224,7 @@ class RolloutStorage:
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
         # What a process stepping envs may also write of its own columns (the policy where the envs are,
-        # ppo_dict.algo.shard), so from ``alloc`` too: the normalised observations of ``stage_keys``, the
+        # ppo_dict.algo.rollout.shard), so from ``alloc`` too: the normalised observations of ``stage_keys``, the
         # step's actions, values and log-probs (into these rows, as into fresh tensors), the learner's rewards,
         # the episode starts and each env's last episode end (sb3's _last_episode_starts).
         self.stage_keys = tuple(stage_keys)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ACTIVATION_CLASSES, SB3_EXTRACTORS
+from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES, SB3_EXTRACTORS
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line, read_capped
 from ppo_dict.interop.plain_pickle import (MULTIARRAY, NDARRAY, ArraySpec, DtypeSpec, Ignored, Record, latin1_bytes, materialize,

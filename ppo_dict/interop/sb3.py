@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ACTIVATION_CLASSES, policy_settings
+from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES, policy_settings
 from ppo_dict.core.files import atomic_write
 from ppo_dict.interop.schedules import zip_schedule
 from ppo_dict.interop.vecnormalize import STATISTICS_FILES, write_npz

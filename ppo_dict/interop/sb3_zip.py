@@ -41,7 +41,7 @@ from typing import Any, Iterable, Iterator, Optional
 import numpy as np
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import tensor_problems
 from ppo_dict.interop.schedules import SCHEDULES

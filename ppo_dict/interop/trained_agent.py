@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ACTIVATION_CLASSES
+from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES
 from ppo_dict.core.config import FIELDS, Config
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line

@@ -154,7 +154,7 @@ def read_statistics(path: str, trust_pickles: bool = False) -> tuple[dict[str, A
 
 
 def write_npz(path: str, normalizer: Any, obs_keys: list[str]) -> str:
-    """Write ``normalizer``'s statistics (``ppo_dict.algo.normalize.Normalizer``) as ppo_dict's ``vecnormalize.npz``;
+    """Write ``normalizer``'s statistics (``ppo_dict.algo.rollout.normalize.Normalizer``) as ppo_dict's ``vecnormalize.npz``;
     ``obs_keys``: the keys sb3's VecNormalize normalises (none where it has ``norm_obs=False``)."""
     header = {"format": NPZ_FORMAT, "training": True, "obs_keys": obs_keys, "norm_obs": bool(normalizer.norm_obs and obs_keys),
               **{name: getattr(normalizer, attribute) for name, attribute in SETTINGS.items() if name != "norm_obs"}}

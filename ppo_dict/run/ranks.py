@@ -6,7 +6,7 @@ flags. Each rank joins the default process group (gloo, through torchrun's rende
 this host's CPUs (its affinity pinned to them, so its layout, its workers and their threads stay there), checks
 the config like a single process and refuses it on every rank if one rank refuses it, before any env starts.
 Rank 0 decides what is drawn or timed (a seed not given, the default run directory) and writes the run's
-outputs; every rank trains (``ppo_dict.algo.distributed``).
+outputs; every rank trains (``ppo_dict.algo.ranks.distributed``).
 
 Faults: a rank that raises prints one ``error: rank r (host): ...`` line and leaves its message in torchrun's store
 before it exits; the others, whose next collective fails, end without a word of their own, except where no rank
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ppo_dict.algo.distributed import Ranks
+from ppo_dict.algo.ranks.distributed import Ranks
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.recurrent_policy import build_policy
+from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.core.config import Config
 from ppo_dict.core.machine import Machine
 from ppo_dict.data.storage import channel_last_keys, obs_layout, policy_view, stage_keys_of

@@ -12,9 +12,9 @@ import torch
 
 from ppo_dict.algo.device_choice import measured_device
 from ppo_dict.algo.model import build_normalizer, resolve_device
-from ppo_dict.algo.recurrent_policy import build_policy
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.sharded_rollout import probed, processes_of
+from ppo_dict.algo.networks.recurrent_policy import build_policy
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.sharded_rollout import probed, processes_of
 from ppo_dict.core.config import Config
 from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
@@ -78,7 +78,7 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 
 def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device) -> str:
     """``--dry_run``'s line on where the rollout's policy step will run: the start probe
-    (``ppo_dict.algo.shard_probe``) on storage rows laid out as the run's (one rollout step of them: each step's
+    (``ppo_dict.algo.rollout.shard_probe``) on storage rows laid out as the run's (one rollout step of them: each step's
     row is laid out alike), with the run's policy built from its seed on a fork of the generator (the run's own
     draws stay as they are), in this process alone. "" where no worker process would step envs."""
     if not layout.processes:

@@ -114,7 +114,7 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
         backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
     if not layout.processes:
         return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
-    # the normalised observations in shared memory too: the processes that step the envs may write them (ppo_dict.algo.shard)
+    # the normalised observations in shared memory too: the processes that step the envs may write them (ppo_dict.algo.rollout.shard)
     stage_keys = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
     return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
                       spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)

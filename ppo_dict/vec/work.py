@@ -1,7 +1,7 @@
 """What a process does with its own env columns besides stepping them: work handed to the pools from above.
 
 The pools step envs; what else a process does with the columns it steps (the policy's rows of its
-envs, their books: ``ppo_dict.algo.shard``) comes from the algorithm as a :class:`WorkProgram`, a
+envs, their books: ``ppo_dict.algo.rollout.shard``) comes from the algorithm as a :class:`WorkProgram`, a
 picklable object each worker process receives once (``ShmEnvPool.attach``) and opens on its own
 storage views. ``ppo_dict.vec`` never imports the algorithm: it calls the program it is given.
 

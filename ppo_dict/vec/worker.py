@@ -76,7 +76,7 @@ def error_report(worker_idx: int, runner: Optional[Runner], command: str, exc: B
 
 def env_worker_error(report: ErrorReport, label: str, pending_command: str, detail: Any) -> Exception:
     """The :class:`EnvWorkerError` of an :data:`ErrorReport`; ``detail`` holds the reset seeds of a reset. A
-    :class:`NonFiniteError` (a worker's check of what its envs gave, ``ppo_dict.algo.shard``) stays one, as
+    :class:`NonFiniteError` (a worker's check of what its envs gave, ``ppo_dict.algo.rollout.shard``) stays one, as
     the main process's own check raises it."""
     _, w, env_idx, command, exc_type, message, tb = report
     if exc_type == NonFiniteError.__name__:

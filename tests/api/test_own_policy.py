@@ -3,7 +3,7 @@
 sb3's "Advanced Example" subclasses ``ActorCriticPolicy`` with a network of its own (``_build_mlp_extractor``);
 others override a method (here ``_get_action_dist_from_latent``: the logits tempered), use gSDE, or subclass
 sb3-contrib's ``MaskableActorCriticPolicy``. Each is built as sb3 builds it and trained through its own
-methods (``ppo_dict.algo.own_policy``), saved, loaded with the class named in ``custom_objects``, and trained
+methods (``ppo_dict.algo.networks.own_policy``), saved, loaded with the class named in ``custom_objects``, and trained
 on, under sb3's import and ppo_dict's; what the callbacks saw, the parameters and Adam's state are ``==``.
 """
 from __future__ import annotations

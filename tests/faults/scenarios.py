@@ -341,7 +341,7 @@ def vec_env_ctrl_c() -> dict[str, Any]:
 def policy_fault(mode: str, step_timeout: str) -> dict[str, Any]:
     """A worker raises, hangs or dies in its policy step (the policy where the envs are: each process samples its own
     envs' actions): the run ends naming the worker, within the step timeout, and nothing is left running."""
-    from ppo_dict.algo.policy import ActorCritic
+    from ppo_dict.algo.networks.policy import ActorCritic
     from ppo_dict.algo.ppo import PPO
     from ppo_dict.core.config import Config
     from ppo_dict.run.run_plan import build_env_pool

@@ -272,7 +272,7 @@ def test_vec_env_refuses_bad_action_batches_before_any_worker_steps() -> None:
 # ------------------------------------------------------------------------------ the policy where the envs are
 @pytest.mark.parametrize("mode", ["raise", "hang", "die"])
 def test_a_worker_failing_in_its_policy_step_ends_the_run_naming_it(mode: str) -> None:
-    """Each process samples its own envs' actions (ppo_dict.algo.shard); a worker that raises, hangs or dies in
+    """Each process samples its own envs' actions (ppo_dict.algo.rollout.shard); a worker that raises, hangs or dies in
     the middle of that forward (its third) ends the run as an env's failure does: naming the worker (and the
     error, the step), within the step timeout, with every worker stopped."""
     r = run_scenario("policy_fault", mode, "1.0")

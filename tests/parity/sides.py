@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from gymnasium import spaces as gym_spaces
 
-from ppo_dict.algo.collect import TIMING_KEYS
+from ppo_dict.algo.rollout.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.data.masking import masked_backend
@@ -78,7 +78,7 @@ class _RolloutCapture(BaseCallback):
 
 def build_policies(sb3_cls: type, observation_space: Any, action_space: Any, sb3_kwargs: dict, our_kwargs: dict, seed: int):
     """``(sb3's policy, torch RNG after it, ours, torch RNG after it)``, each built from ``seed``."""
-    from ppo_dict.algo.policy import ActorCritic
+    from ppo_dict.algo.networks.policy import ActorCritic
 
     torch.manual_seed(seed)
     sb3 = sb3_cls(observation_space, action_space, lambda _: 3e-4, **sb3_kwargs)

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from ppo_dict.algo.policy import ActorCritic
+from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
-from ppo_dict.algo.update import RolloutTensors
+from ppo_dict.algo.training.update import RolloutTensors
 from ppo_dict.core.config import Config
 from ppo_dict.envs import make_env
 from ppo_dict.run.evaluation import run_episodes

@@ -11,8 +11,8 @@ from typing import Optional
 
 import pytest
 
-from ppo_dict.algo import shard_probe
-from ppo_dict.algo.shard import GRANULES
+from ppo_dict.algo.rollout import shard_probe
+from ppo_dict.algo.rollout.shard import GRANULES
 from ppo_dict.core.config import Config
 from ppo_dict.run.run_plan import build_env_pool
 from tests.parity.sides import assert_same_record, policy_step_of, run_both
@@ -61,7 +61,7 @@ def test_odd_env_counts_in_process(space: str, n_envs: int) -> None:
 def test_odd_env_counts_through_a_worker_pool(space: str, n_envs: int, main_envs) -> None:
     """The workers write the rows into shared memory; by default the main process steps a worker's
     share of the envs itself (beside one worker), with ``main_envs=0`` none (two workers); each process samples its own envs' actions
-    (the policy where the envs are, ppo_dict.algo.shard)."""
+    (the policy where the envs are, ppo_dict.algo.rollout.shard)."""
     cfg = config(space, n_envs, num_workers=3 if main_envs == 0 else 2, main_envs=main_envs)
     assert_parity(cfg, pool=build_env_pool(cfg), sharded=True)
 

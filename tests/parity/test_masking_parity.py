@@ -10,8 +10,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.core.config import Config
 from ppo_dict.data.actions import mask_sizes
 from ppo_dict.data.masking import mask_offsets, with_action_masks

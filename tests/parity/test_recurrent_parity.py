@@ -132,7 +132,7 @@ def learn_sb3_into(model, record: Record, total_timesteps: int) -> None:
 def test_the_runs_exercise_what_they_claim() -> None:
     """Guards: the stored states are not zeros and change at episode starts; the time-limit bootstrap
     runs (episodes cut after step 0); the update takes both of sb3-contrib's LSTM branches; target_kl stops early."""
-    from ppo_dict.algo import recurrent_update
+    from ppo_dict.algo.training import recurrent_update
 
     branches = []
     take = recurrent_update.SequenceRollout.take

@@ -9,7 +9,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.core.config import Config
 from tests.parity.sides import assert_same_record, assert_same_value, build_policies, run_ours, run_sb3
 

@@ -7,7 +7,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from ppo_dict.algo.update import compute_gae
+from ppo_dict.algo.training.update import compute_gae
 from ppo_dict.core.config import Config
 from tests.parity.sides import assert_same_value, make_ours, make_sb3
 

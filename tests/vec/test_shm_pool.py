@@ -83,7 +83,7 @@ def test_other_start_methods_give_the_same_numbers(mp_method: str) -> None:
 
 def test_storage_is_shared_memory_written_by_workers() -> None:
     """The env-written fields, and the learner's fields a process stepping envs may write of its columns (actions,
-    values, log-probs, rewards: ppo_dict.algo.shard), are views of one RawArray buffer; GAE's are private."""
+    values, log-probs, rewards: ppo_dict.algo.rollout.shard), are views of one RawArray buffer; GAE's are private."""
     spec = resolve_env_name("gym_Pendulum-v1")
     pool = ShmEnvPool(probe_env(spec), 2, 1, n_steps=4)
     try:

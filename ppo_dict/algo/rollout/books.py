@@ -1,4 +1,4 @@
-"""Checks of what the envs gave, made by whichever process stepped them (``ppo_dict.algo.collect``, ``ppo_dict.algo.shard``)."""
+"""Checks of what the envs gave, made by whichever process stepped them (``ppo_dict.algo.rollout.collect``, ``ppo_dict.algo.rollout.shard``)."""
 from __future__ import annotations
 
 import numpy as np

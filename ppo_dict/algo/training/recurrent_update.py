@@ -1,6 +1,6 @@
 """The recurrent update: sb3-contrib's ``RecurrentPPO.train`` on its sequence minibatches, bit for bit.
 
-What differs from PPO's update (``ppo_dict.algo.update``), as sb3-contrib does it:
+What differs from PPO's update (``ppo_dict.algo.training.update``), as sb3-contrib does it:
 
 * minibatches are not a permutation: each epoch draws one ``np.random.randint(N)`` and rotates the
   env-major index list there; minibatches are contiguous slices of ``batch_size`` transitions (the
@@ -29,10 +29,10 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.lstm_inference import step_loop
-from ppo_dict.algo.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
-from ppo_dict.algo.rollout_step import layers_of, run
-from ppo_dict.algo.update import GradientStep, Masked, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
+from ppo_dict.algo.networks.lstm_inference import step_loop
+from ppo_dict.algo.networks.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
+from ppo_dict.algo.rollout.rollout_step import layers_of, run
+from ppo_dict.algo.training.update import GradientStep, Masked, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
 from ppo_dict.data.recurrent import LstmStates, SequencePlan, env_change, rotated_indices
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
 
@@ -132,7 +132,7 @@ class SequenceEvaluate:
 
 def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall, input_size: int,
                    resets: bool = True) -> torch.Tensor:
-    """The fast path's :func:`~ppo_dict.algo.recurrent_policy.process_sequence` for sequences that start
+    """The fast path's :func:`~ppo_dict.algo.networks.recurrent_policy.process_sequence` for sequences that start
     at their only episode start (a :class:`~ppo_dict.data.recurrent.SequencePlan`'s): the states of the
     sequences whose first step starts an episode zeroed, then one call over every time step; the output."""
     n_seq = states[0].shape[1]
@@ -144,8 +144,8 @@ def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: t
 
 
 def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
-    """``RecurrentPPO.train``'s loss of one minibatch: PPO's (:func:`~ppo_dict.algo.update.evaluated_loss`), each term a
-    mean over the real transitions (:class:`~ppo_dict.algo.update.Masked`); records its parts in ``log``.
+    """``RecurrentPPO.train``'s loss of one minibatch: PPO's (:func:`~ppo_dict.algo.training.update.evaluated_loss`), each term a
+    mean over the real transitions (:class:`~ppo_dict.algo.training.update.Masked`); records its parts in ``log``.
     Returns ``(loss, approx_kl)``."""
     return logged_loss(evaluated_loss(evaluate(batch, batch.actions), batch, settings, Masked(batch.mask)), log)
 
@@ -154,7 +154,7 @@ def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimi
                      n_updates: int, device: torch.device, splits: Optional[list[int]] = None,
                      whole_sequences: bool = False) -> tuple[dict[str, float], int]:
     """``n_epochs`` passes of sb3-contrib's sequence minibatches (``RecurrentPPO.train``); returns the
-    ``train/*`` logs and the updated epoch counter, as :func:`~ppo_dict.algo.update.ppo_update`.
+    ``train/*`` logs and the updated epoch counter, as :func:`~ppo_dict.algo.training.update.ppo_update`.
     ``splits``: each epoch's rotation, instead of numpy's draws (tests); ``whole_sequences``: the fast
     path (:func:`whole_sequence`, ``--lstm_fast_path``)."""
     policy.train()

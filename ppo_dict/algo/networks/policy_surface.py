@@ -4,7 +4,7 @@ Scripts written for sb3 call ``model.policy.predict(obs)``, ``obs_to_tensor``, `
 ``extract_features``, ``set_training_mode``, ``scale_action``... ppo_dict's networks are sb3's modules
 (the same names, the same parameters), and these are sb3's methods on them, expression for expression
 (sb3's ``BaseModel``, ``BasePolicy`` and ``ActorCriticPolicy``; sb3-contrib's ``MaskableActorCriticPolicy``
-with ``action_masks``; ``ppo_dict.algo.recurrent_policy``: its ``RecurrentActorCriticPolicy``'s), so they give
+with ``action_masks``; ``ppo_dict.algo.networks.recurrent_policy``: its ``RecurrentActorCriticPolicy``'s), so they give
 sb3's numbers; ``evaluate_actions`` and ``predict_values`` are the policies' own, with sb3's signatures.
 The observation checks (``is_vectorized_observation``, ``maybe_transpose``) are sb3's own functions,
 imported where they are called: this surface is for scripts written for sb3, which have it.
@@ -31,7 +31,7 @@ GYM_TUPLE = ("You have passed a tuple to the predict() function instead of a Num
 
 
 class PolicySurface:
-    """sb3's ``ActorCriticPolicy`` methods for :class:`~ppo_dict.algo.policy.ActorCritic` (a mixin before ``nn.Module``)."""
+    """sb3's ``ActorCriticPolicy`` methods for :class:`~ppo_dict.algo.networks.policy.ActorCritic` (a mixin before ``nn.Module``)."""
 
     observation_space: spaces.Space
     action_space: spaces.Space

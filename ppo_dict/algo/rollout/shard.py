@@ -12,12 +12,12 @@ what needs the whole batch: ``VecNormalize``'s statistics, the order sb3 logs ep
 A matrix product can round a row differently by the batch it is in (``addmm`` by the row count and the
 rows' position, on some CPUs), so a process does not evaluate its own rows alone: it evaluates a *window*,
 its rows widened to multiples of a granule of the whole batch's rows (:func:`window`), which the start
-probe (``ppo_dict.algo.shard_probe``) found to give the whole batch's rows bit for bit on this CPU, with
+probe (``ppo_dict.algo.rollout.shard_probe``) found to give the whole batch's rows bit for bit on this CPU, with
 the run's shapes and storage rows. Elementwise operations give every element the same result wherever it
 is; row-wise ones (softmax, logsumexp, a sum over dim 1) depend on the row alone.
 
 This module is each process's side (:class:`ShardWork`, made by :class:`ShardProgram` in every process);
-``ppo_dict.algo.sharded_rollout`` is the main process's.
+``ppo_dict.algo.rollout.sharded_rollout`` is the main process's.
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ppo_dict.algo.books import check_finite
-from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.books import check_finite
+from ppo_dict.algo.rollout.normalize import Normalizer
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.data.storage import ALIGN, RolloutStorage, obs_to_tensor
 from ppo_dict.vec.work import STEP, Header
 

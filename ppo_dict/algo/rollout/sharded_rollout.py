@@ -1,4 +1,4 @@
-"""The main process's side of the policy where the envs are (``ppo_dict.algo.shard``): draws, hand-overs, whole-batch books.
+"""The main process's side of the policy where the envs are (``ppo_dict.algo.rollout.shard``): draws, hand-overs, whole-batch books.
 
 Per rollout step the main process draws the step's random numbers in sb3's order (gSDE's exploration
 matrices at sb3's cadence, then the step's draws) into the shared block, and starts the step with one
@@ -24,12 +24,12 @@ import cloudpickle
 import numpy as np
 import torch
 
-from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.shard import ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
-from ppo_dict.algo.shard_probe import probe
-from ppo_dict.algo.timing import Timing
+from ppo_dict.algo.rollout.normalize import Normalizer
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.shard import ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
+from ppo_dict.algo.rollout.shard_probe import probe
+from ppo_dict.algo.rollout.timing import Timing
 from ppo_dict.core.config import Config
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.work import STEP
@@ -37,7 +37,7 @@ from ppo_dict.vec.work import STEP
 
 
 class Rollout(Protocol):
-    """What a rollout loop needs of its collector (``ppo_dict.algo.collect.Collector``): the pool, the timing, sb3's
+    """What a rollout loop needs of its collector (``ppo_dict.algo.rollout.collect.Collector``): the pool, the timing, sb3's
     callbacks' hooks (None: none), the env steps of earlier rollouts, the episodes, and where the hooks stopped it."""
 
     cfg: Config
@@ -199,7 +199,7 @@ class ShardedRollout:
 
 
     def probe(self, step_obs: Callable[[int], Any], processes: list[tuple[range, bool]]) -> tuple[Optional[int], str]:
-        """:func:`~ppo_dict.algo.shard_probe.probe` of these processes' columns on this storage; the granule found is the program's."""
+        """:func:`~ppo_dict.algo.rollout.shard_probe.probe` of these processes' columns on this storage; the granule found is the program's."""
         granule, why = probe(self.program, self.block, self.policy, self.central, step_obs, self.storage, processes, self.sync_matrices)
         if granule is not None:
             self.program = dataclasses.replace(self.program, granule=granule)

@@ -2,8 +2,8 @@
 
 sb3's documentation's "advanced custom policy" subclasses ``ActorCriticPolicy`` (a network of its own
 from ``_build_mlp_extractor``, a ``forward`` of its own...). ppo_dict cannot build such a class's
-networks itself, and its lean rollout step and update evaluation (``ppo_dict.algo.rollout_step``,
-``ppo_dict.algo.update.GaussianEvaluate``) are its own networks' arithmetic, so the script's object
+networks itself, and its lean rollout step and update evaluation (``ppo_dict.algo.rollout.rollout_step``,
+``ppo_dict.algo.training.update.GaussianEvaluate``) are its own networks' arithmetic, so the script's object
 is built as sb3 builds it (by the API) and the trainer calls its methods, as sb3's loop calls them:
 ``forward`` once per rollout step over every env in the main process (the central policy step),
 ``predict_values`` for the time-limit bootstrap and the last values, ``evaluate_actions`` per
@@ -13,7 +13,7 @@ the rest of ppo_dict (the worker pool, the shared-memory storage, GAE, the updat
 
 :class:`OwnMethodsPolicy` is what the trainer holds: the script's object (``module``: its parameters,
 state dict and attributes, which it forwards) with what the trainer asks of an
-:class:`~ppo_dict.algo.policy.ActorCritic` (its action space's spec, the passes' signatures).
+:class:`~ppo_dict.algo.networks.policy.ActorCritic` (its action space's spec, the passes' signatures).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class OwnMethodsPolicy:
     """``module`` (an sb3 ``ActorCriticPolicy`` or sb3-contrib ``MaskableActorCriticPolicy`` of the script's class) for
     the trainer; ``use_sde``: sb3's algorithm argument; ``masked``: MaskablePPO's (the passes take the envs' masks)."""
 
-    #: the rollout step runs :meth:`__call__` itself (``ppo_dict.algo.rollout_step.PolicyStep``)
+    #: the rollout step runs :meth:`__call__` itself (``ppo_dict.algo.rollout.rollout_step.PolicyStep``)
     own_forward = True
 
     def __init__(self, module: nn.Module, use_sde: bool = False, masked: bool = False):

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.algo.policy_surface import PolicySurface
+from ppo_dict.algo.networks.policy_surface import PolicySurface
 from ppo_dict.core.parse import NetArch
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.distributions import Distribution, GSDENoise
@@ -190,7 +190,7 @@ SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtract
 class ActorCritic(PolicySurface, nn.Module):
     """sb3's ``ActorCriticPolicy`` (MlpPolicy / CnnPolicy / MultiInputPolicy) without the optimizer (the API sets
     ``policy.optimizer``), with its methods for scripts (``predict``, ``obs_to_tensor``, ``get_distribution``...:
-    :class:`~ppo_dict.algo.policy_surface.PolicySurface`).
+    :class:`~ppo_dict.algo.networks.policy_surface.PolicySurface`).
 
     Args:
         observation_space: one env's observation space (images channel-first).

@@ -33,7 +33,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.nn import functional as F
 
-from ppo_dict.algo.policy import ActorCritic, FlattenExtractor
+from ppo_dict.algo.networks.policy import ActorCritic, FlattenExtractor
 from ppo_dict.data.storage import TensorObs
 
 #: ``(actions, values, log_probs)`` to write a step's outputs into.
@@ -68,7 +68,7 @@ class PolicyStep:
 
     def __init__(self, policy: ActorCritic, n_envs: int):
         self.policy, self.n_envs = policy, n_envs
-        if getattr(policy, "own_forward", False):  # a policy of the script's class (ppo_dict.algo.own_policy): its own passes
+        if getattr(policy, "own_forward", False):  # a policy of the script's class (ppo_dict.algo.networks.own_policy): its own passes
             self.sampler, self._features = None, None
             return
         device = policy.value_net.weight.device

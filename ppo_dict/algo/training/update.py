@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from ppo_dict.algo.gradient_step import GradientStep  # noqa: F401 (the update's optimizer step, asked of this module)
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.training.gradient_step import GradientStep  # noqa: F401 (the update's optimizer step, asked of this module)
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.lean_sampling import LOG_SQRT_2PI
 from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
@@ -198,7 +198,7 @@ class Mean:
 
 @dataclass(frozen=True)
 class Share(Mean):
-    """This process's share of a minibatch split over ranks (``ppo_dict.algo.distributed``): its rows of a global
+    """This process's share of a minibatch split over ranks (``ppo_dict.algo.ranks.distributed``): its rows of a global
     minibatch of ``size`` rows, whose advantage ``(mean, std)`` (sb3's, over the global minibatch) are given
     (None: not normalised). Each mean becomes this share's part of the global mean (its sum over ``size``), so the
     ranks' parts add up to sb3's figures and their gradients to sb3's gradient."""
@@ -325,7 +325,7 @@ def ppo_update(
     Draws one ``np.random.permutation`` per started epoch from the global numpy RNG, exactly as
     sb3 does; an early stop (target_kl) draws no further permutations and skips the optimizer
     step of the minibatch that triggered it. Returns the ``train/*`` logs and the updated epoch
-    counter ``n_updates``. (Off the CPU: :func:`ppo_dict.algo.device_update.device_ppo_update`.)
+    counter ``n_updates``. (Off the CPU: :func:`ppo_dict.algo.training.device_update.device_ppo_update`.)
     """
     data, rollout, evaluate = prepare_update(policy, optimizer, storage, settings, device)
     buffer_size, log = storage.n_steps * storage.n_envs, UpdateLog()

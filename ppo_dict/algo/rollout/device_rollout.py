@@ -5,7 +5,7 @@ sb3 values each cut episode alone and reads it with ``.item()``: on a GPU one sy
 (Reacher cuts all 64 envs at once every 50 steps: 64 waits in one step). Here the terminal observations
 go over in one pinned, non-blocking copy, the critic runs once on the batch and its values come back in
 one non-blocking copy; the addition to the rewards is handed back as a unit of owed work
-(:class:`~ppo_dict.algo.collect.OwedWork`), done once the next step's synchronisation has already waited
+(:class:`~ppo_dict.algo.rollout.collect.OwedWork`), done once the next step's synchronisation has already waited
 for the copy (or, at the rollout's end, after one wait). Not sb3's bits (a batch rounds by its size,
 1.2e-7); the CPU keeps sb3's per-env order (``Collector._bootstrap_truncated``).
 """
@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, channel_first
 
 

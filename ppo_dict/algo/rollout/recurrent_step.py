@@ -1,13 +1,13 @@
 """The recurrent policy's work in one rollout step, and its critic for the bootstrap and the last values.
 
-:class:`RecurrentStep` is :class:`~ppo_dict.algo.rollout_step.PolicyStep` with sb3-contrib's LSTMs
+:class:`RecurrentStep` is :class:`~ppo_dict.algo.rollout.rollout_step.PolicyStep` with sb3-contrib's LSTMs
 between the features and the MLPs: every env's sequence is one step long, so each LSTM is one
 ``_VF.lstm`` call on ``[1, n_envs, features]`` with the stored states, multiplied by
 ``1 - episode_start`` first when any env starts an episode (sb3-contrib's ``_process_sequence``
 takes its loop branch then: the same one call per LSTM, on the zeroed states). The states after
 the step are returned for the caller to store. Values, the sampler and the RNG draws are
 :class:`PolicyStep`'s, so every float is sb3-contrib's ``forward``'s. The LSTM calls take their
-weights laid out for oneDNN once per rollout (:class:`~ppo_dict.algo.lstm_inference.PackedLstm`:
+weights laid out for oneDNN once per rollout (:class:`~ppo_dict.algo.networks.lstm_inference.PackedLstm`:
 the same kernel on the same values).
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ppo_dict.algo.lstm_inference import PackedLstm
-from ppo_dict.algo.recurrent_policy import HiddenCell, RecurrentActorCritic, process_sequence
-from ppo_dict.algo.rollout_step import Out, PolicyStep, linear, run
+from ppo_dict.algo.networks.lstm_inference import PackedLstm
+from ppo_dict.algo.networks.recurrent_policy import HiddenCell, RecurrentActorCritic, process_sequence
+from ppo_dict.algo.rollout.rollout_step import Out, PolicyStep, linear, run
 from ppo_dict.data.recurrent import LstmStates
 from ppo_dict.data.storage import TensorObs
 
@@ -31,7 +31,7 @@ class RecurrentStep(PolicyStep):
     policy: RecurrentActorCritic
 
     def __init__(self, policy: RecurrentActorCritic, n_envs: int):
-        # the LSTMs with their weights laid out for oneDNN once per rollout (ppo_dict.algo.lstm_inference)
+        # the LSTMs with their weights laid out for oneDNN once per rollout (ppo_dict.algo.networks.lstm_inference)
         self._packed = [PackedLstm(lstm, n_envs) for lstm in (policy.lstm_actor, policy.lstm_critic) if lstm is not None]
         self._actor = self._packed[0]
         self._critic_lstm = self._packed[1] if policy.lstm_critic is not None else None

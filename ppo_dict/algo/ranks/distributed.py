@@ -32,9 +32,9 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from ppo_dict.algo.gradient_step import GradientStep
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.update import Share, UpdateLog, UpdateSettings, loss_terms, prepare_update, run_epochs, update_logs
+from ppo_dict.algo.training.gradient_step import GradientStep
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.training.update import Share, UpdateLog, UpdateSettings, loss_terms, prepare_update, run_epochs, update_logs
 from ppo_dict.core.errors import RankLostError
 from ppo_dict.core.ranks import RankInfo, env_ranges
 from ppo_dict.data.storage import RolloutStorage
@@ -130,7 +130,7 @@ class ReducedGradientStep(GradientStep):
         return super().clip_grad_norm(max_norm)
 
 
-#: The figures a minibatch reduces, in :class:`~ppo_dict.algo.update.LossTerms`' names.
+#: The figures a minibatch reduces, in :class:`~ppo_dict.algo.training.update.LossTerms`' names.
 FIGURES = ("policy_loss", "value_loss", "entropy_loss", "clip_fraction", "approx_kl", "loss")
 
 

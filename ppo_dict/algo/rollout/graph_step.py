@@ -2,7 +2,7 @@
 
 A small MLP's policy step on a GPU is launch-bound: each of its few dozen kernels (the trunks'
 matmuls and activations, the heads, the noise, the sample, its log-prob) takes a few microseconds
-to launch and less to run. :class:`GraphedStep` captures one :class:`~ppo_dict.algo.rollout_step.PolicyStep`
+to launch and less to run. :class:`GraphedStep` captures one :class:`~ppo_dict.algo.rollout.rollout_step.PolicyStep`
 call per batch shape with ``torch.cuda.CUDAGraph`` and replays it, as torch's documentation on CUDA
 graphs describes (``torch.cuda.graph``): warm-up calls on a side stream (lazy initialisations,
 cuBLAS workspaces), the capture, then per step a copy of the observations into the graph's static
@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import torch
 
-from ppo_dict.algo.rollout_step import Out, PolicyStep
+from ppo_dict.algo.rollout.rollout_step import Out, PolicyStep
 from ppo_dict.data.storage import TensorObs
 
 #: Eager calls before a capture (torch's examples use 3: lazy initialisations happen outside the graph).

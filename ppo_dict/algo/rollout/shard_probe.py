@@ -5,11 +5,11 @@ shapes, the threads and where the rows lie in memory, so it is measured, not ass
 storage rows (or rows laid out as they will be, at ``--dry_run``), with the run's policy and spaces, for
 each process's rows, the probe writes random observations (and masks) into a rollout row, runs the
 central step on the whole batch with a seeded generator, then draws the sharded step's random numbers
-from the same seed and runs each process's :class:`~ppo_dict.algo.shard.ShardWork` on its window (a
+from the same seed and runs each process's :class:`~ppo_dict.algo.rollout.shard.ShardWork` on its window (a
 worker's with one thread, as workers run), several times, and compares every output bit for bit:
 the actions, the clipped actions the envs get, the values and log-probs, the generator's state after the
 draws, and the critic on a batch of one (the bootstrap's) with the shared parameters. The smallest
-granule of :data:`~ppo_dict.algo.shard.GRANULES` whose windows all agree is taken; none: the central step.
+granule of :data:`~ppo_dict.algo.rollout.shard.GRANULES` whose windows all agree is taken; none: the central step.
 The global generator is left as it was (the probe runs on a fork of it).
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.shard import GRANULES, ShardProgram, ShardWork, SharedBlock, bind
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.shard import GRANULES, ShardProgram, ShardWork, SharedBlock, bind
 from ppo_dict.core.seeding import thread_count
 from ppo_dict.data.masking import mask_offsets
 from ppo_dict.data.storage import RolloutStorage, obs_to_tensor, storage_keys

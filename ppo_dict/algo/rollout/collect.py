@@ -19,16 +19,16 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
-from ppo_dict.algo.books import check_finite
-from ppo_dict.algo.device_rollout import batched_bootstrap
-from ppo_dict.algo.graph_step import GraphedStep
-from ppo_dict.algo.normalize import Normalizer
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.recurrent_policy import RecurrentActorCritic
-from ppo_dict.algo.recurrent_step import RecurrentStep
-from ppo_dict.algo.rollout_step import PolicyStep
-from ppo_dict.algo.sharded_rollout import plan_sharding
-from ppo_dict.algo.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
+from ppo_dict.algo.rollout.books import check_finite
+from ppo_dict.algo.rollout.device_rollout import batched_bootstrap
+from ppo_dict.algo.rollout.graph_step import GraphedStep
+from ppo_dict.algo.rollout.normalize import Normalizer
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
+from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.sharded_rollout import plan_sharding
+from ppo_dict.algo.rollout.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
 from ppo_dict.core.config import Config
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.masking import ASK_MASKS
@@ -88,7 +88,7 @@ class Collector:
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
-        # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.device_rollout); the CPU keeps sb3's order
+        # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.rollout.device_rollout); the CPU keeps sb3's order
         self.device_bootstrap = device.type != "cpu" and self.states is None
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
@@ -96,7 +96,7 @@ class Collector:
         # exact rollouts on worker processes: a step's owed bookkeeping is done while the next step's envs step
         self.owed = OwedWork(timing)
         self.overlap = len(self.halves) == 1 and pool.waits
-        # the policy where the envs are (ppo_dict.algo.shard): each process samples its own envs' actions, where the start probe allows
+        # the policy where the envs are (ppo_dict.algo.rollout.shard): each process samples its own envs' actions, where the start probe allows
         self.shard, self.policy_line = plan_sharding(cfg, pool, policy, normalizer, device, self.policy_steps[self.n_envs], self.step_obs)
 
     @property
@@ -284,7 +284,7 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
-        if self.device_bootstrap:  # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.device_rollout)
+        if self.device_bootstrap:  # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.rollout.device_rollout)
             self.owed.owe(batched_bootstrap(step, self.storage, rewards, rows, first + rows, self.device, self.cfg.gamma))
             return
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:

@@ -26,7 +26,7 @@ import torch
 from gymnasium import spaces
 from torch import _VF, nn
 
-from ppo_dict.algo.policy import ActorCritic, policy_settings
+from ppo_dict.algo.networks.policy import ActorCritic, policy_settings
 from ppo_dict.data.recurrent import CELL_STATES, LstmStates
 from ppo_dict.data.storage import TensorObs
 from ppo_dict.envs import channel_first_space
@@ -69,7 +69,7 @@ def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts:
     ``resets``: whether any episode start is set, when the caller knows (else read from the tensor,
     as ``th.all(episode_starts == 0.0)``). ``1 - episode_start`` is computed once per step for h and c
     (sb3-contrib computes it twice: the same values, and no gradient flows through it). ``loop``: the
-    per-step branch as ATen runs it (:func:`~ppo_dict.algo.lstm_inference.step_loop`), else ``call`` per step.
+    per-step branch as ATen runs it (:func:`~ppo_dict.algo.networks.lstm_inference.step_loop`), else ``call`` per step.
     ``zeroing``: :func:`steps_zeroing` of ``episode_starts`` when the caller knows it (else read from the tensor).
     """
     n_seq = states[0].shape[1]
@@ -110,7 +110,7 @@ def steps_zeroing(episode_starts: Union[torch.Tensor, np.ndarray], n_seq: int) -
 class RecurrentActorCritic(ActorCritic):
     """sb3-contrib's ``RecurrentActorCriticPolicy`` without the optimizer (see the module doc).
 
-    Args (besides :class:`~ppo_dict.algo.policy.ActorCritic`'s): ``lstm_hidden_size``,
+    Args (besides :class:`~ppo_dict.algo.networks.policy.ActorCritic`'s): ``lstm_hidden_size``,
     ``n_lstm_layers``, ``shared_lstm`` (the critic reads the actor's LSTM output, detached),
     ``enable_critic_lstm`` (an LSTM of the critic's own; with neither, a ``Linear(features, hidden)``),
     ``lstm_kwargs`` (both LSTMs' further arguments: ``dropout``, ``bias``), ``rnn_type`` (``"lstm"``,
@@ -214,7 +214,7 @@ class RecurrentActorCritic(ActorCritic):
         actions = dist.mode() if deterministic else dist.sample()
         return actions.reshape((-1, *self.action_space.shape)), states
 
-    # ------------------------------------------------------------------ sb3-contrib's methods for scripts (ppo_dict.algo.policy_surface)
+    # ------------------------------------------------------------------ sb3-contrib's methods for scripts (ppo_dict.algo.networks.policy_surface)
     def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
                          episode_starts: torch.Tensor, action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
         """sb3-contrib's: ``(distribution, the actor's states after the step)`` (masked by ``action_masks``, a masked policy)."""

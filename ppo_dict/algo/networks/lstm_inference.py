@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ppo_dict.algo.recurrent_policy import HiddenCell, run_lstm
+from ppo_dict.algo.networks.recurrent_policy import HiddenCell, run_lstm
 
 #: oneDNN's kind for an LSTM (ideep's ``rnn_kind::LSTM``), as ``torch.lstm`` passes it
 LSTM_MODE = 2
@@ -87,14 +87,14 @@ class PackedLstm:
 
 
 def step_loop(lstm: nn.LSTM):
-    """:func:`~ppo_dict.algo.recurrent_policy.process_sequence`'s per-step loop for ``lstm`` as ATen runs
+    """:func:`~ppo_dict.algo.networks.recurrent_policy.process_sequence`'s per-step loop for ``lstm`` as ATen runs
     it, without ``torch.lstm``'s wrapper around each step, or None where torch would not take oneDNN's
     path (or would draw dropout between layers).
 
     Per step ``torch.lstm`` on the CPU is ``mkldnn_rnn``: the input made contiguous, each layer's states
     selected, ``mkldnn_rnn_layer`` per layer, the states stacked. Here the states stay one ``[n, hidden]``
     tensor per layer through the loop and are stacked once at the end: the same products by
-    ``1 - episode_start`` where they can change a value (:func:`~ppo_dict.algo.recurrent_policy.steps_zeroing`),
+    ``1 - episode_start`` where they can change a value (:func:`~ppo_dict.algo.networks.recurrent_policy.steps_zeroing`),
     the same kernel calls on the same values in the same order, without a select and a stack (and
     their backward nodes, which only copy) per step, so the same outputs and gradients
     (``tests/test_recurrent.py`` compares them with sb3-contrib's ``_process_sequence``)."""

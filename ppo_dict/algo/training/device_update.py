@@ -1,7 +1,7 @@
 """The update off the CPU: PPO's minibatch loop without host work per minibatch (``--device cuda``).
 
 On a GPU each ``.item()`` is a synchronisation that drains the launch queue, and sb3's loop
-(:func:`ppo_dict.algo.update.run_epochs`) reads six per minibatch (four logged figures, approx_kl, the
+(:func:`ppo_dict.algo.training.update.run_epochs`) reads six per minibatch (four logged figures, approx_kl, the
 finiteness check); its indices come from numpy and go over per epoch; Adam's foreach path launches a
 dozen kernels per step. Here the same algorithm (losses, clipping, target_kl stop, refusal of a
 non-finite step) runs with the indices drawn on the device, the figures summed there and read once
@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.optim.adam import adam as adam_functional
 
-from ppo_dict.algo.policy import ActorCritic
-from ppo_dict.algo.update import GradientStep, LossTerms, UpdateLog, UpdateSettings, loss_terms, ppo_update, prepare_update, update_logs
+from ppo_dict.algo.networks.policy import ActorCritic
+from ppo_dict.algo.training.update import GradientStep, LossTerms, UpdateLog, UpdateSettings, loss_terms, ppo_update, prepare_update, update_logs
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.storage import RolloutStorage
 
@@ -134,7 +134,7 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
 
 def device_ppo_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
                       n_updates: int, device: torch.device, generator: torch.Generator) -> tuple[dict[str, float], int]:
-    """:func:`~ppo_dict.algo.update.ppo_update` with :func:`run_device_epochs`: its permutations drawn with
+    """:func:`~ppo_dict.algo.training.update.ppo_update` with :func:`run_device_epochs`: its permutations drawn with
     ``generator`` (on ``device``), seeded per update from one draw of the numpy RNG (a seed reproduces a
     run, and a resumed run continues as the numpy RNG does). Where fused Adam does not apply, sb3's loop."""
     step = FusedAdamStep.of(policy, optimizer)

@@ -16,7 +16,7 @@ class Timing:
     ``overlapped``), ``bookkeeping`` (episode statistics, normalisation, the time-limit bootstrap,
     done before the next step) and ``overlapped`` (the bookkeeping done while the workers step:
     :class:`OwedWork`); per iteration: ``rollout`` (the whole collection with its GAE) and ``update``.
-    Where each process samples its own envs' actions (``ppo_dict.algo.sharded_rollout``): ``policy`` is this
+    Where each process samples its own envs' actions (``ppo_dict.algo.rollout.sharded_rollout``): ``policy`` is this
     process's drawing of the step's random numbers outside the wait, ``envs`` the hand-over's span (this
     process's own rows and envs, and the wait), ``serial`` the time no process has work (the whole-batch books,
     the hand-over itself).
@@ -30,7 +30,7 @@ class Timing:
     steps: int = 0  # rollout steps (each of n_envs env steps)
     update_threads: int = 0
     overlapped: float = 0.0  # owed bookkeeping done while waiting for the envs (inside ``envs``'s span)
-    serial: float = 0.0  # the policy where the envs are: this process's time when no process has work (ppo_dict.algo.sharded_rollout)
+    serial: float = 0.0  # the policy where the envs are: this process's time when no process has work (ppo_dict.algo.rollout.sharded_rollout)
     busy_elsewhere: float = 0.0  # CPUs other processes kept busy over the last rollout (ppo_dict.core.load)
 
     def logs(self, n_envs: int) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """A rank's rollout as a share of the single process's (``torchrun``): the global batch's noise, normaliser and episodes.
 
-Each rank steps its envs ``ranks.envs`` of the global ``n_envs`` (``ppo_dict.algo.distributed.Ranks``) and keeps
+Each rank steps its envs ``ranks.envs`` of the global ``n_envs`` (``ppo_dict.algo.ranks.distributed.Ranks``) and keeps
 what needs the whole batch as the single process keeps it:
 
 * :class:`GlobalDraws`: every rank draws the *global* batch's random numbers (``[n_envs, ...]``, with the calls
@@ -21,8 +21,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ppo_dict.algo.distributed import Ranks
-from ppo_dict.algo.normalize import Normalizer
+from ppo_dict.algo.ranks.distributed import Ranks
+from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.core.errors import EnvCallInterrupted, RankError, RolloutDropped, WorkerDiedError
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
