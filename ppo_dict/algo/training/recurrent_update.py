@@ -24,7 +24,8 @@ in another order), and the losses and masks are the same.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -32,26 +33,22 @@ import torch
 from ppo_dict.algo.networks.lstm_inference import step_loop
 from ppo_dict.algo.networks.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
 from ppo_dict.algo.rollout.rollout_step import layers_of, run
-from ppo_dict.algo.training.update import GradientStep, Masked, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
+from ppo_dict.algo.training.update import GradientStep, Masked, Minibatch, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
 from ppo_dict.data.recurrent import LstmStates, SequencePlan, env_change, rotated_indices
-from ppo_dict.data.storage import RolloutStorage, TensorObs, obs_to_tensor
+from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 
 
-class SequenceBatch(NamedTuple):
-    """One padded minibatch: ``[n_seq * max_len, ...]`` rows, sequence-major (sb3-contrib's ``RecurrentRolloutBufferSamples``)."""
+@dataclass
+class SequenceBatch(Minibatch):
+    """One padded minibatch: :class:`~ppo_dict.algo.training.update.Minibatch`'s rows, ``[n_seq * max_len, ...]``,
+    sequence-major (sb3-contrib's ``RecurrentRolloutBufferSamples``; with ``--action_masks``, padding rows allow every
+    action), and what its sequences need."""
 
-    obs: TensorObs
-    actions: torch.Tensor
-    old_values: torch.Tensor
-    old_log_prob: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    states: LstmStates
-    episode_starts: torch.Tensor
-    mask: torch.Tensor  # bool: a transition, not padding
-    resets: bool  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
-    zeroing: list[bool]  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
-    action_masks: Optional[torch.Tensor] = None  # bool [n_seq * max_len, mask_dim] with --action_masks; padding rows all True
+    states: LstmStates = field(kw_only=True)
+    episode_starts: torch.Tensor = field(kw_only=True)
+    mask: torch.Tensor = field(kw_only=True)  # bool: a transition, not padding
+    resets: bool = field(kw_only=True)  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
+    zeroing: list[bool] = field(kw_only=True)  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
 
 
 class SequenceRollout:
@@ -88,8 +85,9 @@ class SequenceRollout:
         states = LstmStates(*(tuple(first[name] for name in names) for names in self.state_names))
         mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
         return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
-                             rows(c["returns"]), states, rows(c["episode_starts"]), mask, bool(self.episode_starts[batch_inds].any()),
-                             steps_zeroing(self.padded_starts[plan.gather], plan.n_seq), None if self.masks is None else rows(self.masks))
+                             rows(c["returns"]), None if self.masks is None else rows(self.masks), states=states,
+                             episode_starts=rows(c["episode_starts"]), mask=mask, resets=bool(self.episode_starts[batch_inds].any()),
+                             zeroing=steps_zeroing(self.padded_starts[plan.gather], plan.n_seq))
 
 
 def _padded(tensor: torch.Tensor) -> torch.Tensor:
