@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
-from ppo_dict.algo.rollout.books import check_finite
+from ppo_dict.algo.rollout.books import add_bootstrap, check_finite, learner_rows, start_episodes
 from ppo_dict.algo.rollout.device_rollout import batched_bootstrap
 from ppo_dict.algo.rollout.graph_step import GraphedStep
 from ppo_dict.algo.rollout.normalize import Normalizer
@@ -242,15 +242,9 @@ class Collector:
         s, span = self.storage, slice(columns.start, columns.stop)
         dones = s.terminated[t, span] | s.truncated[t, span]
         check_finite(s, t, columns, self.pool.backend.label, self.steps_before, self.n_envs)
-        s.rewards[t, span] = s.env_rewards[t, span]
-        if self.normalizer is not None:
-            done_rows = np.flatnonzero(dones) + columns.start
-            terminal = {key: arr[done_rows] for key, arr in s.env_terminal_obs.items()}
-            obs = {key: arr[t + 1, span] for key, arr in s.env_obs.items()}
-            obs, s.rewards[t, span], terminal = self.normalizer.step(obs, s.env_rewards[t, span], dones, terminal, rows=span)
-            self._write_obs(t + 1, span, obs)
-            for key, values in terminal.items():
-                s.terminal_obs[key][done_rows] = values
+        if self.normalizer is not None:  # VecNormalize's statistics from these envs' step (a half's, double-buffered)
+            self.normalizer.observe({key: s.env_obs[key][t + 1, span] for key in self.normalizer.obs_rms}, s.env_rewards[t, span], dones, rows=span)
+        learner_rows(s, self.normalizer, t, span)
         if self.hooks is not None and columns.stop == self.n_envs:
             self.owed.settle()  # a callback sees the statistics and rewards of the steps before
             if not self.hooks.step(t):
@@ -263,8 +257,7 @@ class Collector:
         self._bootstrap_truncated(t, s.rewards[t, span], s.truncated[t, span] & ~s.terminated[t, span], columns)
         if not self.overlap and not self.device_bootstrap:
             self.owed.settle()
-        s.episode_starts[t, span] = self.last_dones[span]
-        self.last_dones[span] = dones
+        start_episodes(s, t, span, dones)
         return True
 
     def _write_obs(self, t: int, span: slice, normalized: dict[str, np.ndarray]) -> None:
@@ -291,7 +284,7 @@ class Collector:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
             batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
-            rewards[rows] += self.cfg.gamma * step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
+            add_bootstrap(rewards, rows, self.cfg.gamma, step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1))
             return
         # overlapped: copied now, each row laid out as a fresh allocation (a worker may overwrite its env's row
         # at the next step); settled before the next step: read in place, as before
@@ -301,7 +294,7 @@ class Collector:
         def bootstrap(j: int, idx: int) -> None:
             obs = self.storage.terminal_input(j, terminal) if terminal is not None else self.storage.terminal_input(first + idx)
             with torch.inference_mode():
-                rewards[idx] += gamma * np.float32(value(idx, obs_to_tensor(obs, self.device)))
+                add_bootstrap(rewards, idx, gamma, value(idx, obs_to_tensor(obs, self.device)))
 
         for j, idx in enumerate(rows):
             self.owed.owe(lambda j=j, idx=idx: bootstrap(j, idx))

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ppo_dict.algo.rollout.books import add_bootstrap
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, channel_first
 
@@ -65,11 +66,10 @@ def batched_bootstrap(step: PolicyStep, storage: RolloutStorage, rewards: np.nda
     adds ``gamma * value`` to ``rewards[rows]`` (float32, as sb3's addition), waiting for the values if need be.
     rows: indices into ``rewards`` (one step's row of the envs stepped); envs: those envs' indices."""
     values, done = device_values(step, terminal_batch(storage, envs, device))
-    gamma32 = np.float32(gamma)
 
     def add() -> None:
         if done is not None:
             done.synchronize()  # already passed once the next step has synchronised
-        rewards[rows] += gamma32 * values.numpy()
+        add_bootstrap(rewards, rows, gamma, values.numpy())
 
     return add

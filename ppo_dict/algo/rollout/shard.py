@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ppo_dict.algo.rollout.books import check_finite
+from ppo_dict.algo.rollout.books import add_bootstrap, check_finite, learner_rows, start_episodes
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
@@ -232,28 +232,17 @@ class ShardWork:
 
     # ------------------------------------------------------------------ the books
     def normalize(self, t: int) -> None:
-        """Step t's results of the own rows as the learner uses them: the normalised observations after it (and
-        the terminal ones), the rewards; with the statistics the main process computed from the whole batch."""
-        s, rows, norm = self.storage, self.rows, self.norm
-        if norm is None:
-            s.rewards[t, rows] = s.env_rewards[t, rows]
-            return
-        for key, values in norm.normalize_obs({key: s.env_obs[key][t + 1, rows] for key in norm.obs_rms}).items():
-            s.obs[key][t + 1, rows] = values
-        done = np.flatnonzero(s.terminated[t, rows] | s.truncated[t, rows]) + self.own.start
-        if len(done):
-            for key, values in norm.normalize_obs({key: s.env_terminal_obs[key][done] for key in norm.obs_rms}).items():
-                s.terminal_obs[key][done] = values
-        s.rewards[t, rows] = norm.normalize_reward(s.env_rewards[t, rows])
+        """Step t's results of the own rows as the learner uses them, with the statistics the main process computed
+        from the whole batch (:func:`~ppo_dict.algo.rollout.books.learner_rows`)."""
+        learner_rows(self.storage, self.norm, t, self.rows)
 
     def books(self, t: int) -> None:
-        """The time-limit bootstrap of the own envs cut at step t (``r += gamma * V(terminal obs)``, the critic on a
-        batch of one and sb3's two float32 roundings, as the central path), then their episode starts."""
+        """The time-limit bootstrap of the own envs cut at step t (the critic on a batch of one, as the central path),
+        then their episode starts."""
         s, rows = self.storage, self.rows
         terminated, truncated = s.terminated[t, rows], s.truncated[t, rows]
         for idx in np.flatnonzero(truncated & ~terminated) + self.own.start:
             with torch.inference_mode():
                 value = self.step.critic(obs_to_tensor(s.terminal_input(idx), torch.device("cpu"))).item()
-            s.rewards[t, idx] += self.gamma * np.float32(value)
-        s.episode_starts[t, rows] = s.last_dones[rows]
-        s.last_dones[rows] = terminated | truncated
+            add_bootstrap(s.rewards[t], idx, self.gamma, value)
+        start_episodes(s, t, rows, terminated | truncated)
