@@ -143,7 +143,7 @@ class Collector:
         if self.hooks is not None:
             self.hooks.rollout_start()
         if self.shard is not None:
-            steps = self.shard.collect(self)
+            steps, self.stopped = self.shard.collect(self)
         else:
             steps = self._collect_exact() if len(self.halves) == 1 else self._collect_double_buffered()
         started = time.perf_counter()

@@ -37,8 +37,8 @@ from ppo_dict.vec.work import STEP
 
 
 class Rollout(Protocol):
-    """What a rollout loop needs of its collector (``ppo_dict.algo.rollout.collect.Collector``): the pool, the timing, sb3's
-    callbacks' hooks (None: none), the env steps of earlier rollouts, the episodes, and where the hooks stopped it."""
+    """What a rollout loop reads of its collector (``ppo_dict.algo.rollout.collect.Collector``): the settings, the pool,
+    the timing, sb3's callbacks' hooks (None: none), the env steps of earlier rollouts, the episodes."""
 
     cfg: Config
     pool: Any
@@ -46,7 +46,6 @@ class Rollout(Protocol):
     hooks: Any
     steps_before: int
     episodes: Any
-    stopped: Optional[int]
 
 
 def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device) -> str:
@@ -146,8 +145,9 @@ class ShardedRollout:
         return (phases, t, t - 1, steps_before, t % 2, self.mslot, self.version)
 
     # ------------------------------------------------------------------ a rollout
-    def collect(self, c: Rollout) -> int:
-        """``n_steps`` steps of every env (the collector's hooks, episodes and timing); returns the steps taken."""
+    def collect(self, c: Rollout) -> tuple[int, Optional[int]]:
+        """``n_steps`` steps of every env (the collector's hooks, episodes and timing); returns the steps taken and the
+        step at which the hooks stopped the rollout (None: they did not)."""
         s, pool, timing, clock, hooks = self.storage, c.pool, c.timing, time.perf_counter, c.hooks
         started = clock()
         self.cfg = c.cfg  # settings assigned between learn calls (the bootstrap's gamma, sde_sample_freq)
@@ -183,8 +183,7 @@ class ShardedRollout:
                 pool.work(self.header(NORM, t + 1, c.steps_before))
                 started = clock()
                 if not hooks.step(t):
-                    c.stopped = t
-                    return t + 1
+                    return t + 1, t
                 if t + 1 < s.n_steps:
                     self.draw(t + 1)
             ended = np.flatnonzero(dones)
@@ -195,7 +194,7 @@ class ShardedRollout:
         pool.work(self.header(BOOKS if hooks is not None else NORM | BOOKS, s.n_steps, c.steps_before))
         while owed:
             idle()
-        return s.n_steps
+        return s.n_steps, None
 
 
     def probe(self, step_obs: Callable[[int], Any], processes: list[tuple[range, bool]]) -> tuple[Optional[int], str]:
