@@ -74,6 +74,8 @@ def restore(before: dict[str, Any]) -> None:
     for sig, handler in before["handlers"].items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
+    if WATCHDOG.running:  # its thread stays (it cannot be stopped), and so must the handler it raises through
+        signal.signal(signal.SIGALRM, WATCHDOG._on_alarm)
     signal.set_wakeup_fd(before["wakeup_fd"])
     for name, value in before["watchdog"].items():
         setattr(WATCHDOG, name, value)

@@ -88,7 +88,8 @@ def cut_python(code: str) -> str:
 
 #: (heading, kind) of the blocks that take more than ~20 CPU seconds even cut short: run by `make test-all`
 #: (RecurrentPPO's Python block: about 75 CPU seconds, its per-step LSTM update and predict loop)
-SLOW = {("Recurrent policies", "python")}
+#: blocks that run in make test-all only: what they run, make test runs elsewhere (the rendered pixels: tests/envs/test_pixels.py)
+SLOW = {("Recurrent policies", "python"), ("Pixels", "bash")}
 
 
 def block_marks(block: Block) -> list[pytest.MarkDecorator]:

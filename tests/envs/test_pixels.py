@@ -167,6 +167,7 @@ def test_mlp_on_images_is_refused_with_the_model_that_fits() -> None:
     assert proc.returncode == 2 and "the observation holds images; use --model cnn" in proc.stderr
 
 
+@pytest.mark.slow  # 15-45 s; the CNN's numbers are sb3's in the parity suite, in make test
 def test_dummy_cnn_learns(tmp_path) -> None:
     """Random play scores 5 (1 in 4, 20 steps); the CNN must read the image: >= 18 within 12288 steps."""
     proc = _run("--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=36, channels=1, episode_length=20)",

@@ -16,8 +16,9 @@ from tests.system_parts import needs
 
 BACKENDS = [
     pytest.param("egl", (), marks=needs("egl"), id="egl"),
-    pytest.param("osmesa", (), marks=needs("osmesa"), id="osmesa"),
-    pytest.param("glfw", ("xvfb-run", "-a"), marks=needs("glfw"), id="glfw-xvfb"),
+    # make test-all: the other backends tear down the same envs (make test: EGL, the one a machine with a GPU driver picks)
+    pytest.param("osmesa", (), marks=[needs("osmesa"), pytest.mark.slow], id="osmesa"),
+    pytest.param("glfw", ("xvfb-run", "-a"), marks=[needs("glfw"), pytest.mark.slow], id="glfw-xvfb"),
 ]
 
 
