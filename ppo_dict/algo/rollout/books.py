@@ -68,7 +68,7 @@ def add_bootstrap(rewards: np.ndarray, idx: Any, gamma: float, value: Any) -> No
     form, each terminal observation a batch of one) or several (index and value arrays: the batched forms of the
     double-buffered and device rollouts). sb3 multiplies a float32 tensor by a Python float in float32 and adds in
     float32; the same two roundings here on numpy float32 values."""
-    rewards[idx] += np.float32(gamma) * np.asarray(value, dtype=np.float32)
+    rewards[idx] += np.float32(gamma) * np.float32(value)  # a float32 scalar, or a float32 array
 
 
 def start_episodes(storage: RolloutStorage, t: int, rows: slice, dones: np.ndarray) -> None:

@@ -191,7 +191,7 @@ class ShardWork:
         if not len(self.own):
             return
         if phases & NORM:
-            self.normalize(header[T_SETTLE])
+            learner_rows(self.storage, self.norm, header[T_SETTLE], self.rows)  # with the main process's whole-batch statistics
         if phases & BOOKS:
             self.books(header[T_SETTLE])
         if phases & ACT:
@@ -231,11 +231,6 @@ class ShardWork:
         return values, actions, log_probs
 
     # ------------------------------------------------------------------ the books
-    def normalize(self, t: int) -> None:
-        """Step t's results of the own rows as the learner uses them, with the statistics the main process computed
-        from the whole batch (:func:`~ppo_dict.algo.rollout.books.learner_rows`)."""
-        learner_rows(self.storage, self.norm, t, self.rows)
-
     def books(self, t: int) -> None:
         """The time-limit bootstrap of the own envs cut at step t (the critic on a batch of one, as the central path),
         then their episode starts."""
