@@ -14,7 +14,8 @@ import yaml
 from ppo_dict.run.checks import validate
 from ppo_dict.run.cli import config_from_args
 from ppo_dict.run.study import open_storage, retry
-from ppo_dict.sweep import agent_command, main as sweep_main
+from ppo_dict.run.sweep import agent_command
+from ppo_dict.sweep import main as sweep_main
 from tests.conftest import ROOT
 from tests.system_parts import needs
 
@@ -242,7 +243,7 @@ def test_a_range_optuna_cannot_draw_from_is_refused_before_optuna_sees_it(tmp_pa
 
 
 def test_a_metric_that_names_text_is_refused_and_a_text_value_fails_its_trial(tmp_path, capsys) -> None:
-    from ppo_dict.sweep import metric_value
+    from ppo_dict.run.sweep import metric_value
 
     err = refused_sweep(tmp_path, capsys, {**GOOD, "metric": {"name": "env", "goal": "maximize"}})
     assert "metric: 'env' is text in a run's summary, not a number to minimize or maximize" in err
