@@ -4,8 +4,10 @@ Each step shows a target code, ``k`` digits in ``[0, m)`` drawn at random, encod
 observation space; the reward (in [0, 1]) says how well the action named it. A policy that reads
 the observation earns 1 per step, random play much less. Episodes are cut at ``episode_length``
 steps (truncated) and end at random with probability ``end_probability`` per step (terminated), so
-both kinds of episode end occur. Used by the parity tests of the spaces sb3 supports, and for
-``ShmVecEnv`` with the spaces sb3's vec envs take (Tuple observations, Dict and Tuple actions).
+both kinds of episode end occur. ``reward="shown"``: the reward is the shown code's mean digit over ``m - 1``,
+whatever the action, so that rollouts that sample other actions step the same envs through the same rewards
+(``tests/test_schedules.py``). Used by the parity tests of the spaces sb3 supports, and for ``ShmVecEnv`` with the
+spaces sb3's vec envs take (Tuple observations, Dict and Tuple actions).
 
 ``python -m ppo_dict.main_ppo --env gym_PPODictToy-v0 --gym_packages ppo_dict.envs.toy
 --env_kwargs "dict(observation='dict', action='multi_binary')"``
@@ -27,6 +29,8 @@ from gymnasium import spaces
 GYM_ID = "PPODictToy-v0"
 OBSERVATIONS = ("box", "discrete", "multi_discrete", "multi_binary", "dict", "tuple")
 ACTIONS = ("box", "discrete", "multi_discrete", "multi_binary", "dict", "tuple")
+#: ``named``: how well the action named the code; ``shown``: the code's mean digit, whatever the action
+REWARDS = ("named", "shown")
 
 
 def _leaf_spaces(k: int, m: int) -> dict[str, spaces.Space]:
@@ -44,9 +48,11 @@ class ToySpacesEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, observation: str = "box", action: str = "multi_discrete", k: int = 2, m: int = 3,
-                 episode_length: int = 20, end_probability: float = 0.02, render_mode: Optional[str] = None):
-        if observation not in OBSERVATIONS or action not in ACTIONS:
-            raise ValueError(f"PPODictToy: observation must be one of {OBSERVATIONS} and action one of {ACTIONS}, got {observation!r}, {action!r}")
+                 episode_length: int = 20, end_probability: float = 0.02, reward: str = "named", render_mode: Optional[str] = None):
+        if observation not in OBSERVATIONS or action not in ACTIONS or reward not in REWARDS:
+            raise ValueError(f"PPODictToy: observation must be one of {OBSERVATIONS}, action one of {ACTIONS} and reward one of "
+                             f"{REWARDS}, got {observation!r}, {action!r}, {reward!r}")
+        self.reward_kind = reward
         self.k, self.m, self.kind, self.action_kind = k, m, observation, action
         self.episode_length, self.end_probability, self.render_mode = episode_length, end_probability, render_mode
         leaves = _leaf_spaces(k, m)
@@ -85,6 +91,8 @@ class ToySpacesEnv(gym.Env):
         return codes[self.kind]
 
     def _reward(self, action: Any) -> float:
+        if self.reward_kind == "shown":
+            return float(np.mean(self._digits)) / (self.m - 1)
         codes = self._encodings()
         if self.action_kind == "box":
             signed = np.where(codes["multi_binary"] > 0, 1.0, -1.0)
