@@ -267,6 +267,7 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         exit_code = 128 + (stop.signum or signal.SIGINT)
         return exit_code
     finally:
+        stop.closing = True  # a signal from here on lets the workers, outputs and lock close (ppo_dict.run.stopping)
         pool.close()
         for close in reversed(closers):
             close()

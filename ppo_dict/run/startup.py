@@ -9,9 +9,16 @@ probed env, a launched game, a checkpoint being read) through its ``finally`` bl
 130 / 143 / 129 as for a later one; a second one while that unwinds ends the process at once. Nothing
 is written before a command's own handlers take over (``main_ppo``, ``sweep``) or, for a command
 without any (``enjoy``, ``export_onnx``), before it ends, so there is nothing to save.
+
+At the other end, once the interpreter's exit callbacks have run (the last of them is :func:`ignore_while_exiting`,
+registered here first), the stop signals are ignored: Python gives them back their default action there, and a
+signal during the rest of the exit (freeing torch's modules takes tenths of a second) would end the process by
+that signal (status -2 for SIGINT, nothing said) instead of its own exit status, with everything already written
+and closed.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -64,10 +71,19 @@ def exit_on_stop_signals(stopped: str = TRAINING) -> StopWhileStarting:
     """Install :class:`StopWhileStarting` for every stop signal (main thread, command lines only);
     ``stopped``: what a signal does to this command, said after the signal's name."""
     global HANDLER
+    if HANDLER is None:  # the first exit callback registered runs last
+        atexit.register(ignore_while_exiting)
     HANDLER = StopWhileStarting(stopped)
     for signum in taken_signals():
         signal.signal(signum, HANDLER)
     return HANDLER
+
+
+def ignore_while_exiting() -> None:
+    """The interpreter's last exit callback: ignore the stop signals for the rest of the exit, where Python would give
+    them their default action back (a second Ctrl-C there would end a stopped run by SIGINT, not with status 130)."""
+    for signum in taken_signals():
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def imported() -> None:

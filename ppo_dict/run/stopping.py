@@ -5,7 +5,8 @@ progress is dropped at once, and the run saves the state from before that rollou
 streams as the last update left them: ``checkpoint.LastUpdate``; the envs as the rollout began: the runners'
 snapshots, ``ppo_dict.run.env_states``), so that ``--resume`` continues as the run that was never stopped. A signal
 during the evaluation or a checkpoint write after an update lets them finish, then stops. A second signal stops at
-once without writing anything more.
+once without writing anything more; once the run is closing (its writes done: ``StopFlag.closing``), it lets the
+closing finish (the workers, the outputs, the lock) and says so; a third changes nothing.
 """
 from __future__ import annotations
 
@@ -33,10 +34,21 @@ class StopFlag:
         self.signum: Optional[int] = None
         self.quiet = quiet  # a rank of a torchrun run: rank 0 says so once every rank stopped (ppo_dict.run.ranks)
         self.phase: Callable[[], str] = lambda: ""  # "rollout" or "update" while one runs, which the signal then drops
+        self.again = 0  # signals after the first
+        # the run is closing (its writes done, or given up): the workers, the outputs, the lock and the interpreter's exit
+        # are left to finish (a second of work; the watchdog ends the process SECOND_GRACE seconds after a second signal)
+        self.closing = False
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
-            raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
+            self.again += 1
+            if self.again == 1 and not self.closing:
+                raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
+            if self.again == 1 and not self.quiet:  # a KeyboardInterrupt now would leave workers unclosed and a traceback
+                said = watchdog.stopped_text(watchdog.WATCHDOG.written)
+                print(f"{signal.Signals(signum).name} received twice: stopped at once {said}; the run is closing its workers",
+                      file=sys.stderr, flush=True)
+            return  # a third: the second's unwinding goes on
         self.signum = signum
         name = signal.Signals(signum).name
         if not self.quiet:

@@ -123,12 +123,14 @@ class FaultEnv(gym.Env):
         return obs, reward, self.t >= self.episode_len, False, {"t": self.t}
 
     def _hang(self) -> None:
-        print(f"{HANG_MARKER} seed={self.first_seed} pid={multiprocessing.current_process().pid}", flush=True)
         blocked = {signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         if self.mode == "hang_gil":  # every signal: C code in a loop does not return to Python for any
             blocked = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
         if self.mode in ("hang_c", "hang_gil"):
             signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        # once they are blocked: a test's signal sent on the marker must find the hang begun (printed before, the main
+        # thread's handler could run on a busy host before the mask took, and the env never hung)
+        print(f"{HANG_MARKER} seed={self.first_seed} pid={multiprocessing.current_process().pid}", flush=True)
         if self.mode == "hang_gil":
             ctypes.PyDLL(None).sleep(int(self.hang_s))  # PyDLL: the GIL is held during the call
         else:

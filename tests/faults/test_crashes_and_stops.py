@@ -290,3 +290,75 @@ def test_a_second_ctrl_c_after_the_final_checkpoint_says_it_was_saved(tmp_path) 
     assert list_checkpoints(str(run_dir / "checkpoints")) == [checkpoint]
     assert not (model_dir / "model.pt").exists()
     assert_nothing_left(run, shm_before)
+
+
+# ------------------------------------------------------------------------------ a second Ctrl-C while the run closes
+#: main_ppo stopped by a first signal: its summary (after the workers, outputs and lock are closed) waits for a second
+#: signal, which then comes while the run closes; each signal is announced on stdout, for the test to send the next
+WHILE_CLOSING = """
+import sys, time
+import ppo_dict.main_ppo as mp
+handler, summary, taken = mp.StopFlag.__call__, mp.summary, []
+def announce(self, signum, frame):
+    taken.append(signum)
+    try:
+        handler(self, signum, frame)
+    finally:
+        print(f"SIGNALLED {len(taken)}", flush=True)
+def waiting_summary(*args, **kwargs):
+    print("CLOSED", flush=True)
+    while len(taken) < 2:
+        time.sleep(0.01)
+    return summary(*args, **kwargs)
+mp.StopFlag.__call__, mp.summary = announce, waiting_summary
+sys.exit(mp.main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_while_the_run_closes_lets_it_close(tmp_path) -> None:
+    """Once the stop has written its checkpoint, a second signal no longer interrupts: the run says so and closes
+    (before, a KeyboardInterrupt there escaped the run: a traceback and death by SIGINT, status -2)."""
+    run_dir, shm_before = tmp_path / "run", shm_entries()
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "1", "--n_envs", "2",
+            "--n_steps", "8", "--batch_size", "16", "--total_timesteps", "100000", "--plot", "False", "--verbose", "0",
+            "--progress", "none", "--save_freq", "1", "--seed", "0", "--run_dir", str(run_dir), "--mp_method", "fork"]
+    proc = subprocess.Popen([sys.executable, "-c", WHILE_CLOSING, *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    run = Run(proc, str(run_dir), Lines(proc))
+    await_more_checkpoints(run, 0)  # training runs
+    proc.send_signal(signal.SIGINT)
+    run.wait_for("SIGNALLED 1", timeout=60)
+    run.wait_for("CLOSED", timeout=60)
+    checkpoint = [line for line in run.lines.seen if line.startswith("checkpoint ")][-1].strip().removeprefix("checkpoint ")
+    proc.send_signal(signal.SIGINT)
+    code, err = run.finish(timeout=GUARD)
+    assert code == 130, err
+    assert err.endswith(f"SIGINT received twice: stopped at once after saving {checkpoint} (as printed); nothing after it "
+                        "was written; the run is closing its workers\n"), err
+    assert "Traceback" not in err and "interrupted twice" not in err, err
+    assert '"interrupted": true' in run.lines.rest()[-1], run.lines.seen[-3:]
+    assert list_checkpoints(str(run_dir / "checkpoints"))[-1] == checkpoint
+    assert_nothing_left(run, shm_before)
+
+
+#: a command line whose interpreter, freeing its modules after its exit callbacks, is sent SIGINT
+SIGNAL_WHILE_FREED = """
+import os, signal, sys
+from ppo_dict.run import startup
+startup.exit_on_stop_signals()
+class SignalledWhenFreed:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.write(1, b"SENT")
+kept = SignalledWhenFreed()
+sys.exit(130)
+"""
+
+
+def test_a_stop_signal_in_the_last_moments_of_the_exit_is_ignored() -> None:
+    """Python gives SIGINT its default action back after the exit callbacks: without ``startup.ignore_while_exiting`` a
+    second Ctrl-C in the last tenths of a second of a stopped run ended it by SIGINT (status -2), not with status 130."""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_FREED], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "SENT", "")

@@ -334,8 +334,16 @@ def test_ctrl_c_twice_during_a_hang_stops_at_once(mode: str, tmp_path) -> None:
     code, err = run.finish(timeout=GUARD)
     assert code == 130, err
     if mode == "hang":  # the main thread's handler raises KeyboardInterrupt in the env's sleep (or, on a very
-        # slow host, the watchdog is first): stopped without saving either way
-        assert "interrupted twice: stopped without saving" in err or "SIGINT received twice: stopped at once without saving" in err, err
+        # slow host, the watchdog is first): stopped without saving either way; or, where the stop was quicker than the
+        # second signal (a busy host can delay the test's 0.2 s), after saving its checkpoint: the second signal then cut
+        # what came after it, or found the run closing (it lets it close), or came in the last moments of its exit
+        saved = [line.split()[-1] for line in run.lines.rest() if line.startswith("checkpoint ")]
+        late = [f"interrupted twice: stopped after saving {saved[-1]} (as printed)",
+                f"SIGINT received twice: stopped at once after saving {saved[-1]} (as printed); nothing after it was written; "
+                "the run is closing its workers\n"] if saved else []
+        assert any(text in err for text in ["interrupted twice: stopped without saving",
+                                            "SIGINT received twice: stopped at once without saving", *late]) or (
+            saved and err.endswith("is saved\n") and '"interrupted": true' in run.lines.seen[-1]), (err, run.lines.seen[-3:])
     else:  # no handler can run in the main thread: the watchdog ends the process, 1 s after the second signal
         assert "SIGINT received twice: stopped at once without saving" in err, err
         assert time.monotonic() - sent < SECOND_STUCK + GUARD
