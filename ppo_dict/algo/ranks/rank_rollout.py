@@ -3,7 +3,8 @@
 Each rank steps its envs ``ranks.envs`` of the global ``n_envs`` (``ppo_dict.algo.ranks.distributed.Ranks``) and keeps
 what needs the whole batch as the single process keeps it:
 
-* :class:`GlobalDraws`: every rank draws the *global* batch's random numbers (``[n_envs, ...]``, with the calls
+* ``GlobalDraws`` (``ppo_dict.algo.rollout.rollout_step``, each policy step built with it where the run's plan is over
+  ranks): every rank draws the *global* batch's random numbers (``[n_envs, ...]``, with the calls
   and in the order of the single process: ``normal_``, one ``exponential_`` per categorical split, ``uniform_``;
   the generators seeded alike on every rank, so every rank's stream is the single process's) and samples its
   rows with them (``ppo_dict.data.lean_sampling``'s ``sample``), with the central step or the sharded step
@@ -19,55 +20,12 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import torch
 
 from ppo_dict.algo.ranks.distributed import Ranks
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.core.errors import EnvCallInterrupted, RankError, RolloutDropped, WorkerDiedError
 from ppo_dict.data.episodes import EpisodeLog
-from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
 from ppo_dict.vec import watchdog
-
-
-class GlobalDraws(LeanSampler):
-    """``sampler`` (a rank's, for its ``len(ranks.envs)`` rows) fed with its rows of the global batch's draws."""
-
-    def __init__(self, sampler: LeanSampler, ranks: Ranks, device: torch.device):
-        self.sampler, self.rows = sampler, slice(ranks.envs.start, ranks.envs.stop)
-        self.buffers = [torch.empty(shape, device=device) for shape in sampler.draw_shapes(ranks.n_envs)]
-
-    def refresh(self, log_std: Optional[torch.Tensor]) -> None:
-        self.sampler.refresh(log_std)
-
-    def draw_shapes(self, n_envs: int) -> list[tuple[int, ...]]:
-        return self.sampler.draw_shapes(n_envs)
-
-    def _draw(self) -> list[torch.Tensor]:
-        """The global step's draws, made as the single process makes them; this rank's rows of them."""
-        self.sampler.draw(self.buffers)
-        return [buffer[self.rows] for buffer in self.buffers]
-
-    def draw(self, into: Sequence[torch.Tensor]) -> None:
-        for target, rows in zip(into, self._draw()):
-            target.copy_(rows)
-
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        actions, log_probs = self.sampler.sample(head, latent_pi, self._draw(), ALL, masks)
-        return into(out, actions, log_probs)
-
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.sampler.sample(head, latent_pi, draws, span, masks, matrices)
-
-
-def draw_globally(steps: Any, ranks: Ranks, device: torch.device) -> None:
-    """Every policy step of ``steps`` (a collector's, by batch size) samples with its rows of the global draws."""
-    for step in steps:
-        if step.sampler is None:
-            raise RankError(f"{ranks.info.name}: the policy samples through its own forward, which cannot take the global "
-                            "batch's draws")
-        step.sampler = GlobalDraws(step.sampler, ranks, device)
 
 
 class RankNormalizer(Normalizer):
