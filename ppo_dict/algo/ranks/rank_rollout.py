@@ -28,30 +28,50 @@ from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.vec import watchdog
 
 
-class RankNormalizer(Normalizer):
-    """``base``'s settings and statistics over the global batch: :meth:`reset` and :meth:`observe` take this rank's
-    rows and fold in every rank's (gathered: one collective per step), the discounted returns kept for every env."""
+class RankNormalizer:
+    """``base`` (the run's normaliser, held, not copied) over the global batch: :meth:`reset` and :meth:`observe` take this
+    rank's rows and fold in every rank's (gathered: one collective per step) with ``base``'s own arithmetic, its discounted
+    returns kept for every env. Everything else (the statistics, the settings a script assigns, normalising, saving) is
+    ``base``'s: read from it and written to it."""
+
+    #: This object's own attributes; every other one is ``base``'s.
+    OWN = ("base", "ranks", "observed")
+    #: ``Normalizer.step`` (sb3's order) with this object's :meth:`observe`.
+    step = Normalizer.step
 
     def __init__(self, base: Normalizer, ranks: Ranks):
-        self.__dict__.update(vars(base))
+        object.__setattr__(self, "base", base)
         self.ranks = ranks
-        self.returns = np.zeros(ranks.n_envs)
+        base.returns = np.zeros(ranks.n_envs)
         self.observed = 0  # steps of the rollout in progress folded in (a dropped rollout's rank joins the others' rest)
 
+    def __getattr__(self, name: str) -> Any:  # asked only for what this object has not: ``base``'s
+        if name == "base":  # an object being copied or unpickled, before its base is set
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.base, name, value)
+
     def reset(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.returns = np.zeros(self.ranks.n_envs)  # every env's, whatever size a resumed or set value had
-        if self.training and self.norm_obs:
-            keys = list(self.obs_rms)
+        base = self.base
+        base.returns = np.zeros(self.ranks.n_envs)  # every env's, whatever size a resumed or set value had
+        if base.training and base.norm_obs:
+            keys = list(base.obs_rms)
             for key, whole in zip(keys, self.ranks.gather_rows([obs[key] for key in keys], what="the normaliser's reset")):
-                self.obs_rms[key].update(whole)
-        return self.normalize_obs(obs)
+                base.obs_rms[key].update(whole)
+        return base.normalize_obs(obs)
 
     def observe(self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, rows: slice = slice(None)) -> None:
         """This rank's rows (all of them: ``rows`` covers the rank's batch) into the global batch's statistics."""
-        keys = list(self.obs_rms) if self.training and self.norm_obs else []
+        base = self.base
+        keys = list(base.obs_rms) if base.training and base.norm_obs else []
         *whole, whole_rewards, whole_dones = self.ranks.gather_rows([*(obs[key] for key in keys), rewards, dones],
                                                                      what="the normaliser's step")
-        super().observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
+        base.observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
         self.observed += 1
 
     def catch_up(self, storage: Any) -> None:
