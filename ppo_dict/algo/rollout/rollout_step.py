@@ -149,10 +149,14 @@ class PolicyStep:
 
     @torch.inference_mode()
     def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
-                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 masks: Optional[torch.Tensor] = None, draws: Optional[Sequence[torch.Tensor]] = None,
+                 matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
-        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix).
-        ``masks``: bool ``[n_envs, mask_dim]``, the valid actions (policies built with ``action_masks``)."""
+        ``rows``: which rows of the whole batch these are: the envs of a double-buffered half (gSDE gives each its own
+        exploration matrix), or a sharded step's window. ``masks``: bool ``[n_envs, mask_dim]``, the valid actions
+        (policies built with ``action_masks``). ``draws``: the step's random numbers, drawn by the main process for the
+        whole batch, the window's rows of them (the sharded step, ``ppo_dict.algo.rollout.shard``: every process runs this
+        same call on its window; None: drawn here, sb3's own calls); ``matrices``: gSDE's exploration matrices of those rows."""
         if self.sampler is None:
             return self._forward(obs, out, masks)
         latent_pi, latent_vf = self.latents(obs)
@@ -161,7 +165,10 @@ class PolicyStep:
         else:  # F.linear of a 2-d input is this addmm (at::linear), here written into the storage's row
             values = torch.addmm(self._value_bias, latent_vf, self._value_weight.t(), out=out[1].view(-1, 1))
         head = self._action_head(latent_pi)
-        actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
+        if draws is not None:
+            actions, log_probs = self.sampler.sample(head, latent_pi, draws, rows, masks, matrices)
+        else:
+            actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
         return actions, values, log_probs
 
     def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
