@@ -25,6 +25,7 @@ from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.run.run_plan import dry_run_plan
 from ppo_dict.vec import env_spec, pool_backend, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
+from tests.test_main_ppo import run_cli
 
 CPU = torch.device("cpu")
 OBS, ACTIONS = spaces.Box(-1.0, 1.0, (3,), np.float32), spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -71,13 +72,15 @@ def test_each_flag_s_part_is_said_with_its_reason() -> None:
     assert alone.bootstrap == "per env in env order, the critic on a batch of one (sb3's)"
 
 
-def test_dry_run_and_the_start_say_the_same_plan(capfd, tmp_path) -> None:
+def test_dry_run_and_the_start_say_the_same_plan(capsys, tmp_path) -> None:
+    """The dry run here, the run as a command (its worker processes end with it)."""
     argv = ["--env", "gym_Pendulum-v1", "--n_envs", "4", "--num_workers", "2", "--n_steps", "16", "--batch_size", "64",
             "--n_epochs", "1", "--seed", "0", "--verbose", "1", "--plot", "False"]
     assert main_ppo.main([*argv, "--dry_run"]) == 0
-    dry = capfd.readouterr().out.splitlines()
-    assert main_ppo.main([*argv, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run")]) == 0
-    start = capfd.readouterr().out.splitlines()
+    dry = capsys.readouterr().out.splitlines()
+    proc = run_cli(*argv, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    start = proc.stdout.splitlines()
     parts = ("policy step: ", "books: ", "bootstrap: ", "update: ")
     said = [[line for line in lines if line.startswith(parts)] for lines in (dry, start)]
     assert [len(lines) for lines in said] == [4, 4], said

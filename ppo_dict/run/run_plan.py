@@ -118,7 +118,7 @@ def resume_line(backend: Any) -> str:
 def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Optional[RankRows] = None,
                  local: Optional[Layout] = None) -> str:
     """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
-    from, said after its policy; the plan's lines, as the start says them), and what it would ask of the machine.
+    from, said after its policy; then the plan's lines, as the start says them), and what it would ask of the machine.
     ``ranks``, ``local``: over ``torchrun``, this rank's envs and layout, which its plan is decided on."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
@@ -134,8 +134,8 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Opt
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
-        *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
         *filter(None, [hyperparams]),
+        *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
         f"workers {needs.worker_memory / MB:.0f} MB",
