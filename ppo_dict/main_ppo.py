@@ -50,7 +50,7 @@ from ppo_dict.run.cli import read_command_line, read_config
 from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, ranks_of, settle_everywhere
+from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, rank_rows, ranks_of, settle_everywhere
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
 from ppo_dict.run.sources import RESUMED, sources
@@ -203,10 +203,10 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
 def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed: Optional[RESUMED], agent: Optional[TrainedAgent],
                   rank: Optional[RankRun]) -> PPO:
     """PPO on the plan's pool (one rank's share of the run's over ranks), resumed or started from a trained agent."""
-    ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks)
+    ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks, layout=plan.layout)
     writes = rank is None or rank.writes
-    if ppo.collector.policy_line and cfg.verbose >= 1:
-        print(f"{'' if rank is None else rank.info.name + ': '}{ppo.collector.policy_line}", flush=True)
+    if cfg.verbose >= 1:  # the plan's lines, as --dry_run says them
+        print("\n".join(f"{'' if rank is None else rank.info.name + ': '}{line}" for line in ppo.plan.lines()), flush=True)
     if plan.device_line and writes:
         print(plan.device_line, flush=True)
     if device_notice(ppo.device) and writes:
@@ -304,9 +304,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
     applied = "\n".join(filter(None, [hyperparams_text(cfg, base, read_file=resumed is None), line.algo_note]))
     if dry_run:
-        ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local_layout(cfg, rank.info, check.backend.unit))
+        local = None if rank is None else local_layout(cfg, rank.info, check.backend.unit)  # the plan is this rank's
+        ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local)
         if writes:
-            print(dry_run_text(cfg, check, applied) + ranks, flush=True)
+            print(dry_run_text(cfg, check, applied, None if rank is None else rank_rows(cfg, rank.info), local) + ranks, flush=True)
         return 0
     if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:  # as rl-zoo prints them
         print(applied, flush=True)

@@ -301,3 +301,16 @@ def test_a_restarted_group_sees_only_its_own_attempts_keys_in_the_store_that_out
     again.set("default_pg/rank_0", "this group's")
     assert first.get("default_pg/rank_0") == b"the lost group's address"
     assert agent.get(f"{rendezvous.ATTEMPT}1/default_pg/rank_0") == b"this group's"
+
+
+def test_a_rank_s_normaliser_holds_the_run_s_own_and_copies_none_of_it() -> None:
+    """RankNormalizer is composed: the statistics, the settings a script assigns and the global returns are its base's,
+    read from it and written to it (the numbers: test_normalizer_statistics_are_the_single_process_bits)."""
+    base = Normalizer({"obs": (4,)}, 2, gamma=0.9)
+    ranks = type("StubRanks", (), {"n_envs": 6})()
+    norm = RankNormalizer(base, ranks)
+    assert sorted(vars(norm)) == ["base", "observed", "ranks"]
+    assert norm.obs_rms is base.obs_rms and norm.returns is base.returns and base.returns.shape == (6,)
+    norm.norm_reward, norm.clip_obs = False, 0.5
+    assert (base.norm_reward, base.clip_obs) == (False, 0.5) and "norm_reward" not in vars(norm)
+    assert norm.normalize_reward(np.array([2.0])) == np.float32(2.0)

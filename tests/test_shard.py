@@ -78,15 +78,16 @@ def test_the_probe_refuses_a_window_that_rounds_a_row_differently(monkeypatch) -
     is found, at every granule: the central step stays, and the probe says what differed."""
     obs_space, action_space, kwargs = CASES["mlp-box-2"]
     rollout, _ = sharded(obs_space, action_space, **kwargs)
-    evaluate = ShardWork.evaluate
+    call = PolicyStep.__call__
 
-    def off_by_one_ulp(self, *args):
-        values, actions, log_probs = evaluate(self, *args)
-        if self.own.start == 3:  # one worker's rows
+    def off_by_one_ulp(self, obs, **kwargs):
+        actions, values, log_probs = call(self, obs, **kwargs)
+        rows = kwargs.get("rows")
+        if kwargs.get("draws") is not None and rows.start <= 3 < rows.stop:  # a sharded window holding one worker's first row
             values = torch.nextafter(values, torch.full_like(values, np.inf))
-        return values, actions, log_probs
+        return actions, values, log_probs
 
-    monkeypatch.setattr(ShardWork, "evaluate", off_by_one_ulp)
+    monkeypatch.setattr(PolicyStep, "__call__", off_by_one_ulp)
     granule, why = rollout.probe(StepObsToDevice(rollout.storage, torch.device("cpu")), PROCESSES)
     assert granule is None
     assert why == f"windows of {GRANULES[-1]} rows gave other values than the whole batch"

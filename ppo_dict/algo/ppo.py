@@ -22,13 +22,15 @@ from ppo_dict.algo.training.device_update import device_ppo_update
 from ppo_dict.algo.ranks.distributed import Ranks, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.ranks.rank_rollout import RankEpisodes, RankNormalizer, draw_globally, rank_collect
+from ppo_dict.algo.ranks.rank_rollout import RankEpisodes, RankNormalizer, rank_collect
+from ppo_dict.algo.rollout.plan import DEVICE, RANKS, RECURRENT, plan_rollout
+from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.algo.training.recurrent_update import recurrent_update
 from ppo_dict.algo.training.update import UpdateSettings, compute_gae, ppo_update
 from ppo_dict.core.config import Config, physical_cores
 from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
-from ppo_dict.core.layout import load_gone_note
+from ppo_dict.core.layout import Layout, load_gone_note
 from ppo_dict.core.load import BUSY, LoadWatch, busy_at_start
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.machine import cpu_budget
@@ -69,10 +71,13 @@ class PPO:
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
     ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.ranks.distributed``): ``pool``
     steps its envs ``ranks.envs`` of the global ``cfg.n_envs``, and the ranks train one PPO on the global batch.
+    What runs (the rollout step, its books, the update) is decided once, once the model exists, by the run's plan
+    (``plan``: ``ppo_dict.algo.rollout.plan``; ``layout``: the run plan's, which it records), and built from it.
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
-                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None, ranks: Optional[Ranks] = None):
+                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None, ranks: Optional[Ranks] = None,
+                 layout: Optional[Layout] = None):
         cfg.check()
         self.cfg, self.pool, self.storage, self.ranks = cfg, pool, pool.storage, ranks
         self.n_envs = pool.num_envs
@@ -100,15 +105,17 @@ class PPO:
         self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
-        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing)
-        # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), or sb3's
-        self.update = functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path) if cfg.recurrent else ppo_update
-        if ranks is not None:  # the global batch's draws and update (ppo_dict.algo.ranks.rank_rollout, .distributed)
-            draw_globally(self.collector.policy_steps.values(), ranks, self.device)
-            self.update = functools.partial(ranked_update, ranks=ranks)
+        # what runs, decided once (the sharded step built, probed and handed out where chosen); the parts built from it
+        rows = None if ranks is None else RankRows(ranks.info.name, ranks.envs.start, ranks.envs.stop, ranks.n_envs)
+        self.plan, shard = plan_rollout(cfg, pool, self.policy, self.normalizer, self.device, rows, layout)
+        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan, shard)
+        # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
+        # ranks (ppo_dict.algo.ranks.distributed), or sb3's
+        self.update = {RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
+                       RANKS: functools.partial(ranked_update, ranks=ranks)}.get(self.plan.update, ppo_update)
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
         # (ppo_dict.algo.training.device_update); the CPU keeps sb3's loop and numpy permutations
-        self.index_generator = torch.Generator(self.device) if self.device.type != "cpu" and not cfg.recurrent else None
+        self.index_generator = torch.Generator(self.device) if self.plan.update == DEVICE else None
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.load = LoadWatch()  # other processes' use of the CPUs, looked at before each update

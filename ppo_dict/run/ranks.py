@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ppo_dict.algo.ranks.distributed import Ranks
+from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError
@@ -117,6 +118,12 @@ def _store() -> Any:
 def ranks_of(info: RankInfo, cfg: Config) -> Ranks:
     """This rank's collectives for ``cfg``'s global envs."""
     return Ranks(info, cfg.num_envs)
+
+
+def rank_rows(cfg: Config, info: RankInfo) -> RankRows:
+    """This rank's envs of ``cfg``'s global ones, as the run's plan names them (its policy steps sample with their draws)."""
+    envs = env_range(cfg.num_envs, info.rank, info.world)
+    return RankRows(info.name, envs.start, envs.stop, cfg.num_envs)
 
 
 def local_layout(cfg: Config, info: RankInfo, unit: int = 1) -> Layout:

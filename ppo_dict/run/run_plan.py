@@ -1,5 +1,6 @@
 """The run worked out once from a checked config: the envs' recipe and their probed backend and
-the device the policy runs on; the pool, ``PPO`` and the evaluation take them from here.
+the device the policy runs on; the pool, ``PPO`` and the evaluation take them from here. What the rollout and the update
+run is the plan ``PPO`` decides once its model exists (``ppo_dict.algo.rollout.plan``); ``--dry_run`` previews it here.
 
 None of it changes a number of the run: which process steps which env leaves every float as it is.
 """
@@ -13,8 +14,8 @@ import torch
 from ppo_dict.algo.device_choice import measured_device
 from ppo_dict.algo.model import build_normalizer, resolve_device
 from ppo_dict.algo.networks.recurrent_policy import build_policy
-from ppo_dict.algo.rollout.rollout_step import PolicyStep
-from ppo_dict.algo.rollout.sharded_rollout import probed, processes_of
+from ppo_dict.algo.rollout.plan import Plan, preview_plan
+from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.core.config import Config
 from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
@@ -22,7 +23,6 @@ from ppo_dict.core.seeding import thread_count
 from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
 from ppo_dict.data.masking import masked_backend
-from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import RolloutStorage, stage_keys_of
 from ppo_dict.envs import EnvSpec, contains_image
 from ppo_dict.vec import EnvPool, env_spec, make_env_pool, pool_backend
@@ -76,13 +76,11 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 
 
 
-def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device) -> str:
-    """``--dry_run``'s line on where the rollout's policy step will run: the start probe
-    (``ppo_dict.algo.rollout.shard_probe``) on storage rows laid out as the run's (one rollout step of them: each step's
-    row is laid out alike), with the run's policy built from its seed on a fork of the generator (the run's own
-    draws stay as they are), in this process alone. "" where no worker process would step envs."""
-    if not layout.processes:
-        return ""
+def dry_run_plan(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device, ranks: Optional[RankRows] = None) -> Plan:
+    """``--dry_run``'s plan (``ppo_dict.algo.rollout.plan.preview_plan``): decided as the start decides it, on storage rows laid
+    out as the run's (one rollout step of them: each step's row is laid out alike), with the run's policy built from its seed
+    on a fork of the generator (the run's own draws stay as they are), in this process alone; ``ranks``: a rank's envs
+    (``layout``: its own) over ``torchrun``."""
     backend = masked_backend(backend) if cfg.action_masks else backend
     space = backend.observation_space
     stage_keys = stage_keys_of(space, cfg.normalize, cfg.norm_obs)
@@ -91,10 +89,8 @@ def policy_step_line(cfg: Config, backend: EnvBackend, layout: Layout, device: t
         torch.manual_seed(0 if cfg.seed is None else cfg.seed)
         policy = build_policy(cfg, space, backend.action_space)
     normalizer = build_normalizer(cfg, space, layout.n_envs)
-    processes = processes_of(layout.main, list(layout.blocks))
     with thread_count(cfg.torch_threads):  # the run's rollout threads (the workers': one each)
-        return probed(cfg, storage, backend.label, processes, policy, normalizer, device, PolicyStep(policy, layout.n_envs),
-                      StepObsToDevice(storage, torch.device("cpu")))[1]
+        return preview_plan(cfg, storage, backend.label, layout, policy, normalizer, device, ranks)
 
 
 def main_share_notice(cfg: Config, layout: Layout) -> str:
@@ -119,9 +115,11 @@ def resume_line(backend: Any) -> str:
     return "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never stopped"
 
 
-def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
+def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Optional[RankRows] = None,
+                 local: Optional[Layout] = None) -> str:
     """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
-    from, said after its policy), and what it would ask of the machine."""
+    from, said after its policy; then the plan's lines, as the start says them), and what it would ask of the machine.
+    ``ranks``, ``local``: over ``torchrun``, this rank's envs and layout, which its plan is decided on."""
     needs, machine, backend = check.needs, check.machine, check.backend
     n_envs = cfg.num_envs
     memory = needs.shared + needs.private + needs.model + needs.activations + needs.worker_memory
@@ -136,7 +134,8 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "") -> str:
         f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
         f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
         f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
-        *filter(None, [policy_step_line(cfg, check.backend, cfg.layout(backend.unit), check.device), hyperparams]),
+        *filter(None, [hyperparams]),
+        *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
         f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
         f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
         f"workers {needs.worker_memory / MB:.0f} MB",

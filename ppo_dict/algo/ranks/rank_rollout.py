@@ -3,7 +3,8 @@
 Each rank steps its envs ``ranks.envs`` of the global ``n_envs`` (``ppo_dict.algo.ranks.distributed.Ranks``) and keeps
 what needs the whole batch as the single process keeps it:
 
-* :class:`GlobalDraws`: every rank draws the *global* batch's random numbers (``[n_envs, ...]``, with the calls
+* ``GlobalDraws`` (``ppo_dict.algo.rollout.rollout_step``, each policy step built with it where the run's plan is over
+  ranks): every rank draws the *global* batch's random numbers (``[n_envs, ...]``, with the calls
   and in the order of the single process: ``normal_``, one ``exponential_`` per categorical split, ``uniform_``;
   the generators seeded alike on every rank, so every rank's stream is the single process's) and samples its
   rows with them (``ppo_dict.data.lean_sampling``'s ``sample``), with the central step or the sharded step
@@ -19,81 +20,58 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import torch
 
 from ppo_dict.algo.ranks.distributed import Ranks
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.core.errors import EnvCallInterrupted, RankError, RolloutDropped, WorkerDiedError
 from ppo_dict.data.episodes import EpisodeLog
-from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
 from ppo_dict.vec import watchdog
 
 
-class GlobalDraws(LeanSampler):
-    """``sampler`` (a rank's, for its ``len(ranks.envs)`` rows) fed with its rows of the global batch's draws."""
+class RankNormalizer:
+    """``base`` (the run's normaliser, held, not copied) over the global batch: :meth:`reset` and :meth:`observe` take this
+    rank's rows and fold in every rank's (gathered: one collective per step) with ``base``'s own arithmetic, its discounted
+    returns kept for every env. Everything else (the statistics, the settings a script assigns, normalising, saving) is
+    ``base``'s: read from it and written to it."""
 
-    def __init__(self, sampler: LeanSampler, ranks: Ranks, device: torch.device):
-        self.sampler, self.rows = sampler, slice(ranks.envs.start, ranks.envs.stop)
-        self.buffers = [torch.empty(shape, device=device) for shape in sampler.draw_shapes(ranks.n_envs)]
-
-    def refresh(self, log_std: Optional[torch.Tensor]) -> None:
-        self.sampler.refresh(log_std)
-
-    def draw_shapes(self, n_envs: int) -> list[tuple[int, ...]]:
-        return self.sampler.draw_shapes(n_envs)
-
-    def _draw(self) -> list[torch.Tensor]:
-        """The global step's draws, made as the single process makes them; this rank's rows of them."""
-        self.sampler.draw(self.buffers)
-        return [buffer[self.rows] for buffer in self.buffers]
-
-    def draw(self, into: Sequence[torch.Tensor]) -> None:
-        for target, rows in zip(into, self._draw()):
-            target.copy_(rows)
-
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        actions, log_probs = self.sampler.sample(head, latent_pi, self._draw(), ALL, masks)
-        return into(out, actions, log_probs)
-
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.sampler.sample(head, latent_pi, draws, span, masks, matrices)
-
-
-def draw_globally(steps: Any, ranks: Ranks, device: torch.device) -> None:
-    """Every policy step of ``steps`` (a collector's, by batch size) samples with its rows of the global draws."""
-    for step in steps:
-        if step.sampler is None:
-            raise RankError(f"{ranks.info.name}: the policy samples through its own forward, which cannot take the global "
-                            "batch's draws")
-        step.sampler = GlobalDraws(step.sampler, ranks, device)
-
-
-class RankNormalizer(Normalizer):
-    """``base``'s settings and statistics over the global batch: :meth:`reset` and :meth:`observe` take this rank's
-    rows and fold in every rank's (gathered: one collective per step), the discounted returns kept for every env."""
+    #: This object's own attributes; every other one is ``base``'s.
+    OWN = ("base", "ranks", "observed")
+    #: ``Normalizer.step`` (sb3's order) with this object's :meth:`observe`.
+    step = Normalizer.step
 
     def __init__(self, base: Normalizer, ranks: Ranks):
-        self.__dict__.update(vars(base))
+        object.__setattr__(self, "base", base)
         self.ranks = ranks
-        self.returns = np.zeros(ranks.n_envs)
+        base.returns = np.zeros(ranks.n_envs)
         self.observed = 0  # steps of the rollout in progress folded in (a dropped rollout's rank joins the others' rest)
 
+    def __getattr__(self, name: str) -> Any:  # asked only for what this object has not: ``base``'s
+        if name == "base":  # an object being copied or unpickled, before its base is set
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.base, name, value)
+
     def reset(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.returns = np.zeros(self.ranks.n_envs)  # every env's, whatever size a resumed or set value had
-        if self.training and self.norm_obs:
-            keys = list(self.obs_rms)
+        base = self.base
+        base.returns = np.zeros(self.ranks.n_envs)  # every env's, whatever size a resumed or set value had
+        if base.training and base.norm_obs:
+            keys = list(base.obs_rms)
             for key, whole in zip(keys, self.ranks.gather_rows([obs[key] for key in keys], what="the normaliser's reset")):
-                self.obs_rms[key].update(whole)
-        return self.normalize_obs(obs)
+                base.obs_rms[key].update(whole)
+        return base.normalize_obs(obs)
 
     def observe(self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, rows: slice = slice(None)) -> None:
         """This rank's rows (all of them: ``rows`` covers the rank's batch) into the global batch's statistics."""
-        keys = list(self.obs_rms) if self.training and self.norm_obs else []
+        base = self.base
+        keys = list(base.obs_rms) if base.training and base.norm_obs else []
         *whole, whole_rewards, whole_dones = self.ranks.gather_rows([*(obs[key] for key in keys), rewards, dones],
                                                                      what="the normaliser's step")
-        super().observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
+        base.observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
         self.observed += 1
 
     def catch_up(self, storage: Any) -> None:

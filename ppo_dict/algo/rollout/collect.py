@@ -24,10 +24,10 @@ from ppo_dict.algo.rollout.device_rollout import batched_bootstrap
 from ppo_dict.algo.rollout.graph_step import GraphedStep
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
 from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
-from ppo_dict.algo.rollout.sharded_rollout import plan_sharding
+from ppo_dict.algo.rollout.plan import DOUBLE_BUFFERED, Plan
+from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout
 from ppo_dict.algo.rollout.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
 from ppo_dict.core.config import Config
 from ppo_dict.data.episodes import EpisodeLog
@@ -59,8 +59,8 @@ class Collector:
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 device: torch.device, episodes: EpisodeLog, timing: Timing):
-        self.cfg, self.pool, self.policy, self.normalizer = cfg, pool, policy, normalizer
+                 device: torch.device, episodes: EpisodeLog, timing: Timing, plan: Plan, shard: Optional[ShardedRollout] = None):
+        self.cfg, self.pool, self.policy, self.normalizer, self.plan = cfg, pool, policy, normalizer, plan
         self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
         self.episodes, self.timing = episodes, timing
         self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts (the storage's, shared with the workers)
@@ -70,11 +70,12 @@ class Collector:
             s.own_obs_stage(normalizer.normalized_keys)
         self.step_obs = StepObsToDevice(s, device)
         everything = range(self.n_envs)
-        self.halves = pool.halves if cfg.double_buffer else (everything,)
-        # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values
-        step_class = RecurrentStep if isinstance(policy, RecurrentActorCritic) else PolicyStep
-        graphed = GraphedStep if cfg.cuda_graphs else (lambda step: step)  # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
-        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns))) for columns in (*self.halves, everything)}
+        self.halves = pool.halves if plan.step == DOUBLE_BUFFERED else (everything,)
+        # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values; over ranks,
+        # each samples with its rows of the global batch's draws
+        step_class = RecurrentStep if plan.recurrent else PolicyStep
+        graphed = GraphedStep if plan.graphed else (lambda step: step)  # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
+        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns), plan.ranks)) for columns in (*self.halves, everything)}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
             s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states, policy.rnn_type)
@@ -89,15 +90,20 @@ class Collector:
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
         # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.rollout.device_rollout); the CPU keeps sb3's order
-        self.device_bootstrap = device.type != "cpu" and self.states is None
+        self.device_bootstrap = plan.device_bootstrap
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
         self.stopped: Optional[int] = None
         # exact rollouts on worker processes: a step's owed bookkeeping is done while the next step's envs step
         self.owed = OwedWork(timing)
-        self.overlap = len(self.halves) == 1 and pool.waits
-        # the policy where the envs are (ppo_dict.algo.rollout.shard): each process samples its own envs' actions, where the start probe allows
-        self.shard, self.policy_line = plan_sharding(cfg, pool, policy, normalizer, device, self.policy_steps[self.n_envs], self.step_obs)
+        self.overlap = plan.overlap
+        # the policy where the envs are (ppo_dict.algo.rollout.shard), where the plan chose it: built, probed and handed out by the plan
+        self.shard = shard
+
+    @property
+    def policy_line(self) -> str:
+        """The plan's ``policy step:`` line where worker processes step envs ("" where none do)."""
+        return self.plan.policy_line
 
     @property
     def last_dones(self) -> np.ndarray:

@@ -19,7 +19,7 @@ import torch
 
 from ppo_dict.algo.networks.lstm_inference import PackedLstm
 from ppo_dict.algo.networks.recurrent_policy import HiddenCell, RecurrentActorCritic, process_sequence
-from ppo_dict.algo.rollout.rollout_step import Out, PolicyStep, linear, run
+from ppo_dict.algo.rollout.rollout_step import Out, PolicyStep, RankRows, linear, run
 from ppo_dict.data.recurrent import LstmStates
 from ppo_dict.data.storage import TensorObs
 
@@ -30,12 +30,12 @@ class RecurrentStep(PolicyStep):
 
     policy: RecurrentActorCritic
 
-    def __init__(self, policy: RecurrentActorCritic, n_envs: int):
+    def __init__(self, policy: RecurrentActorCritic, n_envs: int, ranks: Optional[RankRows] = None):
         # the LSTMs with their weights laid out for oneDNN once per rollout (ppo_dict.algo.networks.lstm_inference)
         self._packed = [PackedLstm(lstm, n_envs) for lstm in (policy.lstm_actor, policy.lstm_critic) if lstm is not None]
         self._actor = self._packed[0]
         self._critic_lstm = self._packed[1] if policy.lstm_critic is not None else None
-        super().__init__(policy, n_envs)
+        super().__init__(policy, n_envs, ranks)
         self._critic_linear = None if policy.critic is None else linear(policy.critic)
         self.input_size = policy.lstm_actor.input_size
 

@@ -26,7 +26,8 @@ overhead.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 from gymnasium import spaces
@@ -34,6 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ppo_dict.algo.networks.policy import ActorCritic, FlattenExtractor
+from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
 from ppo_dict.data.storage import TensorObs
 
 #: ``(actions, values, log_probs)`` to write a step's outputs into.
@@ -57,6 +59,50 @@ def run(layers: list[Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor) -
     return x
 
 
+@dataclass(frozen=True)
+class RankRows:
+    """A rank's envs ``[start, stop)`` of a run's global ``n_envs`` over ``torchrun`` ranks (``name``: the rank's, for messages)."""
+
+    name: str
+    start: int
+    stop: int
+    n_envs: int
+
+
+class GlobalDraws(LeanSampler):
+    """``sampler`` (a rank's, for its ``rows``' count) fed with its rows of the global batch's draws: every rank draws the
+    global batch's random numbers (``[n_envs, ...]``, the single process's calls in its order, the generators seeded alike)
+    and samples its rows with them (``ppo_dict.algo.ranks.rank_rollout``)."""
+
+    def __init__(self, sampler: LeanSampler, rows: RankRows, device: torch.device):
+        self.sampler, self.rows = sampler, slice(rows.start, rows.stop)
+        self.buffers = [torch.empty(shape, device=device) for shape in sampler.draw_shapes(rows.n_envs)]
+
+    def refresh(self, log_std: Optional[torch.Tensor]) -> None:
+        self.sampler.refresh(log_std)
+
+    def draw_shapes(self, n_envs: int) -> list[tuple[int, ...]]:
+        return self.sampler.draw_shapes(n_envs)
+
+    def _draw(self) -> list[torch.Tensor]:
+        """The global step's draws, made as the single process makes them; this rank's rows of them."""
+        self.sampler.draw(self.buffers)
+        return [buffer[self.rows] for buffer in self.buffers]
+
+    def draw(self, into: Sequence[torch.Tensor]) -> None:
+        for target, rows in zip(into, self._draw()):
+            target.copy_(rows)
+
+    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
+                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        actions, log_probs = self.sampler.sample(head, latent_pi, self._draw(), ALL, masks)
+        return into(out, actions, log_probs)
+
+    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
+               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sampler.sample(head, latent_pi, draws, span, masks, matrices)
+
+
 class PolicyStep:
     """Samples ``(actions, values, log_probs)`` for a batch of ``n_envs`` observations.
 
@@ -64,9 +110,11 @@ class PolicyStep:
     object on each step's observations. Outputs: ``actions [n_envs, *action_shape]`` (unclipped),
     ``values [n_envs, 1]`` and ``log_probs [n_envs]``, in new tensors or, with ``out`` given, in
     those tensors (``actions [n_envs, action_dim]``, ``values [n_envs]``, ``log_probs [n_envs]``).
+    ``ranks``: over ``torchrun`` ranks, the rank's envs of the global batch, whose draws it samples with
+    (:class:`GlobalDraws`, chosen here by the run's plan).
     """
 
-    def __init__(self, policy: ActorCritic, n_envs: int):
+    def __init__(self, policy: ActorCritic, n_envs: int, ranks: Optional[RankRows] = None):
         self.policy, self.n_envs = policy, n_envs
         if getattr(policy, "own_forward", False):  # a policy of the script's class (ppo_dict.algo.networks.own_policy): its own passes
             self.sampler, self._features = None, None
@@ -74,6 +122,8 @@ class PolicyStep:
         device = policy.value_net.weight.device
         # the action space's own sampling (ppo_dict.data.lean_sampling), or None: ActorCritic.forward itself
         self.sampler = policy.action_spec.sampler(n_envs, device, policy.action_net.weight.dtype)
+        if ranks is not None and self.sampler is not None:  # the plan refuses a rank run whose policy has no sampler
+            self.sampler = GlobalDraws(self.sampler, ranks, device)
         flat = isinstance(policy.pi_features_extractor, FlattenExtractor) and policy.share_features_extractor
         # nn.Flatten of a [B, n] batch (a 1-d Box) is that batch itself: skip the call
         one_dim = isinstance(policy.observation_space, spaces.Box) and len(policy.observation_space.shape) == 1
@@ -99,10 +149,14 @@ class PolicyStep:
 
     @torch.inference_mode()
     def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
-                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 masks: Optional[torch.Tensor] = None, draws: Optional[Sequence[torch.Tensor]] = None,
+                 matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
-        ``rows``: the envs of a double-buffered half (gSDE gives each its own exploration matrix).
-        ``masks``: bool ``[n_envs, mask_dim]``, the valid actions (policies built with ``action_masks``)."""
+        ``rows``: which rows of the whole batch these are: the envs of a double-buffered half (gSDE gives each its own
+        exploration matrix), or a sharded step's window. ``masks``: bool ``[n_envs, mask_dim]``, the valid actions
+        (policies built with ``action_masks``). ``draws``: the step's random numbers, drawn by the main process for the
+        whole batch, the window's rows of them (the sharded step, ``ppo_dict.algo.rollout.shard``: every process runs this
+        same call on its window; None: drawn here, sb3's own calls); ``matrices``: gSDE's exploration matrices of those rows."""
         if self.sampler is None:
             return self._forward(obs, out, masks)
         latent_pi, latent_vf = self.latents(obs)
@@ -111,7 +165,10 @@ class PolicyStep:
         else:  # F.linear of a 2-d input is this addmm (at::linear), here written into the storage's row
             values = torch.addmm(self._value_bias, latent_vf, self._value_weight.t(), out=out[1].view(-1, 1))
         head = self._action_head(latent_pi)
-        actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
+        if draws is not None:
+            actions, log_probs = self.sampler.sample(head, latent_pi, draws, rows, masks, matrices)
+        else:
+            actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
         return actions, values, log_probs
 
     def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

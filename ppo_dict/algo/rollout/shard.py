@@ -26,7 +26,7 @@ import mmap
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -213,22 +213,13 @@ class ShardWork:
         obs = obs if s.is_dict_obs else next(iter(obs.values()))
         masks = None if self.masks is None or not self.masking else self.masks[t, span]
         matrices = None if self.matrices[mslot] is None else self.matrices[mslot][span]
-        values, actions, log_probs = self.evaluate(obs, [d[span] for d in self.draws[slot]], masks, matrices)
+        # the central step's own call on the window's rows, with the main process's draws of them
+        actions, values, log_probs = self.step(obs, rows=span, masks=masks, draws=[d[span] for d in self.draws[slot]], matrices=matrices)
         rows = self.rows
         s.actions[t, rows] = actions[mine].reshape(len(self.own), -1).numpy()
         s.values[t, rows] = values[mine, 0].numpy()
         s.log_probs[t, rows] = log_probs[mine].numpy()
         self.to_env(s.actions[t, rows], out=self.env_actions[rows])  # Box: clipped to the bounds, as sb3
-
-    @torch.inference_mode()
-    def evaluate(self, obs: Any, draws: list[torch.Tensor], masks: Optional[torch.Tensor],
-                 matrices: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(values [w, 1], actions, log_probs [w])`` of the window's rows, with the central step's operations."""
-        step = self.step
-        latent_pi, latent_vf = step.latents(obs)
-        values = step._value_head(latent_vf)
-        actions, log_probs = step.sampler.sample(step._action_head(latent_pi), latent_pi, draws, self.span, masks, matrices)
-        return values, actions, log_probs
 
     # ------------------------------------------------------------------ the books
     def books(self, t: int) -> None:

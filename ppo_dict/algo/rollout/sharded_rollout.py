@@ -76,10 +76,12 @@ def processes_of(main_envs: int, blocks: Sequence[Sequence[int]]) -> list[tuple[
 
 
 class ShardedRollout:
-    """The main process's half of the sharded step on ``storage`` (a worker pool's, or one laid out as it) for ``policy``."""
+    """The main process's half of the sharded step on ``storage`` (a worker pool's, or one laid out as it) for ``policy``;
+    ``central``: the whole batch's step, whose sampler makes the step's draws; ``payload``: ``policy`` pickled (pickled
+    here when not given)."""
 
     def __init__(self, cfg: Config, storage: RolloutStorage, label: str, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 central: PolicyStep):
+                 central: PolicyStep, payload: Optional[bytes] = None):
         self.cfg, self.storage, self.policy, self.normalizer, self.central = cfg, storage, policy, normalizer, central
         n = self.n_envs = storage.n_envs
         self.draw_shapes = central.sampler.draw_shapes(n)
@@ -98,7 +100,8 @@ class ShardedRollout:
             norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs, normalizer.clip_reward,
                                 normalizer.epsilon)
         self.block = SharedBlock(block_layout(named))
-        self.program = ShardProgram(cloudpickle.dumps(policy), self.block.layout, n, 1, cfg.gamma, label,
+        payload = cloudpickle.dumps(policy) if payload is None else payload  # the policy pickled for the other processes
+        self.program = ShardProgram(payload, self.block.layout, n, 1, cfg.gamma, label,
                                     tuple(range(len(self.draw_shapes))), norm)
         self.version, self.mslot, self._matrices = 0, 0, None
         self.masking = True  # the collector's (sb3-contrib's use_masking)
@@ -203,42 +206,3 @@ class ShardedRollout:
         if granule is not None:
             self.program = dataclasses.replace(self.program, granule=granule)
         return granule, why
-
-
-def central_line(why: str) -> str:
-    return f"policy step: in the main process for every env ({why})"
-
-
-def plan_sharding(cfg: Config, pool: Any, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device,
-                  central: PolicyStep, step_obs: Callable[[int], Any]) -> tuple[Optional[ShardedRollout], str]:
-    """The sharded step for this run, or None and why not: checked, probed on the pool's own storage, given to
-    every process. Returns ``(sharded or None, the start line)`` ("" for a run with no worker process)."""
-    if not hasattr(pool, "attach") or not pool.blocks:
-        return None, ""
-    sharded, line = probed(cfg, pool.storage, pool.backend.label, processes_of(pool.main_envs, pool.blocks), policy, normalizer, device,
-                           central, step_obs)
-    if sharded is None:
-        return None, line
-    refused = pool.attach(sharded.program, cloudpickle.dumps(sharded.program), [sharded.block.fd])
-    sharded.block.release_fd()
-    if any(refused.values()):
-        worker, why = next((w, why) for w, why in refused.items() if why)
-        return None, central_line(f"worker {worker} could not take it: {why}")
-    return sharded, line
-
-
-def probed(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: ActorCritic,
-           normalizer: Optional[Normalizer], device: torch.device, central: PolicyStep,
-           step_obs: Callable[[int], Any]) -> tuple[Optional[ShardedRollout], str]:
-    """The sharded step on ``storage`` if the run allows it and the probe passes, with the start line saying which and why."""
-    problem = sharding_problem(cfg, storage, policy, normalizer, device)
-    if problem:
-        return None, central_line(problem)
-    try:
-        sharded = ShardedRollout(cfg, storage, label, policy, normalizer, central)
-    except Exception as exc:  # noqa: BLE001 (a policy that cannot be pickled, a block that cannot be made: the central step)
-        return None, central_line(f"its copy for the other processes failed: {type(exc).__name__}: {exc}")
-    granule, why = sharded.probe(step_obs, processes)
-    if granule is None:
-        return None, central_line(f"start probe: {why}")
-    return sharded, f"policy step: in each process for the envs it steps ({why})"
