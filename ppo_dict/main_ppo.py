@@ -29,11 +29,13 @@ import time
 from typing import Any, Callable, Optional
 
 from ppo_dict.run import startup
-from ppo_dict.run.cli import CommandLine, read_command_line  # argparse and the config's fields: no torch
 
-if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly,
+if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
     startup.exit_on_stop_signals()
-    # and --help or a flag argparse refuses is answered in a fraction of a second, before torch is imported
+
+from ppo_dict.run.cli import CommandLine, read_command_line  # noqa: E402 (argparse and the config's fields: no torch)
+
+if __name__ == "__main__":  # --help, or a flag argparse refuses, answered in a fraction of a second: before torch is imported
     COMMAND_LINE = read_command_line(None)
 
 import numpy as np  # noqa: E402 (after the start-up signal handlers and the command line)
