@@ -127,23 +127,21 @@ def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
 def test_a_recurrent_run_evaluates_records_and_replays(tmp_path) -> None:
     """The command line: periodic evaluation with a video, the best model, then ``enjoy`` of it with a video."""
     import json
-    import subprocess
-    import sys
 
-    from tests.conftest import ROOT
-    from tests.test_main_ppo import run_cli, summary_line
+    from tests.cli_here import run_here
+    from tests.test_main_ppo import summary_line
 
     run_dir = tmp_path / "run"
-    proc = run_cli("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
-                   "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed", "0", "--verbose", "0",
-                   "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2", "--video", "--video_length", "10")
+    proc = run_here("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
+                    "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed", "0", "--verbose", "0",
+                    "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2", "--video", "--video_length", "10",
+                    "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "videos" / "eval-000000000256.mp4").is_file() and (run_dir / "best_model.pt").is_file()
     assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] > 0
     with np.load(run_dir / "evaluations.npz") as data:
         assert data["timesteps"].tolist() == [128, 256]
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "2", "--video"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": ROOT})
+    enjoy = run_here(str(run_dir), "--episodes", "2", "--video", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert len(result["lengths"]) == 2 and result["video"].endswith(".mp4")
