@@ -33,7 +33,12 @@ from ppo_dict.run import startup
 if __name__ == "__main__":  # before the imports below take their seconds: a stop signal then ends the start cleanly
     startup.exit_on_stop_signals()
 
-import numpy as np  # noqa: E402 (after the start-up signal handlers)
+from ppo_dict.run.cli import CommandLine, read_command_line  # noqa: E402 (argparse and the config's fields: no torch)
+
+if __name__ == "__main__":  # --help, or a flag argparse refuses, answered in a fraction of a second: before torch is imported
+    COMMAND_LINE = read_command_line(None)
+
+import numpy as np  # noqa: E402 (after the start-up signal handlers and the command line)
 import torch
 
 from ppo_dict.algo.ppo import PPO
@@ -46,7 +51,7 @@ from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
 from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, Every, SaveDue, restore, save_model, write_config
-from ppo_dict.run.cli import read_command_line, read_config
+from ppo_dict.run.cli import read_config
 from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
@@ -281,12 +286,14 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
     return exit_code
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -> int:
+    """The command line ``argv`` (None: ``sys.argv``), or ``line``, already read from it; returns the exit status."""
     startup.imported()
     info = join()  # started by torchrun: this process is one rank of the run (ppo_dict.run.ranks); None: a plain run
     rank = None if info is None else RankRun(info)
     writes = rank is None or rank.writes
-    line = read_command_line(argv)  # the one parse of the command line: argparse exits 2 on unknown flags
+    if line is None:  # the one parse of the command line: argparse exits 2 on unknown flags
+        line = read_command_line(argv)
     flags, unreadable, dry_run = line.flags, line.unreadable, line.dry_run
     resumed, agent = sources(flags, unreadable)
     if "resume" in unreadable or "trained_agent" in unreadable:  # the config's base is missing: nothing else to judge
@@ -334,4 +341,4 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(line=COMMAND_LINE))

@@ -22,8 +22,7 @@ from ppo_dict.run import startup
 if __name__ == "__main__":  # before main_ppo's imports take their seconds: a stop signal then ends the start cleanly
     startup.exit_on_stop_signals()
 
-from ppo_dict import main_ppo  # noqa: E402 (after the start-up signal handlers)
-from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX
+from ppo_dict.envs import GODOT_DEMO, GODOT_PREFIX  # noqa: E402 (after the start-up signal handlers)
 from ppo_dict.run.cli import FlagParser, Option, build_parser, read_flags
 
 #: The demo's tuned hyperparameters, as main_ppo flags (``benchmarks/bench_godot.py`` trains with them too).
@@ -92,7 +91,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "-h" in argv or "--help" in argv:
         godot_parser().parse_args(["--help"])  # prints it and exits 0, as argparse does
-    return main_ppo.main(godot_argv(argv))
+    argv = godot_argv(argv)  # --help and a flag argparse refuses: answered before main_ppo imports torch
+    from ppo_dict import main_ppo
+
+    return main_ppo.main(argv)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.machine import Machine
 from ppo_dict.run.checks import check_run
+from tests.cli_here import run_here
 from tests.conftest import ROOT
 
 GB = 2**30
@@ -266,8 +267,8 @@ def test_info_keywords_the_env_does_not_give_are_refused_before_start(capsys) ->
 
 
 def tool(module: str, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, timeout=180, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    """``python -m <module> <argv>``, its entry point called in this process (tests/cli_here.py)."""
+    return run_here(*argv, module=module)
 
 
 def save_cartpole_model(path) -> None:

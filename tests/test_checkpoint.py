@@ -1,6 +1,7 @@
 """Checkpoints and resume: bit-exact state, what a resumed run matches, corrupt files, faults.
 
-Fault cases (docs/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout.
+Fault cases (docs/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout; the other runs call its entry
+point in this process (tests/cli_here.py).
 """
 import os
 import shutil
@@ -19,9 +20,10 @@ from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, model_s
 from ppo_dict.run.env_states import read_saved, resume_envs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
+from tests.cli_here import run_here
 from tests.conftest import ROOT
 from tests.faults.lines import Lines
-from tests.test_main_ppo import run_cli, summary_line
+from tests.test_main_ppo import summary_line
 
 SMALL = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
          "--n_epochs", "2", "--seed", "0", "--normalize", "True", "--verbose", "0", "--plot", "False"]
@@ -70,14 +72,14 @@ def interrupted_runs(root, flags: list[str], total: int, save_freq: int):
     C: B resumed again. ``root/b_at_<half>`` keeps B as it was before its resume."""
     half = total // 2
     a, b, c = root / "a", root / "b", root / "c"
-    proc = run_cli(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5", "--run_dir", str(a))
+    proc = run_here(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5", "--run_dir", str(a))
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(*flags, "--total_timesteps", str(half), "--run_dir", str(b))
+    proc = run_here(*flags, "--total_timesteps", str(half), "--run_dir", str(b))
     assert proc.returncode == 0, proc.stderr
     shutil.copytree(b, c)
     shutil.copytree(b, root / f"b_at_{half}")
     for run_dir in (b, c):
-        proc = run_cli("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "2")
+        proc = run_here("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "2")
         assert proc.returncode == 0, proc.stderr
         assert f"resumed from {run_dir}/checkpoints/checkpoint_{half:012d}.pt at {half} steps" in proc.stdout
         assert summary_line(proc.stdout)["env_steps"] == total
@@ -127,7 +129,7 @@ def test_corrupt_newest_checkpoint_falls_back_loudly(runs, tmp_path) -> None:
     shutil.copytree(runs / "a", run_dir)
     newest = run_dir / "checkpoints" / "checkpoint_000000001024.pt"
     newest.write_bytes(newest.read_bytes()[:1000])  # truncated
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "1024")
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "1024")
     assert proc.returncode == 0, proc.stderr
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr and "; trying the previous checkpoint" in proc.stderr
@@ -144,17 +146,17 @@ def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) ->
     for path in list_checkpoints(str(run_dir / "checkpoints")):
         with open(path, "r+b") as f:
             f.truncate(10)
-    proc = run_cli("--resume", str(run_dir))
+    proc = run_here("--resume", str(run_dir))
     assert proc.returncode == 2 and f"error: 1 invalid setting(s):\n  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot load " in proc.stderr
     assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
     named = run_dir / "checkpoints" / "checkpoint_000000000768.pt"  # not renamed: the run was refused
-    proc = run_cli("--resume", str(named))
+    proc = run_here("--resume", str(named))
     assert proc.returncode == 2 and f"  - resume='{named}': cannot load {named}: RuntimeError" in proc.stderr
 
 
 def test_checkpoint_for_other_spaces_is_refused(runs) -> None:
     ckpt = runs / "b_at_512" / "checkpoints" / "checkpoint_000000000512.pt"
-    proc = run_cli("--resume", str(ckpt), "--env", "gym_Acrobot-v1", "--run_dir", str(runs / "acrobot"))
+    proc = run_here("--resume", str(ckpt), "--env", "gym_Acrobot-v1", "--run_dir", str(runs / "acrobot"))
     assert proc.returncode == 2
     assert f"error: {ckpt}: Observation spaces do not match: Box(" in proc.stderr
     assert "(4,), float32) != Box(" in proc.stderr and "(6,), float32) (env gym_Acrobot-v1)" in proc.stderr
@@ -225,7 +227,7 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one(tmp_path) -> Non
     assert names[1].startswith(".checkpoint_000000000512.pt.") and names[1].endswith(".tmp")
     assert first.read_bytes() == before and load_model_state(str(first))["num_timesteps"] == 256
     # The next start ignores and removes the partial file, and resumes from the intact checkpoint.
-    done = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
+    done = run_here("--resume", str(run_dir), "--total_timesteps", "512")
     assert done.returncode == 0, done.stderr
     assert f"removed {run_dir / 'checkpoints' / names[1]}: a partial checkpoint from an interrupted write" in done.stderr
     assert "at 256 steps" in done.stdout and summary_line(done.stdout)["env_steps"] == 512
@@ -257,21 +259,21 @@ def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_
     run_dir = tmp_path / "job"
     command = ("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64",
                "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--resume", "auto", "--run_dir", str(run_dir))
-    first = run_cli(*command, "--total_timesteps", "256")
+    first = run_here(*command, "--total_timesteps", "256")
     assert first.returncode == 0, first.stderr
     assert f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh" in first.stdout
     assert summary_line(first.stdout)["env_steps"] == 256
-    second = run_cli(*command, "--total_timesteps", "512")
+    second = run_here(*command, "--total_timesteps", "512")
     assert second.returncode == 0, second.stderr
     assert f"resumed from {run_dir}/checkpoints/checkpoint_000000000256.pt at 256 steps" in second.stdout
     assert summary_line(second.stdout)["env_steps"] == 512
     # Checkpoints that all failed to load (renamed *.corrupt) are not a reason to start over.
     for path in list_checkpoints(str(run_dir / "checkpoints")):
         os.replace(path, path + ".corrupt")
-    third = run_cli(*command, "--total_timesteps", "768")
+    third = run_here(*command, "--total_timesteps", "768")
     assert third.returncode == 2 and "holds only unreadable checkpoints (checkpoint_000000000256.pt.corrupt" in third.stderr
     assert third.stdout == ""
-    no_dir = run_cli("--env", "gym_CartPole-v1", "--resume", "auto")
+    no_dir = run_here("--env", "gym_CartPole-v1", "--resume", "auto")
     assert no_dir.returncode == 2 and "resume='auto': needs --run_dir" in no_dir.stderr
 
 
@@ -355,8 +357,8 @@ def test_a_checkpoint_is_due_every_save_freq_steps_or_every_save_every_minutes()
 
 
 def test_dry_run_says_what_a_resume_does_with_the_envs() -> None:
-    restored = run_cli("--env", "gym_CartPole-v1", "--dry_run")
+    restored = run_here("--env", "gym_CartPole-v1", "--dry_run")
     assert "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight" in restored.stdout
-    restarted = run_cli("--env", "gym_LunarLander-v3", "--dry_run")
+    restarted = run_here("--env", "gym_LunarLander-v3", "--dry_run")
     assert ("resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
             "(LunarLander.world is a Box2D.Box2D.b2World, not plain data)") in restarted.stdout

@@ -193,11 +193,11 @@ def test_enjoy_finds_a_run_as_rl_zoos_enjoy_does(tmp_path, capsys) -> None:
     import json
 
     from ppo_dict import enjoy
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
     logs = tmp_path / "logs"
     for _ in range(2):
-        assert run_cli("--env", "CartPole-v1", "-f", str(logs), *TINY).returncode == 0
+        assert run_here("--env", "CartPole-v1", "-f", str(logs), *TINY).returncode == 0
     assert enjoy.main(["--algo", "ppo", "--env", "CartPole-v1", "-f", str(logs), "--no-render", "--episodes", "1"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["model"].startswith(str(logs / "ppo" / "CartPole-v1_2" / "checkpoints"))
     assert enjoy.main(["--env", "CartPole-v1", "-f", str(logs), "--exp-id", "1", "--episodes", "1"]) == 0

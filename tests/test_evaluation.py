@@ -15,6 +15,7 @@ from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 from tests.conftest import ROOT
 from tests.test_checkpoint import assert_same
+from tests.cli_here import run_here
 from tests.test_main_ppo import run_cli, summary_line
 from tests.system_parts import needs
 
@@ -64,16 +65,14 @@ def count_frames(path: str) -> int:
 @needs("gl")  # the video renders Reacher
 def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    proc = run_cli("--env", "gym_Reacher-v2", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
-                   "--n_epochs", "1", "--total_timesteps", "512", "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir),
-                   "--eval_freq", "512", "--eval_episodes", "1", "--video", "--video_length", "20")
+    proc = run_here("--env", "gym_Reacher-v2", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
+                    "--n_epochs", "1", "--total_timesteps", "512", "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir),
+                    "--eval_freq", "512", "--eval_episodes", "1", "--video", "--video_length", "20", "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     video = run_dir / "videos" / "eval-000000000512.mp4"
     assert count_frames(str(video)) == 20
     assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] == 50.0
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "2", "--video"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    enjoy = run_here(str(run_dir), "--episodes", "2", "--video", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert result["model"] == str(run_dir / "best_model.pt") and result["lengths"] == [50, 50]

@@ -4,7 +4,8 @@ Every ``bash`` and ``python`` block of the page is a case, in the page's order, 
 (with the repository's ``hyperparams/`` and ``sweeps/`` beside it, as the page's commands expect). A
 block that reads what an earlier block writes (a run directory, a saved model, an ONNX file) has that
 block run first when it runs alone (``-k``). Commands are cut short as README's are
-(:func:`tests.test_readme.cut_short`); Python blocks get :data:`PYTHON_CUT`'s smaller numbers.
+(:func:`tests.test_readme.cut_short`); Python blocks get :data:`PYTHON_CUT`'s smaller numbers. Training commands after
+the first call main_ppo's entry point in this process (:data:`HERE`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_here import run_here
 from tests.conftest import ROOT
 from tests.test_readme import cut_short, parts_needed, work  # noqa: F401 (work: README's working folder, a fixture)
 
@@ -92,6 +94,12 @@ def cut_python(code: str) -> str:
 SLOW = {("Recurrent policies", "python"), ("Pixels", "bash")}
 
 
+#: the training commands after the page's first run main_ppo's entry point in this process (tests/cli_here.py): what they
+#: claim is that the command as written runs; the first one, enjoy, export_onnx, the sweep and the Python blocks run as typed
+HERE = "python -m ppo_dict.main_ppo "
+FIRST = next(b.index for b in BLOCKS if b.kind == "bash" and any(shell.startswith(HERE) for shell in commands(b)))
+
+
 def block_marks(block: Block) -> list[pytest.MarkDecorator]:
     marks = [mark for shell in (commands(block) if block.kind == "bash" else []) for mark in parts_needed(shell)]
     return marks + ([pytest.mark.slow] if (block.heading, block.kind) in SLOW else [])
@@ -110,7 +118,10 @@ def run_block(block: Block, work: Path, done: set[int]) -> None:
     else:
         runs = [["bash", "-c", cut_command(shell)] for shell in commands(block)]
     for argv in runs:
-        proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        if argv[0] == "bash" and argv[-1].startswith(HERE) and block.index != FIRST:
+            proc = run_here(*shlex.split(argv[-1])[len(HERE.split()):], cwd=str(work), env_extra={"MPLBACKEND": "Agg"})
+        else:
+            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{block.heading}: {argv[-1]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     done.add(block.index)
 

@@ -15,7 +15,8 @@ from ppo_dict.interop.hyperparams import ATARI_WRAPPER, UNSUPPORTED, hyperparams
 from ppo_dict.run.checks import validate
 from ppo_dict.run.cli import config_from_args
 from tests.conftest import ROOT
-from tests.test_main_ppo import QUICK, run_cli
+from tests.cli_here import run_here
+from tests.test_main_ppo import QUICK
 
 ZOO = """
 HalfCheetah-v4:
@@ -78,8 +79,9 @@ def test_export_sb3_writes_vecnormalize_pkl_that_sb3_loads(tmp_path) -> None:
     from ppo_dict.envs import make_env, resolve_env_name
 
     zip_path, save_dir = tmp_path / "CartPole-v1.zip", tmp_path / "model"
-    proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK, "--normalize", "True",
-                   "--norm_reward", "False", "--run_dir", str(tmp_path / "run"), "--save_path", str(save_dir), "--export_sb3", str(zip_path))
+    proc = run_here("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK, "--normalize", "True",
+                    "--norm_reward", "False", "--run_dir", str(tmp_path / "run"), "--save_path", str(save_dir), "--export_sb3", str(zip_path),
+                    "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     ours = load_model_state(str(save_dir))["normalizer"]
     pkl = tmp_path / "CartPole-v1" / "vecnormalize.pkl"

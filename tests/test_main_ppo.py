@@ -1,4 +1,5 @@
-"""The command line, run as a user runs it: in a subprocess."""
+"""The command line, run as a user runs it: in a subprocess; the new code paths' runs call its entry point in this
+process (tests/cli_here.py), as their claims are about what the run computes and writes."""
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.cli_here import run_here
 from tests.conftest import ROOT
 
 QUICK = ["--n_steps", "128", "--batch_size", "64", "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0"]
@@ -138,8 +140,8 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
     from ppo_dict.vec import env_spec
 
     run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"
-    proc = run_cli(*NEW_CODEPATHS[name], *QUICK, "--run_dir", str(run_dir), "--save_path", str(tmp_path / "model"),
-                   "--export_sb3", str(zip_path), "--plot", "False")
+    proc = run_here(*NEW_CODEPATHS[name], *QUICK, "--run_dir", str(run_dir), "--save_path", str(tmp_path / "model"),
+                    "--export_sb3", str(zip_path), "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 512 and "eval/mean_reward" in summary_line(proc.stdout)["metrics"]
     model = Model.from_file(str(tmp_path / "model"))
@@ -155,6 +157,5 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
         assert action.shape == ours.shape and np.array_equal(np.asarray(action, dtype=ours.dtype), ours)
         obs, *_ = env.step(action)
     env.close()
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    enjoy = run_here(str(run_dir), "--episodes", "1", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr

@@ -5,7 +5,10 @@ import json
 import sys
 
 
+from tests.cli_here import run_here
 from tests.godot_helpers import PLUGIN_STYLE_GAME, needs_godot, run_cli
+
+GODOT = "ppo_dict.main_ppo_godot"
 
 
 def test_missing_game_is_refused_before_any_process_starts(tmp_path):
@@ -37,15 +40,16 @@ def test_plugin_style_game_trains_through_workers_with_env_path(tmp_path):
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["env"] == "godot" and summary["env_steps"] == 128 and summary["ep_rew_mean"] == 4.5  # 3-step episodes: agent 0 earns 1 a step, agent 1 earns 2
     assert len(launches.read_text().splitlines()) == 1 + 2
-    odd = run_cli([*args[:4], "--n_envs", "5", "--num_workers", "2", "--run_dir", str(tmp_path / "odd")], tmp_path)
+    # the refusals and the dry run in this process (tests/cli_here.py): their claims are the messages
+    odd = run_here(*args[:4], "--n_envs", "5", "--num_workers", "2", "--run_dir", str(tmp_path / "odd"), module=GODOT, cwd=str(tmp_path))
     assert odd.returncode == 2 and (
         f"n_envs=5: godot ({game}) runs 2 agents (n_agents) per Godot process and each process owns whole games, so n_envs must "
         "be a multiple of 2"
     ) in odd.stderr
-    unequal = run_cli([*args[:4], "--n_envs", "8", "--num_workers", "4", "--dry_run"], tmp_path)  # 4 games over 3 workers: 2, 1, 1
+    unequal = run_here(*args[:4], "--n_envs", "8", "--num_workers", "4", "--dry_run", module=GODOT, cwd=str(tmp_path))  # 4 games: 2, 1, 1
     assert unequal.returncode == 0 and "layout: 8 envs: 3 worker processes x 4/2 envs (forkserver), none in this process; as asked " \
         "(num_workers 4)" in unequal.stdout, unequal.stderr
-    infos = run_cli([*args[:4], "--info_keywords", "is_success", "--run_dir", str(tmp_path / "infos")], tmp_path)
+    infos = run_here(*args[:4], "--info_keywords", "is_success", "--run_dir", str(tmp_path / "infos"), module=GODOT, cwd=str(tmp_path))
     assert infos.returncode == 2 and (
         f"info_keywords=is_success: not supported for godot ({game}) (not gymnasium envs: they send no infos)"
     ) in infos.stderr

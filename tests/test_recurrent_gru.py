@@ -173,13 +173,10 @@ def test_a_gru_run_resumes_replays_and_refuses_an_lstm_resume(tmp_path) -> None:
     """What an interrupted GRU run saved (its one state per layer under ``lstm_states``) equals the uninterrupted run's
     checkpoint; resuming is deterministic; ``enjoy`` plays it; resuming it as an LSTM is refused naming rnn_type."""
     import json
-    import subprocess
-    import sys
 
     from ppo_dict.core.files import load_model_state
-    from tests.conftest import ROOT
     from tests.test_checkpoint import assert_same, interrupted_runs, without_config
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
     root = interrupted_runs(tmp_path, GRU_CLI, 256, 64)
 
@@ -190,10 +187,9 @@ def test_a_gru_run_resumes_replays_and_refuses_an_lstm_resume(tmp_path) -> None:
     assert sorted(saved["lstm_states"][0]) == ["hidden_states_pi", "hidden_states_vf"]
     assert_same(saved, checkpoint("a", 128))
     assert_same(checkpoint("b", 256), checkpoint("c", 256))
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(root / "a"), "--episodes", "2"], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": ROOT})
+    enjoy = run_here(str(root / "a"), "--episodes", "2", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr
     assert len(json.loads(enjoy.stdout.strip().splitlines()[-1])["lengths"]) == 2
-    proc = run_cli("--resume", str(root / "a" / "checkpoints" / "checkpoint_000000000128.pt"), "--rnn_type", "lstm",
-                   "--run_dir", str(tmp_path / "x"))
+    proc = run_here("--resume", str(root / "a" / "checkpoints" / "checkpoint_000000000128.pt"), "--rnn_type", "lstm",
+                    "--run_dir", str(tmp_path / "x"))
     assert proc.returncode == 2 and "rnn_type" in proc.stderr, proc.stderr

@@ -127,23 +127,21 @@ def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
 def test_a_recurrent_run_evaluates_records_and_replays(tmp_path) -> None:
     """The command line: periodic evaluation with a video, the best model, then ``enjoy`` of it with a video."""
     import json
-    import subprocess
-    import sys
 
-    from tests.conftest import ROOT
-    from tests.test_main_ppo import run_cli, summary_line
+    from tests.cli_here import run_here
+    from tests.test_main_ppo import summary_line
 
     run_dir = tmp_path / "run"
-    proc = run_cli("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
-                   "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed", "0", "--verbose", "0",
-                   "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2", "--video", "--video_length", "10")
+    proc = run_here("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2",
+                    "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed", "0", "--verbose", "0",
+                    "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2", "--video", "--video_length", "10",
+                    "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "videos" / "eval-000000000256.mp4").is_file() and (run_dir / "best_model.pt").is_file()
     assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] > 0
     with np.load(run_dir / "evaluations.npz") as data:
         assert data["timesteps"].tolist() == [128, 256]
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "2", "--video"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": ROOT})
+    enjoy = run_here(str(run_dir), "--episodes", "2", "--video", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert len(result["lengths"]) == 2 and result["video"].endswith(".mp4")
@@ -155,10 +153,10 @@ def test_export_sb3_writes_a_zip_recurrent_ppo_loads_with_equal_parameters(tmp_p
     from sb3_contrib import RecurrentPPO
 
     from ppo_dict.core.files import load_model_state
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
     zip_path, save_dir = tmp_path / "CartPole-v1.zip", tmp_path / "model"
-    proc = run_cli("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "12", "--n_lstm_layers", "2",
+    proc = run_here("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "12", "--n_lstm_layers", "2",
                    "--enable_critic_lstm", "False", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size", "32",
                    "--n_epochs", "2", "--total_timesteps", "128", "--seed", "0", "--verbose", "0", "--normalize", "True",
                    "--run_dir", str(tmp_path / "run"), "--save_path", str(save_dir), "--export_sb3", str(zip_path))
@@ -307,13 +305,13 @@ def test_a_recurrent_run_resumes_as_the_others_do(recurrent_runs) -> None:
 def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(recurrent_runs, tmp_path) -> None:
     """A recurrent checkpoint resumed with ``--model mlp`` (or other LSTMs), or a plain one with ``--model mlp_lstm``:
     exit 2, one error naming what differs, no run directory touched."""
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
     ckpt = recurrent_runs / "b_at_256" / "checkpoints" / "checkpoint_000000000256.pt"
-    proc = run_cli("--resume", str(ckpt), "--model", "mlp", "--run_dir", str(tmp_path / "x"))
+    proc = run_here("--resume", str(ckpt), "--model", "mlp", "--run_dir", str(tmp_path / "x"))
     assert proc.returncode == 2 and "the checkpoint holds a recurrent model and this run asks for a model without LSTM" in proc.stderr
     assert "model='mlp_lstm' there, 'mlp' here" in proc.stderr and not (tmp_path / "x").exists()
-    proc = run_cli("--resume", str(ckpt), "--lstm_hidden_size", "32", "--run_dir", str(tmp_path / "y"))
+    proc = run_here("--resume", str(ckpt), "--lstm_hidden_size", "32", "--run_dir", str(tmp_path / "y"))
     assert proc.returncode == 2 and "lstm_hidden_size=16 there, 32 here" in proc.stderr
     from ppo_dict.algo.ppo import PPO
     from ppo_dict.run.checkpoint import CheckpointManager
@@ -325,7 +323,7 @@ def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(r
         plain_file = CheckpointManager(str(tmp_path / "plain"), keep=1).save(plain.learn())
     finally:
         plain.close()
-    proc = run_cli("--resume", plain_file, "--model", "mlp_lstm", "--run_dir", str(tmp_path / "z"))
+    proc = run_here("--resume", plain_file, "--model", "mlp_lstm", "--run_dir", str(tmp_path / "z"))
     assert proc.returncode == 2 and "the checkpoint holds a model without LSTM and this run asks for a recurrent model" in proc.stderr
 
 
@@ -376,13 +374,13 @@ def test_bad_recurrent_input_is_one_error_listing_every_problem(tmp_path) -> Non
     """LSTM flags sb3-contrib refuses together, masks with --export_sb3 (no sb3-contrib class reads them), and a model that does not fit the observation: all in one
     ConfigError from the command line (exit 2), before any process or directory; a recurrent flag without a recurrent
     model, with the others."""
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
-    proc = run_cli("--env", "gym_CartPole-v1", "--model", "cnn_lstm", "--shared_lstm", "True", "--share_features_extractor", "False",
+    proc = run_here("--env", "gym_CartPole-v1", "--model", "cnn_lstm", "--shared_lstm", "True", "--share_features_extractor", "False",
                    "--action_masks", "True", "--export_sb3", "model.zip", "--run_dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and not (tmp_path / "run").exists()
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert listed == ["shared_lstm=True", "shared_lstm=True", "export_sb3='model.zip'", "model='cnn_lstm'"], proc.stderr
-    proc = run_cli("--env", "gym_CartPole-v1", "--model", "cnn", "--enable_critic_lstm", "False", "--n_steps", "0", "--run_dir", str(tmp_path / "run"))
+    proc = run_here("--env", "gym_CartPole-v1", "--model", "cnn", "--enable_critic_lstm", "False", "--n_steps", "0", "--run_dir", str(tmp_path / "run"))
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert proc.returncode == 2 and listed == ["n_steps=0", "enable_critic_lstm=False", "model='cnn'"], proc.stderr

@@ -1,7 +1,8 @@
 """A run directory belongs to one run (``ppo_dict.run.run_dir``): a refused run leaves it byte for byte
 as it was, a second run on it is refused naming the first one's pid, an earlier run is never
 overwritten without ``--overwrite True``, and resuming from an older checkpoint branches, deleting
-nothing. Every case runs the real command line on tiny CartPole runs.
+nothing. Every case runs the real command line on tiny CartPole runs: in a subprocess where another process, a lock or a
+mount is the point, else its entry point in this process (tests/cli_here.py).
 """
 import hashlib
 import json
@@ -19,6 +20,7 @@ from ppo_dict import main_ppo
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.run.run_dir import LOCK_FILE, lock, lock_holder
+from tests.cli_here import run_here
 from tests.conftest import ROOT
 from tests.test_bad_input import save_cartpole_model
 from tests.test_main_ppo import run_cli, summary_line
@@ -47,7 +49,7 @@ def steps_of(run_dir) -> list[int]:
 def earlier_run(tmp_path_factory):
     """A finished run of 256 steps, a checkpoint every 64 (all four kept)."""
     run_dir = tmp_path_factory.mktemp("earlier") / "run"
-    proc = run_cli(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--run_dir", str(run_dir))
+    proc = run_here(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--run_dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     assert steps_of(run_dir) == [64, 128, 192, 256]
     return run_dir
@@ -86,7 +88,7 @@ def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(capsys, ru
 def test_a_run_refused_after_its_model_is_built_writes_nothing(run_dir) -> None:
     """The checkpoint does not fit the env: found when it is restored, before the run owns its directory."""
     before = directory_bytes(run_dir)
-    proc = run_cli("--resume", str(run_dir), "--env", "gym_Acrobot-v1", "--total_timesteps", "512")
+    proc = run_here("--resume", str(run_dir), "--env", "gym_Acrobot-v1", "--total_timesteps", "512")
     assert proc.returncode == 2 and "Observation spaces do not match" in proc.stderr and "Traceback" not in proc.stderr
     assert directory_bytes(run_dir) == before  # progress.csv and config.json as they were (they were rewritten before)
 
@@ -96,14 +98,14 @@ def test_a_refused_resume_renames_no_corrupt_checkpoint(run_dir) -> None:
         with open(path, "r+b") as f:
             f.truncate(10)
     before = directory_bytes(run_dir)
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "512")
     assert_refused(proc, f"resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot load ")
     assert directory_bytes(run_dir) == before
 
 
 def test_overwrite_replaces_the_earlier_run(run_dir) -> None:
     (run_dir / "notes.txt").write_text("mine")
-    proc = run_cli(*TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), "--overwrite", "True")
+    proc = run_here(*TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), "--overwrite", "True")
     assert proc.returncode == 0, proc.stderr
     assert f"--overwrite True: removed the earlier run's files from {run_dir}" in proc.stderr
     assert [os.path.basename(p) for p in list_checkpoints(str(run_dir / "checkpoints"))] == ["checkpoint_000000000128.pt"]
@@ -114,7 +116,7 @@ def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> N
     """Today's data loss: --resume of an older checkpoint with --keep_checkpoints 2 deleted the run's newer checkpoints."""
     before = directory_bytes(run_dir)
     older = run_dir / "checkpoints" / "checkpoint_000000000128.pt"
-    proc = run_cli("--resume", str(older), "--total_timesteps", "320", "--save_freq", "64", "--keep_checkpoints", "2")
+    proc = run_here("--resume", str(older), "--total_timesteps", "320", "--save_freq", "64", "--keep_checkpoints", "2")
     assert proc.returncode == 0, proc.stderr
     branch = run_dir / "branches" / "from_128"
     assert f"{older} is older than the run's newest checkpoint, which is kept: this run is a branch, written to {branch}" in proc.stdout
@@ -133,11 +135,11 @@ def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> N
     assert 0 < counted < len(run_lines) - 2 and branch_lines[: 2 + counted] == run_lines[: 2 + counted]
     assert len(branch_lines) - 2 == int(load_model_state(summary["checkpoint"])["ep_total"]) > counted
     # A second branch from the same checkpoint gets its own directory; the first is kept.
-    again = run_cli("--resume", str(older), "--total_timesteps", "192")
+    again = run_here("--resume", str(older), "--total_timesteps", "192")
     assert again.returncode == 0, again.stderr
     assert summary_line(again.stdout)["run_dir"] == str(run_dir / "branches" / "from_128_2") and directory_bytes(branch) == after_branch(after)
     # Continuing the run in place from that older checkpoint would rotate the newer ones away: refused.
-    refused = run_cli("--resume", str(older), "--run_dir", str(run_dir), "--total_timesteps", "512")
+    refused = run_here("--resume", str(older), "--run_dir", str(run_dir), "--total_timesteps", "512")
     assert_refused(refused, f"run_dir='{run_dir}': holds checkpoints newer than the one resumed (checkpoint_000000000192.pt, "
                             "checkpoint_000000000256.pt), which continuing in it would rotate away")
 
@@ -154,7 +156,7 @@ def test_resume_in_place_keeps_the_rows_logged_after_its_checkpoint(run_dir) -> 
         os.unlink(path)  # as if killed after logging 256 steps with its last checkpoint at 128
     logged, episodes = (run_dir / "progress.csv").read_bytes(), (run_dir / "monitor.csv").read_bytes()
     counted = int(load_model_state(list_checkpoints(str(run_dir / "checkpoints"))[-1])["ep_total"])
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "192")
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "192")
     assert proc.returncode == 0, proc.stderr
     assert "at 128 steps" in proc.stdout
     assert (run_dir / "progress.before_resume_at_128.csv").read_bytes() == logged
@@ -468,7 +470,7 @@ def test_adam_moments_of_another_shape_are_refused_before_the_run_writes(run_dir
     first["exp_avg"] = torch.zeros(3, 3)
     torch.save(state, newest)
     before = tree_state(run_dir)
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "320")  # a real start: found once the model is built
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "320")  # a real start: found once the model is built
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "the saved optimizer state does not fit this config (the exp_avg of parameter 0 has the shape (3, 3)" in proc.stderr
     assert tree_state(run_dir) == before
@@ -495,7 +497,7 @@ def test_a_checkpoints_output_settings_are_dropped_unless_typed(run_dir, tmp_pat
     said = [line for line in proc.stderr.splitlines() if "wandb project" in line]
     assert len(said) == 1 and said[0].endswith("its config logs to the wandb project 'attacker'; a resumed run logs where its command "
                                                "line says: pass --project attacker to log there"), proc.stderr
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "320", env_extra={"WANDB_MODE": "disabled"})
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "320", env_extra={"WANDB_MODE": "disabled"})
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(elsewhere) == [] and summary_line(proc.stdout)["run_dir"] == str(run_dir)
     assert json.loads((run_dir / "config.json").read_text())["save_path"] is None

@@ -16,8 +16,8 @@ import torch
 
 from ppo_dict.core.files import finite_tensor, tensor_problems
 from ppo_dict.run.checkpoint import list_checkpoints
+from tests.cli_here import run_here
 from tests.test_run_dir import TINY, assert_refused, checked, tree_state
-from tests.test_main_ppo import run_cli
 from tests.test_safe_files import cartpole_zip  # noqa: F401 (a fixture)
 
 
@@ -25,7 +25,7 @@ from tests.test_safe_files import cartpole_zip  # noqa: F401 (a fixture)
 def evaluated_run(tmp_path_factory):
     """A finished run of 256 steps, a checkpoint every 64, evaluated every 128 steps on 2 episodes."""
     run_dir = tmp_path_factory.mktemp("evaluated") / "run"
-    proc = run_cli(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--eval_freq", "128",
+    proc = run_here(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--eval_freq", "128",
                    "--eval_episodes", "2", "--run_dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     return run_dir
@@ -109,7 +109,7 @@ def test_a_resume_with_other_eval_episodes_is_refused_naming_the_ones_it_had(run
 
 
 def test_the_files_a_run_wrote_read_back_and_the_run_continues(run_dir) -> None:
-    proc = run_cli("--resume", str(run_dir), "--total_timesteps", "320", "--eval_freq", "128", "--eval_episodes", "2")
+    proc = run_here("--resume", str(run_dir), "--total_timesteps", "320", "--eval_freq", "128", "--eval_episodes", "2")
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "progress.csv").read_text().splitlines()[-1].startswith("320,")
 
@@ -208,7 +208,7 @@ def test_a_dangling_link_at_the_branch_name_is_skipped_not_retried_forever(run_d
     older = list_checkpoints(str(run_dir / "checkpoints"))[1]
     (run_dir / "branches").mkdir()
     os.symlink(tmp_path / "nowhere", run_dir / "branches" / "from_128")
-    proc = run_cli("--resume", older, "--total_timesteps", "192")
+    proc = run_here("--resume", older, "--total_timesteps", "192")
     assert proc.returncode == 0, proc.stderr
     assert f"this run is a branch, written to {run_dir / 'branches' / 'from_128_2'}" in proc.stdout
     assert os.path.islink(run_dir / "branches" / "from_128") and not (tmp_path / "nowhere").exists()
@@ -221,12 +221,12 @@ def test_a_resume_needs_only_its_checkpoint_not_the_hyperparameter_file_it_names
     hyperparams = tmp_path / "ppo.yml"
     shutil.copy(os.path.join(ROOT, "hyperparams", "ppo.yml"), hyperparams)
     run_dir = tmp_path / "run"
-    proc = run_cli(*TINY, "--hyperparams", str(hyperparams), "n_envs:2", "n_steps:32", "--total_timesteps", "64", "--run_dir", str(run_dir))
+    proc = run_here(*TINY, "--hyperparams", str(hyperparams), "n_envs:2", "n_steps:32", "--total_timesteps", "64", "--run_dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     for steps, spoil in (("128", hyperparams.unlink), ("192", lambda: hyperparams.write_text("CartPole-v1: [[[\n" + "[" * 100_000))):
         spoil()
         assert checked(["--resume", str(run_dir), "--total_timesteps", steps, "--dry_run"]).returncode == 0
-        proc = run_cli("--resume", str(run_dir), "--total_timesteps", steps)
+        proc = run_here("--resume", str(run_dir), "--total_timesteps", steps)
         assert proc.returncode == 0, proc.stderr
         assert (run_dir / "progress.csv").read_text().splitlines()[-1].startswith(f"{steps},")
 

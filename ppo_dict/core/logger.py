@@ -40,6 +40,18 @@ def format_table(values: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class _Stderr:
+    """``sys.stderr`` as it is when a message is written, not as it was when a default argument was bound at import: a
+    caller that redirects stderr (``contextlib.redirect_stderr``, a test's capture) gets every message of the run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys.stderr, name)
+
+
+#: the default ``log`` of the run's messages (the current ``sys.stderr``)
+STDERR: TextIO = _Stderr()  # type: ignore[assignment]
+
+
 class Logger:
     def __init__(self, verbose: int = 1, stream: Optional[TextIO] = None):
         self.verbose = verbose

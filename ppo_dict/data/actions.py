@@ -126,7 +126,8 @@ class GaussianSpec(ActionSpec):
 
     def build(self, latent_dim: int, log_std_init: float) -> tuple[nn.Linear, Optional[nn.Parameter]]:
         action_net = nn.Linear(latent_dim, self.n_outputs)
-        return action_net, nn.Parameter(torch.ones(self.n_outputs) * log_std_init, requires_grad=True)
+        # sb3's th.ones(n) * log_std_init, the same values; on the meta device (run/resources.py) it imports no torch._dynamo
+        return action_net, nn.Parameter(torch.full((self.n_outputs,), float(log_std_init)), requires_grad=True)
 
     def unmasked(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor) -> Distribution:
         return DiagGaussian(head, log_std)
@@ -178,7 +179,7 @@ class StateDependentSpec(GaussianSpec):
         action_net = nn.Linear(latent_dim, self.n_outputs)
         self.gsde = GSDENoise(latent_dim, self.n_outputs, self.full_std, self.use_expln)
         shape = (latent_dim, self.n_outputs) if self.full_std else (latent_dim, 1)
-        log_std = nn.Parameter(torch.ones(shape) * log_std_init, requires_grad=True)
+        log_std = nn.Parameter(torch.full(shape, float(log_std_init)), requires_grad=True)  # as DiagGaussian's, above
         self.gsde.sample_weights(log_std)
         return action_net, log_std
 

@@ -29,6 +29,7 @@ import torch
 
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch, to_numpy, whole_number
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
 from ppo_dict.envs.state import StateNotRestorable
 from ppo_dict.run.env_states import carry_state, checkpoint_entries, env_state_problems, read_saved, saved
@@ -119,7 +120,7 @@ def model_file(run_dir: str, which: str) -> str:
     raise CheckpointError(f"no {BEST_MODEL}, checkpoint or {MODEL_FILE} in {run_dir}")
 
 
-def remove_stale_temp_files(directory: str, log: TextIO = sys.stderr) -> list[str]:
+def remove_stale_temp_files(directory: str, log: TextIO = STDERR) -> list[str]:
     """Delete temp files left by a write that was killed (``.checkpoint_*.pt.*.tmp``); returns them."""
     stale = [p for p in sorted(glob.glob(os.path.join(glob.escape(directory), ".checkpoint_*.tmp")))
              if not os.path.isdir(p) or os.path.islink(p)]  # a folder of that name: refused by the resume's check
@@ -168,7 +169,7 @@ class SaveDue:
 class CheckpointManager:
     """Writes ``checkpoint_<steps>.pt`` into ``directory`` and keeps the newest ``keep``."""
 
-    def __init__(self, directory: str, keep: int, log: TextIO = sys.stderr):
+    def __init__(self, directory: str, keep: int, log: TextIO = STDERR):
         self.directory, self.keep, self.log = directory, keep, log
         os.makedirs(directory, exist_ok=True)
         remove_stale_temp_files(directory, log)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -19,6 +18,7 @@ import torch
 
 from ppo_dict.algo.model import Model
 from ppo_dict.core.files import atomic_write
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.reading import MiB, entry_kind, npz_arrays
 from ppo_dict.core.seeding import preserved_rng
 from ppo_dict.data.episodes import EpisodeBook
@@ -223,7 +223,7 @@ class Evaluator:
     ``on_video(path, num_timesteps)`` is called for each recorded video (wandb uploads it).
     """
 
-    def __init__(self, cfg: Any, spec: EnvSpec, run_dir: str, log: Any = sys.stderr):
+    def __init__(self, cfg: Any, spec: EnvSpec, run_dir: str, log: Any = STDERR):
         self.cfg, self.run_dir, self.log = cfg, run_dir, log
         self.video = cfg.video
         self.calls = WatchedCalls(cfg.env, cfg.step_timeout)

@@ -23,12 +23,12 @@ import io
 import json
 import math
 import os
-import sys
 import time
 from typing import Any, Optional, Sequence, TextIO
 
 from ppo_dict.core import bounded
 from ppo_dict.core.files import append_text, atomic_write
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.reading import entry_kind, open_regular
 from ppo_dict.data.episodes import EpisodeLog
 
@@ -101,7 +101,7 @@ class MonitorFile:
     """
 
     def __init__(self, run_dir: str, env_id: str, info_keywords: Sequence[str], episodes: EpisodeLog,
-                 resume: Optional[tuple[int, str]] = None, log: TextIO = sys.stderr):
+                 resume: Optional[tuple[int, str]] = None, log: TextIO = STDERR):
         self.path, self.keys = os.path.join(run_dir, MONITOR), (*COLUMNS, *info_keywords)
         self.episodes = episodes
         header: dict[str, Any] = {"t_start": time.time(), "env_id": env_id}

@@ -14,12 +14,12 @@ connects as a client at once; where the address is set by hand, rank 0 hosts the
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from datetime import timedelta
 from typing import Any, Mapping, TextIO
 
 from ppo_dict.core.errors import RankError
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.ranks import RankInfo
 
 #: the environment variable that sets :data:`RENDEZVOUS_TIMEOUT` (seconds)
@@ -91,7 +91,7 @@ def reach(host: str, port: int, wait: Waiting) -> None:
             time.sleep(0.5)
 
 
-def store(info: RankInfo, env: Mapping[str, str], log: TextIO = sys.stderr) -> Any:
+def store(info: RankInfo, env: Mapping[str, str], log: TextIO = STDERR) -> Any:
     """The store at ``MASTER_ADDR:MASTER_PORT`` once every rank of the run reached it, within the rendezvous timeout,
     seen under this attempt's prefix (:data:`ATTEMPT`); its timeout then set to ``group_timeout`` by the caller.
     :class:`RankError` names the address when it fails."""

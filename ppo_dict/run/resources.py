@@ -2,7 +2,7 @@
 fit what this machine has (:class:`~ppo_dict.core.machine.Machine`), judged before anything starts.
 
 :func:`run_needs` works out what a checked config will ask of the machine (from the probed env's
-spaces and the policy measured on torch's meta device, where nothing is allocated);
+spaces and the policy measured on torch's meta device, where nothing is allocated, its activations by one pass);
 :func:`resource_problems` compares it with the machine. The estimates are deliberately rough (the
 constants below say where they come from): they exist to refuse a run that cannot fit, with a
 message saying what to change, instead of a SIGBUS, an OOM kill or a fork failure half-way.
@@ -73,22 +73,26 @@ class Needs:
     parameters: Optional[int]
 
 
+#: A policy of up to this many parameters is run once on the CPU to count its activations (built again there, its random
+#: numbers drawn from a forked generator: a few milliseconds, under 0.2 s for Atari's CNN); a larger one on torch's
+#: meta device, which allocates nothing but whose Python kernels import torch._dynamo (2 s of CPU, which a refused
+#: config or a dry run would otherwise pay for nothing: a training run imports it anyway, with its Adam).
+CPU_PASS_PARAMETERS = 4_000_000
+
+
 def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
-    """``(parameters, activation floats per sample)`` of the policy ``cfg`` describes, built on torch's
-    meta device (shapes only: nothing allocated, no random number drawn). Raises what building it raises."""
-    validate_args = torch.distributions.Distribution._validate_args
-    torch.distributions.Distribution.set_default_validate_args(False)  # its checks read values, which meta tensors lack
-    try:
-        with torch.device("meta"):
-            policy = build_policy(cfg, observation_space, action_space)
-    finally:
-        torch.distributions.Distribution.set_default_validate_args(validate_args)
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in policy.parameters())
-        floats: list[int] = []
-        for module in policy.modules():
-            if not list(module.children()):
-                module.register_forward_hook(lambda m, i, out: floats.append(out.numel() if isinstance(out, torch.Tensor) else 0))
+    """``(parameters, activation floats per sample)`` of the policy ``cfg`` describes: counted on torch's meta
+    device (shapes only: nothing allocated, no random number drawn), its activations by one pass of a zero sample
+    (on the CPU where the policy is small: :data:`CPU_PASS_PARAMETERS`). Raises what building it raises."""
+    parameters = sum(p.numel() for p in built_policy(cfg, observation_space, action_space, "meta").parameters())
+    device = "cpu" if parameters <= CPU_PASS_PARAMETERS else "meta"
+    with torch.random.fork_rng(devices=[]):  # the CPU's policy draws its weights: the run's random numbers stay as they were
+        policy = built_policy(cfg, observation_space, action_space, device)
+    floats: list[int] = []
+    for module in policy.modules():
+        if not list(module.children()):
+            module.register_forward_hook(lambda m, i, out: floats.append(out.numel() if isinstance(out, torch.Tensor) else 0))
+    with torch.device(device), torch.no_grad():
         batch = {k: torch.zeros((1, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
                  for k, (shape, dtype) in obs_layout(observation_space).items()}
         try:  # the critic's pass; the actor's is about as large
@@ -96,6 +100,17 @@ def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spac
         except Exception:  # noqa: BLE001 (an op without a meta kernel: the activations stay unmeasured)
             floats.clear()
     return parameters, 2 * sum(floats)
+
+
+def built_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, device: str) -> torch.nn.Module:
+    """The policy ``cfg`` describes, built on ``device``, the distributions' value checks off (meta tensors have no values)."""
+    validate_args = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with torch.device(device):
+            return build_policy(cfg, observation_space, action_space)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate_args)
 
 
 def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int], activation_floats: int) -> Needs:

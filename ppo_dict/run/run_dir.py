@@ -27,11 +27,11 @@ import os
 import re
 import shutil
 import stat
-import sys
 from typing import Any, Optional, TextIO
 
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.files import atomic_write, output_problem
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.reading import entry_kind, kind_of, open_regular
 from ppo_dict.run.checkpoint import BEST_MODEL, CHECKPOINT_DIR, list_checkpoints
 from ppo_dict.run.monitor_csv import MONITOR
@@ -273,7 +273,7 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
     return RunDirLock(run_dir, fd)
 
 
-def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, log: TextIO = sys.stderr) -> RunDirLock:
+def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, log: TextIO = STDERR) -> RunDirLock:
     """Take ``cfg.run_dir`` for this run (its checks passed, its model built): lock it, then make it
     what the run continues from. ``--overwrite True`` removes an earlier run's files (:data:`RUN_ENTRIES`,
     nothing else); a run resumed in place renames the checkpoints newer than the one it resumed (they
@@ -309,7 +309,7 @@ def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, 
     return held
 
 
-def keep_progress_after(run_dir: str, steps: int, log: TextIO = sys.stderr) -> Optional[str]:
+def keep_progress_after(run_dir: str, steps: int, log: TextIO = STDERR) -> Optional[str]:
     """A run resumed at ``steps`` in ``run_dir`` continues its ``progress.csv`` from that step; rows logged
     after it (by a run that went on past its last checkpoint) are first copied to
     ``progress.before_resume_at_<steps>.csv`` (read and written without following a link). Returns that

@@ -12,11 +12,11 @@ import math
 import numbers
 import os
 import re
-import sys
 from typing import Any, Optional, TextIO
 
 from ppo_dict.core import bounded
 from ppo_dict.core.files import append_text, atomic_write
+from ppo_dict.core.logger import STDERR
 from ppo_dict.core.reading import entry_kind, open_regular, read_capped
 
 STEP = "step"
@@ -158,7 +158,7 @@ class WandbTracker:
 
     ID_FILE = "wandb_run_id"
 
-    def __init__(self, cfg: Any, run_dir: str, resuming: bool, log: TextIO = sys.stderr):
+    def __init__(self, cfg: Any, run_dir: str, resuming: bool, log: TextIO = STDERR):
         import wandb  # only when --project is set
 
         from ppo_dict.core.files import config_values

@@ -76,10 +76,10 @@ def test_a_command_line_runs_best_model_loads_without_env(tmp_path) -> None:
     import ppo_dict
     from ppo_dict.algo.model import Model
     from ppo_dict.core.files import load_model_state
-    from tests.test_main_ppo import run_cli
+    from tests.cli_here import run_here
 
-    proc = run_cli("--env", "CartPole-v1", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "1", "-n", "128", "--eval_freq", "64",
-                   "--eval_episodes", "1", "--seed", "0", "--run_dir", str(tmp_path / "run"), "--progress", "none", "--plot", "False")
+    proc = run_here("--env", "CartPole-v1", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "1", "-n", "128", "--eval_freq", "64",
+                    "--eval_episodes", "1", "--seed", "0", "--run_dir", str(tmp_path / "run"), "--progress", "none", "--plot", "False")
     assert proc.returncode == 0, proc.stderr
     observations = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     for path in (tmp_path / "run" / "best_model.pt", tmp_path / "run" / "checkpoints" / "checkpoint_000000000128.pt"):

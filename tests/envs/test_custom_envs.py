@@ -14,7 +14,8 @@ from ppo_dict.envs import resolve_env_name
 from ppo_dict.envs.make import is_mujoco_py_stub
 from ppo_dict.run.checks import validate
 from ppo_dict.vec import make_env_pool
-from tests.test_main_ppo import run_cli, summary_line
+from tests.cli_here import run_here
+from tests.test_main_ppo import summary_line
 
 PACKAGE = ("tests.envs.custom_envs",)
 IDS = ("PPODictCustomClass-v0", "PPODictCustomString-v0", "PPODictCustomFunction-v0")
@@ -61,8 +62,8 @@ def test_custom_env_trains_in_worker_processes(env_id: str, mp_method: str) -> N
 
 
 def test_custom_env_trains_from_the_command_line(tmp_path) -> None:
-    proc = run_cli("--env", "gym_PPODictCustomClass-v0", "--gym_packages", "tests.envs.custom_envs", "--env_kwargs", "dict(goal=2)",
-                   "--n_envs", "2", "--num_workers", "2", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "1",
-                   "--total_timesteps", "128", "--seed", "0", "--plot", "False", "--run_dir", str(tmp_path / "run"))
+    proc = run_here("--env", "gym_PPODictCustomClass-v0", "--gym_packages", "tests.envs.custom_envs", "--env_kwargs", "dict(goal=2)",
+                    "--n_envs", "2", "--num_workers", "2", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "1",
+                    "--total_timesteps", "128", "--seed", "0", "--plot", "False", "--run_dir", str(tmp_path / "run"))
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 128

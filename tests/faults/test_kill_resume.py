@@ -28,6 +28,7 @@ from tests.test_checkpoint import assert_same, without_config
 from ppo_dict.core.files import load_model_state
 from ppo_dict.run.checkpoint import list_checkpoints
 from ppo_dict.run.env_states import read_saved
+from tests.cli_here import run_here
 from tests.test_main_ppo import run_cli, summary_line
 
 CARTPOLE = ["--env", "gym_CartPole-v1", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "4",
@@ -89,7 +90,7 @@ def killed_and_resumed(root, flags: list[str], total: int, save_freq: int, kills
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=60)
     for k in range(kills, kills + 10):  # a last start, or a few if a kill came so early that a start saved nothing
-        proc = run_cli(*common, *layouts[k % len(layouts)], "--resume", "auto", "--run_dir", str(b), timeout=600)
+        proc = run_here(*common, *layouts[k % len(layouts)], "--resume", "auto", "--run_dir", str(b))
         assert proc.returncode == 0, proc.stderr
         if summary_line(proc.stdout)["env_steps"] == total:
             break
@@ -160,7 +161,7 @@ SIGNALLED_RUN = [*CARTPOLE, "--num_workers", "2", "--total_timesteps", "512", "-
 def uninterrupted(tmp_path_factory):
     """The run the signalled ones are compared with, never stopped."""
     run_dir = tmp_path_factory.mktemp("uninterrupted") / "a"
-    proc = run_cli(*SIGNALLED_RUN, "--run_dir", str(run_dir))
+    proc = run_here(*SIGNALLED_RUN, "--run_dir", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     return run_dir
 
@@ -188,7 +189,7 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     assert proc.returncode == 143, err
     assert checkpoint.exists() and took < 5, (took, err)
     assert f"stopped in the middle of {'a rollout' if mode == 'rollout' else 'an update'}" in err and "Traceback" not in err
-    done = run_cli("--resume", str(run_dir), "--total_timesteps", "512")
+    done = run_here("--resume", str(run_dir), "--total_timesteps", "512")
     assert done.returncode == 0, done.stderr
     assert "2 envs restored as they were at step 256" in done.stdout
     assert_same_run(uninterrupted, run_dir, 512)

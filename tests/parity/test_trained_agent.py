@@ -24,6 +24,7 @@ from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems, apply_t
 from ppo_dict.run.checks import validate
 from ppo_dict.run.cli import config_from_args
 from tests.parity.sides import assert_same_record, learn_sb3, run_ours
+from tests.cli_here import run_here
 from tests.test_main_ppo import run_cli
 
 needs_zoo = pytest.mark.skipif(importlib.util.find_spec("rl_zoo3") is None, reason="rl_zoo3 is not installed (the test extra)")
@@ -189,12 +190,12 @@ def test_zips_of_other_algorithms_spaces_or_policies_are_refused_clearly(tmp_pat
 def test_cli_refuses_another_algorithm_before_anything_starts(tmp_path) -> None:
     SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1), device="cpu", buffer_size=10).save(str(tmp_path / "sac.zip"))
     before = os.listdir(tmp_path)
-    proc = run_cli("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "sac.zip"), "--run_dir", str(tmp_path / "run"))
+    proc = run_here("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "sac.zip"), "--run_dir", str(tmp_path / "run"))
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: 1 invalid setting(s):\n  - trained_agent='{tmp_path}/sac.zip': not an sb3 PPO model: "
                                   "its policy is stable_baselines3.sac.policies.SACPolicy (SAC)")
     assert os.listdir(tmp_path) == before  # no run directory, the zip untouched
-    missing = run_cli("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "nope.zip"))
+    missing = run_here("--env", "gym_Pendulum-v1", "--trained_agent", str(tmp_path / "nope.zip"))
     assert missing.returncode == 2 and f"trained_agent='{tmp_path}/nope.zip': no such .zip file" in missing.stderr
 
 
