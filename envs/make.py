@@ -125,12 +125,11 @@ def prepare_video(env_name: str) -> None:
 
 def with_no_velocity_envs(gym_id: str, packages: tuple[str, ...]) -> tuple[str, ...]:
     """``packages``, and the module registering rl-zoo's NoVel ids (``envs.no_velocity``, without rl_zoo3) when
-    ``gym_id`` is one nothing registered yet: imported here, and in each worker."""
-    if gym_id in gym.registry:
-        return packages
+    ``gym_id`` is one of them: imported here, and in each worker. Also where this process has it registered already
+    (by rl_zoo3, or by an earlier run here): a worker is a fresh interpreter, whose registry has only what it imports."""
     from .no_velocity import MODULE, NO_VELOCITY_IDS
 
-    return packages + (MODULE,) if gym_id in NO_VELOCITY_IDS else packages
+    return packages + (MODULE,) if gym_id in NO_VELOCITY_IDS and MODULE not in packages else packages
 
 
 def resolve_env_name(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import importlib
 import subprocess
 import sys
 
@@ -116,3 +117,16 @@ def test_no_velocity_envs_need_no_rl_zoo3() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "('ppo_dict.envs.no_velocity',)"
+
+
+def test_a_no_vel_id_this_process_has_registered_is_still_registered_in_each_worker() -> None:
+    """A worker is a fresh interpreter: the NoVel ids are registered there by the spec's module, also where this process
+    has them registered already (rl_zoo3 imported, or an earlier run in this process), or its envs cannot be made."""
+    import gymnasium as gym
+
+    from envs.make import resolve_env_name
+    from envs.no_velocity import MODULE
+
+    importlib.import_module(MODULE)
+    assert "CartPoleNoVel-v1" in gym.registry
+    assert MODULE in resolve_env_name("gym_CartPoleNoVel-v1").gym_packages
