@@ -6,6 +6,8 @@ depends on another: tests that call a command line's entry point in this process
   wakeup descriptor (the watchdog's hard stage reads the stop signals through it);
 * the env watchdog's settings and what it has seen (``ppo_dict.vec.watchdog.WATCHDOG``: its thread, once
   started, stays, idle, as in any process that built a model; nothing is left armed) and the start's stop handler;
+* the guard process a command line's run starts beside its process (it lives as long as the process: here it is
+  ended with the test, so that no process outlives the test that started it);
 * torch's thread counts, the RNG streams (``random``, numpy's global one, torch's CPU generator) and the
   environment variables.
 """
@@ -38,6 +40,7 @@ def snapshot() -> dict[str, Any]:
         "wakeup_fd": wakeup,
         "watchdog": {name: getattr(WATCHDOG, name) for name in WATCHDOG_FIELDS},
         "watchdog_seen": (list(WATCHDOG.signals), list(WATCHDOG.written), WATCHDOG.armed, WATCHDOG.fired),
+        "guard": WATCHDOG.guard,
         "start_handler": startup.HANDLER,
         "threads": (torch.get_num_threads(), torch.get_num_interop_threads()),
         "random": random.getstate(),
@@ -81,6 +84,13 @@ def restore(before: dict[str, Any]) -> None:
         setattr(WATCHDOG, name, value)
     signals, written, WATCHDOG.armed, WATCHDOG.fired = before["watchdog_seen"]
     WATCHDOG.signals[:], WATCHDOG.written[:] = signals, written
+    if WATCHDOG.guard is not before["guard"]:  # a run here started the guard: ended, as the process's end would end it
+        started, beacon = WATCHDOG.guard, WATCHDOG.beacon
+        started.kill()
+        started.wait()
+        WATCHDOG._forget_guard()
+        if beacon.fd is not None:
+            os.close(beacon.fd)
     startup.HANDLER = before["start_handler"]
     threads, interop = before["threads"]
     if torch.get_num_threads() != threads:

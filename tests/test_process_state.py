@@ -6,6 +6,7 @@ import os
 import signal
 
 from ppo_dict.vec.watchdog import WATCHDOG
+from tests.fuzz_flags import child_processes
 from tests.process_state import differences, restored, snapshot
 
 
@@ -22,8 +23,10 @@ def test_an_in_process_run_changes_the_process_and_the_fixture_puts_every_part_b
         assert code == 0, capfd.readouterr().err
         changed = differences(before, snapshot())
         # what a run takes for its lifetime (the stop signals' handlers, the watchdog's SIGALRM), and its streams
-        assert {"handlers", "environ", "torch"} <= set(changed), changed
+        # and the guard process beside it (which lives as long as the process)
+        assert {"handlers", "environ", "torch", "guard"} <= set(changed), changed
     assert differences(before, snapshot()) == []
+    assert child_processes() == []  # the guard ended with the test (multiprocessing's forkserver aside)
     assert "PPO_DICT_TEST_LEFT_BEHIND" not in os.environ
     # the watchdog's thread outlives the run, and with it its SIGALRM handler: a hung env call after it would
     # otherwise end the process (SIGALRM's default)
