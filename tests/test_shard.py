@@ -136,7 +136,7 @@ def test_a_worker_s_rows_land_in_its_columns_alone() -> None:
     work = ShardWork(rollout.program, rollout.policy, rollout.block, s, range(3, 5))
     for arr in (s.actions, s.values, s.log_probs, s.env_actions):
         arr[...] = np.nan
-    rollout.draw(1)
+    rollout.draw(1, -1)
     work.before((2, 1, 0, 0, 1, rollout.mslot, rollout.version))
     written = ~np.isnan(s.values)
     assert written[1, 3:5].all() and written.sum() == 2

@@ -82,7 +82,7 @@ class ShardedRollout:
 
     def __init__(self, cfg: Config, storage: RolloutStorage, label: str, policy: ActorCritic, normalizer: Optional[Normalizer],
                  central: PolicyStep, payload: Optional[bytes] = None):
-        self.cfg, self.storage, self.policy, self.normalizer, self.central = cfg, storage, policy, normalizer, central
+        self.storage, self.policy, self.normalizer, self.central = storage, policy, normalizer, central
         n = self.n_envs = storage.n_envs
         self.draw_shapes = central.sampler.draw_shapes(n)
         gsde = policy.action_spec.gsde
@@ -105,16 +105,16 @@ class ShardedRollout:
                                     tuple(range(len(self.draw_shapes))), norm)
         self.version, self.mslot, self._matrices = 0, 0, None
         self.masking = True  # the collector's (sb3-contrib's use_masking)
-        self.refresh()
+        self.refresh(cfg.gamma)
 
     # ------------------------------------------------------------------ what this process writes
-    def refresh(self) -> None:
+    def refresh(self, gamma: float) -> None:
         """The policy's parameters, the bootstrap's gamma, whether masks apply and the normaliser's settings into the block (once per rollout: after an update, after
         a setting assigned between ``learn`` calls), a new version."""
         with torch.no_grad():
             for name, tensor in shared_tensors(self.policy):
                 self.block.tensors[name].copy_(tensor)
-        self.block.tensors["settings/gamma"].fill_(self.cfg.gamma)
+        self.block.tensors["settings/gamma"].fill_(gamma)
         if "settings/masking" in self.block.tensors:
             self.block.tensors["settings/masking"].fill_(float(self.masking))
         if self.normalizer is not None:  # what a script may assign to sb3's VecNormalize between learn calls
@@ -130,9 +130,9 @@ class ShardedRollout:
         self.block.tensors[f"matrices/{self.mslot}"].copy_(gsde.exploration_matrices)
         self._matrices = gsde.exploration_matrices
 
-    def draw(self, t: int) -> None:
+    def draw(self, t: int, sde_sample_freq: int) -> None:
         """Step t's randomness in sb3's order: the exploration matrices where due, then the step's draws (slot t % 2)."""
-        self.policy.explore(self.n_envs, t, self.cfg.sde_sample_freq)
+        self.policy.explore(self.n_envs, t, sde_sample_freq)
         self.sync_matrices()
         self.central.sampler.draw([self.block.tensors[f"draw/{t % 2}/{i}"] for i in range(len(self.draw_shapes))])
 
@@ -153,10 +153,10 @@ class ShardedRollout:
         step at which the hooks stopped the rollout (None: they did not)."""
         s, pool, timing, clock, hooks = self.storage, c.pool, c.timing, time.perf_counter, c.hooks
         started = clock()
-        self.cfg = c.cfg  # settings assigned between learn calls (the bootstrap's gamma, sde_sample_freq)
-        self.refresh()
+        every = c.cfg.sde_sample_freq  # the caller's settings, as assigned between learn calls (and the bootstrap's gamma)
+        self.refresh(c.cfg.gamma)
         self.sync_matrices()  # the rollout's first matrices (the collector drew them)
-        self.draw(0)
+        self.draw(0, every)
         if self.normalizer is not None:
             self.publish_stats()
         owed: list[Callable[[], None]] = []  # the last step's episodes, then the next step's draws: while the workers step
@@ -169,7 +169,7 @@ class ShardedRollout:
         for t in range(s.n_steps):
             settle = (BOOKS if hooks is not None else NORM | BOOKS) if t else 0
             if hooks is None and t + 1 < s.n_steps:
-                owed.append(lambda t=t: self.draw(t + 1))
+                owed.append(lambda t=t: self.draw(t + 1, every))
             timing.serial += clock() - started
             mark = clock()
             pool.work(self.header(settle | ACT | STEP, t, c.steps_before), idle=idle if pool.waits else None)
@@ -188,7 +188,7 @@ class ShardedRollout:
                 if not hooks.step(t):
                     return t + 1, t
                 if t + 1 < s.n_steps:
-                    self.draw(t + 1)
+                    self.draw(t + 1, every)
             ended = np.flatnonzero(dones)
             if len(ended):  # copied now: a process writes its env's row again at the env's next episode end
                 values, kinds = s.episode_values[ended], s.episode_kinds[ended]
