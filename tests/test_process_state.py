@@ -6,7 +6,6 @@ import os
 import signal
 
 from ppo_dict.vec.watchdog import WATCHDOG
-from tests.fuzz_flags import child_processes
 from tests.process_state import differences, restored, snapshot
 
 
@@ -21,12 +20,13 @@ def test_an_in_process_run_changes_the_process_and_the_fixture_puts_every_part_b
                               "--batch_size", "32", "--n_epochs", "1", "--total_timesteps", "32", "--seed", "0",
                               "--progress", "none", "--plot", "False", "--run_dir", str(tmp_path / "run")])
         assert code == 0, capfd.readouterr().err
+        guard = WATCHDOG.guard  # the guard process the run started beside this process
         changed = differences(before, snapshot())
         # what a run takes for its lifetime (the stop signals' handlers, the watchdog's SIGALRM), and its streams
         # and the guard process beside it (which lives as long as the process)
         assert {"handlers", "environ", "torch", "guard"} <= set(changed), changed
     assert differences(before, snapshot()) == []
-    assert child_processes() == []  # the guard ended with the test (multiprocessing's forkserver aside)
+    assert guard is not None and guard.poll() is not None and WATCHDOG.guard is before["guard"] is None  # ended with the test
     assert "PPO_DICT_TEST_LEFT_BEHIND" not in os.environ
     # the watchdog's thread outlives the run, and with it its SIGALRM handler: a hung env call after it would
     # otherwise end the process (SIGALRM's default)
