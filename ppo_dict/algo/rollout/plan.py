@@ -52,7 +52,7 @@ class Plan:
         at_start: a ``--dry_run``'s plan: the probe's part is what the start probe will decide.
         workers: worker processes step envs (else every env steps in this process).
         recurrent, graphed, device: the recurrent step (LSTM states carried), replayed as CUDA graphs, the policy's device.
-        books, bootstrap: where a step's books are kept and the time-limit bootstrap's form, in words.
+        books, bootstrap (properties, from the fields): where a step's books are kept and the time-limit bootstrap's form, in words.
         overlap: the per-env bootstrap and the episodes are owed, done while the workers step the next step.
         device_bootstrap: a step's cut episodes are valued in one batch on the device.
         update: :data:`EXACT`, :data:`RECURRENT`, :data:`DEVICE` or :data:`RANKS`; ``update_why``: what it is and why.
@@ -71,14 +71,20 @@ class Plan:
     recurrent: bool
     graphed: bool
     device: str
-    books: str
-    bootstrap: str
     overlap: bool
     device_bootstrap: bool
     update: str
     update_why: str
     ranks: Optional[RankRows] = None
     layout: Optional[Layout] = None
+
+    @property
+    def books(self) -> str:
+        return books_words(self.step)
+
+    @property
+    def bootstrap(self) -> str:
+        return bootstrap_words(self.step, self.recurrent, self.overlap, self.device_bootstrap, self.device)
 
     @property
     def step_line(self) -> str:
@@ -136,8 +142,7 @@ def decide(cfg: Config, storage: RolloutStorage, label: str, processes: list[tup
     overlap = step != DOUBLE_BUFFERED and waits
     device_bootstrap = device.type != "cpu" and not recurrent
     update, update_why = update_choice(cfg, device, recurrent, ranks)
-    plan = Plan(step, why, granule, probed, at_start, bool(processes), recurrent, cfg.cuda_graphs, str(device),
-                books_words(step), bootstrap_words(step, recurrent, overlap, device_bootstrap, device), overlap, device_bootstrap,
+    plan = Plan(step, why, granule, probed, at_start, bool(processes), recurrent, cfg.cuda_graphs, str(device), overlap, device_bootstrap,
                 update, update_why, ranks, layout)
     return plan, sharded
 
@@ -185,7 +190,7 @@ def books_words(step: str) -> str:
     return "the main process, every env's after each step, in sb3's order"
 
 
-def bootstrap_words(step: str, recurrent: bool, overlap: bool, device_bootstrap: bool, device: torch.device) -> str:
+def bootstrap_words(step: str, recurrent: bool, overlap: bool, device_bootstrap: bool, device: str) -> str:
     """The time-limit bootstrap's form, ``reward += gamma * V(terminal observation)`` where an episode was cut."""
     if step == SHARDED:
         return "in each process, for its envs cut by a time limit, the critic on a batch of one (sb3's shape)"
