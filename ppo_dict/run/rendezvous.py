@@ -5,7 +5,8 @@ every rank under the one timeout it is given, which must stay long for the colle
 evaluations and checkpoints happen inside them: ``GROUP_TIMEOUT``, 1800 s). With a hand-set address where nothing
 listens, or a rank that never starts, that was half an hour without a word. Here the store is reached first, within
 :data:`RENDEZVOUS_TIMEOUT` seconds (``PPO_DICT_RENDEZVOUS_TIMEOUT``), each rank saying every
-:data:`WAIT_LINE` seconds what it waits for; then the group is made on that store with the collectives' timeout.
+:data:`WAIT_LINE` seconds (first at half the timeout, where that is sooner) what it waits for; then the group is
+made on that store with the collectives' timeout.
 
 Under torchrun's own rendezvous (``TORCHELASTIC_USE_AGENT_STORE=True``) the store is torchrun's agent's, up before
 any rank starts (torchrun bounds the wait for the other hosts with ``--rdzv-conf join_timeout``), so every rank
@@ -57,12 +58,13 @@ def agent_store(env: Mapping[str, str]) -> bool:
 
 
 class Waiting:
-    """Prints ``rank r (host): waiting for ...`` at most every :data:`WAIT_LINE` seconds, and says when time is up."""
+    """Prints ``rank r (host): waiting for ...`` at most every :data:`WAIT_LINE` seconds (the first line at half a
+    shorter timeout, so a rank always says what it waits for before it gives up), and says when time is up."""
 
     def __init__(self, info: RankInfo, where: str, timeout: float, log: TextIO):
         self.info, self.where, self.log = info, where, log
         self.start = time.monotonic()
-        self.deadline, self.next_line = self.start + timeout, self.start + WAIT_LINE
+        self.deadline, self.next_line = self.start + timeout, self.start + min(WAIT_LINE, timeout / 2)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
