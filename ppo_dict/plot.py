@@ -93,12 +93,13 @@ def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 2
 
 def plot_runs(run_dirs: list[str], out: str, key: str = KEY, title: Optional[str] = None) -> str:
     """Write a PNG of ``key`` against env steps, one mean-and-band line per env; returns ``out``."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global figure state
-    from matplotlib.figure import Figure
-
     labels = sorted({run_label(d) for d in run_dirs if len(load_curve(d, key)[0])})
     if not labels:
         raise ValueError(f"no {key} values in {', '.join(run_dirs)} (progress.csv)")
+    # after the check: a run without the values (no episode ended) does not pay matplotlib's import (about 0.5 s)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no global figure state
+    from matplotlib.figure import Figure
+
     extra = episode_keys(run_dirs) if key == KEY else []
     fig = Figure(figsize=(7, 7.5 if extra else 4.5))
     FigureCanvasAgg(fig)
