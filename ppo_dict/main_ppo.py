@@ -345,8 +345,8 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         # a checkpoint that does not fit this config; a run directory taken meanwhile
         if isinstance(exc, (CheckpointError, ConfigError)):
             print(f"error: {exc}", file=sys.stderr)
-        # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
         elif isinstance(exc, (PPODictError, OSError)):
+            # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         else:
             raise

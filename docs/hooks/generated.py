@@ -255,8 +255,8 @@ def constructor_markdown() -> str:
             field = FIELDS.get(parameter.name)
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY:  # ppo_dict's settings: the flag's text, as Python names it
                 text = f"ppo_dict's setting: {cell(flag_text(field, spellings=False))} ([flag](flags.md#{parameter.name}))"
-            # a PPO hyperparameter: sb3's meaning, the flag's words
             elif field is not None and field.metadata["group"] == "ppo":
+                # a PPO hyperparameter: sb3's meaning, the flag's words
                 text = f"sb3's: {cell(field.metadata['help'])}"
             else:
                 text = f"sb3's, as `{spec.sb3_class.replace(':', '.')}` takes it"

@@ -77,8 +77,8 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         model = (spec.policies[alias] if observation_space is None
                  else model_of(spec.policies[alias], observation_space, spec.model_suffix))
         problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
-    # the class builds its networks: the model only names the observation's kind
     elif own is not None and observation_space is not None:
+        # the class builds its networks: the model only names the observation's kind
         model = model_of(None, observation_space)
     policy, policy_kwargs_problems = (({}, []) if own is not None
                                       else policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name))

@@ -247,8 +247,8 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
         if kind == "collections.deque":  # the episode buffers: dicts of numbers, read as data
             return episode_buffer(plain_data(value.get(SERIALIZED, "")))
         raise NotRebuildable("its JSON does not describe it")
-    # the file's JSON, not ours
     except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:
+        # the file's JSON, not ours
         return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name or getattr(exc, "function", ""))
 
 

@@ -225,8 +225,8 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
                              policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
                              n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space,
                              action_space=action_space, steps=int(data.get("num_timesteps", 0)))
-    # ArithmeticError: a number past float's range
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        # ArithmeticError: a number past float's range
         raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
     if statistics is not None:
         pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_statistics(statistics, trust_pickles)

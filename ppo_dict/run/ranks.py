@@ -330,8 +330,8 @@ def check_everywhere(cfg: Config, agent: Optional[TrainedAgent], unreadable: dic
             check = check_run(cfg, agent, unreadable, resumed=resumed)
     except (ConfigError, RenderBackendError) as exc:
         refused = exc
-    # a file a check read that no reader bounded yet: one message, never a traceback
     except (OSError, ValueError, RecursionError) as exc:
+        # a file a check read that no reader bounded yet: one message, never a traceback
         refused = ConfigError([f"the run cannot be checked: {one_line(exc)}"])
     if rank is None:
         return check, refused

@@ -188,8 +188,8 @@ def ran_values(run_dir: str, params: dict[str, Any]) -> dict[str, Any]:
     ``-- --total_timesteps 8192`` runs 8192 steps whatever the file says); ``{}`` where the trial wrote none."""
     try:
         config = json.loads(read_capped(os.path.join(run_dir, "config.json"), 1 << 20, "a trial's config.json"))
-    # no config.json (a trial refused, another program's): the drawn values stand
     except (OSError, ValueError, UnreadableFile):
+        # no config.json (a trial refused, another program's): the drawn values stand
         return {}
     return {name: config[name] for name in params if isinstance(config, dict) and name in config}
 
