@@ -46,7 +46,8 @@ class DummyPixelEnv(gym.Env):
         self.state_dim = state_dim
         image_space = spaces.Box(0, 255, shape, np.uint8)
         if state_dim:
-            self.observation_space = spaces.Dict({"image": image_space, "state": spaces.Box(-1.0, 1.0, (state_dim,), np.float32)})
+            self.observation_space = spaces.Dict({"image": image_space,
+                                                  "state": spaces.Box(-1.0, 1.0, (state_dim,), np.float32)})
         else:
             self.observation_space = image_space
         if continuous:

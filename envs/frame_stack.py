@@ -75,7 +75,8 @@ class FrameStack(gym.Wrapper):
         subspaces = dict(space.spaces) if self.is_dict else {None: space}
         self.stacks = {key: StackedFrames(sub, n_stack) for key, sub in subspaces.items() if keys is None or key in keys}
         if self.is_dict:  # the Dict's own key order, stacked subspaces in place
-            self.observation_space = spaces.Dict({k: self.stacks[k].space if k in self.stacks else sub for k, sub in subspaces.items()})
+            self.observation_space = spaces.Dict({k: self.stacks[k].space if k in self.stacks else sub
+                                                  for k, sub in subspaces.items()})
         else:
             self.observation_space = self.stacks[None].space
 
@@ -101,6 +102,7 @@ class FrameStack(gym.Wrapper):
         stacks = list(self.stacks.values())
         if not (isinstance(frames, list) and len(frames) == len(stacks)
                 and all(isinstance(f, np.ndarray) and f.shape == s.frames.shape for f, s in zip(frames, stacks))):
-            raise ValueError(f"FrameStack: saved frames that are not {len(stacks)} arrays of {[s.frames.shape for s in stacks]}")
+            raise ValueError(f"FrameStack: saved frames that are not {len(stacks)} arrays of "
+                             f"{[s.frames.shape for s in stacks]}")
         for stack, saved in zip(stacks, frames):
             stack.frames[...] = saved

@@ -35,10 +35,13 @@ class GoalLineEnv(gym.Env):
     def __init__(self, size: int = 6, episode_length: int = 12, success_type: str = "float32", success_every_step: bool = True,
                  render_mode: Optional[str] = None):
         if success_type not in (*SUCCESS_TYPES, MIXED):
-            raise ValueError(f"PPODictGoal: success_type must be one of {', '.join((*SUCCESS_TYPES, MIXED))}, got {success_type!r}")
+            raise ValueError(f"PPODictGoal: success_type must be one of {', '.join((*SUCCESS_TYPES, MIXED))}, got "
+                             f"{success_type!r}")
         if size < 2 or episode_length < 1:
-            raise ValueError(f"PPODictGoal: size must be at least 2 and episode_length at least 1, got {size}, {episode_length}")
-        self.size, self.episode_length, self.success_type, self.success_every_step = size, episode_length, success_type, success_every_step
+            raise ValueError(f"PPODictGoal: size must be at least 2 and episode_length at least 1, got {size}, "
+                             f"{episode_length}")
+        self.size, self.episode_length, self.success_type, self.success_every_step = (size, episode_length, success_type,
+                                                                                      success_every_step)
         self.render_mode = render_mode
         self.observation_space = spaces.Box(0.0, 1.0, (2,), np.float32)
         self.action_space = spaces.Discrete(3)

@@ -64,7 +64,8 @@ def with_id_module(gym_id: str, packages: tuple[str, ...]) -> tuple[str, tuple[s
     try:
         module, bare = import_id_module(gym_id)
     except Exception as exc:  # noqa: BLE001 (a module that fails to import, whatever it raises)
-        raise ValueError(f"the module of {gym_id} (gymnasium's <module>:<id>) cannot be imported: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"the module of {gym_id} (gymnasium's <module>:<id>) cannot be imported: {type(exc).__name__}: "
+                         f"{exc}") from None
     return bare, packages + ((module,) if module and module not in packages else ())
 
 
@@ -133,23 +134,23 @@ def with_no_velocity_envs(gym_id: str, packages: tuple[str, ...]) -> tuple[str, 
 
 
 def resolve_env_name(
-    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None, pixel: Optional[PixelOptions] = None,
-    atari: Optional[AtariOptions] = None, frame_stack: int = 1,
+    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None,
+    pixel: Optional[PixelOptions] = None, atari: Optional[AtariOptions] = None, frame_stack: int = 1,
 ) -> EnvSpec:
     """Check ``name`` and return its spec, or raise with gymnasium's own "Did you mean" text.
 
-    MuJoCo ids that gymnasium 1.x only registers to raise (``Reacher-v2``, ``-v3``: they need
-    mujoco-py) map to the newest version gymnasium makes, with a notice saying so. Atari ids
-    import ale-py (also in each worker: it joins ``gym_packages``); ``atari`` asks for sb3's
-    AtariWrapper. ``test_dummy`` is the dummy pixel env; its ``kwargs`` are checked here.
-    ``godot_demo`` and ``godot`` are Godot games (``envs.godot.spec.resolve_godot``).
+    MuJoCo ids that gymnasium 1.x only registers to raise (``Reacher-v2``, ``-v3``: they need mujoco-py) map to the
+    newest version gymnasium makes, with a notice saying so. Atari ids import ale-py (also in each worker: it joins
+    ``gym_packages``); ``atari`` asks for sb3's AtariWrapper. ``test_dummy`` is the dummy pixel env; its ``kwargs`` are
+    checked here. ``godot_demo`` and ``godot`` are Godot games (``envs.godot.spec.resolve_godot``).
     """
     kwargs = dict(kwargs or {})
     if is_godot_name(name):
         from .godot.spec import resolve_godot
 
         if atari is not None or frame_stack > 1:
-            raise ValueError(f"{name} is a Godot game, which sends its own observations: drop --atari_wrapper and --frame_stack")
+            raise ValueError(f"{name} is a Godot game, which sends its own observations: drop --atari_wrapper and "
+                             f"--frame_stack")
         return resolve_godot(name, kwargs, pixel)
     import_gym_packages(gym_packages)
     if name == TEST_DUMMY:
@@ -161,10 +162,9 @@ def resolve_env_name(
         return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs, frame_stack=frame_stack)
     gym_id = gym_id_of(name)
     if not gym_id:
-        raise ValueError(
-            f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), {TEST_DUMMY}, "
-            f"{GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs \"dict(env_path=...)\" (another Godot game)"
-        )
+        raise ValueError(f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), "
+                         f"{TEST_DUMMY}, {GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs "
+                         f"\"dict(env_path=...)\" (another Godot game)")
     gym_id, packages = with_id_module(gym_id, tuple(gym_packages))
     packages = with_no_velocity_envs(gym_id, packages)
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
@@ -194,7 +194,8 @@ def resolve_env_name(
                    frame_stack=frame_stack)
 
 
-#: what gymnasium's warning for an old version of an env says (``registration.make``), and what :func:`resolve_env_name`'s notice says instead
+#: what gymnasium's warning for an old version of an env says (``registration.make``), and what
+#: :func:`resolve_env_name`'s notice says instead
 OUT_OF_DATE, OUT_OF_DATE_WARNING = "has a newer version of", "is out of date. You should consider upgrading"
 #: the colour codes gymnasium's ``logger.warn`` wraps its warnings in (``utils.colorize``)
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")

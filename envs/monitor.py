@@ -45,7 +45,8 @@ class EpisodeMonitor(gym.Wrapper):
         self.rewards.append(float(reward))
         if terminated or truncated:
             self.needs_reset = True
-            info[EPISODE] = {"r": round(sum(self.rewards), 6), "l": len(self.rewards), "t": round(time.time() - self.t_start, 6)}
+            info[EPISODE] = {"r": round(sum(self.rewards), 6), "l": len(self.rewards),
+                             "t": round(time.time() - self.t_start, 6)}
         return observation, reward, terminated, truncated, info
 
 

@@ -40,7 +40,8 @@ class PixelObservation(gym.Wrapper):
         super().__init__(env)
         self.opts = opts
         channels = 1 if opts.grayscale else 3
-        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, (channels, opts.image_size, opts.image_size), np.uint8)}
+        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, (channels, opts.image_size, opts.image_size),
+                                                                 np.uint8)}
         if opts.keep_state:
             obs_spaces[STATE] = env.observation_space
         self.observation_space = spaces.Dict(obs_spaces)

@@ -94,7 +94,8 @@ def backend_problem(backend: str) -> Optional[str]:
     """
     unset = "or unset MUJOCO_GL to render with whichever backend works"
     if backend == "glfw" and not os.environ.get("DISPLAY"):
-        return f"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` (Debian packages xvfb xauth), {unset}"
+        return (f"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` (Debian packages xvfb xauth), "
+                f"{unset}")
     if backend in LIBRARIES and not library_loads(LIBRARIES[backend][0]):
         name, package = LIBRARIES[backend]
         return (f"MUJOCO_GL={backend} needs the {name} library (lib{name}.so), which is not installed: "

@@ -21,7 +21,8 @@ MAX_ELEMENTS = 1 << 28
 def to_saved(value: Any) -> tuple[Any, np.ndarray]:
     """Plain data as ``torch.load(weights_only=True)`` reads it back without numpy's pickles: ``(tree, blob)``, the
     bytes of every array, numpy scalar and bytes value in one uint8 array ``blob`` (one tensor in a checkpoint, however
-    many arrays), and in the tree where each lies (``{"__ndarray__": offset, "nbytes": n, "dtype": "<f8", "shape": [...]}``)."""
+    many arrays), and in the tree where each lies (``{"__ndarray__": offset, "nbytes": n, "dtype": "<f8", "shape":
+    [...]}``)."""
     parts: list[bytes] = []
     size = [0]
 

@@ -113,7 +113,8 @@ def _is_config(name: str, value: Any) -> bool:
         return True
     if type(value) in _DATA_TYPES:
         return False
-    return isinstance(value, CODE) or (dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen)
+    return (isinstance(value, CODE)
+            or (dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen))
 
 
 def _attrs(layer: Any, label: str) -> dict[str, Any]:
@@ -152,7 +153,8 @@ def _cameras(env: Any) -> dict[str, dict[str, Any]]:
     """The free cameras of the env's renderer, by render mode: a pixel env's frames depend on where its camera was
     first pointed (gymnasium's ``MujocoRenderer`` sets its ``lookat`` at its first render)."""
     viewers = getattr(getattr(env, "mujoco_renderer", None), "_viewers", None) or {}
-    return {str(mode): {name: plain(getattr(viewer.cam, name), f"camera.{name}") for name in CAMERA if hasattr(viewer.cam, name)}
+    return {str(mode): {name: plain(getattr(viewer.cam, name), f"camera.{name}") for name in CAMERA
+                        if hasattr(viewer.cam, name)}
             for mode, viewer in viewers.items() if hasattr(viewer, "cam")}
 
 
@@ -180,12 +182,14 @@ def _load_mujoco_state(env: Any, state: dict[str, Any], label: str) -> None:
         raise StateNotRestorable(f"{label}: MuJoCo's integration state does not fit this model")
     arrays, views = state["arrays"], _mujoco_fixed_arrays(env.data)
     if not isinstance(arrays, dict) or set(arrays) != set(views):
-        raise StateNotRestorable(f"{label}: MjData's arrays differ from this MuJoCo's ({sorted(set(arrays) ^ set(views))[:3]}...)")
+        raise StateNotRestorable(f"{label}: MjData's arrays differ from this MuJoCo's "
+                                 f"({sorted(set(arrays) ^ set(views))[:3]}...)")
     for name, saved in arrays.items():
         target = views[name]
         if not isinstance(saved, np.ndarray) or saved.shape != target.shape or saved.dtype != target.dtype:
-            raise StateNotRestorable(f"{label}: MjData.{name} is {getattr(saved, 'dtype', type(saved))}{getattr(saved, 'shape', '')}, "
-                                     f"this model's {target.dtype}{target.shape}")
+            raise StateNotRestorable(f"{label}: MjData.{name} is "
+                                     f"{getattr(saved, 'dtype', type(saved))}{getattr(saved, 'shape', '')}, this model's "
+                                     f"{target.dtype}{target.shape}")
     for name, saved in arrays.items():
         views[name][...] = saved
     mujoco.mj_setState(env.model, env.data, np.ascontiguousarray(integration, dtype=np.float64), spec)
@@ -270,7 +274,8 @@ def _revive(saved: Any, current: Any, where: str) -> Any:
         items = [_revive(v, olds[i] if i < len(olds) else None, f"{where}[{i}]") for i, v in enumerate(saved["__deque__"])]
         return collections.deque(items, maxlen=maxlen)
     if isinstance(saved, np.ndarray) and isinstance(current, np.ndarray):
-        if saved.shape != current.shape:  # the dtype may change with the step (Acrobot's state: float64 at reset, float32 after)
+        # the dtype may change with the step (Acrobot's state: float64 at reset, float32 after)
+        if saved.shape != current.shape:
             raise StateNotRestorable(f"{where}: saved with the shape {saved.shape}, this env has {current.shape}")
         if current.flags.writeable and saved.dtype == current.dtype:
             current[...] = saved
@@ -280,7 +285,8 @@ def _revive(saved: Any, current: Any, where: str) -> Any:
         items = [_revive(v, None, f"{where}[{i}]") for i, v in enumerate(saved)]
         return tuple(items) if isinstance(saved, tuple) else items
     if isinstance(saved, dict):
-        return {k: _revive(v, current.get(k) if isinstance(current, dict) else None, f"{where}[{k!r}]") for k, v in saved.items()}
+        return {k: _revive(v, current.get(k) if isinstance(current, dict) else None, f"{where}[{k!r}]")
+                for k, v in saved.items()}
     return saved.copy() if isinstance(saved, (np.ndarray, np.generic)) else saved
 
 
@@ -303,7 +309,8 @@ def load_env_state(env: gym.Env, state: Any, trusted: bool = True) -> None:
         if entry.get("class") != _qualname(layer):
             raise StateNotRestorable(f"the saved layer {entry.get('class')!r} is a {_qualname(layer)} in this env")
         if _is_ale(layer) and not trusted:
-            raise StateNotRestorable(f"{type(layer).__name__}: ALE's saved bytes are read only from the run directory's own checkpoints")
+            raise StateNotRestorable(f"{type(layer).__name__}: ALE's saved bytes are read only from the run directory's own "
+                                     f"checkpoints")
     for layer, entry in zip(stack, state):
         _load_layer(layer, entry, trusted)
 
@@ -346,7 +353,8 @@ def nan_free(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isnan(value)
     if isinstance(value, (np.ndarray, np.generic)):
-        return not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.complexfloating)) or not np.isnan(value).any()
+        return (not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.complexfloating))
+                or not np.isnan(value).any())
     if isinstance(value, (list, tuple)):
         return all(nan_free(v) for v in value)
     if isinstance(value, dict):

@@ -90,7 +90,8 @@ def zoo_model(path: str) -> tuple[Any, Any, int]:
 
     def make(env: Any) -> Model:
         policy = build_policy(cfg, env.observation_space, env.action_space)
-        model = Model(cfg, policy, build_normalizer(cfg, env.observation_space, 1), env.observation_space, env.action_space, agent.steps)
+        model = Model(cfg, policy, build_normalizer(cfg, env.observation_space, 1), env.observation_space, env.action_space,
+                      agent.steps)
         model.load(agent.policy_state, agent.normalizer_state, path)
         policy.eval()
         return model
@@ -99,7 +100,8 @@ def zoo_model(path: str) -> tuple[Any, Any, int]:
 
 
 def zoo_env_of(path: str) -> str:
-    """The env id of a zip in rl-zoo's run folder (``.../<env>_<n>/<env>.zip`` or ``best_model.zip``): its folder's name less ``_<n>``."""
+    """The env id of a zip in rl-zoo's run folder (``.../<env>_<n>/<env>.zip`` or ``best_model.zip``): its folder's name
+    less ``_<n>``."""
     return os.path.basename(os.path.dirname(os.path.abspath(path))).rpartition("_")[0]
 
 
@@ -108,7 +110,8 @@ def zoo_zip(run_dir: str, which: str) -> Optional[str]:
     else ``<env>.zip``, the final model rl-zoo's enjoy loads by default; None when there is none."""
     if which not in ("best", "last"):
         return None
-    names = (["best_model.zip"] if which == "best" else []) + [f"{os.path.basename(os.path.normpath(run_dir)).rpartition('_')[0]}.zip"]
+    names = ((["best_model.zip"] if which == "best" else [])
+             + [f"{os.path.basename(os.path.normpath(run_dir)).rpartition('_')[0]}.zip"])
     return next((os.path.join(run_dir, name) for name in names if os.path.isfile(os.path.join(run_dir, name))), None)
 
 
@@ -130,26 +133,32 @@ def main(argv: Optional[list[str]] = None) -> int:
     from ppo_dict.run.cli import Option, add_option, command_parser
 
     parser = command_parser("python -m ppo_dict.enjoy", __doc__, [
-        Option(("run_dir",), "the run directory to replay from (or rl-zoo's --env ID -f FOLDER)", kwargs={"metavar": "RUN_DIR", "nargs": "?"}),
+        Option(("run_dir",), "the run directory to replay from (or rl-zoo's --env ID -f FOLDER)",
+               kwargs={"metavar": "RUN_DIR", "nargs": "?"}),
         Option(("--model",), "best | last | a model or checkpoint file (best: best_model.pt where the run evaluated, else the "
                "newest checkpoint, else model.pt)", "best"),
         Option(("--episodes",), "episodes to play", 5, kwargs={"type": int}),
         Option(("--seed",), "seed of the first reset", 0, kwargs={"type": int}),
-        Option(("--video",), "record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4", False, kwargs={"action": "store_true"}),
+        Option(("--video",), "record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4", False,
+               kwargs={"action": "store_true"}),
     ])
     mode = parser.add_mutually_exclusive_group()  # rl-zoo's enjoy flags; neither: stochastic for Atari only
     add_option(mode, Option(("--deterministic",), "take the most likely action", None,
                             "None: deterministic except for Atari games, as rl-zoo's enjoy",
                             {"dest": "deterministic", "action": "store_const", "const": True}))
-    add_option(mode, Option(("--stochastic",), "sample actions", None, "None: stochastic for Atari games only, as rl-zoo's enjoy",
+    add_option(mode, Option(("--stochastic",), "sample actions", None,
+                            "None: stochastic for Atari games only, as rl-zoo's enjoy",
                             {"dest": "deterministic", "action": "store_const", "const": False}))
     zoo = parser.add_argument_group("rl-zoo's enjoy.py flags: the run <folder>/<algo>/<env>_<exp-id>, as rl-zoo finds it")
     add_option(zoo, Option(("--algo",), "rl-zoo's algorithm folder", "ppo", kwargs={"choices": ["ppo", "ppo_lstm"]}))
     add_option(zoo, Option(("--env",), "the env id of the run", None))
-    add_option(zoo, Option(("-f", "--folder"), "rl-zoo's log folder (-f of train: python -m ppo_dict.main_ppo ... -f FOLDER)", None))
+    add_option(zoo, Option(("-f", "--folder"), "rl-zoo's log folder (-f of train: python -m ppo_dict.main_ppo ... -f "
+                                               "FOLDER)", None))
     add_option(zoo, Option(("--exp-id",), "the run's number n (0: the latest)", 0, kwargs={"type": int}))
-    add_option(zoo, Option(("--no-render",), "accepted: nothing is shown on screen here (--video records)", False, kwargs={"action": "store_true"}))
-    add_option(zoo, Option(("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes (--episodes)", None))
+    add_option(zoo, Option(("--no-render",), "accepted: nothing is shown on screen here (--video records)", False,
+                           kwargs={"action": "store_true"}))
+    add_option(zoo, Option(("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes "
+                                                    "(--episodes)", None))
     startup.imported()
     args = parser.parse_args(argv)
     if args.n_timesteps is not None:

@@ -6,8 +6,8 @@ there and prints the run plan, exit 0), trains, saves what was asked, and prints
 summary line last. Ctrl-C / SIGTERM / SIGHUP drop the rollout or update in progress, save the state from before
 it (the envs included), close the workers and exit 130 / 143 / 129 within a few seconds (``ppo_dict.run.stopping``); a
 second signal stops at once without writing anything more, and one while the command line starts ends it cleanly
-(same exit status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process ends the run after ``--step_timeout``
-seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
+(same exit status, no traceback: ``ppo_dict.run.startup``). An env hung in the main process ends the run after
+``--step_timeout`` seconds (``ppo_dict.vec.watchdog``), as a hung worker does.
 
 A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>__<time>``):
 ``config.json`` (resolved), ``progress.csv`` (every logged value), ``monitor.csv`` (the training episodes, as
@@ -66,7 +66,8 @@ from ppo_dict.vec.backend import EnvBackend
 
 
 
-def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0) -> dict[str, Any]:
+def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str],
+            start_steps: int = 0) -> dict[str, Any]:
     """The last stdout line: counters, speed (of this process), the last value of every ``rollout/*``/``eval/*`` key."""
     rew = ppo.ep_rew_mean
     metrics: dict[str, Any] = {}
@@ -100,7 +101,8 @@ def default_run_dir(cfg: Config, root: str = "runs") -> str:
     return path
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
+def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger,
+                 spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
     """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
     ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
     writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
@@ -172,7 +174,8 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
         written.append(save_model(ppo, cfg.save_path))
         print(f"saved {written[-1]}", flush=True)
     if cfg.export_sb3:
-        loader = "sb3_contrib.RecurrentPPO" if cfg.recurrent else "sb3_contrib.MaskablePPO" if cfg.action_masks else "stable_baselines3.PPO"
+        loader = ("sb3_contrib.RecurrentPPO" if cfg.recurrent else "sb3_contrib.MaskablePPO" if cfg.action_masks
+                  else "stable_baselines3.PPO")
         written.append(export_sb3(ppo, cfg.export_sb3))
         print(f"exported {written[-1]} ({loader}.load)", flush=True)
     if cfg.plot:
@@ -205,8 +208,8 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
     return plan
 
 
-def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed: Optional[RESUMED], agent: Optional[TrainedAgent],
-                  rank: Optional[RankRun]) -> PPO:
+def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed: Optional[RESUMED],
+                  agent: Optional[TrainedAgent], rank: Optional[RankRun]) -> PPO:
     """PPO on the plan's pool (one rank's share of the run's over ranks), resumed or started from a trained agent."""
     ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks, layout=plan.layout)
     writes = rank is None or rank.writes
@@ -227,7 +230,8 @@ def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed
         apply_trained_agent(ppo, agent)
         stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
         if writes:
-            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as rl-zoo)", flush=True)
+            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as "
+                  f"rl-zoo)", flush=True)
     return ppo
 
 
@@ -254,7 +258,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         if rank is None:  # over ranks, every rank finishes the update and drops a rollout together (ppo_dict.run.ranks)
             stop.phase, ppo.stop_asked = (lambda: ppo.phase), (lambda: stop.signum is not None)
         # every save_freq steps or save_every_minutes (rank 0's clock deciding for every rank); asked alike on every rank
-        save_due = SaveDue(cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps, None if rank is None else rank.from_rank_0)
+        save_due = SaveDue(cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps,
+                           None if rank is None else rank.from_rank_0)
         if writes:
             owned = claim(cfg, resumed, fresh_dir)
             tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
@@ -282,7 +287,8 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
             owned.release()
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
     if writes:
-        print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)), flush=True)
+        print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)),
+              flush=True)
     return exit_code
 
 
@@ -300,7 +306,8 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         print(f"error: {ConfigError(list(unreadable.values()))}", file=sys.stderr)
         return 2
     base = None if agent is None else agent.saved
-    if resumed is not None:  # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
+    # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
+    if resumed is not None:
         base = file_effects.file_values(resumed[1]["config"], flags, resumed[0])
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned, algo=line.algo)
     check, refused = check_everywhere(cfg, agent, {**more, **unreadable}, resumed, flags, dry_run, rank)
@@ -308,15 +315,18 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         if writes:
             print(f"error: {refused}", file=sys.stderr)
         return 2
-    base = "its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None else "sb3's defaults"
+    base = ("its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None
+            else "sb3's defaults")
     applied = "\n".join(filter(None, [hyperparams_text(cfg, base, read_file=resumed is None), line.algo_note]))
     if dry_run:
         local = None if rank is None else local_layout(cfg, rank.info, check.backend.unit)  # the plan is this rank's
         ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local)
         if writes:
-            print(dry_run_text(cfg, check, applied, None if rank is None else rank_rows(cfg, rank.info), local) + ranks, flush=True)
+            print(dry_run_text(cfg, check, applied, None if rank is None else rank_rows(cfg, rank.info), local) + ranks,
+                  flush=True)
         return 0
-    if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:  # as rl-zoo prints them
+    # as rl-zoo prints them
+    if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:
         print(applied, flush=True)
     cfg, fresh_dir = settle_everywhere(cfg, flags, rank, default_run_dir)
     home = None if resumed is None else checkpoint_run_dir(resumed[0])
@@ -324,16 +334,19 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         print(f"{resumed[0]} is older than the run's newest checkpoint, which is kept: this run is a branch, "
               f"written to {cfg.run_dir}", flush=True)
     elif writes and resumed is not None and home is None and "run_dir" not in flags:
-        print(f"{resumed[0]} is in no run directory (its config.json and checkpoints/): this run writes a new one, {cfg.run_dir}", flush=True)
+        print(f"{resumed[0]} is in no run directory (its config.json and checkpoints/): this run writes a new one, "
+              f"{cfg.run_dir}", flush=True)
     try:
         return run(cfg, check.backend, resumed, agent, fresh_dir=fresh_dir, rank=rank)
     except Exception as exc:  # noqa: BLE001 (over ranks, anything one rank raises ends the run with its one message)
         code = 2 if isinstance(exc, (CheckpointError, ConfigError)) else 1
         if rank is not None:
             return rank.fault(exc, code)
-        if isinstance(exc, (CheckpointError, ConfigError)):  # a checkpoint that does not fit this config; a run directory taken meanwhile
+        # a checkpoint that does not fit this config; a run directory taken meanwhile
+        if isinstance(exc, (CheckpointError, ConfigError)):
             print(f"error: {exc}", file=sys.stderr)
-        elif isinstance(exc, (PPODictError, OSError)):  # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
+        elif isinstance(exc, (PPODictError, OSError)):
+            # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         else:
             raise

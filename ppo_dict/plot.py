@@ -49,7 +49,8 @@ def run_config(run_dir: str) -> dict:
         return {}
     keywords = config.get("info_keywords")
     return {**({"env": config["env"]} if isinstance(config.get("env"), str) else {}),
-            **({"info_keywords": keywords} if isinstance(keywords, list) and all(isinstance(k, str) for k in keywords) else {})}
+            **({"info_keywords": keywords} if isinstance(keywords, list) and all(isinstance(k, str) for k in keywords)
+               else {})}
 
 
 def run_label(run_dir: str) -> str:
@@ -82,7 +83,8 @@ def _draw(ax, run_dirs: list[str], key: str, label_key: bool = False) -> int:
     return len(groups)
 
 
-def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]],
+                    points: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(grid, mean, std)`` over runs, on ``points`` steps from the latest first step to the earliest last step."""
     lo = max(int(steps[0]) for steps, _ in curves)
     hi = min(int(steps[-1]) for steps, _ in curves)
@@ -139,7 +141,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from ppo_dict.run.cli import Option, command_parser  # the command line's parts only where it is one (main_ppo plots too)
 
     parser = command_parser("python -m ppo_dict.plot", __doc__, [
-        Option(("run_dirs",), "run directories (several seeds of one env: their mean and spread)", kwargs={"nargs": "+", "metavar": "RUN_DIR"}),
+        Option(("run_dirs",), "run directories (several seeds of one env: their mean and spread)",
+               kwargs={"nargs": "+", "metavar": "RUN_DIR"}),
         Option(("--out",), "PNG file to write", "learning_curves.png"),
         Option(("--key",), "logged key to plot (e.g. eval/mean_reward, train/value_loss)", KEY),
     ])

@@ -39,16 +39,19 @@ def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, list[str]
 
     parser = command_parser("python -m ppo_dict.sweep", __doc__, [
         Option(("sweep_file",), "a wandb sweep file (sweeps/reacher.yaml)"),
-        Option(("--count",), "trials this process runs (grid: the study stops when the grid is done)", 10, kwargs={"type": int}),
+        Option(("--count",), "trials this process runs (grid: the study stops when the grid is done)", 10,
+               kwargs={"type": int}),
         Option(("--n_jobs",), "trials this process runs at once", 1, kwargs={"type": int}),
         Option(("--storage",), "Optuna storage: sqlite:///FILE.db, FILE.journal, postgresql://user:password@host/db", None,
                "None: sqlite:///<out>/optuna.db"),
         Option(("--study_name",), "the study to create or join", None, "None: the sweep file's name"),
-        Option(("--method",), "override the file's method", None, "None: the file's", {"choices": ("grid", "random", "bayes")}),
+        Option(("--method",), "override the file's method", None, "None: the file's",
+               {"choices": ("grid", "random", "bayes")}),
         Option(("--seed",), "seed of this process's sampler", None, "None: fresh, so joined processes differ", {"type": int}),
         Option(("--out",), "folder for the trials' run directories", None, "None: runs/sweeps/<study name>"),
         Option(("--timeout",), "seconds one trial may take", 3600.0, kwargs={"type": float}),
-        Option(("--allow_command",), "run the sweep file's command when it is not ppo_dict's own (${interpreter} -m ppo_dict.main_ppo "
+        Option(("--allow_command",), "run the sweep file's command when it is not ppo_dict's own (${interpreter} -m "
+                                     "ppo_dict.main_ppo "
                "${args}): it runs whatever program the file names", False, kwargs={"action": "store_true"}),
         Option(("--allow_code",), "let the sweep file's parameters import or launch code (gym_packages, an env <module>:<id>, "
                "a Godot game's program)", False, kwargs={"action": "store_true"}),
@@ -75,8 +78,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     trials = TrialProcesses()
     previous = install_stop_handlers(trials)
     try:
-        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs, trials,
-                         args.allow_command, args.allow_code)
+        rows = run_sweep(sweep, args.count, method, out, extra, args.seed, args.timeout, args.storage, study_name, args.n_jobs,
+                         trials, args.allow_command, args.allow_code)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

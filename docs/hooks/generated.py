@@ -108,8 +108,8 @@ OWN_FLAGS = {"dry_run": ("False", VALUE_KINDS["parse_bool"]), "algo": ("ppo", "`
 
 
 #: the values rl-zoo's train.py flags take (``ppo_dict.run.cli.ZOO_FLAGS``)
-ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`", "num_threads": "an integer",
-              "n_eval_envs": "`1`"}
+ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`",
+              "num_threads": "an integer", "n_eval_envs": "`1`"}
 
 
 def zoo_flags_markdown() -> list[str]:
@@ -120,15 +120,18 @@ def zoo_flags_markdown() -> list[str]:
     out = ["## rl-zoo's train.py flags", "", "`--help` group `rl-zoo's train.py flags`; not settings: each sets the settings "
            "that mean the same here, or is refused naming them.", "", *TABLE_HEAD]
     for name, (spellings, text, default) in ZOO_FLAGS.items():
-        out.append(f'| <a id="{name}"></a>{" ".join(f"`{s}`" for s in spellings)} | {code(default)} | {ZOO_VALUES[name]} | {cell(text)} |')
+        out.append(f'| <a id="{name}"></a>{" ".join(f"`{s}`" for s in spellings)} | {code(default)} | {ZOO_VALUES[name]} | '
+                   f'{cell(text)} |')
     return out + [""]
 
 
-def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]], default_text: Callable[[dataclasses.Field], str],
+def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]],
+                   default_text: Callable[[dataclasses.Field], str],
                    own_flags: dict[str, str], flag_text: Callable[[dataclasses.Field], str]) -> str:
     """The flags reference, in ``--help``'s order: the command line's own flags (``own_flags``: ``{name: help}``,
     in ``--help``'s `options`), then one table per ``--help`` group, one row per flag (``flag_text``: what it does)."""
-    out = ["## The command line's own flags", "", "`--help` group `options`; not settings (not saved with a run).", "", *TABLE_HEAD]
+    out = ["## The command line's own flags", "", "`--help` group `options`; not settings (not saved with a run).", "",
+           *TABLE_HEAD]
     out += [flag_row(name, *OWN_FLAGS[name], text) for name, text in own_flags.items()] + [""]
     out += zoo_flags_markdown()
     for group, fields in flag_groups().items():
@@ -170,7 +173,8 @@ def commands_markdown() -> str:
 
 
 def godot_help(text: str) -> str:
-    """main_ppo_godot's ``--help`` less main_ppo's flags: its description, the defaults it gives them, ``--env_path``, examples."""
+    """main_ppo_godot's ``--help`` less main_ppo's flags: its description, the defaults it gives them, ``--env_path``,
+    examples."""
     from ppo_dict.main_ppo_godot import DEMO_DEFAULTS, DEMO_LAYOUT
 
     description = text.split("\n\n", 1)[1].split("\n\noptions:", 1)[0]
@@ -191,7 +195,8 @@ def speed_markdown(rows: list[dict[str, str]]) -> str:
     """The headline speed table, as the speed page and the index show it (README gives its range: ``tests/test_docs.py``)."""
     out = ["| workload | ppo_dict / sb3 | over the rounds | measured by, on |", "| --- | --- | --- | --- |"]
     for row in rows:
-        out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, {row['where']} |")
+        out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, "
+                   f"{row['where']} |")
     return "\n".join(out)
 
 
@@ -242,14 +247,16 @@ def constructor_markdown() -> str:
 
     out = []
     for name, spec in ALGORITHMS.items():
-        out += [f"### `{name}(...)`", "", f"`{spec.sb3_class.replace(':', '.')}`'s parameters, then ppo_dict's keyword-only settings.", "",
+        out += [f"### `{name}(...)`", "", f"`{spec.sb3_class.replace(':', '.')}`'s parameters, then ppo_dict's keyword-only "
+                                          f"settings.", "",
                 "| parameter | default | what it is |", "| --- | --- | --- |"]
         for parameter in spec.signature().parameters.values():
             default = "required" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
             field = FIELDS.get(parameter.name)
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY:  # ppo_dict's settings: the flag's text, as Python names it
                 text = f"ppo_dict's setting: {cell(flag_text(field, spellings=False))} ([flag](flags.md#{parameter.name}))"
-            elif field is not None and field.metadata["group"] == "ppo":  # a PPO hyperparameter: sb3's meaning, the flag's words
+            elif field is not None and field.metadata["group"] == "ppo":
+                # a PPO hyperparameter: sb3's meaning, the flag's words
                 text = f"sb3's: {cell(field.metadata['help'])}"
             else:
                 text = f"sb3's, as `{spec.sb3_class.replace(':', '.')}` takes it"
@@ -263,7 +270,10 @@ def generated_parts() -> dict[str, Callable[[], str]]:
     from ppo_dict.run.cli import COMMAND_LINE_FLAGS, default_text, flag_groups, flag_text
 
     return {
-        "<!-- generated: flags -->": lambda: f'<div class="flags" markdown>\n\n{flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)}\n</div>',
+        "<!-- generated: flags -->": lambda: f'<div class="flags" '
+                                             f'markdown>\n\n'
+                                             f'{flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)}'
+                                             '\n</div>',
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
         "<!-- generated: ledger, newest first -->": ledger_newest_first,

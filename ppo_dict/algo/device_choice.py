@@ -71,13 +71,15 @@ def forced_cuda_line(n_envs: int, cpu_us: float, cuda_us: float, cuda: torch.dev
     """What ``--device cuda`` costs an MLP policy per rollout step, measured (one line)."""
     ratio = cuda_us / max(cpu_us, 1e-9)
     verdict = f"{ratio:.1f}x the cpu's time" if ratio >= 1 else f"{1 / ratio:.1f}x faster than the cpu"
-    return f"note: device {cuda} for an MLP policy: a policy step of {n_envs} envs took {cuda_us:.0f} us there, {cpu_us:.0f} us on the cpu (measured): {verdict}"
+    return (f"note: device {cuda} for an MLP policy: a policy step of {n_envs} envs took {cuda_us:.0f} us there, {cpu_us:.0f} "
+            f"us on the cpu (measured): {verdict}")
 
 
 def measured_device(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, images: bool,
                     resolved: torch.device) -> tuple[torch.device, str]:
     """``(device, line)`` where measuring applies (a CUDA device here, a feed-forward policy, ``--device auto``
-    or CUDA forced for an MLP policy), else ``(resolved, "")``: ``resolved`` is :func:`~ppo_dict.algo.model.resolve_device`'s."""
+    or CUDA forced for an MLP policy), else ``(resolved, "")``: ``resolved`` is
+    :func:`~ppo_dict.algo.model.resolve_device`'s."""
     forced_mlp = cfg.device != "auto" and resolved.type == "cuda" and not images
     if cfg.recurrent or not torch.cuda.is_available() or not (cfg.device == "auto" or forced_mlp):
         return resolved, ""

@@ -27,7 +27,8 @@ from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.core.reading import one_line
-from ppo_dict.data.storage import aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys, vector_obs_shapes
+from ppo_dict.data.storage import (aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys,
+                                   vector_obs_shapes)
 from ppo_dict.envs import GODOT_PREFIX, make_env
 
 def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
@@ -50,7 +51,8 @@ def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) 
     ``norm_obs_keys`` can only name Box keys), or None."""
     if not cfg.normalize:
         return None
-    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs, cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
+    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs,
+                      cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
 
 
 @dataclass
@@ -91,7 +93,8 @@ class Model:
             saved = {key: np.shape(rms["mean"]) for key, rms in normalizer_state["obs_rms"].items()}
             ours = {key: rms.mean.shape for key, rms in self.normalizer.obs_rms.items()}
             if any(saved.get(key) != shape for key, shape in ours.items()):
-                raise CheckpointError(f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this model's {ours}")
+                raise CheckpointError(f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this "
+                                      f"model's {ours}")
             self.normalizer.load_state_dict(normalizer_state)
 
     def save(self, path: str) -> str:
@@ -101,7 +104,8 @@ class Model:
         return path
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space, source: str) -> "Model":
+    def from_state(cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space,
+                   source: str) -> "Model":
         """The model in a loaded file's ``state`` for an env with these spaces (on the CPU, in eval
         mode); spaces that differ from the saved ones, or weights that do not fit, are a :class:`CheckpointError`."""
         mismatch = space_mismatch(state, observation_space, action_space)
@@ -146,10 +150,12 @@ class Model:
         if self.normalizer is not None:
             batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
         batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
-        return obs_to_tensor(policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict)), self.device)
+        return obs_to_tensor(policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict)),
+                             self.device)
 
     @torch.no_grad()
-    def predict_batch(self, batch: dict[str, np.ndarray], deterministic: bool = True, masks: Optional[np.ndarray] = None) -> np.ndarray:
+    def predict_batch(self, batch: dict[str, np.ndarray], deterministic: bool = True,
+                      masks: Optional[np.ndarray] = None) -> np.ndarray:
         """The actions the env gets for a batch of observations ``{key: [B, *shape]}`` as the env
         wrote them (:func:`~ppo_dict.data.storage.obs_layout`'s keys and dtypes); ``[B, *action_shape]``.
 
@@ -161,12 +167,14 @@ class Model:
         if self.recurrent:
             return self.predict_recurrent(batch, None, None, deterministic, masks)[0]
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
-        actions = self.policy(self.policy_input(batch), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
+        actions = self.policy(self.policy_input(batch), deterministic=deterministic,
+                              action_masks=action_masks)[0].cpu().numpy()
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
     @torch.no_grad()
     def predict_recurrent(self, batch: dict[str, np.ndarray], state: Any, episode_start: Any,
-                          deterministic: bool, masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+                          deterministic: bool,
+                          masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """sb3-contrib's ``RecurrentActorCriticPolicy.predict`` for a batch of ``B`` observations: ``(actions,
         (h, c))`` (a GRU's ``(h,)``), the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
         before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere);
@@ -175,16 +183,19 @@ class Model:
         policy: RecurrentActorCritic = self.policy  # type: ignore[assignment]
         cell = CELL_STATES[policy.rnn_type]
         if state is None:
-            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),) * len(cell)
+            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),
+                     ) * len(cell)
         hx = tuple(torch.tensor(np.asarray(s), dtype=torch.float32, device=self.device) for s in state)
         shape = (policy.lstm_actor.num_layers, n, policy.lstm_actor.hidden_size)
         if len(hx) != len(cell) or any(h.shape != shape for h in hx):
-            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected {'(h, c)' if len(cell) == 2 else '(h,) (a GRU)'}, "
-                             f"each (n_lstm_layers={shape[0]}, n_envs={n}, lstm_hidden_size={shape[2]})")
+            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected "
+                             f"{'(h, c)' if len(cell) == 2 else '(h,) (a GRU)'}, each (n_lstm_layers={shape[0]}, n_envs={n}, "
+                             f"lstm_hidden_size={shape[2]})")
         starts = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start).reshape(n)
         starts = torch.tensor(starts, dtype=torch.float32, device=self.device)
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
-        actions, states = policy.act(self.policy_input(batch), hx, starts, deterministic, action_masks)  # type: ignore[arg-type]
+        actions, states = policy.act(self.policy_input(batch), hx, starts,  # type: ignore[arg-type]
+                                     deterministic, action_masks)
         return self.policy.action_spec.to_env(actions.cpu().numpy()), tuple(s.cpu().numpy() for s in states)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
@@ -198,7 +209,8 @@ class Model:
         with this observation (its states are zeroed first); the states after the step are returned. Other
         models return ``None`` and ignore both, as sb3's ``PPO.predict``."""
         batch, vectorized = self._as_batch(observation)
-        masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
+        masks = (None if action_masks is None
+                 else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1))
         if self.recurrent:
             actions, states = self.predict_recurrent(batch, state, episode_start, deterministic, masks)
             return (actions if vectorized else actions[0]), states
@@ -230,11 +242,13 @@ class Model:
             elif arr.shape[1:] == single_shape:
                 verdicts.add(True)
             else:
-                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, *{single_shape}) for {leaf}")
+                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, "
+                                 f"*{single_shape}) for {leaf}")
         if len(verdicts) != 1:
             raise ValueError("observation: some keys are batches and others single observations")
         vectorized = verdicts.pop()
-        return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()}, vectorized
+        return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1])
+                for key, arr in arrays.items()}, vectorized
 
 
 def saved_config(state: dict[str, Any], source: str) -> Config:
@@ -262,9 +276,9 @@ def gym_env_spec(cfg: Config, path: str) -> Any:
     from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
 
     if cfg.env == GODOT_PREFIX or cfg.env.startswith(GODOT_PREFIX + "_"):
-        raise CheckpointError(f"{path}: trained on the Godot game {cfg.env}, which is played through the trainer's worker pool "
-                              "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the ONNX export "
-                              "take models of gymnasium envs")
+        raise CheckpointError(f"{path}: trained on the Godot game {cfg.env}, which is played through the trainer's worker "
+                              f"pool (python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the "
+                              f"ONNX export take models of gymnasium envs")
     try:
         return env_spec(cfg)
     except Exception as exc:  # noqa: BLE001 (a file's env: whatever resolving its name raises)

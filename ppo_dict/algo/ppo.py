@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import math
 import sys
 import time
 from typing import Any, Callable, Optional
@@ -19,6 +18,7 @@ import torch
 
 from ppo_dict.algo.rollout.collect import Collector, Timing
 from ppo_dict.algo.training.device_update import device_ppo_update
+from ppo_dict.algo.training.gradient_step import optimizer_state_problem
 from ppo_dict.algo.ranks.distributed import Ranks, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.networks.policy import ActorCritic
@@ -42,21 +42,6 @@ from ppo_dict.vec import EnvPool
 from ppo_dict.vec.vec_env_pool import VecEnvPool
 
 
-def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
-    """Why a loaded optimizer's state does not fit its parameters (a moment of another shape, a hyperparameter
-    that is not a finite number); ``""`` when it fits."""
-    for group in optimizer.param_groups:
-        for name, value in group.items():
-            numbers = value if isinstance(value, (tuple, list)) and name != "params" else (value,) if name != "params" else ()
-            if any(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v) for v in numbers):
-                return f"its {name} is {value!r}"
-        for i, parameter in enumerate(group["params"]):
-            for name, value in optimizer.state.get(parameter, {}).items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
-                    return f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter {tuple(parameter.shape)}"
-    return ""
-
-
 #: The fewest epochs whose first update tries the cores' threads: the trial is two epochs' work (one on each thread
 #: count), at most a fifth of such an update; fewer epochs keep ``torch_threads``.
 MIN_TRIAL_EPOCHS = 10
@@ -76,8 +61,8 @@ class PPO:
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
-                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None, ranks: Optional[Ranks] = None,
-                 layout: Optional[Layout] = None):
+                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+                 ranks: Optional[Ranks] = None, layout: Optional[Layout] = None):
         cfg.check()
         self.cfg, self.pool, self.storage, self.ranks = cfg, pool, pool.storage, ranks
         self.n_envs = pool.num_envs
@@ -89,26 +74,31 @@ class PPO:
         if cfg.seed is not None and policy is None:
             set_random_seed(cfg.seed, using_cuda=self.device.type == "cuda")
         # a policy and optimizer given (sb3's Python API builds its own) are trained as they are: nothing is seeded or drawn
-        self.policy: ActorCritic = policy if policy is not None else build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
+        self.policy: ActorCritic = (policy if policy is not None
+                                    else build_policy(cfg, pool.observation_space, pool.action_space).to(self.device))
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
-        self.optimizer = optimizer if optimizer is not None else torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
+        self.optimizer = (optimizer if optimizer is not None
+                          else torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5))
         self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
         self.num_timesteps = 0
         self.iteration = 0
         self.n_updates = 0
-        self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)  # sb3's ep_info_buffer and ep_success_buffer
+        # sb3's ep_info_buffer and ep_success_buffer
+        self.episodes = EpisodeLog(self.storage.info_keywords, cfg.stats_window_size)
         if ranks is not None:  # the normaliser's statistics and the episodes over every rank's envs
             self.normalizer = None if self.normalizer is None else RankNormalizer(self.normalizer, ranks)
             self.episodes = RankEpisodes(self.episodes, ranks)
         self.env_seed: Optional[int] = cfg.seed  # env i's first reset uses env_seed + i (a resume changes it)
-        # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the bootstrap's)
+        # GAE's discount and lambda, set once as sb3 sets its rollout buffer's (a model's gamma assigned later is the
+        # bootstrap's)
         self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
         # what runs, decided once (the sharded step built, probed and handed out where chosen); the parts built from it
         rows = None if ranks is None else RankRows(ranks.info.name, ranks.envs.start, ranks.envs.stop, ranks.n_envs)
         self.plan, shard = plan_rollout(cfg, pool, self.policy, self.normalizer, self.device, rows, layout)
-        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan, shard)
+        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan,
+                                   shard)
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
         # ranks (ppo_dict.algo.ranks.distributed), or sb3's
         self.update = {RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
@@ -123,8 +113,8 @@ class PPO:
         self._resumed_lstm_states: Optional[list[dict[str, np.ndarray]]] = None
         self.phase = ""  # "rollout" or "update" while one runs (a stop signal then drops the rollout: ppo_dict.main_ppo)
         self.stop_asked: Callable[[], bool] = lambda: False  # a stop signal came (the command line's; ppo_dict.main_ppo)
-        self.env_snapshot: Optional[dict[str, Any]] = None
-        self.env_local: Any = None  # over ranks, this rank's envs a stop read, for the ranks to gather (ppo_dict.run.ranks)  # the envs' saved entries a stop left (ppo_dict.run.env_states)
+        self.env_snapshot: Optional[dict[str, Any]] = None  # the envs' saved entries a stop left (ppo_dict.run.env_states)
+        self.env_local: Any = None  # over ranks, this rank's envs a stop read, for the ranks to gather (ppo_dict.run.ranks)
 
     def pool_pids(self) -> list[int]:
         """The pool's worker processes (whose CPU time is the run's own, not other processes')."""
@@ -133,7 +123,8 @@ class PPO:
     @property
     def model(self) -> Model:
         """The model being trained (its policy and normaliser themselves, not copies)."""
-        return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps)
+        return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space,
+                     self.num_timesteps)
 
     def load_optimizer(self, optimizer_state: dict[str, Any], source: str) -> None:
         """Adam's saved state into this run's optimizer; one that does not fit (torch's own check, then each
@@ -141,7 +132,8 @@ class PPO:
         try:
             self.optimizer.load_state_dict(optimizer_state)
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: {exc})") from exc
+            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: "
+                                  f"{exc})") from exc
         problem = optimizer_state_problem(self.optimizer)
         if problem:
             raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({problem})")
@@ -277,7 +269,8 @@ class PPO:
         """One PPO update over the stored rollout; logs ``train/*``. Where other processes kept the CPUs busy
         through the rollout (:class:`~ppo_dict.core.load.LoadWatch`), the update keeps ``torch_threads`` (the
         first update proved the cores' threads give its bits, not that they are free) and the pool's waits sleep. A layout
-        that a load at start planned on fewer CPUs stays; once that load has gone, a note says which flag gives the full one."""
+        that a load at start planned on fewer CPUs stays; once that load has gone, a note says which flag gives the full
+        one."""
         settings = self._update_settings(progress_remaining)
         busy = self.load.look(self.pool_pids())
         shared = busy is not None and busy >= BUSY
@@ -323,8 +316,9 @@ class PPO:
                 and self.ranks is None and settings.n_epochs >= MIN_TRIAL_EPOCHS):
             if busy:
                 if self.cfg.verbose:
-                    print(f"note: other processes keep this run's CPUs busy: the update runs on {base} thread{'s' * (base != 1)} "
-                          f"(torch_threads), not the {cores} cores (--update_threads {cores} to ask for them)", file=sys.stderr, flush=True)
+                    print(f"note: other processes keep this run's CPUs busy: the update runs on {base} "
+                          f"thread{'s' * (base != 1)} (torch_threads), not the {cores} cores (--update_threads {cores} to ask "
+                          f"for them)", file=sys.stderr, flush=True)
             elif self._cores_keep_the_bits(settings, base, cores):
                 chosen = cores
         with thread_count(chosen):
@@ -350,7 +344,8 @@ class PPO:
         """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""
         if self.index_generator is None:
             return self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
-        return device_ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device, self.index_generator)
+        return device_ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device,
+                                 self.index_generator)
 
     def _update_settings(self, progress_remaining: float) -> UpdateSettings:
         return UpdateSettings(

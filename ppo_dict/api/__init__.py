@@ -11,10 +11,12 @@ arguments become the command line's config (:mod:`.arguments`, :mod:`.checks`) a
 assignable between ``learn`` calls (:mod:`.settings`); the envs (:mod:`.envs`); the model built as
 sb3 builds it (:mod:`.building`); ``learn`` with sb3's callbacks (:mod:`.learning`), sb3's rollout
 buffer (:mod:`.buffer`) and what sb3 keeps between ``learn`` calls (:mod:`.carry`); sb3's zips (:mod:`.files`);
-sb3-contrib's masked ``evaluate_policy`` and ``MaskableEvalCallback`` with a recurrent model's states carried (:mod:`.recurrent_evaluation`).
+sb3-contrib's masked ``evaluate_policy`` and ``MaskableEvalCallback`` with a recurrent model's states carried
+(:mod:`.recurrent_evaluation`).
 """
 from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, MaskableRecurrentPPO, PPO, RecurrentPPO
 from ppo_dict.api.envs import make_vec_env
 from ppo_dict.api.recurrent_evaluation import MaskableEvalCallback, evaluate_policy
 
-__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "MaskableRecurrentPPO", "ALGORITHMS", "make_vec_env", "MaskableEvalCallback", "evaluate_policy"]
+__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "MaskableRecurrentPPO", "ALGORITHMS", "make_vec_env", "MaskableEvalCallback",
+           "evaluate_policy"]

@@ -80,14 +80,15 @@ class AlgorithmSpec:
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "PPO": AlgorithmSpec(
         "PPO", "stable_baselines3:PPO", ACTOR_CRITIC,
-        {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy", "MultiInputActorCriticPolicy": "MultiInputPolicy"},
+        {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy",
+         "MultiInputActorCriticPolicy": "MultiInputPolicy"},
         POLICY_FIELDS, {}, policy_base="stable_baselines3.common.policies:ActorCriticPolicy"),
     "MaskablePPO": AlgorithmSpec(
         "MaskablePPO", "sb3_contrib:MaskablePPO", ACTOR_CRITIC,
         {"MaskableActorCriticPolicy": "MlpPolicy", "MaskableActorCriticCnnPolicy": "CnnPolicy",
          "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy"},
-        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln", "squash_output")), {"action_masks": True},
-        policy_base="sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy"),
+        tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln", "squash_output")),
+        {"action_masks": True}, policy_base="sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy"),
     "RecurrentPPO": AlgorithmSpec(
         "RecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT,
         {"RecurrentActorCriticPolicy": "MlpLstmPolicy", "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
@@ -95,7 +96,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         POLICY_FIELDS + LSTM_FIELDS, {}, "_lstm"),
     # no library has it: RecurrentPPO's arguments, policies and defaults, with MaskablePPO's masks (docs/recurrent.md)
     "MaskableRecurrentPPO": AlgorithmSpec(
-        "MaskableRecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT, {}, POLICY_FIELDS + LSTM_FIELDS, {"action_masks": True}, "_lstm"),
+        "MaskableRecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT, {}, POLICY_FIELDS + LSTM_FIELDS, {"action_masks": True},
+        "_lstm"),
 }
 
 
@@ -127,7 +129,8 @@ class MaskablePPO(Algorithm):
               reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskablePPO":
         """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (False: the envs' ``action_masks()`` not asked, the rollout
         sampled unmasked and the update given all-True masks, as sb3-contrib's)."""
-        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar,
+                     use_masking)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
                 action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
@@ -150,7 +153,8 @@ class RecurrentPPO(Algorithm):
         """sb3-contrib's ``learn``: as PPO's, the LSTM states carried from rollout to rollout."""
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, Any]:
         """sb3-contrib's ``predict``: ``(actions, (h, c))``, the actor's LSTM states after the step (float32
         ``[n_lstm_layers, n_envs, lstm_hidden_size]``); ``state``: those the previous call returned (None: zeros);
         ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
@@ -158,7 +162,8 @@ class RecurrentPPO(Algorithm):
 
     def save(self, path: Any, exclude: Any = None, include: Any = None) -> None:
         """sb3-contrib's zip of an LSTM model (``RecurrentPPO.load`` of either library opens it); a GRU model's is ppo_dict's
-        checkpoint (no sb3-contrib class reads a GRU), as :meth:`MaskableRecurrentPPO.save` writes it, which :meth:`load` reads."""
+        checkpoint (no sb3-contrib class reads a GRU), as :meth:`MaskableRecurrentPPO.save` writes it, which
+        :meth:`load` reads."""
         if self.cfg.rnn_type == "gru":
             save_checkpoint(self, path, exclude, include)
         else:
@@ -174,10 +179,12 @@ class MaskableRecurrentPPO(Algorithm):
 
     spec = ALGORITHMS["MaskableRecurrentPPO"]
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskableRecurrentPPO",
-              reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskableRecurrentPPO":
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1,
+              tb_log_name: str = "MaskableRecurrentPPO", reset_num_timesteps: bool = True, use_masking: bool = True,
+              progress_bar: bool = False) -> "MaskableRecurrentPPO":
         """RecurrentPPO's ``learn`` with MaskablePPO's ``use_masking`` (False: MaskablePPO's unmasked rollout)."""
-        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking)
+        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar,
+                     use_masking)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
                 action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:

@@ -74,7 +74,8 @@ class Algorithm:
         self._custom_logger = False
         self._rollout_steps = 0  # env steps of the rollout in progress (sb3 counts them as they are taken)
         self._buffer = BufferState()  # what sb3's rollout_buffer holds besides the storage (ppo_dict.api.buffer)
-        self._carried: Optional[dict[str, Any]] = None  # the next rollout's start, kept between learn calls (ppo_dict.api.carry)
+        # the next rollout's start, kept between learn calls (ppo_dict.api.carry)
+        self._carried: Optional[dict[str, Any]] = None
         self._last_original_obs: Any = None  # sb3's: a VecNormalize's raw observations at the last reset
         self._total_timesteps, self._num_timesteps_at_start, self.start_time = 0, 0, 0.0
         self._current_progress_remaining = 1.0
@@ -107,7 +108,8 @@ class Algorithm:
     @lr_schedule.setter
     def lr_schedule(self, schedule: Any) -> None:
         if not callable(schedule):
-            raise TypeError(f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: 1e-4")
+            raise TypeError(f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: "
+                            f"1e-4")
         self._require_trainer().lr_schedule = schedule
 
     # ------------------------------------------------------------------ building the model (ppo_dict.api.building)
@@ -128,7 +130,8 @@ class Algorithm:
     # ------------------------------------------------------------------ what scripts read
     @property
     def policy(self) -> ActorCritic:
-        """The networks, with sb3's parameter names, sb3's methods and ``policy.optimizer`` (a policy class of the script's: its object)."""
+        """The networks, with sb3's parameter names, sb3's methods and ``policy.optimizer`` (a policy class of the
+        script's: its object)."""
         return policy_object(self.trainer.policy) if self.trainer is not None else self._policy
 
     @property
@@ -142,7 +145,8 @@ class Algorithm:
     @property
     def num_timesteps(self) -> int:
         """Env steps so far, counted as sb3 counts them (during a rollout too)."""
-        return (self.trainer.num_timesteps if self.trainer is not None else self.__dict__.get("_saved_timesteps", 0)) + self._rollout_steps
+        return (self.trainer.num_timesteps if self.trainer is not None
+                else self.__dict__.get("_saved_timesteps", 0)) + self._rollout_steps
 
     @num_timesteps.setter
     def num_timesteps(self, value: int) -> None:
@@ -177,7 +181,8 @@ class Algorithm:
 
     @property
     def _last_obs(self) -> Any:
-        """sb3's: the observations the next rollout starts from, as the training vec env returned them (None before ``learn``)."""
+        """sb3's: the observations the next rollout starts from, as the training vec env returned them (None before
+        ``learn``)."""
         return last_obs(self)
 
     @property
@@ -211,14 +216,16 @@ class Algorithm:
         envs = classify(env, self.n_envs or None, dict(self._extras.get("env_kwargs") or {}), (), self.verbose)
         if self.n_envs and envs.vec_env.num_envs != self.n_envs:
             raise ValueError("The number of environments to be set is different from the number of environments in the model: "
-                             f"({envs.vec_env.num_envs} != {self.n_envs}), whereas `set_env` requires them to be the same. To load a "
-                             f"model with a different number of environments, you must use `{type(self).__name__}.load(path, env)` instead")
+                             f"({envs.vec_env.num_envs} != {self.n_envs}), whereas `set_env` requires them to be the same. To "
+                             f"load a model with a different number of environments, you must use "
+                             f"`{type(self).__name__}.load(path, env)` instead")
         if self.observation_space is not None:
             check_for_correct_spaces(envs.vec_env, self.observation_space, self.action_space)
         old_policy, old_optimizer, old_trainer = self.policy, self._optimizer_of(), self.trainer
         self.envs, self.env = envs, envs.vec_env
         self.cfg = build_config(self.spec, self._arguments, {**self._extras, "n_envs": None}, envs)
-        self.observation_space, self.action_space, self.n_envs = self.env.observation_space, self.env.action_space, self.env.num_envs
+        self.observation_space, self.action_space, self.n_envs = (self.env.observation_space, self.env.action_space,
+                                                                  self.env.num_envs)
         with preserved_rng():  # the new pool builds an env here to read its spaces: sb3's set_env draws nothing
             start_trainer(self, make_pool(self), old_policy, old_optimizer)
         if old_trainer is not None:
@@ -260,30 +267,35 @@ class Algorithm:
             else:
                 objects[name].load_state_dict(state)
         if exact_match and set(params) != set(objects):
-            raise ValueError(f"Names of parameters do not match agents' parameters: expected {set(objects)}, got {set(params)}")
+            raise ValueError(f"Names of parameters do not match agents' parameters: expected {set(objects)}, got "
+                             f"{set(params)}")
 
     # ------------------------------------------------------------------ actions
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False) -> tuple[np.ndarray, Any]:
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, Any]:
         """sb3's ``predict``: ``(actions, state)`` for one observation or a batch, as the training vec
         env gives them (normalised by its ``VecNormalize``; images channel-first or channel-last)."""
         return self._predict(observation, state, episode_start, deterministic, None)
 
     def _predict(self, observation: Any, state: Any, episode_start: Any, deterministic: bool,
                  action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
-        """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as given (sb3's);
-        a policy class of the script's own predicts itself, as sb3's ``predict`` asks ``policy.predict``."""
+        """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as
+        given (sb3's); a policy class of the script's own predicts itself, as sb3's ``predict`` asks ``policy.predict``."""
         if not isinstance(self.policy, ActorCritic):
             masks = {} if action_masks is None else {"action_masks": action_masks}
             return self.policy.predict(observation, state, episode_start, deterministic, **masks)
         model = self._model_for_predict()
-        actions, states = model.predict(env_layout(observation, model.observation_space), state, episode_start, deterministic, action_masks)
-        return np.asarray(actions), (states if model.recurrent else state)  # one Discrete action: a 0-d array, as sb3's squeeze gives it
+        actions, states = model.predict(env_layout(observation, model.observation_space), state, episode_start, deterministic,
+                                        action_masks)
+        # one Discrete action: a 0-d array, as sb3's squeeze gives it
+        return np.asarray(actions), (states if model.recurrent else state)
 
     def _model_for_predict(self) -> Model:
         """The Model of this policy, without the normaliser (sb3's predict takes normalised observations),
         for observations laid out as the envs give them."""
         if self._predictor is None or self._predictor.policy is not self.policy:
-            space = self.observation_space if self.envs is None or self.envs.facade is None else self.envs.facade.observation_space
+            space = (self.observation_space if self.envs is None or self.envs.facade is None
+                     else self.envs.facade.observation_space)
             self._predictor = Model(self.cfg, self.policy, None, space, self.action_space, self.num_timesteps)
         return self._predictor
 

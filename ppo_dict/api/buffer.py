@@ -32,7 +32,8 @@ ARRAYS = ("actions", "rewards", "episode_starts", "values", "log_probs", "advant
 #: what sb3's ``RolloutBuffer.get`` flattens (sb3-contrib's maskable buffer adds the masks)
 FLATTENED = ("observations", "actions", "values", "log_probs", "advantages", "returns", "action_masks")
 #: what sb3-contrib's ``RecurrentRolloutBuffer.get`` flattens (its states' layer and env axes swapped first)
-FLATTENED_RECURRENT = ("observations", "actions", "values", "log_probs", "advantages", "returns", *STATE_NAMES, "episode_starts")
+FLATTENED_RECURRENT = ("observations", "actions", "values", "log_probs", "advantages", "returns", *STATE_NAMES,
+                       "episode_starts")
 
 
 @dataclass
@@ -49,12 +50,14 @@ class BufferState:
     kept: Optional[dict[str, Any]] = None
 
     def new_rollout(self, storage: RolloutStorage) -> None:
-        """sb3's ``rollout_buffer.reset()``: nothing added, nothing flattened; the first row kept (it is final once the rollout starts)."""
+        """sb3's ``rollout_buffer.reset()``: nothing added, nothing flattened; the first row kept (it is final once the
+        rollout starts)."""
         self.pos, self.flat, self.left, self.kept = 0, None, None, None
         self.first = rows_of(storage, 0)
 
     def arrays(self, storage: RolloutStorage) -> Optional[dict[str, Any]]:
-        """The arrays sb3's buffer holds once ``learn`` returned (None during a rollout), made from the storage at the first read."""
+        """The arrays sb3's buffer holds once ``learn`` returned (None during a rollout), made from the storage at the
+        first read."""
         if self.kept is None and self.left is not None:
             pos, trained, second = self.left
             self.kept = sb3_arrays(storage, (self.first, second), pos)
@@ -81,7 +84,8 @@ def rows_of(storage: RolloutStorage, row: int) -> dict[str, Any]:
 
 def sb3_arrays(storage: RolloutStorage, saved: tuple[dict[str, Any], ...], pos: int) -> dict[str, Any]:
     """sb3's buffer's arrays ``[n_steps, n_envs, ...]`` (copies, in its dtypes) of the rollout in storage, its rows
-    0, 1... from ``saved`` (:func:`rows_of`); past ``pos`` (a stopped rollout) zeros, MaskablePPO's masks ones, as ``reset()`` left them."""
+    0, 1... from ``saved`` (:func:`rows_of`); past ``pos`` (a stopped rollout) zeros, MaskablePPO's masks ones, as
+    ``reset()`` left them."""
     obs = {key: arr[: storage.n_steps].copy() for key, arr in storage.obs.items()}
     arrays: dict[str, Any] = {name: getattr(storage, name).copy() for name in ARRAYS}
     if storage.action_masks is not None:
@@ -110,7 +114,8 @@ def keep_after_learn(algorithm: Algorithm, storage: RolloutStorage, trained: boo
     (else a callback stopped it at ``pos``)."""
     state: BufferState = algorithm._buffer
     if state.first:  # else no rollout ran: sb3's buffer is as the last one left it
-        state.left, state.kept, state.flat = (storage.n_steps if trained else state.pos, trained, rows_of(storage, 1)), None, None
+        state.left, state.kept, state.flat = ((storage.n_steps if trained else state.pos, trained, rows_of(storage, 1)),
+                                              None, None)
 
 
 def flatten(array: Any) -> Any:
@@ -195,7 +200,8 @@ class RolloutBufferView:
         return s.as_policy_input({key: arr[: s.n_steps] for key, arr in s.obs.items()})
 
     def __getattr__(self, name: str) -> np.ndarray:
-        recurrent = self.storage.lstm_states is not None and name in self.storage.lstm_states.names  # a GRU's: hidden_states_* only
+        # a GRU's: hidden_states_* only
+        recurrent = self.storage.lstm_states is not None and name in self.storage.lstm_states.names
         if name in ARRAYS or recurrent or (name == "action_masks" and self.storage.action_masks is not None):
             kept = self._kept(name)
             if kept is not None:
@@ -214,7 +220,8 @@ class RolloutBufferView:
         the observations after the last step) and ``dones`` (its episode ends), into ``advantages`` and ``returns``: the
         storage's own, which the update then trains on (as sb3's update trains on its buffer's)."""
         s = self.storage
-        s.advantages[...], s.returns[...] = compute_gae(s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(),
+        s.advantages[...], s.returns[...] = compute_gae(s.rewards, s.values, s.episode_starts,
+                                                        last_values.clone().cpu().numpy().flatten(),
                                                         np.asarray(dones), self.gamma, self.gae_lambda)
 
     def to_torch(self, array: np.ndarray, copy: bool = True) -> torch.Tensor:
@@ -224,14 +231,16 @@ class RolloutBufferView:
         """sb3's ``RolloutBuffer.get`` (``DictRolloutBuffer``'s, sb3-contrib's ``MaskableRolloutBuffer``'s): minibatches of
         ``batch_size`` transitions (None: all of them) in the order of one permutation, drawn at the first ``next``."""
         if not self.full:
-            raise ValueError(f"rollout_buffer.get(): the rollout is not complete (pos={self.pos} of buffer_size={self.buffer_size})")
+            raise ValueError(f"rollout_buffer.get(): the rollout is not complete (pos={self.pos} of "
+                             f"buffer_size={self.buffer_size})")
         if self.storage.lstm_states is not None:
-            raise NotImplementedError("rollout_buffer.get() of RecurrentPPO (sb3-contrib's sequence minibatches) is not provided: "
-                                      "read the arrays (observations, actions, hidden_states_pi, ...) instead")
+            raise NotImplementedError("rollout_buffer.get() of RecurrentPPO (sb3-contrib's sequence minibatches) is not "
+                                      "provided: read the arrays (observations, actions, hidden_states_pi, ...) instead")
         indices = np.random.permutation(self.buffer_size * self.n_envs)
         if not self.generator_ready:  # sb3 flattens once per rollout, at the first get()
             masked = self.storage.action_masks is not None
-            names = ("observations", "actions", "values", "log_probs", "advantages", "returns") + (("action_masks",) if masked else ())
+            names = (("observations", "actions", "values", "log_probs", "advantages", "returns")
+                     + (("action_masks",) if masked else ()))
             self.state.flat = {name: flatten(getattr(self, name)) for name in names}
         flat = self.state.arrays(self.storage) or self.state.flat
         batch_size = self.buffer_size * self.n_envs if batch_size is None else batch_size
@@ -241,10 +250,12 @@ class RolloutBufferView:
     def _get_samples(self, flat: dict[str, Any], batch_inds: np.ndarray) -> Any:
         """One minibatch as sb3's ``_get_samples`` builds it (its samples' named tuple, its casts)."""
         obs = flat["observations"]
-        observations = {key: self.to_torch(part[batch_inds]) for key, part in obs.items()} if isinstance(obs, dict) else self.to_torch(obs[batch_inds])
+        observations = ({key: self.to_torch(part[batch_inds]) for key, part in obs.items()} if isinstance(obs, dict)
+                        else self.to_torch(obs[batch_inds]))
         masked = "action_masks" in flat
         actions = flat["actions"][batch_inds] if masked else flat["actions"][batch_inds].astype(np.float32, copy=False)
-        rest = [self.to_torch(actions)] + [self.to_torch(flat[name][batch_inds].flatten()) for name in ("values", "log_probs", "advantages", "returns")]
+        rest = [self.to_torch(actions)] + [self.to_torch(flat[name][batch_inds].flatten())
+                                           for name in ("values", "log_probs", "advantages", "returns")]
         if masked:
             from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBufferSamples, MaskableRolloutBufferSamples
 
@@ -254,7 +265,8 @@ class RolloutBufferView:
 
 
 def batch_obs(obs: Any, space: spaces.Space, n_envs: int) -> Any:
-    """Copies of a ``[n_envs, ...]`` batch as a vec env returns it (an OrderedDict for Dict spaces, Discrete as ``[n_envs]``)."""
+    """Copies of a ``[n_envs, ...]`` batch as a vec env returns it (an OrderedDict for Dict spaces, Discrete as
+    ``[n_envs]``)."""
     if isinstance(space, spaces.Dict):
         return OrderedDict((key, np.array(obs[key]).reshape(n_envs, *space[key].shape)) for key in space.spaces)
     return np.array(obs).reshape(n_envs, *space.shape)

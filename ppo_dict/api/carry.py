@@ -49,8 +49,10 @@ def carry_in(algorithm: Algorithm, trainer: Trainer) -> None:
     for stage in ("env_obs", "obs"):
         for key, row in carried[stage].items():
             getattr(s, stage)[key][0] = row
-    if s.action_masks is not None and trainer.collector.masking:  # sb3-contrib's get_action_masks(env) at each step: the envs' state now
-        s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs), METHOD)).reshape(s.action_masks[0].shape)
+    # sb3-contrib's get_action_masks(env) at each step: the envs' state now
+    if s.action_masks is not None and trainer.collector.masking:
+        s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs),
+                                                       METHOD)).reshape(s.action_masks[0].shape)
     elif s.action_masks is not None:  # learn(use_masking=False): not asked, the buffer's all-True masks
         s.action_masks[0] = True
     vn = algorithm.envs.vec_normalize
@@ -81,11 +83,13 @@ def rnn_states(trainer: Trainer, row: int) -> Any:
     store = trainer.collector.states
     groups = [store.at(row, g) for g in range(len(store.groups))]
     cells = len(store.pi_names)  # an LSTM's (h, c), a GRU's (h,)
-    return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(cells)) for part in ("pi", "vf")))
+    return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(cells))
+                       for part in ("pi", "vf")))
 
 
 def raw_obs(algorithm: Algorithm, trainer: Trainer, row: int) -> Any:
-    """Row ``row`` of the envs' own observations as the pool's vec env returns them (what a VecNormalize around it receives)."""
+    """Row ``row`` of the envs' own observations as the pool's vec env returns them (what a VecNormalize around it
+    receives)."""
     space, obs = algorithm.envs.facade.observation_space, trainer.storage.env_obs_at(row)
     return batch_obs(obs if isinstance(space, spaces.Dict) else obs[OBS_KEY], space, trainer.n_envs)
 
@@ -104,7 +108,8 @@ def show_reset_infos(algorithm: Algorithm, trainer: Trainer, recorded: bool = Fa
     runners (one call, where each env lives: at the reset and when ``learn`` returns)."""
     facade = algorithm.envs.facade
     if facade is not None:
-        facade.reset_infos = list(trainer.pool.reset_infos) if recorded else trainer.pool.call("reset_infos", range(trainer.n_envs))
+        facade.reset_infos = (list(trainer.pool.reset_infos) if recorded
+                              else trainer.pool.call("reset_infos", range(trainer.n_envs)))
 
 
 def show_step(algorithm: Algorithm, trainer: Trainer, obs_row: int, t: int) -> None:

@@ -52,7 +52,8 @@ SCHEDULE_KEYS = ("learning_rate", "clip_range", "clip_range_vf")
 def sb3_model(algorithm: Algorithm) -> Any:
     """An sb3 model object (no env) of ``algorithm``'s settings, parameters, Adam state and counters."""
     arguments = {k: v for k, v in algorithm._arguments.items() if k not in NOT_SAVED}
-    if "rnn_type" in (arguments.get("policy_kwargs") or {}):  # ppo_dict's (an LSTM's here; a GRU saves ppo_dict's file): sb3-contrib's policies take none
+    # ppo_dict's (an LSTM's here; a GRU saves ppo_dict's file): sb3-contrib's policies take none
+    if "rnn_type" in (arguments.get("policy_kwargs") or {}):
         arguments["policy_kwargs"] = {k: v for k, v in arguments["policy_kwargs"].items() if k != "rnn_type"}
     with preserved_rng():  # building sb3's policy draws from the RNGs: this model's streams stay as they are
         model = algorithm.spec.sb3()(algorithm._arguments["policy"], None, device="cpu", _init_setup_model=False, **arguments)
@@ -60,7 +61,8 @@ def sb3_model(algorithm: Algorithm) -> Any:
         model.action_space = copy.deepcopy(algorithm.action_space)
         model.n_envs = algorithm.n_envs or 1
         model._setup_lr_schedule()  # sb3's _setup_model without its seeding and its rollout buffer
-        takes_sde = not algorithm.cfg.action_masks  # sb3-contrib's MaskablePPO passes its policies no use_sde (a class of the script's neither)
+        # sb3-contrib's MaskablePPO passes its policies no use_sde (a class of the script's neither)
+        takes_sde = not algorithm.cfg.action_masks
         model.policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule,
                                           **({"use_sde": model.use_sde} if takes_sde else {}), **model.policy_kwargs)
         model.clip_range = FloatSchedule(model.clip_range)
@@ -69,10 +71,12 @@ def sb3_model(algorithm: Algorithm) -> Any:
     model.policy.load_state_dict({k: v.detach().cpu() for k, v in algorithm.policy.state_dict().items()})
     model.policy.optimizer.load_state_dict(algorithm._optimizer_of().state_dict())
     model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
-    model._total_timesteps, model._current_progress_remaining = algorithm._total_timesteps, algorithm._current_progress_remaining
+    model._total_timesteps, model._current_progress_remaining = (algorithm._total_timesteps,
+                                                                 algorithm._current_progress_remaining)
     model._episode_num, model.start_time = algorithm._episode_num, algorithm.start_time
     model.rollout_buffer_class = sb3_buffer_class(algorithm)
-    model._last_obs, model._last_episode_starts = algorithm._last_obs, algorithm._last_episode_starts  # sb3's, from the last learn
+    # sb3's, from the last learn
+    model._last_obs, model._last_episode_starts = algorithm._last_obs, algorithm._last_episode_starts
     model._last_original_obs = algorithm._last_original_obs
     if algorithm.trainer is not None and algorithm.trainer.collector.states is not None and algorithm._carried is not None:
         model._last_lstm_states = rnn_states(algorithm.trainer, 0)
@@ -106,7 +110,8 @@ def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any = None, includ
     """ppo_dict's checkpoint of ``algorithm`` at ``path`` (``.zip`` added to a path without it, as sb3's ``save``), for a
     model no sb3 class can read (a masked recurrent one): :func:`load` reads it back; without a trainer, its model file."""
     if exclude is not None or include is not None:
-        raise ValueError(f"exclude/include: {algorithm.spec.name}.save writes ppo_dict's checkpoint, which has no sb3 zip entries to pick")
+        raise ValueError(f"exclude/include: {algorithm.spec.name}.save writes ppo_dict's checkpoint, which has no sb3 zip "
+                         f"entries to pick")
     path = os.fspath(path)
     path = path if os.path.splitext(path)[1] else f"{path}.zip"
     if algorithm.trainer is not None:
@@ -114,7 +119,8 @@ def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any = None, includ
         return
     from ppo_dict.algo.model import Model
 
-    Model(algorithm.cfg, algorithm.policy, None, algorithm.observation_space, algorithm.action_space, algorithm.num_timesteps).save(path)
+    Model(algorithm.cfg, algorithm.policy, None, algorithm.observation_space, algorithm.action_space,
+          algorithm.num_timesteps).save(path)
 
 
 def zip_path(path: Any) -> Any:
@@ -153,7 +159,8 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     stored = data.get("policy_kwargs")
     policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
     policy_kwargs.pop("device", None)
-    if isinstance(policy_kwargs.get("net_arch"), list) and policy_kwargs["net_arch"] and isinstance(policy_kwargs["net_arch"][0], dict):
+    if (isinstance(policy_kwargs.get("net_arch"), list) and policy_kwargs["net_arch"]
+            and isinstance(policy_kwargs["net_arch"][0], dict)):
         policy_kwargs["net_arch"] = policy_kwargs["net_arch"][0]  # sb3's backward compatibility
     if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != policy_kwargs:
         raise ValueError(f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
@@ -184,7 +191,8 @@ def what_to_pass(algorithm: str, data: dict[str, Any], needed: list[str]) -> str
     schedules = {key: data.get("lr_schedule" if key == "learning_rate" else key) for key in unrebuilt if key in SCHEDULE_KEYS}
     functions = {key: named.name if isinstance(named, Unrebuilt) else "" for key, named in schedules.items()}
     advice = f"Pass the schedules your script gave: {custom_objects_line(algorithm, functions)}. " if functions else ""
-    return advice + ("Pass its value to load (as a keyword argument, or in custom_objects). " if len(unrebuilt) > len(functions) else "")
+    return advice + ("Pass its value to load (as a keyword argument, or in custom_objects). "
+                     if len(unrebuilt) > len(functions) else "")
 
 
 def schedule(value: Any) -> Any:
@@ -204,10 +212,11 @@ def policy_alias(cls: type, path: Any, policy_class: Any) -> Any:
     if name in cls.spec.policy_classes and sb3s:
         return cls.spec.policy_classes[name]
     if not sb3s and cls.spec.policy_base is not None and isinstance(policy_class, Unrebuilt):
-        raise CheckpointError(f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not unpickle "
-                              f"from a file: pass the class, {cls.spec.name}.load(path, custom_objects={{'policy_class': {name}}})")
-    raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load takes a zip "
-                          f"saved by {cls.spec.sb3_class.replace(':', '.')}")
+        raise CheckpointError(f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not "
+                              f"unpickle from a file: pass the class, {cls.spec.name}.load(path, "
+                              f"custom_objects={{'policy_class': {name}}})")
+    raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load "
+                          f"takes a zip saved by {cls.spec.sb3_class.replace(':', '.')}")
 
 
 def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
@@ -225,7 +234,8 @@ def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
             model.__dict__[f"_saved_{name.removeprefix('ep_')}"] = deque(episodes, maxlen=model.cfg.stats_window_size)
         return
     model.trainer.n_updates = int(data.get("_n_updates", 0))
-    for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer), ("ep_success_buffer", model.trainer.episodes.success_buffer)):
+    for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer),
+                         ("ep_success_buffer", model.trainer.episodes.success_buffer)):
         target.clear()
         if not isinstance(data.get(name), Unrebuilt):  # not unpickled: the episodes start afresh, as after learn()'s reset
             target.extend(data.get(name) or ())
@@ -243,7 +253,8 @@ def ppo_dict_file_without_env(model: Algorithm, state: dict[str, Any], cfg: Conf
     finally:
         made.close()
     if contains_image(observation_space):
-        raise CheckpointError(f"{path}: a ppo_dict model file of image observations loads with env= (the env given decides their layout)")
+        raise CheckpointError(f"{path}: a ppo_dict model file of image observations loads with env= (the env given decides "
+                              f"their layout)")
     mismatch = space_mismatch(state, observation_space, action_space)
     if mismatch:
         raise CheckpointError(f"{path}: {mismatch}")
@@ -265,13 +276,16 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
     masked_recurrent = cfg.recurrent and cfg.action_masks
-    if cfg.recurrent != cls.spec.recurrent or masked_recurrent != bool(cls.spec.recurrent and cls.spec.fixed.get("action_masks")):
+    if (cfg.recurrent != cls.spec.recurrent
+            or masked_recurrent != bool(cls.spec.recurrent and cls.spec.fixed.get("action_masks"))):
         reader = "MaskableRecurrentPPO" if masked_recurrent else "RecurrentPPO" if cfg.recurrent else "PPO or MaskablePPO"
-        kind = "a masked recurrent model" if masked_recurrent else "a recurrent model" if cfg.recurrent else "not a recurrent model"
+        kind = ("a masked recurrent model" if masked_recurrent else "a recurrent model" if cfg.recurrent
+                else "not a recurrent model")
         raise CheckpointError(f"{path}: {kind} (model={cfg.model!r}{', action_masks=True' if masked_recurrent else ''}): "
                               f"{reader}.load reads it, not {cls.spec.name}.load")
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
-    arguments["policy_kwargs"] = {**sb3_kwargs(cfg)["policy_kwargs"], **({"rnn_type": "gru"} if cfg.recurrent and cfg.rnn_type == "gru" else {})}
+    arguments["policy_kwargs"] = {**sb3_kwargs(cfg)["policy_kwargs"],
+                                  **({"rnn_type": "gru"} if cfg.recurrent and cfg.rnn_type == "gru" else {})}
     alias = cls.spec.multi_input if state["observation_space"].startswith("Dict(") else cls.spec.policy_for(cfg.model)
     arguments.update(kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
@@ -279,7 +293,8 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
         return ppo_dict_file_without_env(model, state, cfg, path)
     if (state["normalizer"] is not None) != (model.envs.vec_normalize is not None):
         raise CheckpointError(f"{path}: saved with normalize={state['normalizer'] is not None}: pass an env "
-                              f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's settings")
+                              f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's "
+                              f"settings")
     model._setup_model()
     if "optimizer" in state:
         restore(model.trainer, state, path)  # weights, Adam, counters, episodes, RNG streams, the envs' reset seed

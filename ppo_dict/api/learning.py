@@ -62,7 +62,8 @@ class LoggerBridge:
 class CallbackHooks:
     """The collector's hooks for one ``learn`` call with ``callback`` (``learn_locals``: its locals dict)."""
 
-    def __init__(self, algorithm: Algorithm, trainer: "Trainer", callback: BaseCallback, learn_locals: dict[str, Any], masks: Optional[bool]):
+    def __init__(self, algorithm: Algorithm, trainer: "Trainer", callback: BaseCallback, learn_locals: dict[str, Any],
+                 masks: Optional[bool]):
         self.algorithm, self.trainer, self.callback, self.locals = algorithm, trainer, callback, learn_locals
         self.masks = masks  # None: PPO (no masks); else MaskablePPO's use_masking
 
@@ -89,7 +90,8 @@ class CallbackHooks:
             "n_rollout_steps": s.n_steps, "n_steps": t,
             "obs_tensor": torch.as_tensor(np.array(s.as_policy_input(s.obs_at(t)))) if not s.is_dict_obs else
             {k: torch.as_tensor(np.array(v)) for k, v in s.as_policy_input(s.obs_at(t)).items()},
-            "actions": actions, "values": torch.from_numpy(s.values[t].copy()).reshape(n, 1), "log_probs": torch.from_numpy(s.log_probs[t].copy()),
+            "actions": actions, "values": torch.from_numpy(s.values[t].copy()).reshape(n, 1),
+            "log_probs": torch.from_numpy(s.log_probs[t].copy()),
             "new_obs": batch_obs(s.as_policy_input(s.obs_at(t + 1)), space, n), "rewards": self.rewards(t),
             "dones": s.terminated[t] | s.truncated[t], "infos": self.infos(s.terminated[t] | s.truncated[t]),
         }
@@ -98,13 +100,16 @@ class CallbackHooks:
         else:
             values["action_masks"] = s.action_masks[t].copy() if self.masks else None
             values["use_masking"] = self.masks
-        if self.trainer.collector.states is not None:  # RecurrentPPO's: the states after the step's forward, its episode starts
-            values["lstm_states"], values["episode_starts"] = rnn_states(self.trainer, t + 1), torch.tensor(self.trainer.collector.last_dones, dtype=torch.float32)
+        # RecurrentPPO's: the states after the step's forward, its episode starts
+        if self.trainer.collector.states is not None:
+            values["lstm_states"] = rnn_states(self.trainer, t + 1)
+            values["episode_starts"] = torch.tensor(self.trainer.collector.last_dones, dtype=torch.float32)
         return values
 
     def rewards(self, t: int) -> np.ndarray:
         """Step ``t``'s rewards as the vec env returned them: an sb3 vec env's own array (float64 from a
-        ``SubprocVecEnv``), else the storage's float32 ones (normalised), as ``DummyVecEnv`` (``VecNormalize``) returns them."""
+        ``SubprocVecEnv``), else the storage's float32 ones (normalised), as ``DummyVecEnv`` (``VecNormalize``) returns
+        them."""
         if self.algorithm.envs.facade is None:
             return np.array(self.trainer.pool.rewards)
         return self.trainer.storage.rewards[t].copy()
@@ -114,7 +119,8 @@ class CallbackHooks:
         (``VecNormalize``, with the statistics after the step) and channel-first (``VecTransposeImage``),
         taken from the storage's terminal observations, which the trainer made so."""
         infos, s, normalizer = list(self.trainer.pool.infos), self.trainer.storage, self.trainer.normalizer
-        changed = (normalizer.normalized_keys if normalizer is not None else ()) if self.algorithm.envs.facade is not None else ()
+        changed = ((normalizer.normalized_keys if normalizer is not None else ()) if self.algorithm.envs.facade is not None
+                   else ())
         transposed = s.channel_last_keys if self.algorithm.envs.facade is not None else frozenset()
         if not (changed or transposed):
             return infos
@@ -138,7 +144,8 @@ class CallbackHooks:
         self.callback.on_rollout_end()
 
 
-def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, reset_num_timesteps: bool, tb_log_name: str) -> int:
+def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, reset_num_timesteps: bool,
+                tb_log_name: str) -> int:
     """sb3's ``_setup_learn``: counters, episode buffers, the envs' reset (when due), the logger; the total to train to."""
     algorithm.start_time = time.time_ns()
     if reset_num_timesteps:
@@ -168,7 +175,8 @@ def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, 
     normalizer, vn = trainer.normalizer, algorithm.envs.vec_normalize
     if vn is not None:  # the settings a script may change between calls (training=False, norm_reward...)
         normalizer.training, normalizer.norm_reward = vn.training, vn.norm_reward
-        normalizer.clip_obs, normalizer.clip_reward, normalizer.gamma, normalizer.epsilon = vn.clip_obs, vn.clip_reward, vn.gamma, vn.epsilon
+        normalizer.clip_obs, normalizer.clip_reward = vn.clip_obs, vn.clip_reward
+        normalizer.gamma, normalizer.epsilon = vn.gamma, vn.epsilon
     if not algorithm._custom_logger:
         algorithm._logger = configure_logger(algorithm.verbose, algorithm.tensorboard_log, tb_log_name, reset_num_timesteps)
     return total_timesteps
@@ -184,7 +192,8 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
     if callback is not None or progress_bar:
         callback = BaseAlgorithm._init_callback(algorithm, callback, progress_bar)  # sb3's: lists, functions, the progress bar
     learn_locals = {"self": algorithm, "total_timesteps": total, "callback": callback, "log_interval": log_interval,
-                    "tb_log_name": tb_log_name, "reset_num_timesteps": reset_num_timesteps, "progress_bar": progress_bar, "iteration": 0}
+                    "tb_log_name": tb_log_name, "reset_num_timesteps": reset_num_timesteps, "progress_bar": progress_bar,
+                    "iteration": 0}
     if use_masking is not None:
         learn_locals["use_masking"] = use_masking
     hooks = None if callback is None else CallbackHooks(algorithm, trainer, callback, learn_locals, use_masking)
@@ -194,7 +203,8 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
     def on_rollout(_: Any) -> None:
         if hooks is None:
             algorithm._buffer.new_rollout(trainer.storage)
-        algorithm._buffer.pos, algorithm._buffer.flat = trainer.storage.n_steps, None  # the rollout is complete: sb3's buffer is full
+        # the rollout is complete: sb3's buffer is full
+        algorithm._buffer.pos, algorithm._buffer.flat = trainer.storage.n_steps, None
         if hooks is not None:
             hooks.rollout_end()
         algorithm._current_progress_remaining = 1.0 - float(trainer.num_timesteps) / float(total)

@@ -35,14 +35,15 @@ class StateCarrier:
 
 
 def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, deterministic: bool = True, render: bool = False,
-                    callback: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None, reward_threshold: Optional[float] = None,
-                    return_episode_rewards: bool = False, warn: bool = True, use_masking: bool = True) -> Any:
+                    callback: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None,
+                    reward_threshold: Optional[float] = None, return_episode_rewards: bool = False, warn: bool = True,
+                    use_masking: bool = True) -> Any:
     """sb3-contrib's masked ``evaluate_policy`` (the same arguments, episodes and results), with the model's recurrent
     states carried from step to step (see the module doc); for a model without states, sb3-contrib's own."""
     from sb3_contrib.common.maskable.evaluation import evaluate_policy as contrib_evaluate_policy
 
-    return contrib_evaluate_policy(StateCarrier(model), env, n_eval_episodes, deterministic, render, callback, reward_threshold,
-                                   return_episode_rewards, warn, use_masking)
+    return contrib_evaluate_policy(StateCarrier(model), env, n_eval_episodes, deterministic, render, callback,
+                                   reward_threshold, return_episode_rewards, warn, use_masking)
 
 
 class MaskableEvalCallback(ContribMaskableEvalCallback):

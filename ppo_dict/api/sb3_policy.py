@@ -67,18 +67,21 @@ class SB3Surface:
         try:
             policy.load_state_dict(state)
         except RuntimeError as exc:
-            raise CheckpointError(f"{path}: its parameters are not those of the policy its arguments build: {one_line(exc)}") from None
+            raise CheckpointError(f"{path}: its parameters are not those of the policy its arguments build: "
+                                  f"{one_line(exc)}") from None
         return policy.to(get_device(device))
 
 
-def sb3_distribution(policy: Any, latent_pi: torch.Tensor, action_masks: Optional[Any] = None) -> sb3_distributions.Distribution:
+def sb3_distribution(policy: Any, latent_pi: torch.Tensor,
+                     action_masks: Optional[Any] = None) -> sb3_distributions.Distribution:
     """sb3's ``_get_action_dist_from_latent`` (sb3-contrib's with ``apply_masking``) on ``policy``'s action net: sb3's
     distribution object for ``policy``'s action space, made once and kept (as sb3 keeps ``policy.action_dist``)."""
     spec, dist = policy.action_spec, policy.__dict__.get("_sb3_dist")
     if dist is None:
         masked = isinstance(spec, Masked)
         gsde = spec.gsde is not None
-        kwargs = dict(full_std=spec.full_std, squash_output=spec.squash, use_expln=spec.use_expln, learn_features=False) if gsde else None
+        kwargs = (dict(full_std=spec.full_std, squash_output=spec.squash, use_expln=spec.use_expln, learn_features=False)
+                  if gsde else None)
         dist = make_masked_proba_distribution(policy.action_space) if masked else \
             sb3_distributions.make_proba_distribution(policy.action_space, use_sde=gsde, dist_kwargs=kwargs)
         policy.__dict__["_sb3_dist"] = dist
@@ -122,33 +125,38 @@ if MaskableActorCriticPolicy is not None:
         sb3_base = RecurrentActorCriticPolicy
 
         def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                             episode_starts: torch.Tensor, action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
+                             episode_starts: torch.Tensor,
+                             action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
             """sb3-contrib's: ``(sb3's distribution, the actor's states after the step)`` (masks: a masked policy's)."""
             features = self.pi_features_extractor(self._preprocess(obs))
             latent_pi, lstm_states = process_sequence(features, lstm_states, episode_starts, lstm_call(self.lstm_actor),
                                                       self.lstm_actor.input_size)
             return sb3_distribution(self, self.mlp_extractor.forward_actor(latent_pi), action_masks), lstm_states
 
-    CLASSES.update(MaskablePPO=SB3MaskableActorCritic, RecurrentPPO=SB3RecurrentActorCritic, MaskableRecurrentPPO=SB3RecurrentActorCritic)
+    CLASSES.update(MaskablePPO=SB3MaskableActorCritic, RecurrentPPO=SB3RecurrentActorCritic,
+                   MaskableRecurrentPPO=SB3RecurrentActorCritic)
 
 
 def policy_from_arguments(cls: type, arguments: dict[str, Any]) -> Any:
-    """``cls``'s policy from an sb3 policy file's constructor arguments (:func:`~ppo_dict.interop.policy_file.read_policy_file`'s),
-    as sb3's class builds it from them: the networks, then ``optimizer_class(parameters, lr=0.0, **optimizer_kwargs)``."""
+    """``cls``'s policy from an sb3 policy file's constructor arguments
+    (:func:`~ppo_dict.interop.policy_file.read_policy_file`'s), as sb3's class builds it from them: the networks, then
+    ``optimizer_class(parameters, lr=0.0, **optimizer_kwargs)``."""
     if cls.surface_of is not ActorCritic:
-        raise CheckpointError(f"{cls.__name__}.load: a recurrent policy's file is read by sb3-contrib's RecurrentActorCriticPolicy.load")
+        raise CheckpointError(f"{cls.__name__}.load: a recurrent policy's file is read by sb3-contrib's "
+                              f"RecurrentActorCriticPolicy.load")
     given = {k: v for k, v in arguments.items() if v is not None}
     use_sde = bool(given.get("use_sde", False))
-    known = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images", "full_std",
-             "use_expln", "squash_output", "features_extractor_class", "features_extractor_kwargs")
-    unknown = sorted(set(given) - set(known) - {"observation_space", "action_space", "use_sde", "lr_schedule", "optimizer_class",
-                                                "optimizer_kwargs"})
+    known = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
+             "full_std", "use_expln", "squash_output", "features_extractor_class", "features_extractor_kwargs")
+    unknown = sorted(set(given) - set(known) - {"observation_space", "action_space", "use_sde", "lr_schedule",
+                                                "optimizer_class", "optimizer_kwargs"})
     if unknown:
         raise CheckpointError(f"{cls.__name__}.load: the file's arguments {unknown} are not ones ppo_dict's policy takes")
     policy = ActorCritic(given["observation_space"], given["action_space"], use_sde=use_sde,
                          action_masks=cls.sb3_base is MaskableActorCriticPolicy, **{k: given[k] for k in known if k in given})
     optimizer_class = given.get("optimizer_class", torch.optim.Adam)
-    policy.optimizer = optimizer_class(policy.parameters(), lr=0.0, **given.get("optimizer_kwargs", {"eps": 1e-5}))  # sb3's lr_schedule(1)
+    # sb3's lr_schedule(1)
+    policy.optimizer = optimizer_class(policy.parameters(), lr=0.0, **given.get("optimizer_kwargs", {"eps": 1e-5}))
     policy.__class__ = cls
     sb3_extractors = importlib.import_module("stable_baselines3.common.torch_layers")
     extractor = given.get("features_extractor_class")
@@ -188,7 +196,8 @@ def as_sb3_policy(algorithm: Any, policy: Any) -> Any:
 
 
 def set_sb3_data(policy: Any, data: dict[str, Any]) -> None:
-    """sb3's constructor arguments on ``policy`` (its ``save`` writes them) and what sb3's ``__init__`` would have set of them."""
+    """sb3's constructor arguments on ``policy`` (its ``save`` writes them) and what sb3's ``__init__`` would have set
+    of them."""
     policy.sb3_data = data
     policy.optimizer_class, policy.optimizer_kwargs = type(policy.optimizer), data.get("optimizer_kwargs") or {}
     policy.features_extractor_class = data.get("features_extractor_class")

@@ -60,8 +60,9 @@ def assign(algorithm: Algorithm, name: str, value: Any) -> None:
         algorithm.__dict__[name] = value
         return
     if name not in LIVE + AT_BUILD:
-        raise AttributeError(f"{type(algorithm).__name__}.{name} is fixed once the model is built (sb3 sizes or builds with it "
-                             f"once): give {name}= to the constructor, or to {type(algorithm).__name__}.load(path, env, {name}=...)")
+        raise AttributeError(f"{type(algorithm).__name__}.{name} is fixed once the model is built (sb3 sizes or builds with "
+                             f"it once): give {name}= to the constructor, or to {type(algorithm).__name__}.load(path, env, "
+                             f"{name}=...)")
     if name in SCHEDULED and value is not None and type(value).__name__ == "FloatSchedule":
         value = value.value_schedule  # what sb3's FloatSchedule wraps (read() wraps it again)
     changes = {name: value}

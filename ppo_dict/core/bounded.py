@@ -80,7 +80,8 @@ def table(file: TextIO, where: str, first: int = 1, max_cell: int = MAX_CELL, ma
             n = first + reader.line_num - 1
             long = next((c for c in cells if len(c) > max_cell), None)
             if long is not None:
-                raise ValueError(f"{where}: line {n} has a cell of {len(long):,} characters; ppo_dict reads at most {max_cell:,}")
+                raise ValueError(f"{where}: line {n} has a cell of {len(long):,} characters; ppo_dict reads at most "
+                                 f"{max_cell:,}")
             if width is None:
                 if len(cells) > max_cells or not all(cells) or len(set(cells)) != len(cells):
                     raise ValueError(f"{where}: line {n} is no header: {len(cells)} names, each one once and none empty")

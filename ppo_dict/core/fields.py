@@ -19,7 +19,8 @@ def option(default: Any, help: str, parse: Callable[[Any], Any], group: str, *, 
     """A field: ``range=(lo, hi)`` or ``(lo, hi, lo_open, hi_open)`` bounds ``measure(value)``;
     ``choices`` lists the allowed values; an optional field (default None) is checked when set, and
     ``none`` says what None means for it (``--help`` prints ``(default: None: <none>)``)."""
-    metadata = {"help": help, "parse": parse, "group": group, "range": range, "choices": choices, "measure": measure, "none": none}
+    metadata = {"help": help, "parse": parse, "group": group, "range": range, "choices": choices, "measure": measure,
+                "none": none}
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -2,10 +2,10 @@
 launches, and where it writes.
 
 A checkpoint holds plain values only (``torch.load(weights_only=True)``), but some of them name code:
-``gym_packages`` are imported, an env id ``<module>:<id>`` (or ``gym_<module>:<id>``) imports its module (gymnasium's form), and a
-Godot game's ``env_kwargs`` (``env_path``, ``project``, ``binary``, ``game_args``) choose the program launched.
-A setting typed on the command line is the user's own; one that comes from the file is said first, in one
-line (:func:`announce`), and ``--dry_run`` imports and launches none of them: it refuses the run, naming each.
+``gym_packages`` are imported, an env id ``<module>:<id>`` (or ``gym_<module>:<id>``) imports its module (gymnasium's
+form), and a Godot game's ``env_kwargs`` (``env_path``, ``project``, ``binary``, ``game_args``) choose the program
+launched. A setting typed on the command line is the user's own; one that comes from the file is said first, in one line
+(:func:`announce`), and ``--dry_run`` imports and launches none of them: it refuses the run, naming each.
 
 Only the command line decides where a run writes and what it trusts (:data:`COMMAND_LINE_ONLY`): a file's
 output settings (a save path, an export, a TensorBoard folder, a wandb project) are dropped unless typed
@@ -37,10 +37,11 @@ def file_values(values: dict[str, Any], typed: Iterable[str], source: str, log: 
     (:data:`COMMAND_LINE_ONLY`; ``run_dir`` aside: a resumed run's is where its checkpoint lies), unless
     ``typed``; a wandb project so dropped is said in one line, so that no run stops logging unnoticed."""
     typed = set(typed)
-    dropped = [name for name in COMMAND_LINE_ONLY if name != "run_dir" and name not in typed and values.get(name) not in (None, False)]
+    dropped = [name for name in COMMAND_LINE_ONLY if name != "run_dir" and name not in typed
+               and values.get(name) not in (None, False)]
     if "project" in dropped:
-        print(f"{source}: its config logs to the wandb project {values['project']!r}; a resumed run logs where its command line says: "
-              f"pass --project {values['project']} to log there", file=log or sys.stderr, flush=True)
+        print(f"{source}: its config logs to the wandb project {values['project']!r}; a resumed run logs where its command "
+              f"line says: pass --project {values['project']} to log there", file=log or sys.stderr, flush=True)
     return {name: value for name, value in values.items() if name not in dropped}
 
 
@@ -90,6 +91,8 @@ def announce(source: str, cfg: "Config", typed: Iterable[str], dry_run: bool) ->
     if not effects:
         return
     if dry_run:
-        raise ConfigError([f"{name}={getattr(cfg, name)!r}: from {source}'s config, which {what}; --dry_run imports and launches "
-                           f"nothing a file names: type --{name} on the command line to check the run with it" for name, what in effects.items()])
-    print(f"{source}: its config {'; '.join(f'{what} ({name})' for name, what in effects.items())}", file=sys.stderr, flush=True)
+        raise ConfigError([f"{name}={getattr(cfg, name)!r}: from {source}'s config, which {what}; --dry_run imports and "
+                           f"launches nothing a file names: type --{name} on the command line to check the run with it"
+                           for name, what in effects.items()])
+    print(f"{source}: its config {'; '.join(f'{what} ({name})' for name, what in effects.items())}", file=sys.stderr,
+          flush=True)

@@ -168,7 +168,8 @@ class Layout:
 
     @property
     def num_workers(self) -> int:
-        """The shares, as ``--num_workers`` counts them: worker processes, and this process's where it steps a share (0 in-process)."""
+        """The shares, as ``--num_workers`` counts them: worker processes, and this process's where it steps a share (0
+        in-process)."""
         return self.processes + (1 if self.processes and self.main else 0)
 
     @property
@@ -192,13 +193,14 @@ class Layout:
         if self.halves is not None:
             here = f" in halves {self.halves[0].stop} + {size(self.halves[1])} (double buffer), none in this process"
         if not self.asked:
-            why += (": a worker on each" if self.processes >= self.cpus else ": a worker on each but one, kept by this process (the policy, "
-                    "its share)" if self.processes == self.cpus - 1 else ": fewer envs than CPUs, a worker per env")
+            why += (": a worker on each" if self.processes >= self.cpus
+                    else ": a worker on each but one, kept by this process (the policy, its share)"
+                    if self.processes == self.cpus - 1 else ": fewer envs than CPUs, a worker per env")
         return f"{self.n_envs} envs: {workers} ({mp_method}){here}; {why}"
 
 
-def _shares(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_steps_envs: bool, halves: bool,
-            unit: int, cpus: int) -> tuple[int, int, bool]:
+def _shares(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_steps_envs: bool,
+            halves: bool, unit: int, cpus: int) -> tuple[int, int, bool]:
     """``(n_envs, worker processes, whether this process steps a share)`` of the settings, before the
     columns are placed; 0 worker processes: every env in this process."""
     n, w, e = n_envs, num_workers, envs_per_worker
@@ -214,8 +216,8 @@ def _shares(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: 
     return n, (w - 1 if in_main and w > 1 else w), in_main and w > 1
 
 
-def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_envs: Optional[int] = None,
-                main_steps_envs: bool = True, halves: bool = False, unit: int = 1,
+def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int],
+                main_envs: Optional[int] = None, main_steps_envs: bool = True, halves: bool = False, unit: int = 1,
                 cpus: Optional[tuple[int, str]] = None) -> Layout:
     """The :class:`Layout` of these settings (the module doc says what each fixes), for envs in whole
     ``unit``s (a Godot game's agents); ``cpus``: ``(count, source)``, probed when not given.
@@ -229,13 +231,15 @@ def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_work
         return Layout(n, n, Blocks((), 0, unit), None, count, source, asked)
     main = 0
     if in_main:
-        chosen = main_envs if main_envs is not None else envs_per_worker if envs_per_worker is not None else main_share(n, processes, unit)
+        chosen = (main_envs if main_envs is not None else envs_per_worker if envs_per_worker is not None
+                  else main_share(n, processes, unit))
         main = max(0, min(chosen, n - processes * unit))
     blocks = Blocks(split_halves(n, unit) if halves else (range(main, n),), processes, unit)
     return Layout(n, main, blocks, split_halves(n, unit) if halves else None, count, source, asked)
 
 
-def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_envs: Optional[int] = None,
+def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int],
+                    main_envs: Optional[int] = None,
                     main_steps_envs: bool = True, halves: bool = False, unit: int = 1, what: str = "",
                     cpus: Optional[int] = None) -> list[str]:
     """What in these settings no layout can honour, one line each (``what``: the envs' name, for the

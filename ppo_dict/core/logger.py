@@ -36,7 +36,8 @@ def format_table(values: dict[str, Any]) -> str:
     key_width = max(len(key) for _, key in rows)
     val_width = max(len(v) for v in rows.values())
     dashes = "-" * (key_width + val_width + 7)
-    lines = [dashes] + [f"| {key}{' ' * (key_width - len(key))} | {v}{' ' * (val_width - len(v))} |" for (_, key), v in rows.items()] + [dashes]
+    lines = [dashes] + [f"| {key}{' ' * (key_width - len(key))} | {v}{' ' * (val_width - len(v))} |"
+                        for (_, key), v in rows.items()] + [dashes]
     return "\n".join(lines)
 
 

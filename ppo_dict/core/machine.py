@@ -133,7 +133,8 @@ def cgroup_memory_left() -> Optional[int]:
         if controllers == "":
             files = (f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current")
         elif "memory" in controllers.split(","):
-            files = (f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes", f"/sys/fs/cgroup/memory{path}/memory.usage_in_bytes")
+            files = (f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
+                     f"/sys/fs/cgroup/memory{path}/memory.usage_in_bytes")
         else:
             continue
         limit, usage = (_read(f) for f in files)

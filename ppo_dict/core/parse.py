@@ -174,15 +174,17 @@ def parse_lstm_kwargs(text: Union[str, dict, None]) -> dict[str, Any]:
     sb3-contrib's ``[n_lstm_layers, n_envs, lstm_hidden_size]``, which the others change or do not keep."""
     value = {} if text is None else parse_kwargs(text)
     if set(value) - set(LSTM_KWARGS):
-        raise ValueError(f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, n_envs, "
-                         "lstm_hidden_size], which the others change or do not keep)")
+        raise ValueError(f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, "
+                         f"n_envs, lstm_hidden_size], which the others change or do not keep)")
     dropout, bias = value.get("dropout", 0.0), value.get("bias", True)
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or not isinstance(bias, bool):
+    if (isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1
+            or not isinstance(bias, bool)):
         raise ValueError("dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
     return value
 
 
-#: rl-zoo's ``key:value`` words (its ``StoreDict``: ``--env-kwargs``, ``--hyperparams``): an identifier, a colon, the value's text
+#: rl-zoo's ``key:value`` words (its ``StoreDict``: ``--env-kwargs``, ``--hyperparams``): an identifier, a colon, the
+#: value's text
 KEY_VALUE = re.compile(r"([A-Za-z_]\w*):(.*)", re.S)
 
 

@@ -97,7 +97,8 @@ def zip_entry(archive: zipfile.ZipFile, name: str, cap: int, where: Any) -> byte
     bytes; zipfile stops at the declared size and checks the CRC, so no more is ever inflated."""
     info = archive.getinfo(name)
     if info.file_size > cap:
-        raise UnreadableFile(f"{where}: its entry {name!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for it")
+        raise UnreadableFile(f"{where}: its entry {name!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for "
+                             f"it")
     with archive.open(info) as f:
         return f.read(cap + 1)
 
@@ -112,7 +113,8 @@ def npz_arrays(path: str, cap: int, what: str, follow: bool = True) -> dict[str,
                 raw = zip_entry(archive, info.filename, cap, path)
                 declared = npy_bytes(raw)
                 if declared is not None and declared > len(raw):
-                    raise UnreadableFile(f"{path}: its array {info.filename!r} declares {declared:,} bytes and holds {len(raw):,}")
+                    raise UnreadableFile(f"{path}: its array {info.filename!r} declares {declared:,} bytes and holds "
+                                         f"{len(raw):,}")
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {name: npz[name] for name in npz.files}
     except UnreadableFile:

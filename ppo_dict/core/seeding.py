@@ -50,7 +50,8 @@ def rng_state_problems(state: Any) -> list[str]:
     words, a position in [0, 624]) and python's ``random`` (version 3, int64[625] of 32-bit words, the last
     one a position in [0, 624])."""
     def words(t: Any, n: int) -> bool:
-        return isinstance(t, torch.Tensor) and t.dtype == torch.int64 and tuple(t.shape) == (n,) and bool(((t >= 0) & (t < 2**32)).all())
+        return (isinstance(t, torch.Tensor) and t.dtype == torch.int64 and tuple(t.shape) == (n,)
+                and bool(((t >= 0) & (t < 2**32)).all()))
 
     if not isinstance(state, dict):
         return ["'rng': not the RNG states"]
@@ -64,7 +65,8 @@ def rng_state_problems(state: Any) -> list[str]:
             and math.isfinite(n["cached_gaussian"])):
         problems.append("'rng' numpy: not numpy's MT19937 state")
     p = state.get("python")
-    if not (isinstance(p, dict) and p.get("version") == 3 and words(p.get("internal"), 625) and 0 <= int(p["internal"][-1]) <= 624
+    if not (isinstance(p, dict) and p.get("version") == 3 and words(p.get("internal"), 625)
+            and 0 <= int(p["internal"][-1]) <= 624
             and (p.get("gauss_next") is None or (type(p["gauss_next"]) is float and math.isfinite(p["gauss_next"])))):
         problems.append("'rng' python: not python's random state")
     cuda = state.get("cuda", [])

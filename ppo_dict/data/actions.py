@@ -23,9 +23,11 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise, MaskedCategorical,
+from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise,
+                                         MaskedCategorical,
                                          MaskedDistribution, MaskedMultiCategorical, MultiCategorical, StateDependentNoise)
-from ppo_dict.data.lean_sampling import BernoulliSampler, CategoricalSampler, CategoricalsSampler, GaussianSampler, LeanSampler, StateDependentSampler
+from ppo_dict.data.lean_sampling import (BernoulliSampler, CategoricalSampler, CategoricalsSampler, GaussianSampler,
+                                         LeanSampler, StateDependentSampler)
 
 
 class ActionSpec:
@@ -329,8 +331,7 @@ def huge_neg(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.tensor(HUGE_NEG, dtype=dtype, device=device)
 
 
-#: Each kind of space sb3's PPO takes, in its message's order: its spec, with gSDE, under sb3-contrib's masking
-#: (None: sb3 refuses the pair).
+#: Each kind of space sb3's PPO takes, in its message's order: its spec, with gSDE, with sb3-contrib's masks (None: refused).
 KINDS: dict[type[spaces.Space], tuple[type[ActionSpec], Optional[type[ActionSpec]], Optional[type[ActionSpec]]]] = {
     spaces.Box: (GaussianSpec, StateDependentSpec, None),
     spaces.Discrete: (DiscreteSpec, None, MaskedDiscreteSpec),
@@ -349,10 +350,9 @@ SUPPORTED_ACTION_SPACES = tuple(KINDS)
 
 def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True,
                 use_expln: bool = False, squash_output: bool = False) -> ActionSpec:
-    """The spec of ``space`` (gSDE with ``use_sde`` and its settings ``full_std``, ``use_expln``, ``squash_output``;
-    sb3-contrib's maskable distributions with ``masked``). Raises ``ValueError`` naming a space of
-    no supported kind, or a kind sb3 refuses gSDE or masks for; what sb3 refuses in a space of a
-    supported kind is the spec's :meth:`~ActionSpec.problem`."""
+    """The spec of ``space`` (gSDE with ``use_sde``, set by ``full_std``, ``use_expln``, ``squash_output``; sb3-contrib's
+    maskable distributions with ``masked``). Raises ``ValueError`` naming a space of no supported kind, or a kind sb3
+    refuses gSDE or masks for; what sb3 refuses in a space of a supported kind is the spec's :meth:`~ActionSpec.problem`."""
     kinds = _kinds(space)
     if kinds is None:
         raise ValueError(f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided")
@@ -378,7 +378,8 @@ def action_space_problem(space: spaces.Space, use_sde: bool = False, masked: boo
 
 def masks_refused(space: spaces.Space) -> str:
     """sb3-contrib's MaskablePPO's refusal of ``space`` as an action space with masks."""
-    return f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), not {space}"
+    return (f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), "
+            f"not {space}")
 
 
 def masking_space_problem(space: spaces.Space) -> str:
@@ -391,9 +392,8 @@ def masking_space_problem(space: spaces.Space) -> str:
 
 
 def mask_sizes(space: spaces.Space) -> list[int]:
-    """The categoricals a mask for ``space`` covers (its masked spec's :attr:`~ActionSpec.mask_sizes`):
-    ``[n]`` (Discrete), ``nvec`` (MultiDiscrete) or ``[2] * n`` (MultiBinary). Raises ``ValueError``
-    for a space MaskablePPO takes no masks for."""
+    """The categoricals a mask for ``space`` covers (its masked spec's :attr:`~ActionSpec.mask_sizes`): ``[n]`` (Discrete),
+    ``nvec`` (MultiDiscrete) or ``[2] * n`` (MultiBinary). Raises ``ValueError`` for a space MaskablePPO takes no masks for."""
     problem = masking_space_problem(space)
     if problem:
         raise ValueError(problem)

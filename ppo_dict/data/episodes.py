@@ -139,7 +139,8 @@ class EpisodeBook:
             if not ended:
                 kinds[column] = ABSENT
             elif info is None or key not in info:  # sb3's Monitor fails here too (a KeyError)
-                raise KeyError(f"info_keywords: the env's info at an episode end has no {key!r} (its keys: {sorted(info or {})})")
+                raise KeyError(f"info_keywords: the env's info at an episode end has no {key!r} (its keys: "
+                               f"{sorted(info or {})})")
             else:
                 values[column], kinds[column] = encode(info[key], f"info[{key!r}]")
         self.returns[j], self.lengths[j] = 0.0, 0

@@ -122,7 +122,8 @@ class StateDependentSampler(LeanSampler):
         noise = torch.bmm(latent_pi.unsqueeze(dim=1), matrices).squeeze(dim=1)
         return self._sample(mean, latent_pi, noise, None)
 
-    def _sample(self, mean: torch.Tensor, latent_pi: torch.Tensor, noise: torch.Tensor, out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, mean: torch.Tensor, latent_pi: torch.Tensor, noise: torch.Tensor,
+                out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
         scale = torch.sqrt(torch.mm(latent_pi**2, self._std_squared) + self.gsde.epsilon)
         actions = torch.add(mean, noise, out=None if out is None else out[0])
         log_prob = (actions - mean) ** 2 / -(2 * scale**2) - scale.log() - LOG_SQRT_2PI

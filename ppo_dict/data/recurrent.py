@@ -27,7 +27,8 @@ CELL_STATES = {"lstm": ("hidden_states", "cell_states"), "gru": ("hidden_states"
 
 
 def state_names(cell: str = "lstm") -> tuple[str, ...]:
-    """The state arrays of a ``cell`` policy, the actor's then the critic's (an LSTM's: sb3-contrib's buffer's order and names)."""
+    """The state arrays of a ``cell`` policy, the actor's then the critic's (an LSTM's: sb3-contrib's buffer's order and
+    names)."""
     return tuple(f"{state}_{part}" for part in ("pi", "vf") for state in CELL_STATES[cell])
 
 
@@ -56,7 +57,8 @@ class StateStore:
     ``critic_lstm`` False: the critic has no state of its own, and its arrays are the actor's (sb3-contrib
     stores ``vf = pi`` then)."""
 
-    def __init__(self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool, cell: str = "lstm"):
+    def __init__(self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool,
+                 cell: str = "lstm"):
         self.n_steps, self.groups = n_steps, groups
         self.n_envs = sum(len(g) for g in groups)
         self.names = state_names(cell)
@@ -96,11 +98,13 @@ class StateStore:
                 arr[0] = arr[self.n_steps]
 
     def rollout(self, name: str) -> np.ndarray:
-        """``name``'s first ``n_steps`` rows of every env, ``[n_steps, n_layers, n_envs, hidden]`` (sb3-contrib's buffer array)."""
+        """``name``'s first ``n_steps`` rows of every env, ``[n_steps, n_layers, n_envs, hidden]`` (sb3-contrib's buffer
+        array)."""
         return np.concatenate([arrays[name][: self.n_steps] for arrays in self.arrays], axis=2)
 
     def flat(self, name: str) -> np.ndarray:
-        """sb3-contrib's ``get()`` layout: ``swapaxes(1, 2)`` then env-major flattening, ``[n_envs * n_steps, n_layers, hidden]``."""
+        """sb3-contrib's ``get()`` layout: ``swapaxes(1, 2)`` then env-major flattening, ``[n_envs * n_steps, n_layers,
+        hidden]``."""
         arr = self.rollout(name).swapaxes(1, 2)
         return np.ascontiguousarray(arr.swapaxes(0, 1).reshape(self.n_envs * self.n_steps, *arr.shape[2:]))
 

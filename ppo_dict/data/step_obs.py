@@ -14,10 +14,9 @@ class StepObsToDevice:
 
     CPU: views of the storage itself, no copy (tensors of the whole arrays are made once; a step
     indexes them); an sb3 vec env's arrays as it returned them, where its pool kept them
-    (:meth:`~ppo_dict.data.storage.RolloutStorage.step_input`). CUDA: one pinned staging buffer per key, one copy into it and one non-blocking
-    host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU. Reusing
-    the staging buffer is safe because every step synchronises on the actions' copy back before
-    the next copy.
+    (:meth:`~ppo_dict.data.storage.RolloutStorage.step_input`). CUDA: one pinned staging buffer per key, one copy into
+    it and one non-blocking host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU.
+    Reusing the staging buffer is safe because every step synchronises on the actions' copy back before the next copy.
     """
 
     def __init__(self, storage: RolloutStorage, device: torch.device):

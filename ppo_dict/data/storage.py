@@ -144,7 +144,8 @@ def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     uint8 image (the integer observations of Discrete, MultiDiscrete and MultiBinary keys are left
     alone: sb3's ``norm_obs_keys`` can only name Box keys)."""
     leaves = storage_keys(space)
-    return {k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
+    return {k: shape for k, (shape, dtype) in obs_layout(space).items()
+            if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
 
 
 def stage_keys_of(space: spaces.Space, normalize: bool, norm_obs: bool) -> tuple[str, ...]:
@@ -186,8 +187,8 @@ class RolloutStorage:
         returned_terminal: ``{env: parts}``, the terminal observations of the last step.
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int, alloc: Alloc = zeros,
-                 info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()):
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int,
+                 alloc: Alloc = zeros, info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()):
         self.observation_space, self.action_space = observation_space, action_space
         self.info_keywords = tuple(info_keywords)
         self.n_steps, self.n_envs = n_steps, n_envs
@@ -317,7 +318,8 @@ class RolloutStorage:
         """
         returned = self.returned_terminal.get(env) if rows is None else None
         if returned is not None:  # as an sb3 vec env returned it, through sb3's obs_to_tensor: np.array keeps the memory order
-            return self.as_policy_input({key: np.array(one).reshape((-1, *self.obs_layout[key][0])) for key, one in returned.items()})
+            return self.as_policy_input({key: np.array(one).reshape((-1, *self.obs_layout[key][0]))
+                                         for key, one in returned.items()})
         obs = {}
         for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
             view = channel_first(one) if key in self.channel_last_keys else one
@@ -345,7 +347,8 @@ class RolloutStorage:
     def obs_views(self) -> dict[str, torch.Tensor]:
         """Tensors of the observation arrays ``[n_steps + 1, n_envs, ...]``, channel-last images seen as ``[C, H, W]``
         views, as sb3's VecTransposeImage shows them (call again after :meth:`own_obs_stage`)."""
-        return {k: channel_first(torch.from_numpy(v)) if k in self.channel_last_keys else torch.from_numpy(v) for k, v in self.obs.items()}
+        return {k: channel_first(torch.from_numpy(v)) if k in self.channel_last_keys else torch.from_numpy(v)
+                for k, v in self.obs.items()}
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:

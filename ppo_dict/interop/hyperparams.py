@@ -4,12 +4,14 @@ An rl-zoo file has one entry per env id (``Reacher-v2:``) holding sb3 ``PPO`` ke
 plus rl-zoo's own keys (``normalize``, ``n_envs``, ``n_timesteps``, ``policy``,
 ``policy_kwargs``, ``frame_stack``, ``env_wrapper`` when it is sb3's AtariWrapper, and
 ``monitor_kwargs`` with sb3 Monitor's ``info_keywords``: ``--info_keywords``). String
-values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.core.parse.safe_literal`; rl-zoo ``eval``s them, ppo_dict never does.
+values such as ``policy_kwargs: "dict(net_arch=[64, 64])"`` are parsed with :func:`~ppo_dict.core.parse.safe_literal`;
+rl-zoo ``eval``s them, ppo_dict never does.
 
 ``--hyperparams rl_zoo3`` reads rl-zoo's own ``ppo.yml`` from the installed ``rl_zoo3`` package
 (the ``zoo`` extra), or its ``ppo_lstm.yml`` (sb3-contrib's RecurrentPPO: ``MlpLstmPolicy``, ``CnnLstmPolicy``,
-``MultiInputLstmPolicy`` and the LSTM's ``policy_kwargs``) when ``--model`` names a recurrent model. An env without an entry takes the file's ``atari`` entry (games ale-py
-makes) or its ``default`` entry, as rl-zoo's ``ExperimentManager.read_hyperparameters`` does.
+``MultiInputLstmPolicy`` and the LSTM's ``policy_kwargs``) when ``--model`` names a recurrent model. An env without an
+entry takes the file's ``atari`` entry (games ale-py makes) or its ``default`` entry, as rl-zoo's
+``ExperimentManager.read_hyperparameters`` does.
 """
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_
                     "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
 POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "squash_output", "lstm_hidden_size", "n_lstm_layers", "shared_lstm", "enable_critic_lstm",
-                 "lstm_kwargs")
+                 "full_std", "use_expln", "squash_output", "lstm_hidden_size", "n_lstm_layers", "shared_lstm",
+                 "enable_critic_lstm", "lstm_kwargs")
 #: sb3's policy names, and sb3-contrib RecurrentPPO's (rl-zoo's ``ppo_lstm.yml``)
 POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp",
             "MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": "mlp_lstm"}
@@ -91,11 +93,13 @@ def env_wrapper_values(value: Any, where: str) -> tuple[dict[str, Any], list[str
     for wrapper in value if isinstance(value, list) else [] if value is None else [value]:
         name, kwargs = next(iter(wrapper.items())) if isinstance(wrapper, dict) and len(wrapper) == 1 else (wrapper, {})
         if name != ATARI_WRAPPER:
-            problems.append(f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} (--atari_wrapper True)")
+            problems.append(f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} "
+                            f"(--atari_wrapper True)")
             continue
         values["atari_wrapper"] = True
         if not isinstance(kwargs, dict) and kwargs is not None:
-            problems.append(f"{where}: env_wrapper: {name}'s arguments are {shown(kwargs)}, not a mapping of AtariWrapper arguments")
+            problems.append(f"{where}: env_wrapper: {name}'s arguments are {shown(kwargs)}, not a mapping of AtariWrapper "
+                            f"arguments")
             continue
         for kwarg, kwarg_value in (kwargs or {}).items():
             if kwarg not in ATARI_KWARGS:
@@ -120,7 +124,9 @@ def _entry_names(env: str) -> list[str]:
 def other_versions(env: str, entries: Any) -> list[str]:
     """The file's entries for other versions of ``env``'s gymnasium id (``Reacher-v2`` for ``Reacher-v5``)."""
     found = re.fullmatch(r"(.+)-v\d+", gym_id_of(env) or env)
-    return [] if found is None else [str(e) for e in entries if re.fullmatch(rf"{re.escape(found.group(1))}-v\d+", str(e)) and e != gym_id_of(env)]
+    return ([] if found is None
+            else [str(e) for e in entries if re.fullmatch(rf"{re.escape(found.group(1))}-v\d+", str(e))
+                  and e != gym_id_of(env)])
 
 
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
@@ -151,7 +157,8 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                     values["normalize"] = True
                     for name, kwarg in _as_dict(value, "normalize").items():
                         if name not in NORMALIZE_KWARGS:
-                            problems.append(f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows ({', '.join(NORMALIZE_KWARGS)})")
+                            problems.append(f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows "
+                                            f"({', '.join(NORMALIZE_KWARGS)})")
                         else:
                             values[NORMALIZE_KWARGS[name]] = kwarg
             elif key == "monitor_kwargs":  # rl-zoo passes them to sb3's Monitor; ppo_dict records info_keywords itself
@@ -168,7 +175,8 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
             elif key == "policy_kwargs":
                 for name, kwarg in _as_dict(value, "policy_kwargs").items():
                     if name not in POLICY_KWARGS:
-                        problems.append(f"{where}: policy_kwargs: {name!r} is not supported (supported: {', '.join(POLICY_KWARGS)})")
+                        problems.append(f"{where}: policy_kwargs: {name!r} is not supported (supported: "
+                                        f"{', '.join(POLICY_KWARGS)})")
                     else:
                         values[name] = kwarg
             elif key in UNSUPPORTED:
@@ -230,7 +238,8 @@ def read_yaml(file: Any) -> Any:
             return None
         size = expanded_nodes(node, {}, set())
         if size > MAX_YAML_NODES:
-            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most {MAX_YAML_NODES:,}")
+            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most "
+                             f"{MAX_YAML_NODES:,}")
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -274,7 +283,8 @@ def read_entry(path: str, env: str, recurrent: bool = False, replaced: Iterable[
         with open_regular(file) as f:  # a regular file: a FIFO is not waited on
             document = read_yaml(f)
     except FileNotFoundError as exc:
-        zoo_name = os.path.basename(path) in RL_ZOO_FILES.values()  # the README's hyperparams/ppo.yml, run outside the checkout
+        # the README's hyperparams/ppo.yml, run outside the checkout
+        zoo_name = os.path.basename(path) in RL_ZOO_FILES.values()
         hint = f" (rl-zoo's own file, outside this repository's checkout: --hyperparams {RL_ZOO})" if zoo_name else ""
         return Entry(path, env, problems=[f"hyperparams={path!r}: cannot read: {exc}{hint}"])
     except (OSError, ValueError, yaml.YAMLError) as exc:
@@ -289,14 +299,16 @@ def read_entry(path: str, env: str, recurrent: bool = False, replaced: Iterable[
             entry = document[name]
             if not isinstance(entry, dict):
                 return Entry(path, env, file, problems=[f"hyperparams={path!r}: entry {name!r} is not a mapping"])
-            values, problems = translate({k: v for k, v in entry.items() if k not in set(replaced)}, f"hyperparams {path}[{name}]")
+            values, problems = translate({k: v for k, v in entry.items() if k not in set(replaced)},
+                                         f"hyperparams {path}[{name}]")
             return Entry(path, env, file, name, entry, values, problems, others)
     hint = f"; its entries for other versions: {', '.join(others)}" if others else ""
     return Entry(path, env, file, others=others, problems=[
         f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))}){hint}"])
 
 
-def load_hyperparams(path: str, env: str, recurrent: bool = False, replaced: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+def load_hyperparams(path: str, env: str, recurrent: bool = False,
+                     replaced: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
     """``(Config values, problems)`` of :func:`read_entry`."""
     entry = read_entry(path, env, recurrent, replaced)
     return entry.values, entry.problems
@@ -311,11 +323,13 @@ def split_words(words: Optional[Sequence[str]]) -> tuple[Optional[str], dict[str
     the file's entry (rl-zoo's ``--hyperparams n_epochs:5``), any other the file (a path, or ``rl_zoo3``; write
     ``./a:b.yml`` for a file whose name looks like an override), one at most."""
     files = [w for w in words or () if not KEY_VALUE.fullmatch(w)]
-    problems = [f"hyperparams={list(words or ())!r}: one file at most (the others are key:value overrides)"] if len(files) > 1 else []
+    problems = ([f"hyperparams={list(words or ())!r}: one file at most (the others are key:value overrides)"] if len(files) > 1
+                else [])
     return (files[-1] if files else None), key_values(list(words or ())), problems
 
 
-def zoo_values(words: Optional[Sequence[str]], env: str, recurrent: bool, read_file: bool = True) -> tuple[dict[str, Any], list[str]]:
+def zoo_values(words: Optional[Sequence[str]], env: str, recurrent: bool,
+               read_file: bool = True) -> tuple[dict[str, Any], list[str]]:
     """``(Config values, problems)`` of ``--hyperparams``' words for a run of ``env``: the file's entry (where
     ``read_file``: not on a resume, whose config holds what its file gave), then the overrides, as rl-zoo's
     ``hyperparams.update(custom_hyperparams)``."""

@@ -9,14 +9,14 @@ with ``--action_masks`` takes each step's masks too, as a last input ``action_ma
 ``MaskablePPO.predict(obs, action_masks=..., deterministic=True)``: masked logits -1e8, the most
 probable valid action of each categorical. A recurrent model's graph takes the actor's LSTM states and the episode
 starts as its last inputs (``lstm_h``, ``lstm_c``: float32 ``[n_layers, batch, hidden]``, ``episode_start``: bool
-``[batch]``; a GRU's ``gru_h`` alone) and returns the states after the step (``lstm_h_out``, ``lstm_c_out``; ``gru_h_out``) after the action: sb3-contrib's
-``RecurrentPPO.predict(obs, state, episode_start, deterministic=True)``, the states fed back at the next step. With
-``--normalize`` the training statistics are folded in, in float64 as sb3's ``VecNormalize``
-computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE
-policies return their mean clipped to the action bounds, categorical ones their most probable
-action (int64), MultiDiscrete ones the most probable entry of each (int64), MultiBinary ones each
-bit whose probability rounds to 1. Runs in onnxruntime, or anything that reads ONNX; needs the ``onnx`` extra (``onnx``,
-``onnxscript``, torch's exporter, and ``onnxruntime`` to check the file against ppo_dict).
+``[batch]``; a GRU's ``gru_h`` alone) and returns the states after the step (``lstm_h_out``, ``lstm_c_out``;
+``gru_h_out``) after the action: sb3-contrib's ``RecurrentPPO.predict(obs, state, episode_start, deterministic=True)``,
+the states fed back at the next step. With ``--normalize`` the training statistics are folded in, in float64 as sb3's
+``VecNormalize`` computes them (so the normalised observations are bit for bit ppo_dict's); Gaussian and gSDE policies
+return their mean clipped to the action bounds, categorical ones their most probable action (int64), MultiDiscrete ones
+the most probable entry of each (int64), MultiBinary ones each bit whose probability rounds to 1. Runs in onnxruntime,
+or anything that reads ONNX; needs the ``onnx`` extra (``onnx``, ``onnxscript``, torch's exporter, and ``onnxruntime``
+to check the file against ppo_dict).
 """
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ class DeterministicPolicy(nn.Module):
         self.recurrent = model.recurrent
         self.state_inputs, state_outputs = state_io(model) if self.recurrent else ((), ())
         if set(self.state_inputs) & set(self.keys):
-            raise ExportError(f"an observation key among {self.state_inputs} would collide with the graph's state inputs of that name")
+            raise ExportError(f"an observation key among {self.state_inputs} would collide with the graph's state inputs of "
+                              f"that name")
         # the observations, a recurrent policy's states, then a masked policy's masks
         self.input_names = [*self.keys, *self.state_inputs, *((MASKS_INPUT,) if self.masked else ())]
         self.output_names = ["action", *state_outputs]
@@ -83,7 +84,8 @@ class DeterministicPolicy(nn.Module):
         for i, key in enumerate(self.normalized):  # sb3: (obs - mean) / sqrt(var + eps), in float64
             rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
             self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
-            self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
+            self.register_buffer(f"std_{i}",
+                                 torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
         self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -124,7 +126,8 @@ def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict
     observation_space.seed(seed)
     draws = [observation_space.sample() for _ in range(n)]
     layout, parts = obs_layout(observation_space), [obs_parts(observation_space, d) for d in draws]
-    return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts]) for key, (shape, dtype) in layout.items()}
+    return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts])
+            for key, (shape, dtype) in layout.items()}
 
 
 def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarray:
@@ -181,10 +184,12 @@ def export_onnx(path: str, out: str, opset: int = OPSET, model: Optional[Model] 
     module = DeterministicPolicy(model).eval()
     example = tuple(torch.as_tensor(v) for v in sample_inputs(model, 4).values())
     batch = torch.export.Dim("batch")
-    with tempfile.TemporaryDirectory() as scratch, quiet_exporter():  # the exporter writes the file itself: build it aside, then move it in
+    # the exporter writes the file itself: build it aside, then move it in
+    with tempfile.TemporaryDirectory() as scratch, quiet_exporter():
         scratch_file = os.path.join(scratch, "policy.onnx")
         try:
-            dims = tuple({1: batch} if name in module.state_inputs[:-1] else {0: batch} for name in module.input_names)  # states: [layers, B, H]
+            # states: [layers, B, H]
+            dims = tuple({1: batch} if name in module.state_inputs[:-1] else {0: batch} for name in module.input_names)
             torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=module.output_names,
                               dynamic_shapes={"inputs": dims}, opset_version=opset, external_data=False,
                               dynamo=True, verbose=False)
@@ -229,8 +234,8 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     if model.recurrent:
         names, outputs = state_io(model)
-        ours, states = model.predict_recurrent(batch, tuple(inputs[name] for name in names[:-1]), inputs[names[-1]], deterministic=True,
-                                               masks=inputs.get(MASKS_INPUT))
+        ours, states = model.predict_recurrent(batch, tuple(inputs[name] for name in names[:-1]), inputs[names[-1]],
+                                               deterministic=True, masks=inputs.get(MASKS_INPUT))
         theirs, *their_states = session.run(["action", *outputs], inputs)
         state_diff = max(float(np.abs(a - b).max()) for a, b in zip(states, their_states))
     else:

@@ -31,8 +31,8 @@ from gymnasium import spaces
 from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES, SB3_EXTRACTORS
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line, read_capped
-from ppo_dict.interop.plain_pickle import (MULTIARRAY, NDARRAY, ArraySpec, DtypeSpec, Ignored, Record, latin1_bytes, materialize,
-                                           reconstruct, scalar)
+from ppo_dict.interop.plain_pickle import (MULTIARRAY, NDARRAY, ArraySpec, DtypeSpec, Ignored, Record, latin1_bytes,
+                                           materialize, reconstruct, scalar)
 
 #: the most bytes a policy file may hold (a CNN policy of sb3's defaults is a few MB)
 MAX_POLICY_BYTES = 1 << 30
@@ -56,7 +56,8 @@ class ClassName:
 #: the classes a policy file's arguments may name: activations, optimizers, sb3's features extractors (as ppo_dict's)
 CLASSES: dict[str, type] = {
     **{f"{cls.__module__}.{cls.__name__}": cls for cls in ACTIVATION_CLASSES.values()},
-    **{f"{cls.__module__}.{cls.__name__}": cls for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop)},
+    **{f"{cls.__module__}.{cls.__name__}": cls
+       for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop)},
     **{f"stable_baselines3.common.torch_layers.{name}": cls for name, cls in SB3_EXTRACTORS.items()},
 }
 #: what ``BasePolicy._dummy_schedule`` reads as (sb3's: a schedule the policy alone never calls)
@@ -80,17 +81,20 @@ RANDOM_NAMES = ("_pickle.__generator_ctor", "_pickle.__bit_generator_ctor", "_pi
 def bound_names() -> list[tuple[Any, str]]:
     """torch's safe globals for the file: ``(what a name stands for, the name)``."""
     names: list[tuple[Any, str]] = [(SpaceRecord, f"gymnasium.spaces.{module}.{cls}") for module, cls in (
-        ("box", "Box"), ("discrete", "Discrete"), ("multi_discrete", "MultiDiscrete"), ("multi_binary", "MultiBinary"), ("dict", "Dict"))]
-    names += [(reconstruct, f"{module}._reconstruct") for module in MULTIARRAY] + [(scalar, f"{module}.scalar") for module in MULTIARRAY]
-    names += [(NDARRAY, "numpy.ndarray"), (DtypeSpec, "numpy.dtype"), (latin1_bytes, "_codecs.encode"), (ArraySpec, "ppo_dict.ArraySpec"),
-              *((Ignored, f"numpy.random.{name}") for name in RANDOM_NAMES)]
+        ("box", "Box"), ("discrete", "Discrete"), ("multi_discrete", "MultiDiscrete"), ("multi_binary", "MultiBinary"),
+        ("dict", "Dict"))]
+    names += ([(reconstruct, f"{module}._reconstruct") for module in MULTIARRAY]
+              + [(scalar, f"{module}.scalar") for module in MULTIARRAY])
+    names += [(NDARRAY, "numpy.ndarray"), (DtypeSpec, "numpy.dtype"), (latin1_bytes, "_codecs.encode"),
+              (ArraySpec, "ppo_dict.ArraySpec"), *((Ignored, f"numpy.random.{name}") for name in RANDOM_NAMES)]
     names += [(ClassName(*name.rsplit(".", 1)), name) for name in CLASSES] + [(BASE_POLICY, f"{SB3_POLICIES}.BasePolicy")]
     names += [(dummy_schedule_of, "builtins.getattr"), (dummy_schedule_of, "__builtin__.getattr")]
     return names
 
 
 def space_of(value: Any) -> spaces.Space:
-    """A gymnasium space from its record (the attributes its pickle gave it), its values checked as the constructors check them."""
+    """A gymnasium space from its record (the attributes its pickle gave it), its values checked as the constructors
+    check them."""
     if not isinstance(value, SpaceRecord):
         raise CheckpointError(f"a {type(value).__name__} where a space was expected")
     attrs = value.__dict__
@@ -108,7 +112,8 @@ def space_of(value: Any) -> spaces.Space:
         return spaces.MultiBinary(n)
     if "spaces" in attrs and isinstance(attrs["spaces"], dict):
         return spaces.Dict({str(key): space_of(sub) for key, sub in attrs["spaces"].items()})
-    raise CheckpointError(f"a space with attributes {sorted(attrs)[:8]}: not a Box, Discrete, MultiDiscrete, MultiBinary or Dict")
+    raise CheckpointError(f"a space with attributes {sorted(attrs)[:8]}: not a Box, Discrete, MultiDiscrete, MultiBinary or "
+                          f"Dict")
 
 
 def resolve(value: Any) -> Any:
@@ -139,7 +144,8 @@ def read_policy_file(path: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 (the file's bytes: whatever torch's weights-only reader refuses)
-        named = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(exc))  # torch's words for a name refused
+        # torch's words for a name refused
+        named = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(exc))
         why = f"it names {named.group(1)}, which a policy file's data do not" if named else one_line(exc)
         raise CheckpointError(f"{path}: not read as an sb3 policy file (nothing it names is run): {why}") from None
     if not all(torch.isfinite(t).all() for t in state.values() if t.is_floating_point()):

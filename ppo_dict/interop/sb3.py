@@ -1,6 +1,7 @@
-"""sb3's file formats: a zip that sb3's ``PPO.load`` (sb3-contrib's ``MaskablePPO.load`` with masks, ``RecurrentPPO.load`` with an LSTM)
-opens, with a ``VecNormalize`` pickle beside it, and the sb3 keyword arguments that mean what a config means.
-The trainer's own files (checkpoints, model files, the run's config) are ``ppo_dict.run.checkpoint``'s.
+"""sb3's file formats: a zip that sb3's ``PPO.load`` (sb3-contrib's ``MaskablePPO.load`` with masks,
+``RecurrentPPO.load`` with an LSTM) opens, with a ``VecNormalize`` pickle beside it, and the sb3 keyword arguments that
+mean what a config means. The trainer's own files (checkpoints, model files, the run's config) are
+``ppo_dict.run.checkpoint``'s.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def maskable_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     """The ``sb3_contrib.MaskablePPO`` keyword arguments that mean what ``cfg`` means: sb3's PPO
     arguments less gSDE's, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none)."""
     kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
-    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln", "squash_output")}
+    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items()
+                               if k not in ("log_std_init", "full_std", "use_expln", "squash_output")}
     return kwargs
 
 
@@ -76,7 +78,8 @@ def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
 def sb3_kwargs(cfg: "Config") -> dict[str, Any]:
     """The keyword arguments of the sb3 class a run of ``cfg`` is (MaskablePPO's with ``--action_masks``, RecurrentPPO's
     with a recurrent model, masked or not, else PPO's)."""
-    return recurrent_ppo_kwargs(cfg) if cfg.recurrent else maskable_ppo_kwargs(cfg) if cfg.action_masks else sb3_ppo_kwargs(cfg)
+    return (recurrent_ppo_kwargs(cfg) if cfg.recurrent else maskable_ppo_kwargs(cfg) if cfg.action_masks
+            else sb3_ppo_kwargs(cfg))
 
 
 def export_sb3(ppo: "PPO", path: str) -> str:
@@ -147,7 +150,8 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     # (--trained-agent) keeps updating the statistics, and rl-zoo's enjoy switches them off itself.
     # Only Box vector keys are normalised (images and integer keys are not): sb3's norm_obs_keys; a
     # non-Dict observation without any such key (Discrete...) is sb3's norm_obs=False.
-    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs and bool(norm.obs_rms), norm_reward=norm.norm_reward,
+    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs and bool(norm.obs_rms),
+                                 norm_reward=norm.norm_reward,
                                  clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon,
                                  norm_obs_keys=list(norm.obs_rms) if dict_obs else None)
 
@@ -162,8 +166,10 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
         vec_normalize.obs_rms = to_sb3(norm.obs_rms[OBS_KEY])
     vec_normalize.ret_rms = to_sb3(norm.ret_rms)
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
-    write_npz(os.path.join(os.path.dirname(path), STATISTICS_FILES[0]), norm, list(norm.obs_rms))  # the same, read with no pickle
+    # the same, read with no pickle
+    write_npz(os.path.join(os.path.dirname(path), STATISTICS_FILES[0]), norm, list(norm.obs_rms))
     atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
-        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: {sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
+        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: "
+        f"{sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
         mode="w")
     return path

@@ -73,7 +73,8 @@ def episode_buffer(value: Any) -> Any:
     """An episode buffer (sb3's ``ep_info_buffer``: Monitor's dicts of numbers; ``ep_success_buffer``: booleans)
     whose every value is a finite number, else NotRebuildable."""
     items = list(value) if isinstance(value, collections.deque) else None
-    if items is None or not all(finite_number(item) or (isinstance(item, dict) and all(finite_number(v) for v in item.values()))
+    if items is None or not all(finite_number(item)
+                                or (isinstance(item, dict) and all(finite_number(v) for v in item.values()))
                                 for item in items):
         raise NotRebuildable("not a deque of episodes' finite numbers")
     return value
@@ -83,7 +84,8 @@ def episode_buffer(value: Any) -> Any:
 #: what their ``policy_kwargs`` take (torch's activations, Adam, sb3's default features extractors)
 ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
     "stable_baselines3.common.policies": ("ActorCriticPolicy", "ActorCriticCnnPolicy", "MultiInputActorCriticPolicy"),
-    "sb3_contrib.common.maskable.policies": ("MaskableActorCriticPolicy", "MaskableActorCriticCnnPolicy", "MaskableMultiInputActorCriticPolicy"),
+    "sb3_contrib.common.maskable.policies": ("MaskableActorCriticPolicy", "MaskableActorCriticCnnPolicy",
+                                             "MaskableMultiInputActorCriticPolicy"),
     "sb3_contrib.common.recurrent.policies": ("RecurrentActorCriticPolicy", "RecurrentActorCriticCnnPolicy",
                                               "RecurrentMultiInputActorCriticPolicy"),
     "stable_baselines3.common.buffers": ("RolloutBuffer", "DictRolloutBuffer"),
@@ -91,7 +93,8 @@ ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
     "stable_baselines3.common.torch_layers": ("FlattenExtractor", "NatureCNN", "CombinedExtractor"),
     "torch.nn.modules.activation": tuple(cls.__name__ for cls in ACTIVATION_CLASSES.values()),
     "torch.optim.adam": ("Adam",),
-    **{f"torch.optim.{name.lower()}": (name,) for name in ("AdamW", "RMSprop", "SGD", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")},
+    **{f"torch.optim.{name.lower()}": (name,)
+       for name in ("AdamW", "RMSprop", "SGD", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")},
 }
 #: what ``str(type(cls))`` is for a class
 CLASS_TYPES = ("type", "abc.ABCMeta")
@@ -125,7 +128,8 @@ def gymnasium_unpatched() -> Iterator[None]:
     (``rl_zoo3.utils.SimpleLinearSchedule``), so unpickling one (``trust_pickles``) imports rl_zoo3."""
     import gymnasium
 
-    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration) if m is not None]
+    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration)
+               if m is not None]
     saved = [vars(m).get("TimeLimit") for m in modules]  # None: the module had no such name
     try:
         yield
@@ -139,8 +143,8 @@ def gymnasium_unpatched() -> Iterator[None]:
 
 def trust_warning(paths: Iterable[str]) -> None:
     """The one line ``--trust_pickles`` prints before the files are unpickled."""
-    print(f"warning: --trust_pickles: unpickling {', '.join(map(str, paths))} as sb3 does, which runs any code a pickle names: "
-          "only for files you trust", file=sys.stderr, flush=True)
+    print(f"warning: --trust_pickles: unpickling {', '.join(map(str, paths))} as sb3 does, which runs any code a pickle "
+          f"names: only for files you trust", file=sys.stderr, flush=True)
 
 
 def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom_objects: Optional[dict[str, Any]] = None,
@@ -158,7 +162,8 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
         check_entries(archive, path)
         if not trust_pickles:
             if print_system_info and "system_info.txt" in archive.namelist():  # as sb3's load_from_zip_file prints it
-                print("== SAVED MODEL SYSTEM INFO ==\n" + read_entry(archive, "system_info.txt", path).decode(errors="replace"))
+                print("== SAVED MODEL SYSTEM INFO ==\n"
+                      + read_entry(archive, "system_info.txt", path).decode(errors="replace"))
             try:
                 text = read_entry(archive, "data", path).decode() if "data" in archive.namelist() else None
             except UnicodeDecodeError as exc:
@@ -168,7 +173,8 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
         if not isinstance(path, (str, os.PathLike)):
             path.seek(0)
         with gymnasium_unpatched():
-            data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects, print_system_info=print_system_info)
+            data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects,
+                                                 print_system_info=print_system_info)
     else:
         data = None if text is None else data_from_json(text, path, custom_objects)
     tensors = tensor_problems(params, "parameters")  # NaN weights or Adam moments, a view larger than its bytes
@@ -181,7 +187,8 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
 
 
 def data_from_json(text: str, path: Any = "the zip", custom_objects: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """sb3's ``json_to_data`` without unpickling: plain values as they are, each pickled one rebuilt or an :class:`Unrebuilt`."""
+    """sb3's ``json_to_data`` without unpickling: plain values as they are, each pickled one rebuilt or an
+    :class:`Unrebuilt`."""
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -240,14 +247,16 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
         if kind == "collections.deque":  # the episode buffers: dicts of numbers, read as data
             return episode_buffer(plain_data(value.get(SERIALIZED, "")))
         raise NotRebuildable("its JSON does not describe it")
-    except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:  # the file's JSON, not ours
+    except (NotRebuildable, ValueError, TypeError, KeyError, OverflowError, MemoryError, RecursionError) as exc:
+        # the file's JSON, not ours
         return Unrebuilt(key, kind, str(exc) or type(exc).__name__, name or getattr(exc, "function", ""))
 
 
 def described_class(attrs: dict[str, Any]) -> str:
     """``module.Name`` of a class from its JSON: ``__module__``, and the name its methods' texts give
     (``"<function ActorCriticPolicy.forward at 0x...>"``)."""
-    names = {m.group(1) for v in attrs.values() if isinstance(v, str) for m in [re.search(r"<function (\w+)\.\w+ at 0x", v)] if m}
+    names = {m.group(1) for v in attrs.values() if isinstance(v, str) for m in [re.search(r"<function (\w+)\.\w+ at 0x", v)]
+             if m}
     if len(names) != 1 or not isinstance(attrs.get("__module__"), str):
         raise NotRebuildable("its JSON does not name one class")
     return f"{attrs['__module__']}.{names.pop()}"
@@ -355,7 +364,8 @@ def space_from_repr(text: str) -> spaces.Space:
         return space_from_attrs("MultiDiscrete", {"nvec": args[0], "_shape": [len(nvec)], "start": keywords.get("start", "0")})
     if kind == "MultiBinary" and len(args) == 1:
         return space_from_attrs("MultiBinary", {"n": args[0]})
-    raise NotRebuildable(f"{text[:80]!r}: a {kind} space inside a Dict is not rebuilt (Box, Discrete, MultiDiscrete, MultiBinary are)")
+    raise NotRebuildable(f"{text[:80]!r}: a {kind} space inside a Dict is not rebuilt (Box, Discrete, MultiDiscrete, "
+                         f"MultiBinary are)")
 
 
 def dict_from_repr(text: str) -> dict[str, spaces.Space]:

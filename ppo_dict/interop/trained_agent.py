@@ -1,4 +1,5 @@
-"""Starting from an sb3 PPO zip (sb3-contrib's MaskablePPO's, RecurrentPPO's): ``--trained_agent FILE.zip``, rl-zoo's ``--trained-agent``.
+"""Starting from an sb3 PPO zip (sb3-contrib's MaskablePPO's, RecurrentPPO's): ``--trained_agent FILE.zip``, rl-zoo's
+``--trained-agent``.
 
 rl-zoo continues a saved agent as ``PPO.load(zip, env, seed=seed, **hyperparams).learn(n)``
 (``ExperimentManager._load_pretrained_agent``, then ``learn`` with ``reset_num_timesteps=True``),
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 #: sb3's PPO policy classes (``stable_baselines3.common.policies``) -> ppo_dict's model for them
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
 #: sb3-contrib's MaskablePPO policy classes (``sb3_contrib.common.maskable.policies``): ppo_dict's with ``--action_masks``
-MASKABLE_POLICIES = {"MaskableActorCriticPolicy": "mlp", "MaskableActorCriticCnnPolicy": "cnn", "MaskableMultiInputActorCriticPolicy": None}
+MASKABLE_POLICIES = {"MaskableActorCriticPolicy": "mlp", "MaskableActorCriticCnnPolicy": "cnn",
+                     "MaskableMultiInputActorCriticPolicy": None}
 #: sb3-contrib's RecurrentPPO policy classes (``sb3_contrib.common.recurrent.policies``): ppo_dict's recurrent models
 RECURRENT_POLICIES = {"RecurrentActorCriticPolicy": "mlp_lstm", "RecurrentActorCriticCnnPolicy": "cnn_lstm",
                       "RecurrentMultiInputActorCriticPolicy": None}
@@ -83,7 +85,8 @@ class TrainedAgent:
     normalizer_state: Optional[dict[str, Any]] = None
     normalized_keys: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
-    steps: int = 0  # the zip's num_timesteps (what ppo_dict.enjoy names the replayed model by; a new run's counters start at 0)
+    # the zip's num_timesteps (what ppo_dict.enjoy names the replayed model by; a new run's counters start at 0)
+    steps: int = 0
 
 
 def schedule_value(value: Any) -> Any:
@@ -138,7 +141,8 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     if name not in POLICY_MODULES.get(module, ()):
         algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
         raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
-                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO, RecurrentPPO)")
+                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO, "
+                              f"RecurrentPPO)")
     missing = [k for k in ("clip_range", "n_epochs", "batch_size") if k not in data]
     if missing or "policy.optimizer" not in params:
         raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
@@ -169,17 +173,20 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
     activation = kwargs.get("activation_fn", torch.nn.Tanh)
     names = {cls: name for name, cls in ACTIVATION_CLASSES.items()}
     if activation not in names:
-        raise CheckpointError(f"{path}: activation_fn={activation!r} is not one ppo_dict builds ({', '.join(ACTIVATION_CLASSES)})")
+        raise CheckpointError(f"{path}: activation_fn={activation!r} is not one ppo_dict builds "
+                              f"({', '.join(ACTIVATION_CLASSES)})")
     net_arch = kwargs.get("net_arch")
     if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
     model = {**PPO_POLICIES, **MASKABLE_POLICIES, **RECURRENT_POLICIES}[policy_name]
     model = model or ("cnn" if contains_image(observation_space) else "mlp") + ("_lstm" if recurrent else "")
     lstm = {name: kwargs.get(name, default) for name, default in LSTM_KWARGS.items()} if recurrent else {}
-    defaults = {name: FIELDS[name].default for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
+    defaults = {name: FIELDS[name].default
+                for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
                                                          "full_std", "use_expln", "squash_output")}
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
-    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation], "use_sde": bool(data.get("use_sde", False)),
+    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation],
+            "use_sde": bool(data.get("use_sde", False)),
             "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
             **lstm, **{name: kwargs.get(name, default) for name, default in defaults.items()}}
 
@@ -194,7 +201,8 @@ def saved_values(data: dict[str, Any]) -> dict[str, Any]:
         value = data[name]
         if name in ("learning_rate", "clip_range") or (name == "clip_range_vf" and value is not None):
             expressed = schedule_value(value)
-            value = expressed if expressed is not None else f"<{value!r} from the zip: not a constant or lin_ schedule; pass --{name}>"
+            value = (expressed if expressed is not None
+                     else f"<{value!r} from the zip: not a constant or lin_ schedule; pass --{name}>")
         values[name] = value
     return values
 
@@ -215,9 +223,10 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
     try:  # the data entry's plain values are the file's, not sb3's: a wrong type is the file's fault
         agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
                              policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
-                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space, action_space=action_space,
-                             steps=int(data.get("num_timesteps", 0)))
-    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:  # ArithmeticError: a number past float's range
+                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space,
+                             action_space=action_space, steps=int(data.get("num_timesteps", 0)))
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        # ArithmeticError: a number past float's range
         raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
     if statistics is not None:
         pinned, agent.normalizer_state, agent.normalized_keys, agent.notes = read_statistics(statistics, trust_pickles)

@@ -56,8 +56,8 @@ def check_entries(archive: zipfile.ZipFile, where: Any) -> None:
     for info in archive.infolist():
         if info.filename == "data" or info.filename.endswith(".pth") or info.filename == "_stable_baselines3_version":
             if info.file_size > entry_cap(info):
-                raise CheckpointError(f"{where}: its entry {info.filename!r} holds {info.file_size:,} bytes; ppo_dict reads at most "
-                                      f"{entry_cap(info):,} for it (an sb3 model's is smaller)")
+                raise CheckpointError(f"{where}: its entry {info.filename!r} holds {info.file_size:,} bytes; ppo_dict reads "
+                                      f"at most {entry_cap(info):,} for it (an sb3 model's is smaller)")
 
 
 def read_entry(archive: zipfile.ZipFile, name: str, where: Any) -> bytes:

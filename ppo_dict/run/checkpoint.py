@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.files import MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch, to_numpy, whole_number
+from ppo_dict.core.files import (MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch,
+                                 to_numpy, whole_number)
 from ppo_dict.core.logger import STDERR
 from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
 from ppo_dict.envs.state import StateNotRestorable
@@ -64,9 +65,11 @@ def model_state(ppo: "PPO", envs: bool = True) -> dict[str, Any]:
         "iteration": ppo.iteration,
         "n_updates": ppo.n_updates,
         **ppo.episodes.state(),
-        "log_pending": saved(dict(getattr(ppo.logger, "current", {}))),  # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
+        # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
+        "log_pending": saved(dict(getattr(ppo.logger, "current", {}))),
         "rng": rng_state(),
-        **({} if lstm_states is None else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
+        **({} if lstm_states is None
+           else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
     }
 
 
@@ -104,7 +107,8 @@ def list_checkpoints(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
     names = [n for n in os.listdir(directory) if _NAME.match(n)]
-    return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
+    return [os.path.join(directory, n)
+            for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
 
 
 def model_file(run_dir: str, which: str) -> str:
@@ -229,7 +233,8 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
     the episode buffers (1-d tensors of one length per buffer) and the RNG states (:func:`rng_state_problems`)."""
     problems = [f"no {key!r}" for key in ("optimizer", "iteration", "n_updates", "ep_r", "ep_l", "rng") if key not in state]
     optimizer = state.get("optimizer", {})
-    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict) and isinstance(optimizer.get("param_groups"), list)
+    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
+            and isinstance(optimizer.get("param_groups"), list)
             and all(isinstance(s, dict) and all(finite_tensor(v) or isinstance(v, (int, float)) for v in s.values())
                     for s in optimizer["state"].values())):
         problems.append("'optimizer': not an optimizer's state of finite tensors")
@@ -237,7 +242,8 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
                  if key in state and not whole_number(state[key])]
     for main, extra in (("ep_r", ("ep_l",)), ("ep_success", ("ep_success_kinds",))):
         buffers = [state.get(main), *(state.get(key) for key in extra)]
-        if (main in state or extra[0] in state) and not (all(finite_tensor(b, 1) for b in buffers) and len({len(b) for b in buffers}) == 1):
+        if (main in state or extra[0] in state) and not (all(finite_tensor(b, 1) for b in buffers)
+                                                         and len({len(b) for b in buffers}) == 1):
             problems.append(f"{main!r}, {', '.join(map(repr, extra))}: not finite 1-d tensors of one length")
     info, kinds = state.get("ep_info", {}), state.get("ep_info_kinds", {})
     n = len(state["ep_r"]) if finite_tensor(state.get("ep_r"), 1) else -1
@@ -249,7 +255,8 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
         problems.append("'lstm_states': not a list of dicts of finite tensors")
     try:
         pending = read_saved(state["log_pending"], "'log_pending'") if "log_pending" in state else {}
-        if not (isinstance(pending, dict) and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())):
+        if not (isinstance(pending, dict)
+                and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())):
             problems.append("'log_pending': not a dict of logged numbers and strings")
     except StateNotRestorable as exc:
         problems.append(str(exc))

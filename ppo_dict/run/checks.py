@@ -40,9 +40,11 @@ def model_problem(model: str, observation_space) -> str:
     """Why ``model`` cannot take the observation, or ``""`` when it can."""
     images, suffix = contains_image(observation_space), "_lstm" if model.endswith("_lstm") else ""
     if model.removesuffix(suffix) == "mlp" and images:
-        return f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for dict observations)"
+        return (f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for "
+                f"dict observations)")
     if model.removesuffix(suffix) == "cnn" and not images:
-        return f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to observe frames)"
+        return (f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to "
+                f"observe frames)")
     return ""
 
 
@@ -64,11 +66,13 @@ def sb3_file_problems(cfg: Config) -> list[str]:
     GRU's ``--export_sb3``, a GRU started from a ``--trained_agent`` (RecurrentPPO's zips hold LSTMs)."""
     gru, problems = cfg.recurrent and cfg.rnn_type == "gru", []
     if cfg.recurrent and (cfg.action_masks or gru) and cfg.export_sb3 is not None:
-        what = "a GRU model (RecurrentPPO has LSTMs only)" if gru else "a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM)"
+        what = ("a GRU model (RecurrentPPO has LSTMs only)" if gru
+                else "a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM)")
         problems.append(f"export_sb3={cfg.export_sb3!r}: sb3-contrib cannot load {what}; drop --export_sb3 "
                         "(the run's checkpoints and model files hold it for ppo_dict)")
     if gru and cfg.trained_agent is not None:
-        problems.append(f"rnn_type='gru': a RecurrentPPO zip (trained_agent={cfg.trained_agent!r}) holds LSTMs; drop --rnn_type")
+        problems.append(f"rnn_type='gru': a RecurrentPPO zip (trained_agent={cfg.trained_agent!r}) holds LSTMs; drop "
+                        f"--rnn_type")
     return problems
 
 
@@ -89,7 +93,8 @@ def space_problems(cfg: Config, observation_space, action_space) -> list[str]:
     problems = [f"env={cfg.env!r}: observation space: {p}" for p in [ppo_observation_problem(observation_space)] if p]
     problems += [f"env={cfg.env!r}: action space: {p}" for p in [action_space_problem(action_space)] if p]
     if cfg.use_sde and not problems:
-        problems += [f"use_sde=True: {p} ({cfg.env} acts in {action_space})" for p in [action_space_problem(action_space, use_sde=True)] if p]
+        problems += [f"use_sde=True: {p} ({cfg.env} acts in {action_space})"
+                     for p in [action_space_problem(action_space, use_sde=True)] if p]
     return problems
 
 
@@ -102,20 +107,23 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     layout = backend.layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.step_timeout)
     problems += layout
     if backend.unit > 1 and not layout:  # in whole units of the backend's envs (Config.problems checked them one by one)
-        problems += layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer,
-                                    backend.unit, backend.label)
+        problems += layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs,
+                                    cfg.double_buffer, backend.unit, backend.label)
     if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
         stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
         if stacked:
-            problems.append(f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each observation "
-                            f"before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the statistics of {stacked} "
-                            "would be over stacks (their zero padding included) and not sb3's: use --norm_obs False, or no --frame_stack")
+            problems.append(f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each "
+                            f"observation before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the "
+                            f"statistics of {stacked} would be over stacks (their zero padding included) and not sb3's: use "
+                            f"--norm_obs False, or no --frame_stack")
     if cfg.action_masks and not any(problems):
         problems += masking_problems(cfg, backend)
     if cfg.double_buffer and n_envs < 2 * backend.unit:
-        problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs ({backend.label})")
+        problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs "
+                        f"({backend.label})")
     if cfg.info_keywords and not backend.makes_gym_envs:
-        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: they send no infos)")
+        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: "
+                        f"they send no infos)")
     elif cfg.info_keywords and not any(problems):
         problems.append(info_keyword_problem(cfg, backend))
     if not backend.makes_gym_envs:
@@ -146,8 +154,9 @@ def info_keyword_problem(cfg: Config, backend: EnvBackend) -> str:
             _, _, terminated, truncated, info = env.step(env.action_space.sample())
             if terminated or truncated:
                 missing = [key for key in cfg.info_keywords if key not in info]
-                return (f"info_keywords={','.join(missing)}: {cfg.env}'s info at an episode end has no {' or '.join(map(repr, missing))} "
-                        f"(its keys: {sorted(info)}; one env was played to its first episode end to check)") if missing else ""
+                return (f"info_keywords={','.join(missing)}: {cfg.env}'s info at an episode end has no "
+                        f"{' or '.join(map(repr, missing))} (its keys: {sorted(info)}; one env was played to its first "
+                        f"episode end to check)") if missing else ""
             if time.monotonic() > deadline:
                 break
     except Exception:  # noqa: BLE001 (random actions an env refuses: the run reports its own failures)
@@ -171,7 +180,8 @@ def masking_problems(cfg: Config, backend: EnvBackend) -> list[str]:
 
 def recurrent_settings(cfg: Config) -> dict[str, Any]:
     """What makes a model recurrent, and how: its model and sb3-contrib's LSTM arguments, resolved."""
-    return {"model": cfg.model, "rnn_type": cfg.rnn_type or "lstm", **cfg.lstm_settings} if cfg.recurrent else {"model": cfg.model}
+    return ({"model": cfg.model, "rnn_type": cfg.rnn_type or "lstm", **cfg.lstm_settings} if cfg.recurrent
+            else {"model": cfg.model})
 
 
 def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str]:
@@ -182,7 +192,8 @@ def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str
         return []
     kind = lambda c: "a recurrent model" if c.recurrent else "a model without LSTM"  # noqa: E731
     old, new = recurrent_settings(then), recurrent_settings(cfg)
-    differ = ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k))
+    differ = ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new])
+                       if old.get(k) != new.get(k))
     return [f"resume={source!r}: the checkpoint holds {kind(then)} and this run asks for {kind(cfg)} ({differ}): "
             "resume with the checkpoint's model settings (drop the flags that change them)"]
 
@@ -221,7 +232,8 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
     """
     unreadable = dict(unreadable or {})
     machine = machine or Machine.probe()
-    problems = list(unreadable.values()) + cfg.problems() + path_problems(cfg, read_file=resumed is None) + core_problems(cfg, machine)
+    problems = (list(unreadable.values()) + cfg.problems() + path_problems(cfg, read_file=resumed is None)
+                + core_problems(cfg, machine))
     problems += [] if resumed is None else resume_problems(cfg, resumed[1], resumed[0])
     backend = probe_backend(cfg, unreadable, problems)
     result = None
@@ -230,14 +242,16 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
         if agent is not None:
             found += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
         if not found and not any(problem_setting(p) in MEASURED_SETTINGS for p in problems):
-            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS for p in problems)
+            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS
+                                for p in problems)
             result, found = machine_check(cfg, backend, machine, measure_policy=policy_ok)
         problems += found
     problems += output_problems(cfg, resumed, None if result is None else result.needs.parameters)
     problems = [p for p in problems if p in unreadable.values() or problem_setting(p) not in unreadable]
     if problems or result is None:  # (no problem means the machine check ran and gave a result)
         raise ConfigError(list(dict.fromkeys(problems)))
-    if cfg.rollout_size % cfg.minibatch_size > 0 and not cfg.recurrent:  # RecurrentPPO does not warn: its minibatches are not a permutation
+    # RecurrentPPO does not warn: its minibatches are not a permutation
+    if cfg.rollout_size % cfg.minibatch_size > 0 and not cfg.recurrent:
         warn_truncated_minibatch(cfg.minibatch_size, cfg.n_steps, cfg.num_envs)
     if cfg.recurrent and (cfg.n_steps == 1 or cfg.minibatch_size == 1):
         warn_single_step_sequences(cfg)
@@ -247,8 +261,8 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
 
 
 #: Settings that size the rollout storage or place the policy: while one is refused, the run is not measured.
-MEASURED_SETTINGS = ("n_envs", "num_workers", "envs_per_worker", "n_steps", "batch_size", "num_batches", "main_envs", "info_keywords",
-                     "device")
+MEASURED_SETTINGS = ("n_envs", "num_workers", "envs_per_worker", "n_steps", "batch_size", "num_batches", "main_envs",
+                     "info_keywords", "device")
 #: Field groups that shape the policy: while one of their settings is refused, the policy is not built to be measured.
 POLICY_GROUPS = ("policy", "recurrent")
 #: Field groups that shape the env, and the settings that size what a probe builds (see probe_backend).
@@ -277,7 +291,8 @@ def probe_backend(cfg: Config, unreadable: dict[str, str], problems: list[str]) 
     return None
 
 
-def machine_check(cfg: Config, backend: EnvBackend, machine: Machine, measure_policy: bool) -> tuple[Optional[RunCheck], list[str]]:
+def machine_check(cfg: Config, backend: EnvBackend, machine: Machine,
+                  measure_policy: bool) -> tuple[Optional[RunCheck], list[str]]:
     """``(check, problems)``: the device, the policy (measured on the meta device when
     ``measure_policy``: no other problem, so it can be built), what the run needs, and where that
     does not fit the machine."""
@@ -307,21 +322,23 @@ def device_problems(device: str) -> list[str]:
         return [f"device={device!r}: no CUDA device is available here (torch {torch.__version__}); use --device cpu or auto"]
     index = int(device.partition(":")[2] or 0)
     if index >= torch.cuda.device_count():
-        return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}"]
+        return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+                f"cuda:{torch.cuda.device_count() - 1}"]
     return []
 
 
 #: the one line a run with ``--lstm_fast_path True`` prints
-FAST_PATH_NOTICE = ("notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): sb3-contrib "
-                    "RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)")
+FAST_PATH_NOTICE = ("notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): "
+                    "sb3-contrib RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)")
 
 
 def warn_single_step_sequences(cfg: Config) -> None:
     """RecurrentPPO takes these settings, but every training sequence is one step long: the LSTM is
     trained from stored states only, never through time."""
-    why = f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1 else f"batch_size={cfg.minibatch_size}: each minibatch is one step"
-    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through time "
-                  "in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
+    why = (f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1
+           else f"batch_size={cfg.minibatch_size}: each minibatch is one step")
+    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through "
+                  f"time in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:

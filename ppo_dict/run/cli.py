@@ -28,35 +28,8 @@ from ppo_dict.core.fields import reads_bool
 from ppo_dict.core.parse import parse_bool, parse_kwargs, parse_packages, parse_words
 from ppo_dict.envs import gym_id_of
 from ppo_dict.interop.hyperparams import RL_ZOO, ZOO_ALGOS, parse_algo, read_entry, zoo_values
+from ppo_dict.run.flag_tables import ALGO_HELP, ALIASES, COMMAND_LINE_FLAGS, DRY_RUN_HELP, ZOO_FLAGS
 
-#: rl-zoo's spellings (``rl_zoo3/train.py``) of the flags that mean the same here, after ours in ``--help``
-ALIASES: dict[str, tuple[str, ...]] = {
-    "total_timesteps": ("-n", "--n-timesteps"), "trained_agent": ("-i", "--trained-agent"), "eval_freq": ("--eval-freq",),
-    "eval_episodes": ("--eval-episodes",), "save_freq": ("--save-freq",), "log_interval": ("--log-interval",),
-    "tensorboard_log": ("-tb", "--tensorboard-log"), "gym_packages": ("--gym-packages",),
-    "env_kwargs": ("--env-kwargs",), "hyperparams": ("-params", "-conf", "--conf-file"), "project": ("--wandb-project-name",),
-    "entity": ("--wandb-entity",), "group": ("--wandb-group",), "tags": ("-tags", "--wandb-tags"),
-}
-#: the flags that are the command line's own, not settings (not saved with a run): ``{name: help}``
-DRY_RUN_HELP = ("check the config (every problem, the machine's resources included), print the run plan and exit "
-                "without starting any process (0: the run would start; 2: it would be refused)")
-ALGO_HELP = (f"rl-zoo's --algo: {' or '.join(ZOO_ALGOS)} (sb3-contrib's RecurrentPPO: a recurrent --model, mlp_lstm unless the "
-             "hyperparameter entry or a flag names one); ppo_dict trains PPO only (MaskablePPO: --action_masks True)")
-COMMAND_LINE_FLAGS = {"dry_run": DRY_RUN_HELP, "algo": ALGO_HELP}
-#: rl-zoo's ``train.py`` flags that are no setting here: ``{name: (spellings, help, default shown)}``, read by :func:`rl_zoo_flags`
-ZOO_FLAGS = {
-    "log_folder": (("-f", "--log-folder"), "rl-zoo's log folder: the run directory is <folder>/<algo>/<env>_<n>, n one more than "
-                   "the highest there (as rl-zoo's train.py numbers its runs; --run_dir typed wins)", "None: --run_dir's default"),
-    "track": (("--track",), "rl-zoo's --track: log to wandb, project 'sb3' unless --project (rl-zoo's --wandb-project-name) is typed",
-              "False"),
-    "vec_env": (("--vec-env",), "rl-zoo's VecEnv class: dummy steps every env in this process (--num_workers 0), subproc every env "
-                "in a worker process (--main_steps_envs False); the numbers are the same either way", "None: the layout's"),
-    "num_threads": (("--num-threads",), "rl-zoo's --num-threads: N > 0 sets --torch_threads N; 0 or less (rl-zoo's -1) leaves torch its "
-                    "own count, as rl-zoo does: --torch_threads becomes torch.get_num_threads() (--torch_threads typed wins)",
-                    "None: --torch_threads' default"),
-    "n_eval_envs": (("--n-eval-envs",), "rl-zoo's evaluation envs: ppo_dict evaluates in one env (1 only; --eval_episodes sets the "
-                    "episodes)", "1"),
-}
 #: ``python -m ppo_dict.main_ppo --help``'s description (the first paragraph is shown)
 MAIN_DOC = """Train PPO with sb3's numbers: ``python -m ppo_dict.main_ppo --env gym_Reacher-v2 --model mlp``. Every
 setting is a flag with sb3's name and default; a bad config is refused before anything starts, every
@@ -179,8 +152,9 @@ def field_option(f: dataclasses.Field, default: Any, suppress: bool) -> Option:
     return Option((f"--{f.name}", *ALIASES.get(f.name, ())), f.metadata["help"], default, shown_default(f, default), kwargs)
 
 
-def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False, defaults: Optional[dict[str, Any]] = None,
-                 doc: str = MAIN_DOC, extra: Optional[dict[str, Sequence[Option]]] = None, epilog: Optional[str] = None) -> FlagParser:
+def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False,
+                 defaults: Optional[dict[str, Any]] = None, doc: str = MAIN_DOC,
+                 extra: Optional[dict[str, Sequence[Option]]] = None, epilog: Optional[str] = None) -> FlagParser:
     """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are, and the
     command line's own flags (:data:`COMMAND_LINE_FLAGS`). Values are kept as typed (:func:`read_command_line` reads them).
 
@@ -192,12 +166,13 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
     parser = command_parser(prog, doc, epilog=epilog)
     parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
                         type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
-    parser.add_argument("--algo", default=argparse.SUPPRESS if suppress_defaults else "ppo", type=str, metavar="|".join(ZOO_ALGOS),
-                        help=help_text(ALGO_HELP, "ppo"))
+    parser.add_argument("--algo", default=argparse.SUPPRESS if suppress_defaults else "ppo", type=str,
+                        metavar="|".join(ZOO_ALGOS), help=help_text(ALGO_HELP, "ppo"))
     zoo = parser.add_argument_group("rl-zoo's train.py flags")
     for name, (spellings, text, default) in ZOO_FLAGS.items():
         zoo.add_argument(*spellings, dest=name, default=argparse.SUPPRESS, help=help_text(text, default),
-                         **({"nargs": "?", "const": "True", "metavar": "True|False"} if name == "track" else {"metavar": name.upper()}))
+                         **({"nargs": "?", "const": "True", "metavar": "True|False"} if name == "track"
+                            else {"metavar": name.upper()}))
     for group_name, fields in flag_groups().items():
         group = parser.add_argument_group(group_name)
         for f in fields:
@@ -267,17 +242,18 @@ def rl_zoo_flags(zoo: dict[str, str], line: CommandLine) -> None:
     if "num_threads" in zoo:
         zoo_threads(zoo["num_threads"], line)
     if "n_eval_envs" in zoo and zoo["n_eval_envs"] != "1":
-        line.unreadable["n_eval_envs"] = (f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; --eval_episodes N "
-                                          "(rl-zoo's --eval-episodes) sets how many episodes")
+        line.unreadable["n_eval_envs"] = (f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; "
+                                          f"--eval_episodes N (rl-zoo's --eval-episodes) sets how many episodes")
 
 
 #: what rl-zoo's --device auto means here, said where it differs (a CUDA device present)
-DEVICE_NOTE = ("--device auto: ppo_dict's auto keeps an MLP policy on the CPU, bit-exact with sb3, where rl-zoo's auto puts every "
-               "policy on CUDA when there is one; --device cuda for rl-zoo's choice")
+DEVICE_NOTE = ("--device auto: ppo_dict's auto keeps an MLP policy on the CPU, bit-exact with sb3, where rl-zoo's auto puts "
+               "every policy on CUDA when there is one; --device cuda for rl-zoo's choice")
 
 
 def zoo_device_note(flags: dict[str, Any]) -> str:
-    """:data:`DEVICE_NOTE` for an rl-zoo-style command (``--algo`` typed) on ``auto`` (rl-zoo's default too) where CUDA is present."""
+    """:data:`DEVICE_NOTE` for an rl-zoo-style command (``--algo`` typed) on ``auto`` (rl-zoo's default too) where CUDA
+    is present."""
     if flags.get("device", FIELDS["device"].default) != "auto":
         return ""
     import torch
@@ -290,7 +266,8 @@ def zoo_threads(typed: str, line: CommandLine) -> None:
     try:
         n = int(typed)
     except ValueError:
-        line.unreadable["num_threads"] = f"num_threads={typed!r}: rl-zoo's --num-threads takes an integer (-1: torch's own count)"
+        line.unreadable["num_threads"] = (f"num_threads={typed!r}: rl-zoo's --num-threads takes an integer (-1: torch's own "
+                                          f"count)")
         return
     if n <= 0:
         import torch  # the count torch starts with: nothing in this process has set it yet
@@ -328,7 +305,8 @@ def zoo_entry_by_default(flags: dict[str, Any], algo: str) -> str:
         why = entry.problems[0].removeprefix(f"hyperparams={RL_ZOO!r}: ").removeprefix("cannot read: ")
         return f"--algo {algo}: sb3's defaults, not rl-zoo's tuned entry: {why}"
     flags["hyperparams"] = [RL_ZOO]
-    return f"--algo {algo}: rl-zoo's tuned entry {entry.name!r}, as rl-zoo's train.py takes it (leave out --algo for sb3's defaults)"
+    return (f"--algo {algo}: rl-zoo's tuned entry {entry.name!r}, as rl-zoo's train.py takes it (leave out --algo for sb3's "
+            f"defaults)")
 
 
 def read_flags(argv: Optional[list[str]]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -358,7 +336,8 @@ def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, 
     return cfg
 
 
-def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None) -> Config:
+def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
+                      pinned: Optional[dict[str, Any]] = None) -> Config:
     """The :class:`Config` of a command line parsed once (``given``: :func:`explicit_flags`); raises
     one :class:`ConfigError` for values no parser reads. See :func:`read_config`."""
     cfg, unreadable = read_config(given, base, pinned)

@@ -53,7 +53,8 @@ def carry_state(ppo: "PPO") -> dict[str, Any]:
 
 
 def saved(value: Any) -> dict[str, Any]:
-    """Plain data as a checkpoint holds it: its tree, and the bytes of its arrays in one uint8 tensor (``envs.state.to_saved``)."""
+    """Plain data as a checkpoint holds it: its tree, and the bytes of its arrays in one uint8 tensor
+    (``envs.state.to_saved``)."""
     tree, blob = to_saved(value)
     return {"tree": tree, "blob": torch.from_numpy(blob)}
 
@@ -162,7 +163,8 @@ def env_state_problems(state: dict[str, Any]) -> list[str]:
     if not (isinstance(carry, dict) and isinstance(carry.get("env_obs"), dict) and isinstance(carry.get("obs"), dict)
             and isinstance(carry.get("last_dones"), torch.Tensor) and carry["last_dones"].dtype == torch.bool
             and tuple(carry["last_dones"].shape) == (len(envs),)
-            and all(isinstance(t, torch.Tensor) and t.shape[:1] == (len(envs),) for t in [*carry["env_obs"].values(), *carry["obs"].values()])):
+            and all(isinstance(t, torch.Tensor) and t.shape[:1] == (len(envs),)
+                    for t in [*carry["env_obs"].values(), *carry["obs"].values()])):
         problems.append(f"'carry': not the first rows of {len(envs)} envs' observations and their episode ends")
     return problems
 
@@ -214,10 +216,12 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
     elif len(states) != n_envs:
         reasons = [f"the checkpoint holds {len(states)} envs, this run has {n_envs}"]
     states = states[mine.start : mine.stop]
-    carry = {key: ({k: v[mine.start : mine.stop] for k, v in value.items()} if isinstance(value, dict) else value[mine.start : mine.stop])
+    carry = {key: ({k: v[mine.start : mine.stop] for k, v in value.items()} if isinstance(value, dict)
+                   else value[mine.start : mine.stop])
              for key, value in state["carry"].items()}
     if not trusted and not reasons and any("ale" in layer for entry in states for layer in entry["env"]):
-        reasons = ["ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from elsewhere)"]
+        reasons = ["ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from "
+                   "elsewhere)"]
     if reasons:
         return f"envs reset with seed {ppo.env_seed}, not restored: " + "; ".join(reasons)
 

@@ -56,11 +56,14 @@ def read_evaluations(path: str) -> dict[str, np.ndarray]:
     successes = data.get("successes", np.zeros((0, results.shape[-1] if results.ndim else 0)))
     if not (timesteps.ndim == 1 and timesteps.dtype.kind in "iu" and (timesteps >= 0).all()):
         raise ValueError(f"{path}: timesteps {timesteps.dtype}{list(timesteps.shape)} is not an array of steps")
-    if not (results.ndim == 2 and len(results) == len(timesteps) and results.dtype.kind in "iuf" and np.isfinite(results).all()):
+    if not (results.ndim == 2 and len(results) == len(timesteps) and results.dtype.kind in "iuf"
+            and np.isfinite(results).all()):
         raise ValueError(f"{path}: results {results.dtype}{list(results.shape)} is not finite returns, a row per evaluation")
     if not (lengths.shape == results.shape and lengths.dtype.kind in "iu" and (lengths >= 0).all()):
-        raise ValueError(f"{path}: ep_lengths {lengths.dtype}{list(lengths.shape)} is not episode lengths of the results' shape")
-    if not (successes.ndim == 2 and len(successes) <= len(timesteps) and successes.dtype.kind in "biuf" and np.isfinite(successes).all()):
+        raise ValueError(f"{path}: ep_lengths {lengths.dtype}{list(lengths.shape)} is not episode lengths of the results' "
+                         f"shape")
+    if not (successes.ndim == 2 and len(successes) <= len(timesteps) and successes.dtype.kind in "biuf"
+            and np.isfinite(successes).all()):
         raise ValueError(f"{path}: successes {successes.dtype}{list(successes.shape)} is not an evaluation's successes")
     return data
 
@@ -173,11 +176,10 @@ def run_episodes(
     frames go to ``video`` (at most ``video_length``). A masked policy acts on the env's
     ``action_masks()`` of each step (sb3-contrib's masked ``evaluate_policy``).
 
-    An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and
-    clipped rewards) is played through them, as the policy was trained, and its episodes are the
-    monitor's beneath them: whole games, unclipped rewards, emulator frames. That is sb3's
-    ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor`` beneath it). The
-    counting is the trainer's :class:`~ppo_dict.data.episodes.EpisodeBook`'s.
+    An env with training-only wrappers (``envs.monitor.is_monitored``: Atari's lost lives and clipped rewards) is played
+    through them, as the policy was trained, and its episodes are the monitor's beneath them: whole games, unclipped
+    rewards, emulator frames. That is sb3's ``evaluate_policy`` on rl-zoo's Atari eval env (AtariWrapper, ``Monitor``
+    beneath it). The counting is the trainer's :class:`~ppo_dict.data.episodes.EpisodeBook`'s.
 
     Every env call goes through ``calls(command, call, detail)`` (the :class:`Evaluator`'s
     :class:`WatchedCalls`: a hang or a raise ends the run naming the eval env, the call and the step).
@@ -188,7 +190,8 @@ def run_episodes(
     lengths: list[int] = []
     obs, _ = calls("reset", lambda: env.reset(seed=seed), [seed])
     state, episode_start = None, np.array([True])  # a recurrent model's LSTM states, carried from step to step
-    read_masks = calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked else None
+    read_masks = (calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked
+                  else None)
     while len(returns) < n_episodes:
         at = f"at evaluation step {book.lengths[0]} of episode {len(returns) + 1}"
         if video is not None and not returns and video.frames < video_length:
@@ -259,11 +262,12 @@ class Evaluator:
         step = ppo.num_timesteps
         writer = None
         if self.video:
-            writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30))
+            writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"),
+                                 self.env.metadata.get("render_fps", 30))
         successes: list[Any] = []
         with preserved_rng():
-            returns, lengths = run_episodes(ppo.model, self.env, self.cfg.eval_episodes, self.seed, writer, self.cfg.video_length,
-                                            self.deterministic, successes, self.calls)
+            returns, lengths = run_episodes(ppo.model, self.env, self.cfg.eval_episodes, self.seed, writer,
+                                            self.cfg.video_length, self.deterministic, successes, self.calls)
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)
@@ -272,8 +276,8 @@ class Evaluator:
             self.successes.append(successes)
         extra = {"successes": np.array(self.successes)} if self.successes else {}
         atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
-            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results), ep_lengths=np.array(self.ep_lengths, dtype=np.int64),
-            **extra))
+            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results),
+            ep_lengths=np.array(self.ep_lengths, dtype=np.int64), **extra))
         ppo.logger.record("eval/mean_reward", mean_reward)
         ppo.logger.record("eval/mean_ep_length", mean_length)
         if successes:

@@ -69,11 +69,13 @@ def read_monitor_text(path: str) -> tuple[dict[str, Any], list[str]]:
         f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
         first = f.readline(MAX_HEADER + 1)
         if not first.startswith("#") or len(first) > MAX_HEADER:
-            raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} characters)")
+            raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} "
+                             f"characters)")
         header = bounded.loads(first[1:], f"{path}: line 1")
         start = header.get("t_start") if isinstance(header, dict) else None
         if not (isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start)):
-            raise ValueError(f"{path}: line 1 is not Monitor's header (a JSON object whose t_start is a time, not {start!r:.40})")
+            raise ValueError(f"{path}: line 1 is not Monitor's header (a JSON object whose t_start is a time, not "
+                             f"{start!r:.40})")
         if not isinstance(header.get("env_id", ""), str):
             raise ValueError(f"{path}: line 1: its env_id is not text")
         lines, columns = [], []

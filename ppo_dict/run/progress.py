@@ -24,7 +24,8 @@ def progress_text(steps: int, total: int, fps: float, ep_return: float) -> str:
     """``12,288/500,000 steps (2.5%)  1,180 fps  ETA 6m54s  return -5.90`` (return ``-`` if none yet)."""
     remaining = (total - steps) / fps if fps > 0 else math.inf
     ret = "-" if math.isnan(ep_return) else f"{ep_return:.2f}"
-    return f"{steps:,}/{total:,} steps ({100 * steps / max(total, 1):.1f}%)  {fps:,.0f} fps  ETA {format_duration(remaining)}  return {ret}"
+    return (f"{steps:,}/{total:,} steps ({100 * steps / max(total, 1):.1f}%)  {fps:,.0f} fps  ETA "
+            f"{format_duration(remaining)}  return {ret}")
 
 
 def stream_is_terminal(stream: TextIO) -> bool:
@@ -41,7 +42,8 @@ class Progress:
     mode ``bar``: redraws one line with ``\\r``; ``lines``: one line per ``interval`` seconds
     (and the first and last); ``none``: silent; ``auto``: ``bar`` when the stream it writes to
     is a terminal (``isatty`` overrides the probe), else ``lines``: ``... 2> train.log`` run from
-    a terminal gets lines, not ``\r`` redraws. fps counts the steps of this process (a resumed run starts counting at its checkpoint).
+    a terminal gets lines, not ``\r`` redraws. fps counts the steps of this process (a resumed run starts counting at
+    its checkpoint).
     """
 
     WIDTH = 24

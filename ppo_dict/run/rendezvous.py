@@ -74,8 +74,8 @@ class Waiting:
         now = time.monotonic()
         waited = now - self.start
         if now >= self.deadline:
-            raise RankError(f"{self.info.name}: waited {waited:.0f} s for {what} at {self.where}, in vain; check MASTER_ADDR and MASTER_PORT "
-                            f"(and that every rank started), or set {TIMEOUT_VARIABLE} to wait longer")
+            raise RankError(f"{self.info.name}: waited {waited:.0f} s for {what} at {self.where}, in vain; check MASTER_ADDR "
+                            f"and MASTER_PORT (and that every rank started), or set {TIMEOUT_VARIABLE} to wait longer")
         if now >= self.next_line:
             self.next_line = now + WAIT_LINE
             print(f"{self.info.name}: waiting for {what} at {self.where} ({waited:.0f} s of "
@@ -108,8 +108,8 @@ def store(info: RankInfo, env: Mapping[str, str], log: TextIO = STDERR) -> Any:
         found = dist.TCPStore(host, port, info.world, is_master=hosts, timeout=timedelta(seconds=max(wait.left(), 1.0)),
                               wait_for_workers=False, multi_tenant=True)
     except Exception as exc:  # noqa: BLE001 (torch's DistNetworkError, RuntimeError: the port taken, the host gone)
-        raise RankError(f"{info.name}: cannot {'host' if hosts else 'reach'} the store at {host}:{port} (MASTER_ADDR:MASTER_PORT): "
-                        f"{' '.join(str(exc).split())[:200]}") from None
+        raise RankError(f"{info.name}: cannot {'host' if hosts else 'reach'} the store at {host}:{port} "
+                        f"(MASTER_ADDR:MASTER_PORT): {' '.join(str(exc).split())[:200]}") from None
     attempt = dist.PrefixStore(f"{ATTEMPT}{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", found)
     attempt.set(f"{JOINED}{info.rank}", info.host)
     keys = [f"{JOINED}{r}" for r in range(info.world)]

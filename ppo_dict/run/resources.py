@@ -96,7 +96,8 @@ def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spac
         batch = {k: torch.zeros((1, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
                  for k, (shape, dtype) in obs_layout(observation_space).items()}
         try:  # the critic's pass; the actor's is about as large
-            policy.predict_values(policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict)))
+            policy.predict_values(policy_view(batch, channel_last_keys(observation_space),
+                                              isinstance(observation_space, spaces.Dict)))
         except Exception:  # noqa: BLE001 (an op without a meta kernel: the activations stay unmeasured)
             floats.clear()
     return parameters, 2 * sum(floats)
@@ -113,7 +114,8 @@ def built_policy(cfg: Config, observation_space: spaces.Space, action_space: spa
         torch.distributions.Distribution.set_default_validate_args(validate_args)
 
 
-def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int], activation_floats: int) -> Needs:
+def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int],
+              activation_floats: int) -> Needs:
     """:class:`Needs` of a checked config on its probed env (``parameters``, ``activation_floats``:
     :func:`policy_size`). Raises ``ValueError`` for a rollout too large to lay out at all."""
     layout = cfg.layout(backend.unit)
@@ -122,11 +124,13 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     # the storage (the normalised stage and the policy's outputs with it: processes stepping envs write them)
     stage = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
     layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords, stage).nbytes
-    obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values())
+    obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize
+                  for shape, dtype in obs_layout(backend.observation_space).values())
     learner = (T + 1) * n_envs * obs_row + T * n_envs * 64  # the update's flattened copies, advantages, returns
     if cfg.recurrent:  # each env's states at every step: (h, c) of the actor's and the critic's LSTMs (a GRU's h), float32
         lstm = cfg.lstm_settings
-        learner += (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * (2 if cfg.rnn_type == "gru" else 4)
+        learner += ((T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4
+                    * (2 if cfg.rnn_type == "gru" else 4))
     on_cpu = device.type == "cpu"
     batch = max(cfg.minibatch_size, n_envs)
     return Needs(
@@ -143,18 +147,21 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
 def resource_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
     """Every way ``needs`` does not fit ``machine``, one line each naming the setting to change."""
     problems = core_problems(cfg, machine)
-    cause = f"num_workers={cfg.num_workers}" if needs.workers * TASKS_PER_WORKER >= needs.threads else f"torch_threads={cfg.torch_threads}"
+    cause = (f"num_workers={cfg.num_workers}" if needs.workers * TASKS_PER_WORKER >= needs.threads
+             else f"torch_threads={cfg.torch_threads}")
     if machine.task_room is not None and needs.tasks > machine.task_room:
-        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, {needs.threads} "
-                        f"torch threads), the kernel can create {machine.task_room} more (pid_max, threads-max); use fewer")
+        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
+                        f"{needs.threads} torch threads), the kernel can create {machine.task_room} more (pid_max, "
+                        f"threads-max); use fewer")
     if machine.nproc_limit is not None and machine.user_tasks + needs.tasks > machine.nproc_limit:
-        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, {needs.threads} "
-                        f"torch threads), this user runs {machine.user_tasks} of the {machine.nproc_limit} that ulimit -u allows; "
-                        f"use fewer, or raise ulimit -u")
+        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
+                        f"{needs.threads} torch threads), this user runs {machine.user_tasks} of the {machine.nproc_limit} "
+                        f"that ulimit -u allows; use fewer, or raise ulimit -u")
     files = machine.open_files + needs.files
     if machine.nofile_limit is not None and files > machine.nofile_limit:
-        problems.append(f"num_workers={cfg.num_workers}: {needs.workers} workers need about {files} open files, ulimit -n allows "
-                        f"{machine.nofile_limit}; raise it (ulimit -n {2 ** math.ceil(math.log2(files))}), or use fewer workers")
+        problems.append(f"num_workers={cfg.num_workers}: {needs.workers} workers need about {files} open files, ulimit -n "
+                        f"allows {machine.nofile_limit}; raise it (ulimit -n {2 ** math.ceil(math.log2(files))}), or use "
+                        f"fewer workers")
     return problems + memory_problems(cfg, needs, machine)
 
 
@@ -163,9 +170,10 @@ def core_problems(cfg: Config, machine: Machine) -> list[str]:
     most = CORES_FACTOR * machine.cpus
     if cfg.oversubscribe:
         return []
-    asked = {"num_workers": cfg.num_workers or 0, "torch_threads": cfg.torch_threads, "update_threads": cfg.update_threads or 0}
-    return [f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} CPUs this process may run on ({most}); use at most {most}, "
-            f"or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"
+    asked = {"num_workers": cfg.num_workers or 0, "torch_threads": cfg.torch_threads,
+             "update_threads": cfg.update_threads or 0}
+    return [f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} CPUs this process may run on ({most}); use at most "
+            f"{most}, or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"
             for name, count in asked.items() if count > most]
 
 
@@ -185,7 +193,8 @@ def memory_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
     if machine.memory_available is not None and total > machine.memory_available:
         largest = max(parts, key=parts.__getitem__)
         detail = (f"rollout storage {parts[rollout] / MB:.0f} MB, the policy and Adam {needs.model / MB:.0f} MB, "
-                  f"the update's activations {needs.activations / MB:.0f} MB, {needs.workers} workers {needs.worker_memory / MB:.0f} MB")
-        problems.append(f"{largest}: the run needs about {total / MB:.0f} MB of memory ({detail}), {machine.memory_available / MB:.0f} MB "
-                        f"are available; make the largest part smaller")
+                  f"the update's activations {needs.activations / MB:.0f} MB, {needs.workers} workers "
+                  f"{needs.worker_memory / MB:.0f} MB")
+        problems.append(f"{largest}: the run needs about {total / MB:.0f} MB of memory ({detail}), "
+                        f"{machine.memory_available / MB:.0f} MB are available; make the largest part smaller")
     return problems

@@ -119,7 +119,8 @@ def lock_file_problem(path: str, fd: Optional[int] = None) -> str:
     if not stat.S_ISREG(info.st_mode):
         return f"{path} is {kind_of(info.st_mode)}, not the lock file a run writes"
     if info.st_nlink != 1 or info.st_size > LOCK_BYTES:
-        return f"{path} is not the lock file a run writes ({info.st_size} bytes, {info.st_nlink} links): ppo_dict empties it, so it is left alone"
+        return (f"{path} is not the lock file a run writes ({info.st_size} bytes, {info.st_nlink} links): ppo_dict empties "
+                f"it, so it is left alone")
     if fd is None:
         with open_regular(path, follow=False) as f:
             text = f.read(LOCK_BYTES + 1)
@@ -148,7 +149,8 @@ def entry_problems(run_dir: str, whole: bool) -> list[str]:
                                                              if entry_kind(checkpoints) == "a directory" else [])
         found += [f"{path} is {entry_kind(path)}, where the run writes a file of its own" for path in sorted(files)
                   if entry_kind(path) != "a regular file"]
-        found += [f"{os.path.join(run_dir, n)} is {entry_kind(os.path.join(run_dir, n))}, where the run writes a folder of its own"
+        found += [f"{os.path.join(run_dir, n)} is {entry_kind(os.path.join(run_dir, n))}, where the run writes a folder of "
+                  f"its own"
                   for n in RUN_FOLDERS if entry_kind(os.path.join(run_dir, n)) not in ("", "a directory")]
     return [f"run_dir={run_dir!r}: {p}; remove it, or choose another --run_dir" for p in found if p]
 
@@ -198,9 +200,9 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
     if in_place:
         newer = newer_checkpoints(resumed[0], int(resumed[1]["num_timesteps"]))
         if newer and os.path.isfile(cfg.resume):
-            return [f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed ({', '.join(map(os.path.basename, newer))}), "
-                    f"which continuing in it would rotate away: leave --run_dir out to branch into "
-                    f"{branch_dir(run_dir, int(resumed[1]['num_timesteps']))}, or choose another --run_dir"]
+            return [f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed "
+                    f"({', '.join(map(os.path.basename, newer))}), which continuing in it would rotate away: leave --run_dir "
+                    f"out to branch into {branch_dir(run_dir, int(resumed[1]['num_timesteps']))}, or choose another --run_dir"]
         return []
     if found and not cfg.overwrite and cfg.resume is None:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
@@ -256,8 +258,10 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
             os.mkdir(run_dir)
         except FileExistsError:
             kind = entry_kind(run_dir)
-            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again" if kind == "a directory" else
-                               f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or choose another --run_dir"]) from None
+            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again"
+                               if kind == "a directory"
+                               else f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or "
+                                    f"choose another --run_dir"]) from None
     else:
         os.makedirs(run_dir, exist_ok=True)
     fd = open_lock_file(run_dir)
@@ -295,8 +299,8 @@ def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, 
                     shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
             print(f"--overwrite True: removed the earlier run's files from {run_dir}", file=log, flush=True)
         elif found and not in_place and cfg.resume is None:
-            raise ConfigError([f"run_dir={run_dir!r}: another run wrote into it since it was checked ({', '.join(found[:4])}); "
-                               "choose another --run_dir"])
+            raise ConfigError([f"run_dir={run_dir!r}: another run wrote into it since it was checked "
+                               f"({', '.join(found[:4])}); choose another --run_dir"])
         if in_place:
             steps = int(resumed[1]["num_timesteps"])  # type: ignore[index]
             for path in newer_checkpoints(resumed[0], steps):  # type: ignore[index]
@@ -323,5 +327,6 @@ def keep_progress_after(run_dir: str, steps: int, log: TextIO = STDERR) -> Optio
         logged = f.read()
     kept = os.path.join(run_dir, f"progress.before_resume_at_{steps}.csv")
     atomic_write(kept, lambda f: f.write(logged))
-    print(f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}", file=log, flush=True)
+    print(f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}", file=log,
+          flush=True)
     return kept

@@ -76,15 +76,17 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
 
 
 
-def dry_run_plan(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device, ranks: Optional[RankRows] = None) -> Plan:
-    """``--dry_run``'s plan (``ppo_dict.algo.rollout.plan.preview_plan``): decided as the start decides it, on storage rows laid
-    out as the run's (one rollout step of them: each step's row is laid out alike), with the run's policy built from its seed
-    on a fork of the generator (the run's own draws stay as they are), in this process alone; ``ranks``: a rank's envs
-    (``layout``: its own) over ``torchrun``."""
+def dry_run_plan(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device,
+                 ranks: Optional[RankRows] = None) -> Plan:
+    """``--dry_run``'s plan (``ppo_dict.algo.rollout.plan.preview_plan``): decided as the start decides it, on storage
+    rows laid out as the run's (one rollout step of them: each step's row is laid out alike), with the run's policy
+    built from its seed on a fork of the generator (the run's own draws stay as they are), in this process alone;
+    ``ranks``: a rank's envs (``layout``: its own) over ``torchrun``."""
     backend = masked_backend(backend) if cfg.action_masks else backend
     space = backend.observation_space
     stage_keys = stage_keys_of(space, cfg.normalize, cfg.norm_obs)
-    storage = RolloutStorage(space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords, stage_keys=stage_keys)
+    storage = RolloutStorage(space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords,
+                             stage_keys=stage_keys)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0 if cfg.seed is None else cfg.seed)
         policy = build_policy(cfg, space, backend.action_space)
@@ -103,16 +105,18 @@ def main_share_notice(cfg: Config, layout: Layout) -> str:
         return ""
     which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
     return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
-            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker process "
-            "instead, where a crash is a WorkerDiedError")
+            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker "
+            f"process instead, where a crash is a WorkerDiedError")
 
 
 def resume_line(backend: Any) -> str:
     """What a checkpoint holds of the envs, and so what a resume does with them (``ppo_dict.run.env_states``)."""
     problem = getattr(backend, "state_problem", "")
     if problem:
-        return f"resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved ({problem})"
-    return "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never stopped"
+        return (f"resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
+                f"({problem})")
+    return ("resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never "
+            "stopped")
 
 
 def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Optional[RankRows] = None,
@@ -131,17 +135,19 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Opt
         "dry run: the config passes every check; nothing was started",
         f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
         f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
-        f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of {cfg.minibatch_size}, "
-        f"{cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
-        f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on {check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+        f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of "
+        f"{cfg.minibatch_size}, {cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
+        f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on "
+        f"{check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
         *filter(None, [hyperparams]),
         *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
-        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} and "
-        f"{needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations {needs.activations / MB:.1f} MB, "
-        f"workers {needs.worker_memory / MB:.0f} MB",
-        f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), {needs.files} more open files "
-        f"(ulimit -n {machine.nofile_limit or 'unlimited'})",
+        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} "
+        f"and {needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations "
+        f"{needs.activations / MB:.1f} MB, workers {needs.worker_memory / MB:.0f} MB",
+        f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), {needs.files} more "
+        f"open files (ulimit -n {machine.nofile_limit or 'unlimited'})",
         resume_line(backend),
-        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: {cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: "
+        f"{cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
         f"writes: {'; '.join(written_paths(cfg))}",
     ])

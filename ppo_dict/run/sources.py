@@ -32,8 +32,8 @@ def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
         return run_dir
     corrupt = sorted(glob.glob(os.path.join(directory, "checkpoint_*.pt.corrupt")))
     if corrupt:
-        raise CheckpointError(f"--resume auto: {directory} holds only unreadable checkpoints ({', '.join(map(os.path.basename, corrupt))}); "
-                              "remove them to start this run afresh")
+        raise CheckpointError(f"--resume auto: {directory} holds only unreadable checkpoints "
+                              f"({', '.join(map(os.path.basename, corrupt))}); remove them to start this run afresh")
     print(f"--resume auto: no checkpoint in {directory}: starting fresh", flush=True)
     return None
 
@@ -67,7 +67,8 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     path = flags.get("trained_agent")
     if path is None or not os.path.isfile(path):
         return None  # validate() reports a missing file with the other problems
-    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default), trust_pickles=bool(flags.get("trust_pickles")))  # typed only
+    # typed only
+    agent = read_trained_agent(path, flags.get("env", FIELDS["env"].default), trust_pickles=bool(flags.get("trust_pickles")))
     for note in agent.notes:
         print(note, file=sys.stderr, flush=True)
     return agent

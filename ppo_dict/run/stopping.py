@@ -52,8 +52,9 @@ class StopFlag:
         self.signum = signum
         name = signal.Signals(signum).name
         if not self.quiet:
-            print(f"\n{name} received: saving the state from before the current rollout (the model as the last update left it, "
-                  "the envs as the rollout began) and stopping; send it again to stop at once without saving", file=sys.stderr, flush=True)
+            print(f"\n{name} received: saving the state from before the current rollout (the model as the last update left "
+                  f"it, the envs as the rollout began) and stopping; send it again to stop at once without saving",
+                  file=sys.stderr, flush=True)
         phase = self.phase()
         if phase == "update":
             raise UpdateInterrupted(f"{name} during an update")

@@ -201,7 +201,8 @@ def recover(study: Any, log: Callable[[str], None]) -> None:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if owner_gone(trial.user_attrs.get(OWNER)):
             try:
-                study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # what Optuna's fail_stale_trials does
+                # what Optuna's fail_stale_trials does
+                study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 continue  # another process got there first
             log(f"trial {trial.number}: its process ({trial.user_attrs[OWNER]['pid']}) is gone: failed, and queued again")

@@ -188,7 +188,8 @@ def ran_values(run_dir: str, params: dict[str, Any]) -> dict[str, Any]:
     ``-- --total_timesteps 8192`` runs 8192 steps whatever the file says); ``{}`` where the trial wrote none."""
     try:
         config = json.loads(read_capped(os.path.join(run_dir, "config.json"), 1 << 20, "a trial's config.json"))
-    except (OSError, ValueError, UnreadableFile):  # no config.json (a trial refused, another program's): the drawn values stand
+    except (OSError, ValueError, UnreadableFile):
+        # no config.json (a trial refused, another program's): the drawn values stand
         return {}
     return {name: config[name] for name in params if isinstance(config, dict) and name in config}
 
@@ -230,7 +231,8 @@ def import_optuna() -> Any:
 
 def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
               timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
-              trials: Optional[TrialProcesses] = None, allow_command: bool = False, allow_code: bool = False) -> list[dict[str, Any]]:
+              trials: Optional[TrialProcesses] = None, allow_command: bool = False,
+              allow_code: bool = False) -> list[dict[str, Any]]:
     """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
     the whole study, this process's and every other's. ``allow_command``: the sweep file's command may
     be another program than ppo_dict's own; ``allow_code``: its parameters may import or launch code (each
@@ -238,11 +240,13 @@ def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: l
     for name, effect in check_sweep(sweep, method, allow_command, allow_code).items():
         print(f"--allow_code: the sweep file's parameter {name!r} {effect}", flush=True)
     if not own_command(sweep["command"]):
-        print(f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own", flush=True)
+        print(f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own",
+              flush=True)
     optuna = import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or default_storage(out)
-    study = join_study(open_storage(url, retry), study_name, sweep, method, make_sampler(method, sweep.get("parameters") or {}, seed))
+    study = join_study(open_storage(url, retry), study_name, sweep, method,
+                       make_sampler(method, sweep.get("parameters") or {}, seed))
     recover(study, lambda line: print(line, flush=True))
     states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
     print(f"study {study_name} in {redact(url)}: {len(states)} trials so far "
@@ -298,5 +302,6 @@ def write_results(rows: list[dict[str, Any]], sweep: dict[str, Any], out: str, s
         print(f"no trial logged {metric}", file=sys.stderr)
         return 1
     print(f"best: trial {top['trial']} {metric}={top['value']:.4g} {json.dumps(top['params'])}")
-    print(json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"], "results": results}))
+    print(json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"],
+                      "results": results}))
     return 0

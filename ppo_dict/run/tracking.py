@@ -190,7 +190,8 @@ class WandbTracker:
         self.run.define_metric("*", step_metric=STEP)
 
     def __call__(self, values: dict[str, Any], step: int) -> None:
-        self.run.log({**{k: v for k, v in scalars(values).items() if not (isinstance(v, float) and math.isnan(v))}, STEP: step})
+        self.run.log({**{k: v for k, v in scalars(values).items() if not (isinstance(v, float) and math.isnan(v))},
+                      STEP: step})
 
     def log_video(self, path: str, step: int) -> None:
         self.run.log({"eval/video": self.wandb.Video(path, format="mp4"), STEP: step})

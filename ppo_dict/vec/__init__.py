@@ -61,7 +61,8 @@ class EnvPool(Protocol):
 
     def record_infos(self, on: bool) -> None: ...
 
-    def adapt(self, busy_elsewhere: bool) -> None: ...  # other processes keep the CPUs busy (ppo_dict.core.load): waits that sleep
+    # other processes keep the CPUs busy (ppo_dict.core.load): waits that sleep
+    def adapt(self, busy_elsewhere: bool) -> None: ...
 
     def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
              timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]: ...
@@ -76,7 +77,8 @@ def env_spec(cfg: "Config") -> EnvSpec:
     if cfg.atari_wrapper:
         atari = AtariOptions(cfg.atari_noop_max, cfg.atari_frame_skip, cfg.image_size, cfg.atari_terminal_on_life_loss,
                              cfg.atari_clip_reward, cfg.atari_action_repeat_probability)
-    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari, frame_stack=cfg.frame_stack)
+    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari,
+                            frame_stack=cfg.frame_stack)
 
 
 #: How to probe each env backend, by the name a spec gives (``EnvSpec.backend``): a new kind of env is a
@@ -88,7 +90,8 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     """The backend of ``spec``, probed once in this process (one env built, or one game launched, briefly)."""
     probe = BACKENDS.get(spec.backend)
     if probe is None:
-        raise ValueError(f"{spec.label}: no env backend named {spec.backend!r} (ppo_dict.vec.BACKENDS has {', '.join(BACKENDS)})")
+        raise ValueError(f"{spec.label}: no env backend named {spec.backend!r} (ppo_dict.vec.BACKENDS has "
+                         f"{', '.join(BACKENDS)})")
     return probe(spec)
 
 
@@ -98,7 +101,8 @@ def pool_backend(cfg: "Config", backend: Optional[EnvBackend] = None) -> EnvBack
     return (backend or probe_env(env_spec(cfg))).for_blocks(None, cfg.step_timeout, True)
 
 
-def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: Optional["Layout"] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None,
+                  layout: Optional["Layout"] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process (``num_workers 0``, one env, one CPU).
 
     ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given);
@@ -114,7 +118,8 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None, layout: O
         backend = dataclasses.replace(backend, info_keywords=cfg.info_keywords)
     if not layout.processes:
         return InProcessEnvPool(backend, layout.n_envs, cfg.n_steps, step_timeout=cfg.step_timeout)
-    # the normalised observations in shared memory too: the processes that step the envs may write them (ppo_dict.algo.rollout.shard)
+    # the normalised observations in shared memory too: the processes that step the envs may write them
+    # (ppo_dict.algo.rollout.shard)
     stage_keys = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
-    return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout, halves=cfg.double_buffer,
-                      spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)
+    return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout,
+                      halves=cfg.double_buffer, spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)

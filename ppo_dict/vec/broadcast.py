@@ -126,7 +126,8 @@ class Broadcast:
     def finished(self, seq: int) -> bool:
         return bool((self.done == seq).all())
 
-    def wait(self, seq: int, deadline: float, spin: float, check: Callable[[], None], idle: Optional[Callable[[], bool]] = None) -> bool:
+    def wait(self, seq: int, deadline: float, spin: float, check: Callable[[], None],
+             idle: Optional[Callable[[], bool]] = None) -> bool:
         """Wait until every worker finished hand-over ``seq`` (True) or ``time.monotonic()`` passes ``deadline``
         (False). ``check()`` raises for a failed or dead worker: called when a worker flags a failure and
         after each sleep. ``idle``: work to do first, a unit a call, looking between units."""

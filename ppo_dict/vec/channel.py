@@ -98,7 +98,8 @@ class Channel:
         return chunk
 
     def _read_exactly(self, data: bytes, end: int) -> bytearray:
-        """``data`` and the bytes after it up to ``end``, read into one buffer (a large payload is not copied chunk by chunk)."""
+        """``data`` and the bytes after it up to ``end``, read into one buffer (a large payload is not copied chunk by
+        chunk)."""
         buffer = bytearray(end)
         buffer[: len(data)] = data
         view, have = memoryview(buffer), len(data)
@@ -122,7 +123,8 @@ def payload_bounds(data: bytes) -> Optional[tuple[int, int]]:
     return 12, 12 + struct.unpack_from("!Q", data, 4)[0]
 
 
-def wait_for(poller: select.poll, timeout_ms: Optional[int], spin: float, idle: Optional[Callable[[], bool]] = None) -> list[tuple[int, int]]:
+def wait_for(poller: select.poll, timeout_ms: Optional[int], spin: float,
+             idle: Optional[Callable[[], bool]] = None) -> list[tuple[int, int]]:
     """``poller.poll(timeout_ms)``, but looked at without blocking for up to ``spin`` seconds first,
     yielding the CPU between looks (``sched_yield``: a process that has work on this core runs
     instead; on a core of its own, the look comes round again at once). ``idle``: work to do first,

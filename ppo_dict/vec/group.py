@@ -1,13 +1,13 @@
 """The main process's side of the worker processes: start W of them, talk to them, stop them.
 
-Worker w owns the env columns ``blocks[w]`` of one shared :class:`RolloutStorage`, whose env-written fields live in one ``ctx.RawArray`` (an unlinked file
-under /dev/shm on Linux: nothing can leak, even after SIGKILL). A rollout step is handed to every worker at
-once by one store in a shared page (:mod:`ppo_dict.vec.broadcast`, :meth:`WorkerGroup.publish`), each
-answering in its own word of it; other commands are a tiny pickled message per worker over a ``ctx.Pipe``
-(``ppo_dict.vec.worker`` lists them), written and read by a :class:`~ppo_dict.vec.channel.Channel` (one
-system call a message; a step's frame encoded once). The main process waits on the page, and on every pipe
-and every worker's process sentinel, with a timeout; there are no ``ctx.Queue``/``Lock``/``Event``: under
-forkserver/spawn their named semaphores outlive a SIGKILLed process group in /dev/shm.
+Worker w owns the env columns ``blocks[w]`` of one shared :class:`RolloutStorage`, whose env-written fields live in one
+``ctx.RawArray`` (an unlinked file under /dev/shm on Linux: nothing can leak, even after SIGKILL). A rollout step is
+handed to every worker at once by one store in a shared page (:mod:`ppo_dict.vec.broadcast`,
+:meth:`WorkerGroup.publish`), each answering in its own word of it; other commands are a tiny pickled message per worker
+over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them), written and read by a :class:`~ppo_dict.vec.channel.Channel`
+(one system call a message; a step's frame encoded once). The main process waits on the page, and on every pipe and
+every worker's process sentinel, with a timeout; there are no ``ctx.Queue``/``Lock``/``Event``: under forkserver/spawn
+their named semaphores outlive a SIGKILLed process group in /dev/shm.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ from ppo_dict.vec.watchdog import KILLERS
 from ppo_dict.vec.work import Header
 from ppo_dict.vec.worker import WorkerArgs, env_worker_error, worker_main
 
-#: Seconds a waiting process looks before it sleeps where every process has a physical core (``spin_wait_us`` 1000: :func:`default_spin`).
+#: Seconds a waiting process looks before it sleeps where every process has a physical core (``spin_wait_us`` 1000:
+#: :func:`default_spin`).
 SPIN_WAIT = 0.001
 
 
@@ -53,7 +54,8 @@ def default_spin(processes: int) -> float:
 def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us: Any = None) -> list[str]:
     """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
     problems = []
-    if not (isinstance(blocks, (list, tuple)) and blocks and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)):
+    if not (isinstance(blocks, (list, tuple)) and blocks
+            and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)):
         problems.append(f"blocks={blocks!r}: must be a non-empty list of non-empty sequences of env columns, one per worker")
     if mp_method not in MP_METHODS:
         problems.append(f"mp_method={mp_method!r}: must be one of {', '.join(MP_METHODS)}")
@@ -105,7 +107,8 @@ class WorkerGroup:
         #: cost to this process; on a host with fewer CPUs than processes, the woken worker can take this CPU)
         self.sending = 0.0
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
-        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords, stage_keys)
+        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords,
+                             stage_keys)
         check_shared_memory(layout.nbytes)
         ctx = multiprocessing.get_context(mp_method)
         if mp_method == "forkserver":
@@ -116,9 +119,7 @@ class WorkerGroup:
         alloc = view_alloc(self._buffer, layout)
         self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
                                       info_keywords=backend.info_keywords, stage_keys=stage_keys)
-        # the shared page of hand-overs (ppo_dict.vec.broadcast) where this machine orders memory as it needs; else pipes
-        self._control = ctx.RawArray("b", broadcast.page_bytes(self.num_workers)) if handovers and broadcast.available() else None
-        self.page = None if self._control is None else broadcast.Broadcast(memoryview(self._control).cast("B"), self.num_workers)
+        self._control, self.page = self._handover_page(ctx, handovers)
         self._procs: list = []
         self._channels: list[Channel] = []  # the main process's line to each worker
         self.pids: list[int] = []  # kept after close, for checks that they are gone
@@ -126,14 +127,21 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE, self.page)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs,
-                                                             self.spin, tuple(stage_keys), self._control, self.num_workers),
+            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout,
+                                                             n_steps, self.num_envs, self.spin, tuple(stage_keys),
+                                                             self._control, self.num_workers),
                         rerun_main=getattr(backend, "needs_main", True))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
             self.close(grace=0.2)
             raise
+
+    def _handover_page(self, ctx: Any, handovers: bool) -> tuple[Any, Optional[broadcast.Broadcast]]:
+        """``(buffer, page)``: the shared page of hand-overs (ppo_dict.vec.broadcast) where ``handovers`` asks for it and
+        this machine orders memory as it needs; else ``(None, None)``: pipes."""
+        control = ctx.RawArray("b", broadcast.page_bytes(self.num_workers)) if handovers and broadcast.available() else None
+        return control, None if control is None else broadcast.Broadcast(memoryview(control).cast("B"), self.num_workers)
 
     def _start(self, ctx: Any, mp_method: str, args_of: Any, rerun_main: bool = True) -> None:
         """Start every worker (``rerun_main``: see :func:`main_not_rerun`), and watch each one's pipe and process
@@ -142,7 +150,8 @@ class WorkerGroup:
             child_conn = None
             try:
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True)
+                proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}",
+                                   daemon=True)
                 self._channels.append(Channel(parent_conn))
                 with contextlib.nullcontext() if rerun_main else main_not_rerun():
                     proc.start()
@@ -303,8 +312,8 @@ class WorkerGroup:
         if code is not None and code < 0:
             how += f" ({signal.Signals(-code).name})"
         return WorkerDiedError(
-            f"worker {w} (envs {columns_text(self.worker_envs(w))}, {self.label}, pid {proc.pid}) died with {how} during {command!r} "
-            f"without reporting an error; all workers were stopped"
+            f"worker {w} (envs {columns_text(self.worker_envs(w))}, {self.label}, pid {proc.pid}) died with {how} during "
+            f"{command!r} without reporting an error; all workers were stopped"
         )
 
     def _timeout_message(self, command: str, workers: list[int], timeout: float, detail: Any) -> str:

@@ -124,7 +124,8 @@ class PoolVecEnv(VecEnv):
         ``(n_envs, *space shape)`` per leaf (Discrete: ``(n_envs,)``), an OrderedDict for a Dict space,
         a tuple for a Tuple space."""
         env_obs = self.pool.storage.env_obs
-        obs = OrderedDict((key, env_obs[key][row].reshape(self.num_envs, *sub.shape).copy()) for key, sub in self._leaves.items())
+        obs = OrderedDict((key, env_obs[key][row].reshape(self.num_envs, *sub.shape).copy())
+                          for key, sub in self._leaves.items())
         if isinstance(self.observation_space, gym.spaces.Dict):
             return obs
         if isinstance(self.observation_space, gym.spaces.Tuple):
@@ -144,7 +145,8 @@ class PoolVecEnv(VecEnv):
         return {key: checked_cast([pick(a, key) for a in actions], arr, name, f"[{key!r}]") for key, arr in target.items()}
 
     # ------------------------------------------------------------------ env attributes and methods
-    def _call(self, kind: str, indices: VecEnvIndices, name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
+    def _call(self, kind: str, indices: VecEnvIndices, name: str = "", args: tuple = (),
+              kwargs: Optional[dict] = None) -> list[Any]:
         """Run ``kind`` on the given envs where they live; results in ``indices`` order. Indices are
         Python list indices, as sb3's classes use them (``self.envs[i]``, ``self.remotes[i]``)."""
         envs = [list_index(i, self.num_envs) for i in self._get_indices(indices)]
@@ -168,9 +170,11 @@ class PoolVecEnv(VecEnv):
         return all(self._call("has_attr", None, attr_name))
 
     def get_images(self) -> Sequence[Optional[np.ndarray]]:
-        """Each env's ``render()`` (sb3's ``get_images``), with sb3's warning and ``None``s unless ``render_mode`` is rgb_array."""
+        """Each env's ``render()`` (sb3's ``get_images``), with sb3's warning and ``None``s unless ``render_mode`` is
+        rgb_array."""
         if self.render_mode != "rgb_array":
-            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.")
+            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain "
+                          f"images.")
             return [None] * self.num_envs
         return self.env_method("render")
 

@@ -117,10 +117,10 @@ def start_failure_text(w: int, columns: Sequence[int], label: str, mp_method: st
         mb = "unknown" if machine.memory_available is None else f"{machine.memory_available / 2**20:.0f} MB"
         advice = f"not enough memory to start a process ({mb} available); use fewer --num_workers or smaller n_steps x n_envs"
     elif mp_method == "forkserver" and isinstance(exc, (EOFError, ConnectionError, RuntimeError)):
-        advice = ("multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when it "
-                  "cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer --num_workers, "
-                  "or --mp_method spawn")
+        advice = ("multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when "
+                  "it cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer "
+                  "--num_workers, or --mp_method spawn")
     else:
         advice = "use fewer --num_workers, or another --mp_method"
-    return (f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: {exc}; "
-            f"{advice}; the workers already started were stopped")
+    return (f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: "
+            f"{exc}; {advice}; the workers already started were stopped")

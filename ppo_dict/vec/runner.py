@@ -87,8 +87,8 @@ class GymRunner:
     ``(infos, reset_infos)`` and ``reset`` returns ``reset_infos``.
     """
 
-    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage, record_infos: bool = False,
-                 episodes_from_infos: bool = False):
+    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage,
+                 record_infos: bool = False, episodes_from_infos: bool = False):
         self.factory, self.block, self.storage = factory, list(block), storage
         self.envs: list[gym.Env] = []
         self.single_obs = not isinstance(storage.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -104,7 +104,8 @@ class GymRunner:
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
         # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
-        self._beacon_codes = [i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None else None
+        self._beacon_codes = ([i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None
+                              else None)
         # each env's state when it began the rollout in progress (step 0), kept where asked (a run's checkpoints: envs.state)
         self.keep_snapshots = False
         self.snapshots: list[Optional[dict[str, Any]]] = [None] * len(self.block)
@@ -257,8 +258,9 @@ class GymRunner:
 
     def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
         """sb3 ``DummyVecEnv.get_attr/set_attr/env_method/env_is_wrapped`` (and ``has_attr``) on these envs; the
-        envs' states (``env_states``, ``load_env_states``, ``keep_snapshots``: a run's checkpoints); ``reset_infos`` (each env's
-        last reset info); ``ask_masks`` (``ppo_dict.data.masking.ASK_MASKS``: whether the envs' ``action_masks()`` are asked)."""
+        envs' states (``env_states``, ``load_env_states``, ``keep_snapshots``: a run's checkpoints); ``reset_infos``
+        (each env's last reset info); ``ask_masks`` (``ppo_dict.data.masking.ASK_MASKS``: whether the envs'
+        ``action_masks()`` are asked)."""
         if kind == "env_states":
             return self.env_states(indices, *args)
         if kind == "load_env_states":

@@ -47,7 +47,8 @@ def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_s
         offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
         return np.broadcast_to(np.zeros((), dtype), shape)
 
-    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords, stage_keys=stage_keys)
+    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords,
+                   stage_keys=stage_keys)
     return SharedLayout(tuple(fields), max(offset, ALIGN) + ALIGN)
 
 
@@ -65,7 +66,8 @@ def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
     def alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         offset, planned_shape, planned_dtype = next(entries)
         if (tuple(shape), np.dtype(dtype).str) != (planned_shape, planned_dtype):
-            raise RuntimeError(f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked {tuple(shape)} {np.dtype(dtype)}")
+            raise RuntimeError(f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked "
+                               f"{tuple(shape)} {np.dtype(dtype)}")
         return np.frombuffer(memory, dtype=dtype, count=math.prod(shape), offset=base + offset).reshape(shape)
 
     return alloc

@@ -97,26 +97,27 @@ class ShmEnvPool:
         stage_keys: tuple[str, ...] = (),
         handovers: bool = True,
     ):
-        """``layout``: which process steps which column (:func:`~ppo_dict.core.layout.plan_layout`);
-        when not given, planned from ``n_envs`` (default ``num_workers x envs_per_worker``),
-        ``num_workers``, ``envs_per_worker``, ``main_envs`` (the main process's columns: only with
-        ``main_steps_envs`` and more than one worker), ``halves`` (every worker owns part of each
-        half of the columns, :attr:`halves`, so that each half steps on every core: double-buffered
-        rollouts; the main process steps none then), in whole units of the backend's envs.
+        """``layout``: which process steps which column (:func:`~ppo_dict.core.layout.plan_layout`); when not given,
+        planned from ``n_envs`` (default ``num_workers x envs_per_worker``), ``num_workers``, ``envs_per_worker``,
+        ``main_envs`` (the main process's columns: only with ``main_steps_envs`` and more than one worker), ``halves``
+        (every worker owns part of each half of the columns, :attr:`halves`, so that each half steps on every core:
+        double-buffered rollouts; the main process steps none then), in whole units of the backend's envs.
         ``stage_keys``: the observation keys whose normalised arrays the storage keeps in shared memory too;
-        ``handovers``: steps are handed over by the shared page where the machine allows (else pipes).
-        Raises ``ValueError`` for settings no layout honours."""
+        ``handovers``: steps are handed over by the shared page where the machine allows (else pipes). Raises
+        ``ValueError`` for settings no layout honours."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
         if layout is None:
             if n_envs is None and num_workers is not None and envs_per_worker is not None:
                 n_envs = num_workers * envs_per_worker
-            problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit, backend.label)
+            problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit,
+                                       backend.label)
             if problems:
                 raise ValueError("; ".join(problems))
             layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
         if not layout.processes:
-            raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps envs here)")
+            raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps "
+                             f"envs here)")
         self.layout = layout
         # rollouts whose step 0 was sent (each runner snapshots its envs there: ppo_dict.run.env_states)
         self.rollouts_begun = 0
@@ -133,7 +134,7 @@ class ShmEnvPool:
         self._main_runner: Optional[Runner] = None
         self.step_timeout = step_timeout
         self._waiting = Owner(backend.label)  # armed while waiting for the workers: a stop interrupts it
-        self._recording, self._pending_main = False, None  # infos kept; what this process's envs answered to the last step_async
+        self._recording, self._pending_main = False, None  # infos kept; what this process's envs answered the last step_async
         self.infos, self.reset_infos = [{} for _ in range(self.num_envs)], [{} for _ in range(self.num_envs)]
         self._work: Optional[StepWork] = None  # this process's share of an attached work program
         if in_main:
@@ -265,12 +266,14 @@ class ShmEnvPool:
             return args if per_env is None else ([per_env[position] for position, _ in calls], *args)
 
         self._group.drain(timeout)
-        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args_of(calls), kwargs or {}) for w, calls in by_worker.items()})
+        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args_of(calls), kwargs or {})
+                               for w, calls in by_worker.items()})
         results: list[Any] = [None] * len(indices)
         error = None
         try:
             if mine:
-                for (position, _), value in zip(mine, self._main_runner.call(kind, [env for _, env in mine], name, args_of(mine), kwargs or {})):
+                answers = self._main_runner.call(kind, [env for _, env in mine], name, args_of(mine), kwargs or {})
+                for (position, _), value in zip(mine, answers):
                     results[position] = value
         except Exception as exc:  # noqa: BLE001 (re-raised once the workers have answered)
             error = exc
@@ -289,7 +292,8 @@ class ShmEnvPool:
         self.rollouts_begun += rollout and t == 0 and columns.start == 0
         workers = self._workers_of.get(columns)
         if workers is None:
-            workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)]
+            workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks)
+                                                   if any(i in columns for i in block)]
         detail = t if rollout else None
         self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=detail, cache=True)
         self._pending_main = self._in_main("step", lambda runner: runner.step(t, columns), detail=detail)

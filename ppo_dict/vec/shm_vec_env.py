@@ -84,7 +84,8 @@ class ShmVecEnv(PoolVecEnv):
             raise ValueError("ShmVecEnv needs at least one env_fn")
         if num_workers is not None and not (isinstance(num_workers, int) and 1 <= num_workers <= n_envs):
             raise ValueError(f"num_workers={num_workers!r}: must be a whole number in [1, {n_envs}] (the number of envs)")
-        # sb3's process steps none of the envs: a worker on each usable CPU, the envs split over them (unevenly where they do not divide)
+        # sb3's process steps none of the envs: a worker on each usable CPU, the envs split over them (unevenly where
+        # they do not divide)
         self._planned = plan_layout(n_envs, num_workers, None, main_steps_envs=False)
         start_method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
         multiprocessing.get_context(start_method)  # a bad method: multiprocessing's own ValueError, as SubprocVecEnv gives it
@@ -92,20 +93,22 @@ class ShmVecEnv(PoolVecEnv):
         for space, what in ((observation_space, "observation"), (action_space, "action")):
             problem = vec_space_problem(space, what)
             if problem:
-                raise ValueError(f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, Discrete, "
-                                 "MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec envs do")
+                raise ValueError(f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, "
+                                 f"Discrete, MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec "
+                                 f"envs do")
         backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True,
                              needs_main=not in_place_of_dummy)
         # the workers as asked (num_workers None: not asked, so ppo_dict.PPO's layout decides)
         layout = dict(num_workers=num_workers, mp_method=start_method, step_timeout=step_timeout, spin_wait_us=spin_wait_us)
         self._in_process = in_place_of_dummy and self._planned.processes == 1 and num_workers is None
-        super().__init__(n_envs, observation_space, action_space, backend.label, start=self._start_workers, render_mode=render_mode,
-                         backend=backend, layout={k: v for k, v in layout.items() if v is not None})
+        super().__init__(n_envs, observation_space, action_space, backend.label, start=self._start_workers,
+                         render_mode=render_mode, backend=backend, layout={k: v for k, v in layout.items() if v is not None})
         if start:
             self.pool  # noqa: B018 (starts the workers)
 
     def _start_workers(self) -> Union[InProcessEnvPool, ShmEnvPool]:
         if self._in_process:
             return InProcessEnvPool(self.backend, self.num_envs, 1, step_timeout=self.layout["step_timeout"])
-        return ShmEnvPool(self.backend, n_steps=1, mp_method=self.layout["mp_method"], step_timeout=self.layout["step_timeout"],
+        return ShmEnvPool(self.backend, n_steps=1, mp_method=self.layout["mp_method"],
+                          step_timeout=self.layout["step_timeout"],
                           spin_wait_us=self.layout.get("spin_wait_us"), layout=self._planned)

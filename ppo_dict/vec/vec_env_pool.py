@@ -101,7 +101,8 @@ class VecEnvPool:
         for key, part in parts.items():
             self.storage.env_obs[key][row] = np.asarray(part).reshape(self.storage.env_obs[key][row].shape)
         if self.storage.action_masks is not None:
-            self.storage.action_masks[row] = np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1) if self.asking else True
+            self.storage.action_masks[row] = (np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1) if self.asking
+                                              else True)
 
     def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Every env at once (a vec env steps all its envs): ``columns`` must be all of them."""
@@ -118,7 +119,8 @@ class VecEnvPool:
     def adapt(self, busy_elsewhere: bool) -> None:
         """Nothing to adapt: the vec env waits as it waits."""
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None) -> list[Any]:
+    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (),
+             kwargs: Optional[dict] = None) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` through the vec env."""
         indices = list(indices)
         if kind == ASK_MASKS:  # the runners' own call (ppo_dict.vec.runner.GymRunner.call): every env at once

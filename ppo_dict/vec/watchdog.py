@@ -222,7 +222,8 @@ class Watchdog:
         now = time.monotonic()
         stuck = self._second_armed is not None and self.armed is self._second_armed
         if now >= self._second_at or (stuck and now >= self._second_seen + SECOND_STUCK):
-            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once {stopped_text(self.written)}")
+            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once "
+                                              f"{stopped_text(self.written)}")
 
     def _read_signals(self) -> None:
         try:

@@ -36,7 +36,8 @@ class OwnMethodsPolicy:
     def __init__(self, module: nn.Module, use_sde: bool = False, masked: bool = False):
         self.module, self.use_sde, self.masked = module, use_sde, masked
         # the env-side conversion (Box: clipped, or rescaled when squashed) and the training-side cast: the space's
-        self.action_spec: ActionSpec = action_spec(module.action_space, use_sde, masked, squash_output=bool(getattr(module, "squash_output", False)))
+        self.action_spec: ActionSpec = action_spec(module.action_space, use_sde, masked,
+                                                   squash_output=bool(getattr(module, "squash_output", False)))
 
     def __getattr__(self, name: str) -> Any:
         module = self.__dict__.get("module")
@@ -53,8 +54,8 @@ class OwnMethodsPolicy:
 
     forward = __call__
 
-    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor,
-                         action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor, action_masks: Optional[torch.Tensor] = None
+                         ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         if self.masked:
             return self.module.evaluate_actions(obs, actions, action_masks=action_masks)
         return self.module.evaluate_actions(obs, actions)
@@ -70,7 +71,8 @@ class OwnMethodsPolicy:
         return self.train(False)
 
     def explore(self, n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
-        """sb3's ``collect_rollouts``: ``reset_noise(n_envs)`` at a rollout's start and every ``sample_freq`` steps, with gSDE."""
+        """sb3's ``collect_rollouts``: ``reset_noise(n_envs)`` at a rollout's start and every ``sample_freq`` steps,
+        with gSDE."""
         if self.use_sde and (t is None or (sample_freq > 0 and t % sample_freq == 0)):
             self.module.reset_noise(n_envs)
 

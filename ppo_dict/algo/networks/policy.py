@@ -64,7 +64,8 @@ class Preprocessor:
             return obs.float()
         if self.kind == "one_hot":
             return F.one_hot(obs.long(), num_classes=self.nvec[0]).float()
-        parts = [F.one_hot(column.long(), num_classes=self.nvec[i]).float() for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
+        parts = [F.one_hot(column.long(), num_classes=self.nvec[i]).float()
+                 for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
         return torch.cat(parts, dim=-1).view(obs.shape[0], sum(self.nvec))
 
 
@@ -146,7 +147,8 @@ class MlpExtractor(nn.Module):
 
     def __init__(self, feature_dim: int, net_arch: NetArch, activation_fn: type[nn.Module]):
         super().__init__()
-        pi_dims, vf_dims = (net_arch.get("pi", []), net_arch.get("vf", [])) if isinstance(net_arch, dict) else (net_arch, net_arch)
+        pi_dims, vf_dims = ((net_arch.get("pi", []), net_arch.get("vf", [])) if isinstance(net_arch, dict)
+                            else (net_arch, net_arch))
         self.policy_net, self.latent_dim_pi = self._mlp(feature_dim, pi_dims, activation_fn)
         self.value_net, self.latent_dim_vf = self._mlp(feature_dim, vf_dims, activation_fn)
 
@@ -180,7 +182,8 @@ def features_extractor(model: str, observation_space: spaces.Space, cls: Optiona
 
 
 #: sb3's features extractors, by name, and the classes here that build the same modules
-SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtractor, "NatureCNN": NatureCNN, "CombinedExtractor": CombinedExtractor}
+SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtractor, "NatureCNN": NatureCNN,
+                                              "CombinedExtractor": CombinedExtractor}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,7 +232,8 @@ class ActorCritic(PolicySurface, nn.Module):
         if problem:
             raise ValueError(problem)
         self.observation_space, self.action_space = observation_space, action_space
-        self.action_spec = action_spec(action_space, use_sde, action_masks, full_std, use_expln, squash_output)  # refuses what sb3 refuses
+        # refuses what sb3 refuses
+        self.action_spec = action_spec(action_space, use_sde, action_masks, full_std, use_expln, squash_output)
         problem = self.action_spec.problem()
         if problem:
             raise ValueError(problem)
@@ -237,7 +241,8 @@ class ActorCritic(PolicySurface, nn.Module):
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
         self.share_features_extractor = share_features_extractor
-        extractor_class, extractor_kwargs = features_extractor(model, observation_space, features_extractor_class, features_extractor_kwargs)
+        extractor_class, extractor_kwargs = features_extractor(model, observation_space, features_extractor_class,
+                                                               features_extractor_kwargs)
         if extractor_class in (NatureCNN, CombinedExtractor) and not normalize_images:  # sb3's ActorCriticPolicy.__init__
             extractor_kwargs["normalized_image"] = True
         if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
@@ -305,7 +310,8 @@ class ActorCritic(PolicySurface, nn.Module):
     def distribution(self, latent_pi: torch.Tensor, action_masks: Optional[torch.Tensor] = None) -> Distribution:
         """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``),
         masked by ``action_masks`` (bool ``[B, mask_dim]``) for a policy built with ``action_masks``."""
-        return self.action_spec.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi, action_masks)
+        return self.action_spec.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi,
+                                             action_masks)
 
     @property
     def masked(self) -> bool:
@@ -333,7 +339,8 @@ class ActorCritic(PolicySurface, nn.Module):
     def explore(self, n_envs: int, t: Optional[int] = None, sample_freq: int = -1) -> None:
         """The action space's exploration-noise schedule (:meth:`~ppo_dict.data.actions.ActionSpec.explore`):
         at a rollout's start (``t`` None) and before its step ``t``."""
-        self.action_spec.explore(self._parameters.get("log_std"), n_envs, t, sample_freq)  # not getattr: ~1 us per step for a miss
+        # not getattr: ~1 us per step for a miss
+        self.action_spec.explore(self._parameters.get("log_std"), n_envs, t, sample_freq)
 
     def forward(self, obs: TensorObs, deterministic: bool = False,
                 action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -122,7 +122,8 @@ class ReducedGradientStep(GradientStep):
         self.ranks = ranks
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        # a parameter outside the graph has no gradient on any rank (the graph is the same on every rank): zeros sent, None kept
+        # a parameter outside the graph has no gradient on any rank (the graph is the same on every rank): zeros sent,
+        # None kept
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = self.ranks.sum_(_flatten_dense_tensors(grads), "the update's gradient sum")
         for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads)):
@@ -159,7 +160,8 @@ def ranked_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage
         if settings.normalize_advantage and len(indices) > 1:  # sb3's per-minibatch mean and (unbiased) std
             chosen = all_advantages[indices]
             stats = (chosen.mean(), chosen.std())
-        terms = loss_terms(policy, rollout.take(rank_rows(indices, first, count)), settings, evaluate, Share(len(indices), stats))
+        terms = loss_terms(policy, rollout.take(rank_rows(indices, first, count)), settings, evaluate,
+                           Share(len(indices), stats))
         figures = torch.stack([getattr(terms, name).detach() for name in FIGURES]).to("cpu", torch.float64)
         figures = ranks.sum_(figures, "the update's minibatch figures").tolist()
         log.pg_losses.append(figures[0])

@@ -104,15 +104,16 @@ class RankEpisodes(EpisodeLog):
         :class:`RolloutDropped` (the rollout is dropped everywhere) instead."""
         ended_at = np.flatnonzero(dones.any(axis=1)) if dones.size else np.zeros(0, dtype=np.int64)
         if dropped is None and len(ended_at) != len(self.pending):
-            raise RankError(f"{self.ranks.info.name}: {len(self.pending)} steps of ended episodes were read, but the rollout has "
-                            f"{len(ended_at)} steps with an episode end")
+            raise RankError(f"{self.ranks.info.name}: {len(self.pending)} steps of ended episodes were read, but the rollout "
+                            f"has {len(ended_at)} steps with an episode end")
         mine = [] if dropped is not None else [(int(t), v, k, keywords) for t, (v, k, keywords) in zip(ended_at, self.pending)]
         self.pending = []
         everyone = self.ranks.gather_objects((dropped, mine), what="the rollout's episodes")
         for rank, (why, _) in enumerate(everyone):
             if why is not None:
                 raise RolloutDropped(f"rank {rank}: {why[0]}", why[1])
-        merged = sorted(((item, rank) for rank, (_, items) in enumerate(everyone) for item in items), key=lambda pair: (pair[0][0], pair[1]))
+        merged = sorted(((item, rank) for rank, (_, items) in enumerate(everyone) for item in items),
+                        key=lambda pair: (pair[0][0], pair[1]))
         for (_, values, kinds, keywords), _ in merged:
             super().read_rows(values, kinds, keywords)
 

@@ -28,7 +28,8 @@ from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.algo.rollout.plan import DOUBLE_BUFFERED, Plan
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout
-from ppo_dict.algo.rollout.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401 (TIMING_KEYS: the time/* keys, asked of this module)
+# TIMING_KEYS: the time/* keys, asked of this module
+from ppo_dict.algo.rollout.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401
 from ppo_dict.core.config import Config
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.masking import ASK_MASKS
@@ -59,11 +60,13 @@ class Collector:
     """
 
     def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 device: torch.device, episodes: EpisodeLog, timing: Timing, plan: Plan, shard: Optional[ShardedRollout] = None):
+                 device: torch.device, episodes: EpisodeLog, timing: Timing, plan: Plan,
+                 shard: Optional[ShardedRollout] = None):
         self.cfg, self.pool, self.policy, self.normalizer, self.plan = cfg, pool, policy, normalizer, plan
         self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
         self.episodes, self.timing = episodes, timing
-        self.last_dones = np.ones(self.n_envs, dtype=bool)  # sb3's _last_episode_starts (the storage's, shared with the workers)
+        # sb3's _last_episode_starts (the storage's, shared with the workers)
+        self.last_dones = np.ones(self.n_envs, dtype=bool)
         self.steps_before = 0  # env steps of earlier rollouts, for messages
         s = self.storage
         if normalizer is not None:
@@ -74,11 +77,14 @@ class Collector:
         # one policy step per batch size (its noise buffer is shaped by it); the whole batch's evaluates values; over ranks,
         # each samples with its rows of the global batch's draws
         step_class = RecurrentStep if plan.recurrent else PolicyStep
-        graphed = GraphedStep if plan.graphed else (lambda step: step)  # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
-        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns), plan.ranks)) for columns in (*self.halves, everything)}
+        # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
+        graphed = GraphedStep if plan.graphed else (lambda step: step)
+        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns), plan.ranks))
+                             for columns in (*self.halves, everything)}
         # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
         self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
-            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states, policy.rnn_type)
+            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states,
+            policy.rnn_type)
         # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
         # on an accelerator they come back through pinned buffers, with one synchronisation per step.
         self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
@@ -89,7 +95,8 @@ class Collector:
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
-        # off the CPU, a feed-forward policy's cut episodes are valued in one batch (ppo_dict.algo.rollout.device_rollout); the CPU keeps sb3's order
+        # off the CPU, a feed-forward policy's cut episodes are valued in one batch
+        # (ppo_dict.algo.rollout.device_rollout); the CPU keeps sb3's order
         self.device_bootstrap = plan.device_bootstrap
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
@@ -97,7 +104,8 @@ class Collector:
         # exact rollouts on worker processes: a step's owed bookkeeping is done while the next step's envs step
         self.owed = OwedWork(timing)
         self.overlap = plan.overlap
-        # the policy where the envs are (ppo_dict.algo.rollout.shard), where the plan chose it: built, probed and handed out by the plan
+        # the policy where the envs are (ppo_dict.algo.rollout.shard), where the plan chose it: built, probed and handed
+        # out by the plan
         self.shard = shard
 
     @property
@@ -170,7 +178,8 @@ class Collector:
                 self.pool.step(t)
             stepped = clock()
             going = self._after_env_step(t, everything)
-            timing.policy, timing.envs, timing.bookkeeping = timing.policy + acted - started, timing.envs + stepped - acted, timing.bookkeeping + clock() - stepped
+            timing.policy, timing.envs, timing.bookkeeping = (timing.policy + acted - started, timing.envs + stepped - acted,
+                                                              timing.bookkeeping + clock() - stepped)
             if not going:
                 return t + 1
         return self.storage.n_steps
@@ -220,15 +229,16 @@ class Collector:
         if len(columns) < self.n_envs:
             obs = {k: v[span] for k, v in obs.items()} if isinstance(obs, dict) else obs[span]
         out = None if self.out is None else tuple(rows[t, span] for rows in self.out)
-        masks = None if self.masks is None or not self.masking else self.step_obs.masks(self.masks, t, span)  # sb3-contrib: the masks at obs[t]
+        # sb3-contrib: the masks at obs[t]
+        masks = None if self.masks is None or not self.masking else self.step_obs.masks(self.masks, t, span)
         rows = span if len(columns) < self.n_envs else None
         if self.states is None:
             actions, values, log_probs = self.policy_steps[len(columns)](obs, out=out, rows=rows, masks=masks)
         else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
             group = self.halves.index(columns)
             keep = RecurrentStep.keep(self.last_dones[span], self.device)
-            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device), keep, out=out,
-                                                                                 rows=rows, masks=masks)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device),
+                                                                                 keep, out=out, rows=rows, masks=masks)
             self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]
@@ -237,7 +247,8 @@ class Collector:
             torch.cuda.current_stream(self.device).synchronize()
             s.actions[t, span], s.values[t, span], s.log_probs[t, span] = (buffer.numpy() for buffer in host)
         if self.device_bootstrap and not self.overlap:
-            self.owed.settle()  # the last step's batched bootstrap: its values came back with the wait above, no wait of its own
+            # the last step's batched bootstrap: its values came back with the wait above, no wait of its own
+            self.owed.settle()
         self.to_env(s.actions[t, span], out=self.env_actions[span])  # Box: clipped to the bounds, as sb3
 
     def _after_env_step(self, t: int, columns: range) -> bool:
@@ -249,7 +260,8 @@ class Collector:
         dones = s.terminated[t, span] | s.truncated[t, span]
         check_finite(s, t, columns, self.pool.backend.label, self.steps_before, self.n_envs)
         if self.normalizer is not None:  # VecNormalize's statistics from these envs' step (a half's, double-buffered)
-            self.normalizer.observe({key: s.env_obs[key][t + 1, span] for key in self.normalizer.obs_rms}, s.env_rewards[t, span], dones, rows=span)
+            self.normalizer.observe({key: s.env_obs[key][t + 1, span] for key in self.normalizer.obs_rms},
+                                    s.env_rewards[t, span], dones, rows=span)
         learner_rows(s, self.normalizer, t, span)
         if self.hooks is not None and columns.stop == self.n_envs:
             self.owed.settle()  # a callback sees the statistics and rewards of the steps before
@@ -283,14 +295,17 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
-        if self.device_bootstrap:  # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.rollout.device_rollout)
+        # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.rollout.device_rollout)
+        if self.device_bootstrap:
             self.owed.owe(batched_bootstrap(step, self.storage, rewards, rows, first + rows, self.device, self.cfg.gamma))
             return
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
-            batch = self.storage.as_policy_input(aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()}))
-            add_bootstrap(rewards, rows, self.cfg.gamma, step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1))
+            batch = self.storage.as_policy_input(aligned({k: arr[first + rows]
+                                                          for k, arr in self.storage.terminal_obs.items()}))
+            add_bootstrap(rewards, rows, self.cfg.gamma,
+                          step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1))
             return
         # overlapped: copied now, each row laid out as a fresh allocation (a worker may overwrite its env's row
         # at the next step); settled before the next step: read in place, as before
@@ -298,7 +313,8 @@ class Collector:
         gamma = np.float32(self.cfg.gamma)
 
         def bootstrap(j: int, idx: int) -> None:
-            obs = self.storage.terminal_input(j, terminal) if terminal is not None else self.storage.terminal_input(first + idx)
+            obs = (self.storage.terminal_input(j, terminal) if terminal is not None
+                   else self.storage.terminal_input(first + idx))
             with torch.inference_mode():
                 add_bootstrap(rewards, idx, gamma, value(idx, obs_to_tensor(obs, self.device)))
 

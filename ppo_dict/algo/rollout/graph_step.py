@@ -66,9 +66,11 @@ class GraphedStep:
         device = step.policy.value_net.weight.device
         self.eager_reason: Optional[str] = None
         if device.type != "cuda":
-            self.eager_reason = f"note: --cuda_graphs: the policy runs on {device}, and CUDA graphs need a CUDA device: policy steps run eagerly"
+            self.eager_reason = (f"note: --cuda_graphs: the policy runs on {device}, and CUDA graphs need a CUDA device: "
+                                 f"policy steps run eagerly")
         elif step.sampler is None:  # ActorCritic.forward's distribution objects (unmasked MultiBinary): not captured
-            self.eager_reason = "note: --cuda_graphs: this action space is sampled through the distribution objects, not captured: policy steps run eagerly"
+            self.eager_reason = ("note: --cuda_graphs: this action space is sampled through the distribution objects, not "
+                                 "captured: policy steps run eagerly")
         self.graph: Optional[Any] = None  # torch.cuda.CUDAGraph, once captured
         self.static_obs: Optional[TensorObs] = None
         self.static_masks: Optional[torch.Tensor] = None

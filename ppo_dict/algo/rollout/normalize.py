@@ -126,7 +126,8 @@ class Normalizer:
     def normalize_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """float32 ``{key: clip((obs - mean) / sqrt(var + eps))}`` for the normalised keys of ``obs``."""
         return {
-            key: np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs, self.clip_obs).astype(np.float32)
+            key: np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs,
+                         self.clip_obs).astype(np.float32)
             for key, rms in self.obs_rms.items()
             if self.norm_obs
         }

@@ -52,11 +52,11 @@ class Plan:
         at_start: a ``--dry_run``'s plan: the probe's part is what the start probe will decide.
         workers: worker processes step envs (else every env steps in this process).
         recurrent, graphed, device: the recurrent step (LSTM states carried), replayed as CUDA graphs, the policy's device.
-        books, bootstrap (properties, from the fields): where a step's books are kept and the time-limit bootstrap's form, in words.
-        overlap: the per-env bootstrap and the episodes are owed, done while the workers step the next step.
-        device_bootstrap: a step's cut episodes are valued in one batch on the device.
-        update: :data:`EXACT`, :data:`RECURRENT`, :data:`DEVICE` or :data:`RANKS`; ``update_why``: what it is and why.
-        ranks: over ``torchrun`` ranks, this rank's envs of the global batch (every policy step samples with its rows of
+        books, bootstrap (properties, from the fields): where a step's books are kept and the time-limit bootstrap's
+        form, in words. overlap: the per-env bootstrap and the episodes are owed, done while the workers step the next
+        step. device_bootstrap: a step's cut episodes are valued in one batch on the device. update: :data:`EXACT`,
+        :data:`RECURRENT`, :data:`DEVICE` or :data:`RANKS`; ``update_why``: what it is and why. ranks: over ``torchrun``
+        ranks, this rank's envs of the global batch (every policy step samples with its rows of
             the global draws), else None.
         layout: the envs over the processes (``ppo_dict.core.layout``, the machine's load and the flags behind it), where
             the run was planned with one.
@@ -94,7 +94,8 @@ class Plan:
                                        (", replayed as a CUDA graph", self.graphed)) if on]
         line = f"{where}{''.join(kinds)} ({self.step_why})"
         if self.at_start and self.probed:  # a dry run: no env started, the probe ran on storage laid out as the run's
-            return f"policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: {line}"
+            return (f"policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: "
+                    f"{line}")
         return f"policy step: {line}"
 
     @property
@@ -103,7 +104,8 @@ class Plan:
         return self.step_line if self.workers else ""
 
     def lines(self) -> list[str]:
-        """What ``--dry_run`` prints of the plan, and the run's start (the layout's line is said before, from :attr:`layout`)."""
+        """What ``--dry_run`` prints of the plan, and the run's start (the layout's line is said before, from
+        :attr:`layout`)."""
         return [self.step_line, f"books: {self.books}", f"bootstrap: {self.bootstrap}", f"update: {self.update_why}"]
 
 
@@ -122,11 +124,13 @@ def plan_rollout(cfg: Config, pool: Any, policy: Any, normalizer: Optional[Norma
                   attach=pool.attach if workers else None)
 
 
-def preview_plan(cfg: Config, storage: RolloutStorage, label: str, layout: Layout, policy: Any, normalizer: Optional[Normalizer],
-                 device: torch.device, ranks: Optional[RankRows] = None) -> Plan:
-    """``--dry_run``'s plan: :func:`decide` on ``storage`` laid out as the run's (no env started, nothing handed to a process)."""
+def preview_plan(cfg: Config, storage: RolloutStorage, label: str, layout: Layout, policy: Any,
+                 normalizer: Optional[Normalizer], device: torch.device, ranks: Optional[RankRows] = None) -> Plan:
+    """``--dry_run``'s plan: :func:`decide` on ``storage`` laid out as the run's (no env started, nothing handed to a
+    process)."""
     processes = processes_of(layout.main, list(layout.blocks)) if layout.processes else []
-    return decide(cfg, storage, label, processes, policy, normalizer, device, ranks, layout, bool(layout.processes), at_start=True)[0]
+    return decide(cfg, storage, label, processes, policy, normalizer, device, ranks, layout, bool(layout.processes),
+                  at_start=True)[0]
 
 
 def decide(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: Any,
@@ -135,21 +139,23 @@ def decide(cfg: Config, storage: RolloutStorage, label: str, processes: list[tup
            at_start: bool = False) -> tuple[Plan, Optional[ShardedRollout]]:
     """The plan, and the sharded step where chosen (``attach``: gives it to the pool's processes; None: a preview)."""
     if ranks is not None and PolicyStep(policy, 1).sampler is None:
-        raise RankError(f"{ranks.name}: the policy samples through its own forward, which cannot take the global batch's draws")
+        raise RankError(f"{ranks.name}: the policy samples through its own forward, which cannot take the global batch's "
+                        f"draws")
     sharded, granule, probed, why = sharded_step(cfg, storage, label, processes, policy, normalizer, device, ranks, attach)
     recurrent = isinstance(policy, RecurrentActorCritic)
     step = DOUBLE_BUFFERED if cfg.double_buffer else SHARDED if granule is not None else CENTRAL
     overlap = step != DOUBLE_BUFFERED and waits
     device_bootstrap = device.type != "cpu" and not recurrent
     update, update_why = update_choice(cfg, device, recurrent, ranks)
-    plan = Plan(step, why, granule, probed, at_start, bool(processes), recurrent, cfg.cuda_graphs, str(device), overlap, device_bootstrap,
-                update, update_why, ranks, layout)
+    plan = Plan(step, why, granule, probed, at_start, bool(processes), recurrent, cfg.cuda_graphs, str(device), overlap,
+                device_bootstrap, update, update_why, ranks, layout)
     return plan, sharded
 
 
 def sharded_step(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: Any,
                  normalizer: Optional[Normalizer], device: torch.device, ranks: Optional[RankRows],
-                 attach: Optional[Callable[..., dict[int, Optional[str]]]]) -> tuple[Optional[ShardedRollout], Optional[int], bool, str]:
+                 attach: Optional[Callable[..., dict[int, Optional[str]]]]
+                 ) -> tuple[Optional[ShardedRollout], Optional[int], bool, str]:
     """``(sharded step or None, its granule, whether the probe ran, why)``: the sharded step where the run allows it,
     it can be built (its policy pickled, its shared block made) and the start probe passes; given to every process
     (``attach``) where one is given. A policy that cannot be pickled or a block that cannot be made is said, and the
@@ -159,11 +165,13 @@ def sharded_step(cfg: Config, storage: RolloutStorage, label: str, processes: li
     problem = sharding_problem(cfg, storage, policy, normalizer, device)
     if problem:
         return None, None, False, problem
-    central = PolicyStep(policy, storage.n_envs, ranks)  # the step the run's draws are made with (the global batch's over ranks)
+    # the step the run's draws are made with (the global batch's over ranks)
+    central = PolicyStep(policy, storage.n_envs, ranks)
     try:
         payload = cloudpickle.dumps(policy)
     except (pickle.PicklingError, TypeError) as exc:  # an attribute pickle cannot carry (a lock, an open file)
-        return None, None, False, f"{NOT_BUILT}its policy cannot be pickled for the other processes ({type(exc).__name__}: {exc})"
+        return (None, None, False, f"{NOT_BUILT}its policy cannot be pickled for the other processes ({type(exc).__name__}: "
+                                   f"{exc})")
     try:
         sharded = ShardedRollout(cfg, storage, label, policy, normalizer, central, payload)
     except OSError as exc:  # memfd_create, ftruncate or mmap refused (no memory, no descriptor left)
@@ -186,7 +194,8 @@ def books_words(step: str) -> str:
         return ("each process its own envs' (finite checks, normalised rows, rewards, bootstrap, episode starts); the main "
                 "process the whole batch's (VecNormalize's statistics, the episodes in sb3's order)")
     if step == DOUBLE_BUFFERED:
-        return "the main process, each half's after its step (VecNormalize's statistics take each half as its own batch: not sb3's numbers)"
+        return ("the main process, each half's after its step (VecNormalize's statistics take each half as its own batch: not "
+                "sb3's numbers)")
     return "the main process, every env's after each step, in sb3's order"
 
 
@@ -210,7 +219,8 @@ def update_choice(cfg: Config, device: torch.device, recurrent: bool, ranks: Opt
         return DEVICE, (f"on {device}: the minibatch indices drawn on the device, no host work per minibatch (a feed-forward "
                         "policy off the CPU; not bit-exact with sb3)")
     if ranks is not None:
-        return RANKS, f"over ranks: each rank's rows of the global minibatch ({ranks.n_envs} envs), gradients all-reduced (torchrun)"
+        return (RANKS, f"over ranks: each rank's rows of the global minibatch ({ranks.n_envs} envs), gradients all-reduced "
+                       f"(torchrun)")
     if recurrent:
         whole = "; whole sequences per LSTM call (--lstm_fast_path)" if cfg.lstm_fast_path else ""
         return RECURRENT, f"sb3-contrib's sequence minibatches, masked means (a recurrent policy{whole})"

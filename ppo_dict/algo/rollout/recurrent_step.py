@@ -61,7 +61,8 @@ class RecurrentStep(PolicyStep):
             return None
         return (1.0 - torch.as_tensor(episode_starts, dtype=torch.float32, device=device)).view(1, len(episode_starts), 1)
 
-    def _one_step(self, call, features: torch.Tensor, states: HiddenCell, keep: Optional[torch.Tensor]) -> tuple[torch.Tensor, HiddenCell]:
+    def _one_step(self, call, features: torch.Tensor, states: HiddenCell,
+                  keep: Optional[torch.Tensor]) -> tuple[torch.Tensor, HiddenCell]:
         hx = states if keep is None else tuple(keep * state for state in states)
         output, states = call(features.unsqueeze(0), hx)
         return output[0], states

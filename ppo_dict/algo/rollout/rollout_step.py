@@ -17,8 +17,8 @@ The sampling is the action space's: its spec's sampler (``ppo_dict.data.actions`
 The torch-RNG draws per step are unchanged: ``normal_`` (Box) or ``multinomial`` (Discrete) over
 the whole ``(n_envs, ...)`` batch, one ``multinomial`` per entry in order (MultiDiscrete, and
 MultiBinary under sb3-contrib's masking: ``n`` two-way categoricals); gSDE draws none (its
-exploration matrices are drawn at sb3's cadence by ``ActionSpec.explore``, which the collector calls), and its state-dependent scale
-is computed per step as sb3 does, with ``std**2`` (parameters only) once per rollout.
+exploration matrices are drawn at sb3's cadence by ``ActionSpec.explore``, which the collector calls), and its
+state-dependent scale is computed per step as sb3 does, with ``std**2`` (parameters only) once per rollout.
 
 A spec without a sampler (unmasked MultiBinary: one ``bernoulli``) takes ``ActorCritic.forward`` itself, then the
 outputs are copied into the rows: the same floats by construction, with the distribution objects'
@@ -61,7 +61,8 @@ def run(layers: list[Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor) -
 
 @dataclass(frozen=True)
 class RankRows:
-    """A rank's envs ``[start, stop)`` of a run's global ``n_envs`` over ``torchrun`` ranks (``name``: the rank's, for messages)."""
+    """A rank's envs ``[start, stop)`` of a run's global ``n_envs`` over ``torchrun`` ranks (``name``: the rank's, for
+    messages)."""
 
     name: str
     start: int
@@ -116,7 +117,8 @@ class PolicyStep:
 
     def __init__(self, policy: ActorCritic, n_envs: int, ranks: Optional[RankRows] = None):
         self.policy, self.n_envs = policy, n_envs
-        if getattr(policy, "own_forward", False):  # a policy of the script's class (ppo_dict.algo.networks.own_policy): its own passes
+        # a policy of the script's class (ppo_dict.algo.networks.own_policy): its own passes
+        if getattr(policy, "own_forward", False):
             self.sampler, self._features = None, None
             return
         device = policy.value_net.weight.device
@@ -156,7 +158,8 @@ class PolicyStep:
         exploration matrix), or a sharded step's window. ``masks``: bool ``[n_envs, mask_dim]``, the valid actions
         (policies built with ``action_masks``). ``draws``: the step's random numbers, drawn by the main process for the
         whole batch, the window's rows of them (the sharded step, ``ppo_dict.algo.rollout.shard``: every process runs this
-        same call on its window; None: drawn here, sb3's own calls); ``matrices``: gSDE's exploration matrices of those rows."""
+        same call on its window; None: drawn here, sb3's own calls); ``matrices``: gSDE's exploration matrices of those
+        rows."""
         if self.sampler is None:
             return self._forward(obs, out, masks)
         latent_pi, latent_vf = self.latents(obs)
@@ -171,7 +174,8 @@ class PolicyStep:
             actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
         return actions, values, log_probs
 
-    def _forward(self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(self, obs: TensorObs, out: Optional[Out],
+                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``ActorCritic.forward`` (unmasked MultiBinary), its outputs copied into ``out``."""
         actions, values, log_probs = self.policy(obs, action_masks=masks)
         if out is None:

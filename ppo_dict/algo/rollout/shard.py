@@ -39,7 +39,8 @@ from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.data.storage import ALIGN, RolloutStorage, obs_to_tensor
 from ppo_dict.vec.work import STEP, Header
 
-#: The work's phase bits beside the pools' ``STEP``: sample step t's actions; normalise, then book, step ``t_settle``'s results.
+#: The work's phase bits beside the pools' ``STEP``: sample step t's actions; normalise, then book, step ``t_settle``'s
+#: results.
 ACT, NORM, BOOKS = 2, 4, 8
 #: The header's fields: ``(phases, t, t_settle, steps_before, slot, matrices slot, version)``.
 PHASES, T, T_SETTLE, STEPS_BEFORE, SLOT, MSLOT, VERSION = range(7)
@@ -82,7 +83,8 @@ class SharedBlock:
             fd = self.fd = os.memfd_create("ppo_dict-policy", os.MFD_CLOEXEC)
             os.ftruncate(fd, layout.nbytes)
         self.memory = mmap.mmap(fd, layout.nbytes)
-        self.tensors = {name: torch.frombuffer(self.memory, dtype=getattr(torch, dtype), count=math.prod(shape), offset=offset).view(shape)
+        self.tensors = {name: torch.frombuffer(self.memory, dtype=getattr(torch, dtype), count=math.prod(shape),
+                                               offset=offset).view(shape)
                         for name, offset, shape, dtype in layout.entries}
 
     def release_fd(self) -> None:
@@ -94,7 +96,8 @@ class SharedBlock:
 
 def shared_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The module's parameters and buffers, by block name."""
-    return [*((f"param/{n}", p) for n, p in module.named_parameters()), *((f"buffer/{n}", b) for n, b in module.named_buffers())]
+    return [*((f"param/{n}", p) for n, p in module.named_parameters()),
+            *((f"buffer/{n}", b) for n, b in module.named_buffers())]
 
 
 def bind(module: nn.Module, block: SharedBlock) -> None:
@@ -169,8 +172,8 @@ class ShardWork:
         self.norm = None
         if program.norm is not None:
             settings = program.norm
-            self.norm = Normalizer(dict(zip(settings.keys, settings.shapes)), n, settings.norm_obs, settings.norm_reward, settings.clip_obs,
-                                   settings.clip_reward, epsilon=settings.epsilon)
+            self.norm = Normalizer(dict(zip(settings.keys, settings.shapes)), n, settings.norm_obs, settings.norm_reward,
+                                   settings.clip_obs, settings.clip_reward, epsilon=settings.epsilon)
             for key, rms in self.norm.obs_rms.items():  # the main process's statistics, as it last wrote them
                 rms.mean, rms.var = tensors[f"stats/{key}/mean"].numpy(), tensors[f"stats/{key}/var"].numpy()
             self.norm.ret_rms.var = tensors["stats/ret_var"].numpy()
@@ -180,7 +183,8 @@ class ShardWork:
         phases = header[PHASES]
         if header[VERSION] != self.version:
             self.step.refresh()  # the parameters changed (an update): what depends on them alone, for the whole batch
-            self.gamma = np.float32(float(self.block.tensors["settings/gamma"]))  # sb3's float32 bootstrap, as the central path
+            # sb3's float32 bootstrap, as the central path
+            self.gamma = np.float32(float(self.block.tensors["settings/gamma"]))
             if self.masks is not None:
                 self.masking = bool(self.block.tensors["settings/masking"])
             if self.norm is not None:  # settings assigned between learn calls, as the main process's normaliser took them
@@ -191,7 +195,8 @@ class ShardWork:
         if not len(self.own):
             return
         if phases & NORM:
-            learner_rows(self.storage, self.norm, header[T_SETTLE], self.rows)  # with the main process's whole-batch statistics
+            # with the main process's whole-batch statistics
+            learner_rows(self.storage, self.norm, header[T_SETTLE], self.rows)
         if phases & BOOKS:
             self.books(header[T_SETTLE])
         if phases & ACT:
@@ -214,7 +219,8 @@ class ShardWork:
         masks = None if self.masks is None or not self.masking else self.masks[t, span]
         matrices = None if self.matrices[mslot] is None else self.matrices[mslot][span]
         # the central step's own call on the window's rows, with the main process's draws of them
-        actions, values, log_probs = self.step(obs, rows=span, masks=masks, draws=[d[span] for d in self.draws[slot]], matrices=matrices)
+        actions, values, log_probs = self.step(obs, rows=span, masks=masks, draws=[d[span] for d in self.draws[slot]],
+                                               matrices=matrices)
         rows = self.rows
         s.actions[t, rows] = actions[mine].reshape(len(self.own), -1).numpy()
         s.values[t, rows] = values[mine, 0].numpy()

@@ -1,4 +1,5 @@
-"""The main process's side of the policy where the envs are (``ppo_dict.algo.rollout.shard``): draws, hand-overs, whole-batch books.
+"""The main process's side of the policy where the envs are (``ppo_dict.algo.rollout.shard``): draws, hand-overs,
+whole-batch books.
 
 Per rollout step the main process draws the step's random numbers in sb3's order (gSDE's exploration
 matrices at sb3's cadence, then the step's draws) into the shared block, and starts the step with one
@@ -27,7 +28,8 @@ import torch
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
-from ppo_dict.algo.rollout.shard import ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock, block_layout, shared_tensors
+from ppo_dict.algo.rollout.shard import (ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock,
+                                         block_layout, shared_tensors)
 from ppo_dict.algo.rollout.shard_probe import probe
 from ppo_dict.algo.rollout.timing import Timing
 from ppo_dict.core.config import Config
@@ -48,7 +50,8 @@ class Rollout(Protocol):
     episodes: Any
 
 
-def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device) -> str:
+def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer],
+                     device: torch.device) -> str:
     """Why this run's policy step stays in the main process ("": it may go where the envs are, probe permitting)."""
     if not cfg.shard_policy:
         return "as asked (--shard_policy False)"
@@ -58,8 +61,10 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
         return "--double_buffer samples one half's actions here while the workers step the other"
     if getattr(policy, "own_forward", False):
         return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
-    if getattr(type(policy), "surface_of", type(policy)) is not ActorCritic:  # the API's sb3 class (ppo_dict.api.sb3_policy): the same passes
-        return f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor") else f"{type(policy).__name__} runs here"
+    # the API's sb3 class (ppo_dict.api.sb3_policy): the same passes
+    if getattr(type(policy), "surface_of", type(policy)) is not ActorCritic:
+        return (f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor")
+                else f"{type(policy).__name__} runs here")
     if PolicyStep(policy, 1).sampler is None:
         return f"{policy.action_space} samples through the policy's forward"
     if normalizer is not None and not set(normalizer.normalized_keys) <= set(storage.stage_keys):
@@ -70,7 +75,8 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
 
 
 def processes_of(main_envs: int, blocks: Sequence[Sequence[int]]) -> list[tuple[range, bool]]:
-    """Each process's columns and whether it is a worker: this process's share (``main_envs``) first, then the workers' ``blocks``."""
+    """Each process's columns and whether it is a worker: this process's share (``main_envs``) first, then the workers'
+    ``blocks``."""
     processes = [(range(main_envs), False)] if main_envs else []
     return processes + [(range(block[0], block[-1] + 1), True) for block in blocks]
 
@@ -86,7 +92,8 @@ class ShardedRollout:
         n = self.n_envs = storage.n_envs
         self.draw_shapes = central.sampler.draw_shapes(n)
         gsde = policy.action_spec.gsde
-        named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
+        named = [(name, tensor.shape, tensor.dtype)
+                 for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
         named += [("settings/masking", (), torch.float64)] if storage.action_masks is not None else []
         named += [(f"draw/{slot}/{i}", shape, torch.float32) for slot in (0, 1) for i, shape in enumerate(self.draw_shapes)]
         if gsde is not None:
@@ -95,10 +102,11 @@ class ShardedRollout:
         if normalizer is not None:
             keys = tuple(normalizer.obs_rms)
             shapes = tuple(tuple(normalizer.obs_rms[k].mean.shape) for k in keys)
-            named += [(f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes) for part in ("mean", "var")]
+            named += [(f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes)
+                      for part in ("mean", "var")]
             named += [("stats/ret_var", (), torch.float64), ("settings/norm", (len(NORM_SETTINGS),), torch.float64)]
-            norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs, normalizer.clip_reward,
-                                normalizer.epsilon)
+            norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs,
+                                normalizer.clip_reward, normalizer.epsilon)
         self.block = SharedBlock(block_layout(named))
         payload = cloudpickle.dumps(policy) if payload is None else payload  # the policy pickled for the other processes
         self.program = ShardProgram(payload, self.block.layout, n, 1, cfg.gamma, label,
@@ -109,8 +117,8 @@ class ShardedRollout:
 
     # ------------------------------------------------------------------ what this process writes
     def refresh(self, gamma: float) -> None:
-        """The policy's parameters, the bootstrap's gamma, whether masks apply and the normaliser's settings into the block (once per rollout: after an update, after
-        a setting assigned between ``learn`` calls), a new version."""
+        """The policy's parameters, the bootstrap's gamma, whether masks apply and the normaliser's settings into the
+        block (once per rollout: after an update, after a setting assigned between ``learn`` calls), a new version."""
         with torch.no_grad():
             for name, tensor in shared_tensors(self.policy):
                 self.block.tensors[name].copy_(tensor)
@@ -118,7 +126,8 @@ class ShardedRollout:
         if "settings/masking" in self.block.tensors:
             self.block.tensors["settings/masking"].fill_(float(self.masking))
         if self.normalizer is not None:  # what a script may assign to sb3's VecNormalize between learn calls
-            self.block.tensors["settings/norm"].copy_(torch.tensor([float(getattr(self.normalizer, name)) for name in NORM_SETTINGS]))
+            self.block.tensors["settings/norm"].copy_(torch.tensor([float(getattr(self.normalizer, name))
+                                                                    for name in NORM_SETTINGS]))
         self.version += 1
 
     def sync_matrices(self, slot: Optional[int] = None) -> None:
@@ -179,7 +188,8 @@ class ShardedRollout:
                 idle()
             dones = s.terminated[t] | s.truncated[t]
             if self.normalizer is not None:
-                self.normalizer.observe({key: s.env_obs[key][t + 1] for key in self.normalizer.obs_rms}, s.env_rewards[t], dones)
+                self.normalizer.observe({key: s.env_obs[key][t + 1] for key in self.normalizer.obs_rms}, s.env_rewards[t],
+                                        dones)
                 self.publish_stats()
             if hooks is not None:
                 timing.serial += clock() - started
@@ -201,8 +211,10 @@ class ShardedRollout:
 
 
     def probe(self, step_obs: Callable[[int], Any], processes: list[tuple[range, bool]]) -> tuple[Optional[int], str]:
-        """:func:`~ppo_dict.algo.rollout.shard_probe.probe` of these processes' columns on this storage; the granule found is the program's."""
-        granule, why = probe(self.program, self.block, self.policy, self.central, step_obs, self.storage, processes, self.sync_matrices)
+        """:func:`~ppo_dict.algo.rollout.shard_probe.probe` of these processes' columns on this storage; the granule
+        found is the program's."""
+        granule, why = probe(self.program, self.block, self.policy, self.central, step_obs, self.storage, processes,
+                             self.sync_matrices)
         if granule is not None:
             self.program = dataclasses.replace(self.program, granule=granule)
         return granule, why

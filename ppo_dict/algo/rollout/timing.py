@@ -30,7 +30,9 @@ class Timing:
     steps: int = 0  # rollout steps (each of n_envs env steps)
     update_threads: int = 0
     overlapped: float = 0.0  # owed bookkeeping done while waiting for the envs (inside ``envs``'s span)
-    serial: float = 0.0  # the policy where the envs are: this process's time when no process has work (ppo_dict.algo.rollout.sharded_rollout)
+    # the policy where the envs are: this process's time when no process has work
+    # (ppo_dict.algo.rollout.sharded_rollout)
+    serial: float = 0.0
     busy_elsewhere: float = 0.0  # CPUs other processes kept busy over the last rollout (ppo_dict.core.load)
 
     def logs(self, n_envs: int) -> dict[str, float]:

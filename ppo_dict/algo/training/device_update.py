@@ -19,7 +19,8 @@ from torch import nn
 from torch.optim.adam import adam as adam_functional
 
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.training.update import GradientStep, LossTerms, UpdateLog, UpdateSettings, loss_terms, ppo_update, prepare_update, update_logs
+from ppo_dict.algo.training.update import (GradientStep, LossTerms, UpdateLog, UpdateSettings, loss_terms, ppo_update,
+                                           prepare_update, update_logs)
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.storage import RolloutStorage
 
@@ -45,7 +46,8 @@ class FusedAdamStep(GradientStep):
         return step if step.adam_groups and not hooks else None
 
     def adam_step(self, skip: Optional[torch.Tensor] = None) -> None:
-        """``optimizer.step()`` unless ``skip`` (float 0-d on the device, 1.0: leave parameters, moments and step counts as they are)."""
+        """``optimizer.step()`` unless ``skip`` (float 0-d on the device, 1.0: leave parameters, moments and step counts
+        as they are)."""
         state = self.optimizer.state
         with torch.no_grad():
             for group in self.adam_groups:
@@ -59,8 +61,10 @@ class FusedAdamStep(GradientStep):
                         state[p]["step"] = state[p]["step"].to(p.device, torch.float32, non_blocking=True)
                 beta1, beta2 = group["betas"]
                 adam_functional(
-                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params], [state[p]["exp_avg_sq"] for p in params],
-                    [], [state[p]["step"] for p in params], fused=True, found_inf=skip, amsgrad=False, beta1=beta1, beta2=beta2,
+                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params],
+                    [state[p]["exp_avg_sq"] for p in params],
+                    [], [state[p]["step"] for p in params], fused=True, found_inf=skip, amsgrad=False, beta1=beta1,
+                    beta2=beta2,
                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
                 )
 
@@ -79,14 +83,13 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
     summed on the device and read once at the end, the target_kl stop and the refusal of a non-finite
     loss or gradient norm decided on the device.
 
-    On a GPU each ``.item()`` is a synchronisation that drains the launch queue: the exact loop pays six
-    per minibatch (four logged figures, approx_kl, the finiteness check). Here a stop (approx_kl past
-    ``1.5 * target_kl``, or a non-finite loss or norm) raises a flag on the device that fused Adam's
-    ``found_inf`` obeys: that minibatch and every later one are computed but not applied, so the
-    parameters are those of the exact loop's stop. The flag is read once per epoch, and only with a
-    target_kl (to end the update there); without one, once at the end with the logs. The price: after a
-    stop, the rest of that epoch's minibatches are computed for nothing. Returns ``(log, n_updates)``
-    as :func:`run_epochs` (each logged list holds its mean); a non-finite stop is a :class:`NonFiniteError`.
+    On a GPU each ``.item()`` is a synchronisation that drains the launch queue: the exact loop pays six per minibatch
+    (four logged figures, approx_kl, the finiteness check). Here a stop (approx_kl past ``1.5 * target_kl``, or a
+    non-finite loss or norm) raises a flag on the device that fused Adam's ``found_inf`` obeys: that minibatch and every
+    later one are computed but not applied, so the parameters are those of the exact loop's stop. The flag is read once
+    per epoch, and only with a target_kl (to end the update there); without one, once at the end with the logs. The
+    price: after a stop, the rest of that epoch's minibatches are computed for nothing. Returns ``(log, n_updates)`` as
+    :func:`run_epochs` (each logged list holds its mean); a non-finite stop is a :class:`NonFiniteError`.
     """
     device, batch_size = generator.device, settings.batch_size
     per_epoch = -(-size // batch_size)
@@ -95,7 +98,8 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
     counted = torch.zeros((), device=device)
     last_loss = torch.zeros((), device=device)
     first_bad = torch.full((3,), -1.0, device=device)  # the first non-finite minibatch: (number, loss, grad norm)
-    numbers = torch.arange(settings.n_epochs * per_epoch, dtype=torch.float32, device=device)  # made once: a host scalar per minibatch would wait
+    # made once: a host scalar per minibatch would wait
+    numbers = torch.arange(settings.n_epochs * per_epoch, dtype=torch.float32, device=device)
     epochs = 0
     for epoch in range(settings.n_epochs):
         kl_sum, kl_count = torch.zeros((), device=device), torch.zeros((), device=device)  # approx_kl covers the last epoch
@@ -120,13 +124,15 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
         if settings.target_kl is not None and epoch + 1 < settings.n_epochs and halted.item():  # the one read per epoch
             break
     step.finish()
-    read = torch.cat([sums / counted, (kl_sum / kl_count).reshape(1), last_loss.reshape(1), first_bad]).tolist()  # the one read at the end
+    # the one read at the end
+    read = torch.cat([sums / counted, (kl_sum / kl_count).reshape(1), last_loss.reshape(1), first_bad]).tolist()
     if read[6] >= 0:
         number, loss, grad_norm = int(read[6]), read[7], read[8]
         name, value = ("loss", loss) if not math.isfinite(loss) else ("grad_norm", grad_norm)
         raise NonFiniteError(
             f"non-finite {name} ({value}) at update {n_updates + number // per_epoch + 1}, epoch {number // per_epoch}, "
-            f"minibatch {number % per_epoch}; no optimizer step was taken from there. Lower the learning rate or check observations and rewards."
+            f"minibatch {number % per_epoch}; no optimizer step was taken from there. Lower the learning rate or check "
+            f"observations and rewards."
         )
     log = UpdateLog([read[0]], [read[1]], [read[2]], [read[3]], [np.float32(read[4])], torch.tensor(read[5]))
     return log, n_updates + epochs

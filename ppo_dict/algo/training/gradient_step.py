@@ -1,6 +1,8 @@
-"""sb3's ``zero_grad``, ``clip_grad_norm_`` and ``Adam.step`` of one minibatch, without their per-call overhead."""
+"""sb3's ``zero_grad``, ``clip_grad_norm_`` and ``Adam.step`` of one minibatch, without their per-call overhead; the
+check of a loaded optimizer's state."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -63,7 +65,8 @@ class GradientStep:
             for group, params in lists:
                 beta1, beta2 = group["betas"]
                 adam_functional(
-                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params], [state[p]["exp_avg_sq"] for p in params],
+                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params],
+                    [state[p]["exp_avg_sq"] for p in params],
                     [], [state[p]["step"] for p in params], foreach=True, amsgrad=False, beta1=beta1, beta2=beta2,
                     lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
                 )
@@ -80,3 +83,19 @@ def _plain_adam_group(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -
         and not any(isinstance(b, torch.Tensor) for b in group["betas"])
         and not any(torch.is_complex(p) or type(p) is not nn.Parameter for p in group["params"])
     )
+
+
+def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
+    """Why a loaded optimizer's state does not fit its parameters (a moment of another shape, a hyperparameter
+    that is not a finite number); ``""`` when it fits."""
+    for group in optimizer.param_groups:
+        for name, value in group.items():
+            numbers = value if isinstance(value, (tuple, list)) and name != "params" else (value,) if name != "params" else ()
+            if any(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v) for v in numbers):
+                return f"its {name} is {value!r}"
+        for i, parameter in enumerate(group["params"]):
+            for name, value in optimizer.state.get(parameter, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
+                    return (f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter "
+                            f"{tuple(parameter.shape)}")
+    return ""

@@ -31,9 +31,11 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.networks.lstm_inference import step_loop
-from ppo_dict.algo.networks.recurrent_policy import HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call, process_sequence, steps_zeroing
+from ppo_dict.algo.networks.recurrent_policy import (HiddenCell, LstmCall, RecurrentActorCritic, StepLoop, lstm_call,
+                                                     process_sequence, steps_zeroing)
 from ppo_dict.algo.rollout.rollout_step import layers_of, run
-from ppo_dict.algo.training.update import GradientStep, Masked, Minibatch, UpdateLog, UpdateSettings, evaluated_loss, logged_loss, run_epochs, update_logs
+from ppo_dict.algo.training.update import (GradientStep, Masked, Minibatch, UpdateLog, UpdateSettings, evaluated_loss,
+                                           logged_loss, run_epochs, update_logs)
 from ppo_dict.data.recurrent import LstmStates, SequencePlan, env_change, rotated_indices
 from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 
@@ -48,7 +50,8 @@ class SequenceBatch(Minibatch):
     episode_starts: torch.Tensor = field(kw_only=True)
     mask: torch.Tensor = field(kw_only=True)  # bool: a transition, not padding
     resets: bool = field(kw_only=True)  # an episode starts somewhere in the minibatch: the LSTMs step one time step at a time
-    zeroing: list[bool] = field(kw_only=True)  # per time step, whether the per-step branch multiplies the states (steps_zeroing)
+    # per time step, whether the per-step branch multiplies the states (steps_zeroing)
+    zeroing: list[bool] = field(kw_only=True)
 
 
 class SequenceRollout:
@@ -62,7 +65,8 @@ class SequenceRollout:
         self.env_change = env_change(storage.n_steps, storage.n_envs)
         obs = obs_to_tensor(data["observations"], device)
         self.obs = {k: _padded(v) for k, v in obs.items()} if isinstance(obs, dict) else _padded(obs)
-        columns = {"actions": data["actions"].astype(np.float32, copy=False), "values": data["values"], "log_probs": data["log_probs"],
+        columns = {"actions": data["actions"].astype(np.float32, copy=False), "values": data["values"],
+                   "log_probs": data["log_probs"],
                    "advantages": data["advantages"], "returns": data["returns"], "episode_starts": self.episode_starts}
         self.columns = {k: _padded(torch.as_tensor(v.reshape(len(v), -1) if k == "actions" else v.reshape(-1), device=device))
                         for k, v in columns.items()}
@@ -71,7 +75,9 @@ class SequenceRollout:
         self.states = {name: torch.as_tensor(store.flat(name), device=device) for name in store.names}
         # the rollout's masks, padded with the sequences (a padding row allows every action: finite, and outside every mean)
         masks = data.get("action_masks")
-        self.masks = None if masks is None else torch.cat([torch.as_tensor(masks, device=device), torch.ones((1, masks.shape[1]), dtype=torch.bool, device=device)])
+        self.masks = (None if masks is None
+                      else torch.cat([torch.as_tensor(masks, device=device),
+                                      torch.ones((1, masks.shape[1]), dtype=torch.bool, device=device)]))
 
     def take(self, batch_inds: np.ndarray) -> SequenceBatch:
         plan = SequencePlan(batch_inds, self.episode_starts, self.env_change)
@@ -80,13 +86,16 @@ class SequenceRollout:
         obs = {k: rows(v) for k, v in self.obs.items()} if isinstance(self.obs, dict) else rows(self.obs)
         c = self.columns
         starts = torch.as_tensor(plan.starts, device=self.device)
-        # (n_seq, n_layers, hidden) -> (n_layers, n_seq, hidden), fresh and contiguous as sb3-contrib's to_torch(...).contiguous()
+        # (n_seq, n_layers, hidden) -> (n_layers, n_seq, hidden), fresh and contiguous as sb3-contrib's
+        # to_torch(...).contiguous()
         first = {name: torch.index_select(arr, 0, starts).transpose(0, 1).contiguous() for name, arr in self.states.items()}
         states = LstmStates(*(tuple(first[name] for name in names) for names in self.state_names))
         mask = torch.as_tensor(plan.mask, device=self.device) > 1e-8
-        return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]), rows(c["advantages"]),
+        return SequenceBatch(obs, self.cast(rows(c["actions"])), rows(c["values"]), rows(c["log_probs"]),
+                             rows(c["advantages"]),
                              rows(c["returns"]), None if self.masks is None else rows(self.masks), states=states,
-                             episode_starts=rows(c["episode_starts"]), mask=mask, resets=bool(self.episode_starts[batch_inds].any()),
+                             episode_starts=rows(c["episode_starts"]), mask=mask,
+                             resets=bool(self.episode_starts[batch_inds].any()),
                              zeroing=steps_zeroing(self.padded_starts[plan.gather], plan.n_seq))
 
 
@@ -102,8 +111,10 @@ class SequenceEvaluate:
 
     def __init__(self, policy: RecurrentActorCritic, whole_sequences: bool = False):
         self.policy, self.whole_sequences = policy, whole_sequences
-        self.actor, self.critic = lstm_call(policy.lstm_actor), None if policy.lstm_critic is None else lstm_call(policy.lstm_critic)
-        self.actor_loop, self.critic_loop = step_loop(policy.lstm_actor), None if policy.lstm_critic is None else step_loop(policy.lstm_critic)
+        self.actor, self.critic = (lstm_call(policy.lstm_actor), None if policy.lstm_critic is None
+                                   else lstm_call(policy.lstm_critic))
+        self.actor_loop, self.critic_loop = (step_loop(policy.lstm_actor), None if policy.lstm_critic is None
+                                             else step_loop(policy.lstm_critic))
         self.pi, self.vf = layers_of(policy.mlp_extractor.policy_net), layers_of(policy.mlp_extractor.value_net)
 
     def __call__(self, batch: SequenceBatch, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -112,7 +123,8 @@ class SequenceEvaluate:
         def sequence(features: torch.Tensor, states: HiddenCell, call: LstmCall, loop: Optional[StepLoop]) -> torch.Tensor:
             if self.whole_sequences:
                 return whole_sequence(features, states, batch.episode_starts, call, input_size, batch.resets)
-            return process_sequence(features, states, batch.episode_starts, call, input_size, batch.resets, loop, batch.zeroing)[0]
+            return process_sequence(features, states, batch.episode_starts, call, input_size, batch.resets, loop,
+                                    batch.zeroing)[0]
 
         latent_pi = sequence(pi_features, batch.states.pi, self.actor, self.actor_loop)
         if self.critic is not None:
@@ -141,15 +153,16 @@ def whole_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: t
     return torch.flatten(output.transpose(0, 1), start_dim=0, end_dim=1)
 
 
-def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings, log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
-    """``RecurrentPPO.train``'s loss of one minibatch: PPO's (:func:`~ppo_dict.algo.training.update.evaluated_loss`), each term a
-    mean over the real transitions (:class:`~ppo_dict.algo.training.update.Masked`); records its parts in ``log``.
-    Returns ``(loss, approx_kl)``."""
+def sequence_loss(evaluate: SequenceEvaluate, batch: SequenceBatch, settings: UpdateSettings,
+                  log: UpdateLog) -> tuple[torch.Tensor, np.ndarray]:
+    """``RecurrentPPO.train``'s loss of one minibatch: PPO's (:func:`~ppo_dict.algo.training.update.evaluated_loss`),
+    each term a mean over the real transitions (:class:`~ppo_dict.algo.training.update.Masked`); records its parts in
+    ``log``. Returns ``(loss, approx_kl)``."""
     return logged_loss(evaluated_loss(evaluate(batch, batch.actions), batch, settings, Masked(batch.mask)), log)
 
 
-def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
-                     n_updates: int, device: torch.device, splits: Optional[list[int]] = None,
+def recurrent_update(policy: RecurrentActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage,
+                     settings: UpdateSettings, n_updates: int, device: torch.device, splits: Optional[list[int]] = None,
                      whole_sequences: bool = False) -> tuple[dict[str, float], int]:
     """``n_epochs`` passes of sb3-contrib's sequence minibatches (``RecurrentPPO.train``); returns the
     ``train/*`` logs and the updated epoch counter, as :func:`~ppo_dict.algo.training.update.ppo_update`.

@@ -114,7 +114,8 @@ class RolloutTensors:
         self.cast, self.device = cast, device  # the action spec's to_training (Discrete: int64 [B])
         self.obs = obs_to_tensor(data["observations"], device)
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
-        self.columns = [torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")]
+        self.columns = [torch.as_tensor(data[name].reshape(-1), device=device)
+                        for name in ("values", "log_probs", "advantages", "returns")]
         self.masks = torch.as_tensor(data["action_masks"], device=device) if "action_masks" in data else None
 
     def take(self, rows: torch.Tensor) -> Minibatch:
@@ -273,7 +274,8 @@ def evaluated_loss(evaluated: tuple[torch.Tensor, torch.Tensor, Optional[torch.T
     if settings.clip_range_vf is None:
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
-        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf)
+        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf,
+                                                     settings.clip_range_vf)
     value_loss = over.value_loss(batch.returns, values_pred)
     entropy_loss = -mean(-log_prob) if entropy is None else -mean(entropy)  # None: squashed gSDE (sb3's estimate)
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
@@ -294,9 +296,8 @@ def logged_loss(terms: LossTerms, log: UpdateLog) -> tuple[torch.Tensor, np.ndar
     return terms.loss, terms.approx_kl.cpu().numpy()
 
 
-def minibatch_loss(
-    policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog, evaluate: Optional[GaussianEvaluate] = None,
-) -> tuple[torch.Tensor, np.ndarray]:
+def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog,
+                   evaluate: Optional[GaussianEvaluate] = None) -> tuple[torch.Tensor, np.ndarray]:
     """:func:`loss_terms`, its parts read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
     return logged_loss(loss_terms(policy, batch, settings, evaluate), log)
 
@@ -331,7 +332,7 @@ def ppo_update(
     buffer_size, log = storage.n_steps * storage.n_envs, UpdateLog()
     n_updates = run_epochs(
         GradientStep(policy, optimizer), settings, buffer_size, n_updates, log,
-        lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),  # one tensor per epoch, sliced per minibatch
+        lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),  # one per epoch, sliced per minibatch
         lambda indices: minibatch_loss(policy, rollout.take(indices), settings, log, evaluate))
     return update_logs(policy, log, data, settings, n_updates), n_updates
 
@@ -364,7 +365,8 @@ def run_epochs(step: "GradientStep", settings: UpdateSettings, size: int, n_upda
     return n_updates
 
 
-def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings, n_updates: int) -> dict[str, float]:
+def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings,
+                n_updates: int) -> dict[str, float]:
     """sb3's ``train/*`` record, in its order."""
     logs = {
         "train/entropy_loss": np.mean(log.entropy_losses),
