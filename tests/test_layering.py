@@ -159,8 +159,9 @@ def test_every_package_is_installed() -> None:
 
 
 def test_config_is_a_leaf_of_the_trainer() -> None:
-    assert graph()["ppo_dict.core.config"] <= {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine",
-                                              "ppo_dict.core.layout"}
+    leaves = {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine", "ppo_dict.core.layout"}
+    assert graph()["ppo_dict.core.config"] <= leaves | {"ppo_dict.core.config_rules"}
+    assert graph()["ppo_dict.core.config_rules"] <= leaves  # what follows from the settings (Config's base): the same leaves
     assert graph()["ppo_dict.core.layout"] <= {"ppo_dict.core.load"}  # which process steps which env: from the CPUs alone
     assert graph()["ppo_dict.core.load"] <= {"ppo_dict.core.machine"}  # the CPUs left: what the machine has, less what others use
     assert graph()["ppo_dict.core.fields"] <= {"ppo_dict.core.parse"}
