@@ -111,9 +111,9 @@ def spec_env_reset_obs(spec, seed: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ resources
-def resource_counts() -> tuple[int, int, int]:
-    """(/dev/shm entries, open fds of this process, threads of this process)."""
-    return len(os.listdir("/dev/shm")), len(os.listdir("/proc/self/fd")), threading.active_count()
+def resource_counts() -> tuple[int, int]:
+    """(open fds of this process, threads of this process)."""
+    return len(os.listdir("/proc/self/fd")), threading.active_count()
 
 
 def live_children() -> list[int]:
@@ -143,11 +143,12 @@ def test_fifty_create_close_cycles_leak_nothing(mp_method: str = "forkserver") -
         return pids
 
     cycle()  # first use starts the forkserver / resource tracker and the RawArray heap's arena
-    before, helpers = resource_counts(), set(live_children())
+    before, helpers, shm = resource_counts(), set(live_children()), set(os.listdir("/dev/shm"))
     for _ in range(50):
         pids = cycle()
         assert not set(pids) & set(live_children())
     assert resource_counts() == before
+    assert set(os.listdir("/dev/shm")) <= shm  # none made here is left (another process's may have gone meanwhile)
     assert set(live_children()) == helpers
 
 
