@@ -5,13 +5,14 @@ Reacher-v5 with sb3's MLP (64x64 tanh), the configuration PPO users train with: 
   1. the ceiling: one Reacher-v5 stepped in this process with fixed actions (raw steps/s);
   2. rollouts (collection and GAE): sb3's ``collect_rollouts`` on DummyVecEnv and SubprocVecEnv
      against ppo_dict's exact rollouts on the worker pool (the main process stepping
-     a worker's share; again with ``--spin_wait_us 0``), double-buffered ones, and the in-process pool; the main process's own work per
-     step (policy and bookkeeping) from ppo_dict's time/* figures;
+     a worker's share; again with ``--spin_wait_us 0``), double-buffered ones, and the in-process pool; the main
+     process's own work per step (policy and bookkeeping) from ppo_dict's time/* figures;
   3. training (rollouts and updates): sb3 on DummyVecEnv against ppo_dict, exact and double-buffered;
 then pure env stepping through the pool with 1 and 2 worker processes, a 1M-step soak (resident
 memory and open fds of main and workers), and the pipeline's own cost: an env that does no work
 through the pool and through sb3's DummyVecEnv at 64 and 256 envs (``bench_pipeline.py``). Every
-comparison is the median of per-round ratios; CPU time per env step sums this process and its workers. Rows are appended to perf_log.md.
+comparison is the median of per-round ratios; CPU time per env step sums this process and its workers. Rows are appended
+to perf_log.md.
 
     python benchmarks/bench.py [--quick] [--no_log] [--envs 8,32] [--device cpu|cuda]
 """
@@ -35,7 +36,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa:
 
 from benchmarks.bench_pipeline import run_pipeline  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text,
+    sb3_model_contender,
 )
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
@@ -62,15 +64,18 @@ def raw_env(steps: int, env_id: str = ENV_ID) -> Contender:
     return Contender(f"one {env_id} in this process, no policy", run, close=env.close)
 
 
-def sb3_contender(name: str, vec_env_cls, n_envs: int, device: str, training: bool, env_id: str = ENV_ID, n_steps: int = N_STEPS) -> Contender:
+def sb3_contender(name: str, vec_env_cls, n_envs: int, device: str, training: bool, env_id: str = ENV_ID,
+                  n_steps: int = N_STEPS) -> Contender:
     venv = make_vec_env(env_id, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls)
-    model = SB3PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=n_steps * n_envs // 4, n_epochs=10, seed=0, verbose=0, device=device)
+    model = SB3PPO("MlpPolicy", venv, n_steps=n_steps, batch_size=n_steps * n_envs // 4, n_epochs=10, seed=0, verbose=0,
+                   device=device)
     return sb3_model_contender(name, model, training)
 
 
 def ours_config(n_envs: int, num_workers: int, device: str, env_id: str = ENV_ID, n_steps: int = N_STEPS, **changes) -> Config:
-    return Config(env=f"gym_{env_id}", n_envs=n_envs, num_workers=num_workers, n_steps=n_steps, batch_size=n_steps * n_envs // 4,
-                  n_epochs=10, seed=0, verbose=0, device=device, total_timesteps=10**12, **changes)
+    return Config(env=f"gym_{env_id}", n_envs=n_envs, num_workers=num_workers, n_steps=n_steps,
+                  batch_size=n_steps * n_envs // 4, n_epochs=10, seed=0, verbose=0, device=device, total_timesteps=10**12,
+                  **changes)
 
 
 def ours_contender(name: str, cfg: Config, training: bool) -> Contender:
@@ -83,26 +88,33 @@ def rollouts(table: Table, n_envs: int, workers: int, device: str, rounds: int) 
     dummy = sb3_contender("sb3 DummyVecEnv", DummyVecEnv, n_envs, device, training=False)
     subproc = sb3_contender("sb3 SubprocVecEnv (one process per env)", SubprocVecEnv, n_envs, device, training=False)
     exact = ours_contender(f"ppo_dict, {workers} workers, exact", ours_config(n_envs, workers, device), training=False)
-    asleep = ours_contender(f"ppo_dict, {workers} workers, exact, --spin_wait_us 0", ours_config(n_envs, workers, device, spin_wait_us=0.0),
-                            training=False)
-    double = ours_contender(f"ppo_dict, {workers} workers, --double_buffer", ours_config(n_envs, workers, device, double_buffer=True), training=False)
+    asleep = ours_contender(f"ppo_dict, {workers} workers, exact, --spin_wait_us 0",
+                            ours_config(n_envs, workers, device, spin_wait_us=0.0), training=False)
+    double = ours_contender(f"ppo_dict, {workers} workers, --double_buffer",
+                            ours_config(n_envs, workers, device, double_buffer=True), training=False)
     in_process = ours_contender("ppo_dict in-process (--num_workers 0)", ours_config(n_envs, 0, device), training=False)
     contenders = [raw, dummy, subproc, exact, asleep, double, in_process]
     try:
         interleave(contenders, rounds)
         for c in contenders[1:]:
             table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
-                      "vs sb3 DummyVecEnv" if c is not dummy else "", ratio_text(c, dummy, 2.0 if c is exact else None) if c is not dummy else "")
-        table.row(setting, f"ppo_dict exact: waits that look for {exact.model.pool.spin * 1e6:g} us before they sleep (the default here) vs sleeping at once",
-                  f"{exact.rate:.0f} vs {asleep.rate:.0f} steps/s; {exact.cpu:.0f} vs {asleep.cpu:.0f} CPU-us/step", "", ratio_text(exact, asleep))
+                      "vs sb3 DummyVecEnv" if c is not dummy else "",
+                      ratio_text(c, dummy, 2.0 if c is exact else None) if c is not dummy else "")
+        table.row(setting, f"ppo_dict exact: waits that look for {exact.model.pool.spin * 1e6:g} us before they sleep (the "
+                           "default here) vs sleeping at once",
+                  f"{exact.rate:.0f} vs {asleep.rate:.0f} steps/s; {exact.cpu:.0f} vs {asleep.cpu:.0f} CPU-us/step", "",
+                  ratio_text(exact, asleep))
         cores = workers * raw.rate
         table.row(setting, f"rollout, ppo_dict exact vs {workers} cores x raw Reacher-v5 ({raw.rate:.0f} steps/s each)",
-                  f"{exact.rate:.0f} of {cores:.0f} steps/s", "", f"**{exact.rate / cores:.2f}** (target >= 0.75: {'met' if exact.rate >= 0.75 * cores else 'NOT met'})")
+                  f"{exact.rate:.0f} of {cores:.0f} steps/s", "",
+                  f"**{exact.rate / cores:.2f}** (target >= 0.75: {'met' if exact.rate >= 0.75 * cores else 'NOT met'})")
         logs = exact.model.timing.logs(n_envs)
         pool = exact.model.pool
         table.row(setting, "ppo_dict exact: the main process's own work per step (policy + bookkeeping)",
-                  f"{logs['time/policy_us'] + logs['time/bookkeeping_us']:.0f} us ({logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f})",
-                  f"env stepping and waiting {logs['time/envs_us']:.0f} us; main steps {getattr(pool, 'main_envs', 0)} of {n_envs} envs", "target <= 150 us")
+                  f"{logs['time/policy_us'] + logs['time/bookkeeping_us']:.0f} us ({logs['time/policy_us']:.0f} + "
+                  f"{logs['time/bookkeeping_us']:.0f})",
+                  f"env stepping and waiting {logs['time/envs_us']:.0f} us; main steps {getattr(pool, 'main_envs', 0)} of "
+                  f"{n_envs} envs", "target <= 150 us")
     finally:
         for c in contenders:
             c.close()
@@ -112,7 +124,8 @@ def training(table: Table, n_envs: int, workers: int, device: str, rounds: int) 
     setting = f"{ENV_ID}, {n_envs} envs, n_steps {N_STEPS}, batch {N_STEPS * n_envs // 4}, 10 epochs"
     sb3 = sb3_contender("sb3 DummyVecEnv", DummyVecEnv, n_envs, device, training=True)
     exact = ours_contender("ppo_dict exact", ours_config(n_envs, workers, device), training=True)
-    double = ours_contender("ppo_dict --double_buffer", ours_config(n_envs, workers, device, double_buffer=True), training=True)
+    double = ours_contender("ppo_dict --double_buffer", ours_config(n_envs, workers, device, double_buffer=True),
+                            training=True)
     try:
         interleave([sb3, exact, double], rounds)
         for c in (exact, double):
@@ -130,7 +143,8 @@ def scaling(table: Table, rounds: int, steps: int) -> None:
     """Env steps/s through the pool with fixed actions, no policy: 1 and 2 worker processes of 16 envs."""
     contenders = []
     for workers in (1, 2):
-        cfg = Config(env=f"gym_{ENV_ID}", n_envs=16 * workers, num_workers=workers, n_steps=steps, seed=0, verbose=0, main_steps_envs=False)
+        cfg = Config(env=f"gym_{ENV_ID}", n_envs=16 * workers, num_workers=workers, n_steps=steps, seed=0, verbose=0,
+                     main_steps_envs=False)
         pool = build_env_pool(cfg)
         pool.reset(0)
         pool.storage.env_actions[...] = 0.1

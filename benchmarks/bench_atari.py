@@ -33,7 +33,9 @@ from stable_baselines3.common.env_util import make_atari_env  # noqa: E402
 from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
-from benchmarks.harness import Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text,
+)
 from ppo_dict.core.config import Config  # noqa: E402
 
 GAME = "BreakoutNoFrameskip-v4"
@@ -63,8 +65,9 @@ def sb3_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Conten
 
 
 def ours_contender(name: str, n_envs: int, workers: int, training: bool, **changes) -> Contender:
-    cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=workers, seed=0, verbose=0,
-                 device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**12, **ZOO, **changes)
+    cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=workers, seed=0,
+                 verbose=0, device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**12, **ZOO,
+                 **changes)
     return ppo_dict_contender(name, cfg, training)
 
 
@@ -111,7 +114,8 @@ def main() -> None:
         compare(table, n_envs, args.workers, rounds, training=False)
         compare(table, n_envs, args.workers, train_rounds, training=True)
     flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
-                                 args.rounds != 3 and f"--rounds {args.rounds}", args.train_rounds != 1 and f"--train_rounds {args.train_rounds}") if f)
+                                 args.rounds != 3 and f"--rounds {args.rounds}",
+                                 args.train_rounds != 1 and f"--train_rounds {args.train_rounds}") if f)
     table.write(f"bench_atari (ale-py {ale_py.__version__})", f"python benchmarks/bench_atari.py {flags}".strip(), started,
                 log=log_path(args))
 

@@ -76,7 +76,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--total_timesteps", type=int, default=DEMO_DEFAULTS["total_timesteps"], help="agent steps to train for")
     p.add_argument("--n_envs", type=int, default=DEMO_LAYOUT["n_envs"], help="agents trained (a multiple of --n_agents)")
-    p.add_argument("--num_workers", type=int, default=DEMO_LAYOUT["num_workers"], help="env worker processes (0: step the games in this process)")
+    p.add_argument("--num_workers", type=int, default=DEMO_LAYOUT["num_workers"],
+                   help="env worker processes (0: step the games in this process)")
     p.add_argument("--n_agents", type=int, default=None, help="agents per Godot process (default: n_envs / num_workers)")
     p.add_argument("--action_type", default="continuous", choices=("continuous", "discrete"))
     p.add_argument("--seed", type=int, default=0)
@@ -105,8 +106,8 @@ def main() -> None:
         pool.close()
     n_agents = pool.backend.spec.kwargs["game_args"]["n_agents"]
     where = f"{args.num_workers} workers" if args.num_workers else "this process"
-    setting = (f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x {n_agents}, "
-               f"in {where}, seed {args.seed}")
+    setting = (f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x "
+               f"{n_agents}, in {where}, seed {args.seed}")
     rows = [
         (setting, "env alone, random actions", f"{env_rate:.0f} agent steps/s"),
         (setting, "training fps, n_steps 128, batch 256, 10 epochs", f"{model.num_timesteps / seconds:.0f} agent steps/s "
@@ -131,8 +132,9 @@ def append_perf_log(table: str, command: str) -> None:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
     godot = subprocess.run([DEFAULT_BINARY, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     header = (
-        f"\n### godot demo: {time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, {os.cpu_count()} cpus | torch {torch.__version__}, "
-        f"gymnasium {gymnasium.__version__}, numpy {np.__version__}, godot {godot}, python {sys.version.split()[0]}\n\n"
+        f"\n### godot demo: {time.strftime('%Y-%m-%d')} | commit {commit} | {cpu}, "
+        f"{os.cpu_count()} cpus | torch {torch.__version__}, gymnasium {gymnasium.__version__}, numpy {np.__version__}, "
+        f"godot {godot}, python {sys.version.split()[0]}\n\n"
         f"command: `{command}` (machine load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())})\n\n"
     )
     with open(os.path.join(ROOT, "perf_log.md"), "a") as f:

@@ -25,7 +25,9 @@ sys.path.insert(0, ROOT)
 from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
-from benchmarks.harness import Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+)
 from ppo_dict.core import load  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 
@@ -33,8 +35,8 @@ from ppo_dict.core.config import Config  # noqa: E402
 SETTINGS = {
     "CartPole-v1": (dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
                          learning_rate=lambda p: p * 1e-3, clip_range=lambda p: p * 0.2),
-                    dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate="lin_1e-3",
-                         clip_range="lin_0.2")),
+                    dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                         learning_rate="lin_1e-3", clip_range="lin_0.2")),
     "Reacher-v5": (dict(n_steps=256, batch_size=512, n_epochs=10), dict(n_steps=256, batch_size=512, n_epochs=10)),
 }
 N_ENVS = 8
@@ -49,7 +51,8 @@ def burn(stop_at: float) -> None:
 def contenders(env_id: str) -> list:
     sb3_kwargs, ours = SETTINGS[env_id]
     venv = make_vec_env(env_id, n_envs=N_ENVS, seed=0)
-    sb3 = sb3_model_contender("sb3 DummyVecEnv", SB3PPO("MlpPolicy", venv, seed=0, verbose=0, device="cpu", **sb3_kwargs), training=True)
+    sb3 = sb3_model_contender("sb3 DummyVecEnv", SB3PPO("MlpPolicy", venv, seed=0, verbose=0, device="cpu", **sb3_kwargs),
+                              training=True)
     cfg = Config(env=f"gym_{env_id}", n_envs=N_ENVS, seed=0, verbose=0, device="cpu", total_timesteps=10**12, **ours)
     load._at_start = None  # the layout looks at the CPUs now, as a run started now would
     return [sb3, ppo_dict_contender(f"ppo_dict, default layout ({cfg.layout().text()})", cfg, training=True, iterations=2)]
@@ -59,7 +62,8 @@ def measure(table: Table, burners: int, rounds: int) -> None:
     ctx = multiprocessing.get_context("fork")
     for loaded in (False, True):
         for env_id in SETTINGS:
-            procs = [ctx.Process(target=burn, args=(time.monotonic() + 3600,), daemon=True) for _ in range(burners if loaded else 0)]
+            procs = [ctx.Process(target=burn, args=(time.monotonic() + 3600,), daemon=True)
+                     for _ in range(burners if loaded else 0)]
             for p in procs:
                 p.start()
             sides = []

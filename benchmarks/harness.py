@@ -168,7 +168,8 @@ def machine_line() -> str:
     """Date, commit, CPU, core count and the versions that decide the numbers."""
     cpu = cpu_name()
     # BENCH_COMMIT names the commit where the checkout's git metadata is not this tree's (a copied working tree)
-    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
+    commit = os.environ.get("BENCH_COMMIT") or \
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
     import gymnasium
 
     versions = f"torch {torch.__version__}, gymnasium {gymnasium.__version__}, numpy {np.__version__}"
@@ -197,7 +198,8 @@ class Table:
     def write(self, title: str, command: str, started: list[int], log: Optional[str]) -> None:
         """Print the table under a header (machine, commit, versions, load) and append both to ``log``."""
         header = f"\n### {title}: {machine_line()}\n\ncommand: `{command}` ({load_line(started)})\n\n"
-        table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n" + "\n".join(self.rows) + "\n"
+        table = ("| setting | what | measured | compared with | ratio |\n"
+                 "| --- | --- | --- | --- | --- |\n") + "\n".join(self.rows) + "\n"
         print(header + table, flush=True)
         if log:
             with open(log, "a") as f:
@@ -221,4 +223,5 @@ def add_bench_flags(parser, quick_help: str) -> None:
     parser.add_argument("--quick", action="store_true", help=quick_help)
     add_log_flags(parser)
     parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
-    parser.add_argument("--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)")
+    parser.add_argument("--workers", type=int, default=physical_cores(),
+                        help="ppo_dict's worker count (default: the physical cores)")

@@ -60,7 +60,8 @@ class PairCheck:
         where = f"{self.env} seed {self.seed}"
         if self.difference is not None:
             k, step, sb3, ours = self.difference
-            return f"{where}: DIFFERENT at rollout {k} (step {step:,}): sb3 {sb3}, ppo_dict {ours} (runs {self.sb3_run}, {self.ppo_dict_run})"
+            return (f"{where}: DIFFERENT at rollout {k} (step {step:,}): sb3 {sb3}, ppo_dict {ours} (runs {self.sb3_run}, "
+                    f"{self.ppo_dict_run})")
         return f"{where}: ep_rew_mean the same number at all {self.compared} rollouts to step {self.to:,}"
 
 
@@ -100,7 +101,8 @@ def steps_text(steps: int) -> str:
 
 def seed_text(row: Row) -> str:
     """``"score (seed N)"``, saying where the run was resumed, and its steps where it trained part of the budget."""
-    resumed = f", resumed at {', '.join(steps_text(int(s)) for s in row['resumed_at'].split(';'))}" if row["resumed_at"] else ""
+    resumed = (f", resumed at {', '.join(steps_text(int(s)) for s in row['resumed_at'].split(';'))}" if row["resumed_at"]
+               else "")
     part = "" if full(row) else f", {steps_text(int(row['planned']))} of {steps_text(int(row['budget']))} steps"
     return f"{float(row['eval_mean']):g} (seed {row['seed']}{resumed}{part})"
 
@@ -112,19 +114,23 @@ def returns_table(rows: list[Row]) -> list[str]:
            "| --- | --- | --- | --- | --- | --- | --- |"]
     for env in dict.fromkeys(row["env"] for row in rows):
         runs = [row for row in rows if row["env"] == env]
-        ours = sorted((row for row in runs if row["lib"] == "ppo_dict" and full(row) and row["eval_mean"]), key=lambda row: int(row["seed"]))
+        ours = sorted((row for row in runs if row["lib"] == "ppo_dict" and full(row) and row["eval_mean"]),
+                      key=lambda row: int(row["seed"]))
         sb3 = sorted((row for row in runs if row["lib"] == "sb3"), key=lambda row: int(row["seed"]))
         scores = [float(row["eval_mean"]) for row in ours]
-        mean = f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} seed{'s' * (len(scores) != 1)})" if scores else "-"
+        mean = (f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} "
+                f"seed{'s' * (len(scores) != 1)})") if scores else "-"
         sb3_text = "; ".join(seed_text(row) if full(row) and row["eval_mean"] else
-                             f"first {steps_text(int(row['timesteps']))} steps, seed {row['seed']}: curve only" for row in sb3) or "-"
+                             f"first {steps_text(int(row['timesteps']))} steps, seed {row['seed']}: curve only"
+                             for row in sb3) or "-"
         zoo = published(env)
         zoo_text = (f"{zoo.mean:g} +/- {zoo.std:g} ({zoo.env}, {zoo.n_timesteps} steps, {zoo.eval_episodes} episodes)"
                     if zoo else "none published")
         entry = runs[0]["zoo_entry"]
         name = env if entry == env else f"{env} ({entry})"
         # without a run of the whole budget, those of part of it (as far as the machines allowed): each said so, in no mean
-        part = [] if ours else sorted((row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]), key=lambda row: int(row["seed"]))
+        part = [] if ours else sorted((row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]),
+                                      key=lambda row: int(row["seed"]))
         shown = ours + part
         evaluation = f"{shown[0]['eval_episodes']} episodes, {shown[0]['eval_mode']}" if shown else "-"
         out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(map(seed_text, shown)) or '-'} | "
@@ -142,8 +148,8 @@ def runs_table(rows: list[Row], checks: list[PairCheck]) -> list[str]:
         steps = f"{int(row['timesteps']):,}" + ("" if full(row) else f" of {int(row['budget']):,}")
         if row["resumed_at"]:
             steps += f" (resumed at {', '.join(f'{int(s):,}' for s in row['resumed_at'].split(';'))})"
-        out.append(f"| {row['env']} | {row['lib']} | {row['seed']} | {steps} | {float(row['wall_s']) / 60:.0f} min | {compared} | "
-                   f"{row['commit']} | {row['host']}, {row['date']} |")
+        out.append(f"| {row['env']} | {row['lib']} | {row['seed']} | {steps} | {float(row['wall_s']) / 60:.0f} min | "
+                   f"{compared} | {row['commit']} | {row['host']}, {row['date']} |")
     return out
 
 
@@ -164,7 +170,8 @@ def plot(curves: list[Row], final: list[Row], path: str = PLOT) -> None:
     rows = latest(final)
     envs = list(dict.fromkeys(row["env"] for row in rows))
     columns = min(3, len(envs))
-    fig, axes = plt.subplots((len(envs) + columns - 1) // columns, columns, figsize=(5.2 * columns, 3.6 * ((len(envs) + columns - 1) // columns)),
+    fig, axes = plt.subplots((len(envs) + columns - 1) // columns, columns,
+                             figsize=(5.2 * columns, 3.6 * ((len(envs) + columns - 1) // columns)),
                              squeeze=False)
     for ax, env in zip(axes.flat, envs):
         for row in sorted((row for row in rows if row["env"] == env), key=lambda row: (row["lib"] != "sb3", int(row["seed"]))):

@@ -166,8 +166,8 @@ def entry_key(env_id: str, entries: dict[str, Any]) -> tuple[str, str]:
     except gym.error.Error as exc:
         raise ZooEntryError(f"{env_id}: not a registered gymnasium id ({exc})") from None
     if is_mujoco_py_stub(spec):
-        raise ZooEntryError(f"{env_id}: gymnasium registers it only to say it needs mujoco-py; train {spec.name}-v5 (with this "
-                            "entry's settings where rl_zoo3 has no v5 entry)")
+        raise ZooEntryError(f"{env_id}: gymnasium registers it only to say it needs mujoco-py; "
+                            f"train {spec.name}-v5 (with this entry's settings where rl_zoo3 has no v5 entry)")
     other = same_or_other_version(env_id, [key for key in entries if key not in ("atari", "default")])
     if other == env_id:
         return env_id, ""
@@ -232,8 +232,9 @@ def zoo_setup(env_id: str, entries: Optional[dict[str, Any]] = None) -> ZooSetup
         normalize = {sb3_name: values[name] for sb3_name, name in NORMALIZE_KWARGS.items() if name in values}
         if "gamma" in entry:  # rl-zoo's _preprocess_normalization: the discount of the algorithm
             normalize["gamma"] = values["gamma"]
-    return ZooSetup(env_id, key, mapping, entry["policy"], ppo_kwargs, int(values.get("n_envs", 1)), int(values["total_timesteps"]),
-                    normalize, wrapper, values.get("frame_stack"), deterministic=not stochastic_evaluation(env_id), entry=entry)
+    return ZooSetup(env_id, key, mapping, entry["policy"], ppo_kwargs, int(values.get("n_envs", 1)),
+                    int(values["total_timesteps"]), normalize, wrapper, values.get("frame_stack"),
+                    deterministic=not stochastic_evaluation(env_id), entry=entry)
 
 
 def stochastic_evaluation(env_id: str) -> bool:

@@ -68,7 +68,8 @@ def _gymnasium_as_imported() -> Iterator[None]:
 
     from ppo_dict.interop.sb3_zip import gymnasium_unpatched
 
-    own = next(c for c in gymnasium.wrappers.TimeLimit.__mro__ if (c.__module__, c.__name__) == ("gymnasium.wrappers.common", "TimeLimit"))
+    own = next(c for c in gymnasium.wrappers.TimeLimit.__mro__
+               if (c.__module__, c.__name__) == ("gymnasium.wrappers.common", "TimeLimit"))
     with gymnasium_unpatched():
         for module in (gymnasium.wrappers, gymnasium.wrappers.common, gymnasium.envs.registration):
             module.TimeLimit = own

@@ -107,8 +107,9 @@ _skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the su
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Run the suite in another order, or collect garbage between tests: nothing a test asserts may
     depend on what ran before it in the process (``make test-orders``)."""
-    parser.addoption("--order", default="file", help="file (the default), reverse, random:SEED (a shuffle, seeded), or "
-                                                     "parity-random:SEED (the parity suite's tests shuffled among their places)")
+    parser.addoption("--order", default="file",
+                     help="file (the default), reverse, random:SEED (a shuffle, seeded), or "
+                          "parity-random:SEED (the parity suite's tests shuffled among their places)")
     parser.addoption("--gc-between-tests", action="store_true", help="gc.collect() after every test")
 
 
@@ -182,7 +183,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tests were skipped for which missing part (and for what else), and how to run them."""
     terminalreporter.section("machine")
     if config.getoption("--order") != "file" or config.getoption("--gc-between-tests"):
-        terminalreporter.write_line(f"order: {config.getoption('--order')}; gc between tests: {config.getoption('--gc-between-tests')}")
+        terminalreporter.write_line(f"order: {config.getoption('--order')}; "
+                                    f"gc between tests: {config.getoption('--gc-between-tests')}")
     for line in cpu_description():
         terminalreporter.write_line(line)
     counts: dict[str, int] = {}

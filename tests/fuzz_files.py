@@ -317,8 +317,9 @@ class Isolated:
     """A worker process (:func:`serve`) that reads files in forked children; ``read(reader, path)`` -> outcome dict."""
 
     def __init__(self, root: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz_files import serve; serve()"], cwd=root, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root})
+        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz_files import serve; serve()"], cwd=root,
+                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "PYTHONPATH": root})
 
     def read(self, reader: str, path: str, deadline: float = DEADLINE) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -15,11 +15,13 @@ from typing import Iterator
 
 #: fragments spliced into a text file, each hostile to one reader or another
 FRAGMENTS = (
-    b"[" * 100_000, b"{\"a\": " * 50_000, b"9" * 200_000, b"x" * (2 * 2**20 + 7), b",,,,,,,,,,,,", b"\xff\xfe\xfd", b"\x00" * 64,
-    b"1e30", b"nan", b"-inf", b"\"unclosed, cell", b"#{\"t_start\": \"noon\"}\n", ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    b"[" * 100_000, b"{\"a\": " * 50_000, b"9" * 200_000, b"x" * (2 * 2**20 + 7), b",,,,,,,,,,,,", b"\xff\xfe\xfd",
+    b"\x00" * 64, b"1e30", b"nan", b"-inf", b"\"unclosed, cell", b"#{\"t_start\": \"noon\"}\n",
+    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))).encode(),
     b"\n" * 1000, b"step,step\n", b"\r", b"'''", b"!!python/object/apply:os.system [\"touch /tmp/fuzz_sentinel_ran\"]",
-    b"q: 0\n", b"distribution: log_uniform_values\nmin: 0\nmax: 1\n", b"metric: {name: env}\n", b"../../etc/passwd", b"gym_packages: {value: os}\n",
+    b"q: 0\n", b"distribution: log_uniform_values\nmin: 0\nmax: 1\n", b"metric: {name: env}\n", b"../../etc/passwd",
+    b"gym_packages: {value: os}\n",
 )
 
 #: the readers of this module, each named as tests/fuzz_files.read_file is asked for it

@@ -94,7 +94,8 @@ def send(message):
 assert recv()["type"] == "handshake"
 assert recv()["type"] == "env_info"
 send({{"type": "env_info", "n_agents": 2, "observation_space": {{"obs": {{"space": "box", "size": [1]}}}},
-      "action_space": {{"jump": {{"action_type": "discrete", "size": 2}}, "move": {{"action_type": "continuous", "size": 1}}}}}})
+      "action_space": {{"jump": {{"action_type": "discrete", "size": 2}},
+                       "move": {{"action_type": "continuous", "size": 1}}}}}})
 steps = 0
 while True:
     message = recv()
@@ -162,8 +163,8 @@ def demo_config(tag: str, **overrides: object) -> Config:
 
 def run_cli(args: list[str], cwd: Path, module: str = "ppo_dict.main_ppo_godot", timeout: float = 120,
             env_extra: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env={**ENV, **(env_extra or {})}, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env={**ENV, **(env_extra or {})},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def train(cfg: Config, pool) -> tuple[PPO, list[torch.Tensor]]:

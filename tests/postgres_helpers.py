@@ -23,7 +23,8 @@ def server_binaries() -> Optional[str]:
     folders = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
     on_path = shutil.which("pg_ctl")
     folders += [os.path.dirname(on_path)] if on_path else []
-    return next((f for f in folders if os.path.isfile(os.path.join(f, "initdb")) and os.path.isfile(os.path.join(f, "pg_ctl"))), None)
+    return next((f for f in folders if os.path.isfile(os.path.join(f, "initdb"))
+                 and os.path.isfile(os.path.join(f, "pg_ctl"))), None)
 
 
 def free_port() -> int:

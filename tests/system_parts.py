@@ -77,7 +77,8 @@ PARTS: dict[str, tuple[str, Callable[[], Optional[str]]]] = {
     "osmesa": ("OSMesa (MuJoCo rendering)", lambda: _backend_problem("osmesa")),
     "gl": ("an OpenGL backend (EGL or OSMesa) for MuJoCo rendering", _gl_problem),
     "glfw": ("glfw on a virtual screen (xvfb-run -a)", _glfw_problem),
-    "godot": (f"the Godot engine ({DEFAULT_BINARY})", lambda: None if shutil.which(DEFAULT_BINARY) else f"{DEFAULT_BINARY} is not on PATH"),
+    "godot": (f"the Godot engine ({DEFAULT_BINARY})",
+              lambda: None if shutil.which(DEFAULT_BINARY) else f"{DEFAULT_BINARY} is not on PATH"),
     "postgresql": ("a PostgreSQL server", _postgres_problem),
 }
 
@@ -101,7 +102,8 @@ def skip_reason(part: str) -> Optional[str]:
     problem = part_problem(part)
     if problem is None:
         return None
-    return f"needs {PARTS[part][0]}: {problem}; Debian package(s) {packages(part)} (`sudo make system-deps` installs every part)"
+    return (f"needs {PARTS[part][0]}: {problem}; Debian package(s) {packages(part)} (`sudo make system-deps` installs every "
+            "part)")
 
 
 def needs(part: str) -> pytest.MarkDecorator:

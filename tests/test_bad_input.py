@@ -49,13 +49,16 @@ def refuse(capsys, *argv: str) -> list[str]:
 # ------------------------------------------------------------------------------ the issue's six commands
 def test_the_issues_six_commands_give_one_clean_message_each_and_start_nothing(capsys, started, tmp_path) -> None:
     run_dir = ["--run_dir", str(tmp_path / "run")]
-    assert refuse(capsys, "--env", "gym_CartPole-v1", "--num_workers", "99999", "--total_timesteps", "100", *run_dir)[0].startswith(
-        "num_workers=99999: more than 4x the ")
-    shm = refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--n_envs", "64", "--num_workers", "2", "--n_steps", "65536", *run_dir)
-    assert any(p.startswith("n_steps x n_envs = 65536 x 64: rollout storage needs 84698.6 MB of shared memory") for p in shm) or \
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--num_workers", "99999", "--total_timesteps", "100",
+                  *run_dir)[0].startswith("num_workers=99999: more than 4x the ")
+    shm = refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--n_envs", "64", "--num_workers", "2", "--n_steps", "65536",
+                 *run_dir)
+    assert any(p.startswith("n_steps x n_envs = 65536 x 64: rollout storage needs 84698.6 MB of shared memory")
+               for p in shm) or \
         any(p.startswith("n_steps x n_envs = 65536 x 64: the run needs about ") for p in shm), shm
-    assert refuse(capsys, "--env", "gym_CartPole-v1", "--n_envs", "0", "--batch_size", "3", "--learning_rate", "abc", *run_dir) == [
-        "learning_rate='abc': could not convert string to float: 'abc'", "n_envs=0: must be in [1, inf]"]
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--n_envs", "0", "--batch_size", "3", "--learning_rate", "abc",
+                  *run_dir) == ["learning_rate='abc': could not convert string to float: 'abc'",
+                                "n_envs=0: must be in [1, inf]"]
     assert refuse(capsys, "--net_arch", "64,,64", *run_dir) == ["net_arch='64,,64': item 2 is empty (write sizes as 64,64)"]
     threads = refuse(capsys, "--env", "gym_CartPole-v1", "--torch_threads", "1000000", *run_dir)
     assert threads[0].startswith("torch_threads=1000000: more than 4x the ")
@@ -87,10 +90,10 @@ def test_more_workers_or_threads_than_4x_the_cores_need_oversubscribe() -> None:
     two_cores = dataclasses.replace(ROOMY, cpus=2)
     cfg = Config(env="gym_CartPole-v1", num_workers=9, n_envs=9, update_threads=9, n_steps=8, batch_size=8)
     assert problems(cfg, two_cores) == [
-        "num_workers=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, or --oversubscribe True if you mean it "
-        "(slow envs, such as games, may want more workers than cores)",
-        "update_threads=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, or --oversubscribe True if you mean it "
-        "(slow envs, such as games, may want more workers than cores)"]
+        "num_workers=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, "
+        "or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)",
+        "update_threads=9: more than 4x the 2 CPUs this process may run on (8); use at most 8, "
+        "or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"]
     check = check_run(cfg.replace(oversubscribe=True), machine=two_cores)
     assert check.needs.workers == 8 and check.needs.threads == 9  # the main process steps one worker's share
 
@@ -99,9 +102,10 @@ def test_process_and_file_limits_and_docker_shm_are_judged_before_start() -> Non
     cfg = Config(env="gym_CartPole-v1", num_workers=8, n_envs=8, n_steps=8, batch_size=8)
     low = dataclasses.replace(ROOMY, nproc_limit=40, user_tasks=30, nofile_limit=64, open_files=20, task_room=None)
     assert problems(cfg, low) == [
-        "num_workers=8: the run needs about 20 processes and threads (7 workers, 1 torch threads), this user runs 30 of the 40 "
-        "that ulimit -u allows; use fewer, or raise ulimit -u",
-        "num_workers=8: 7 workers need about 112 open files, ulimit -n allows 64; raise it (ulimit -n 128), or use fewer workers"]
+        "num_workers=8: the run needs about 20 processes and threads (7 workers, 1 torch threads), "
+        "this user runs 30 of the 40 that ulimit -u allows; use fewer, or raise ulimit -u",
+        "num_workers=8: 7 workers need about 112 open files, ulimit -n allows 64; raise it (ulimit -n 128), "
+        "or use fewer workers"]
     docker = dataclasses.replace(ROOMY, shm_free=64 * 2**20, tmp_free=32 * 2**20)
     big = Config(env="gym_Pendulum-v1", num_workers=2, n_envs=64, n_steps=100_000)
     assert problems(big, docker) == [
@@ -117,8 +121,8 @@ def test_memory_names_the_largest_part() -> None:
         "net_arch=[10000, 10000]: the run needs about ")
     assert problems(Config(env="gym_CartPole-v1", n_envs=2000, num_workers=0, n_steps=50_000), small)[0].startswith(
         "n_steps x n_envs = 50000 x 2000: the run needs about ")
-    assert problems(Config(env="gym_CartPole-v1", num_workers=64, n_envs=64, mp_method="spawn", oversubscribe=True), small)[0].startswith(
-        "num_workers=64: the run needs about ")
+    assert problems(Config(env="gym_CartPole-v1", num_workers=64, n_envs=64, mp_method="spawn", oversubscribe=True),
+                    small)[0].startswith("num_workers=64: the run needs about ")
 
 
 
@@ -128,7 +132,8 @@ def test_a_recurrent_runs_stored_lstm_states_are_counted() -> None:
     small = dataclasses.replace(ROOMY, memory_available=2 * GB)
     settings = dict(env="gym_CartPole-v1", n_envs=128, num_workers=0, n_steps=8192, batch_size=8192)
     check_run(Config(**settings), machine=small)  # fits
-    assert problems(Config(model="mlp_lstm", **settings), small)[0].startswith("n_steps x n_envs = 8192 x 128: the run needs about ")
+    assert problems(Config(model="mlp_lstm", **settings),
+                    small)[0].startswith("n_steps x n_envs = 8192 x 128: the run needs about ")
 
 
 # ------------------------------------------------------------------------------ the Python face: the same check
@@ -169,11 +174,14 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     assert code == 0 and started == [] and not os.path.exists(tmp_path / "run")
     lines = out.splitlines()
     assert lines[0] == "dry run: the config passes every check; nothing was started"
-    assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; as asked (num_workers 2); ")
-    assert lines[3] == "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
+    assert lines[2].startswith("layout: 4 envs: 1 worker process x 2 envs (forkserver) + 2 in this process; "
+                               "as asked (num_workers 2); ")
+    assert lines[3] == \
+        "rollout: n_steps 64 x 4 envs = 256 transitions; minibatches of 64, 10 epochs; 1000000 steps = 3907 rollouts"
     assert lines[4] == "policy: mlp, 9,155 parameters, on cpu; torch threads 1 (update: auto)"
     assert lines[-2] == f"seed: drawn at start; run directory: {tmp_path / 'run'} (not created)"
-    assert lines[-1] == f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock, learning_curve.png)"
+    assert lines[-1] == \
+        f"writes: {tmp_path / 'run'}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock, learning_curve.png)"
 
 
 # ------------------------------------------------------------------------------ found by the fuzzer
@@ -182,18 +190,23 @@ def test_dry_run_prints_the_plan_starts_nothing_and_writes_nothing(capsys, start
     (["--device", "cuda:x"], "device='cuda:x': must be auto, cpu, cuda or cuda:N"),
     (["--step_timeout", "1e308"], "step_timeout=1e+308: must be in (0.0, 2000000.0]"),
     (["--total_timesteps", "inf"], "total_timesteps='inf': cannot convert float infinity to integer"),
-    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"], "main_envs=99: must be a multiple of 1 in [0, 3] for 4 envs beside 1 worker process, each keeping some"),
+    (["--num_workers", "2", "--n_envs", "4", "--main_envs", "99"],
+     "main_envs=99: must be a multiple of 1 in [0, 3] for 4 envs beside 1 worker process, each keeping some"),
     (["--gym_packages", "no_such_package_xyz"], "gym_packages=no_such_package_xyz: cannot be imported: ModuleNotFoundError: "),
     (["--env_kwargs", "{1: 2}"], "env_kwargs='{1: 2}': keyword argument names must be identifiers, got 1"),
-    (["--n_steps", "1000000000000000000"], "n_steps x n_envs = 1000000000000000000 x 1: the rollout storage cannot be laid out"),
+    (["--n_steps", "1000000000000000000"],
+     "n_steps x n_envs = 1000000000000000000 x 1: the rollout storage cannot be laid out"),
     (["--n_steps", "1000000000000000000000"], "n_steps=1000000000000000000000: must be in [1, 9223372036854775807]"),
     (["--batch_size", "1" + "0" * 400], "batch_size=1" + "0" * 400 + ": must be in [1, 9223372036854775807]"),
-    (["--num_workers", "1" + "0" * 30, "--oversubscribe", "True"], "num_workers=1" + "0" * 30 + ": must be in [0, 9223372036854775807]"),
+    (["--num_workers", "1" + "0" * 30, "--oversubscribe", "True"],
+     "num_workers=1" + "0" * 30 + ": must be in [0, 9223372036854775807]"),
     (["--model", "mlp_lstm", "--n_lstm_layers", "1000000000"], "n_lstm_layers=1000000000: must be in [1, 100]"),
     # each once planned a layout of a billion envs or workers, env by env (an OOM kill after 20 GB)
     (["--n_envs", "1000000000"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
-    (["--n_envs", "1000000000", "--double_buffer"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
-    (["--num_workers", "1000000000", "--oversubscribe", "True"], "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
+    (["--n_envs", "1000000000", "--double_buffer"],
+     "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
+    (["--num_workers", "1000000000", "--oversubscribe", "True"],
+     "n_steps x n_envs = 2048 x 1000000000: the rollout storage cannot be laid out"),
 ])
 def test_fuzzer_findings_are_refused_naming_the_setting(capsys, argv: list[str], expected: str) -> None:
     assert refuse(capsys, "--env", "gym_CartPole-v1", *argv)[0].startswith(expected)
@@ -208,8 +221,8 @@ def test_an_env_setting_out_of_range_is_not_built_to_probe_it(capsys) -> None:
 def test_a_policy_that_cannot_take_the_observation_is_refused(capsys) -> None:
     """NatureCNN on 8x8 images raised inside PPO (a traceback); the check builds the policy on the meta device first."""
     assert refuse(capsys, "--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=8)")[0].startswith(
-        "model='cnn': the policy cannot be built for test_dummy = PPODictTestDummy-v0's observations (Box(0, 255, (3, 8, 8), uint8)): "
-        "RuntimeError: ")
+        "model='cnn': the policy cannot be built for test_dummy = PPODictTestDummy-v0's observations (Box(0, 255, (3, 8, 8), "
+        "uint8)): RuntimeError: ")
 
 
 def test_a_refused_lstm_setting_is_listed_alone_not_again_as_a_policy_that_cannot_be_built(capsys) -> None:
@@ -226,7 +239,8 @@ def test_a_learning_rate_where_adams_step_overflows_float32_is_refused(capsys, t
     """Adam's first step is 10 x lr, handed to torch as a float32: 1e300 was a traceback
     ("value cannot be converted to type float without overflow") in the first update."""
     for dry_run in ((), ("--dry_run",)):
-        problems = refuse(capsys, "--env", "gym_CartPole-v1", "--learning_rate", value, "--run_dir", str(tmp_path / "run"), *dry_run)
+        problems = refuse(capsys, "--env", "gym_CartPole-v1", "--learning_rate", value, "--run_dir", str(tmp_path / "run"),
+                          *dry_run)
         assert problems == [f"learning_rate={float(value.removeprefix('lin_'))!r}: must be in [0.0, 3.4028234663852886e+37)"]
     assert not (tmp_path / "run").exists()
     assert Config(learning_rate=3e37).problems() == []  # below the bound: a run that diverges says so itself (NonFiniteError)
@@ -241,10 +255,12 @@ def test_a_yaml_alias_bomb_or_recursive_alias_is_refused_not_expanded(capsys, tm
     loop.write_text("CartPole-v1: &loop\n  n_steps: 8\n  again: [*loop]\n")
     deep.write_text("CartPole-v1: " + "[" * 5000 + "]" * 5000 + "\n")
     assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(bomb)) == [
-        f"hyperparams='{bomb}': cannot read: its aliases expand it to 926,177,117 values; a hyperparameter file holds at most 100,000"]
+        f"hyperparams='{bomb}': cannot read: its aliases expand it to 926,177,117 values; "
+        "a hyperparameter file holds at most 100,000"]
     assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(loop), "--dry_run") == [
         f"hyperparams='{loop}': cannot read: an alias refers to a node that contains it (a recursive document)"]
-    assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(deep)) == [f"hyperparams='{deep}': cannot read: nested too deeply"]
+    assert refuse(capsys, "--env", "gym_CartPole-v1", "--hyperparams", str(deep)) == \
+        [f"hyperparams='{deep}': cannot read: nested too deeply"]
 
 
 def test_rl_zoos_own_aliases_still_read() -> None:
@@ -259,11 +275,12 @@ def test_rl_zoos_own_aliases_still_read() -> None:
 def test_info_keywords_the_env_does_not_give_are_refused_before_start(capsys) -> None:
     """CartPole's infos hold no is_success: --dry_run accepted it and the run died at the first episode end (a KeyError)."""
     for dry_run in ((), ("--dry_run",)):
-        assert refuse(capsys, "--env", "gym_CartPole-v1", "--seed", "0", "--info_keywords", "is_success,distance", *dry_run) == [
+        assert refuse(capsys, "--env", "gym_CartPole-v1", "--seed", "0", "--info_keywords", "is_success,distance",
+                      *dry_run) == [
             "info_keywords=is_success,distance: gym_CartPole-v1's info at an episode end has no 'is_success' or 'distance' "
             "(its keys: []; one env was played to its first episode end to check)"]
-    assert main_ppo.main(["--env", "gym_PPODictGoal-v0", "--gym_packages", "ppo_dict.envs.goal", "--info_keywords", "is_success,distance",
-                          "--dry_run"]) == 0
+    assert main_ppo.main(["--env", "gym_PPODictGoal-v0", "--gym_packages", "ppo_dict.envs.goal", "--info_keywords",
+                          "is_success,distance", "--dry_run"]) == 0
 
 
 def tool(module: str, *argv: str) -> subprocess.CompletedProcess:
@@ -290,16 +307,19 @@ def test_enjoy_and_onnx_export_refuse_cleanly(tmp_path) -> None:
     path = tmp_path / "model.pt"
     save_cartpole_model(path)
     proc = tool("ppo_dict.enjoy", str(tmp_path), "--model", str(path), "--seed", "-5")
-    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: must be >= 0 (--help lists every flag)\n"), proc.stderr
+    assert proc.returncode == 2 and proc.stderr.endswith("python -m ppo_dict.enjoy: error: --seed -5: "
+                                                         "must be >= 0 (--help lists every flag)\n"), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     proc = tool("ppo_dict.export_onnx", str(path), "--out", str(path / "policy.onnx"))
-    assert proc.returncode == 2 and proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"
+    assert proc.returncode == 2 and \
+        proc.stderr == f"error: out='{path / 'policy.onnx'}': {path} is a file, so nothing can be created under it\n"
     state = torch.load(path, weights_only=True)
     state["config"]["env"] = "godot_demo"
     godot = tmp_path / "godot.pt"
     torch.save(state, godot)
     refusal = (f"error: {godot}: trained on the Godot game godot_demo, which is played through the trainer's worker pool "
-               "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the ONNX export take models of gymnasium envs\n")
+               "(python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: "
+               "enjoy and the ONNX export take models of gymnasium envs\n")
     for proc in (tool("ppo_dict.enjoy", str(tmp_path), "--model", str(godot)), tool("ppo_dict.export_onnx", str(godot))):
         assert proc.returncode == 2 and proc.stderr == refusal, proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["godot.pt", "model.pt"]

@@ -14,7 +14,8 @@ import torch
 from ppo_dict.algo.rollout.books import add_bootstrap
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the storage's rows only the books write during a rollout: the learner's rewards (with their bootstrap) and the episode starts
+#: the storage's rows only the books write during a rollout: the learner's rewards (with their bootstrap) and the
+#: episode starts
 BOOKS_ROWS = {"rewards", "episode_starts"}
 
 
@@ -36,7 +37,8 @@ def writes(tree: ast.AST) -> list[str]:
 def test_no_schedule_writes_the_books_rows_itself() -> None:
     assert writes(ast.parse("s.rewards[t, rows] = r\nrewards[idx] += g * v\nstarts = s.episode_starts[t]")) == [
         "rewards (line 1)", "rewards (line 2)"]  # the check finds what it is for
-    elsewhere = {str(path.relative_to(ROOT)): writes(ast.parse(path.read_text())) for path in sorted((ROOT / "ppo_dict").rglob("*.py"))
+    elsewhere = {str(path.relative_to(ROOT)): writes(ast.parse(path.read_text()))
+                 for path in sorted((ROOT / "ppo_dict").rglob("*.py"))
                  if path.name != "books.py"}
     assert {path: found for path, found in elsewhere.items() if found} == {}
     assert writes(ast.parse((ROOT / "ppo_dict" / "algo" / "rollout" / "books.py").read_text()))

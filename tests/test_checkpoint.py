@@ -72,14 +72,16 @@ def interrupted_runs(root, flags: list[str], total: int, save_freq: int):
     C: B resumed again. ``root/b_at_<half>`` keeps B as it was before its resume."""
     half = total // 2
     a, b, c = root / "a", root / "b", root / "c"
-    proc = run_here(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5", "--run_dir", str(a))
+    proc = run_here(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5",
+                    "--run_dir", str(a))
     assert proc.returncode == 0, proc.stderr
     proc = run_here(*flags, "--total_timesteps", str(half), "--run_dir", str(b))
     assert proc.returncode == 0, proc.stderr
     shutil.copytree(b, c)
     shutil.copytree(b, root / f"b_at_{half}")
     for run_dir in (b, c):
-        proc = run_here("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "2")
+        proc = run_here("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq),
+                        "--keep_checkpoints", "2")
         assert proc.returncode == 0, proc.stderr
         assert f"resumed from {run_dir}/checkpoints/checkpoint_{half:012d}.pt at {half} steps" in proc.stdout
         assert summary_line(proc.stdout)["env_steps"] == total
@@ -134,8 +136,8 @@ def test_corrupt_newest_checkpoint_falls_back_loudly(runs, tmp_path) -> None:
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr and "; trying the previous checkpoint" in proc.stderr
     # Renamed once the run owns the directory (a refused run renames nothing: test_run_dir.py).
-    assert ("renamed checkpoint_000000001024.pt to checkpoint_000000001024.pt.corrupt: it cannot be loaded (kept for inspection, "
-            "out of the rotation)") in proc.stderr
+    assert ("renamed checkpoint_000000001024.pt to checkpoint_000000001024.pt.corrupt: "
+            "it cannot be loaded (kept for inspection, out of the rotation)") in proc.stderr
     assert "at 768 steps" in proc.stdout
     assert (run_dir / "checkpoints" / "checkpoint_000000001024.pt.corrupt").exists()
 
@@ -147,7 +149,9 @@ def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) ->
         with open(path, "r+b") as f:
             f.truncate(10)
     proc = run_here("--resume", str(run_dir))
-    assert proc.returncode == 2 and f"error: 1 invalid setting(s):\n  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot load " in proc.stderr
+    assert proc.returncode == 2 and ("error: 1 invalid setting(s):\n"
+                                     f"  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot "
+                                     "load ") in proc.stderr
     assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
     named = run_dir / "checkpoints" / "checkpoint_000000000768.pt"  # not renamed: the run was refused
     proc = run_here("--resume", str(named))
@@ -205,7 +209,8 @@ sys.exit(mp.main(sys.argv[1:]))
 
 def start_slow(mode: str, run_dir, *flags: str) -> tuple[subprocess.Popen, Lines]:
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", f"MODE = {mode!r}\n" + SLOW_WRITER, *SMALL, "--run_dir", str(run_dir), *flags],
+    proc = subprocess.Popen([sys.executable, "-c", f"MODE = {mode!r}\n" + SLOW_WRITER, *SMALL, "--run_dir", str(run_dir),
+                             *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     return proc, Lines(proc)
 
@@ -258,7 +263,8 @@ def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_
     """A requeued job runs the same command each time: the first start is fresh, later ones resume."""
     run_dir = tmp_path / "job"
     command = ("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64",
-               "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--resume", "auto", "--run_dir", str(run_dir))
+               "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--resume", "auto", "--run_dir",
+               str(run_dir))
     first = run_here(*command, "--total_timesteps", "256")
     assert first.returncode == 0, first.stderr
     assert f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh" in first.stdout
@@ -282,8 +288,8 @@ def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_
 @pytest.fixture(scope="module")
 def real_checkpoint(tmp_path_factory) -> str:
     """A checkpoint of a short CartPole run with a normaliser, as a run writes it."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=32, batch_size=32, n_epochs=1, total_timesteps=32, seed=1,
-                 verbose=0, normalize=True)
+    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=32, batch_size=32, n_epochs=1, total_timesteps=32,
+                 seed=1, verbose=0, normalize=True)
     model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 1, 32))
     model.learn()
     path = CheckpointManager(str(tmp_path_factory.mktemp("real") / "run" / "checkpoints"), keep=1).save(model)
@@ -308,18 +314,22 @@ MALFORMED = [
     ("a setting of the wrong type", ("config", "n_steps"), "abc", True, "n_steps='abc'"),
     ("a setting out of its range", ("config", "n_steps"), -5, True, "n_steps=-5"),
     ("a step count of 400 digits", ("num_timesteps",), 10**400, True, "'num_timesteps'=1000000000000000000000"),
-    ("weights that are not finite", ("policy", "value_net.bias"), torch.tensor([float("nan")]), True, "'policy': not a dict of finite tensors"),
+    ("weights that are not finite", ("policy", "value_net.bias"), torch.tensor([float("nan")]), True,
+     "'policy': not a dict of finite tensors"),
     ("a normaliser count that is not finite", ("normalizer", "ret_rms", "count"), float("nan"), True, "'normalizer' ret_rms"),
     ("no RNG states", ("rng",), KeyError, False, "no 'rng'"),
-    ("numpy's RNG of another form", ("rng", "numpy", "keys"), torch.zeros(10, dtype=torch.int64), False, "'rng' numpy: not numpy's MT19937"),
-    ("episode buffers of two lengths", ("ep_l",), torch.zeros(1000, dtype=torch.int64), False, "'ep_r', 'ep_l': not finite 1-d tensors"),
+    ("numpy's RNG of another form", ("rng", "numpy", "keys"), torch.zeros(10, dtype=torch.int64), False,
+     "'rng' numpy: not numpy's MT19937"),
+    ("episode buffers of two lengths", ("ep_l",), torch.zeros(1000, dtype=torch.int64), False,
+     "'ep_r', 'ep_l': not finite 1-d tensors"),
     ("an optimizer that is a list", ("optimizer",), [1], False, "'optimizer': not an optimizer's state"),
     ("an iteration count that is negative", ("iteration",), -1, False, "'iteration'=-1: not a whole number"),
 ]
 
 
 @pytest.mark.parametrize("case", MALFORMED, ids=[case[0] for case in MALFORMED])
-def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export(real_checkpoint, tmp_path, capsys, case) -> None:
+def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export(
+        real_checkpoint, tmp_path, capsys, case) -> None:
     """A checkpoint with missing keys, a config of the wrong type or a bad value was a traceback for --resume
     --dry_run, enjoy and export_onnx (9 of 9): each is now one message, exit 2, and nothing is written."""
     from ppo_dict import enjoy, export_onnx, main_ppo
@@ -333,7 +343,8 @@ def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export
     commands = [("resume", lambda: main_ppo.main(["--resume", str(bad), "--dry_run"]))]
     if whole_model:
         commands += [("enjoy", lambda: enjoy.main([str(tmp_path), "--model", str(bad), "--episodes", "1"])),
-                     ("export_onnx", lambda: export_onnx.main([str(bad), "--out", str(tmp_path / "policy.onnx"), "--check", "0"]))]
+                     ("export_onnx",
+                      lambda: export_onnx.main([str(bad), "--out", str(tmp_path / "policy.onnx"), "--check", "0"]))]
     for name, command in commands:
         code = command()
         out, err = capsys.readouterr()
@@ -346,7 +357,8 @@ def test_a_checkpoint_is_due_every_save_freq_steps_or_every_save_every_minutes()
     from ppo_dict.run.checkpoint import SaveDue
 
     by_steps = SaveDue(256, 0.0, 0)
-    assert [by_steps(n) for n in (128, 256, 256, 384, 512)] == [False, True, True, False, True]  # the same step: the same answer
+    # the same step: the same answer
+    assert [by_steps(n) for n in (128, 256, 256, 384, 512)] == [False, True, True, False, True]
     by_time = SaveDue(0, 0.5 / 60, 0)  # half a second
     assert by_time(128) is False
     time.sleep(0.6)

@@ -36,7 +36,8 @@ def test_num_batches_sets_the_minibatch_size() -> None:
 
 
 def test_python_values_are_read_by_the_flags_parsers() -> None:
-    cfg = Config(net_arch="64,64", learning_rate="lin_3e-4", normalize="True", n_steps="128", tags="a,b", activation_fn="nn.ReLU")
+    cfg = Config(net_arch="64,64", learning_rate="lin_3e-4", normalize="True", n_steps="128", tags="a,b",
+                 activation_fn="nn.ReLU")
     assert (cfg.net_arch, cfg.learning_rate, cfg.normalize, cfg.n_steps, cfg.tags, cfg.activation_fn) == (
         [64, 64], "lin_3e-4", True, 128, ("a", "b"), "relu")
     flags = config_from_args(["--net_arch", "64,64", "--learning_rate", "lin_3e-4", "--normalize", "True", "--n_steps", "128",
@@ -60,7 +61,8 @@ def test_out_of_range_values_are_refused_wherever_the_config_is_used() -> None:
     cfg = Config(env="gym_CartPole-v1", n_epochs=0, gamma=1.5, num_workers=0, n_envs=2)
     assert cfg.problems() == ["n_epochs=0: must be in [1, inf]", "gamma=1.5: must be in [0.0, 1.0]"]
     for use in (lambda: make_env_pool(cfg), lambda: PPO(cfg, None), cfg.check, lambda: validate(cfg)):
-        with pytest.raises(ConfigError, match=r"^2 invalid setting\(s\):\n  - n_epochs=0: must be in \[1, inf\]\n  - gamma=1.5"):
+        with pytest.raises(ConfigError,
+                           match=r"^2 invalid setting\(s\):\n  - n_epochs=0: must be in \[1, inf\]\n  - gamma=1.5"):
             use()
 
 

@@ -23,7 +23,8 @@ from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 from ppo_dict.run.run_plan import build_env_pool
 
 # Pendulum's time limit cuts every env at step 199: one batched bootstrap of all of them
-PENDULUM = Config(env="gym_Pendulum-v1", n_envs=4, n_steps=256, batch_size=64, n_epochs=2, seed=3, total_timesteps=1024, verbose=0)
+PENDULUM = Config(env="gym_Pendulum-v1", n_envs=4, n_steps=256, batch_size=64, n_epochs=2, seed=3, total_timesteps=1024,
+                  verbose=0)
 
 
 def rollout_rewards(cfg: Config, device_bootstrap: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -49,8 +50,8 @@ def test_the_batched_time_limit_bootstrap_agrees_with_the_per_env_one(num_worker
 
 # ---------------------------------------------------------------------- the update without host work per minibatch
 
-SETTINGS = UpdateSettings(learning_rate=3e-4, clip_range=0.2, clip_range_vf=None, n_epochs=4, batch_size=64, normalize_advantage=True,
-                          ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+SETTINGS = UpdateSettings(learning_rate=3e-4, clip_range=0.2, clip_range_vf=None, n_epochs=4, batch_size=64,
+                          normalize_advantage=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
 
 
 def update_fixture() -> tuple[ActorCritic, torch.optim.Adam, RolloutStorage]:
@@ -89,8 +90,10 @@ def test_the_device_loop_agrees_with_sb3s_loop_where_the_order_cannot_matter() -
     assert not all(torch.equal(a, b) for a, b in zip(exact, device))  # fused Adam rounds its own way: really another path
     for key in exact_logs:
         np.testing.assert_allclose(logs[key], exact_logs[key], rtol=2e-5, atol=1e-7, err_msg=key)
-    for state, exact_state in zip(adam.state.values(), exact_adam.state.values(), strict=True):  # the counts back where torch's Adam keeps them
-        assert state["step"].device.type == "cpu" and state["step"].dtype == torch.float32 and state["step"] == exact_state["step"] == 4
+    # the counts back where torch's Adam keeps them
+    for state, exact_state in zip(adam.state.values(), exact_adam.state.values(), strict=True):
+        assert state["step"].device.type == "cpu" and state["step"].dtype == torch.float32 and \
+            state["step"] == exact_state["step"] == 4
 
 
 def test_the_device_loop_draws_its_own_permutations() -> None:
@@ -130,7 +133,8 @@ def test_the_device_loop_refuses_a_non_finite_loss_and_applies_nothing_from_ther
 
 def test_a_run_with_the_device_loop_learns_deterministically() -> None:
     """The whole trainer with the device loop forced on the CPU: a seed gives the same run twice."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=4, n_steps=64, batch_size=64, n_epochs=4, seed=2, total_timesteps=3 * 256, verbose=0, num_workers=0)
+    cfg = Config(env="gym_CartPole-v1", n_envs=4, n_steps=64, batch_size=64, n_epochs=4, seed=2, total_timesteps=3 * 256,
+                 verbose=0, num_workers=0)
 
     def run() -> list[torch.Tensor]:
         with warnings.catch_warnings(), PPO(cfg, build_env_pool(cfg)) as model:
@@ -144,7 +148,8 @@ def test_a_run_with_the_device_loop_learns_deterministically() -> None:
 
 
 # ---------------------------------------------------------------------- the policy step as a CUDA graph
-def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(GraphedStep, "said_why", False)
     policy = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(4))
     obs = torch.randn(8, 3)
@@ -164,7 +169,9 @@ def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(capsys: pytest.C
 @pytest.mark.parametrize("settings, problem", [
     (dict(device="cpu"), "cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)"),
     (dict(model="mlp_lstm"), "cuda_graphs=True: recurrent policies are not captured (model='mlp_lstm'); drop --cuda_graphs"),
-    (dict(use_sde=True), "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; drop --use_sde"),
+    (dict(use_sde=True),
+     "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; "
+     "drop --use_sde"),
 ])
 def test_cuda_graphs_are_refused_where_they_cannot_run(settings: dict, problem: str) -> None:
     assert problem in Config(cuda_graphs=True, **settings).problems()
@@ -173,7 +180,8 @@ def test_cuda_graphs_are_refused_where_they_cannot_run(settings: dict, problem: 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu.sh runs it on a GPU host)")
 def test_a_graphed_step_replays_the_eager_step_on_cuda() -> None:
-    """GPU only: the captured step's values are the eager critic's, its log-probs those of its own actions, and each replay draws new noise."""
+    """GPU only: the captured step's values are the eager critic's, its log-probs those of its own actions, and each
+    replay draws new noise."""
     torch.manual_seed(0)
     policy = ActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)).cuda()
     graphed = GraphedStep(PolicyStep(policy, 16))
@@ -189,14 +197,18 @@ def test_a_graphed_step_replays_the_eager_step_on_cuda() -> None:
 def test_auto_decides_from_the_measured_step() -> None:
     cuda = torch.device("cuda")
     assert choose_device(True, 32, cpu_us=900.0, cuda_us=300.0, cuda=cuda) == (
-        cuda, "device: auto picked cuda for this image policy: a policy step of 32 envs took 300 us on cuda, 900 us on the cpu (measured)")
+        cuda, "device: auto picked cuda for this image policy: a policy step of 32 envs took 300 us on cuda, "
+              "900 us on the cpu (measured)")
     assert choose_device(True, 8, cpu_us=200.0, cuda_us=300.0, cuda=cuda)[0] == torch.device("cpu")
-    device, line = choose_device(False, 256, cpu_us=500.0, cuda_us=150.0, cuda=cuda)  # an MLP keeps sb3's bits, whatever the numbers
-    assert device == torch.device("cpu") and line.startswith("device: auto keeps the cpu for an MLP policy (bit-exact with sb3)")
+    # an MLP keeps sb3's bits, whatever the numbers
+    device, line = choose_device(False, 256, cpu_us=500.0, cuda_us=150.0, cuda=cuda)
+    assert device == torch.device("cpu") and \
+        line.startswith("device: auto keeps the cpu for an MLP policy (bit-exact with sb3)")
     assert line.endswith("; --device cuda would be faster per step, not bit-exact")
     assert not choose_device(False, 64, cpu_us=100.0, cuda_us=300.0, cuda=cuda)[1].endswith("not bit-exact")
     assert forced_cuda_line(64, cpu_us=100.0, cuda_us=320.0, cuda=cuda) == (
-        "note: device cuda for an MLP policy: a policy step of 64 envs took 320 us there, 100 us on the cpu (measured): 3.2x the cpu's time")
+        "note: device cuda for an MLP policy: a policy step of 64 envs took 320 us there, 100 us on the cpu (measured): "
+        "3.2x the cpu's time")
 
 
 def test_without_cuda_auto_is_the_cpu_as_before_and_the_measurement_runs() -> None:
@@ -205,5 +217,6 @@ def test_without_cuda_auto_is_the_cpu_as_before_and_the_measurement_runs() -> No
     if not torch.cuda.is_available():
         assert measured_device(cfg, box, discrete, 4, False, torch.device("cpu")) == (torch.device("cpu"), "")
     state = torch.get_rng_state()
-    assert measured_step_us(cfg.replace(action_masks=True), box, with_action_masks(discrete), 4, torch.device("cpu")) > 0  # masks included
+    # masks included
+    assert measured_step_us(cfg.replace(action_masks=True), box, with_action_masks(discrete), 4, torch.device("cpu")) > 0
     assert torch.equal(state, torch.get_rng_state())  # building the measured policy drew nothing from the run's stream

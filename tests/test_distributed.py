@@ -40,17 +40,18 @@ CASES = {
     "box_truncated_vf_clip": (spaces.Box(-1, 1, (2,), np.float32), 3, 7,
                               dict(batch_size=8, n_epochs=3, clip_range_vf=0.1, target_kl=None, ent_coef=0.01)),
     # a target_kl that stops the update in its last epoch, after 12 of 16 steps (the stopping minibatch not applied)
-    "discrete_target_kl": (spaces.Discrete(3), 4, 6, dict(batch_size=6, n_epochs=4, clip_range_vf=None, target_kl=1e-4, ent_coef=0.0)),
+    "discrete_target_kl": (spaces.Discrete(3), 4, 6,
+                           dict(batch_size=6, n_epochs=4, clip_range_vf=None, target_kl=1e-4, ent_coef=0.0)),
     # minibatches of 2: many of them fall on one rank alone (the other joins with no rows)
-    "multidiscrete_tiny_batches": (spaces.MultiDiscrete([3, 2]), 2, 5, dict(batch_size=2, n_epochs=2, clip_range_vf=None, target_kl=None,
-                                                                             ent_coef=0.0)),
+    "multidiscrete_tiny_batches": (spaces.MultiDiscrete([3, 2]), 2, 5, dict(batch_size=2, n_epochs=2, clip_range_vf=None,
+                                                                            target_kl=None, ent_coef=0.0)),
 }
 
 
 def settings_of(case: dict[str, Any]) -> UpdateSettings:
-    return UpdateSettings(learning_rate=case.get("learning_rate", 3e-4), clip_range=0.2, clip_range_vf=case["clip_range_vf"], n_epochs=case["n_epochs"],
-                          batch_size=case["batch_size"], normalize_advantage=True, ent_coef=case["ent_coef"], vf_coef=0.5,
-                          max_grad_norm=0.5, target_kl=case["target_kl"])
+    return UpdateSettings(learning_rate=case.get("learning_rate", 3e-4), clip_range=0.2, clip_range_vf=case["clip_range_vf"],
+                          n_epochs=case["n_epochs"], batch_size=case["batch_size"], normalize_advantage=True,
+                          ent_coef=case["ent_coef"], vf_coef=0.5, max_grad_norm=0.5, target_kl=case["target_kl"])
 
 
 def global_buffer(policy: ActorCritic, n_envs: int, n_steps: int, columns: range) -> RolloutStorage:
@@ -118,8 +119,9 @@ def normalizer_steps(ranks: Ranks | None) -> dict[str, Any]:
 
 #: name -> (env, n_envs, config keywords): the first rollout of a run over ranks, against the single process's
 ROLLOUTS = {"cartpole": ("gym_CartPole-v1", 5, {}), "pendulum_normalized": ("gym_Pendulum-v1", 4, dict(normalize=True)),
-            "masked_multidiscrete": ("gym_PPODictMaskedJump-v0", 3, dict(gym_packages=("ppo_dict.envs.masked",), action_masks=True,
-                                                                          env_kwargs=dict(action="multi_discrete"))),
+            "masked_multidiscrete": ("gym_PPODictMaskedJump-v0", 3,
+                                     dict(gym_packages=("ppo_dict.envs.masked",), action_masks=True,
+                                          env_kwargs=dict(action="multi_discrete"))),
             # a worker process beside each rank's main process: the policy where the envs are (its draws handed out by rows)
             "pendulum_workers": ("gym_Pendulum-v1", 4, dict(num_workers=2, normalize=True))}
 #: the learner's arrays of a rollout: ``[T(+1), n_envs, ...]`` each, env columns on axis 1
@@ -175,7 +177,8 @@ def two_ranks(tmp_path_factory) -> list[dict[str, Any]]:
 
 
 def close(a: Any, b: Any) -> bool:
-    return bool(torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), rtol=1e-5, atol=1e-7))
+    return bool(torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), rtol=1e-5,
+                               atol=1e-7))
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -205,7 +208,8 @@ def test_normalizer_statistics_are_the_single_process_bits(two_ranks) -> None:
         state = rank["normalizer"]["state"]
         assert np.array_equal(state["obs_rms"]["obs"]["mean"], single["state"]["obs_rms"]["obs"]["mean"])
         assert np.array_equal(state["obs_rms"]["obs"]["var"], single["state"]["obs_rms"]["obs"]["var"])
-        assert state["ret_rms"] == single["state"]["ret_rms"] or np.array_equal(state["ret_rms"]["var"], single["state"]["ret_rms"]["var"])
+        assert state["ret_rms"] == single["state"]["ret_rms"] or \
+            np.array_equal(state["ret_rms"]["var"], single["state"]["ret_rms"]["var"])
         assert np.array_equal(state["returns"], single["state"]["returns"])
         assert np.array_equal(rank["normalizer"]["outputs"][0], single["outputs"][0][ranges.start : ranges.stop])
         for (obs, rewards), (whole_obs, whole_rewards) in zip(rank["normalizer"]["outputs"][1:], single["outputs"][1:]):
@@ -235,10 +239,12 @@ def test_the_first_rollout_is_the_single_process_columns(two_ranks, name) -> Non
         for key in FORWARD:
             assert np.allclose(got["arrays"][key], single["arrays"][key][:, envs.start : envs.stop], rtol=1e-5, atol=1e-6), key
         assert got["num_timesteps"] == single["num_timesteps"] == 16 * n_envs
-        assert got["episodes"] == single["episodes"] and (len(single["episodes"]) > 0 or name != "cartpole")  # Pendulum: 200 steps
+        # Pendulum: 200 steps
+        assert got["episodes"] == single["episodes"] and (len(single["episodes"]) > 0 or name != "cartpole")
         assert torch.equal(got["rng"], single["rng"])
         if name == "pendulum_workers":  # each rank's policy step where its envs are, unless this CPU's start probe refused it
-            assert "in each process for the envs it steps" in got["policy_line"] or "start probe" in got["policy_line"], got["policy_line"]
+            assert "in each process for the envs it steps" in got["policy_line"] or \
+                "start probe" in got["policy_line"], got["policy_line"]
 
 
 def test_env_ranges_split_unevenly_in_order() -> None:
@@ -255,7 +261,8 @@ def test_rank_info_reads_torchruns_environment() -> None:
     assert (info.rank, info.world, info.local_rank, info.local_world) == (3, 4, 1, 2)
     with pytest.raises(ValueError, match="RANK is not set"):
         RankInfo.from_env({"WORLD_SIZE": "2"})
-    with pytest.raises(ValueError, match=r"RANK='abc' is not a whole number; LOCAL_WORLD_SIZE=0 is not in \[1, 2\]; MASTER_ADDR is not set$"):
+    with pytest.raises(ValueError, match=r"RANK='abc' is not a whole number; LOCAL_WORLD_SIZE=0 is not in \[1, 2\]; "
+                                         r"MASTER_ADDR is not set$"):
         RankInfo.from_env({"WORLD_SIZE": "2", "RANK": "abc", "LOCAL_WORLD_SIZE": "0", "MASTER_PORT": "29500"}, store=True)
 
 

@@ -21,7 +21,8 @@ import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.main_ppo_godot import godot_argv
-from ppo_dict.run.cli import COMMAND_LINE_FLAGS, ZOO_FLAGS, default_text, explicit_flags, flag_default, flag_groups, flag_text, shown_default
+from ppo_dict.run.cli import (COMMAND_LINE_FLAGS, ZOO_FLAGS, default_text, explicit_flags, flag_default, flag_groups,
+                              flag_text, shown_default)
 from tests.conftest import ROOT
 
 DOCS = Path(ROOT) / "docs"
@@ -143,7 +144,8 @@ def test_every_commands_help_shows_its_defaults_in_plain_words(module: str) -> N
     text = HOOKS.command_help(module, width=100000)
     assert text.startswith(f"usage: python -m {module} ") and "\n\noptions:\n" in text, text[:300]
     assert "``" not in text and not re.search(r":(func|class|meth|mod|attr|data|exc):`", text), text
-    entries = [entry for entry in re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1]) if not entry.startswith("  -h, --help")]
+    entries = [entry for entry in re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1])
+               if not entry.startswith("  -h, --help")]
     assert len(entries) >= 2
     for entry in entries:
         entry = " ".join(entry.split("\n\n")[0].split())  # one option: up to a blank line (the next group, the epilog)
@@ -155,9 +157,11 @@ def test_godot_help_is_its_own_with_the_demos_defaults() -> None:
     text = HOOKS.command_help("ppo_dict.main_ppo_godot", width=100000)
     defaults = help_defaults(text)
     assert defaults["env_path"] == "None: the demo game" and re.search(r"\n  --env_path PATH ", text)
-    assert (defaults["env"], defaults["total_timesteps"], defaults["n_envs"], defaults["gamma"]) == ("godot_demo", "150000", "8", "0.98")
+    assert (defaults["env"], defaults["total_timesteps"], defaults["n_envs"], defaults["gamma"]) == \
+        ("godot_demo", "150000", "8", "0.98")
     assert "usage: python -m ppo_dict.main_ppo " not in text and "\nexamples:\n  python -m ppo_dict.main_ppo_godot " in text
-    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS) | set(ZOO_FLAGS) | {"env_path"}
+    assert set(defaults) == \
+        {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS) | set(ZOO_FLAGS) | {"env_path"}
 
 
 def doc_commands() -> list[tuple[str, str]]:
@@ -197,7 +201,8 @@ def test_readme_speed_summary_is_the_sites_table() -> None:
     """README keeps no copy of the speed table (the site draws it from docs/figures/speed.csv): its summary's range of
     training ratios is the table's, and it links the page."""
     readme = (Path(ROOT) / "README.md").read_text()
-    training = [float(re.search(r"\*\*([\d.]+)x\*\*", row).group(1)) for row in HOOKS.speed_markdown(HOOKS.speed_rows()).splitlines()
+    training = [float(re.search(r"\*\*([\d.]+)x\*\*", row).group(1))
+                for row in HOOKS.speed_markdown(HOOKS.speed_rows()).splitlines()
                 if ": training" in row and "cuda" not in row]
     low, high = min(training), max(training)
     assert f"at {low:.1f}x to {high:.1f}x sb3's throughput" in readme and "docs/speed.md#where-things-stand" in readme
@@ -230,13 +235,15 @@ def test_api_reference_lists_configs_fields_and_the_constructors_parameters() ->
     parameters = HOOKS.constructor_markdown()
     for name, spec in ALGORITHMS.items():
         section = parameters.split(f"### `{name}(...)`", 1)[1].split("### ", 1)[0]
-        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == list(spec.signature().parameters)
+        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == \
+            list(spec.signature().parameters)
         assert "| `n_envs` | <code>None</code> | ppo_dict's setting: environments stepped in parallel" in section
         assert inspect.signature(spec.sb3().__init__).parameters["learning_rate"].default == 3e-4
 
 
 def test_every_role_the_docstrings_use_is_one_the_docs_hook_renders() -> None:
-    """A role kind the hook does not know would render raw in the API reference (and only there: ``make docs`` does not fail)."""
+    """A role kind the hook does not know would render raw in the API reference (and only there: ``make docs`` does not
+    fail)."""
     used = {kind for path in [*Path(ROOT, "ppo_dict").rglob("*.py"), *Path(ROOT, "envs").rglob("*.py")]
             for kind in re.findall(r"(?<![\w:]):(\w+):`[~\w.]+`", path.read_text())}
     assert used and all(HOOKS.SPHINX_ROLE.search(f":{kind}:<code>x</code>") for kind in used), used
@@ -245,7 +252,8 @@ def test_every_role_the_docstrings_use_is_one_the_docs_hook_renders() -> None:
 def test_the_docstrings_roles_render_as_code() -> None:
     """The API reference shows ``:class:`~a.b.Config``` as the code it names, not as raw text (the docs hook)."""
     html = 'see :class:<code>~ppo_dict.core.config.Config</code> and :meth:<code>predict</code>, :func:<code>a.b</code>'
-    assert HOOKS.on_page_content(html, None, None, None) == "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
+    assert HOOKS.on_page_content(html, None, None, None) == \
+        "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
 
 
 def test_results_table_holds_every_run() -> None:

@@ -90,7 +90,8 @@ def cut_python(code: str) -> str:
 
 #: (heading, kind) of the blocks that take more than ~20 CPU seconds even cut short: run by `make test-all`
 #: (RecurrentPPO's Python block: about 75 CPU seconds, its per-step LSTM update and predict loop)
-#: blocks that run in make test-all only: what they run, make test runs elsewhere (the rendered pixels: tests/envs/test_pixels.py)
+#: blocks that run in make test-all only: what they run, make test runs elsewhere (the rendered pixels:
+#: tests/envs/test_pixels.py)
 SLOW = {("Recurrent policies", "python"), ("Pixels", "bash")}
 
 
@@ -151,8 +152,9 @@ def test_python_blocks_are_cut_short() -> None:
         "learn(total_timesteps=256); PPO(n_steps=64, batch_size=32)"
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=f"{b.index}-{b.kind}-{re.sub(r'[^a-z]+', '_', b.heading.lower()).strip('_')}",
-                                                marks=block_marks(b)) for b in BLOCKS])
+@pytest.mark.parametrize("block", [
+    pytest.param(b, id=f"{b.index}-{b.kind}-{re.sub(r'[^a-z]+', '_', b.heading.lower()).strip('_')}", marks=block_marks(b))
+    for b in BLOCKS])
 def test_example_runs(block: Block, work: Path, done: set[int]) -> None:
     run_block(block, work, done)
 
@@ -169,7 +171,8 @@ def test_getting_started_own_env_runs_under_both_imports(tmp_path: Path) -> None
     (tmp_path / "ours.py").write_text(cut_python(script.text))
     (tmp_path / "sb3s.py").write_text(sb3_script)
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    runs = [["bash", "-c", cut_command(line)] for line in commands(shell)] + [[sys.executable, "ours.py"], [sys.executable, "sb3s.py"]]
+    runs = [["bash", "-c", cut_command(line)] for line in commands(shell)] + \
+        [[sys.executable, "ours.py"], [sys.executable, "sb3s.py"]]
     for argv in runs:
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{argv[-1]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import ROOT
 from tests.faults.test_worker_faults import assert_session_gone, finish, shm_entries
-from tests.fuzz_flags import (PATH_FIELDS, Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes, hostile_paths,
-                               prepare_folder, run_in_process, unusable_paths)
+from tests.fuzz_flags import (PATH_FIELDS, Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes,
+                              hostile_paths, prepare_folder, run_in_process, unusable_paths)
 
 FOLDER = tempfile.mkdtemp(prefix="ppo_dict_fuzz_")
 atexit.register(shutil.rmtree, FOLDER, True)
@@ -74,7 +74,8 @@ def popen_main(argv: list[str]) -> subprocess.Popen:
 
 
 def communicate(proc: subprocess.Popen, argv: list[str], timeout: float, what: str) -> tuple[str, str]:
-    """Its output once it has exited (a failure saying ``what`` if not within ``timeout`` s); no process of its session left."""
+    """Its output once it has exited (a failure saying ``what`` if not within ``timeout`` s); no process of its session
+    left."""
     out, err = finish(proc, timeout, f"{what}: {argv}")
     assert_session_gone(proc.pid, seconds=3)
     return out, err
@@ -114,7 +115,8 @@ def test_accepted_fuzzed_command_lines_start_and_stop_cleanly() -> None:
     collect()
     assert len(started) >= 15, started
     for i, argv in enumerate(started):
-        start_and_stop(argv + ["--run_dir", os.path.join(FOLDER, f"run_{i}"), "--seed", str(i)], os.path.join(FOLDER, f"run_{i}"))
+        start_and_stop(argv + ["--run_dir", os.path.join(FOLDER, f"run_{i}"), "--seed", str(i)],
+                       os.path.join(FOLDER, f"run_{i}"))
 
 
 def start_and_stop(argv: list[str], run_dir: str) -> None:

@@ -51,7 +51,8 @@ def fuzz(worker: Isolated, real_files: dict[str, str], folder: str, zips: int, p
 
 def test_mutated_sb3_files_read_as_a_value_or_one_clean_refusal(file_reader, real_files, tmp_path) -> None:
     worker = file_reader
-    assert clean(worker.read("zip", real_files["zip"])) is None and worker.read("zip", real_files["zip"])["outcome"].startswith("value")
+    assert clean(worker.read("zip", real_files["zip"])) is None and \
+        worker.read("zip", real_files["zip"])["outcome"].startswith("value")
     kinds = fuzz(worker, real_files, str(tmp_path), zips=80, pickles=110, seed=0)  # 300 reads
     assert kinds[("zip", "refused")] and kinds[("zip", "value")] and kinds[("vecnormalize", "refused")], kinds
 

@@ -19,7 +19,8 @@ PACKAGES = {"ppo_dict": "ppo_dict", "envs": "ppo_dict.envs"}
 #: Inside ``ppo_dict.algo``, its concepts are layers too: the networks, the rollout that runs them, the update that
 #: trains them, the ranks that share both; the trainer (``algo/ppo.py``) and the model on top.
 LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo.networks", "ppo_dict.algo.rollout",
-          "ppo_dict.algo.training", "ppo_dict.algo.ranks", "ppo_dict.algo", "ppo_dict.interop", "ppo_dict.run", "ppo_dict.api", "ppo_dict")
+          "ppo_dict.algo.training", "ppo_dict.algo.ranks", "ppo_dict.algo", "ppo_dict.interop", "ppo_dict.run", "ppo_dict.api",
+          "ppo_dict")
 
 
 def modules() -> dict[str, Path]:
@@ -118,7 +119,8 @@ def test_envs_never_imports_the_trainer() -> None:
 
 def layer(module: str) -> int:
     """The index in ``LAYERS`` of the layer ``module`` belongs to (the longest package prefix)."""
-    return max((i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")), key=lambda i: len(LAYERS[i]))
+    return max((i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")),
+               key=lambda i: len(LAYERS[i]))
 
 
 def upward(edges: dict[str, set[str]]) -> list[str]:
@@ -137,7 +139,8 @@ def test_imports_run_down_the_layers() -> None:
 
 def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
     """Everything else lives in a layer's package: a flat module would belong to no layer."""
-    top = [path for name, path in modules().items() if name.count(".") == 1 and not name.startswith("ppo_dict.envs") and path.parent.name == "ppo_dict"]
+    top = [path for name, path in modules().items()
+           if name.count(".") == 1 and not name.startswith("ppo_dict.envs") and path.parent.name == "ppo_dict"]
     not_commands = [p.name for p in top if p.name != "__init__.py" and 'if __name__ == "__main__":' not in p.read_text()]
     assert len(top) > 1 and not_commands == []
     packages = {p.parent.name for p in (ROOT / "ppo_dict").glob("*/__init__.py")}
@@ -159,11 +162,14 @@ def test_every_package_is_installed() -> None:
 
 
 def test_config_is_a_leaf_of_the_trainer() -> None:
-    leaves = {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine", "ppo_dict.core.layout"}
+    leaves = {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine",
+              "ppo_dict.core.layout"}
     assert graph()["ppo_dict.core.config"] <= leaves | {"ppo_dict.core.config_rules"}
-    assert graph()["ppo_dict.core.config_rules"] <= leaves  # what follows from the settings (Config's base): the same leaves
+    # what follows from the settings (Config's base): the same leaves
+    assert graph()["ppo_dict.core.config_rules"] <= leaves
     assert graph()["ppo_dict.core.layout"] <= {"ppo_dict.core.load"}  # which process steps which env: from the CPUs alone
-    assert graph()["ppo_dict.core.load"] <= {"ppo_dict.core.machine"}  # the CPUs left: what the machine has, less what others use
+    # the CPUs left: what the machine has, less what others use
+    assert graph()["ppo_dict.core.load"] <= {"ppo_dict.core.machine"}
     assert graph()["ppo_dict.core.fields"] <= {"ppo_dict.core.parse"}
     assert graph()["ppo_dict.core.machine"] == set()  # what the machine has: read from the system alone
 

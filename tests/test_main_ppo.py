@@ -17,7 +17,8 @@ from tests.conftest import ROOT
 QUICK = ["--n_steps", "128", "--batch_size", "64", "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0"]
 
 
-def run_cli(*args: str, timeout: float = 180, python_flags: tuple = (), env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 180, python_flags: tuple = (),
+            env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in {**os.environ, "PYTHONPATH": ROOT, **(env_extra or {})}.items() if v is not None}  # None: unset
     return subprocess.run([sys.executable, *python_flags, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=env)
@@ -47,8 +48,8 @@ def test_main_job_prints_tables_and_summary() -> None:
 
 def test_bad_config_lists_every_problem_and_exits_2() -> None:
     for flags in ((), ("-O",)):  # no asserts: works under python -O too
-        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "-1", "--ent_coef", "nan",
-                       "--batch_size", "1", "--env", "gym_Hoper-v5", python_flags=flags)
+        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "-1", "--ent_coef",
+                       "nan", "--batch_size", "1", "--env", "gym_Hoper-v5", python_flags=flags)
         assert proc.returncode == 2
         assert "7 invalid setting(s)" in proc.stderr, proc.stderr
         for name in ("n_epochs", "clip_range", "gamma", "learning_rate", "ent_coef", "batch_size", "Did you mean: `Hopper`?"):
@@ -107,23 +108,25 @@ def test_runs_from_a_project_that_has_its_own_envs_package(tmp_path) -> None:
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "__init__.py").write_text("OWNER = 'the user'\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user runs it: the installed package
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--n_envs", "4", "--num_workers", "2",
-                           *QUICK, "--verbose", "0", "--progress", "none", "--plot", "False"],
+    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--n_envs", "4",
+                           "--num_workers", "2", *QUICK, "--verbose", "0", "--progress", "none", "--plot", "False"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 512
-    check = "import envs, ppo_dict.envs; assert envs.OWNER == 'the user' and ppo_dict.envs.resolve_env_name('gym_CartPole-v1').gym_id"
+    check = ("import envs, ppo_dict.envs; "
+             "assert envs.OWNER == 'the user' and ppo_dict.envs.resolve_env_name('gym_CartPole-v1').gym_id")
     subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, check=True, timeout=60)
 
 
 TOY = ["--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy"]
 NEW_CODEPATHS = {
     # MultiDiscrete actions on a Dict of every observation leaf, two worker processes, evaluation, export, replay
-    "multi_discrete": [*TOY, "--env_kwargs", "dict(observation='dict', action='multi_discrete')", "--n_envs", "2", "--num_workers", "2",
-                       "--eval_freq", "256", "--eval_episodes", "2"],
+    "multi_discrete": [*TOY, "--env_kwargs", "dict(observation='dict', action='multi_discrete')", "--n_envs", "2",
+                       "--num_workers", "2", "--eval_freq", "256", "--eval_episodes", "2"],
     # MultiBinary actions on MultiBinary observations, spawn workers, normalised rewards
-    "multi_binary": [*TOY, "--env_kwargs", "dict(observation='multi_binary', action='multi_binary')", "--n_envs", "2", "--num_workers", "2",
-                     "--mp_method", "spawn", "--normalize", "True", "--eval_freq", "256", "--eval_episodes", "2"],
+    "multi_binary": [*TOY, "--env_kwargs", "dict(observation='multi_binary', action='multi_binary')", "--n_envs", "2",
+                     "--num_workers", "2", "--mp_method", "spawn", "--normalize", "True", "--eval_freq", "256",
+                     "--eval_episodes", "2"],
     # gSDE from rl-zoo's Pendulum-v1 entry (use_sde, sde_sample_freq 4), flags typed here win over the file
     "gsde_rl_zoo": ["--env", "gym_Pendulum-v1", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "2", "--num_workers", "0",
                     "--eval_freq", "256", "--eval_episodes", "1"],

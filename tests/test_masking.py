@@ -23,7 +23,8 @@ from ppo_dict.run.evaluation import run_episodes
 from ppo_dict.vec import make_env_pool
 from ppo_dict.vec.shared_memory import plan_layout
 
-MASKED = dict(env="gym_PPODictMaskedJump-v0", gym_packages="ppo_dict.envs.masked", action_masks=True, n_steps=16, batch_size=32, n_epochs=1, seed=0)
+MASKED = dict(env="gym_PPODictMaskedJump-v0", gym_packages="ppo_dict.envs.masked", action_masks=True, n_steps=16,
+              batch_size=32, n_epochs=1, seed=0)
 BAD = dict(MASKED, env="gym_PPODictBadMask-v0", gym_packages="tests.envs.mask_fault_envs")
 
 
@@ -68,7 +69,8 @@ def test_masks_live_in_the_shared_layout() -> None:
 
 def test_config_refuses_what_masking_does_not_support() -> None:
     problems = Config(**MASKED, use_sde=True, n_envs=3, num_workers=0).problems()
-    assert problems == ["action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary actions); drop --use_sde"]
+    assert problems == ["action_masks=True: MaskablePPO has no gSDE (masks need Discrete, "
+                        "MultiDiscrete or MultiBinary actions); drop --use_sde"]
     assert not Config(**{**MASKED, "batch_size": 16}, n_envs=3, num_workers=0).problems()  # 48 % 16 = 0
     odd = Config(**{**MASKED, "batch_size": 47}, n_envs=3, num_workers=0)  # 48 % 47 = 1: NaN in MaskablePPO
     assert odd.problems() == [
@@ -81,7 +83,8 @@ def test_config_refuses_what_masking_does_not_support() -> None:
 @pytest.mark.parametrize("env, kwargs, expected", [
     ("gym_PPODictToy-v0", dict(gym_packages="ppo_dict.envs.toy", env_kwargs=dict(action="discrete")),
      "action_masks=True: env 0 has no action_masks() method, needed by --action_masks"),
-    ("gym_Pendulum-v1", {}, "action_masks=True: invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions"),
+    ("gym_Pendulum-v1", {},
+     "action_masks=True: invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions"),
     ("gym_PPODictBadMask-v0", dict(gym_packages="tests.envs.mask_fault_envs", env_kwargs=dict(bad="shape", at_step=0)),
      "action_masks=True: env 0: action_masks() after its first reset (one env built to check it, before training): "
      "11 entries (shape (11,)), expected 12 = 12"),
@@ -149,7 +152,8 @@ def test_evaluation_takes_masks_as_maskable_predict() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         unmasked = ActorCritic(env.observation_space, env.action_space)
-    assert min(run_episodes(Model(Config(), unmasked, None, env.observation_space, env.action_space), env, 3, 0, deterministic=False)[0]) < -50  # the guard can fail
+    assert min(run_episodes(Model(Config(), unmasked, None, env.observation_space, env.action_space), env, 3, 0,
+                            deterministic=False)[0]) < -50  # the guard can fail
 
 
 def test_export_sb3_writes_a_maskable_ppo_zip(tmp_path) -> None:
@@ -157,7 +161,8 @@ def test_export_sb3_writes_a_maskable_ppo_zip(tmp_path) -> None:
     and counters exactly, and predicts our masked actions."""
     from sb3_contrib import MaskablePPO
 
-    cfg = Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), n_envs=2, num_workers=0, total_timesteps=64, normalize=True)
+    cfg = Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), n_envs=2, num_workers=0, total_timesteps=64,
+                 normalize=True)
     model = PPO(cfg.replace(verbose=0), make_env_pool(cfg))
     try:
         model.learn()
@@ -170,7 +175,8 @@ def test_export_sb3_writes_a_maskable_ppo_zip(tmp_path) -> None:
         assert torch.equal(loaded.policy.state_dict()[name], value), name
     ours_adam, theirs_adam = model.optimizer.state_dict()["state"], loaded.policy.optimizer.state_dict()["state"]
     assert all(torch.equal(ours_adam[k]["exp_avg_sq"], theirs_adam[k]["exp_avg_sq"]) for k in ours_adam)
-    obs, masks = np.random.default_rng(0).random((4, 10)).astype(np.float32), np.tile([True, False, True, True, False, True, True, True, True, False], (4, 1))
+    obs, masks = (np.random.default_rng(0).random((4, 10)).astype(np.float32),
+                  np.tile([True, False, True, True, False, True, True, True, True, False], (4, 1)))
     with torch.no_grad():
         ours = model.policy(torch.as_tensor(obs), deterministic=True, action_masks=torch.as_tensor(masks))[0].numpy()
     assert np.array_equal(loaded.predict(obs, deterministic=True, action_masks=masks)[0], ours)

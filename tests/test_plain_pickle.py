@@ -108,8 +108,8 @@ def test_hostile_opcodes_are_refused_and_nothing_they_name_runs(file_reader, tmp
 def test_plain_data_reads_back_equal(protocol) -> None:
     values = [np.zeros((2, 3), np.float32), np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(5).astype(">i4"),
               np.array([True, False]), np.zeros((0, 3)), np.float64(1.5), np.int64(-3), np.complex128(1 + 2j),
-              collections.deque([{"r": 1.0, "l": 3, "t": 0.5}], maxlen=100), collections.OrderedDict(a=1), {"a": [1, (2, "b"), None]},
-              {"x"}, frozenset({"y"}), b"xy", bytearray(b"ab"), 10**30, -2.5]
+              collections.deque([{"r": 1.0, "l": 3, "t": 0.5}], maxlen=100), collections.OrderedDict(a=1),
+              {"a": [1, (2, "b"), None]}, {"x"}, frozenset({"y"}), b"xy", bytearray(b"ab"), 10**30, -2.5]
     for value in values:
         read = plain_load(pickle.dumps(value, protocol=protocol))
         if isinstance(value, np.ndarray):

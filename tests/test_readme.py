@@ -192,7 +192,8 @@ def test_readme_command(command: Command, work: Path) -> None:
 
 
 #: README's Python block cut short as its commands are: one short rollout, one evaluation episode
-PYTHON_CUT = {"n_steps=1024": "n_steps=64", "total_timesteps=50_000": "total_timesteps=64", "n_eval_episodes=10": "n_eval_episodes=1"}
+PYTHON_CUT = {"n_steps=1024": "n_steps=64", "total_timesteps=50_000": "total_timesteps=64",
+              "n_eval_episodes=10": "n_eval_episodes=1"}
 
 
 def test_readme_python_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,7 +26,8 @@ def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int, rnn_
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     obs_space, act_space = spaces.Box(-1, 1, (5,), np.float32), spaces.Box(-1, 1, (2,), np.float32)
-    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers, rnn_type=rnn_type, **critic)
+    policy = RecurrentActorCritic(obs_space, act_space, lstm_hidden_size=hidden, n_lstm_layers=layers, rnn_type=rnn_type,
+                                  **critic)
     storage = RolloutStorage(obs_space, act_space, n_steps, n_envs)
     storage.lstm_states = StateStore(n_steps, (range(n_envs),), layers, hidden, critic_lstm=True, cell=rnn_type)
     storage.obs["obs"][:n_steps] = rng.normal(size=(n_steps, n_envs, 5))
@@ -39,8 +40,8 @@ def rollout(n_steps: int, n_envs: int, hidden: int, layers: int, seed: int, rnn_
     return policy, SequenceRollout(storage, policy.action_spec.to_training, torch.device("cpu"))
 
 
-SETTINGS = UpdateSettings(learning_rate=1e-3, clip_range=0.2, clip_range_vf=0.3, n_epochs=1, batch_size=0, normalize_advantage=True,
-                          ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+SETTINGS = UpdateSettings(learning_rate=1e-3, clip_range=0.2, clip_range_vf=0.3, n_epochs=1, batch_size=0,
+                          normalize_advantage=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
 
 
 @pytest.mark.parametrize("hidden, layers, batch_size, critic", [
@@ -63,7 +64,8 @@ def test_fast_path_equals_the_exact_path_to_float_tolerance(hidden: int, layers:
             policy.zero_grad()
             evaluate = SequenceEvaluate(policy, whole_sequences=whole)
             outputs = evaluate(batch, batch.actions)
-            loss, _ = sequence_loss(evaluate, batch, SETTINGS.__class__(**{**SETTINGS.__dict__, "batch_size": batch_size}), UpdateLog())
+            loss, _ = sequence_loss(evaluate, batch, SETTINGS.__class__(**{**SETTINGS.__dict__, "batch_size": batch_size}),
+                                    UpdateLog())
             loss.backward()
             results.append([*(o.detach() for o in outputs), loss.detach(), *(p.grad.clone() for p in policy.parameters())])
         names = ["values", "log_prob", "entropy", "loss", *(f"d {n}" for n, _ in policy.named_parameters())]

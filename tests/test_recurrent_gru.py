@@ -42,7 +42,8 @@ def torch_sequence(gru: torch.nn.GRU, features: torch.Tensor, h: torch.Tensor, s
 
 
 def test_gru_policy_has_one_state_per_layer_in_the_lstm_s_places() -> None:
-    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, n_lstm_layers=2, rnn_type="gru")
+    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, n_lstm_layers=2,
+                                  rnn_type="gru")
     assert isinstance(policy.lstm_actor, torch.nn.GRU) and isinstance(policy.lstm_critic, torch.nn.GRU)
     assert policy.lstm_actor.weight_ih_l1.shape == (3 * 8, 8) and policy.lstm_actor.num_layers == 2
     states = policy.initial_states(3)
@@ -59,7 +60,8 @@ def test_gru_rollout_step_is_torch_s_gru(critic: dict) -> None:
     values, log-probs and states after the step that ``nn.GRU``'s module call and the policy's heads give, ``==``."""
     torch.manual_seed(0)
     n = 6
-    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, rnn_type="gru", **critic).eval()
+    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, rnn_type="gru",
+                                  **critic).eval()
     obs, h_pi, h_vf = torch.randn(n, 5), torch.randn(1, n, 8), torch.randn(1, n, 8)
     starts = np.array([1, 0, 0, 1, 0, 0], dtype=bool)
     keep = RecurrentStep.keep(starts, torch.device("cpu"))
@@ -111,7 +113,8 @@ def test_gru_exact_update_is_torch_s_gru_with_its_gradients(layers: int) -> None
                 values = policy.value_net(policy.mlp_extractor.forward_critic(latent_vf))
                 log_prob, entropy = dist.log_prob(batch.actions), dist.entropy()
             (values.sum() + log_prob.sum() + entropy.sum()).backward()
-            results.append([values.detach(), log_prob.detach(), entropy.detach(), *(p.grad.clone() for p in policy.parameters())])
+            results.append([values.detach(), log_prob.detach(), entropy.detach(),
+                            *(p.grad.clone() for p in policy.parameters())])
         names = ["values", "log_prob", "entropy", *(f"d {n}" for n, _ in policy.named_parameters())]
         for name, a, b in zip(names, *results):
             assert_same_value(b, a, name)
@@ -119,9 +122,9 @@ def test_gru_exact_update_is_torch_s_gru_with_its_gradients(layers: int) -> None
 
 
 # ------------------------------------------------------------------------------ a GRU run used as an LSTM run is
-GRU_CLI = ["--env", "gym_PPODictKeyDoor-v0", "--gym_packages", "ppo_dict.envs.key_door", "--model", "mlp_lstm", "--rnn_type", "gru",
-           "--action_masks", "True", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size",
-           "32", "--n_epochs", "2", "--seed", "0", "--verbose", "0", "--plot", "False"]
+GRU_CLI = ["--env", "gym_PPODictKeyDoor-v0", "--gym_packages", "ppo_dict.envs.key_door", "--model", "mlp_lstm", "--rnn_type",
+           "gru", "--action_masks", "True", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2", "--n_steps",
+           "32", "--batch_size", "32", "--n_epochs", "2", "--seed", "0", "--verbose", "0", "--plot", "False"]
 
 
 def test_gru_predict_and_onnx_carry_its_one_state(tmp_path) -> None:
@@ -132,7 +135,8 @@ def test_gru_predict_and_onnx_carry_its_one_state(tmp_path) -> None:
     from ppo_dict.data.masking import with_action_masks
     from ppo_dict.envs.key_door import KeyDoorEnv
 
-    cfg = Config(env="gym_PPODictKeyDoor-v0", model="mlp_lstm", rnn_type="gru", action_masks=True, lstm_hidden_size=8, n_lstm_layers=2)
+    cfg = Config(env="gym_PPODictKeyDoor-v0", model="mlp_lstm", rnn_type="gru", action_masks=True, lstm_hidden_size=8,
+                 n_lstm_layers=2)
     env = KeyDoorEnv()
     torch.manual_seed(0)
     model = Model(cfg, build_policy(cfg, env.observation_space, with_action_masks(env.action_space)).eval(), None,

@@ -39,10 +39,12 @@ def chain(env) -> list[str]:
 
 
 @pytest.mark.parametrize("env_id, zoo_id, key", [
-    ("Pendulum-v1", "Pendulum-v1", "Pendulum-v1"), ("Acrobot-v1", "Acrobot-v1", "Acrobot-v1"), ("CartPole-v1", "CartPole-v1", "CartPole-v1"),
-    ("LunarLander-v3", "LunarLander-v3", "LunarLander-v3"), ("HalfCheetah-v5", "HalfCheetah-v4", "HalfCheetah-v4"),
-    ("Hopper-v5", "Hopper-v4", "Hopper-v4"), ("Swimmer-v5", "Swimmer-v4", "Swimmer-v4"), ("Walker2d-v5", "Walker2d-v4", "Walker2d-v4"),
-    ("Ant-v5", "Ant-v4", "Ant-v4"), ("BreakoutNoFrameskip-v4", "BreakoutNoFrameskip-v4", "atari"), ("CarRacing-v3", "CarRacing-v3", "CarRacing-v3")])
+    ("Pendulum-v1", "Pendulum-v1", "Pendulum-v1"), ("Acrobot-v1", "Acrobot-v1", "Acrobot-v1"),
+    ("CartPole-v1", "CartPole-v1", "CartPole-v1"), ("LunarLander-v3", "LunarLander-v3", "LunarLander-v3"),
+    ("HalfCheetah-v5", "HalfCheetah-v4", "HalfCheetah-v4"), ("Hopper-v5", "Hopper-v4", "Hopper-v4"),
+    ("Swimmer-v5", "Swimmer-v4", "Swimmer-v4"), ("Walker2d-v5", "Walker2d-v4", "Walker2d-v4"),
+    ("Ant-v5", "Ant-v4", "Ant-v4"), ("BreakoutNoFrameskip-v4", "BreakoutNoFrameskip-v4", "atari"),
+    ("CarRacing-v3", "CarRacing-v3", "CarRacing-v3")])
 def test_setup_is_what_rl_zoo_makes_of_the_entry(env_id: str, zoo_id: str, key: str, tmp_path, capsys) -> None:
     """``zoo_id``: the id rl-zoo is asked for (the v4 entries are its own for the v4 ids); ``key``: the entry read."""
     setup = zoo_setup(env_id)
@@ -149,7 +151,8 @@ def test_check_names_the_first_rollout_that_differs() -> None:
     row = dict(env="E-v0", seed="0", planned="10", budget="10", timesteps="10", resumed_at="")
     final = [dict(row, lib="ppo_dict", run="a"), dict(row, lib="sb3", run="b", resumed_at="30")]
     curves = [dict(run=run, timesteps=str(t), ep_rew_mean=str(v)) for run, pts in
-              (("a", [(10, 1.0), (20, 2.0), (30, 3.0), (40, 9.0)]), ("b", [(10, 1.0), (20, 2.5), (30, 3.0), (40, 4.0)])) for t, v in pts]
+              (("a", [(10, 1.0), (20, 2.0), (30, 3.0), (40, 9.0)]), ("b", [(10, 1.0), (20, 2.5), (30, 3.0), (40, 4.0)])) for t,
+              v in pts]
     text, differ = check_text(final, curves)
     assert differ and text.startswith("E-v0 seed 0: DIFFERENT at rollout 2 (step 20): sb3 2.5, ppo_dict 2.0")
     curves[5]["ep_rew_mean"] = "2.0"  # equal up to sb3's resume at step 30; the difference after it does not count
@@ -163,7 +166,8 @@ def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tm
     row.update(env="E-v0", lib="ppo_dict", seed="0", planned="10", budget="10", timesteps="10")
     here, there = tmp_path / "here", tmp_path / "there"
     os.makedirs(here), os.makedirs(there)
-    old, again, other = dict(row, run="old", eval_mean="1.0"), dict(row, run="again", eval_mean="2.0"), dict(row, run="other", seed="1")
+    old, again, other = (dict(row, run="old", eval_mean="1.0"), dict(row, run="again", eval_mean="2.0"),
+                         dict(row, run="other", seed="1"))
     results.append(str(here / "final.csv"), results.FINAL_FIELDS, [old])
     results.append(str(there / "final.csv"), results.FINAL_FIELDS, [old, again, other])
     curves = [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean=str(i), run=run)
@@ -222,11 +226,16 @@ def merge_folders(tmp_path):
 
 @pytest.mark.parametrize("spoil, said", [
     (lambda there: (there / "final.csv").write_text("env,lib,seed\nE-v0,ppo_dict,0\n"), "its header has no "),
-    (lambda there: open(there / "final.csv", "a").write("E-v0,x," + "9" * 200_000 + "\n"), "not CSV (field larger than field limit"),
+    (lambda there: open(there / "final.csv", "a").write("E-v0,x," + "9" * 200_000 + "\n"),
+     "not CSV (field larger than field limit"),
     (lambda there: open(there / "final.csv", "ab").write(b"E-v0,\xff\xfe\n"), "not UTF-8 text"),
-    (lambda there: open(there / "final.csv", "a").write(",".join(["E-v0", "", "ppo_dict", "zero"] + ["10"] * 3 + [""] * 7 + ["c", "h", "d", "bad"]) + "\r\n"), "seed is 'zero', not a whole number"),
-    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,1e30,1.0,good\r\n"), "timesteps is '1e30', not a whole number"),
-    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,10,high,good\r\n"), "ep_rew_mean is 'high', not a number"),
+    (lambda there: open(there / "final.csv", "a").write(",".join(["E-v0", "", "ppo_dict", "zero"] + ["10"] * 3 + [""] * 7
+                                                                 + ["c", "h", "d", "bad"]) + "\r\n"),
+     "seed is 'zero', not a whole number"),
+    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,1e30,1.0,good\r\n"),
+     "timesteps is '1e30', not a whole number"),
+    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,10,high,good\r\n"),
+     "ep_rew_mean is 'high', not a number"),
     (lambda there: open(there / "final.csv", "a").write("E-v0,ppo_dict,0,1,2\r\n"), "cells, its header 18"),
 ], ids=["no run column", "200 KB cell", "not utf-8", "text seed", "1e30 steps", "text return", "short row"])
 def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_path, capsys, spoil, said: str) -> None:
@@ -237,7 +246,8 @@ def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_pa
     before = {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")}
     assert results.main(["--merge", str(there), "--out", str(here)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"--merge {there}: ") and said in err and err.rstrip().endswith("nothing merged") and "Traceback" not in err, err
+    assert err.startswith(f"--merge {there}: ") and said in err and err.rstrip().endswith("nothing merged") and \
+        "Traceback" not in err, err
     assert {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")} == before
     assert sorted(os.listdir(here)) == ["curves.csv", "final.csv"]
     for name in ("final.csv", "curves.csv"):  # --check of a spoiled folder: one message too

@@ -54,7 +54,8 @@ CFG = Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
              device="cpu", verbose=0)
 WORKERS = dict(num_workers=3, main_envs=2)
 #: the rollout's arrays (``[n_steps(+1), n_envs, ...]``) and which of them the policy's rows set
-ARRAYS = ("actions", "rewards", "env_rewards", "episode_starts", "values", "log_probs", "advantages", "returns", "terminated", "truncated")
+ARRAYS = ("actions", "rewards", "env_rewards", "episode_starts", "values", "log_probs", "advantages", "returns", "terminated",
+          "truncated")
 POLICY = ("values", "log_probs", "advantages", "returns")
 
 
@@ -90,7 +91,8 @@ def central() -> list[dict[str, Any]]:
     return seen
 
 
-def differences(a: dict[str, Any], b: dict[str, Any], names: Any, rtol: float = 0.0, atol: float = 0.0, prefix: str = "") -> list[str]:
+def differences(a: dict[str, Any], b: dict[str, Any], names: Any, rtol: float = 0.0, atol: float = 0.0,
+                prefix: str = "") -> list[str]:
     """The entries of ``names`` (arrays or nested statistics) where ``b`` differs from ``a``: bit for bit, or beyond
     ``rtol``/``atol``."""
     found = []

@@ -30,7 +30,8 @@ def test_a_window_widens_a_process_s_rows_to_multiples_of_the_granule() -> None:
     assert list(GRANULES) == sorted(GRANULES) and GRANULES[0] == 1
 
 
-def sharded(obs_space: spaces.Space, action_space: spaces.Space, normalize: bool = False, **kwargs) -> tuple[ShardedRollout, ActorCritic]:
+def sharded(obs_space: spaces.Space, action_space: spaces.Space, normalize: bool = False,
+            **kwargs) -> tuple[ShardedRollout, ActorCritic]:
     torch.manual_seed(0)
     masked = kwargs.pop("action_masks", False)
     policy = ActorCritic(obs_space, action_space, action_masks=masked, **kwargs)
@@ -120,10 +121,12 @@ def test_what_keeps_the_policy_step_central_is_said(what: dict, expected: str) -
     storage = RolloutStorage(obs_space, action_space, 2, 4)
     cfg = Config(env="gym_CartPole-v1", n_envs=4, **what)
     assert sharding_problem(cfg, storage, policy, None, torch.device("cpu")) == expected
-    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, None, torch.device("cuda")) == \
+    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, None,
+                            torch.device("cuda")) == \
         "the policy runs on cuda"
     normalizer = Normalizer({"obs": (11,)}, 4)  # its normalised rows would be this process's alone
-    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, normalizer, torch.device("cpu")) == \
+    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, normalizer,
+                            torch.device("cpu")) == \
         "its normalised observations are not in shared memory"
 
 

@@ -56,7 +56,8 @@ def test_wandb_offline_run_holds_config_sb3_keys_and_eval(tmp_path) -> None:
     records = read_wandb_records(str(sync_dir / f"run-{run_id}.wandb"))
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert (run.project, run.run_group, list(run.tags), run.display_name) == ("ppo-test", "g1", ["a", "b"], "r1")
-    config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config" for item in r.config.update}
+    config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config"
+              for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in run.config.update})
     assert config["n_steps"] == 128 and config["learning_rate"] == 0.0003 and config["project"] == "ppo-test"
     # history items name their key in `key`, or (keys with "/") in the repeated `nested_key`

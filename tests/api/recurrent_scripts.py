@@ -85,7 +85,8 @@ def lstm_eval_save_load(api: SimpleNamespace, tmp: str, record: Record) -> None:
     model = api.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=6, verbose=0,
                              policy_kwargs=dict(lstm_hidden_size=16))
     record.attach(model)
-    evaluation = EvalCallback(eval_env, eval_freq=32, n_eval_episodes=3, best_model_save_path=os.path.join(tmp, "best"), log_path=tmp, verbose=0)
+    evaluation = EvalCallback(eval_env, eval_freq=32, n_eval_episodes=3, best_model_save_path=os.path.join(tmp, "best"),
+                              log_path=tmp, verbose=0)
     model.learn(96, callback=[evaluation, WatchStates(record)])
     record.results["evaluated"] = evaluate_policy(model, eval_env, n_eval_episodes=4, warn=False)
     with np.load(os.path.join(tmp, "evaluations.npz")) as f:
@@ -108,7 +109,8 @@ def lstm_eval_save_load(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
 
 def lstm_zip_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
-    """A zip sb3-contrib wrote (gSDE on Pendulum: ``load`` draws a new exploration matrix), loaded with an env and trained on."""
+    """A zip sb3-contrib wrote (gSDE on Pendulum: ``load`` draws a new exploration matrix), loaded with an env and
+    trained on."""
     from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 
     model = ContribRecurrentPPO("MlpLstmPolicy", api.make_vec_env("Pendulum-v1", n_envs=2, seed=8), n_steps=32, batch_size=32,

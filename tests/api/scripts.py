@@ -101,11 +101,14 @@ class Watch(BaseCallback):
 
     def _on_step(self) -> bool:
         seen = self.locals
-        new_obs = {k: np.array(v) for k, v in seen["new_obs"].items()} if isinstance(seen["new_obs"], dict) else np.array(seen["new_obs"])
-        self.record.steps.append((self.num_timesteps, self.n_calls, self.model.num_timesteps, seen["n_steps"], seen["rewards"].copy(),
-                                  np.array(seen["dones"]), new_obs, np.array(seen["actions"]), seen["values"].clone(), seen["log_probs"].clone(),
-                                  [plain_info(i) for i in seen["infos"]], seen["total_timesteps"], seen["tb_log_name"],
-                                  None if self.model.get_vec_normalize_env() is None else self.model.get_vec_normalize_env().obs_rms.mean.copy()))
+        new_obs = ({k: np.array(v) for k, v in seen["new_obs"].items()} if isinstance(seen["new_obs"], dict)
+                   else np.array(seen["new_obs"]))
+        self.record.steps.append((self.num_timesteps, self.n_calls, self.model.num_timesteps, seen["n_steps"],
+                                  seen["rewards"].copy(), np.array(seen["dones"]), new_obs, np.array(seen["actions"]),
+                                  seen["values"].clone(), seen["log_probs"].clone(), [plain_info(i) for i in seen["infos"]],
+                                  seen["total_timesteps"], seen["tb_log_name"],
+                                  None if self.model.get_vec_normalize_env() is None
+                                  else self.model.get_vec_normalize_env().obs_rms.mean.copy()))
         return not (self.stop_at and self.n_calls >= self.stop_at)
 
     def _on_rollout_end(self) -> None:
@@ -113,7 +116,8 @@ class Watch(BaseCallback):
         names = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
         self.record.rollouts.append({n: ({k: v.copy() for k, v in getattr(b, n).items()} if isinstance(getattr(b, n), dict)
                                          else np.array(getattr(b, n)).copy()) for n in names})
-        self.record.events.append(("rollout_end", self.num_timesteps, [untimed(e) for e in list(self.model.ep_info_buffer)[-3:]]))
+        self.record.events.append(("rollout_end", self.num_timesteps,
+                                   [untimed(e) for e in list(self.model.ep_info_buffer)[-3:]]))
 
     def _on_training_end(self) -> None:
         self.record.events.append(("training_end", self.num_timesteps))
@@ -129,7 +133,8 @@ def pendulum_eval(api: SimpleNamespace, tmp: str, record: Record) -> None:
     eval_env = make_vec_env("Pendulum-v1", n_envs=1, seed=5)  # seeded: gym.make's env would start from the OS's entropy
     model = api.PPO("MlpPolicy", "Pendulum-v1", n_steps=256, gamma=0.9, use_sde=True, seed=0, verbose=0)
     record.attach(model)
-    evaluation = EvalCallback(eval_env, eval_freq=256, n_eval_episodes=2, best_model_save_path=os.path.join(tmp, "best"), log_path=tmp, verbose=0)
+    evaluation = EvalCallback(eval_env, eval_freq=256, n_eval_episodes=2, best_model_save_path=os.path.join(tmp, "best"),
+                              log_path=tmp, verbose=0)
     model.learn(total_timesteps=768, callback=[evaluation, Watch(record)])
     model.save(os.path.join(tmp, "ppo_pendulum"))
     record.keep("trained", model)
@@ -271,7 +276,8 @@ def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
     record.results["statistics"] = {name: VecNormalize.load(os.path.join(tmp, "ckpt", name), eval_env).obs_rms.mean
                                     for name in saved if name.endswith(".pkl")}
     record.results["eval_statistics"] = (eval_env.obs_rms.mean.copy(), eval_env.ret_rms.var.copy())
-    record.results["logs"] = sorted(name.split(".tfevents.")[0] for name in os.listdir(os.path.join(tmp, "logs")))  # less time and pid
+    # less time and pid
+    record.results["logs"] = sorted(name.split(".tfevents.")[0] for name in os.listdir(os.path.join(tmp, "logs")))
     record.keep("stopped", model)
     env.close()
     eval_env.close()
@@ -284,7 +290,8 @@ SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
 }
 
 
-def run(name: str, which: str, tmp: str, scripts: Optional[dict[str, Callable[[SimpleNamespace, str, Record], None]]] = None) -> Record:
+def run(name: str, which: str, tmp: str,
+        scripts: Optional[dict[str, Callable[[SimpleNamespace, str, Record], None]]] = None) -> Record:
     """The record of script ``name`` (of ``scripts``, else :data:`SCRIPTS`) under import ``which`` (see
     :func:`imports`), its files in ``tmp``."""
     import warnings

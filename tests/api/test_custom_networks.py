@@ -97,8 +97,8 @@ def custom_cnn(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
 
 def custom_dict(api: SimpleNamespace, tmp: str, record: Record) -> None:
-    env = api.make_vec_env(PIXELS_ID, n_envs=2, seed=8, env_kwargs=dict(image_size=36, channels=1, episode_length=20, channel_last=True,
-                                                                         state_dim=3))
+    env = api.make_vec_env(PIXELS_ID, n_envs=2, seed=8, env_kwargs=dict(image_size=36, channels=1, episode_length=20,
+                                                                        channel_last=True, state_dim=3))
     train(api.PPO, "MultiInputPolicy", env, record, tmp, 64, n_steps=16, batch_size=16, n_epochs=2,
           policy_kwargs=dict(features_extractor_class=CustomCombinedExtractor, share_features_extractor=False, net_arch=[32]))
 
@@ -112,7 +112,8 @@ def net_arch(api: SimpleNamespace, tmp: str, record: Record) -> None:
 def rmsprop(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env = api.make_vec_env("CartPole-v1", n_envs=2, seed=10)
     train(api.PPO, "MlpPolicy", env, record, tmp, 128, n_steps=32, batch_size=32, n_epochs=2,
-          policy_kwargs=dict(optimizer_class=torch.optim.RMSprop, optimizer_kwargs=dict(alpha=0.99, eps=1e-5, weight_decay=0), net_arch=[16]))
+          policy_kwargs=dict(optimizer_class=torch.optim.RMSprop, optimizer_kwargs=dict(alpha=0.99, eps=1e-5, weight_decay=0),
+                             net_arch=[16]))
 
 
 def adam_kwargs(api: SimpleNamespace, tmp: str, record: Record) -> None:
@@ -136,7 +137,8 @@ class TwoLayers(BaseFeaturesExtractor):
 
     def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 16):
         super().__init__(observation_space, features_dim)
-        self.net = nn.Sequential(nn.Linear(get_flattened_obs_dim(observation_space), 32), nn.Tanh(), nn.Linear(32, features_dim), nn.ReLU())
+        self.net = nn.Sequential(nn.Linear(get_flattened_obs_dim(observation_space), 32), nn.Tanh(),
+                                 nn.Linear(32, features_dim), nn.ReLU())
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return self.net(observations)
@@ -148,7 +150,8 @@ def recurrent_extractor(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
     env = api.make_vec_env("CartPole-v1", n_envs=2, seed=13)
     model = api.RecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=0, verbose=0,
-                             policy_kwargs=dict(features_extractor_class=TwoLayers, lstm_hidden_size=8, optimizer_class=torch.optim.RMSprop))
+                             policy_kwargs=dict(features_extractor_class=TwoLayers, lstm_hidden_size=8,
+                                                optimizer_class=torch.optim.RMSprop))
     record.attach(model)
     model.learn(128, callback=Watch(record))
     record.keep("trained", model)
@@ -157,8 +160,8 @@ def recurrent_extractor(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env.close()
 
 
-NETWORK_SCRIPTS = {"recurrent_extractor": recurrent_extractor, "custom_cnn": custom_cnn, "custom_dict": custom_dict, "net_arch": net_arch, "rmsprop": rmsprop,
-                   "adam_kwargs": adam_kwargs, "maskable_class": maskable_class}
+NETWORK_SCRIPTS = {"recurrent_extractor": recurrent_extractor, "custom_cnn": custom_cnn, "custom_dict": custom_dict,
+                   "net_arch": net_arch, "rmsprop": rmsprop, "adam_kwargs": adam_kwargs, "maskable_class": maskable_class}
 
 
 @pytest.mark.parametrize("name,which", [(name, "ppo_dict") for name in NETWORK_SCRIPTS] + [("custom_cnn", "ppo_dict_envs"),
@@ -171,7 +174,8 @@ def test_custom_networks_give_sb3s_numbers(name: str, which: str, tmp_path) -> N
 
 
 def test_a_custom_extractors_modules_are_the_policys() -> None:
-    model = ppo_dict.PPO("MultiInputPolicy", ppo_dict.make_vec_env(PIXELS_ID, env_kwargs=dict(image_size=36, channels=1, state_dim=3)),
+    model = ppo_dict.PPO("MultiInputPolicy",
+                         ppo_dict.make_vec_env(PIXELS_ID, env_kwargs=dict(image_size=36, channels=1, state_dim=3)),
                          policy_kwargs=dict(features_extractor_class=CustomCombinedExtractor), seed=0, verbose=0)
     assert isinstance(model.policy.features_extractor, CustomCombinedExtractor) and model.policy.features_dim == 81 + 16
     assert model.policy.net_arch == dict(pi=[64, 64], vf=[64, 64])  # sb3's default for an extractor other than NatureCNN
@@ -180,10 +184,11 @@ def test_a_custom_extractors_modules_are_the_policys() -> None:
 
 def test_what_is_not_a_class_of_the_right_kind_is_refused() -> None:
     with pytest.raises(ConfigError) as raised:
-        ppo_dict.PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(features_extractor_class="CustomCNN", optimizer_class=nn.ReLU,
-                                                                    optimizer_kwargs=[0.9]))
+        ppo_dict.PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(features_extractor_class="CustomCNN",
+                                                                    optimizer_class=nn.ReLU, optimizer_kwargs=[0.9]))
     assert [p.split(": ", 1)[1] for p in raised.value.problems] == [
-        "must be a features extractor class (sb3's BaseFeaturesExtractor)", "must be a torch optimizer class (torch.optim.Adam, "
+        "must be a features extractor class (sb3's BaseFeaturesExtractor)",
+        "must be a torch optimizer class (torch.optim.Adam, "
         "torch.optim.RMSprop, ...)", "must be a dict of keyword arguments, or None"]
     assert np.all([p.startswith("policy_kwargs ") for p in raised.value.problems])
 
@@ -195,15 +200,20 @@ def test_a_zip_of_a_custom_network_loads_and_continues_as_after_sb3s_load(tmp_pa
 
     from tests.parity.sides import assert_same_value
 
-    policy_kwargs = dict(features_extractor_class=TwoLayers, optimizer_class=torch.optim.RMSprop, share_features_extractor=False)
-    model = SB3PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=1, verbose=0, policy_kwargs=policy_kwargs)
+    policy_kwargs = dict(features_extractor_class=TwoLayers, optimizer_class=torch.optim.RMSprop,
+                         share_features_extractor=False)
+    model = SB3PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=1, verbose=0,
+                   policy_kwargs=policy_kwargs)
     model.learn(64)
     model.save(os.path.join(tmp_path, "custom"))
     results = []
     for cls in (SB3PPO, ppo_dict.PPO):
-        # the extractor's class is named by the caller: ppo_dict rebuilds no class of the file's choosing (sb3 checks they agree)
-        loaded = cls.load(os.path.join(tmp_path, "custom"), env=make_vec_env("CartPole-v1", n_envs=2, seed=3), policy_kwargs=policy_kwargs)
+        # the extractor's class is named by the caller: ppo_dict rebuilds no class of the file's choosing (sb3 checks
+        # they agree)
+        loaded = cls.load(os.path.join(tmp_path, "custom"), env=make_vec_env("CartPole-v1", n_envs=2, seed=3),
+                          policy_kwargs=policy_kwargs)
         loaded.learn(128, reset_num_timesteps=False)
-        results.append(({k: v.clone() for k, v in loaded.policy.state_dict().items()}, loaded.policy.optimizer.state_dict()["state"]))
+        results.append(({k: v.clone() for k, v in loaded.policy.state_dict().items()},
+                        loaded.policy.optimizer.state_dict()["state"]))
         assert isinstance(loaded.policy.optimizer, torch.optim.RMSprop)
     assert_same_value(results[0], results[1], "sb3's load + learn against ppo_dict's")

@@ -57,12 +57,14 @@ def test_every_env_form_trains_to_sb3s_numbers(form: str) -> None:
     }[form]
     sb3 = trained(SB3PPO("MlpPolicy", sb3_env(), **SETTINGS))
     ours = ppo_dict.PPO("MlpPolicy", ours_env, **SETTINGS, **extra)
-    assert isinstance(ours.get_env(), VecEnv) and ours.trainer.pool.num_envs == extra.get("n_envs", 3 if form == "factories" else 1)
+    assert isinstance(ours.get_env(), VecEnv) and \
+        ours.trainer.pool.num_envs == extra.get("n_envs", 3 if form == "factories" else 1)
     assert_same_value(sb3, trained(ours), f"parameters after training on the env as {form}")
 
 
 def test_an_sb3_vec_env_is_stepped_as_sb3_steps_it_with_one_notice(capsys) -> None:
-    sb3 = trained(SB3PPO("MlpPolicy", sb3_make_vec_env("CartPole-v1", n_envs=2), **SETTINGS))  # the RNGs are global: one run, then the other
+    # the RNGs are global: one run, then the other
+    sb3 = trained(SB3PPO("MlpPolicy", sb3_make_vec_env("CartPole-v1", n_envs=2), **SETTINGS))
     venv = sb3_make_vec_env("CartPole-v1", n_envs=2)
     model = ppo_dict.PPO("MlpPolicy", venv, **SETTINGS)
     out = capsys.readouterr().out
@@ -138,13 +140,16 @@ if how != "exit":
     import os, time
     from pathlib import Path
     time.sleep(0.5)
-    print(json.dumps([p for p in pids if Path(f"/proc/{p}").exists() and "State:\\tZ" not in Path(f"/proc/{p}/status").read_text()]), flush=True)
+    print(json.dumps([p for p in pids
+                      if Path(f"/proc/{p}").exists() and "State:\\tZ" not in Path(f"/proc/{p}/status").read_text()]),
+          flush=True)
 """
 
 
 # a fresh interpreter starting worker processes each: 30-50 s on 2 cores; the interpreter's exit, which no
 # script line ends, runs in make test, the other two with the slow tests
-@pytest.mark.parametrize("how", [pytest.param("close", marks=pytest.mark.slow), pytest.param("with", marks=pytest.mark.slow), "exit"])
+@pytest.mark.parametrize("how",
+                         [pytest.param("close", marks=pytest.mark.slow), pytest.param("with", marks=pytest.mark.slow), "exit"])
 def test_no_worker_outlives_its_model(how: str, tmp_path) -> None:
     """Real worker processes end with model.env.close(), with ``with``, and when the interpreter exits
     (a script without a ``__main__`` guard, as sb3's documentation writes them)."""
@@ -190,7 +195,8 @@ def test_a_policy_class_that_is_none_of_sb3s_and_unknown_names_are_refused() -> 
     class Mine:
         pass
 
-    with pytest.raises(ConfigError, match="not a policy ppo_dict trains"):  # a subclass of ActorCriticPolicy: tests/api/test_own_policy.py
+    # a subclass of ActorCriticPolicy: tests/api/test_own_policy.py
+    with pytest.raises(ConfigError, match="not a policy ppo_dict trains"):
         ppo_dict.PPO(Mine, "CartPole-v1")
     ppo_dict.PPO(ActorCriticPolicy, "CartPole-v1", _init_setup_model=False)  # sb3's own class of MlpPolicy
     with pytest.raises(ConfigError, match="Policy LstmPolicy unknown"):

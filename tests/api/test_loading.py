@@ -43,7 +43,8 @@ def load_with_envs(api: SimpleNamespace, tmp: str, record: Record, n_envs: int) 
 
 def enjoy(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """rl-zoo's ``enjoy``: a model loaded with ``custom_objects`` that zero its learning rate and clip range,
-    run for an episode with ``predict``; then ``learn`` on it (a learning rate of 0: Adam's moments move, the weights do not)."""
+    run for an episode with ``predict``; then ``learn`` on it (a learning rate of 0: Adam's moments move, the weights do
+    not)."""
     model = api.PPO("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=64, n_epochs=2, seed=2, verbose=0)
     model.learn(64)
     model.save(os.path.join(tmp, "pendulum"))

@@ -15,7 +15,8 @@ from ppo_dict.api.files import is_sb3_zip
 from ppo_dict.core.errors import CheckpointError, ConfigError
 from tests.parity.sides import assert_same_value, run_ours
 
-KEY_DOOR = dict(n_envs=2, gym_packages=("ppo_dict.envs.key_door",), num_workers=0, n_steps=16, batch_size=24, n_epochs=2, seed=0)
+KEY_DOOR = dict(n_envs=2, gym_packages=("ppo_dict.envs.key_door",), num_workers=0, n_steps=16, batch_size=24, n_epochs=2,
+                seed=0)
 GRU = dict(lstm_hidden_size=16, rnn_type="gru")
 CLASSES = [ppo_dict.RecurrentPPO, ppo_dict.MaskableRecurrentPPO]
 
@@ -45,7 +46,8 @@ def test_a_gru_learns_as_the_command_line_s_gru_run(cls: type) -> None:
 
 
 def rollout(model, env, steps: int = 12) -> list:
-    """``(actions, states)`` of deterministic ``predict`` calls on ``env`` (reset with seed 5), the states carried, episode starts as stepped."""
+    """``(actions, states)`` of deterministic ``predict`` calls on ``env`` (reset with seed 5), the states carried,
+    episode starts as stepped."""
     env.seed(5)
     obs, state, starts, out = env.reset(), None, np.ones(env.num_envs, dtype=bool), []
     for _ in range(steps):
@@ -86,10 +88,12 @@ def test_gru_predict_save_and_load(cls: type, tmp_path) -> None:
 
 
 def test_an_lstm_named_so_is_sb3_contribs(tmp_path) -> None:
-    """``rnn_type="lstm"`` is the default LSTM: its ``save`` is sb3-contrib's zip, which sb3-contrib's ``RecurrentPPO.load`` opens."""
+    """``rnn_type="lstm"`` is the default LSTM: its ``save`` is sb3-contrib's zip, which sb3-contrib's
+    ``RecurrentPPO.load`` opens."""
     from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 
-    model = ppo_dict.RecurrentPPO("MlpLstmPolicy", "PPODictKeyDoor-v0", policy_kwargs=dict(lstm_hidden_size=16, rnn_type="lstm"), **KEY_DOOR)
+    model = ppo_dict.RecurrentPPO("MlpLstmPolicy", "PPODictKeyDoor-v0",
+                                  policy_kwargs=dict(lstm_hidden_size=16, rnn_type="lstm"), **KEY_DOOR)
     try:
         assert isinstance(model.policy.lstm_actor, nn.LSTM)
         model.save(tmp_path / "lstm")
@@ -103,8 +107,9 @@ def test_an_unknown_cell_is_one_message_before_anything_starts() -> None:
     for cls in CLASSES:
         with pytest.raises(ConfigError) as raised:
             cls("MlpLstmPolicy", "CartPole-v1", policy_kwargs=dict(rnn_type="rnn"))
-        assert raised.value.problems == ["policy_kwargs rnn_type='rnn': the recurrent cell, one of 'lstm', 'gru' ('lstm': sb3-contrib's "
-                                         "LSTM; 'gru': torch's nn.GRU in its place, one state per layer)"]
-    with pytest.raises(ConfigError, match=r"policy_kwargs rnn_type='gru': not supported \(PPO's policies take no such argument\)"):
+        assert raised.value.problems == ["policy_kwargs rnn_type='rnn': the recurrent cell, one of 'lstm', 'gru' ('lstm': "
+                                         "sb3-contrib's LSTM; 'gru': torch's nn.GRU in its place, one state per layer)"]
+    with pytest.raises(ConfigError,
+                       match=r"policy_kwargs rnn_type='gru': not supported \(PPO's policies take no such argument\)"):
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(rnn_type="gru"))
     assert multiprocessing.active_children() == []

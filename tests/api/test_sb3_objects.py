@@ -26,7 +26,8 @@ from tests.api.scripts import Record, Watch, imports, run
 from tests.api.test_scripts import assert_same_run
 
 #: sb3's rollout buffer's attributes a callback reads, besides its arrays
-ATTRIBUTES = ("pos", "full", "buffer_size", "n_envs", "gamma", "gae_lambda", "obs_shape", "action_dim", "observation_space", "action_space")
+ATTRIBUTES = ("pos", "full", "buffer_size", "n_envs", "gamma", "gae_lambda", "obs_shape", "action_dim", "observation_space",
+              "action_space")
 ARRAYS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 
 
@@ -65,7 +66,8 @@ def read_buffer(api: SimpleNamespace, tmp: str, record: Record, subproc: bool = 
     ``set_env`` with a new env (the policy and optimizer objects a script holds keep training)."""
     kwargs = {"vec_env_cls": SubprocVecEnv} if subproc else {}
     env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=0, **kwargs)
-    model = api.PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, gamma=0.95, gae_lambda=0.9, use_sde=True, seed=1, verbose=0)
+    model = api.PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, gamma=0.95, gae_lambda=0.9, use_sde=True, seed=1,
+                    verbose=0)
     record.attach(model)
     model.learn(512, callback=[ReadBuffer(record), Watch(record)])
     policy, optimizer = model.policy, model.policy.optimizer
@@ -94,8 +96,8 @@ SCRIPTS = {"read_buffer": read_buffer, "read_buffer_subproc": functools.partial(
            "read_masked_buffer": read_masked_buffer}
 
 
-@pytest.mark.parametrize("name,which", [("read_buffer", "ppo_dict"), ("read_buffer", "ppo_dict_envs"), ("read_buffer_subproc", "ppo_dict"),
-                                        ("read_masked_buffer", "ppo_dict_envs")])
+@pytest.mark.parametrize("name,which", [("read_buffer", "ppo_dict"), ("read_buffer", "ppo_dict_envs"),
+                                        ("read_buffer_subproc", "ppo_dict"), ("read_masked_buffer", "ppo_dict_envs")])
 def test_callbacks_see_sb3s_rollout_buffer_and_locals(name: str, which: str, tmp_path) -> None:
     sb3 = run(name, "sb3", os.path.join(tmp_path, "sb3"), SCRIPTS)
     ours = run(name, which, os.path.join(tmp_path, "ours"), SCRIPTS)
@@ -144,4 +146,5 @@ def test_verbose_lines_are_sb3s(env: str) -> None:
     # sb3's lines, but the pool where sb3 says DummyVecEnv: a user reading "DummyVecEnv" would think the pool unused
     from ppo_dict.api.envs import POOL_LINE
 
-    assert construction_lines(ppo_dict.PPO, make()) == [POOL_LINE if line == "Wrapping the env in a DummyVecEnv." else line for line in sb3]
+    assert construction_lines(ppo_dict.PPO, make()) == \
+        [POOL_LINE if line == "Wrapping the env in a DummyVecEnv." else line for line in sb3]

@@ -32,7 +32,8 @@ FAST = ["pendulum_eval", "stop_early", "save_load_continue", "vec_normalize", "m
 def assert_exercised(name: str, record) -> None:
     """What a script is for happened (else its comparison could not fail where it matters)."""
     if name == "callbacks":  # the threshold stopped training at the first evaluation, after checkpoints
-        assert 0 < record.results["stopped_at"] < 2000 and len(record.results["checkpoints"]) >= 2 and record.results["statistics"]
+        assert 0 < record.results["stopped_at"] < 2000 and len(record.results["checkpoints"]) >= 2 and \
+            record.results["statistics"]
         assert [e[0] for e in record.events].count("training_start") == 1 and record.results["seen"]
     if name == "stop_early":
         assert record.results["stopped_at"] == 150 and len(record.rollouts) > 0

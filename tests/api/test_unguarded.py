@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_script(which: str, out: str) -> dict:
     os.makedirs(out)
-    proc = subprocess.run([sys.executable, os.path.join("tests", "api", "unguarded_script.py"), which, out], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    proc = subprocess.run([sys.executable, os.path.join("tests", "api", "unguarded_script.py"), which, out],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(out, "runs")) as f:
         runs = f.read().split()
@@ -35,7 +35,8 @@ def test_a_script_without_a_main_guard_runs_once_with_sb3s_numbers(tmp_path) -> 
     """ppo_dict's import with its make_vec_env (sb3's make_vec_env starts no process under either import)."""
     sb3 = run_script("sb3", os.path.join(tmp_path, "sb3"))
     ours = run_script("ppo_dict_envs", os.path.join(tmp_path, "ours"))
-    # the training envs' worker (beside the main process's share); none for one eval env; two for the two loaded by VecNormalize.load
+    # the training envs' worker (beside the main process's share); none for one eval env; two for the two loaded by
+    # VecNormalize.load
     assert ours.pop("processes") == [1, 0, 2]
     sb3.pop("processes")
     assert len(sb3["evaluations"]["timesteps"]) == 2

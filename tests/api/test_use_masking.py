@@ -1,9 +1,9 @@
 """``MaskablePPO.learn(..., use_masking=False)`` as sb3-contrib 2.9.2 does it: the envs' ``action_masks()`` not
 called, the rollout sampled from the unmasked distribution, the update given the buffer's all-True masks, also in
-a second call that goes on without a reset; then ``learn(use_masking=True, reset_num_timesteps=False)`` asks the envs again. Every rollout buffer (its masks
-included), every log dump, the final parameters and Adam state, and how often each env was asked for its mask,
-under sb3-contrib's import and ppo_dict's (sb3's ``make_vec_env``, and ppo_dict's, whose envs run in worker
-processes), compared with ``==``.
+a second call that goes on without a reset; then ``learn(use_masking=True, reset_num_timesteps=False)`` asks the envs
+again. Every rollout buffer (its masks included), every log dump, the final parameters and Adam state, and how often
+each env was asked for its mask, under sb3-contrib's import and ppo_dict's (sb3's ``make_vec_env``, and ppo_dict's,
+whose envs run in worker processes), compared with ``==``.
 """
 from __future__ import annotations
 
@@ -53,16 +53,19 @@ class Buffers(BaseCallback):
 
 def record(which: str, n_envs: int) -> dict:
     api = imports(which)
-    workers = {} if which != "ppo_dict_envs" else dict(vec_env_kwargs=dict(num_workers=2))  # the policy step where the envs are
+    # the policy step where the envs are
+    workers = {} if which != "ppo_dict_envs" else dict(vec_env_kwargs=dict(num_workers=2))
     env = api.make_vec_env("PPODictMaskedJump-v0", n_envs=n_envs, seed=0, wrapper_class=CountedMasks, **workers)
-    model = api.MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, ent_coef=0.01, seed=0, device="cpu", verbose=0)
+    model = api.MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, ent_coef=0.01, seed=0, device="cpu",
+                            verbose=0)
     rec: dict = {"dumps": []}
     model.set_logger(Logger(None, [Capture(rec["dumps"])]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = env.get_attr("mask_calls")
         model.learn(2 * 32 * n_envs, callback=Buffers(rec), use_masking=False)
-        model.learn(32 * n_envs, callback=Buffers(rec), use_masking=False, reset_num_timesteps=False)  # no reset: still not asked
+        # no reset: still not asked
+        model.learn(32 * n_envs, callback=Buffers(rec), use_masking=False, reset_num_timesteps=False)
         rec["calls while unmasked"] = [after - was for after, was in zip(env.get_attr("mask_calls"), before)]
         unmasked = len(rec["rollouts"])
         model.learn(32 * n_envs, callback=Buffers(rec), use_masking=True, reset_num_timesteps=False)

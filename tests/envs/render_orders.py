@@ -34,7 +34,8 @@ class Watched:
 
     def __init__(self, kind: str, seed: int):
         self.kind, self.seed, self.t = kind, seed, 0
-        self.env = make_env(SPEC) if kind == "pixel" else gym.make("Reacher-v5", render_mode="rgb_array", width=SIZE, height=SIZE)
+        self.env = (make_env(SPEC) if kind == "pixel"
+                    else gym.make("Reacher-v5", render_mode="rgb_array", width=SIZE, height=SIZE))
         obs, _ = self.env.reset(seed=seed)
         self.frames = [self._frame(obs)]
 

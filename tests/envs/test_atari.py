@@ -92,7 +92,8 @@ OPTIONS = {
     "defaults": (BREAKOUT, AtariOptions(), 4, {"max_num_frames_per_episode": 700}),
     "no_fire_unclipped_full_games": (ASTERIX, AtariOptions(terminal_on_life_loss=False, clip_reward=False), 4,
                                      {"max_num_frames_per_episode": 900}),
-    "sticky_no_noop_no_skip_small": (BREAKOUT, AtariOptions(noop_max=0, frame_skip=1, screen_size=64, action_repeat_probability=0.25),
+    "sticky_no_noop_no_skip_small": (BREAKOUT,
+                                     AtariOptions(noop_max=0, frame_skip=1, screen_size=64, action_repeat_probability=0.25),
                                      2, {"max_num_frames_per_episode": 120}),
     "skip_3_no_stack": (ASTERIX, AtariOptions(frame_skip=3, noop_max=5), 1, {"max_num_frames_per_episode": 500}),
 }
@@ -134,7 +135,8 @@ def test_atari_env_is_sb3s_make_atari_env_with_vec_frame_stack(name: str) -> Non
 
 def _main_ppo(code_before: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``python -m ppo_dict.main_ppo ARGS`` after ``code_before``, in its own process."""
-    code = f"{code_before}\nimport runpy, sys\nsys.argv = ['main_ppo', *{list(args)!r}]\nrunpy.run_module('ppo_dict.main_ppo', run_name='__main__')\n"
+    code = (f"{code_before}\nimport runpy, sys\nsys.argv = ['main_ppo', *{list(args)!r}]\n"
+            "runpy.run_module('ppo_dict.main_ppo', run_name='__main__')\n")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": ROOT, **env})
 
@@ -153,8 +155,10 @@ def test_missing_ale_py_names_the_package_before_anything_starts() -> None:
 def test_missing_rom_names_the_package_before_anything_starts(tmp_path) -> None:
     proc = _main_ppo("", {"ALE_ROMS_DIR": str(tmp_path)}, *ARGS)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "env='gym_BreakoutNoFrameskip-v4': the ROM of BreakoutNoFrameskip-v4 cannot be loaded (FileNotFoundError: " in proc.stderr
-    assert f"put the ROM into ALE_ROMS_DIR={tmp_path}, or unset it to use the ROMs of ale-py: pip install ale-py" in proc.stderr
+    assert ("env='gym_BreakoutNoFrameskip-v4': the ROM of BreakoutNoFrameskip-v4 cannot be loaded "
+            "(FileNotFoundError: ") in proc.stderr
+    assert (f"put the ROM into ALE_ROMS_DIR={tmp_path}, or unset it to use the ROMs of ale-py: "
+            "pip install ale-py") in proc.stderr
 
 
 def test_names_and_options_are_checked() -> None:

@@ -26,7 +26,8 @@ MUJOCO_V5 = ["Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidSt
              "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5", "Walker2d-v5"]
 CLASSIC_AND_TOY_TEXT = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
                         "FrozenLake-v1", "Taxi-v4", "CliffWalking-v1", "Blackjack-v1"]
-OWN = ["test_dummy", "PPODictToy-v0", "PPODictGoal-v0", "PPODictMaskedJump-v0", "PPODictMaskedJumpMasker-v0", "CartPoleNoVel-v1"]
+OWN = ["test_dummy", "PPODictToy-v0", "PPODictGoal-v0", "PPODictMaskedJump-v0", "PPODictMaskedJumpMasker-v0",
+       "CartPoleNoVel-v1"]
 
 
 def same(a, b) -> bool:
@@ -167,10 +168,14 @@ def saved_cartpole() -> tuple[gym.Env, list]:
 
 
 @pytest.mark.parametrize("corrupt, message", [
-    (lambda s: s[:-1], "the saved wrapper stack has 3 layers, this env 4 (TimeLimit > OrderEnforcing > PassiveEnvChecker > CartPoleEnv)"),
-    (lambda s: [{**s[0], "class": "os.system"}, *s[1:]], "the saved layer 'os.system' is a gymnasium.wrappers.common.TimeLimit in this env"),
-    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "step": 1}}], "CartPoleEnv: the saved attributes ['step'] are not state of this env"),
-    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "state": np.zeros(7)}}], "CartPoleEnv.state: saved with the shape (7,), this env has (4,)"),
+    (lambda s: s[:-1],
+     "the saved wrapper stack has 3 layers, this env 4 (TimeLimit > OrderEnforcing > PassiveEnvChecker > CartPoleEnv)"),
+    (lambda s: [{**s[0], "class": "os.system"}, *s[1:]],
+     "the saved layer 'os.system' is a gymnasium.wrappers.common.TimeLimit in this env"),
+    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "step": 1}}],
+     "CartPoleEnv: the saved attributes ['step'] are not state of this env"),
+    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "state": np.zeros(7)}}],
+     "CartPoleEnv.state: saved with the shape (7,), this env has (4,)"),
     (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "_np_random": 5}}], None),
 ])
 def test_a_state_no_env_wrote_is_refused_in_one_message(corrupt, message) -> None:

@@ -8,7 +8,8 @@ from ppo_dict.envs.monitor import EpisodeMonitor, is_monitored
 
 
 def test_episode_monitor_reports_what_sb3s_monitor_reports() -> None:
-    ours, theirs = EpisodeMonitor(gym.make("Pendulum-v1", max_episode_steps=13)), Monitor(gym.make("Pendulum-v1", max_episode_steps=13))
+    ours, theirs = (EpisodeMonitor(gym.make("Pendulum-v1", max_episode_steps=13)),
+                    Monitor(gym.make("Pendulum-v1", max_episode_steps=13)))
     ours.reset(seed=0), theirs.reset(seed=0)
     rng, episodes = np.random.default_rng(0), 0
     for _ in range(40):
@@ -19,7 +20,8 @@ def test_episode_monitor_reports_what_sb3s_monitor_reports() -> None:
         if terminated or truncated:
             episodes += 1
             assert (info["episode"]["r"], info["episode"]["l"]) == (expected["episode"]["r"], expected["episode"]["l"])
-            assert isinstance(info["episode"]["r"], float) and info["episode"]["r"] != round(info["episode"]["r"], 3)  # not trivially equal
+            # not trivially equal
+            assert isinstance(info["episode"]["r"], float) and info["episode"]["r"] != round(info["episode"]["r"], 3)
             ours.reset(), theirs.reset()
     assert episodes == 3
     with pytest.raises(RuntimeError, match="Tried to step environment that needs reset"):  # sb3's words, before a first reset

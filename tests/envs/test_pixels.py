@@ -43,7 +43,8 @@ def test_dummy_options_are_checked_before_anything_starts() -> None:
 
 @needs("gl")
 def test_pixel_observation_layout_and_frame_stack() -> None:
-    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, keep_state=True), frame_stack=3)
+    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=40, grayscale=True, keep_state=True),
+                            frame_stack=3)
     env = make_env(spec)
     try:
         assert list(env.observation_space.spaces) == [PIXELS, STATE]
@@ -69,7 +70,8 @@ def test_no_working_backend_names_the_packages(monkeypatch) -> None:
     monkeypatch.delenv("MUJOCO_GL", raising=False)
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.setattr(render, "backend_works", lambda backend, timeout=60.0: False)
-    with pytest.raises(render.RenderBackendError, match=r"tried egl, osmesa.*apt-get install libegl1 libgl1-mesa-dri.*libosmesa6.*xvfb-run -a"):
+    with pytest.raises(render.RenderBackendError,
+                       match=r"tried egl, osmesa.*apt-get install libegl1 libgl1-mesa-dri.*libosmesa6.*xvfb-run -a"):
         render.select_mujoco_gl()
 
 
@@ -81,9 +83,9 @@ def _run(*args: str, env_overrides: dict, prefix: tuple = (), timeout: float = 3
 
 
 #: one rollout of two rendered Reacher envs (four episodes) and one update, on two workers
-PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--num_workers", "2",
-             "--n_envs", "2", "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "200", "--seed", "0",
-             "--verbose", "0")
+PIXEL_RUN = ("--env", "gym_Reacher-v2", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--num_workers",
+             "2", "--n_envs", "2", "--n_steps", "100", "--batch_size", "100", "--n_epochs", "1", "--total_timesteps", "200",
+             "--seed", "0", "--verbose", "0")
 
 
 @pytest.mark.parametrize("backend", [pytest.param("osmesa", marks=needs("osmesa")), pytest.param(None, marks=needs("gl"))])
@@ -104,7 +106,8 @@ def test_a_backend_whose_library_is_missing_is_named_with_its_package(backend, t
     from ppo_dict.envs import render
 
     name, package = render.LIBRARIES[backend]
-    monkeypatch.setattr(render.ctypes, "CDLL", lambda filename, *a, **k: (_ for _ in ()).throw(OSError(f"{filename}: not found")))
+    monkeypatch.setattr(render.ctypes, "CDLL",
+                        lambda filename, *a, **k: (_ for _ in ()).throw(OSError(f"{filename}: not found")))
     monkeypatch.setenv("MUJOCO_GL", backend)
     with pytest.raises(render.RenderBackendError) as info:
         render.select_mujoco_gl()
@@ -119,7 +122,8 @@ def test_a_run_with_osmesa_missing_says_which_package_provides_it(tmp_path) -> N
         pytest.skip("OSMesa is installed here: this test needs a machine without it")
     proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path), env_overrides={"MUJOCO_GL": "osmesa"})
     assert proc.returncode == 2 and "glGetError" not in proc.stderr
-    assert "MUJOCO_GL=osmesa needs the OSMesa library (libOSMesa.so), which is not installed: `apt-get install libosmesa6`" in proc.stderr
+    assert ("MUJOCO_GL=osmesa needs the OSMesa library (libOSMesa.so), which is not installed: "
+            "`apt-get install libosmesa6`") in proc.stderr
 
 
 @needs("egl")
@@ -129,8 +133,8 @@ def test_egl_without_a_driver_fails_at_the_first_frame_naming_the_packages(tmp_p
     proc = _run(*PIXEL_RUN, "--run_dir", str(tmp_path),
                 env_overrides={"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": str(tmp_path / "none.json")})
     assert proc.returncode != 0
-    assert ("RenderBackendError: MUJOCO_GL=egl cannot create a rendering context here (ImportError: Cannot initialize a EGL device "
-            "display.") in proc.stderr
+    assert ("RenderBackendError: MUJOCO_GL=egl cannot create a rendering context here (ImportError: "
+            "Cannot initialize a EGL device display.") in proc.stderr
     assert "egl needs the Debian packages libegl1 libgl1-mesa-dri, or unset MUJOCO_GL" in proc.stderr
 
 
@@ -139,8 +143,8 @@ def test_glfw_without_a_display_says_how_to_get_one(monkeypatch) -> None:
 
     monkeypatch.setenv("MUJOCO_GL", "glfw")
     monkeypatch.delenv("DISPLAY", raising=False)
-    with pytest.raises(render.RenderBackendError, match=r"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` "
-                                                        r"\(Debian packages xvfb xauth\)"):
+    with pytest.raises(render.RenderBackendError, match=r"MUJOCO_GL=glfw needs a display and DISPLAY is unset: "
+                                                        r"run under `xvfb-run -a` \(Debian packages xvfb xauth\)"):
         render.select_mujoco_gl()
 
 
@@ -172,7 +176,8 @@ def test_dummy_cnn_learns(tmp_path) -> None:
     """Random play scores 5 (1 in 4, 20 steps); the CNN must read the image: >= 18 within 12288 steps."""
     proc = _run("--env", "test_dummy", "--model", "cnn", "--env_kwargs", "dict(image_size=36, channels=1, episode_length=20)",
                 "--n_envs", "8", "--num_workers", "2", "--n_steps", "64", "--batch_size", "128", "--n_epochs", "4",
-                "--learning_rate", "1e-3", "--total_timesteps", "12288", "--seed", "0", "--verbose", "0", "--run_dir", str(tmp_path),
+                "--learning_rate", "1e-3", "--total_timesteps", "12288", "--seed", "0", "--verbose", "0", "--run_dir",
+                str(tmp_path),
                 env_overrides={}, timeout=1200)  # a guard only: 2 min of CPU, over 5 min of wall time on 2 loaded cores
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["ep_rew_mean"] >= 18.0
@@ -184,5 +189,6 @@ def test_only_videos_of_mujoco_envs_choose_a_gl_backend() -> None:
 
     assert video_may_need_mujoco_gl("gym_Reacher-v2") and video_may_need_mujoco_gl("gym_Hopper-v5")
     assert video_may_need_mujoco_gl("gym_MyOwnEnv-v0")  # a --gym_packages env, not registered yet: it may be MuJoCo
-    for name in ("gym_BreakoutNoFrameskip-v4", "gym_CartPole-v1", "gym_LunarLander-v3", "gym_FrozenLake-v1", "test_dummy", "godot_demo"):
+    for name in ("gym_BreakoutNoFrameskip-v4", "gym_CartPole-v1", "gym_LunarLander-v3", "gym_FrozenLake-v1", "test_dummy",
+                 "godot_demo"):
         assert not video_may_need_mujoco_gl(name), name

@@ -24,8 +24,8 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "build_raise", "build_hang", "hang", "hang_c", "hang_gil",
-         "hang_swallow", "reset_hang", "nan_obs", "nan_reward", "segfault")
+MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "build_raise", "build_hang", "hang", "hang_c",
+         "hang_gil", "hang_swallow", "reset_hang", "nan_obs", "nan_reward", "segfault")
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
 #: printed (flushed, on stdout) by the aimed env just before it crashes its process
@@ -39,9 +39,9 @@ class FaultEnv(gym.Env):
     ``bad_seed`` misbehaves as ``mode`` says; ``init_raise`` raises in the constructor of the
     worker process named ``bad_process`` (never in the main process, which builds one env to
     read the spaces); ``build_raise`` and ``build_hang`` raise or sleep in the constructor of the
-    ``at_step``-th env built in its process (the main process builds one first, to read the spaces). ``hang`` sleeps in ``step`` (``hang_swallow`` too, catching any Exception that
-    interrupts it), ``reset_hang`` in its first reset; ``hang_c``
-    sleeps with the signals blocked, as C code that never returns to Python would (no Python
+    ``at_step``-th env built in its process (the main process builds one first, to read the spaces). ``hang`` sleeps in
+    ``step`` (``hang_swallow`` too, catching any Exception that interrupts it), ``reset_hang`` in its first reset;
+    ``hang_c`` sleeps with the signals blocked, as C code that never returns to Python would (no Python
     signal handler can run in it); ``hang_gil`` too, in libc's ``sleep`` called through
     ``ctypes.PyDLL``, which keeps the GIL: no Python thread of the process can run.
     ``segfault`` crashes its process in native code (``ctypes.string_at(0)``: SIGSEGV) once: it creates
@@ -54,8 +54,8 @@ class FaultEnv(gym.Env):
     built = 0
 
     def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0, crash_marker: str = "",
-                 only_rank: int = -1):
+                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0,
+                 crash_marker: str = "", only_rank: int = -1):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
         if only_rank >= 0 and os.environ.get("RANK") != str(only_rank):
@@ -89,7 +89,8 @@ class FaultEnv(gym.Env):
         if self.first_seed is None and seed is not None:
             self.first_seed = seed
         self.resets += 1
-        if self.aimed and (self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2):
+        if self.aimed and \
+            (self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2):
             raise RuntimeError(f"reset boom (seed={seed})")
         if self.aimed and self.mode == "reset_hang" and self.resets == 1:
             self._hang()

@@ -64,7 +64,8 @@ def strays(seconds: float = 0.0, exclude: tuple[int, ...] = ()) -> list[int]:
     client's connection broke does on reading the end of its pipe, is not one left running)."""
     deadline = time.monotonic() + seconds
     while True:
-        left = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude and not is_helper(pid)]
+        left = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude
+                and not is_helper(pid)]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
@@ -79,7 +80,8 @@ def alive(pid: int) -> bool:
 
 def fault_pool(mode: str, mp_method: str = "forkserver", step_timeout: float = 60.0, **kwargs: Any) -> ShmEnvPool:
     spec = fault_spec(mode=mode, bad_seed=SEED + AIMED_ENV, **kwargs)
-    return ShmEnvPool(probe_env(spec), num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method, step_timeout=step_timeout)
+    return ShmEnvPool(probe_env(spec), num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method,
+                      step_timeout=step_timeout)
 
 
 def capture(call: Callable[[], Any]) -> dict[str, Any]:
@@ -210,13 +212,16 @@ def non_finite(mode: str) -> dict[str, Any]:
     model = PPO(cfg, pool)
     result = capture(model.learn)
     obs_rms = model.normalizer.obs_rms["obs"]
-    result["obs_count"], result["obs_mean_finite"] = float(obs_rms.count), bool(np.isfinite(obs_rms.mean).all() and np.isfinite(obs_rms.var).all())
-    result["ret_count"], result["ret_finite"] = float(model.normalizer.ret_rms.count), bool(np.isfinite(model.normalizer.ret_rms.var).all())
+    result["obs_count"], result["obs_mean_finite"] = (float(obs_rms.count),
+                                                      bool(np.isfinite(obs_rms.mean).all() and np.isfinite(obs_rms.var).all()))
+    result["ret_count"], result["ret_finite"] = (float(model.normalizer.ret_rms.count),
+                                                 bool(np.isfinite(model.normalizer.ret_rms.var).all()))
     return close_twice(pool, result)
 
 
 def resource_counts() -> dict[str, Any]:
-    return {"shm": sorted(os.listdir("/dev/shm")), "fds": len(os.listdir("/proc/self/fd")), "threads": threading.active_count()}
+    return {"shm": sorted(os.listdir("/dev/shm")), "fds": len(os.listdir("/proc/self/fd")),
+            "threads": threading.active_count()}
 
 
 def cycles(mp_method: str, count: str) -> dict[str, Any]:
@@ -286,7 +291,8 @@ def main_process_envs() -> dict[str, Any]:
 
     watchdog.start(default_timeout=1.0)
     result: dict[str, Any] = {}
-    cases = (("raise", "step_raise", 1), ("hang", "hang", 1), ("swallowed", "hang_swallow", 1), ("reset_hang", "reset_hang", SEED + 1))
+    cases = (("raise", "step_raise", 1), ("hang", "hang", 1), ("swallowed", "hang_swallow", 1),
+             ("reset_hang", "reset_hang", SEED + 1))
     for name, mode, bad in cases:
         pool = InProcessEnvPool(probe_env(fault_spec(mode=mode, bad_seed=bad, at_step=2)), 2, 8, step_timeout=1.0)
         if name == "reset_hang":
@@ -294,8 +300,8 @@ def main_process_envs() -> dict[str, Any]:
         else:
             result[name] = capture(lambda: (pool.reset(0), [pool.step(t) for t in range(4)]))
         result[name]["closed"] = pool.closed
-    pool = ShmEnvPool(probe_env(fault_spec(mode="hang", bad_seed=SEED + 1, at_step=1)), num_workers=2, envs_per_worker=2, n_steps=8,
-                      step_timeout=1.0, main_steps_envs=True, main_envs=2)
+    pool = ShmEnvPool(probe_env(fault_spec(mode="hang", bad_seed=SEED + 1, at_step=1)), num_workers=2, envs_per_worker=2,
+                      n_steps=8, step_timeout=1.0, main_steps_envs=True, main_envs=2)
     pool.reset(SEED)
     result["shared"] = close_twice(pool, capture(lambda: pool.step(0)))
     # constructors: the probe is this process's first env built, the pool's env 1 the third
@@ -305,8 +311,8 @@ def main_process_envs() -> dict[str, Any]:
         result[name] = capture(lambda: InProcessEnvPool(backend, 2, 8, start_timeout=1.0))
         FaultEnv.built = 0
         backend = probe_env(fault_spec(mode=mode, at_step=3))
-        result[f"shared_{name}"] = capture(lambda: ShmEnvPool(backend, num_workers=2, envs_per_worker=2, n_steps=8, start_timeout=1.0,
-                                                              main_steps_envs=True, main_envs=2))
+        result[f"shared_{name}"] = capture(lambda: ShmEnvPool(backend, num_workers=2, envs_per_worker=2, n_steps=8,
+                                                              start_timeout=1.0, main_steps_envs=True, main_envs=2))
     result["strays"] = strays()
     return result
 
@@ -347,8 +353,8 @@ def policy_fault(mode: str, step_timeout: str) -> dict[str, Any]:
     from ppo_dict.run.run_plan import build_env_pool
     from tests.faults.fault_envs import FaultyExtractor
 
-    cfg = Config(env=f"gym_{fault_spec().gym_id}", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, n_steps=8,
-                 batch_size=16, n_epochs=1, seed=SEED, step_timeout=float(step_timeout), device="cpu", verbose=0)
+    cfg = Config(env=f"gym_{fault_spec().gym_id}", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2,
+                 n_steps=8, batch_size=16, n_epochs=1, seed=SEED, step_timeout=float(step_timeout), device="cpu", verbose=0)
     pool = build_env_pool(cfg)
     policy = ActorCritic(pool.observation_space, pool.action_space, features_extractor_class=FaultyExtractor,
                          features_extractor_kwargs=dict(mode=mode, at_call=3))
@@ -413,7 +419,8 @@ def start_failure(how: str, mp_method: str) -> dict[str, Any]:
         resource.prlimit(server, resource.RLIMIT_NOFILE, (files, files))
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     if how == "nofile":  # room for the pool's two shared arrays (the storage, the hand-over page) and one or two workers'
-        files = len(os.listdir("/proc/self/fd"))  # descriptors (measured: spawn starts a worker with more of them open), not all six
+        # descriptors (measured: spawn starts a worker with more of them open), not all six
+        files = len(os.listdir("/proc/self/fd"))
         resource.setrlimit(resource.RLIMIT_NOFILE, (files + 9, limits[1]))
     result = capture(lambda: ShmEnvPool(backend, 6, 1, n_steps=8, mp_method=mp_method, main_steps_envs=False))
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)

@@ -44,9 +44,9 @@ def test_a_segfault_in_the_main_process_share_ends_the_run_and_resume_auto_conti
     layout, shm_before = crash_layout(True, str(tmp_path / "crashed")), shm_entries()
     flags = ("--resume", "auto", "--total_timesteps", str(2 * STEPS))
     run = start_run(layout, "segfault", tmp_path, *flags)
-    run.wait_for("the main process steps envs 0..1 of 4 itself: a crash in one of them (a segfault in native code) ends the run, "
-                 "and --resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker "
-                 "process instead, where a crash is a WorkerDiedError", timeout=120)
+    run.wait_for("the main process steps envs 0..1 of 4 itself: a crash in one of them (a segfault in native code) ends the "
+                 "run, and --resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a "
+                 "worker process instead, where a crash is a WorkerDiedError", timeout=120)
     line = run.wait_for(CRASH_MARKER, timeout=120)
     assert int(line.split("pid=")[1]) == run.proc.pid, line  # env 1 is the main process's
     code, err = run.finish(timeout=GUARD)
@@ -100,7 +100,8 @@ def await_start_up_handlers(run: Run) -> None:
 
 
 def assert_stopped_cleanly(run: Run, signum: int, stopped: str) -> None:
-    """``run`` ends on ``signum`` with its status, the one line ``"<SIGNAL> received " + stopped``, no traceback, no process left."""
+    """``run`` ends on ``signum`` with its status, the one line ``"<SIGNAL> received " + stopped``, no traceback, no
+    process left."""
     code, err = run.finish(timeout=GUARD)
     assert code == 128 + signum, err
     assert err.endswith(f"\n{signal.Signals(signum).name} received {stopped}\n"), err
@@ -130,7 +131,8 @@ def test_an_ignored_sighup_stays_ignored_an_ignored_sigint_does_not(ignored: tup
 
 
 def checkpoints_of(run: Run) -> list[str]:
-    return list_checkpoints(os.path.join(run.run_dir, "checkpoints")) if os.path.isdir(os.path.join(run.run_dir, "checkpoints")) else []
+    return (list_checkpoints(os.path.join(run.run_dir, "checkpoints"))
+            if os.path.isdir(os.path.join(run.run_dir, "checkpoints")) else [])
 
 
 def await_more_checkpoints(run: Run, than: int) -> int:
@@ -160,7 +162,8 @@ def test_under_nohup_a_hangup_changes_nothing_and_sigterm_still_stops_the_run(tm
     run.proc.send_signal(signal.SIGTERM)
     code, err = run.finish(timeout=GUARD)
     assert code == 128 + signal.SIGTERM, err
-    assert "SIGTERM received: saving the state from before the current rollout" in err and "SIGHUP" not in err and "Traceback" not in err, err
+    assert "SIGTERM received: saving the state from before the current rollout" in err and "SIGHUP" not in err and \
+        "Traceback" not in err, err
     assert_nothing_left(run, shm_before)
 
 
@@ -181,7 +184,8 @@ def test_a_stop_signal_while_starting_ends_it_cleanly(when: str, signum: int, tm
     assert not os.path.exists(run.run_dir)
 
 
-#: the other command lines, each given a named pipe with no writer where it opens a file as it starts (a checkpoint, a sweep file):
+#: the other command lines, each given a named pipe with no writer where it opens a file as it starts (a checkpoint, a
+#: sweep file):
 #: ``(arguments, what a stop signal does)``
 COMMANDS = {
     "enjoy": (lambda tmp, fifo: [str(tmp), "--model", fifo], enjoy.STOPPED),
@@ -242,7 +246,8 @@ def test_a_stop_signal_while_main_ppo_godot_waits_for_its_game_ends_both(signum:
                     env_extra={"SILENT_GAME_PID": str(pid_file)})
     deadline = time.monotonic() + 120
     while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and run.proc.poll() is None, f"the game was not launched; stderr: {run.proc.stderr.read()}"
+        assert time.monotonic() < deadline and \
+            run.proc.poll() is None, f"the game was not launched; stderr: {run.proc.stderr.read()}"
         time.sleep(0.01)
     run.proc.send_signal(signum)
     assert_stopped_cleanly(run, signum, startup.TRAINING)

@@ -103,20 +103,24 @@ def test_cartpole_killed_three_times_at_random_moments_is_the_uninterrupted_run(
 
 
 def test_pendulum_with_vecnormalize_on_workers_killed_at_random_moments_is_the_uninterrupted_run(tmp_path) -> None:
-    killed_and_resumed(tmp_path, PENDULUM, 1024, 128, 2, [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]])
+    killed_and_resumed(tmp_path, PENDULUM, 1024, 128, 2,
+                       [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flags", [
-    ["--env", "gym_Reacher-v5", "--n_envs", "8", "--n_steps", "64", "--batch_size", "128", "--seed", "3", "--normalize", "True"],
+    ["--env", "gym_Reacher-v5", "--n_envs", "8", "--n_steps", "64", "--batch_size", "128", "--seed", "3", "--normalize",
+     "True"],
     ["--env", "gym_Hopper-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "4"],
     ["--env", "gym_Ant-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "5"],
-    ["--env", "gym_Reacher-v5", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--n_envs", "4", "--n_steps", "32",
-     "--batch_size", "64", "--seed", "6"],
-    ["--env", "gym_PongNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn", "--n_envs", "4", "--n_steps", "32",
-     "--batch_size", "64", "--seed", "7"],
-    ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed", "8"],
-    ["--env", "PPODictMaskedJump-v0", "--gym_packages", "ppo_dict.envs.masked", "--action_masks", "True", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed", "9"],
+    ["--env", "gym_Reacher-v5", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--n_envs", "4",
+     "--n_steps", "32", "--batch_size", "64", "--seed", "6"],
+    ["--env", "gym_PongNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn", "--n_envs", "4",
+     "--n_steps", "32", "--batch_size", "64", "--seed", "7"],
+    ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed",
+     "8"],
+    ["--env", "PPODictMaskedJump-v0", "--gym_packages", "ppo_dict.envs.masked", "--action_masks", "True", "--n_envs", "4",
+     "--n_steps", "32", "--batch_size", "64", "--seed", "9"],
 ], ids=["reacher-vecnormalize", "hopper", "ant", "pixels", "pong", "recurrent", "maskable"])
 def test_envs_killed_at_random_moments_are_the_uninterrupted_run(flags, tmp_path) -> None:
     killed_and_resumed(tmp_path, [*flags, "--n_epochs", "3", "--verbose", "0", "--plot", "False"], 1024, 128, 3,
@@ -171,8 +175,8 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     common = SIGNALLED_RUN
     run_dir = tmp_path / "b"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, mode, *common, "--run_dir", str(run_dir)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, mode, *common, "--run_dir", str(run_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         Lines(proc).wait_for(f"IN {mode.upper()}", timeout=120)
         time.sleep(0.5)

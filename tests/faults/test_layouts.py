@@ -27,8 +27,8 @@ from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
-from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_session_gone, dump_and_kill, run_scenario,
-                                             shm_entries, start)
+from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_session_gone, dump_and_kill,
+                                             run_scenario, shm_entries, start)
 
 STEP_TIMEOUT = 1.0
 #: the aimed env's step that hangs: rollout step 3 of the second iteration (8 steps each), after a checkpoint
@@ -85,7 +85,8 @@ class Run:
 def start_run(layout: Layout, mode: str, tmp_path, *extra: str, launcher: tuple[str, ...] = ()) -> Run:
     """``python -m ppo_dict.main_ppo`` on ``layout``'s FaultEnv in its own session (``launcher``: a command
     it runs under, such as ``nohup``)."""
-    kwargs = f"dict(mode={mode!r}, bad_seed={layout.env}, at_step={AT_STEP}{', ' + layout.env_kwargs if layout.env_kwargs else ''})"
+    kwargs = (f"dict(mode={mode!r}, bad_seed={layout.env}, "
+              f"at_step={AT_STEP}{', ' + layout.env_kwargs if layout.env_kwargs else ''})")
     run_dir = str(tmp_path / "run")
     args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--env_kwargs", kwargs, *layout.flags,
             "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--update_threads", "1", "--total_timesteps", "100000",
@@ -118,8 +119,8 @@ def assert_nothing_left(run: Run, shm_before: set[str]) -> None:
 
 def timeout_message(layout: Layout) -> str:
     if layout.in_main:
-        return (f"error: EnvTimeoutError: the main process's env {layout.env} (gym_FaultEnv-v0) did not return from step at rollout "
-                f"step 3 within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
+        return (f"error: EnvTimeoutError: the main process's env {layout.env} (gym_FaultEnv-v0) did not return from step at "
+                f"rollout step 3 within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
                 "every env and worker was stopped")
     return (f"did not answer 'step' at rollout step 3 within {STEP_TIMEOUT:g} s "
             "(gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); all workers were stopped")
@@ -139,7 +140,8 @@ def test_a_hang_ends_the_run_within_step_timeout(name: str, tmp_path) -> None:
     assert STEP_TIMEOUT <= elapsed < STEP_TIMEOUT + GUARD
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
+        [f"checkpoint_{steps:012d}.pt"]
     if name == "in_process":
         again = start_run(layout, "none", tmp_path, "--resume", "auto", "--total_timesteps", str(2 * steps))
         again.wait_for(f"resumed from {run.run_dir}/checkpoints/checkpoint_{steps:012d}.pt at {steps} steps", timeout=120)
@@ -149,7 +151,8 @@ def test_a_hang_ends_the_run_within_step_timeout(name: str, tmp_path) -> None:
 
 
 #: the evaluation env (its own, in the main process), aimed by its seed: the run's seed + EVAL_SEED_OFFSET
-EVAL_LAYOUT = Layout(("--num_workers", "2", "--n_envs", "4", "--eval_freq", "64", "--eval_episodes", "5"), EVAL_SEED_OFFSET, True)
+EVAL_LAYOUT = Layout(("--num_workers", "2", "--n_envs", "4", "--eval_freq", "64", "--eval_episodes", "5"), EVAL_SEED_OFFSET,
+                     True)
 
 
 @pytest.mark.parametrize("mode", ["hang", "step_raise"])
@@ -168,11 +171,13 @@ def test_a_fault_in_the_evaluation_env_ends_the_run_naming_it(mode: str, tmp_pat
         expected = f"error: EnvTimeoutError: the main process's env 0 {where} within {STEP_TIMEOUT:g} s"
     else:
         code, err = run.finish(timeout=120)
-        expected = "error: EnvWorkerError: the main process, env 0 (gym_FaultEnv-v0, evaluation) raised in step: RuntimeError: boom"
+        expected = ("error: EnvWorkerError: the main process, env 0 (gym_FaultEnv-v0, evaluation) raised in step: "
+                    "RuntimeError: boom")
     assert code == 1, err
     assert expected in err, err
     assert_nothing_left(run, shm_before)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == ["checkpoint_000000000032.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
+        ["checkpoint_000000000032.pt"]
 
 
 def game_children(pid: int, game: str) -> list[int]:
@@ -203,11 +208,12 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
     game.write_text(PLUGIN_STYLE_GAME.format(python=sys.executable))
     game.chmod(0o755)
     run_dir, shm_before = str(tmp_path / "run"), shm_entries()
-    args = ["--env_path", str(game), *flags, "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps", "100000",
-            "--step_timeout", "2", "--save_freq", "1", "--seed", "0", "--run_dir", run_dir, "--plot", "False", "--verbose", "0",
-            "--progress", "none", "--mp_method", MP_METHOD]
-    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo_godot", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONPATH": ROOT})
+    args = ["--env_path", str(game), *flags, "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps",
+            "100000", "--step_timeout", "2", "--save_freq", "1", "--seed", "0", "--run_dir", run_dir, "--plot", "False",
+            "--verbose", "0", "--progress", "none", "--mp_method", MP_METHOD]
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo_godot", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": ROOT})
     run = Run(proc, run_dir, Lines(proc))
     deadline = time.monotonic() + 120
     while not list_checkpoints(os.path.join(run_dir, "checkpoints")):  # an update done: the games are stepping
@@ -220,7 +226,8 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
     code, err = run.finish(timeout=2 + GUARD)
     assert code == 1, err
     assert f"error: EnvWorkerError: the main process, env 0 (godot ({game})) raised in step" in err, err
-    assert f"GodotTimeoutError: Godot game '{game}' (pid {games[0]}, port " in err and "did not answer step within 1.8 s" in err, err
+    assert f"GodotTimeoutError: Godot game '{game}' (pid {games[0]}, port " in err and \
+        "did not answer step within 1.8 s" in err, err
     assert 1.8 <= time.monotonic() - frozen < 2 + GUARD
     assert_nothing_left(run, shm_before)
 
@@ -230,7 +237,8 @@ FAST_SIGNAL_CASES = {("share", signal.SIGINT), ("main_envs_0", signal.SIGINT), (
 
 
 @pytest.mark.parametrize("name, sig", [
-    pytest.param(name, sig, marks=() if (name, sig) in FAST_SIGNAL_CASES else pytest.mark.slow, id=f"{name}-{signal.Signals(sig).name}")
+    pytest.param(name, sig, marks=() if (name, sig) in FAST_SIGNAL_CASES else pytest.mark.slow,
+                 id=f"{name}-{signal.Signals(sig).name}")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) for name in LAYOUTS
 ])
 def test_a_signal_during_a_hang_saves_the_last_update_and_exits(name: str, sig: int, tmp_path) -> None:
@@ -249,7 +257,8 @@ def test_a_signal_during_a_hang_saves_the_last_update_and_exits(name: str, sig: 
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
     # the state after the first update, saved again under its own step count
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
+        [f"checkpoint_{steps:012d}.pt"]
     assert f'"env_steps": {steps}, "iterations": 1,' in run.lines.rest()[-1]
 
 
@@ -268,7 +277,8 @@ def test_a_hang_in_c_code_ends_the_process_after_the_grace(name: str, tmp_path) 
 
 
 #: what the guard process adds to the error it prints before it SIGKILLs a run stuck holding the GIL
-GUARD_ENDED = "The call holds Python's lock and never returns (C code?): no thread of the main process can run, so its guard process ended it"
+GUARD_ENDED = ("The call holds Python's lock and never returns (C code?): no thread of the main process can run, "
+               "so its guard process ended it")
 
 
 def assert_ended_by_the_guard(code: int, err: str) -> None:
@@ -293,7 +303,8 @@ def test_a_hang_holding_the_gil_is_ended_by_the_guard_process(name: str, tmp_pat
     assert STEP_TIMEOUT + HARD_GRACE + MARGIN <= elapsed < STEP_TIMEOUT + HARD_GRACE + MARGIN + GUARD
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
+        [f"checkpoint_{steps:012d}.pt"]
 
 
 @pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
@@ -356,7 +367,8 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
     assert r["raise"]["error"] == "EnvWorkerError" and r["raise"]["closed"]
     assert r["raise"]["message"].startswith("the main process, env 1 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"
                                             "--- the main process traceback ---\nTraceback (most recent call last):\n")
-    tail = f"within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); every env and worker was stopped"
+    tail = (f"within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
+            "every env and worker was stopped")
     expected = {
         "hang": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
         "swallowed": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
@@ -374,7 +386,8 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
         assert raised["error"] == "EnvWorkerError", raised
         assert raised["message"].startswith("the main process, env 1 (gym_FaultEnv-v0) raised in constructor: RuntimeError: "
                                             "constructor boom (env 3 built in this process)\n"), raised
-        assert (hung["error"], hung["message"]) == ("EnvTimeoutError", "the main process's env 1 (gym_FaultEnv-v0) did not return from "
+        assert (hung["error"], hung["message"]) == ("EnvTimeoutError",
+                                                    "the main process's env 1 (gym_FaultEnv-v0) did not return from "
                                                     f"constructor while the envs were built {tail}"), hung
         assert STEP_TIMEOUT <= hung["call_s"] < STEP_TIMEOUT + GUARD
     assert r["strays"] == [], r["strays"]  # every worker of the pools whose main envs failed to build is gone
@@ -390,7 +403,8 @@ def test_shm_vec_env_hang_times_out_and_ctrl_c_ends_a_hung_step() -> None:
         lines.wait_for(HANG_MARKER, GUARD)  # the second ShmVecEnv's step is hung now
     except AssertionError as exc:
         pytest.fail(f"{exc}; stderr:\n{dump_and_kill(proc)}")
-    assert first["error"] == "WorkerTimeoutError" and "did not answer 'step' within 1 s (FaultEnv-v0)" in first["message"], first
+    assert first["error"] == "WorkerTimeoutError" and \
+        "did not answer 'step' within 1 s (FaultEnv-v0)" in first["message"], first
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=GUARD)

@@ -52,12 +52,14 @@ def test_a_low_open_file_limit_is_refused_before_anything_starts() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     shm = shm_entries()
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "8", "--n_envs", "8",
-                           "--oversubscribe", "True", "--run_dir", "/nonexistent/never_made"], preexec_fn=low_limit,
-                          capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "8",
+                           "--n_envs", "8", "--oversubscribe", "True", "--run_dir", "/nonexistent/never_made"],
+                          preexec_fn=low_limit, capture_output=True, text=True, timeout=180, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0] == "error: 1 invalid setting(s):"
-    assert lines[1].startswith("  - num_workers=8: 7 workers need about ") and "open files, ulimit -n allows 64; raise it (ulimit -n 128)" in lines[1]
+    assert lines[1].startswith("  - num_workers=8: 7 workers need about ") and \
+        "open files, ulimit -n allows 64; raise it (ulimit -n 128)" in lines[1]
     assert shm_entries() <= shm

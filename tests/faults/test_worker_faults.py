@@ -40,7 +40,8 @@ def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
 
 
 def start(*args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1")  # a hung scenario's threads are dumped (:func:`dump_and_kill`)
+    # a hung scenario's threads are dumped (:func:`dump_and_kill`)
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1")
     return subprocess.Popen(
         [sys.executable, "-m", "tests.faults.scenarios", *args], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -100,7 +101,8 @@ ENV_ERRORS = {
         "obs, self.reset_infos[j] = env.reset(seed=seeds[i], **maybe_options)",
     ),
     "autoreset_raise": (
-        "worker 1, env 3 (gym_FaultEnv-v0) raised in reset (auto-reset after an episode end, no seed): RuntimeError: reset boom (seed=None)\n",
+        "worker 1, env 3 (gym_FaultEnv-v0) raised in reset (auto-reset after an episode end, no seed): RuntimeError: "
+        "reset boom (seed=None)\n",
         "obs, self.reset_infos[j] = env.reset()",
     ),
 }
@@ -121,7 +123,8 @@ def test_constructor_error_in_a_worker_is_an_env_worker_error() -> None:
     r = run_scenario("env_error", "init_raise")
     assert r["error"] == "EnvWorkerError"
     assert r["message"].startswith(
-        "worker 1, env 2 (gym_FaultEnv-v0) raised in constructor: ValueError: bad kwarg for ppo_dict-env-worker-1\n--- worker 1 traceback ---\n"
+        "worker 1, env 2 (gym_FaultEnv-v0) raised in constructor: ValueError: bad kwarg for ppo_dict-env-worker-1\n"
+        "--- worker 1 traceback ---\n"
     )
     assert r["strays"] == []
 
@@ -131,7 +134,9 @@ def test_constructor_error_in_a_worker_is_an_env_worker_error() -> None:
     "name, error, message",
     [
         ("gym_Hoper-v5", "NameNotFound", "Environment `Hoper` doesn't exist. Did you mean: `Hopper`?"),
-        ("gym_Hopper-v9", "VersionNotFound", "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, `v3`, `v4`, `v5` ]."),
+        ("gym_Hopper-v9", "VersionNotFound",
+         "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, `v3`, "
+         "`v4`, `v5` ]."),
     ],
 )
 def test_unknown_env_id_is_refused_before_any_process_starts(name: str, error: str, message: str) -> None:
@@ -173,7 +178,8 @@ def cpu_ticks(pid: int) -> int:
 
 
 def start_blocking(mp_method: str, busy: str) -> tuple[subprocess.Popen, Lines, list[int]]:
-    """The ``serve_then_block`` scenario once it has printed its worker pids (the session is killed if it does not within :data:`START_GUARD`)."""
+    """The ``serve_then_block`` scenario once it has printed its worker pids (the session is killed if it does not
+    within :data:`START_GUARD`)."""
     proc = start("serve_then_block", mp_method, busy)
     lines = Lines(proc)
     try:
@@ -234,7 +240,8 @@ def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
     r = run_scenario("shm_too_small")
     assert r["error"] == "RuntimeError"
     # 29.8 MB: each of 100000 steps holds 4 x 3 float32 observations (48 bytes padded to 64) and the step's actions, values and
-    # log-probs (padded rows of 64 bytes each: processes stepping envs write them), and 4 x 14 bytes of rewards, flags, episode starts
+    # log-probs (padded rows of 64 bytes each: processes stepping envs write them), and 4 x 14 bytes of rewards, flags,
+    # episode starts
     assert r["message"] == (
         "rollout storage needs 29.8 MB of shared memory, /dev/shm has 1.0 MB free and /tmp has 1.0 MB; "
         "use docker run --shm-size=1g, or fewer n_steps x n_envs"
@@ -246,7 +253,8 @@ def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
 def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what: str) -> None:
     r = run_scenario("non_finite", mode)
     assert r["error"] == "NonFiniteError"
-    assert r["message"] == f"non-finite {what} from env 3 (gym_FaultEnv-v0) at rollout step 3 (total steps 16); statistics were not updated with it"
+    assert r["message"] == (f"non-finite {what} from env 3 (gym_FaultEnv-v0) at rollout step 3 (total steps 16); "
+                            "statistics were not updated with it")
     # count = 1e-4 + 4 envs x (reset + 3 good steps): the bad step never reached the statistics
     assert r["obs_count"] == pytest.approx(1e-4 + 16, abs=1e-9) and r["obs_mean_finite"]
     assert r["ret_count"] == pytest.approx(1e-4 + 12, abs=1e-9) and r["ret_finite"]
@@ -256,16 +264,20 @@ def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what
 # ------------------------------------------------------------------------------ cases 19-20
 def test_vec_env_refuses_bad_action_batches_before_any_worker_steps() -> None:
     r = run_scenario("vec_env_misuse")
-    expected = "ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or values that cast to it unchanged), got shape {} and dtype {}; nothing was sent to the envs"
+    expected = ("ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or values that cast to it unchanged), "
+                "got shape {} and dtype {}; nothing was sent to the envs")
     assert (r["rows"]["error"], r["rows"]["message"]) == ("ValueError", expected.format("(3, 1)", "float32"))
     assert (r["dim"]["error"], r["dim"]["message"]) == ("ValueError", expected.format("(4, 2)", "float32"))
     assert (r["dtype"]["error"], r["dtype"]["message"]) == ("ValueError", expected.format("(4, 1)", "complex128"))
-    assert (r["nan"]["error"], r["nan"]["message"]) == ("ValueError", "ShmVecEnv.step: non-finite action for env 2; nothing was sent to the envs")
+    assert (r["nan"]["error"], r["nan"]["message"]) == \
+        ("ValueError", "ShmVecEnv.step: non-finite action for env 2; nothing was sent to the envs")
     assert r["steps_taken"] == [0, 0, 0, 0]
-    assert (r["wait_without_async"]["error"], r["wait_without_async"]["message"]) == ("NoAsyncCallError", "step_wait() called without a pending step_async()")
+    assert (r["wait_without_async"]["error"], r["wait_without_async"]["message"]) == \
+        ("NoAsyncCallError", "step_wait() called without a pending step_async()")
     assert r["step0_equal"] and r["step1_equal"], "the next good steps must match DummyVecEnv (no stale reply)"
     assert r["steps_after"] == [2, 2, 2, 2]
-    assert (r["after_close"]["error"], r["after_close"]["message"]) == ("PoolClosedError", "this ShmVecEnv (FaultEnv-v0) is closed")
+    assert (r["after_close"]["error"], r["after_close"]["message"]) == \
+        ("PoolClosedError", "this ShmVecEnv (FaultEnv-v0) is closed")
     assert r["alive_workers"] == [] and r["strays"] == []
 
 
@@ -285,10 +297,12 @@ def test_a_worker_failing_in_its_policy_step_ends_the_run_naming_it(mode: str) -
         assert 'raise RuntimeError("boom in the policy\'s forward")' in r["message"]
     elif mode == "hang":
         assert r["error"] == "WorkerTimeoutError"
-        assert r["message"] == (f"worker 0 (envs 2..3, pid {r['workers'][0]}) did not answer 'step' at rollout step 2 within 1 s "
-                                "(gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); all workers were stopped")
+        assert r["message"] == (f"worker 0 (envs 2..3, pid {r['workers'][0]}) did not answer 'step' at rollout step 2 within "
+                                "1 s (gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); "
+                                "all workers were stopped")
     else:
         assert r["error"] == "WorkerDiedError"
-        assert r["message"] == f"{worker} died with exit code -9 (SIGKILL) during 'step' without reporting an error; all workers were stopped"
+        assert r["message"] == \
+            f"{worker} died with exit code -9 (SIGKILL) during 'step' without reporting an error; all workers were stopped"
     assert r["close_s"] < 0.1
     assert r["alive_workers"] == [] and r["strays"] == []

@@ -118,7 +118,8 @@ def make_maskable(cfg: Config, vec_env_cls: Any = None) -> Any:
 
 
 def make_recurrent(cfg: Config, vec_env_cls: Any = None) -> Any:
-    """sb3-contrib's ``RecurrentPPO`` on :func:`make_normalized_venv`'s envs (``ppo_dict.interop.sb3.recurrent_ppo_kwargs``)."""
+    """sb3-contrib's ``RecurrentPPO`` on :func:`make_normalized_venv`'s envs
+    (``ppo_dict.interop.sb3.recurrent_ppo_kwargs``)."""
     from sb3_contrib import RecurrentPPO
 
     venv = make_normalized_venv(cfg, vec_env_cls)
@@ -131,7 +132,8 @@ def make_normalized_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
     if cfg.normalize:
         space = venv.observation_space
         # ppo_dict normalises the Box vector keys and leaves uint8 images and integer spaces alone
-        keys = [k for k, sub in space.spaces.items() if isinstance(sub, gym_spaces.Box) and sub.dtype != np.uint8] if isinstance(space, gym_spaces.Dict) else None
+        keys = ([k for k, sub in space.spaces.items() if isinstance(sub, gym_spaces.Box) and sub.dtype != np.uint8]
+                if isinstance(space, gym_spaces.Dict) else None)
         norm_obs = cfg.norm_obs and (isinstance(space, gym_spaces.Box) or bool(keys))
         venv = VecNormalize(
             venv, norm_obs=norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
@@ -159,7 +161,8 @@ def learn_sb3(model: SB3PPO, total_timesteps: int, log_interval: int = 1) -> Rec
         obs_rms = getattr(venv, "obs_rms", {})
         obs_rms = obs_rms if isinstance(obs_rms, dict) else {"obs": obs_rms}
         rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in obs_rms.items()},
-                          "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count, "returns": venv.returns}
+                          "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count,
+                          "returns": venv.returns}
     model.get_env().close()
     return rec
 
@@ -173,8 +176,9 @@ class RecordingPPO(PPO):
         s = self.storage
         obs = s.as_policy_input({k: v[: s.n_steps].copy() for k, v in s.obs.items()})
         self.rollouts.append({
-            "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(), "episode_starts": s.episode_starts.copy(),
-            "values": s.values.copy(), "log_probs": s.log_probs.copy(), "advantages": s.advantages.copy(), "returns": s.returns.copy(),
+            "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(),
+            "episode_starts": s.episode_starts.copy(), "values": s.values.copy(), "log_probs": s.log_probs.copy(),
+            "advantages": s.advantages.copy(), "returns": s.returns.copy(),
         })
         if s.lstm_states is not None:  # RecurrentPPO's buffer: the states before each step
             self.rollouts[-1].update({name: s.lstm_states.rollout(name) for name in s.lstm_states.names})  # a GRU: its two
@@ -213,7 +217,8 @@ def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = 
     if model.normalizer is not None:
         n = model.normalizer
         rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in n.obs_rms.items()},
-                          "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count, "returns": n.returns}
+                          "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count,
+                          "returns": n.returns}
     return rec
 
 
@@ -252,7 +257,8 @@ def assert_same_value(a: Any, b: Any, what: str) -> None:
     elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
-        assert np.array_equal(a, b, equal_nan=True), f"{what}: max abs diff {np.nanmax(np.abs(a.astype(float) - b.astype(float)))}"
+        assert np.array_equal(a, b,
+                              equal_nan=True), f"{what}: max abs diff {np.nanmax(np.abs(a.astype(float) - b.astype(float)))}"
     elif isinstance(a, float) and np.isnan(a):
         assert isinstance(b, float) and np.isnan(b), f"{what}: {a!r} != {b!r}"
     else:

@@ -38,7 +38,8 @@ CASES = {
     **SPACES,
     "masked": MASKED,
     "masked_image": dict(**MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5)),
-    "masked_dict_image": dict(**MASKED, model="cnn", normalize=True, env_kwargs=dict(action="multi_binary", observation="dict_image", size=5)),
+    "masked_dict_image": dict(**MASKED, model="cnn", normalize=True,
+                              env_kwargs=dict(action="multi_binary", observation="dict_image", size=5)),
 }
 BATCH_SIZES = (1, 2, 3, 5, 7, 8, 13)
 #: the rollout, bootstrap and update settings every case shares: a rollout of 4 steps, minibatches that do not divide it
@@ -59,7 +60,8 @@ def misplaced(where: str, value: Any) -> Iterator[str]:
     """Every tensor in ``value`` (a tensor or a dict of them) that is not laid out as a fresh allocation."""
     for key, t in (value.items() if isinstance(value, dict) else [(None, value)]):
         if t.numel() > 1 and (t.data_ptr() % 64 or not dense(t)):
-            yield f"{where}[{key}]: {t.dtype}{tuple(t.shape)} strides {t.stride()} at {t.data_ptr() % 64} bytes past a 64-byte boundary"
+            yield (f"{where}[{key}]: {t.dtype}{tuple(t.shape)} strides {t.stride()} at {t.data_ptr() % 64} bytes past a "
+                   "64-byte boundary")
 
 
 @pytest.fixture
@@ -115,8 +117,8 @@ def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_in_process(recorde
 @pytest.mark.parametrize("main_envs", [None, 0])
 @pytest.mark.parametrize("n_envs", [3, 5, 13])
 def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_with_workers(recorded: dict, n_envs: int, main_envs) -> None:
-    """Worker processes write the rows in shared memory (one worker, as the odd counts divide no more; default layout: the main process steps a
-    share of the envs itself; ``main_envs=0``: the workers step them all)."""
+    """Worker processes write the rows in shared memory (one worker, as the odd counts divide no more; default layout:
+    the main process steps a share of the envs itself; ``main_envs=0``: the workers step them all)."""
     cfg = Config(**SPACES["dict_normalized"], **RUN, n_envs=n_envs, num_workers=1, batch_size=n_envs + 1,
                  main_envs=main_envs, total_timesteps=4 * n_envs)
     train_and_evaluate(cfg)

@@ -46,4 +46,5 @@ def test_atari_bit_exact_with_sb3(name: str) -> None:
     assert starts >= 2, starts
     if name.startswith("asterix"):
         assert logged["rollout/ep_rew_mean"] >= 50, "the logged return is the unclipped score"
-        assert max(float(r["rewards"].max()) for r in ours.rollouts) <= 1.0 + 1.0, "training rewards are clipped (plus a bootstrap)"
+        assert max(float(r["rewards"].max())
+                   for r in ours.rollouts) <= 1.0 + 1.0, "training rewards are clipped (plus a bootstrap)"

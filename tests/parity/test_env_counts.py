@@ -27,11 +27,14 @@ SPACES = {
     "multi_discrete": dict(**TOY, env_kwargs=dict(observation="multi_discrete", action="multi_discrete", episode_length=3)),
     "multi_binary": dict(**TOY, env_kwargs=dict(observation="multi_binary", action="multi_binary", episode_length=3)),
     "gsde": dict(**TOY, env_kwargs=dict(observation="box", action="box", episode_length=3), use_sde=True, sde_sample_freq=3),
-    "dict_normalized": dict(**TOY, env_kwargs=dict(observation="dict", action="multi_discrete", episode_length=3), normalize=True),
+    "dict_normalized": dict(**TOY, env_kwargs=dict(observation="dict", action="multi_discrete", episode_length=3),
+                            normalize=True),
     "image": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1, episode_length=5)),
-    "image_channel_last": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5)),
+    "image_channel_last": dict(env="test_dummy", model="cnn",
+                               env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5)),
     # an image beside 5 float32 (rows of 20 bytes per env), MultiInputPolicy, the vector normalised
-    "dict_image_and_vector": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
+    "dict_image_and_vector": dict(env="test_dummy", model="cnn",
+                                  env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
                                   normalize=True),
 }
 N_STEPS = 8
@@ -60,14 +63,15 @@ def test_odd_env_counts_in_process(space: str, n_envs: int) -> None:
 @pytest.mark.parametrize("space,n_envs", [("box", 3), ("dict_normalized", 5), ("multi_binary", 7)])
 def test_odd_env_counts_through_a_worker_pool(space: str, n_envs: int, main_envs) -> None:
     """The workers write the rows into shared memory; by default the main process steps a worker's
-    share of the envs itself (beside one worker), with ``main_envs=0`` none (two workers); each process samples its own envs' actions
-    (the policy where the envs are, ppo_dict.algo.rollout.shard)."""
+    share of the envs itself (beside one worker), with ``main_envs=0`` none (two workers); each process samples its own
+    envs' actions (the policy where the envs are, ppo_dict.algo.rollout.shard)."""
     cfg = config(space, n_envs, num_workers=3 if main_envs == 0 else 2, main_envs=main_envs)
     assert_parity(cfg, pool=build_env_pool(cfg), sharded=True)
 
 
 @pytest.mark.parametrize("space,n_envs,num_workers", [
-    ("discrete", 5, 3), ("multi_discrete", 6, 2), ("gsde", 5, 3), ("image_channel_last", 5, 2), ("dict_image_and_vector", 4, 2),
+    ("discrete", 5, 3), ("multi_discrete", 6, 2), ("gsde", 5, 3), ("image_channel_last", 5, 2),
+    ("dict_image_and_vector", 4, 2),
 ])
 def test_every_kind_of_space_through_the_policy_where_the_envs_are(space: str, n_envs: int, num_workers: int) -> None:
     """The main process draws each step's random numbers in sb3's order (gSDE: its exploration matrices) and hands
@@ -89,14 +93,15 @@ def test_a_failing_probe_keeps_the_central_step_and_sb3s_numbers(monkeypatch) ->
         lines.append(model.collector.policy_line)
 
     assert_same_record(*run_both(cfg, build_env_pool(cfg), central))
-    assert lines == [f"policy step: in the main process for every env (start probe: windows of {GRANULES[-1]} rows gave other actions, "
-                     "values, log-probs, env actions than the whole batch)"]
+    assert lines == [f"policy step: in the main process for every env (start probe: windows of {GRANULES[-1]} rows gave other "
+                     "actions, values, log-probs, env actions than the whole batch)"]
 
 
 def test_acrobot_three_envs_as_a_new_user_ran_it() -> None:
     """The settings that showed the misaligned rows on an AVX-512 host (values 1e-7 off in the first rollout)."""
-    cfg = Config(env="gym_Acrobot-v1", n_envs=3, n_steps=64, batch_size=40, n_epochs=3, ent_coef=0.01, learning_rate="lin_1e-3",
-                 clip_range=0.25, gae_lambda=0.9, gamma=0.97, seed=7, total_timesteps=960, num_workers=0, device="cpu")
+    cfg = Config(env="gym_Acrobot-v1", n_envs=3, n_steps=64, batch_size=40, n_epochs=3, ent_coef=0.01,
+                 learning_rate="lin_1e-3", clip_range=0.25, gae_lambda=0.9, gamma=0.97, seed=7, total_timesteps=960,
+                 num_workers=0, device="cpu")
     assert_parity(cfg)
 
 

@@ -48,7 +48,8 @@ def test_success_rate_through_a_worker_pool(main_envs) -> None:
 
 def test_no_success_rate_without_is_success() -> None:
     """An env whose info has no ``is_success`` logs no ``rollout/success_rate`` (sb3 neither)."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0, total_timesteps=256, num_workers=0)
+    cfg = Config(env="gym_CartPole-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0, total_timesteps=256,
+                 num_workers=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ours = run_ours(cfg)
@@ -79,7 +80,8 @@ def test_info_keywords_are_what_sb3_monitor_records() -> None:
         ours = run_ours(cfg, pool=build_env_pool(cfg), prepare=models.append)
     expected = [{k: v for k, v in e.items() if k != "t"} for e in sb3_model.ep_info_buffer]
     got = list(models[0].ep_info_buffer)
-    assert got == expected and [[type(v) for v in e.values()] for e in got] == [[type(v) for v in e.values()] for e in expected]
+    assert got == expected and \
+        [[type(v) for v in e.values()] for e in got] == [[type(v) for v in e.values()] for e in expected]
     assert len(expected) > 20 and {type(e["is_success"]) for e in expected} > {bool}  # several types came
     for key in keywords:
         assert ours.dumps[-1][f"rollout/{key}"] == safe_mean([e[key] for e in expected])

@@ -20,8 +20,9 @@ from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
-    return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_workers, cfg.envs_per_worker, cfg.n_steps, mp_method=mp_method,
-                      main_steps_envs=cfg.main_steps_envs, spin_wait_us=cfg.spin_wait_us, n_envs=cfg.n_envs)
+    return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_workers, cfg.envs_per_worker, cfg.n_steps,
+                      mp_method=mp_method, main_steps_envs=cfg.main_steps_envs, spin_wait_us=cfg.spin_wait_us,
+                      n_envs=cfg.n_envs)
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:

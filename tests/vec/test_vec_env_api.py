@@ -22,8 +22,10 @@ N_ENVS = 3
 VEC_ENV_CLASSES = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv, "shm": functools.partial(ShmVecEnv, num_workers=N_ENVS),
                    "shm-one-worker": functools.partial(ShmVecEnv, num_workers=1)}
 VEC_ENV_WRAPPERS = [None, VecNormalize, VecFrameStack]
-#: every class bare, and every wrapper over DummyVecEnv and ShmVecEnv (one worker: each process start costs seconds on 2 busy cores)
-CLASS_AND_WRAPPER = [(name, None) for name in VEC_ENV_CLASSES] + [(name, w) for name in ("dummy", "shm-one-worker") for w in VEC_ENV_WRAPPERS[1:]]
+#: every class bare, and every wrapper over DummyVecEnv and ShmVecEnv (one worker: each process start costs seconds on 2
+#: busy cores)
+CLASS_AND_WRAPPER = [(name, None) for name in VEC_ENV_CLASSES] + \
+    [(name, w) for name in ("dummy", "shm-one-worker") for w in VEC_ENV_WRAPPERS[1:]]
 SPACES = collections.OrderedDict([
     ("discrete", spaces.Discrete(2)),
     ("multidiscrete", spaces.MultiDiscrete([2, 3])),
@@ -196,8 +198,10 @@ def test_vecenv_spaces_side_by_side(space: spaces.Space) -> None:
         check_obs(record[0], space)
         for obs, *_ in record[1:]:
             check_obs(obs, space)
-        if name == "subproc":  # SubprocVecEnv: float64 rewards (it stacks Python floats) and plain dicts; the rest is DummyVecEnv's
-            record = [ordered(record[0])] + [(ordered(obs), rewards.astype(np.float32), *rest) for obs, rewards, *rest in record[1:]]
+        # SubprocVecEnv: float64 rewards (it stacks Python floats) and plain dicts; the rest is DummyVecEnv's
+        if name == "subproc":
+            record = [ordered(record[0])] + [(ordered(obs), rewards.astype(np.float32), *rest) for obs, rewards,
+                                             *rest in record[1:]]
         assert same(reference, record), name
 
 
@@ -234,7 +238,8 @@ def test_vec_env_is_wrapped_and_seeding(cls_name: str) -> None:
 @pytest.mark.parametrize("cls_name", list(VEC_ENV_CLASSES))
 def test_get_images_warns_without_rgb_array(cls_name: str) -> None:
     vec_env = VEC_ENV_CLASSES[cls_name]([functools.partial(CustomGymEnv, SPACES["discrete"], None) for _ in range(N_ENVS)])
-    with pytest.warns(UserWarning, match="The render mode is None, but this method assumes it is `rgb_array` to obtain images."):
+    with pytest.warns(UserWarning,
+                      match="The render mode is None, but this method assumes it is `rgb_array` to obtain images."):
         assert list(vec_env.get_images()) == [None] * N_ENVS
     vec_env.close()
     vec_env = VEC_ENV_CLASSES[cls_name]([make_box_env for _ in range(N_ENVS)])
