@@ -18,8 +18,8 @@ APT_FLAGS ?=
 
 # pip runs once per Python environment and torch asked for (a stamp under build/ named by both) and again when
 # setup.cfg changes: `make docs lint test` (as .ci/run) installs once, not three times (about 15 s each).
-INSTALLED := build/installed-$(shell $(PYTHON) -c "import hashlib, sys; print(hashlib.sha1(sys.argv[1].encode()).hexdigest()[:16])" \
-	"$$($(PYTHON) -c 'import sys; print(sys.prefix)') $(TORCH) $(TORCH_INDEX)")
+INSTALLED := build/installed-$(shell $(PYTHON) -c \
+	"import hashlib, sys; print(hashlib.sha1(f'{sys.prefix} {sys.argv[1]}'.encode()).hexdigest()[:16])" "$(TORCH) $(TORCH_INDEX)")
 
 install: $(INSTALLED)
 
