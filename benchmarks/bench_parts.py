@@ -81,7 +81,7 @@ def work_block(env_id: str, processes: int, envs: int) -> Contender:
     def run() -> int:
         with thread_count(1):
             for t in range(STEPS):
-                sharded.draw(t)
+                sharded.draw(t, cfg.sde_sample_freq)
                 work.before((ACT | NORM | BOOKS if t else ACT, t, t - 1, 0, t % 2, sharded.mslot, sharded.version))
         return STEPS * envs
 
