@@ -37,8 +37,11 @@ train: install
 # The parity suite's tests shuffled among their places (ORDER_SEED, printed at the end; set it to replay an order): what
 # a parity test asserts must not depend on what ran before it in the process. The 25 slowest tests are listed.
 ORDER_SEED ?= $(shell date +%s)
+# Tests run two at a time (pytest-xdist): most of a test's time is one Python process starting or waiting, which leaves
+# the other CPU idle. PYTEST_WORKERS=0 runs them one after another in pytest's own process.
+PYTEST_WORKERS ?= 2
 test: install
-	$(PYTHON) -m pytest -m "not slow" --order parity-random:$(ORDER_SEED) --durations=25 $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --order parity-random:$(ORDER_SEED) --durations=25 $(PYTEST_ARGS)
 
 # More orders of the parity suite, outside CI: the whole suite shuffled, with the garbage collected between tests.
 test-orders: install

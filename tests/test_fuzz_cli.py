@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import ROOT
-from tests.faults.test_worker_faults import assert_session_gone, finish, shm_entries
+from tests.faults.test_worker_faults import assert_no_shm_left, assert_session_gone, finish, shm_entries
 from tests.fuzz_flags import (PATH_FIELDS, Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes,
                               hostile_paths, prepare_folder, run_in_process, unusable_paths)
 
@@ -48,7 +48,7 @@ def check_in_process(argv: list[str]) -> None:
     outcome = run_in_process(argv)
     assert_clean_outcome(outcome, argv, tuple(unusable_paths(argv, FOLDER)))
     assert child_processes() == [], argv
-    assert shm_entries() <= shm, (shm_entries() - shm, argv)
+    assert_no_shm_left(shm)
     assert written_files() == [], (written_files(), argv)
 
 
@@ -89,7 +89,7 @@ def test_fuzzed_command_lines_as_real_commands(argv: list[str]) -> None:
     proc = popen_main(argv + ["--dry_run"])
     out, err = communicate(proc, argv, 120, "hung")
     assert_clean_outcome(Outcome(proc.returncode, out, err), argv, tuple(unusable_paths(argv, FOLDER)))
-    assert shm_entries() <= shm
+    assert_no_shm_left(shm)
     assert written_files() == [], (written_files(), argv)
 
 
@@ -135,4 +135,4 @@ def start_and_stop(argv: list[str], run_dir: str) -> None:
     out, err = communicate(proc, argv, 30, "not stopped by SIGTERM")
     assert "Traceback" not in err, f"{argv}\n{err[-3000:]}"
     assert proc.returncode in (0, 143), f"exit {proc.returncode}: {argv}\n{err[-3000:]}"
-    assert shm_entries() <= shm, argv
+    assert_no_shm_left(shm)

@@ -71,6 +71,31 @@ def strays(seconds: float = 0.0, exclude: tuple[int, ...] = ()) -> list[int]:
         time.sleep(0.05)
 
 
+#: what multiprocessing / SharedMemory could leave in /dev/shm
+SHM_PREFIXES = ("sem.mp-", "psm_", "pym-", "mp-")
+#: how long an entry another test made may stay (``make test`` runs two tests at once: its pools come and go)
+SHM_WAIT = 120.0
+
+
+def shm_entries(prefixes: tuple[str, ...] = SHM_PREFIXES) -> set[str]:
+    """/dev/shm's entries whose names start with one of ``prefixes`` (``("",)``: every entry)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(prefixes)}
+
+
+def shm_left(before: set[str], seconds: float = SHM_WAIT, prefixes: tuple[str, ...] = SHM_PREFIXES) -> set[str]:
+    """The /dev/shm entries made since ``before`` that are still there after ``seconds``; empty once each is gone.
+
+    Called once the processes that could have made them are gone: an entry of theirs left now stays for good, so it is
+    returned; an entry another test running beside this one made (``make test`` runs two at once) goes when that test
+    ends its pool, so it is waited for, not counted."""
+    new = shm_entries(prefixes) - before
+    deadline = time.monotonic() + seconds
+    while new and time.monotonic() < deadline:
+        time.sleep(0.1)
+        new &= shm_entries(prefixes)
+    return new
+
+
 def alive(pid: int) -> bool:
     try:
         return proc_stat(pid)[0] != "Z"
@@ -220,8 +245,7 @@ def non_finite(mode: str) -> dict[str, Any]:
 
 
 def resource_counts() -> dict[str, Any]:
-    return {"shm": sorted(os.listdir("/dev/shm")), "fds": len(os.listdir("/proc/self/fd")),
-            "threads": threading.active_count()}
+    return {"fds": len(os.listdir("/proc/self/fd")), "threads": threading.active_count()}
 
 
 def cycles(mp_method: str, count: str) -> dict[str, Any]:
@@ -235,11 +259,14 @@ def cycles(mp_method: str, count: str) -> dict[str, Any]:
         pool.close()
 
     cycle()  # the first one starts the forkserver / resource tracker and the RawArray heap
-    before = resource_counts()
+    before, shm_before = resource_counts(), shm_entries(("",))
     start = time.monotonic()
     for _ in range(int(count)):
         cycle()
-    return {"before": before, "after": resource_counts(), "strays": strays(), "seconds": time.monotonic() - start}
+    # /dev/shm looked at while this process (and its resource tracker, which would unlink a leak at its exit) lives
+    left = sorted(shm_left(shm_before, prefixes=("",)))
+    return {"before": before, "after": resource_counts(), "shm_left": left, "strays": strays(),
+            "seconds": time.monotonic() - start}
 
 
 def vec_env_misuse() -> dict[str, Any]:

@@ -27,8 +27,8 @@ from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
-from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_session_gone, dump_and_kill,
-                                             run_scenario, shm_entries, start)
+from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_no_shm_left, assert_session_gone,
+                                             dump_and_kill, run_scenario, shm_entries, start)
 
 STEP_TIMEOUT = 1.0
 #: the aimed env's step that hangs: rollout step 3 of the second iteration (8 steps each), after a checkpoint
@@ -110,7 +110,7 @@ def hang_began(run: Run, layout: Layout) -> float:
 
 def assert_nothing_left(run: Run, shm_before: set[str]) -> None:
     assert_session_gone(run.proc.pid, seconds=5.0)
-    assert shm_entries() <= shm_before, shm_entries() - shm_before
+    assert_no_shm_left(shm_before)
     names = os.listdir(os.path.join(run.run_dir, "checkpoints"))
     assert not [n for n in names if n.endswith(".tmp")], names
     for path in list_checkpoints(os.path.join(run.run_dir, "checkpoints")):
@@ -414,5 +414,5 @@ def test_shm_vec_env_hang_times_out_and_ctrl_c_ends_a_hung_step() -> None:
     err = proc.stderr.read()
     assert proc.returncode in (-signal.SIGINT, 130) and "KeyboardInterrupt" in err, err
     assert_session_gone(proc.pid, seconds=5.0)
-    assert shm_entries() <= shm_before
+    assert_no_shm_left(shm_before)
     lines.close()

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.faults.test_worker_faults import run_scenario, shm_entries
+from tests.faults.test_worker_faults import assert_no_shm_left, run_scenario, shm_entries
 
 
 @pytest.mark.parametrize("mp_method", ["forkserver", "spawn", "fork"])
@@ -62,4 +62,4 @@ def test_a_low_open_file_limit_is_refused_before_anything_starts() -> None:
     assert lines[0] == "error: 1 invalid setting(s):"
     assert lines[1].startswith("  - num_workers=8: 7 workers need about ") and \
         "open files, ulimit -n allows 64; raise it (ulimit -n 128)" in lines[1]
-    assert shm_entries() <= shm
+    assert_no_shm_left(shm)

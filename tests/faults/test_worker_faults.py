@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -15,19 +16,20 @@ import pytest
 
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
-from tests.faults.scenarios import alive, proc_stat, session_processes
+from tests.faults.scenarios import alive, proc_stat, session_processes, shm_entries, shm_left
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-#: what multiprocessing / SharedMemory could leave in /dev/shm
-SHM_PREFIXES = ("sem.mp-", "psm_", "pym-", "mp-")
 #: seconds a scenario may take before it is declared hung: a guard, not a timing (what a fault must do in time is
 #: timed inside the scenario), so far above the start-up's own cost, which alone took 55 s on a loaded 2-core host
 #: (importing torch: 17 s); each test times what it promises from inside (``call_s``, ``since_kill_s``)
 START_GUARD = 180.0
 
 
-def shm_entries() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith(SHM_PREFIXES)}
+def assert_no_shm_left(before: set[str]) -> None:
+    """No /dev/shm entry made since ``before`` stays (:func:`tests.faults.scenarios.shm_left`): called once the processes
+    that could have made one are gone."""
+    left = shm_left(before)
+    assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
 def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -81,7 +83,7 @@ def run_scenario(*args: str, timeout: float = START_GUARD) -> dict[str, Any]:
     out, err = finish(proc, timeout, f"scenario {args} hung")
     assert proc.returncode == 0, err
     assert_session_gone(proc.pid)
-    assert shm_entries() <= shm_before, shm_entries() - shm_before
+    assert_no_shm_left(shm_before)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -202,7 +204,7 @@ def test_main_sigkilled_while_workers_idle(mp_method: str, target: str) -> None:
     assert lines.done.wait(30), "stdout still open 30 s after the kill"
     assert wait_until(lambda: not any(alive(pid) for pid in pids), 2.0), [pid for pid in pids if alive(pid)]
     assert_session_gone(proc.pid)
-    assert shm_entries() <= shm_before, shm_entries() - shm_before
+    assert_no_shm_left(shm_before)
     lines.close()
 
 
@@ -232,8 +234,28 @@ def test_main_sigkilled_while_a_worker_is_hung() -> None:
 @pytest.mark.parametrize("mp_method", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_fifty_create_close_cycles(mp_method: str) -> None:
     r = run_scenario("cycles", mp_method, "50", timeout=300)
-    assert r["after"] == r["before"]  # /dev/shm entries, open fds, threads
+    assert r["after"] == r["before"] and r["shm_left"] == []  # open fds, threads; /dev/shm entries
     assert r["strays"] == []
+
+
+def test_the_shm_check_finds_an_entry_left_and_waits_out_one_that_goes() -> None:
+    """The check every test here ends with: an entry made and left is found; one another test makes and unlinks a
+    moment later (``make test`` runs two at once) is waited for, not counted."""
+    from multiprocessing import shared_memory
+
+    before = shm_entries()
+    left = shared_memory.SharedMemory(create=True, size=64)
+    going = shared_memory.SharedMemory(create=True, size=64)
+    timer = threading.Timer(0.3, going.unlink)
+    timer.start()
+    try:
+        assert shm_left(before, seconds=1.0) == {left.name.lstrip("/")}
+    finally:
+        timer.join()
+        for memory in (left, going):
+            memory.close()
+        left.unlink()
+    assert shm_left(before, seconds=0.0) == set()
 
 
 def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:

@@ -17,6 +17,7 @@ from ppo_dict.vec.group import SPIN_WAIT
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.shm_pool import ShmEnvPool
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
+from tests.faults.scenarios import shm_entries, shm_left
 
 
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
@@ -144,12 +145,12 @@ def test_fifty_create_close_cycles_leak_nothing(mp_method: str = "forkserver") -
         return pids
 
     cycle()  # first use starts the forkserver / resource tracker and the RawArray heap's arena
-    before, helpers, shm = resource_counts(), set(live_children()), set(os.listdir("/dev/shm"))
+    before, helpers, shm = resource_counts(), set(live_children()), shm_entries(("",))
     for _ in range(50):
         pids = cycle()
         assert not set(pids) & set(live_children())
     assert resource_counts() == before
-    assert set(os.listdir("/dev/shm")) <= shm  # none made here is left (another process's may have gone meanwhile)
+    assert not shm_left(shm, prefixes=("",))  # none made here is left (another test's may come and go meanwhile)
     assert set(live_children()) == helpers
 
 
