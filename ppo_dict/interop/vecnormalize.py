@@ -24,7 +24,7 @@ from ppo_dict.core.files import atomic_write
 from ppo_dict.data.storage import OBS_KEY
 from ppo_dict.core.reading import MiB, npz_arrays, one_line, read_capped
 from ppo_dict.interop.plain_pickle import Ignored, PlainUnpickler, Record, plain_load
-from ppo_dict.interop.sb3_zip import MAX_BOX_VALUES
+from ppo_dict.interop.sb3_spaces import MAX_BOX_VALUES
 
 #: the statistics file names in a folder, the one ppo_dict writes first
 STATISTICS_FILES = ("vecnormalize.npz", "vecnormalize.pkl")
