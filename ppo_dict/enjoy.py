@@ -118,7 +118,7 @@ def zoo_zip(run_dir: str, which: str) -> Optional[str]:
 def zoo_run_dir(parser: Any, args: Any) -> str:
     """The run rl-zoo's ``enjoy.py --algo A --env ID -f FOLDER [--exp-id N]`` means: ``FOLDER/A/ID_N``, the latest
     ``N`` where 0; one argparse error (exit 2) for what does not name one."""
-    from ppo_dict.run.cli import latest_run_id, zoo_env_name
+    from ppo_dict.run.zoo_flags import latest_run_id, zoo_env_name
 
     if args.env is None or args.folder is None:
         parser.error("give the run directory, or rl-zoo's --env ID -f FOLDER (--algo ppo, --exp-id N)")
