@@ -26,7 +26,7 @@ from ppo_dict.data.masking import env_masks
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
 from ppo_dict.run.checkpoint import BEST_MODEL, write_model_file
-from ppo_dict.vec.shm_pool import call_in_main
+from ppo_dict.vec.in_main import call_in_main
 from ppo_dict.vec.watchdog import Owner
 
 if TYPE_CHECKING:
