@@ -130,8 +130,10 @@ def read_npz(path: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         header = json.loads(str(arrays.pop("header")))
         if header.get("format") != NPZ_FORMAT:
             raise ValueError(f"its format is {header.get('format')!r}, not {NPZ_FORMAT!r}")
-        stats = lambda prefix: rms_values({k: arrays[f"{prefix}.{k}"] for k in ("mean", "var", "count")},  # noqa: E731
-                                          f"{path}: {prefix}")
+
+        def stats(prefix: str) -> dict[str, Any]:
+            return rms_values({k: arrays[f"{prefix}.{k}"] for k in ("mean", "var", "count")}, f"{path}: {prefix}")
+
         obs = {str(key): stats(f"obs_rms.{i}") for i, key in enumerate(header["obs_keys"])}
         return {name: header[name] for name in SETTINGS}, {"obs_rms": obs,
                                                            "ret_rms": stats("ret_rms")}, bool(header["training"])
