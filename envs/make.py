@@ -154,12 +154,7 @@ def resolve_env_name(
         return resolve_godot(name, kwargs, pixel)
     import_gym_packages(gym_packages)
     if name == TEST_DUMMY:
-        from .dummy import GYM_ID, check_kwargs
-
-        check_kwargs(kwargs)
-        if pixel is not None or atari is not None:
-            raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper and --atari_wrapper")
-        return EnvSpec(name=name, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs, frame_stack=frame_stack)
+        return _dummy_spec(gym_packages, kwargs, pixel is not None or atari is not None, frame_stack)
     gym_id = gym_id_of(name)
     if not gym_id:
         raise ValueError(f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), "
@@ -168,22 +163,8 @@ def resolve_env_name(
     gym_id, packages = with_id_module(gym_id, tuple(gym_packages))
     packages = with_no_velocity_envs(gym_id, packages)
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
-    notice = ""
-    if is_mujoco_py_stub(spec):
-        newest = _newest_version(spec)
-        if newest is None:
-            raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
-        notice = f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
-        gym_id = newest
-    elif spec.version is not None and _newest_version(spec) not in (None, spec.id):
-        # said here once, in the main process; make_env drops gymnasium's own (coloured) warning of it in every process
-        notice = f"note: gymnasium {OUT_OF_DATE} {gym_id}, {_newest_version(spec)}; training {gym_id} as asked"
-    if str(gym.spec(gym_id).entry_point).startswith("gymnasium.envs.mujoco"):
-        check_mujoco_gl()  # else a MUJOCO_GL whose library is missing fails mujoco's import with a NoneType error
-    if pixel is not None:
-        from .pixels import check_pixel_env
-
-        check_pixel_env(gym.spec(gym_id))
+    gym_id, notice = _version_trained(gym_id, spec)
+    _check_rendering(gym_id, pixel is not None)
     if is_atari_entry(spec.entry_point) and ALE_MODULE not in packages:
         packages += (ALE_MODULE,)  # each worker imports it, which registers the Atari ids there
     if atari is not None:
@@ -192,6 +173,40 @@ def resolve_env_name(
         notice = check_atari_options(gym_id, atari) or notice
     return EnvSpec(name=name, gym_id=gym_id, gym_packages=packages, kwargs=kwargs, notice=notice, pixel=pixel, atari=atari,
                    frame_stack=frame_stack)
+
+
+def _dummy_spec(gym_packages: tuple[str, ...], kwargs: dict[str, Any], wrapped: bool, frame_stack: int) -> EnvSpec:
+    """``test_dummy``'s spec, its ``kwargs`` checked (``wrapped``: pixels or Atari asked of it, refused)."""
+    from .dummy import GYM_ID, check_kwargs
+
+    check_kwargs(kwargs)
+    if wrapped:
+        raise ValueError("test_dummy already observes images: drop --pixel_obs_wrapper and --atari_wrapper")
+    return EnvSpec(name=TEST_DUMMY, gym_id=GYM_ID, gym_packages=tuple(gym_packages), kwargs=kwargs, frame_stack=frame_stack)
+
+
+def _check_rendering(gym_id: str, pixels: bool) -> None:
+    """What the env renders with works here: MuJoCo's GL backend, and with ``pixels`` the env's frames."""
+    if str(gym.spec(gym_id).entry_point).startswith("gymnasium.envs.mujoco"):
+        check_mujoco_gl()  # else a MUJOCO_GL whose library is missing fails mujoco's import with a NoneType error
+    if pixels:
+        from .pixels import check_pixel_env
+
+        check_pixel_env(gym.spec(gym_id))
+
+
+def _version_trained(gym_id: str, spec: gym.envs.registration.EnvSpec) -> tuple[str, str]:
+    """``(the id trained, the notice saying why it is not gym_id or that a newer version exists)``: a MuJoCo id that
+    needs mujoco-py maps to the newest version gymnasium makes."""
+    if is_mujoco_py_stub(spec):
+        newest = _newest_version(spec)
+        if newest is None:
+            raise ValueError(f"gymnasium registers {gym_id} but cannot make it, and no other version of it")
+        return newest, f"note: {gym_id} needs mujoco-py, which gymnasium 1.x dropped; using {newest} instead"
+    if spec.version is not None and _newest_version(spec) not in (None, spec.id):
+        # said here once, in the main process; make_env drops gymnasium's own (coloured) warning of it in every process
+        return gym_id, f"note: gymnasium {OUT_OF_DATE} {gym_id}, {_newest_version(spec)}; training {gym_id} as asked"
+    return gym_id, ""
 
 
 #: what gymnasium's warning for an old version of an env says (``registration.make``), and what

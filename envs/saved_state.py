@@ -1,9 +1,9 @@
-"""Plain data (``envs.state``) as a checkpoint stores it and reads it back.
+"""Plain data (``envs.plain``, an env's state) as a checkpoint stores it and reads it back.
 
 ``torch.load(weights_only=True)`` reads numbers, strings, tuples, lists, dicts and tensors, but neither numpy's pickles
 nor an empty ``bytes``; so :func:`to_saved` puts the bytes of every array, numpy scalar and bytes value in one uint8
 array, and :func:`from_saved` reads them back, checking each as it goes (dtypes of numbers only, sizes that agree, bytes
-inside the saved ones, a bounded depth): what no run wrote is :class:`~envs.state.StateNotRestorable`.
+inside the saved ones, a bounded depth): what no run wrote is :class:`~envs.plain.StateNotRestorable`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .state import MAX_DEPTH, StateNotRestorable
+from .plain import MAX_DEPTH, StateNotRestorable
 
 #: the largest array a saved state may hold (elements): a stride trick or a forged shape is refused before any allocation
 MAX_ELEMENTS = 1 << 28

@@ -38,6 +38,8 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from .plain import StateNotRestorable, plain, qualname
+
 #: the user's pair of methods for an env (or wrapper) of their own
 STATE_METHODS = ("state_dict", "load_state_dict")
 #: attributes that are configuration, not state: built by the constructor and never changed by reset or step
@@ -49,56 +51,6 @@ CONFIG = frozenset({
 })
 #: the MjData arrays whose sizes follow the constraints of the moment: rebuilt by the next ``mj_step`` before use
 MUJOCO_TRANSIENT = ("efc_", "iefc_", "efm_", "island_", "map_efc", "map_iefc", "iacc", "ifrc", "contact")
-#: plain data may nest this deep (a config of dicts in lists): deeper is not an env's state
-MAX_DEPTH = 12
-
-
-class StateNotRestorable(Exception):
-    """This env's state cannot be taken (or put back) as plain data; the message says which attribute and why."""
-
-
-def _qualname(obj: Any) -> str:
-    cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-_SCALARS = frozenset({bool, int, float, str, bytes})
-
-
-def plain(value: Any, where: str, depth: int = 0) -> Any:
-    """``value`` as plain data (copied), or :class:`StateNotRestorable` naming ``where``."""
-    if depth > MAX_DEPTH:
-        raise StateNotRestorable(f"{where}: nested deeper than {MAX_DEPTH}")
-    if value is None or type(value) in _SCALARS:
-        return value
-    if isinstance(value, (bool, int, float, str, bytes)):
-        return value
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject or value.dtype.fields is not None:
-            raise StateNotRestorable(f"{where}: a numpy array of {value.dtype}")
-        return value.copy()
-    if isinstance(value, np.generic):
-        return value.copy()
-    if isinstance(value, np.random.Generator):
-        return {"__generator__": plain(value.bit_generator.state, where, depth + 1)}
-    if isinstance(value, np.random.RandomState):
-        return {"__random_state__": plain(value.get_state(legacy=False), where, depth + 1)}
-    if isinstance(value, random.Random):
-        return {"__random__": plain(value.getstate(), where, depth + 1)}
-    if isinstance(value, collections.deque):
-        return {"__deque__": [plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)], "maxlen": value.maxlen}
-    if isinstance(value, (tuple, list)):
-        items = [plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
-        return tuple(items) if isinstance(value, tuple) else items
-    if isinstance(value, dict):
-        if not all(isinstance(k, (str, int)) for k in value):
-            raise StateNotRestorable(f"{where}: a dict with keys other than strings and integers")
-        if any(isinstance(k, str) and k.startswith("__") and k.endswith("__") for k in value):
-            raise StateNotRestorable(f"{where}: a dict with a key of the form __name__")
-        return {k: plain(v, f"{where}[{k!r}]", depth + 1) for k, v in value.items()}
-    raise StateNotRestorable(f"{where} is a {_qualname(value)}, not plain data")
-
-
 #: attribute values that are code, not state (an ActionMasker's function, a callback): set by a constructor
 CODE = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial, type)
 
@@ -226,7 +178,7 @@ def env_state(env: gym.Env) -> list[dict[str, Any]]:
     state = []
     for layer in layers(env):
         label = type(layer).__name__
-        entry: dict[str, Any] = {"class": _qualname(layer)}
+        entry: dict[str, Any] = {"class": qualname(layer)}
         if _own_pair(layer):
             entry["own"] = plain(layer.state_dict(), f"{label}.state_dict()")
         else:
@@ -253,17 +205,17 @@ def _revive(saved: Any, current: Any, where: str) -> Any:
     generator's state goes into the generator itself, an array of the same shape and dtype is written in place."""
     if isinstance(saved, dict) and "__generator__" in saved:
         if not isinstance(current, np.random.Generator):
-            raise StateNotRestorable(f"{where}: saved as a numpy Generator, now a {_qualname(current)}")
+            raise StateNotRestorable(f"{where}: saved as a numpy Generator, now a {qualname(current)}")
         current.bit_generator.state = saved["__generator__"]
         return current
     if isinstance(saved, dict) and "__random_state__" in saved:
         if not isinstance(current, np.random.RandomState):
-            raise StateNotRestorable(f"{where}: saved as a numpy RandomState, now a {_qualname(current)}")
+            raise StateNotRestorable(f"{where}: saved as a numpy RandomState, now a {qualname(current)}")
         current.set_state(saved["__random_state__"])
         return current
     if isinstance(saved, dict) and "__random__" in saved:
         if not isinstance(current, random.Random):
-            raise StateNotRestorable(f"{where}: saved as a random.Random, now a {_qualname(current)}")
+            raise StateNotRestorable(f"{where}: saved as a random.Random, now a {qualname(current)}")
         current.setstate(_as_tuples(saved["__random__"]))
         return current
     if isinstance(saved, dict) and "__deque__" in saved:
@@ -306,8 +258,8 @@ def load_env_state(env: gym.Env, state: Any, trusted: bool = True) -> None:
         raise StateNotRestorable(f"the saved wrapper stack has {len(state) if isinstance(state, list) else '?'} layers, "
                                  f"this env {len(stack)} ({' > '.join(type(layer).__name__ for layer in stack)})")
     for layer, entry in zip(stack, state):
-        if entry.get("class") != _qualname(layer):
-            raise StateNotRestorable(f"the saved layer {entry.get('class')!r} is a {_qualname(layer)} in this env")
+        if entry.get("class") != qualname(layer):
+            raise StateNotRestorable(f"the saved layer {entry.get('class')!r} is a {qualname(layer)} in this env")
         if _is_ale(layer) and not trusted:
             raise StateNotRestorable(f"{type(layer).__name__}: ALE's saved bytes are read only from the run directory's own "
                                      f"checkpoints")

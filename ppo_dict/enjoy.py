@@ -118,7 +118,7 @@ def zoo_zip(run_dir: str, which: str) -> Optional[str]:
 def zoo_run_dir(parser: Any, args: Any) -> str:
     """The run rl-zoo's ``enjoy.py --algo A --env ID -f FOLDER [--exp-id N]`` means: ``FOLDER/A/ID_N``, the latest
     ``N`` where 0; one argparse error (exit 2) for what does not name one."""
-    from ppo_dict.run.cli import latest_run_id, zoo_env_name
+    from ppo_dict.run.zoo_flags import latest_run_id, zoo_env_name
 
     if args.env is None or args.folder is None:
         parser.error("give the run directory, or rl-zoo's --env ID -f FOLDER (--algo ppo, --exp-id N)")
@@ -129,7 +129,8 @@ def zoo_run_dir(parser: Any, args: Any) -> str:
     return os.path.join(folder, f"{env}_{exp_id}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def enjoy_parser() -> Any:
+    """The command line's parser: the run and how to replay it, then rl-zoo's enjoy flags (:func:`add_zoo_flags`)."""
     from ppo_dict.run.cli import Option, add_option, command_parser
 
     parser = command_parser("python -m ppo_dict.enjoy", __doc__, [
@@ -149,6 +150,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_option(mode, Option(("--stochastic",), "sample actions", None,
                             "None: stochastic for Atari games only, as rl-zoo's enjoy",
                             {"dest": "deterministic", "action": "store_const", "const": False}))
+    add_zoo_flags(parser)
+    return parser
+
+
+def add_zoo_flags(parser: Any) -> None:
+    """rl-zoo's ``enjoy.py`` flags, which name the run as rl-zoo finds it (:func:`zoo_run_dir`)."""
+    from ppo_dict.run.cli import Option, add_option
+
     zoo = parser.add_argument_group("rl-zoo's enjoy.py flags: the run <folder>/<algo>/<env>_<exp-id>, as rl-zoo finds it")
     add_option(zoo, Option(("--algo",), "rl-zoo's algorithm folder", "ppo", kwargs={"choices": ["ppo", "ppo_lstm"]}))
     add_option(zoo, Option(("--env",), "the env id of the run", None))
@@ -159,6 +168,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                            kwargs={"action": "store_true"}))
     add_option(zoo, Option(("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes "
                                                     "(--episodes)", None))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = enjoy_parser()
     startup.imported()
     args = parser.parse_args(argv)
     if args.n_timesteps is not None:

@@ -38,8 +38,7 @@ from ppo_dict.run.cli import CommandLine, read_command_line  # noqa: E402 (argpa
 if __name__ == "__main__":  # --help, or a flag argparse refuses, answered in a fraction of a second: before torch is imported
     COMMAND_LINE = read_command_line(None)
 
-import numpy as np  # noqa: E402 (after the start-up signal handlers and the command line)
-import torch
+import torch  # noqa: E402 (after the start-up signal handlers and the command line)
 
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core import file_effects
@@ -56,49 +55,14 @@ from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, rank_rows, ranks_of, settle_everywhere
-from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, keep_progress_after
+from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, default_run_dir, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
 from ppo_dict.run.sources import RESUMED, sources
 from ppo_dict.run.stopping import StopFlag, learn_until_stopped
-from ppo_dict.run.tracking import CSVWriter, scalars
+from ppo_dict.run.summary import summary
+from ppo_dict.run.tracking import CSVWriter
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
-
-
-
-def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str],
-            start_steps: int = 0) -> dict[str, Any]:
-    """The last stdout line: counters, speed (of this process), the last value of every ``rollout/*``/``eval/*`` key."""
-    rew = ppo.ep_rew_mean
-    metrics: dict[str, Any] = {}
-    for values in ppo.logger.history:
-        metrics.update({k: v for k, v in scalars(values).items() if k.startswith(("rollout/", "eval/"))})
-    return {
-        "env": cfg.env,
-        "seed": cfg.seed,
-        "env_steps": ppo.num_timesteps,
-        "iterations": ppo.iteration,
-        "wall_seconds": round(wall_seconds, 3),
-        "fps": round((ppo.num_timesteps - start_steps) / max(wall_seconds, 1e-9), 1),
-        "rollout_fps": ppo.timing.logs(ppo.n_envs)["time/rollout_fps"],
-        "rollout_seconds": round(ppo.timing.rollout, 3),
-        "update_seconds": round(ppo.timing.update, 3),
-        "ep_rew_mean": None if np.isnan(rew) else rew,
-        "interrupted": interrupted,
-        "run_dir": cfg.run_dir,
-        "checkpoint": checkpoint,
-        "metrics": metrics,
-    }
-
-
-def default_run_dir(cfg: Config, root: str = "runs") -> str:
-    """``runs/<env>__<seed>__<YYYYmmdd-HHMMSS>``, with ``_2``, ``_3``... if that exists already."""
-    base = os.path.join(root, f"{cfg.env}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}")
-    path, n = base, 1
-    while os.path.exists(path):
-        n += 1
-        path = f"{base}_{n}"
-    return path
 
 
 def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger,
@@ -235,6 +199,18 @@ def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed
     return ppo
 
 
+def close_run(pool: EnvPool, closers: list[Callable[[], None]], tracker: Any, owned: Any, exit_code: int) -> None:
+    """What a run opened, closed: the workers, the outputs (newest first), the tracker with the exit status, the run
+    directory's lock."""
+    pool.close()
+    for close in reversed(closers):
+        close()
+    if tracker is not None:
+        tracker.finish(exit_code)
+    if owned is not None:
+        owned.release()
+
+
 def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None,
         fresh_dir: bool = False, rank: Optional[RankRun] = None) -> int:
     """Train with a validated config, its seed and run directory settled (``main``), on its probed env
@@ -278,18 +254,41 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         return exit_code
     finally:
         stop.closing = True  # a signal from here on lets the workers, outputs and lock close (ppo_dict.run.stopping)
-        pool.close()
-        for close in reversed(closers):
-            close()
-        if tracker is not None:
-            tracker.finish(exit_code)
-        if owned is not None:
-            owned.release()
+        close_run(pool, closers, tracker, owned, exit_code)
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
     if writes:
         print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)),
               flush=True)
     return exit_code
+
+
+def say_where_a_resume_writes(cfg: Config, source: str, run_dir_typed: bool) -> None:
+    """Where a run resumed from ``source`` writes, where it is not the checkpoint's run directory: a branch of it, or
+    a new one for a checkpoint outside any (``run_dir_typed``: the user chose it)."""
+    home = checkpoint_run_dir(source)
+    if home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
+        print(f"{source} is older than the run's newest checkpoint, which is kept: this run is a branch, "
+              f"written to {cfg.run_dir}", flush=True)
+    elif home is None and not run_dir_typed:
+        print(f"{source} is in no run directory (its config.json and checkpoints/): this run writes a new one, "
+              f"{cfg.run_dir}", flush=True)
+
+
+def failed(exc: Exception, rank: Optional[RankRun]) -> int:
+    """The exit status of a run that raised ``exc`` (2: a checkpoint or setting refused, else 1), its one message said;
+    over ranks, the rank's fault (``ppo_dict.run.ranks``). Anything else is raised on: a bug, with its traceback."""
+    code = 2 if isinstance(exc, (CheckpointError, ConfigError)) else 1
+    if rank is not None:
+        return rank.fault(exc, code)
+    # a checkpoint that does not fit this config; a run directory taken meanwhile
+    if isinstance(exc, (CheckpointError, ConfigError)):
+        print(f"error: {exc}", file=sys.stderr)
+    elif isinstance(exc, (PPODictError, OSError)):
+        # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    else:
+        raise exc
+    return code
 
 
 def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -> int:
@@ -329,28 +328,12 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
     if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:
         print(applied, flush=True)
     cfg, fresh_dir = settle_everywhere(cfg, flags, rank, default_run_dir)
-    home = None if resumed is None else checkpoint_run_dir(resumed[0])
-    if writes and home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
-        print(f"{resumed[0]} is older than the run's newest checkpoint, which is kept: this run is a branch, "
-              f"written to {cfg.run_dir}", flush=True)
-    elif writes and resumed is not None and home is None and "run_dir" not in flags:
-        print(f"{resumed[0]} is in no run directory (its config.json and checkpoints/): this run writes a new one, "
-              f"{cfg.run_dir}", flush=True)
+    if writes and resumed is not None:
+        say_where_a_resume_writes(cfg, resumed[0], "run_dir" in flags)
     try:
         return run(cfg, check.backend, resumed, agent, fresh_dir=fresh_dir, rank=rank)
     except Exception as exc:  # noqa: BLE001 (over ranks, anything one rank raises ends the run with its one message)
-        code = 2 if isinstance(exc, (CheckpointError, ConfigError)) else 1
-        if rank is not None:
-            return rank.fault(exc, code)
-        # a checkpoint that does not fit this config; a run directory taken meanwhile
-        if isinstance(exc, (CheckpointError, ConfigError)):
-            print(f"error: {exc}", file=sys.stderr)
-        elif isinstance(exc, (PPODictError, OSError)):
-            # an env failed, hung or returned NaN, a worker died, a disk filled: which and where
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        else:
-            raise
-        return code
+        return failed(exc, rank)
 
 
 if __name__ == "__main__":

@@ -140,8 +140,8 @@ def test_algo_is_ppo_or_rl_zoos_ppo_lstm_and_another_is_refused(capsys) -> None:
     assert config_from_args(["--algo", "ppo_lstm", "--model", "cnn_lstm", "--hyperparams", "gamma:0.99"]).model == "cnn_lstm"
     code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "sac", "--model", "mlp_lstm", "--n_epochs", "0")
     assert code == 2 and out == "" and err.splitlines()[1:] == [  # listed with the other problems
-        "  - algo='sac': ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) or "
-        "ppo_lstm (sb3-contrib's RecurrentPPO)",
+        "  - algo='sac': ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) "
+        "or ppo_lstm (sb3-contrib's RecurrentPPO)",
         "  - n_epochs=0: must be in [1, inf]"]
     code, out, err = dry_run(capsys, "--env", "CartPole-v1", "--algo", "ppo_lstm", "--model", "mlp")
     assert code == 2 and \

@@ -164,7 +164,10 @@ def test_every_package_is_installed() -> None:
 def test_config_is_a_leaf_of_the_trainer() -> None:
     leaves = {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine",
               "ppo_dict.core.layout"}
-    assert graph()["ppo_dict.core.config"] <= leaves | {"ppo_dict.core.config_rules"}
+    # the fields, declared in two halves (what is learned, how the run runs): the same leaves
+    settings = {"ppo_dict.core.learning_settings", "ppo_dict.core.run_settings"}
+    assert graph()["ppo_dict.core.config"] <= leaves | settings | {"ppo_dict.core.config_rules"}
+    assert all(graph()[name] <= leaves | settings for name in settings)
     # what follows from the settings (Config's base): the same leaves
     assert graph()["ppo_dict.core.config_rules"] <= leaves
     assert graph()["ppo_dict.core.layout"] <= {"ppo_dict.core.load"}  # which process steps which env: from the CPUs alone

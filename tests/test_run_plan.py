@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import ppo_dict.algo.ppo as ppo_module
+import ppo_dict.algo.training.update_threads as threads_module
 from ppo_dict.algo.rollout.collect import TIMING_KEYS
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
@@ -90,8 +91,8 @@ def a_trial(monkeypatch):
         calls.append((torch.get_num_threads(), settings.n_epochs))
         return real_update(policy, optimizer, storage, settings, *args)
 
-    monkeypatch.setattr(ppo_module, "physical_cores", lambda: 2)
-    monkeypatch.setattr(ppo_module, "MIN_TRIAL_EPOCHS", 2)
+    monkeypatch.setattr(threads_module, "physical_cores", lambda: 2)
+    monkeypatch.setattr(threads_module, "MIN_TRIAL_EPOCHS", 2)
     monkeypatch.setattr(ppo_module.LoadWatch, "look", lambda self, own=(): 0.0)
     monkeypatch.setattr(ppo_module, "ppo_update", counted)
     return calls

@@ -6,8 +6,6 @@ this module sees only the storage arrays.
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
 import functools
 import sys
 import time
@@ -28,23 +26,20 @@ from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.algo.training.recurrent_update import recurrent_update
 from ppo_dict.algo.training.update import UpdateSettings, compute_gae, ppo_update
-from ppo_dict.core.config import Config, physical_cores
+from ppo_dict.algo.training.update_threads import cores_keep_the_bits, update_threads
+from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError, UpdateInterrupted
 from ppo_dict.core.layout import Layout, load_gone_note
 from ppo_dict.core.load import BUSY, LoadWatch, busy_at_start
 from ppo_dict.core.logger import Logger
 from ppo_dict.core.machine import cpu_budget
 from ppo_dict.core.parse import make_schedule
-from ppo_dict.core.seeding import same_values, set_random_seed, thread_count
+from ppo_dict.core.seeding import set_random_seed, thread_count
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.envs import contains_image
 from ppo_dict.vec import EnvPool
 from ppo_dict.vec.vec_env_pool import VecEnvPool
 
-
-#: The fewest epochs whose first update tries the cores' threads: the trial is two epochs' work (one on each thread
-#: count), at most a fifth of such an update; fewer epochs keep ``torch_threads``.
-MIN_TRIAL_EPOCHS = 10
 
 class PPO:
     """Proximal Policy Optimisation with sb3's numbers.
@@ -94,18 +89,7 @@ class PPO:
         self.gae_gamma, self.gae_lambda = cfg.gamma, cfg.gae_lambda
         self.timing = Timing()
         self.update_threads: Optional[int] = None  # chosen at the first update
-        # what runs, decided once (the sharded step built, probed and handed out where chosen); the parts built from it
-        rows = None if ranks is None else RankRows(ranks.info.name, ranks.envs.start, ranks.envs.stop, ranks.n_envs)
-        self.plan, shard = plan_rollout(cfg, pool, self.policy, self.normalizer, self.device, rows, layout)
-        self.collector = Collector(cfg, pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan,
-                                   shard)
-        # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
-        # ranks (ppo_dict.algo.ranks.distributed), or sb3's
-        self.update = {RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
-                       RANKS: functools.partial(ranked_update, ranks=ranks)}.get(self.plan.update, ppo_update)
-        # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
-        # (ppo_dict.algo.training.device_update); the CPU keeps sb3's loop and numpy permutations
-        self.index_generator = torch.Generator(self.device) if self.plan.update == DEVICE else None
+        self._build_parts(layout)
         self._envs_started = False
         self.timing_logs = True  # log the time/* keys of Timing besides sb3's (sb3's API logs sb3's keys only)
         self.load = LoadWatch()  # other processes' use of the CPUs, looked at before each update
@@ -115,6 +99,22 @@ class PPO:
         self.stop_asked: Callable[[], bool] = lambda: False  # a stop signal came (the command line's; ppo_dict.main_ppo)
         self.env_snapshot: Optional[dict[str, Any]] = None  # the envs' saved entries a stop left (ppo_dict.run.env_states)
         self.env_local: Any = None  # over ranks, this rank's envs a stop read, for the ranks to gather (ppo_dict.run.ranks)
+
+    def _build_parts(self, layout: Optional[Layout]) -> None:
+        """What runs, decided once (the sharded step built, probed and handed out where chosen), and the parts built
+        from it: the collector, the update, the update's index generator."""
+        cfg, ranks = self.cfg, self.ranks
+        rows = None if ranks is None else RankRows(ranks.info.name, ranks.envs.start, ranks.envs.stop, ranks.n_envs)
+        self.plan, shard = plan_rollout(cfg, self.pool, self.policy, self.normalizer, self.device, rows, layout)
+        self.collector = Collector(cfg, self.pool, self.policy, self.normalizer, self.device, self.episodes, self.timing,
+                                   self.plan, shard)
+        # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
+        # ranks (ppo_dict.algo.ranks.distributed), or sb3's
+        self.update = {RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
+                       RANKS: functools.partial(ranked_update, ranks=ranks)}.get(self.plan.update, ppo_update)
+        # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
+        # (ppo_dict.algo.training.device_update); the CPU keeps sb3's loop and numpy permutations
+        self.index_generator = torch.Generator(self.device) if self.plan.update == DEVICE else None
 
     def pool_pids(self) -> list[int]:
         """The pool's worker processes (whose CPU time is the run's own, not other processes')."""
@@ -298,47 +298,13 @@ class PPO:
         return logs
 
     def _first_update(self, settings: UpdateSettings, busy: bool) -> tuple[int, tuple[dict[str, float], int]]:
-        """The first update, and the threads for every later one: ``cfg.update_threads``, else the
-        physical cores if one epoch with them gives the same bits as with ``torch_threads``
-        (:meth:`_cores_keep_the_bits`), else ``torch_threads``.
-
-        No trial where other processes keep the CPUs busy (``busy``: at start or through the first rollout):
-        more threads than free cores make each update slower, not faster; said once. Threads split GEMMs
-        and large reductions by the tensors' shapes, which stay the same for a run; where a split changes
-        the rounding, the run keeps ``torch_threads``. A recurrent update's shapes change from one update
-        to the next (sequence lengths, sb3-contrib's two LSTM branches, oneDNN's LSTM kernels splitting by
-        them), so one trial proves nothing there: it keeps ``torch_threads``.
-        """
-        base, cores = self.cfg.torch_threads, physical_cores()
-        chosen = self.cfg.update_threads or base
-        # over ranks, every rank's update keeps torch_threads: a thread count chosen per rank could round the norms apart
-        if (self.cfg.update_threads is None and self.device.type == "cpu" and cores > base and not self.cfg.recurrent
-                and self.ranks is None and settings.n_epochs >= MIN_TRIAL_EPOCHS):
-            if busy:
-                if self.cfg.verbose:
-                    print(f"note: other processes keep this run's CPUs busy: the update runs on {base} "
-                          f"thread{'s' * (base != 1)} (torch_threads), not the {cores} cores (--update_threads {cores} to ask "
-                          f"for them)", file=sys.stderr, flush=True)
-            elif self._cores_keep_the_bits(settings, base, cores):
-                chosen = cores
+        """The first update, and the threads for every later one (``ppo_dict.algo.training.update_threads``: the cores
+        where one epoch with them gives the bits of ``torch_threads``; ``busy``: other processes keep the CPUs busy)."""
+        trial = functools.partial(cores_keep_the_bits, self.update, self.policy, self.optimizer, self.storage, settings,
+                                  self.n_updates, self.device)
+        chosen = update_threads(self.cfg, self.device, self.ranks is not None, settings, busy, trial)
         with thread_count(chosen):
             return chosen, self._update(settings)
-
-    def _cores_keep_the_bits(self, settings: UpdateSettings, base: int, cores: int) -> bool:
-        """Whether one epoch of the update gives the same parameters and Adam state with ``cores`` threads as with
-        ``base``: run from the same snapshot (parameters, Adam, the numpy RNG) with each, the snapshot put back
-        after. Two epochs' work, once per run: at most ``2 / MIN_TRIAL_EPOCHS`` of the first update."""
-        one_epoch = dataclasses.replace(settings, n_epochs=1)
-        snapshot = (copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()), np.random.get_state())
-        results = []
-        for threads in (cores, base):
-            with thread_count(threads):
-                self.update(self.policy, self.optimizer, self.storage, one_epoch, self.n_updates, self.device)
-            results.append((copy.deepcopy(self.policy.state_dict()), copy.deepcopy(self.optimizer.state_dict()["state"])))
-            self.policy.load_state_dict(snapshot[0])
-            self.optimizer.load_state_dict(snapshot[1])
-            np.random.set_state(snapshot[2])
-        return same_values(*results)
 
     def _update(self, settings: UpdateSettings) -> tuple[dict[str, float], int]:
         """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""

@@ -16,7 +16,8 @@ from ppo_dict.data.masking import METHOD
 from ppo_dict.core.machine import Machine
 from ppo_dict.core.ranks import RankInfo
 from ppo_dict.envs import is_image_space
-from ppo_dict.run.checks import env_problems, machine_check, model_problem, space_problems
+from ppo_dict.run.checks import machine_check
+from ppo_dict.run.env_checks import env_problems, model_problem, space_problems
 from ppo_dict.run.cli import read_config
 
 

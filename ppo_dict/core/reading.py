@@ -5,7 +5,8 @@ forever), a device, a directory, or a symbolic link out of the folder; and a zip
 larger than its own bytes (a few hundred KiB that inflate to gigabytes). So every file ppo_dict reads is
 opened here: without blocking, checked to be a regular file (:func:`open_regular`), and read with a cap
 (:func:`read_capped`, :func:`zip_entry`); each refusal is an :class:`UnreadableFile` (an ``OSError``, so
-readers that already report an ``OSError`` report it the same way) naming the file and why.
+readers that already report an ``OSError`` report it the same way) naming the file and why. A YAML document
+(a hyperparameter file, a sweep file) is read with its aliases bounded (:func:`read_yaml`).
 """
 from __future__ import annotations
 
@@ -133,3 +134,48 @@ def npy_bytes(raw: bytes) -> Optional[int]:
     except Exception:  # noqa: BLE001 (numpy's load then says what is wrong with it)
         return None
     return math.prod(shape) * dtype.itemsize
+
+
+#: The most nodes a hyperparameter file may hold once its aliases are expanded. rl-zoo's files use
+#: aliases (``<<: *pybullet-defaults``; its ppo.yml expands to about 2,000 nodes); a file whose aliases
+#: nest (a "billion laughs" document: a few lines that expand to 10**9 values) is refused before
+#: anything reads its values.
+MAX_YAML_NODES = 100_000
+
+
+def expanded_nodes(node: Any, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many nodes ``node`` (a composed YAML node) holds with every alias expanded; each shared node is
+    counted once per use but measured once (``sizes``), so a bomb is measured without being expanded.
+    Raises ``ValueError`` for an alias inside its own anchor (a document that never ends)."""
+    import yaml
+
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise ValueError("an alias refers to a node that contains it (a recursive document)")
+    open_nodes.add(key)
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+        node.value if isinstance(node, yaml.SequenceNode) else []
+    sizes[key] = 1 + sum(expanded_nodes(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(key)
+    return sizes[key]
+
+
+def read_yaml(file: Any) -> Any:
+    """The YAML document in ``file`` (plain values: yaml's safe loader), refused with ``ValueError`` when it
+    expands to more than :data:`MAX_YAML_NODES` nodes or refers to itself."""
+    import yaml
+
+    loader = yaml.SafeLoader(file)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = expanded_nodes(node, {}, set())
+        if size > MAX_YAML_NODES:
+            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most "
+                             f"{MAX_YAML_NODES:,}")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()

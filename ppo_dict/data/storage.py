@@ -16,80 +16,24 @@ Each array has one meaning, named by its prefix:
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 import torch
 from gymnasium import spaces
 
 from ppo_dict.data.actions import action_spec
+from ppo_dict.data.aligned import ALIGN, Alloc, aligned, step_major, zeros  # noqa: F401  (re-exported)
 from ppo_dict.data.episodes import episode_columns, read_row
 from ppo_dict.data.masking import mask_dim
 from ppo_dict.envs import is_channel_last, leaf_spaces, vec_space_problem
 
-Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 #: A batch as the policy takes it: the single array, or one array per key for Dict spaces.
 PolicyObs = Union[np.ndarray, dict[str, np.ndarray]]
 TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 #: The key of the single observation array when the observation space is not a Dict.
 OBS_KEY = "obs"
-#: The alignment, in bytes, of every array a kernel reads: what torch's CPU allocator gives a fresh
-#: tensor (c10's ``gAlignment``), and a multiple of the 16 bytes numpy's allocations give sb3's
-#: arrays. On AVX-512 CPUs a matmul rounds a row that starts 8 bytes off differently (docs/sb3_parity.md).
-ALIGN = 64
-
-
-def aligned_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """C-contiguous zeros whose first byte is :data:`ALIGN`-aligned (numpy only promises 16 bytes)."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.zeros(nbytes + ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start : start + nbytes].view(dtype).reshape(shape)
-
-
-#: The default ``alloc``: ordinary memory, aligned as a fresh torch tensor.
-zeros = aligned_zeros
-
-
-def is_aligned(arr: np.ndarray) -> bool:
-    """C-contiguous and starting on an :data:`ALIGN` boundary: laid out as a fresh allocation."""
-    return arr.flags.c_contiguous and arr.ctypes.data % ALIGN == 0
-
-
-def aligned(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``batch`` with every array laid out as a fresh allocation (:func:`is_aligned`): copied where
-    it is not, so that what a kernel reads never depends on where a view happened to start."""
-    out = {}
-    for key, arr in batch.items():
-        if not is_aligned(arr):
-            arr, src = aligned_zeros(arr.shape, arr.dtype), arr
-            arr[...] = src
-        out[key] = arr
-    return out
-
-
-def step_major(alloc: Alloc, steps: int, row_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A ``[steps, *row_shape]`` array whose every row ``arr[t]`` is C-contiguous and starts on an
-    :data:`ALIGN` boundary, as a fresh allocation of ``[*row_shape]`` would: ``alloc`` gives
-    ``[steps, padded]`` (rows padded to a multiple of ALIGN bytes), viewed without the padding.
-
-    Without the padding, row t of a ``[T, 3, 6]`` float32 array starts ``72 t`` bytes in: 8-byte
-    aligned at every other step, and the policy's first matmul rounded those rows differently.
-    """
-    dtype = np.dtype(dtype)
-    row_bytes = math.prod(row_shape) * dtype.itemsize
-    padded = -(-row_bytes // ALIGN) * ALIGN // dtype.itemsize
-    flat = alloc((steps, padded), dtype)
-    strides, stride = [], dtype.itemsize
-    for dim in reversed(row_shape):
-        strides.insert(0, stride)
-        stride *= dim
-    return np.lib.stride_tricks.as_strided(flat, (steps, *row_shape), (flat.strides[0], *strides))
-
-
 def _leaf_layout(sub: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
     """One leaf as sb3's buffers store it (``get_obs_shape``): Discrete as ``(1,)``, the others by their shape."""
     return ((1,) if isinstance(sub, spaces.Discrete) else tuple(sub.shape)), np.dtype(sub.dtype)
@@ -204,24 +148,8 @@ class RolloutStorage:
         else:
             act_shape, act_dtype, self.action_dim = action_spec(action_space).layout
         T, N = n_steps, n_envs
-        # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory).
-        # The arrays whose rows a kernel reads or writes are step_major: each row laid out as a fresh array.
-        self.env_obs = {k: step_major(alloc, T + 1, (N, *shape), dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        # one env's terminal observation is a policy input of its own (the bootstrap): rows by env, aligned
-        self.env_terminal_obs = {k: step_major(alloc, N, shape, dtype) for k, (shape, dtype) in self.obs_layout.items()}
-        # read by numpy alone, element by element (no kernel's rounding depends on where they start): not padded
-        self.env_rewards = alloc((T, N), np.dtype(np.float32))
-        self.terminated = alloc((T, N), np.dtype(np.bool_))
-        self.truncated = alloc((T, N), np.dtype(np.bool_))
-        self.episode_values = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.float64))
-        self.episode_kinds = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.uint8))
-        if self.composite_actions:
-            leaves = {k: action_spec(sub).layout[:2] for k, sub in storage_keys(action_space).items()}
-            self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
-        else:
-            self.env_actions = alloc((N, *act_shape), act_dtype)
-        masks = mask_dim(action_space)
-        self.action_masks = step_major(alloc, T + 1, (N, masks), np.dtype(np.bool_)) if masks else None
+        # The allocation order is the shared-memory layout's order (ppo_dict.vec.shared_memory): the envs' arrays first.
+        self._alloc_env_arrays(alloc, act_shape, act_dtype)
         self.obs = dict(self.env_obs)
         self.terminal_obs = dict(self.env_terminal_obs)
         # What a process stepping envs may also write of its own columns (the policy where the envs are,
@@ -247,6 +175,28 @@ class RolloutStorage:
         # an sb3 vec env's arrays as it returned them (see the class doc), by row and by env
         self.returned: dict[int, Optional[dict[str, Any]]] = {}
         self.returned_terminal: dict[int, dict[str, Any]] = {}
+
+    def _alloc_env_arrays(self, alloc: Alloc, act_shape: tuple[int, ...], act_dtype: np.dtype) -> None:
+        """The arrays the envs write (observations, terminal observations, rewards, ends, episode statistics, masks)
+        and the actions they read, from ``alloc`` in the shared-memory layout's order. The arrays whose rows a kernel
+        reads or writes are step_major: each row laid out as a fresh array."""
+        T, N, layout = self.n_steps, self.n_envs, self.obs_layout
+        self.env_obs = {k: step_major(alloc, T + 1, (N, *shape), dtype) for k, (shape, dtype) in layout.items()}
+        # one env's terminal observation is a policy input of its own (the bootstrap): rows by env, aligned
+        self.env_terminal_obs = {k: step_major(alloc, N, shape, dtype) for k, (shape, dtype) in layout.items()}
+        # read by numpy alone, element by element (no kernel's rounding depends on where they start): not padded
+        self.env_rewards = alloc((T, N), np.dtype(np.float32))
+        self.terminated = alloc((T, N), np.dtype(np.bool_))
+        self.truncated = alloc((T, N), np.dtype(np.bool_))
+        self.episode_values = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.float64))
+        self.episode_kinds = alloc((N, episode_columns(self.info_keywords)), np.dtype(np.uint8))
+        if self.composite_actions:
+            leaves = {k: action_spec(sub).layout[:2] for k, sub in storage_keys(self.action_space).items()}
+            self.env_actions = {k: alloc((N, *shape), dtype) for k, (shape, dtype) in leaves.items()}
+        else:
+            self.env_actions = alloc((N, *act_shape), act_dtype)
+        masks = mask_dim(self.action_space)
+        self.action_masks = step_major(alloc, T + 1, (N, masks), np.dtype(np.bool_)) if masks else None
 
     def own_obs_stage(self, keys: Iterable[str]) -> None:
         """Give ``keys`` learner arrays of their own (normalised observations), apart from the env's (the

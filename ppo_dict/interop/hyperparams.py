@@ -24,7 +24,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ppo_dict.core.config import parse_values
 from ppo_dict.core.parse import KEY_VALUE, key_values, safe_literal
-from ppo_dict.core.reading import open_regular
+from ppo_dict.core.reading import open_regular, read_yaml  # read_yaml: also read from here (benchmarks)
 from ppo_dict.envs import gym_id_of, is_atari_env
 
 #: rl-zoo key -> Config field, where the names differ
@@ -198,51 +198,6 @@ def shown(value: Any, limit: int = 120) -> str:
     """``repr(value)`` cut to ``limit`` characters: a message names a value, it does not echo a file."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-#: The most nodes a hyperparameter file may hold once its aliases are expanded. rl-zoo's files use
-#: aliases (``<<: *pybullet-defaults``; its ppo.yml expands to about 2,000 nodes); a file whose aliases
-#: nest (a "billion laughs" document: a few lines that expand to 10**9 values) is refused before
-#: anything reads its values.
-MAX_YAML_NODES = 100_000
-
-
-def expanded_nodes(node: Any, sizes: dict[int, int], open_nodes: set[int]) -> int:
-    """How many nodes ``node`` (a composed YAML node) holds with every alias expanded; each shared node is
-    counted once per use but measured once (``sizes``), so a bomb is measured without being expanded.
-    Raises ``ValueError`` for an alias inside its own anchor (a document that never ends)."""
-    import yaml
-
-    key = id(node)
-    if key in sizes:
-        return sizes[key]
-    if key in open_nodes:
-        raise ValueError("an alias refers to a node that contains it (a recursive document)")
-    open_nodes.add(key)
-    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
-        node.value if isinstance(node, yaml.SequenceNode) else []
-    sizes[key] = 1 + sum(expanded_nodes(child, sizes, open_nodes) for child in children)
-    open_nodes.discard(key)
-    return sizes[key]
-
-
-def read_yaml(file: Any) -> Any:
-    """The YAML document in ``file`` (plain values: yaml's safe loader), refused with ``ValueError`` when it
-    expands to more than :data:`MAX_YAML_NODES` nodes or refers to itself."""
-    import yaml
-
-    loader = yaml.SafeLoader(file)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        size = expanded_nodes(node, {}, set())
-        if size > MAX_YAML_NODES:
-            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most "
-                             f"{MAX_YAML_NODES:,}")
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
 
 
 @dataclass(frozen=True)

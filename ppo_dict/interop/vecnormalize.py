@@ -24,7 +24,7 @@ from ppo_dict.core.files import atomic_write
 from ppo_dict.data.storage import OBS_KEY
 from ppo_dict.core.reading import MiB, npz_arrays, one_line, read_capped
 from ppo_dict.interop.plain_pickle import Ignored, PlainUnpickler, Record, plain_load
-from ppo_dict.interop.sb3_zip import MAX_BOX_VALUES
+from ppo_dict.interop.sb3_spaces import MAX_BOX_VALUES
 
 #: the statistics file names in a folder, the one ppo_dict writes first
 STATISTICS_FILES = ("vecnormalize.npz", "vecnormalize.pkl")
@@ -130,8 +130,10 @@ def read_npz(path: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
         header = json.loads(str(arrays.pop("header")))
         if header.get("format") != NPZ_FORMAT:
             raise ValueError(f"its format is {header.get('format')!r}, not {NPZ_FORMAT!r}")
-        stats = lambda prefix: rms_values({k: arrays[f"{prefix}.{k}"] for k in ("mean", "var", "count")},  # noqa: E731
-                                          f"{path}: {prefix}")
+
+        def stats(prefix: str) -> dict[str, Any]:
+            return rms_values({k: arrays[f"{prefix}.{k}"] for k in ("mean", "var", "count")}, f"{path}: {prefix}")
+
         obs = {str(key): stats(f"obs_rms.{i}") for i, key in enumerate(header["obs_keys"])}
         return {name: header[name] for name in SETTINGS}, {"obs_rms": obs,
                                                            "ret_rms": stats("ret_rms")}, bool(header["training"])

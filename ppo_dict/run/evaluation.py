@@ -26,7 +26,7 @@ from ppo_dict.data.masking import env_masks
 from ppo_dict.envs import EnvSpec, make_env
 from ppo_dict.envs.render import render_frame
 from ppo_dict.run.checkpoint import BEST_MODEL, write_model_file
-from ppo_dict.vec.shm_pool import call_in_main
+from ppo_dict.vec.in_main import call_in_main
 from ppo_dict.vec.watchdog import Owner
 
 if TYPE_CHECKING:
@@ -205,15 +205,22 @@ def run_episodes(
         book.returns[0] += float(reward)
         book.lengths[0] += 1
         if terminated or truncated:
-            book.end(0, info)
-            episode, success = book.read(0)
-            if episode is not None:  # None: a lost life, the game goes on after the reset below
-                returns.append(episode["r"])
-                lengths.append(episode["l"])
-            if success is not None and successes is not None:
-                successes.append(success)
+            count_end(book, info, returns, lengths, successes)
             obs, _ = calls("reset", env.reset, None)
     return returns, lengths
+
+
+def count_end(book: EpisodeBook, info: dict[str, Any], returns: list[float], lengths: list[int],
+              successes: Optional[list[Any]]) -> None:
+    """An episode end of :func:`run_episodes`' env, counted by ``book``: the episode it closes into ``returns`` and
+    ``lengths`` (none where a lost life ends a training episode only), its ``is_success`` into ``successes``."""
+    book.end(0, info)
+    episode, success = book.read(0)
+    if episode is not None:  # None: a lost life, the game goes on after the reset
+        returns.append(episode["r"])
+        lengths.append(episode["l"])
+    if success is not None and successes is not None:
+        successes.append(success)
 
 
 class Evaluator:

@@ -21,7 +21,7 @@ ALGO_HELP = (f"rl-zoo's --algo: {' or '.join(ZOO_ALGOS)} (sb3-contrib's Recurren
              f"the hyperparameter entry or a flag names one); ppo_dict trains PPO only (MaskablePPO: --action_masks True)")
 COMMAND_LINE_FLAGS = {"dry_run": DRY_RUN_HELP, "algo": ALGO_HELP}
 #: rl-zoo's ``train.py`` flags that are no setting here: ``{name: (spellings, help, default shown)}``, read by
-#: :func:`ppo_dict.run.cli.rl_zoo_flags`
+#: :func:`ppo_dict.run.zoo_flags.rl_zoo_flags`
 ZOO_FLAGS = {
     "log_folder": (("-f", "--log-folder"),
                    "rl-zoo's log folder: the run directory is <folder>/<algo>/<env>_<n>, n one more than the highest there "

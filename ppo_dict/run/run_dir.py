@@ -27,8 +27,10 @@ import os
 import re
 import shutil
 import stat
+import time
 from typing import Any, Optional, TextIO
 
+from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.files import atomic_write, output_problem
 from ppo_dict.core.logger import STDERR
@@ -330,3 +332,13 @@ def keep_progress_after(run_dir: str, steps: int, log: TextIO = STDERR) -> Optio
     print(f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}", file=log,
           flush=True)
     return kept
+
+
+def default_run_dir(cfg: Config, root: str = "runs") -> str:
+    """``runs/<env>__<seed>__<YYYYmmdd-HHMMSS>``, with ``_2``, ``_3``... if that exists already."""
+    base = os.path.join(root, f"{cfg.env}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}")
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}_{n}"
+    return path

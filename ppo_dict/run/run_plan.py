@@ -141,11 +141,11 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Opt
         f"{check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
         *filter(None, [hyperparams]),
         *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
-        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB shared{shm} "
-        f"and {needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations "
+        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB "
+        f"shared{shm} and {needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations "
         f"{needs.activations / MB:.1f} MB, workers {needs.worker_memory / MB:.0f} MB",
-        f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), {needs.files} more "
-        f"open files (ulimit -n {machine.nofile_limit or 'unlimited'})",
+        f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), "
+        f"{needs.files} more open files (ulimit -n {machine.nofile_limit or 'unlimited'})",
         resume_line(backend),
         f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: "
         f"{cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",

@@ -1,7 +1,7 @@
 """A wandb sweep file, read and checked before any trial runs: what it may decide and what it may not.
 
 A sweep file (wandb's format: ``method``, ``metric``, ``command``, ``parameters``) is read as YAML values
-(aliases bounded: ``ppo_dict.interop.hyperparams.read_yaml``), from a regular file of a sweep file's size,
+(aliases bounded: ``ppo_dict.core.reading.read_yaml``), from a regular file of a sweep file's size,
 and every problem is listed in one :class:`SweepError`: values of the wrong type, a distribution not
 supported here, and what only the command line decides: a command other than ppo_dict's own
 (``${interpreter} -m ppo_dict.main_ppo ${args}``) runs only with the sweep's ``--allow_command``, and no
@@ -29,7 +29,7 @@ def read_sweep_file(path: str) -> dict[str, Any]:
     why it cannot be read."""
     import yaml
 
-    from ppo_dict.interop.hyperparams import read_yaml
+    from ppo_dict.core.reading import read_yaml
 
     try:
         sweep = read_yaml(read_capped(path, MAX_SWEEP_BYTES, "a sweep file"))  # a regular file only: a FIFO is not waited on

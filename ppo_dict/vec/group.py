@@ -12,6 +12,7 @@ their named semaphores outlive a SIGKILLed process group in /dev/shm.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import multiprocessing
@@ -66,6 +67,15 @@ def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us
     return problems
 
 
+def worker_context(mp_method: Optional[str]) -> Any:
+    """The start method's multiprocessing context. Under ``forkserver`` workers fork from a server that has already
+    imported torch, gymnasium and us (no effect if this process's forkserver is already running)."""
+    ctx = multiprocessing.get_context(mp_method)
+    if mp_method == "forkserver":
+        ctx.set_forkserver_preload(["__main__", worker_main.__module__])
+    return ctx
+
+
 class WorkerGroup:
     """One worker process per block of env columns of ``backend``, all in one shared :class:`RolloutStorage`.
 
@@ -107,18 +117,8 @@ class WorkerGroup:
         #: cost to this process; on a host with fewer CPUs than processes, the woken worker can take this CPU)
         self.sending = 0.0
         self._awaiting: Optional[tuple[str, set[int], Any]] = None  # (command, pending workers, detail)
-        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords,
-                             stage_keys)
-        check_shared_memory(layout.nbytes)
-        ctx = multiprocessing.get_context(mp_method)
-        if mp_method == "forkserver":
-            # Workers fork from a server that has already imported torch, gymnasium and us
-            # (no effect if this process's forkserver is already running).
-            ctx.set_forkserver_preload(["__main__", worker_main.__module__])
-        self._buffer = ctx.RawArray("b", layout.nbytes)
-        alloc = view_alloc(self._buffer, layout)
-        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
-                                      info_keywords=backend.info_keywords, stage_keys=stage_keys)
+        ctx = worker_context(mp_method)
+        layout = self._shared_storage(ctx, backend, n_steps, stage_keys)
         self._control, self.page = self._handover_page(ctx, handovers)
         self._procs: list = []
         self._channels: list[Channel] = []  # the main process's line to each worker
@@ -127,15 +127,31 @@ class WorkerGroup:
         self._finalizer = weakref.finalize(self, stop_workers, self._procs, self._channels, CLOSE_GRACE, self.page)
         KILLERS.add(self)  # the watchdog's last resort SIGKILLs them before it ends this process
         try:
-            self._start(ctx, mp_method, lambda w: WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout,
-                                                             n_steps, self.num_envs, self.spin, tuple(stage_keys),
-                                                             self._control, self.num_workers),
-                        rerun_main=getattr(backend, "needs_main", True))
+            args_of = functools.partial(self._worker_args, backend, layout, n_steps, tuple(stage_keys))
+            self._start(ctx, mp_method, args_of, rerun_main=getattr(backend, "needs_main", True))
             self._awaiting = ("constructor", set(range(self.num_workers)), None)
             self.gather(timeout=start_timeout)
         except BaseException:
             self.close(grace=0.2)
             raise
+
+    def _shared_storage(self, ctx: Any, backend: EnvBackend, n_steps: int, stage_keys: tuple[str, ...]) -> Any:
+        """The rollout storage in memory every process shares (its size checked against the system's first); returns
+        its layout, which the workers map."""
+        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords,
+                             stage_keys)
+        check_shared_memory(layout.nbytes)
+        self._buffer = ctx.RawArray("b", layout.nbytes)
+        alloc = view_alloc(self._buffer, layout)
+        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
+                                      info_keywords=backend.info_keywords, stage_keys=stage_keys)
+        return layout
+
+    def _worker_args(self, backend: EnvBackend, layout: Any, n_steps: int, stage_keys: tuple[str, ...],
+                     w: int) -> WorkerArgs:
+        """What worker ``w`` starts with: its envs, the backend that makes them, the shared memory and its layout."""
+        return WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin,
+                          stage_keys, self._control, self.num_workers)
 
     def _handover_page(self, ctx: Any, handovers: bool) -> tuple[Any, Optional[broadcast.Broadcast]]:
         """``(buffer, page)``: the shared page of hand-overs (ppo_dict.vec.broadcast) where ``handovers`` asks for it and

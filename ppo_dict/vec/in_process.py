@@ -7,7 +7,7 @@ from ppo_dict.core.layout import split_halves
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.runner import Seeds, env_seeds
-from ppo_dict.vec.shm_pool import call_in_main, open_in_main
+from ppo_dict.vec.in_main import call_in_main, open_in_main
 from ppo_dict.vec.watchdog import Owner
 
 

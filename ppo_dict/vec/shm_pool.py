@@ -15,55 +15,34 @@ import contextlib
 from collections import defaultdict
 from typing import Any, Callable, Optional, Sequence
 
-from ppo_dict.core.errors import EnvTimeoutError, NonFiniteError
+from ppo_dict.core.errors import EnvTimeoutError
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout, split_halves
 from ppo_dict.vec.backend import EnvBackend
 from ppo_dict.vec.group import WorkerGroup
+from ppo_dict.vec.in_main import call_in_main, open_in_main
 from ppo_dict.vec.runner import Runner, Seeds, env_seeds
 from ppo_dict.vec.broadcast import HEADER
 from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.work import PHASES, STEP, T, Header, StepWork, WorkProgram, run_work
-from ppo_dict.vec.worker import env_worker_error, error_report
 
 
-def call_in_main(owner: Owner, command: str, call: Callable[[], Any], detail: Any, timeout: float,
-                 cleanup: Callable[[BaseException], None]) -> Any:
-    """``call()``: env calls of ``owner.runner`` in this process, under the watchdog's deadline.
-
-    Reported as a worker's failures are, after ``cleanup(error)`` (stop the workers, close the envs):
-    an env that raises gives :class:`EnvWorkerError` (worker -1: "the main process", the env, the
-    command, the original exception and its traceback); one that does not return within
-    ``timeout`` seconds gives :class:`EnvTimeoutError` (raised inside it by ``ppo_dict.vec.watchdog``).
-    """
-    WATCHDOG.arm(owner, command, detail, timeout)
-    try:
-        result = call()
-    except Exception as exc:
-        WATCHDOG.clear()
-        if isinstance(exc, (EnvTimeoutError, NonFiniteError)):  # a timeout, or the work's check of what its envs gave
-            cleanup(exc)
-            raise
-        report = error_report(-1, owner.runner, command, exc)
-        cleanup(exc)
-        raise env_worker_error(report, owner.label, command, detail) from exc
-    except BaseException:
-        WATCHDOG.clear()
-        raise
-    finally:
-        owner.runner.active = (-1, "")
-    late = WATCHDOG.disarm()
-    if late is not None:  # the env caught the timeout and returned anyway
-        cleanup(late)
-        raise late
-    return result
-
-
-def open_in_main(owner: Owner, timeout: float, cleanup: Callable[[BaseException], None]) -> None:
-    """Build the envs of ``owner.runner`` in this process (``runner.open()``) under the watchdog, as
-    :func:`call_in_main` steps them: a constructor that raises gives :class:`EnvWorkerError` naming the
-    env, one that does not return within ``timeout`` seconds :class:`EnvTimeoutError`; ``cleanup`` closes
-    what was built (the runner's envs, the workers)."""
-    call_in_main(owner, "constructor", owner.runner.open, "while the envs were built", timeout, cleanup)
+def worker_layout(backend: EnvBackend, layout: Optional[Layout], n_envs: Optional[int], num_workers: Optional[int],
+                  envs_per_worker: Optional[int], main_envs: Optional[int], main_steps_envs: bool, halves: bool) -> Layout:
+    """``layout``, or where None the one the settings plan (``n_envs`` by default ``num_workers x envs_per_worker``) in
+    whole units of the backend's envs; a ``ValueError`` for settings no layout honours, or a layout without worker
+    processes."""
+    if layout is None:
+        if n_envs is None and num_workers is not None and envs_per_worker is not None:
+            n_envs = num_workers * envs_per_worker
+        problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit,
+                                   backend.label)
+        if problems:
+            raise ValueError("; ".join(problems))
+        layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
+    if not layout.processes:
+        raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps "
+                         f"envs here)")
+    return layout
 
 
 class ShmEnvPool:
@@ -107,25 +86,14 @@ class ShmEnvPool:
         ``ValueError`` for settings no layout honours."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
-        if layout is None:
-            if n_envs is None and num_workers is not None and envs_per_worker is not None:
-                n_envs = num_workers * envs_per_worker
-            problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit,
-                                       backend.label)
-            if problems:
-                raise ValueError("; ".join(problems))
-            layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
-        if not layout.processes:
-            raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps "
-                             f"envs here)")
-        self.layout = layout
+        self.layout = layout = worker_layout(backend, layout, n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs,
+                                             halves)
         # rollouts whose step 0 was sent (each runner snapshots its envs there: ppo_dict.run.env_states)
         self.rollouts_begun = 0
         n_envs, in_main = layout.n_envs, layout.main
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)
-        blocks = list(layout.blocks)
-        self._group = WorkerGroup(backend, blocks, n_steps, mp_method=mp_method, step_timeout=step_timeout,
+        self._group = WorkerGroup(backend, list(layout.blocks), n_steps, mp_method=mp_method, step_timeout=step_timeout,
                                   start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us, stage_keys=stage_keys,
                                   handovers=handovers)
         self.num_envs = self._group.num_envs

@@ -137,8 +137,8 @@ def test_constructor_error_in_a_worker_is_an_env_worker_error() -> None:
     [
         ("gym_Hoper-v5", "NameNotFound", "Environment `Hoper` doesn't exist. Did you mean: `Hopper`?"),
         ("gym_Hopper-v9", "VersionNotFound",
-         "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, `v3`, "
-         "`v4`, `v5` ]."),
+         "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, "
+         "`v3`, `v4`, `v5` ]."),
     ],
 )
 def test_unknown_env_id_is_refused_before_any_process_starts(name: str, error: str, message: str) -> None:

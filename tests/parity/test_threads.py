@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import ppo_dict.algo.ppo
+import ppo_dict.algo.training.update_threads
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config, physical_cores
 from tests.parity.sides import assert_same_record, run_ours, run_sb3
@@ -38,7 +39,7 @@ LONG = {
 def _the_trial_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """The trial where these short configs would skip it (fewer epochs than MIN_TRIAL_EPOCHS), and on a machine
     taken as quiet whatever else the host runs meanwhile (a busy one skips it too)."""
-    monkeypatch.setattr(ppo_dict.algo.ppo, "MIN_TRIAL_EPOCHS", 1)
+    monkeypatch.setattr(ppo_dict.algo.training.update_threads, "MIN_TRIAL_EPOCHS", 1)
     monkeypatch.setattr(ppo_dict.algo.ppo.LoadWatch, "look", lambda self, own=(): 0.0)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ppo_dict.algo.rollout.books import add_bootstrap, check_finite, learner_rows, start_episodes
-from ppo_dict.algo.rollout.device_rollout import batched_bootstrap
+from ppo_dict.algo.rollout.device_rollout import batched_bootstrap, step_outputs
 from ppo_dict.algo.rollout.graph_step import GraphedStep
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
@@ -81,17 +81,9 @@ class Collector:
         graphed = GraphedStep if plan.graphed else (lambda step: step)
         self.policy_steps = {len(columns): graphed(step_class(policy, len(columns), plan.ranks))
                              for columns in (*self.halves, everything)}
-        # a recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's _last_lstm_states)
-        self.states = s.lstm_states = None if step_class is PolicyStep else StateStore(
-            s.n_steps, self.halves, policy.lstm_actor.num_layers, policy.lstm_actor.hidden_size, policy.critic_has_states,
-            policy.rnn_type)
-        # On the CPU a step writes its actions, values and log-probs straight into the storage's rows;
-        # on an accelerator they come back through pinned buffers, with one synchronisation per step.
-        self.out = tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)) if device.type == "cpu" else None
-        self.pinned = {} if device.type == "cpu" else {
-            n: tuple(torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory() for a, shape in (
-                (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,))))
-            for n in self.policy_steps}
+        self.states = s.lstm_states = self._lstm_states() if plan.recurrent else None
+        # where a step writes its actions, values and log-probs: the storage's rows on the CPU, else pinned buffers
+        self.out, self.pinned = step_outputs(s, device, self.policy_steps)
         self.env_actions = s.env_actions.reshape(self.n_envs, s.action_dim)  # a view: the envs read it
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
@@ -107,6 +99,13 @@ class Collector:
         # the policy where the envs are (ppo_dict.algo.rollout.shard), where the plan chose it: built, probed and handed
         # out by the plan
         self.shard = shard
+
+    def _lstm_states(self) -> StateStore:
+        """A recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's
+        ``_last_lstm_states``)."""
+        p = self.policy
+        return StateStore(self.storage.n_steps, self.halves, p.lstm_actor.num_layers, p.lstm_actor.hidden_size,
+                          p.critic_has_states, p.rnn_type)
 
     @property
     def policy_line(self) -> str:

@@ -1,5 +1,5 @@
-"""The rollout's host work off the per-env path, for an accelerator: the time-limit bootstrap of a step's cut
-episodes in one batch, with no wait of its own.
+"""The rollout's host work off the per-env path, for an accelerator: where a step's outputs land, and the time-limit
+bootstrap of a step's cut episodes in one batch, with no wait of its own.
 
 sb3 values each cut episode alone and reads it with ``.item()``: on a GPU one synchronisation per env
 (Reacher cuts all 64 envs at once every 50 steps: 64 waits in one step). Here the terminal observations
@@ -11,7 +11,7 @@ for the copy (or, at the rollout's end, after one wait). Not sb3's bits (a batch
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 import torch
@@ -26,6 +26,18 @@ def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     needs it; torch's caching host allocator reuses the block only once the copies that used it are
     done), plain memory otherwise."""
     return torch.empty(shape, dtype=dtype, pin_memory=device.type == "cuda")
+
+
+def step_outputs(storage: RolloutStorage, device: torch.device,
+                 batch_sizes: Iterable[int]) -> tuple[Optional[tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]]]:
+    """``(out, pinned)``: where a rollout step writes its actions, values and log-probs. On the CPU straight into the
+    storage's rows (``out``); on an accelerator they come back through pinned buffers, one set per batch size
+    (``pinned``), with one synchronisation per step."""
+    s = storage
+    if device.type == "cpu":
+        return tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)), {}
+    return None, {n: tuple(torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory() for a, shape in (
+        (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,)))) for n in batch_sizes}
 
 
 def terminal_batch(storage: RolloutStorage, envs: np.ndarray, device: torch.device) -> TensorObs:

@@ -126,6 +126,12 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
     step.finish()
     # the one read at the end
     read = torch.cat([sums / counted, (kl_sum / kl_count).reshape(1), last_loss.reshape(1), first_bad]).tolist()
+    return log_from_read(read, n_updates, per_epoch), n_updates + epochs
+
+
+def log_from_read(read: list[float], n_updates: int, per_epoch: int) -> UpdateLog:
+    """The update's log from :func:`run_device_epochs`' one read (the four logged means, approx_kl, the last loss, the
+    first non-finite minibatch's number, loss and grad norm, -1: none), or the :class:`NonFiniteError` of that minibatch."""
     if read[6] >= 0:
         number, loss, grad_norm = int(read[6]), read[7], read[8]
         name, value = ("loss", loss) if not math.isfinite(loss) else ("grad_norm", grad_norm)
@@ -134,8 +140,7 @@ def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, 
             f"minibatch {number % per_epoch}; no optimizer step was taken from there. Lower the learning rate or check "
             f"observations and rewards."
         )
-    log = UpdateLog([read[0]], [read[1]], [read[2]], [read[3]], [np.float32(read[4])], torch.tensor(read[5]))
-    return log, n_updates + epochs
+    return UpdateLog([read[0]], [read[1]], [read[2]], [read[3]], [np.float32(read[4])], torch.tensor(read[5]))
 
 
 def device_ppo_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
