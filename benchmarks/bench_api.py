@@ -14,6 +14,7 @@ ratios; CPU time per env step sums this process and its workers. Rows are append
 
     python benchmarks/bench_api.py [--quick] [--no_log]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,16 +32,32 @@ from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env  
 
 import ppo_dict  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+    Contender,
+    Table,
+    add_log_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
+    sb3_model_contender,
 )
 from ppo_dict.core.config import Config  # noqa: E402
 
 #: (setting, env id, n_envs, sb3's keyword arguments)
 SETTINGS = [
-    ("the issue's example: Pendulum-v1, 1 env, n_steps 1024, gamma 0.9, gSDE", "Pendulum-v1", 1,
-     dict(n_steps=1024, gamma=0.9, use_sde=True)),
-    ("Reacher-v5, 8 envs, MLP 64x64, n_steps 256, 4 minibatches, 10 epochs", "Reacher-v5", 8,
-     dict(n_steps=256, batch_size=512, n_epochs=10)),
+    (
+        "the issue's example: Pendulum-v1, 1 env, n_steps 1024, gamma 0.9, gSDE",
+        "Pendulum-v1",
+        1,
+        dict(n_steps=1024, gamma=0.9, use_sde=True),
+    ),
+    (
+        "Reacher-v5, 8 envs, MLP 64x64, n_steps 256, 4 minibatches, 10 epochs",
+        "Reacher-v5",
+        8,
+        dict(n_steps=256, batch_size=512, n_epochs=10),
+    ),
 ]
 
 
@@ -58,23 +75,40 @@ def api_contender(name: str, model, iterations: int = 2) -> Contender:
 def command_line_config(env_id: str, n_envs: int, kwargs: dict) -> Config:
     """The command line's config for sb3's keyword arguments (``--torch_threads 1 --update_threads 1``, as the process
     runs)."""
-    return Config(env=f"gym_{env_id}", n_envs=n_envs, seed=0, verbose=0, device="cpu", total_timesteps=10**12, torch_threads=1,
-                  update_threads=1, **kwargs)
+    return Config(
+        env=f"gym_{env_id}",
+        n_envs=n_envs,
+        seed=0,
+        verbose=0,
+        device="cpu",
+        total_timesteps=10**12,
+        torch_threads=1,
+        update_threads=1,
+        **kwargs,
+    )
 
 
 def compare(table: Table, setting: str, env_id: str, n_envs: int, kwargs: dict, rounds: int) -> None:
-    sb3 = sb3_model_contender("stable_baselines3.PPO",
-                              SB3PPO("MlpPolicy", sb3_make_vec_env(env_id, n_envs=n_envs), seed=0, device="cpu", **kwargs),
-                              training=True)
+    sb3 = sb3_model_contender(
+        "stable_baselines3.PPO",
+        SB3PPO("MlpPolicy", sb3_make_vec_env(env_id, n_envs=n_envs), seed=0, device="cpu", **kwargs),
+        training=True,
+    )
     changed = ppo_dict.PPO("MlpPolicy", env_id if n_envs == 1 else sb3_make_vec_env(env_id, n_envs=n_envs), seed=0, **kwargs)
-    contenders = [sb3, api_contender("ppo_dict.PPO, the import changed" + ("" if n_envs == 1 else " (sb3's make_vec_env)"),
-                                     changed)]
+    contenders = [
+        sb3,
+        api_contender("ppo_dict.PPO, the import changed" + ("" if n_envs == 1 else " (sb3's make_vec_env)"), changed),
+    ]
     if n_envs > 1:
-        contenders.append(api_contender("ppo_dict.PPO on ppo_dict.make_vec_env",
-                                        ppo_dict.PPO("MlpPolicy", ppo_dict.make_vec_env(env_id, n_envs=n_envs), seed=0,
-                                                     **kwargs)))
-    cli = ppo_dict_contender("ppo_dict's trainer as the command line builds it", command_line_config(env_id, n_envs, kwargs),
-                             True, iterations=2)
+        contenders.append(
+            api_contender(
+                "ppo_dict.PPO on ppo_dict.make_vec_env",
+                ppo_dict.PPO("MlpPolicy", ppo_dict.make_vec_env(env_id, n_envs=n_envs), seed=0, **kwargs),
+            )
+        )
+    cli = ppo_dict_contender(
+        "ppo_dict's trainer as the command line builds it", command_line_config(env_id, n_envs, kwargs), True, iterations=2
+    )
     contenders.append(cli)
     interleave(contenders, rounds)
     for c in contenders:
@@ -96,9 +130,12 @@ def main() -> None:
     started, table = machine_times(), Table()
     for setting, env_id, n_envs, kwargs in SETTINGS:
         compare(table, setting, env_id, n_envs, kwargs, 3 if args.quick else 7)
-    table.write("bench_api.py (sb3's Python API under both imports, and the command line)",
-                " ".join(["python benchmarks/bench_api.py", *sys.argv[1:]]),
-                started, log_path(args))
+    table.write(
+        "bench_api.py (sb3's Python API under both imports, and the command line)",
+        " ".join(["python benchmarks/bench_api.py", *sys.argv[1:]]),
+        started,
+        log_path(args),
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Every comparison is the median of per-round ratios. Rows are appended to perf_lo
 The defaults take 5-10 minutes on 2 cores; a training iteration of 32 envs (4096 steps, 64
 minibatches of NatureCNN) takes half a minute per contender there, most of it the update.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,14 @@ from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack  # noqa: E402
 
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text,
+    Contender,
+    Table,
+    add_bench_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
 )
 from ppo_dict.core.config import Config  # noqa: E402
 
@@ -45,10 +53,19 @@ ZOO = dict(n_steps=128, batch_size=256, n_epochs=4, ent_coef=0.01, vf_coef=0.5)
 
 def sb3_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Contender:
     venv = VecFrameStack(make_atari_env(GAME, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls), 4)
-    model = SB3PPO("CnnPolicy", venv, seed=0, verbose=0, device="cpu", learning_rate=LinearSchedule(2.5e-4, 0.0, 1.0),
-                   clip_range=LinearSchedule(0.1, 0.0, 1.0), **ZOO)
+    model = SB3PPO(
+        "CnnPolicy",
+        venv,
+        seed=0,
+        verbose=0,
+        device="cpu",
+        learning_rate=LinearSchedule(2.5e-4, 0.0, 1.0),
+        clip_range=LinearSchedule(0.1, 0.0, 1.0),
+        **ZOO,
+    )
     rollout = ZOO["n_steps"] * n_envs
     if training:
+
         def run() -> int:
             model.learn(rollout, reset_num_timesteps=False)
             return rollout
@@ -65,9 +82,22 @@ def sb3_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Conten
 
 
 def ours_contender(name: str, n_envs: int, workers: int, training: bool, **changes) -> Contender:
-    cfg = Config(env=f"gym_{GAME}", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=n_envs, num_workers=workers, seed=0,
-                 verbose=0, device="cpu", learning_rate="lin_2.5e-4", clip_range="lin_0.1", total_timesteps=10**12, **ZOO,
-                 **changes)
+    cfg = Config(
+        env=f"gym_{GAME}",
+        atari_wrapper=True,
+        frame_stack=4,
+        model="cnn",
+        n_envs=n_envs,
+        num_workers=workers,
+        seed=0,
+        verbose=0,
+        device="cpu",
+        learning_rate="lin_2.5e-4",
+        clip_range="lin_0.1",
+        total_timesteps=10**12,
+        **ZOO,
+        **changes,
+    )
     return ppo_dict_contender(name, cfg, training)
 
 
@@ -93,8 +123,13 @@ def compare(table: Table, n_envs: int, workers: int, rounds: int, training: bool
             if c in (dummy, subproc):
                 table.row(setting, f"{what}, {c.name}", f"{c.rate:.0f} steps/s, {cpu}")
                 continue
-            table.row(setting, f"{what}, {c.name}", f"{c.rate:.0f} steps/s, {cpu}",
-                      f"vs sb3 SubprocVecEnv {ratio_text(c, subproc)}", f"vs sb3 DummyVecEnv {ratio_text(c, dummy)}")
+            table.row(
+                setting,
+                f"{what}, {c.name}",
+                f"{c.rate:.0f} steps/s, {cpu}",
+                f"vs sb3 SubprocVecEnv {ratio_text(c, subproc)}",
+                f"vs sb3 DummyVecEnv {ratio_text(c, dummy)}",
+            )
     finally:
         for c in sides:
             c.close()
@@ -113,11 +148,22 @@ def main() -> None:
     for n_envs in (int(n) for n in envs.split(",")):
         compare(table, n_envs, args.workers, rounds, training=False)
         compare(table, n_envs, args.workers, train_rounds, training=True)
-    flags = " ".join(f for f in (args.quick and "--quick", args.envs != "8,32" and f"--envs {args.envs}",
-                                 args.rounds != 3 and f"--rounds {args.rounds}",
-                                 args.train_rounds != 1 and f"--train_rounds {args.train_rounds}") if f)
-    table.write(f"bench_atari (ale-py {ale_py.__version__})", f"python benchmarks/bench_atari.py {flags}".strip(), started,
-                log=log_path(args))
+    flags = " ".join(
+        f
+        for f in (
+            args.quick and "--quick",
+            args.envs != "8,32" and f"--envs {args.envs}",
+            args.rounds != 3 and f"--rounds {args.rounds}",
+            args.train_rounds != 1 and f"--train_rounds {args.train_rounds}",
+        )
+        if f
+    )
+    table.write(
+        f"bench_atari (ale-py {ale_py.__version__})",
+        f"python benchmarks/bench_atari.py {flags}".strip(),
+        started,
+        log=log_path(args),
+    )
 
 
 if __name__ == "__main__":

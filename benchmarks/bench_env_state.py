@@ -9,6 +9,7 @@ and ``torch.save`` it, for ``--envs`` envs::
 
     python benchmarks/bench_env_state.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ from ppo_dict.run.env_states import saved  # noqa: E402
 SETTINGS = {
     "Reacher-v5": (lambda: resolve_env_name("Reacher-v5"), 256),
     "PongNoFrameskip-v4, AtariWrapper, 4 frames": (
-        lambda: resolve_env_name("PongNoFrameskip-v4", atari=AtariOptions(30, 4, 84, True, True, 0.0), frame_stack=4), 8),
+        lambda: resolve_env_name("PongNoFrameskip-v4", atari=AtariOptions(30, 4, 84, True, True, 0.0), frame_stack=4),
+        8,
+    ),
 }
 
 
@@ -57,8 +60,9 @@ def measure(table: Table, label: str, spec, n_envs: int, steps: int) -> None:
             env.reset()
     step = (time.perf_counter() - started) / steps
     state = median_seconds(lambda: env_state(env), max(50, steps // 10))
-    table.row(label, "one env: step / state taken", f"{step * 1e6:.1f} us / {state * 1e6:.1f} us", "",
-              f"{state / step:.2f} steps")
+    table.row(
+        label, "one env: step / state taken", f"{step * 1e6:.1f} us / {state * 1e6:.1f} us", "", f"{state / step:.2f} steps"
+    )
     for n_steps in (2048, 256):
         table.row(label, f"snapshot's share of a rollout, n_steps {n_steps}", f"{100 * state / (n_steps * step):.3f}%")
     states = [{"env": env_state(env), "problem": "", "return": 0.0, "length": 0} for _ in range(n_envs)]
@@ -66,8 +70,13 @@ def measure(table: Table, label: str, spec, n_envs: int, steps: int) -> None:
     started = time.perf_counter()
     torch.save(saved(states), buffer)
     took = time.perf_counter() - started
-    table.row(label, f"{n_envs} envs' states in a checkpoint: size, pack and save",
-              f"{buffer.tell() / 2**20:.2f} MiB, {took * 1e3:.0f} ms", "", f"{buffer.tell() / n_envs / 1024:.1f} KiB an env")
+    table.row(
+        label,
+        f"{n_envs} envs' states in a checkpoint: size, pack and save",
+        f"{buffer.tell() / 2**20:.2f} MiB, {took * 1e3:.0f} ms",
+        "",
+        f"{buffer.tell() / n_envs / 1024:.1f} KiB an env",
+    )
     env.close()
 
 

@@ -8,6 +8,7 @@ env alone and for training; ``--perf_log`` appends them to perf_log.md. ``--n_en
 in ``--num_workers`` workers, each owning whole Godot processes of ``--n_agents`` agents (default:
 one process per worker); ``--num_workers 0`` steps the games in this process.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--total_timesteps", type=int, default=DEMO_DEFAULTS["total_timesteps"], help="agent steps to train for")
     p.add_argument("--n_envs", type=int, default=DEMO_LAYOUT["n_envs"], help="agents trained (a multiple of --n_agents)")
-    p.add_argument("--num_workers", type=int, default=DEMO_LAYOUT["num_workers"],
-                   help="env worker processes (0: step the games in this process)")
+    p.add_argument(
+        "--num_workers",
+        type=int,
+        default=DEMO_LAYOUT["num_workers"],
+        help="env worker processes (0: step the games in this process)",
+    )
     p.add_argument("--n_agents", type=int, default=None, help="agents per Godot process (default: n_envs / num_workers)")
     p.add_argument("--action_type", default="continuous", choices=("continuous", "discrete"))
     p.add_argument("--seed", type=int, default=0)
@@ -87,10 +92,17 @@ def main() -> None:
 
     torch.set_num_threads(1)
     game_args = {"action_type": args.action_type, **({} if args.n_agents is None else {"n_agents": args.n_agents})}
-    cfg = Config(**{
-        **DEMO_DEFAULTS, "env_kwargs": {"seed": args.seed, "game_args": game_args}, "n_envs": args.n_envs,
-        "num_workers": args.num_workers, "seed": args.seed, "total_timesteps": args.total_timesteps, "verbose": 0,
-    })
+    cfg = Config(
+        **{
+            **DEMO_DEFAULTS,
+            "env_kwargs": {"seed": args.seed, "game_args": game_args},
+            "n_envs": args.n_envs,
+            "num_workers": args.num_workers,
+            "seed": args.seed,
+            "total_timesteps": args.total_timesteps,
+            "verbose": 0,
+        }
+    )
     game_kwargs = {"game_args": {"action_type": args.action_type}}
     pool = make_env_pool(cfg)
     try:
@@ -106,16 +118,26 @@ def main() -> None:
         pool.close()
     n_agents = pool.backend.spec.kwargs["game_args"]["n_agents"]
     where = f"{args.num_workers} workers" if args.num_workers else "this process"
-    setting = (f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x "
-               f"{n_agents}, in {where}, seed {args.seed}")
+    setting = (
+        f"godot_demo ({args.action_type}), {cfg.n_envs} agents = {cfg.n_envs // n_agents} Godot processes x "
+        f"{n_agents}, in {where}, seed {args.seed}"
+    )
     rows = [
         (setting, "env alone, random actions", f"{env_rate:.0f} agent steps/s"),
-        (setting, "training fps, n_steps 128, batch 256, 10 epochs", f"{model.num_timesteps / seconds:.0f} agent steps/s "
-         f"({model.num_timesteps} in {seconds:.1f} s)"),
+        (
+            setting,
+            "training fps, n_steps 128, batch 256, 10 epochs",
+            f"{model.num_timesteps / seconds:.0f} agent steps/s ({model.num_timesteps} in {seconds:.1f} s)",
+        ),
     ]
-    rows += [(setting, f"deterministic return {name} training ({args.eval_episodes} episodes)",
-              f"{result['return']:.3f}, reached goal {result['success']:.1%}, episode length {result['length']:.1f}")
-             for name, result in (("before", before), ("after", after))]
+    rows += [
+        (
+            setting,
+            f"deterministic return {name} training ({args.eval_episodes} episodes)",
+            f"{result['return']:.3f}, reached goal {result['success']:.1%}, episode length {result['length']:.1f}",
+        )
+        for name, result in (("before", before), ("after", after))
+    ]
     table = "| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n"
     table += "".join(f"| {a} | {b} | {c} |  |  |\n" for a, b, c in rows)
     print(table)

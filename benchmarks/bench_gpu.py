@@ -13,6 +13,7 @@ Appends its rows to perf_log.md. ``--device cpu`` runs every line with the CPU i
 
     python benchmarks/bench_gpu.py [--quick] [--device cuda|cpu] [--learning] [--no_log]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,15 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+    Contender,
+    Table,
+    add_log_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
+    sb3_model_contender,
 )
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.algo.rollout.rollout_step import PolicyStep  # noqa: E402
@@ -53,55 +62,114 @@ def close_all(contenders: list[Contender]) -> None:
 
 def reacher_rollouts(table: Table, gpu: str, workers: int, rounds: int, n_steps: int) -> None:
     for n_envs, target in ((64, 1.0), (256, 1.5)):
-        cfg = Config(env="gym_Reacher-v5", n_envs=n_envs, num_workers=workers, n_steps=n_steps, seed=0, verbose=0,
-                     device="cpu")
-        contenders = [ppo_dict_contender("cpu", cfg, training=False),
-                      ppo_dict_contender(gpu, cfg.replace(device=gpu), training=False),
-                      ppo_dict_contender(f"{gpu} + graphs", graphs(cfg.replace(device=gpu)), training=False)]
+        cfg = Config(
+            env="gym_Reacher-v5", n_envs=n_envs, num_workers=workers, n_steps=n_steps, seed=0, verbose=0, device="cpu"
+        )
+        contenders = [
+            ppo_dict_contender("cpu", cfg, training=False),
+            ppo_dict_contender(gpu, cfg.replace(device=gpu), training=False),
+            ppo_dict_contender(f"{gpu} + graphs", graphs(cfg.replace(device=gpu)), training=False),
+        ]
         try:
             interleave(contenders, rounds)
             cpu, cuda, graphed = contenders
             setting = f"Reacher-v5, {n_envs} envs, {workers} workers, n_steps {n_steps}"
-            table.row(setting, f"rollout steps/s, --device {gpu}", f"{cuda.rate:.0f}", f"--device cpu: {cpu.rate:.0f}",
-                      ratio_text(cuda, cpu, target))
-            table.row(setting, f"rollout steps/s, --device {gpu} --cuda_graphs", f"{graphed.rate:.0f}",
-                      f"--device cpu: {cpu.rate:.0f}", ratio_text(graphed, cpu, target))
+            table.row(
+                setting,
+                f"rollout steps/s, --device {gpu}",
+                f"{cuda.rate:.0f}",
+                f"--device cpu: {cpu.rate:.0f}",
+                ratio_text(cuda, cpu, target),
+            )
+            table.row(
+                setting,
+                f"rollout steps/s, --device {gpu} --cuda_graphs",
+                f"{graphed.rate:.0f}",
+                f"--device cpu: {cpu.rate:.0f}",
+                ratio_text(graphed, cpu, target),
+            )
             for contender in contenders:  # where a step's time goes: the trainer's own time/* figures, us per rollout step
                 logs = contender.model.timing.logs(n_envs)  # type: ignore[attr-defined]
-                table.row(setting, f"us per rollout step, {contender.name}", ", ".join(
-                    f"{key}: {logs[f'time/{key}_us']:.0f}" for key in ("policy", "envs", "bookkeeping", "overlapped")))
+                table.row(
+                    setting,
+                    f"us per rollout step, {contender.name}",
+                    ", ".join(
+                        f"{key}: {logs[f'time/{key}_us']:.0f}" for key in ("policy", "envs", "bookkeeping", "overlapped")
+                    ),
+                )
         finally:
             close_all(contenders)
 
 
 def reacher_training(table: Table, gpu: str, workers: int, rounds: int, n_steps: int) -> None:
     """8 envs, minibatch 64 (n_steps 256: 32 minibatches per epoch), 10 epochs."""
-    cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=min(workers, 8), n_steps=n_steps, batch_size=64, n_epochs=10,
-                 seed=0, verbose=0, device="cpu")
-    sb3 = SB3PPO("MlpPolicy", make_vec_env("Reacher-v5", n_envs=8, seed=0), n_steps=n_steps, batch_size=64, n_epochs=10,
-                 seed=0, device=gpu, verbose=0)
-    contenders = [ppo_dict_contender("cpu", cfg, training=True),
-                  ppo_dict_contender(gpu, cfg.replace(device=gpu), training=True),
-                  sb3_model_contender(f"sb3 {gpu}", sb3, training=True)]
+    cfg = Config(
+        env="gym_Reacher-v5",
+        n_envs=8,
+        num_workers=min(workers, 8),
+        n_steps=n_steps,
+        batch_size=64,
+        n_epochs=10,
+        seed=0,
+        verbose=0,
+        device="cpu",
+    )
+    sb3 = SB3PPO(
+        "MlpPolicy",
+        make_vec_env("Reacher-v5", n_envs=8, seed=0),
+        n_steps=n_steps,
+        batch_size=64,
+        n_epochs=10,
+        seed=0,
+        device=gpu,
+        verbose=0,
+    )
+    contenders = [
+        ppo_dict_contender("cpu", cfg, training=True),
+        ppo_dict_contender(gpu, cfg.replace(device=gpu), training=True),
+        sb3_model_contender(f"sb3 {gpu}", sb3, training=True),
+    ]
     try:
         interleave(contenders, rounds)
         cpu, cuda, theirs = contenders
         setting = f"Reacher-v5, 8 envs, n_steps {n_steps}, minibatch 64, 10 epochs"
-        table.row(setting, f"training steps/s (rollout + update), --device {gpu}", f"{cuda.rate:.0f}",
-                  f"--device cpu: {cpu.rate:.0f}", ratio_text(cuda, cpu, 1.0))
-        table.row(setting, f"training steps/s (rollout + update), --device {gpu}", f"{cuda.rate:.0f}",
-                  f"sb3 on {gpu}: {theirs.rate:.0f}", ratio_text(cuda, theirs, 2.0))
+        table.row(
+            setting,
+            f"training steps/s (rollout + update), --device {gpu}",
+            f"{cuda.rate:.0f}",
+            f"--device cpu: {cpu.rate:.0f}",
+            ratio_text(cuda, cpu, 1.0),
+        )
+        table.row(
+            setting,
+            f"training steps/s (rollout + update), --device {gpu}",
+            f"{cuda.rate:.0f}",
+            f"sb3 on {gpu}: {theirs.rate:.0f}",
+            ratio_text(cuda, theirs, 2.0),
+        )
     finally:
         close_all(contenders)
 
 
 def pixels(table: Table, gpu: str, workers: int, rounds: int, n_steps: int) -> None:
     """test_dummy + NatureCNN, 32 envs: rollouts against the policy step alone; training against sb3."""
-    cfg = Config(env="test_dummy", model="cnn", n_envs=32, num_workers=workers, n_steps=n_steps, batch_size=1024, n_epochs=4,
-                 seed=0, verbose=0, device=gpu)
-    rollouts = [ppo_dict_contender("cpu", cfg.replace(device="cpu"), training=False),
-                ppo_dict_contender(gpu, cfg, training=False),
-                ppo_dict_contender(f"{gpu} + graphs", graphs(cfg), training=False)]
+    cfg = Config(
+        env="test_dummy",
+        model="cnn",
+        n_envs=32,
+        num_workers=workers,
+        n_steps=n_steps,
+        batch_size=1024,
+        n_epochs=4,
+        seed=0,
+        verbose=0,
+        device=gpu,
+    )
+    rollouts = [
+        ppo_dict_contender("cpu", cfg.replace(device="cpu"), training=False),
+        ppo_dict_contender(gpu, cfg, training=False),
+        ppo_dict_contender(f"{gpu} + graphs", graphs(cfg), training=False),
+    ]
     model = rollouts[1].model  # type: ignore[attr-defined]
     step, obs = PolicyStep(model.policy, 32), model.collector.step_obs(0)
 
@@ -116,25 +184,52 @@ def pixels(table: Table, gpu: str, workers: int, rounds: int, n_steps: int) -> N
         interleave(rollouts, rounds)
         cpu, cuda, graphed, policy_step = rollouts
         setting = f"test_dummy 84x84x3 + cnn, 32 envs, {workers} workers, n_steps {n_steps}"
-        table.row(setting, f"rollout steps/s, --device {gpu}", f"{cuda.rate:.0f}",
-                  f"the policy step alone: {policy_step.rate:.0f}", ratio_text(cuda, policy_step, 0.8))
-        table.row(setting, f"rollout steps/s, --device {gpu} --cuda_graphs", f"{graphed.rate:.0f}",
-                  f"the policy step alone: {policy_step.rate:.0f}", ratio_text(graphed, policy_step, 0.8))
-        table.row(setting, f"rollout steps/s, --device {gpu}", f"{cuda.rate:.0f}", f"--device cpu: {cpu.rate:.0f}",
-                  ratio_text(cuda, cpu))
+        table.row(
+            setting,
+            f"rollout steps/s, --device {gpu}",
+            f"{cuda.rate:.0f}",
+            f"the policy step alone: {policy_step.rate:.0f}",
+            ratio_text(cuda, policy_step, 0.8),
+        )
+        table.row(
+            setting,
+            f"rollout steps/s, --device {gpu} --cuda_graphs",
+            f"{graphed.rate:.0f}",
+            f"the policy step alone: {policy_step.rate:.0f}",
+            ratio_text(graphed, policy_step, 0.8),
+        )
+        table.row(
+            setting,
+            f"rollout steps/s, --device {gpu}",
+            f"{cuda.rate:.0f}",
+            f"--device cpu: {cpu.rate:.0f}",
+            ratio_text(cuda, cpu),
+        )
     finally:
         close_all(rollouts)
     spec = env_spec(cfg)
-    sb3 = SB3PPO("CnnPolicy", make_vec_env(lambda: make_env(spec), n_envs=32, seed=0), n_steps=n_steps, batch_size=1024,
-                 n_epochs=4, seed=0, device=gpu, verbose=0)
+    sb3 = SB3PPO(
+        "CnnPolicy",
+        make_vec_env(lambda: make_env(spec), n_envs=32, seed=0),
+        n_steps=n_steps,
+        batch_size=1024,
+        n_epochs=4,
+        seed=0,
+        device=gpu,
+        verbose=0,
+    )
     training = [ppo_dict_contender(gpu, cfg, training=True), sb3_model_contender(f"sb3 {gpu}", sb3, training=True)]
     try:
         interleave(training, max(1, rounds // 2))
         ours, theirs = training
         update_s = training[0].model.timing.update / max(1, training[0].model.iteration)  # type: ignore[attr-defined]
-        table.row(f"test_dummy 84x84x3 + cnn, 32 envs, n_steps {n_steps}, minibatch 1024, 4 epochs",
-                  f"training steps/s, --device {gpu}", f"{ours.rate:.0f} (one update {update_s:.2f} s)",
-                  f"sb3 on {gpu}: {theirs.rate:.0f}", ratio_text(ours, theirs, 3.0))
+        table.row(
+            f"test_dummy 84x84x3 + cnn, 32 envs, n_steps {n_steps}, minibatch 1024, 4 epochs",
+            f"training steps/s, --device {gpu}",
+            f"{ours.rate:.0f} (one update {update_s:.2f} s)",
+            f"sb3 on {gpu}: {theirs.rate:.0f}",
+            ratio_text(ours, theirs, 3.0),
+        )
     finally:
         close_all(training)
 
@@ -145,26 +240,46 @@ def learning(table: Table, gpu: str, workers: int, timesteps: int) -> None:
     for device in ("cpu", gpu):
         returns = []
         for seed in range(3):
-            cfg = Config(env="gym_CartPole-v1", n_envs=8, num_workers=min(workers, 8), n_steps=32, batch_size=256,
-                         gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate="lin_0.001",
-                         clip_range="lin_0.2", total_timesteps=timesteps, seed=seed, verbose=0, device=device)
+            cfg = Config(
+                env="gym_CartPole-v1",
+                n_envs=8,
+                num_workers=min(workers, 8),
+                n_steps=32,
+                batch_size=256,
+                gae_lambda=0.8,
+                gamma=0.98,
+                n_epochs=20,
+                ent_coef=0.0,
+                learning_rate="lin_0.001",
+                clip_range="lin_0.2",
+                total_timesteps=timesteps,
+                seed=seed,
+                verbose=0,
+                device=device,
+            )
             with PPO(cfg, build_env_pool(cfg)) as model:
                 model.learn()
                 returns.append(model.ep_rew_mean)
         results[device] = returns
-        table.row(f"CartPole-v1, rl-zoo settings, {timesteps} steps, seeds 0-2",
-                  f"return of the last 100 episodes, --device {device}", ", ".join(f"{r:.0f}" for r in returns), "",
-                  f"mean {statistics.mean(returns):.0f}")
+        table.row(
+            f"CartPole-v1, rl-zoo settings, {timesteps} steps, seeds 0-2",
+            f"return of the last 100 episodes, --device {device}",
+            ", ".join(f"{r:.0f}" for r in returns),
+            "",
+            f"mean {statistics.mean(returns):.0f}",
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and shorter rollouts (the dry run's)")
     parser.add_argument("--device", default="cuda", help="the accelerator's column (cpu: a dry run of every line on the CPU)")
-    parser.add_argument("--workers", type=int, default=physical_cores(),
-                        help="ppo_dict's worker processes (default: the physical cores)")
-    parser.add_argument("--learning", action="store_true",
-                        help="also the CartPole learning rows (3 seeds x 2 devices, minutes)")
+    parser.add_argument(
+        "--workers", type=int, default=physical_cores(), help="ppo_dict's worker processes (default: the physical cores)"
+    )
+    parser.add_argument(
+        "--learning", action="store_true", help="also the CartPole learning rows (3 seeds x 2 devices, minutes)"
+    )
     add_log_flags(parser)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")

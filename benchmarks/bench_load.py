@@ -8,6 +8,7 @@ with sb3's PPO on ``DummyVecEnv`` and with ppo_dict on its default layout (which
 
     python benchmarks/bench_load.py [--burners 2] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,17 +27,42 @@ from stable_baselines3 import PPO as SB3PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 from benchmarks.harness import (  # noqa: E402
-    Table, add_log_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text, sb3_model_contender,
+    Table,
+    add_log_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
+    sb3_model_contender,
 )
 from ppo_dict.core import load  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 
 #: env id -> (sb3's PPO keywords, ppo_dict's Config keywords); rl-zoo's CartPole entry, and make bench's Reacher at 8 envs
 SETTINGS = {
-    "CartPole-v1": (dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                         learning_rate=lambda p: p * 1e-3, clip_range=lambda p: p * 0.2),
-                    dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                         learning_rate="lin_1e-3", clip_range="lin_0.2")),
+    "CartPole-v1": (
+        dict(
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=lambda p: p * 1e-3,
+            clip_range=lambda p: p * 0.2,
+        ),
+        dict(
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate="lin_1e-3",
+            clip_range="lin_0.2",
+        ),
+    ),
     "Reacher-v5": (dict(n_steps=256, batch_size=512, n_epochs=10), dict(n_steps=256, batch_size=512, n_epochs=10)),
 }
 N_ENVS = 8
@@ -51,8 +77,9 @@ def burn(stop_at: float) -> None:
 def contenders(env_id: str) -> list:
     sb3_kwargs, ours = SETTINGS[env_id]
     venv = make_vec_env(env_id, n_envs=N_ENVS, seed=0)
-    sb3 = sb3_model_contender("sb3 DummyVecEnv", SB3PPO("MlpPolicy", venv, seed=0, verbose=0, device="cpu", **sb3_kwargs),
-                              training=True)
+    sb3 = sb3_model_contender(
+        "sb3 DummyVecEnv", SB3PPO("MlpPolicy", venv, seed=0, verbose=0, device="cpu", **sb3_kwargs), training=True
+    )
     cfg = Config(env=f"gym_{env_id}", n_envs=N_ENVS, seed=0, verbose=0, device="cpu", total_timesteps=10**12, **ours)
     load._at_start = None  # the layout looks at the CPUs now, as a run started now would
     return [sb3, ppo_dict_contender(f"ppo_dict, default layout ({cfg.layout().text()})", cfg, training=True, iterations=2)]
@@ -62,8 +89,9 @@ def measure(table: Table, burners: int, rounds: int) -> None:
     ctx = multiprocessing.get_context("fork")
     for loaded in (False, True):
         for env_id in SETTINGS:
-            procs = [ctx.Process(target=burn, args=(time.monotonic() + 3600,), daemon=True)
-                     for _ in range(burners if loaded else 0)]
+            procs = [
+                ctx.Process(target=burn, args=(time.monotonic() + 3600,), daemon=True) for _ in range(burners if loaded else 0)
+            ]
             for p in procs:
                 p.start()
             sides = []
@@ -74,8 +102,13 @@ def measure(table: Table, burners: int, rounds: int) -> None:
                 sb3, ours = sides
                 where = f"beside {burners} CPU burners" if loaded else "quiet"
                 setting = f"{env_id}, {N_ENVS} envs, training, {where}"
-                table.row(setting, f"training, {ours.name}", f"{ours.rate:.0f} steps/s, {ours.cpu:.0f} CPU-us/step",
-                          f"vs {sb3.name}: {sb3.rate:.0f} steps/s", ratio_text(ours, sb3, 1.0 if loaded else None))
+                table.row(
+                    setting,
+                    f"training, {ours.name}",
+                    f"{ours.rate:.0f} steps/s, {ours.cpu:.0f} CPU-us/step",
+                    f"vs {sb3.name}: {sb3.rate:.0f} steps/s",
+                    ratio_text(ours, sb3, 1.0 if loaded else None),
+                )
             finally:
                 for c in sides:
                     c.close()

@@ -10,6 +10,7 @@ sides update with one torch thread. Rows are appended to perf_log.md.
 
     python benchmarks/bench_masked.py [--quick] [--no_log] [--envs 8,32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,14 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa: E402
 
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text,
+    Contender,
+    Table,
+    add_bench_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
     sb3_model_contender,
 )
 from ppo_dict.core.config import Config  # noqa: E402
@@ -39,17 +47,30 @@ N_STEPS = 256
 
 def maskable_contender(name: str, vec_env_cls, n_envs: int, training: bool) -> Contender:
     venv = make_vec_env(SB3_ENV_ID, n_envs=n_envs, seed=0, vec_env_cls=vec_env_cls)
-    model = MaskablePPO("MlpPolicy", venv, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10, seed=0, verbose=0,
-                        device="cpu")
+    model = MaskablePPO(
+        "MlpPolicy", venv, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10, seed=0, verbose=0, device="cpu"
+    )
     return sb3_model_contender(name, model, training)  # MaskablePPO's collect_rollouts asks for the masks
 
 
 def ours_config(n_envs: int, num_workers: int) -> Config:
     # one update thread, as the sb3-contrib side has (torch.set_num_threads(1)): on a shared 2-core
     # machine two update threads wait on each other for whole time slices (60 s instead of 1 s)
-    return Config(update_threads=1, env="gym_PPODictMaskedJump-v0", gym_packages="ppo_dict.envs.masked", action_masks=True,
-                  n_envs=n_envs, num_workers=num_workers, n_steps=N_STEPS, batch_size=N_STEPS * n_envs // 4, n_epochs=10,
-                  seed=0, verbose=0, device="cpu", total_timesteps=10**12)
+    return Config(
+        update_threads=1,
+        env="gym_PPODictMaskedJump-v0",
+        gym_packages="ppo_dict.envs.masked",
+        action_masks=True,
+        n_envs=n_envs,
+        num_workers=num_workers,
+        n_steps=N_STEPS,
+        batch_size=N_STEPS * n_envs // 4,
+        n_epochs=10,
+        seed=0,
+        verbose=0,
+        device="cpu",
+        total_timesteps=10**12,
+    )
 
 
 def rollouts(table: Table, n_envs: int, workers: int, rounds: int) -> float:
@@ -57,18 +78,25 @@ def rollouts(table: Table, n_envs: int, workers: int, rounds: int) -> float:
     setting = f"PPODictMaskedJump-v0 (Discrete 12, masks), {n_envs} envs, MLP 64x64, n_steps {N_STEPS}"
     dummy = maskable_contender("MaskablePPO DummyVecEnv", DummyVecEnv, n_envs, training=False)
     subproc = maskable_contender("MaskablePPO SubprocVecEnv (one process per env)", SubprocVecEnv, n_envs, training=False)
-    exact = ppo_dict_contender(f"ppo_dict --action_masks, {workers} workers, exact", ours_config(n_envs, workers), False,
-                               iterations=2)
-    in_process = ppo_dict_contender("ppo_dict --action_masks in-process (--num_workers 0)", ours_config(n_envs, 0), False,
-                                    iterations=2)
+    exact = ppo_dict_contender(
+        f"ppo_dict --action_masks, {workers} workers, exact", ours_config(n_envs, workers), False, iterations=2
+    )
+    in_process = ppo_dict_contender(
+        "ppo_dict --action_masks in-process (--num_workers 0)", ours_config(n_envs, 0), False, iterations=2
+    )
     contenders = [dummy, subproc, exact, in_process]
     try:
         interleave(contenders, rounds)
         best = max((dummy, subproc), key=lambda c: c.rate)
         for c in contenders:
             ours = c in (exact, in_process)
-            table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
-                      f"vs {best.name}" if ours else "", ratio_text(c, best, 2.0 if c is exact else None) if ours else "")
+            table.row(
+                setting,
+                f"rollout, {c.name}",
+                f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
+                f"vs {best.name}" if ours else "",
+                ratio_text(c, best, 2.0 if c is exact else None) if ours else "",
+            )
         return DummyVecEnv if best is dummy else SubprocVecEnv
     finally:
         for c in contenders:
@@ -82,10 +110,13 @@ def training(table: Table, n_envs: int, workers: int, rounds: int, vec_env_cls) 
     try:
         interleave([sb3, exact], rounds)
         timing = exact.model.timing
-        table.row(setting, f"training fps, ppo_dict exact (update threads {timing.update_threads}) vs {sb3.name}",
-                  f"{exact.rate:.0f} vs {sb3.rate:.0f} steps/s; {exact.cpu:.0f} vs {sb3.cpu:.0f} CPU-us/step",
-                  f"time in the last 2 iterations: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s",
-                  ratio_text(exact, sb3, 2.0))
+        table.row(
+            setting,
+            f"training fps, ppo_dict exact (update threads {timing.update_threads}) vs {sb3.name}",
+            f"{exact.rate:.0f} vs {sb3.rate:.0f} steps/s; {exact.cpu:.0f} vs {sb3.cpu:.0f} CPU-us/step",
+            f"time in the last 2 iterations: rollouts {timing.rollout:.2f} s, updates {timing.update:.2f} s",
+            ratio_text(exact, sb3, 2.0),
+        )
     finally:
         for c in (sb3, exact):
             c.close()

@@ -19,6 +19,7 @@ policy of one half centrally while the workers step the other: ``T = 2 max(S_hal
 On 2 CPUs every part is measured where it runs alone or in pairs, so contention cannot fake the model; the
 prediction is a model, and a many-core host (``benchmarks/many_core.sh``) confirms it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -69,8 +70,9 @@ def work_block(env_id: str, processes: int, envs: int) -> Contender:
     policy = ActorCritic(backend.observation_space, backend.action_space)
     cfg = ours_config(n, 0, "cpu", env_id=env_id, n_steps=STEPS)
     sharded = ShardedRollout(cfg, storage, backend.label, policy, None, PolicyStep(policy, n))
-    granule, _ = sharded.probe(StepObsToDevice(storage, torch.device("cpu")),
-                               [(range(w * envs, (w + 1) * envs), True) for w in range(processes)])
+    granule, _ = sharded.probe(
+        StepObsToDevice(storage, torch.device("cpu")), [(range(w * envs, (w + 1) * envs), True) for w in range(processes)]
+    )
     own = range(envs, 2 * envs)
     work = ShardWork(sharded.program, policy, sharded.block, storage, own)
     rng = np.random.default_rng(0)
@@ -122,14 +124,17 @@ def parts(table: Table, env_id: str, rounds: int) -> dict[str, Any]:
     ping = handover()
     runs = {}
     for n in totals:
-        runs[n, "sharded"] = ours_contender(f"{n} envs, exact, default layout",
-                                            ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS), False)
-        runs[n, "central"] = ours_contender(f"{n} envs, exact, --shard_policy False",
-                                            ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS, shard_policy=False),
-                                            False)
-        runs[n, "double"] = ours_contender(f"{n} envs, --double_buffer",
-                                           ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS, double_buffer=True),
-                                           False)
+        runs[n, "sharded"] = ours_contender(
+            f"{n} envs, exact, default layout", ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS), False
+        )
+        runs[n, "central"] = ours_contender(
+            f"{n} envs, exact, --shard_policy False",
+            ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS, shard_policy=False),
+            False,
+        )
+        runs[n, "double"] = ours_contender(
+            f"{n} envs, --double_buffer", ours_config(n, None, "cpu", env_id=env_id, n_steps=STEPS, double_buffer=True), False
+        )
     contenders = [raw, ping, *blocks.values(), *works.values(), *runs.values()]
     try:
         interleave(contenders, rounds, warmup=True)
@@ -140,36 +145,58 @@ def parts(table: Table, env_id: str, rounds: int) -> dict[str, Any]:
         table.row(setting, "t_raw: one env alone", f"{t_raw:.1f} us a step")
         table.row(setting, "c: a hand-over and its answer (one worker, waits that look)", f"{c_us:.1f} us")
         for e in sizes:
-            table.row(setting, f"t_env({e}): {e} envs stepped in turn by one process",
-                      f"{t_env[e]:.0f} us a step ({t_env[e] / e:.1f} us an env)")
+            table.row(
+                setting,
+                f"t_env({e}): {e} envs stepped in turn by one process",
+                f"{t_env[e]:.0f} us a step ({t_env[e] / e:.1f} us an env)",
+            )
         for (w, e), c in works.items():
-            table.row(setting, f"t_work({e}) in a batch of {w * e}: one process's policy rows and books",
-                      f"{e * 1e6 / c.rate:.0f} us",
-                      f"windows of {c.granule}" if c.granule  # type: ignore[attr-defined]
-                      else "the probe found no granule here")
+            table.row(
+                setting,
+                f"t_work({e}) in a batch of {w * e}: one process's policy rows and books",
+                f"{e * 1e6 / c.rate:.0f} us",
+                f"windows of {c.granule}"
+                if c.granule  # type: ignore[attr-defined]
+                else "the probe found no granule here",
+            )
         serial = {n: serial_us(runs[n, "sharded"], ("time/serial_us",)) for n in totals}
-        central = {n: serial_us(runs[n, "central"], ("time/policy_us", "time/bookkeeping_us", "time/serial_us"))
-                   for n in totals}
+        central = {
+            n: serial_us(runs[n, "central"], ("time/policy_us", "time/bookkeeping_us", "time/serial_us")) for n in totals
+        }
         halves = {n: serial_us(runs[n, "double"], ("time/policy_us", "time/bookkeeping_us")) / 2 for n in totals}
         for n in totals:
-            table.row(setting, f"S({n}): the main process's serial time a step",
-                      f"sharded {serial[n]:.0f} us; central (policy + books) {central[n]:.0f} us; "
-                      f"--double_buffer's half (policy + books) {halves[n]:.0f} us")
+            table.row(
+                setting,
+                f"S({n}): the main process's serial time a step",
+                f"sharded {serial[n]:.0f} us; central (policy + books) {central[n]:.0f} us; "
+                f"--double_buffer's half (policy + books) {halves[n]:.0f} us",
+            )
         rate, e = runs[256, "sharded"].rate, 256 // here  # 256 envs on the default layout: `here` processes of 256 / here
-        table.row(f"{env_id}, 256 envs on this host's default layout ({here} processes), exact, sharded", "measured rollout",
-                  f"{rate:.0f} steps/s", f"{here} x t_env({e}): {here * e * 1e6 / t_env[e]:.0f} steps/s",
-                  f"efficiency {rate * t_env[e] / (here * e * 1e6):.2f} (target >= 0.85)")
+        table.row(
+            f"{env_id}, 256 envs on this host's default layout ({here} processes), exact, sharded",
+            "measured rollout",
+            f"{rate:.0f} steps/s",
+            f"{here} x t_env({e}): {here * e * 1e6 / t_env[e]:.0f} steps/s",
+            f"efficiency {rate * t_env[e] / (here * e * 1e6):.2f} (target >= 0.85)",
+        )
         predicted = {}
         for w, e in LAYOUTS:
             n, work = w * e, e * 1e6 / works[w, e].rate
-            rows = {"exact, sharded": serial[n] + c_us + work + t_env[e], "exact, central": central[n] + c_us + t_env[e],
-                    "--double_buffer": 2 * max(halves[n], c_us + t_env[e // 2])}
+            rows = {
+                "exact, sharded": serial[n] + c_us + work + t_env[e],
+                "exact, central": central[n] + c_us + t_env[e],
+                "--double_buffer": 2 * max(halves[n], c_us + t_env[e // 2]),
+            }
             for name, step in rows.items():
                 vs_raw, vs_env = e * t_raw / step, t_env[e] / step
                 predicted[w, e, name] = vs_raw
-                table.row(f"{env_id}, {w} processes x {e} envs (predicted from the parts above)", name,
-                          f"{step:.0f} us a step, {n * 1e6 / step:.0f} steps/s", f"efficiency vs {w} x raw: {vs_raw:.2f}",
-                          f"vs {w} x t_env({e}): {vs_env:.2f}")
+                table.row(
+                    f"{env_id}, {w} processes x {e} envs (predicted from the parts above)",
+                    name,
+                    f"{step:.0f} us a step, {n * 1e6 / step:.0f} steps/s",
+                    f"efficiency vs {w} x raw: {vs_raw:.2f}",
+                    f"vs {w} x t_env({e}): {vs_env:.2f}",
+                )
         return predicted
     finally:
         for c in contenders:

@@ -16,6 +16,7 @@ env at 256 envs. Rows are appended to perf_log.md.
 
     python benchmarks/bench_pipeline.py [--quick] [--no_log] [--envs 64,256] [--workers N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,16 @@ def ours(name: str, n_envs: int, num_workers: Optional[int], steps: int, **chang
     no env)."""
     if num_workers is not None:
         changes.setdefault("main_steps_envs", False)
-    cfg = Config(env=ENV, gym_packages=(zero_work.MODULE,), n_envs=n_envs, num_workers=num_workers, n_steps=steps, seed=0,
-                 verbose=0, **changes)
+    cfg = Config(
+        env=ENV,
+        gym_packages=(zero_work.MODULE,),
+        n_envs=n_envs,
+        num_workers=num_workers,
+        n_steps=steps,
+        seed=0,
+        verbose=0,
+        **changes,
+    )
     pool = build_env_pool(cfg)
     pool.reset(0)
     pool.storage.env_actions[...] = 0.1
@@ -90,8 +99,13 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
     default_us = pool.pool.spin * 1e6
     pool.name += f" (waits look {default_us:g} us by default here)"
     other_us = 0.0 if default_us else SPIN_WAIT * 1e6
-    other = ours(f"ppo_dict pool, {workers} workers, main steps no env, --spin_wait_us {other_us:g}", n_envs, workers, steps,
-                 spin_wait_us=other_us)
+    other = ours(
+        f"ppo_dict pool, {workers} workers, main steps no env, --spin_wait_us {other_us:g}",
+        n_envs,
+        workers,
+        steps,
+        spin_wait_us=other_us,
+    )
     looks, sleeps = (pool, other) if default_us else (other, pool)
     in_process = ours("ppo_dict in-process (--num_workers 0)", n_envs, 0, steps)
     default = ours("ppo_dict pool, default layout", n_envs, None, steps)
@@ -101,16 +115,28 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
         interleave(contenders, rounds)
         for c in contenders:
             cpu = f"main {median(c.cpu_main_us):.2f} + workers {median(c.cpu_workers_us):.2f} CPU-us/env step"
-            table.row(setting, f"env stepping, {c.name}", f"{c.rate:.0f} steps/s ({1e6 / c.rate:.2f} us/env step); {cpu}",
-                      "vs sb3 DummyVecEnv" if c is not sb3 else "",
-                      ratio_text(c, sb3, 3.0 if c in (pool, default) else None) if c is not sb3 else "")
-        table.row(setting, f"ppo_dict pool: waits that look for {SPIN_WAIT * 1e6:g} us before they sleep vs sleeping at once",
-                  f"{looks.rate:.0f} vs {sleeps.rate:.0f} steps/s", "", ratio_text(looks, sleeps))
+            table.row(
+                setting,
+                f"env stepping, {c.name}",
+                f"{c.rate:.0f} steps/s ({1e6 / c.rate:.2f} us/env step); {cpu}",
+                "vs sb3 DummyVecEnv" if c is not sb3 else "",
+                ratio_text(c, sb3, 3.0 if c in (pool, default) else None) if c is not sb3 else "",
+            )
+        table.row(
+            setting,
+            f"ppo_dict pool: waits that look for {SPIN_WAIT * 1e6:g} us before they sleep vs sleeping at once",
+            f"{looks.rate:.0f} vs {sleeps.rate:.0f} steps/s",
+            "",
+            ratio_text(looks, sleeps),
+        )
         worker_us, main_us = median(pool.cpu_workers_us), median(pool.cpu_main_us)
-        table.row(setting, f"ppo_dict pool ({workers} workers): CPU per env step",
-                  f"workers {worker_us:.2f} us, main process {main_us:.2f} us",
-                  "targets: workers <= 5 us, main <= 2 us per env (at 256 envs)",
-                  f"workers {'met' if worker_us <= 5 else 'NOT met'}, main {'met' if main_us <= 2 else 'NOT met'}")
+        table.row(
+            setting,
+            f"ppo_dict pool ({workers} workers): CPU per env step",
+            f"workers {worker_us:.2f} us, main process {main_us:.2f} us",
+            "targets: workers <= 5 us, main <= 2 us per env (at 256 envs)",
+            f"workers {'met' if worker_us <= 5 else 'NOT met'}, main {'met' if main_us <= 2 else 'NOT met'}",
+        )
     finally:
         for c in contenders:
             c.close()

@@ -11,6 +11,7 @@ Appends its rows to perf_log.md.
 
     python benchmarks/bench_pixels.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,17 @@ def cnn_rollout_vs_inference(table: Table, n_envs: int, workers: int, device: st
     policy step alone on a batch of the same size (n_envs, and n_envs / 2 for the double-buffered halves)."""
     contenders, models = [], []
     for double_buffer in (False, True):
-        cfg = Config(env="test_dummy", model="cnn", n_envs=n_envs, num_workers=workers, n_steps=n_steps, seed=0, verbose=0,
-                     device=device, double_buffer=double_buffer)
+        cfg = Config(
+            env="test_dummy",
+            model="cnn",
+            n_envs=n_envs,
+            num_workers=workers,
+            n_steps=n_steps,
+            seed=0,
+            verbose=0,
+            device=device,
+            double_buffer=double_buffer,
+        )
         model = PPO(cfg, build_env_pool(cfg))
         model.start_envs()
         models.append(model)
@@ -50,8 +60,11 @@ def cnn_rollout_vs_inference(table: Table, n_envs: int, workers: int, device: st
             model.storage.carry_over()
             return model.storage.n_steps * model.n_envs
 
-        contenders.append(Contender("--double_buffer" if double_buffer else "exact", run,
-                                    lambda m=model: [os.getpid(), *m.pool.pids], model.close))
+        contenders.append(
+            Contender(
+                "--double_buffer" if double_buffer else "exact", run, lambda m=model: [os.getpid(), *m.pool.pids], model.close
+            )
+        )
     model = models[0]  # the exact run's policy and observations feed the inference rows
     for batch in (n_envs, n_envs // 2):
         step = PolicyStep(model.policy, batch)
@@ -67,12 +80,20 @@ def cnn_rollout_vs_inference(table: Table, n_envs: int, workers: int, device: st
         interleave(contenders, rounds)
         exact, double, full, half = contenders
         setting = f"test_dummy 84x84x3 + cnn, {n_envs} envs, {workers} workers, device {device}"
-        table.row(setting, "rollout, exact (one batch of all envs per step)",
-                  f"{exact.rate:.0f} steps/s, {exact.cpu:.0f} CPU-us/step",
-                  f"vs the policy step alone at batch {n_envs}: {full.rate:.0f} steps/s", ratio_text(exact, full))
-        table.row(setting, "rollout, --double_buffer (halves of the envs alternate)",
-                  f"{double.rate:.0f} steps/s, {double.cpu:.0f} CPU-us/step",
-                  f"vs the policy step alone at batch {n_envs // 2}: {half.rate:.0f} steps/s", ratio_text(double, half, 0.95))
+        table.row(
+            setting,
+            "rollout, exact (one batch of all envs per step)",
+            f"{exact.rate:.0f} steps/s, {exact.cpu:.0f} CPU-us/step",
+            f"vs the policy step alone at batch {n_envs}: {full.rate:.0f} steps/s",
+            ratio_text(exact, full),
+        )
+        table.row(
+            setting,
+            "rollout, --double_buffer (halves of the envs alternate)",
+            f"{double.rate:.0f} steps/s, {double.cpu:.0f} CPU-us/step",
+            f"vs the policy step alone at batch {n_envs // 2}: {half.rate:.0f} steps/s",
+            ratio_text(double, half, 0.95),
+        )
     finally:
         for c in contenders:
             c.close()
@@ -80,9 +101,17 @@ def cnn_rollout_vs_inference(table: Table, n_envs: int, workers: int, device: st
 
 def pixel_env_stepping(num_workers: int, envs_per_worker: int, steps: int) -> float:
     """Rendered Reacher env steps/s through the pool, random actions, no policy."""
-    cfg = Config(env="gym_Reacher-v2", pixel_obs_wrapper=True, model="cnn", num_workers=num_workers,
-                 envs_per_worker=envs_per_worker,
-                 n_steps=64, seed=0, verbose=0, main_steps_envs=False)  # worker processes only: their scaling
+    cfg = Config(
+        env="gym_Reacher-v2",
+        pixel_obs_wrapper=True,
+        model="cnn",
+        num_workers=num_workers,
+        envs_per_worker=envs_per_worker,
+        n_steps=64,
+        seed=0,
+        verbose=0,
+        main_steps_envs=False,
+    )  # worker processes only: their scaling
     pool = make_env_pool(cfg)
     try:
         s = pool.storage
@@ -136,10 +165,13 @@ def main() -> None:
         if "error" in r:
             table.row(f"pixel Reacher-v5 84x84, MUJOCO_GL={backend}", "env stepping", f"failed: {r['error']}")
             continue
-        table.row(f"pixel Reacher-v5 84x84, MUJOCO_GL={backend}{' (xvfb-run)' if backend == 'glfw' else ''}",
-                  "env stepping, no policy", f"1 worker x 2 envs: {r['w1']:.0f} steps/s",
-                  f"2 workers x 2 envs: {r['w2']:.0f} steps/s",
-                  f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x**")
+        table.row(
+            f"pixel Reacher-v5 84x84, MUJOCO_GL={backend}{' (xvfb-run)' if backend == 'glfw' else ''}",
+            "env stepping, no policy",
+            f"1 worker x 2 envs: {r['w1']:.0f} steps/s",
+            f"2 workers x 2 envs: {r['w2']:.0f} steps/s",
+            f"per worker {r['w2'] / 2:.0f} steps/s, scaling 1->2 workers **{r['w2'] / r['w1']:.2f}x**",
+        )
     flags = " ".join(f for f in (args.quick and "--quick", args.device != "cpu" and f"--device {args.device}") if f)
     table.write("bench_pixels", f"python benchmarks/bench_pixels.py {flags}".strip(), started, log=log_path(args))
 

@@ -10,6 +10,7 @@ update). Rows are appended to perf_log.md.
 
     python benchmarks/bench_ranks.py [--envs 8,64] [--workers 2] [--iterations 5] [--quick] [--no_log]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,23 @@ class TimedRanks(Ranks):
 
 def config(n_envs: int, workers: int, iterations: int) -> Config:
     """Reacher-v5 with bench.py's training settings, ``workers`` worker processes (the main process steps none)."""
-    return Config(env="gym_Reacher-v2", model="mlp", n_envs=n_envs, n_steps=64, batch_size=64 * n_envs // 4, n_epochs=10,
-                  seed=0, normalize=True, num_workers=workers, main_steps_envs=False, verbose=0, device="cpu", torch_threads=1,
-                  update_threads=1, total_timesteps=64 * n_envs * (iterations + 1))
+    return Config(
+        env="gym_Reacher-v2",
+        model="mlp",
+        n_envs=n_envs,
+        n_steps=64,
+        batch_size=64 * n_envs // 4,
+        n_epochs=10,
+        seed=0,
+        normalize=True,
+        num_workers=workers,
+        main_steps_envs=False,
+        verbose=0,
+        device="cpu",
+        torch_threads=1,
+        update_threads=1,
+        total_timesteps=64 * n_envs * (iterations + 1),
+    )
 
 
 def train(ppo: PPO, iterations: int) -> dict[str, float]:
@@ -72,8 +87,14 @@ def train(ppo: PPO, iterations: int) -> dict[str, float]:
 
 
 def _rank(rank: int, n_envs: int, workers: int, iterations: int, port: int, out: Any) -> None:
-    environ = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    environ = {
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     os.environ.update(environ)
     info = join(environ)
     cfg = config(n_envs, workers // 2, iterations)
@@ -113,21 +134,31 @@ def main() -> None:
     iterations = 1 if args.quick else args.iterations
     table, started = Table(), machine_times()
     for n_envs in (int(n) for n in args.envs.split(",")):
-        setting = (f"Reacher-v5, {n_envs} envs, MLP 64x64, n_steps 64, 4 minibatches, 10 epochs, --normalize, "
-                   f"{args.workers} workers in all")
+        setting = (
+            f"Reacher-v5, {n_envs} envs, MLP 64x64, n_steps 64, 4 minibatches, 10 epochs, --normalize, "
+            f"{args.workers} workers in all"
+        )
         single, ranks = one_process(n_envs, args.workers, iterations), two_ranks(n_envs, args.workers, iterations)
         steps, updates = 64 * iterations, iterations
         seconds = ranks["collectives"]
         in_update = sum(v for k, v in seconds.items() if k in UPDATE_WHATS)
         in_rollout = sum(v for k, v in seconds.items() if k not in UPDATE_WHATS and k != "the stop check")
         table.row(setting, "rollout step, 1 process", f"{1e6 * single['rollout'] / steps:.0f} us")
-        table.row(setting, "rollout step, 2 ranks",
-                  f"{1e6 * ranks['rollout'] / steps:.0f} us, of which collectives {1e6 * in_rollout / steps:.0f} us",
-                  "1 process", f"**{single['rollout'] / ranks['rollout']:.2f}x**")
+        table.row(
+            setting,
+            "rollout step, 2 ranks",
+            f"{1e6 * ranks['rollout'] / steps:.0f} us, of which collectives {1e6 * in_rollout / steps:.0f} us",
+            "1 process",
+            f"**{single['rollout'] / ranks['rollout']:.2f}x**",
+        )
         table.row(setting, "update, 1 process", f"{1e3 * single['update'] / updates:.0f} ms")
-        table.row(setting, "update, 2 ranks",
-                  f"{1e3 * ranks['update'] / updates:.0f} ms, of which collectives {1e3 * in_update / updates:.0f} ms",
-                  "1 process", f"**{single['update'] / ranks['update']:.2f}x**")
+        table.row(
+            setting,
+            "update, 2 ranks",
+            f"{1e3 * ranks['update'] / updates:.0f} ms, of which collectives {1e3 * in_update / updates:.0f} ms",
+            "1 process",
+            f"**{single['update'] / ranks['update']:.2f}x**",
+        )
     table.write("bench_ranks", "python benchmarks/bench_ranks.py " + " ".join(sys.argv[1:]), started, log_path(args))
 
 

@@ -41,6 +41,7 @@ policy step replayed alone on the step's observations, one thread::
 
     python benchmarks/bench_scale.py --main_step [--env_ids Reacher-v5] [--envs 64,256,1024]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,14 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv  # noqa:
 
 from benchmarks.bench import ours_config, ours_contender, raw_env, sb3_contender  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    Contender, Table, add_log_flags, interleave, log_path, machine_line, machine_times, ratio_text,
+    Contender,
+    Table,
+    add_log_flags,
+    interleave,
+    log_path,
+    machine_line,
+    machine_times,
+    ratio_text,
 )
 from ppo_dict.core.config import physical_cores  # noqa: E402
 from ppo_dict.core.machine import usable_cpus  # noqa: E402
@@ -84,8 +92,9 @@ def layout(n_envs: int, workers: int) -> int:
     return workers * max(1, round(n_envs / workers))
 
 
-def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: list[str], sb3: bool, rounds: int,
-            n_steps: int) -> tuple[float, dict[str, list[tuple[int, float]]]]:
+def measure(
+    table: Table, env_id: str, n_envs: int, workers: list[int], modes: list[str], sb3: bool, rounds: int, n_steps: int
+) -> tuple[float, dict[str, list[tuple[int, float]]]]:
     """The rows of one env id and env count; returns the raw rate and ``{mode: [(workers, steps/s)]}`` for the plot.
     The raw env runs in the same interleaved rounds as the rest, so a busy minute lowers both."""
     raw = raw_env(n_steps * 16, env_id)
@@ -99,12 +108,18 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
                 continue
             n = layout(n_envs, w)
             cfg = ours_config(n, w, "cpu", env_id=env_id, n_steps=n_steps, **MODES[mode])
-            contenders.append((mode, w, ours_contender(f"ppo_dict, {w} worker{'s' if w > 1 else ''} x {n // w} envs, {mode}",
-                                                       cfg, training=False)))
+            contenders.append(
+                (
+                    mode,
+                    w,
+                    ours_contender(f"ppo_dict, {w} worker{'s' if w > 1 else ''} x {n // w} envs, {mode}", cfg, training=False),
+                )
+            )
     if sb3:
         for name, cls in (("sb3 DummyVecEnv", DummyVecEnv), ("sb3 SubprocVecEnv (one process per env)", SubprocVecEnv)):
-            contenders.append((None, 0,
-                               sb3_contender(name, cls, n_envs, "cpu", training=False, env_id=env_id, n_steps=n_steps)))
+            contenders.append(
+                (None, 0, sb3_contender(name, cls, n_envs, "cpu", training=False, env_id=env_id, n_steps=n_steps))
+            )
     curves: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}
     try:
         interleave([c for _, _, c in contenders], rounds, warmup=True)
@@ -120,18 +135,23 @@ def measure(table: Table, env_id: str, n_envs: int, workers: list[int], modes: l
                 continue
             curves[mode].append((w, c.rate))
             linear = w * raw_rate
-            table.row(setting, f"rollout, {c.name}",
-                      f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step; efficiency {c.rate / linear:.2f} "
-                      f"({w} x raw {raw_rate:.0f} steps/s = {linear:.0f})",
-                      f"vs {best_sb3.name}" if best_sb3 else "", ratio_text(c, best_sb3) if best_sb3 else "")
+            table.row(
+                setting,
+                f"rollout, {c.name}",
+                f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step; efficiency {c.rate / linear:.2f} "
+                f"({w} x raw {raw_rate:.0f} steps/s = {linear:.0f})",
+                f"vs {best_sb3.name}" if best_sb3 else "",
+                ratio_text(c, best_sb3) if best_sb3 else "",
+            )
     finally:
         for _, _, c in contenders:
             c.close()
     return raw_rate, curves
 
 
-def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: float, modes: list[str], rounds: int,
-             n_steps: int) -> None:
+def emulated(
+    table: Table, workers: list[int], envs_per_worker: int, step_us: float, modes: list[str], rounds: int, n_steps: int
+) -> None:
     """The emulated-scale rows: W workers x ``envs_per_worker`` sleeping envs, exact and double-buffered,
     each against W x one such env's rate, with the main process's work per step (its time/* figures)."""
     from ppo_dict.envs import zero_work
@@ -151,12 +171,23 @@ def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: fl
     contenders: list[tuple[str, int, Contender]] = []
     for mode in modes:
         for w in workers:
-            cfg = ours_config(w * envs_per_worker, w, "cpu", env_id=zero_work.GYM_ID, n_steps=n_steps,
-                              gym_packages=(zero_work.MODULE,), env_kwargs=kwargs, **MODES[mode])
-            contenders.append((mode, w,
-                               ours_contender(f"ppo_dict, {w} workers x {envs_per_worker} envs, {mode}", cfg, training=False)))
-    setting = (f"emulated cores: envs asleep {step_us:g} us a step (no CPU), obs 11, action 2, episodes of 50, "
-               f"MLP 64x64 on the CPU, n_steps {n_steps}, rollouts")
+            cfg = ours_config(
+                w * envs_per_worker,
+                w,
+                "cpu",
+                env_id=zero_work.GYM_ID,
+                n_steps=n_steps,
+                gym_packages=(zero_work.MODULE,),
+                env_kwargs=kwargs,
+                **MODES[mode],
+            )
+            contenders.append(
+                (mode, w, ours_contender(f"ppo_dict, {w} workers x {envs_per_worker} envs, {mode}", cfg, training=False))
+            )
+    setting = (
+        f"emulated cores: envs asleep {step_us:g} us a step (no CPU), obs 11, action 2, episodes of 50, "
+        f"MLP 64x64 on the CPU, n_steps {n_steps}, rollouts"
+    )
     try:
         interleave([raw] + [c for _, _, c in contenders], rounds, warmup=True)
         table.row(setting, raw.name, f"{raw.rate:.0f} steps/s ({1e6 / raw.rate:.0f} us a step)")
@@ -166,12 +197,15 @@ def emulated(table: Table, workers: list[int], envs_per_worker: int, step_us: fl
             processes = model.pool.layout.processes
             # a step's commands (double-buffered: two, one per half) over every round, its warm-up and reset included
             sending = model.pool.sending * 1e6 / max(model.timing.steps, 1)
-            table.row(setting, f"rollout, {c.name}",
-                      f"{c.rate:.0f} steps/s, {c.cpu:.1f} CPU-us/step; efficiency {c.rate / ideal:.2f} ({w} x {raw.rate:.0f} "
-                      f"= {ideal:.0f}); main process per step: policy {logs['time/policy_us']:.0f} us + bookkeeping "
-                      f"{logs['time/bookkeeping_us']:.0f} us (+ {logs['time/overlapped_us']:.0f} us overlapped), "
-                      f"envs and waiting {logs['time/envs_us']:.0f} us, of which handing the step to {processes} worker "
-                      f"processes {sending:.0f} us ({sending / max(processes, 1):.0f} us each)")
+            table.row(
+                setting,
+                f"rollout, {c.name}",
+                f"{c.rate:.0f} steps/s, {c.cpu:.1f} CPU-us/step; efficiency {c.rate / ideal:.2f} ({w} x {raw.rate:.0f} "
+                f"= {ideal:.0f}); main process per step: policy {logs['time/policy_us']:.0f} us + bookkeeping "
+                f"{logs['time/bookkeeping_us']:.0f} us (+ {logs['time/overlapped_us']:.0f} us overlapped), "
+                f"envs and waiting {logs['time/envs_us']:.0f} us, of which handing the step to {processes} worker "
+                f"processes {sending:.0f} us ({sending / max(processes, 1):.0f} us each)",
+            )
     finally:
         env.close()
         for _, _, c in contenders:
@@ -223,22 +257,25 @@ def main_step(table: Table, env_id: str, env_counts: list[int], rounds: int, n_s
                 cold.append(policy_floor(c.model, 3, evict))  # type: ignore[attr-defined]
             logs, floor = timing.logs(n_envs), statistics.median(floors)
             serial = logs["time/policy_us"] + logs["time/bookkeeping_us"]
-            table.row(f"{env_id}, {n_envs} envs ({cfg.layout().processes} worker processes), MLP 64x64, n_steps {n_steps}, "
-                      "exact rollouts",
-                      "the main process per step: policy + bookkeeping before the next step (+ bookkeeping overlapped with "
-                      "the workers' step)",
-                      f"{serial:.0f} us = {logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f} (+ "
-                      f"{logs['time/overlapped_us']:.0f}); envs and waiting {logs['time/envs_us']:.0f} us; "
-                      f"{c.rate:.0f} steps/s",
-                      f"the policy step replayed alone: {floor:.0f} us (after writing {EVICT_BYTES >> 20} MB: "
-                      f"{statistics.median(cold):.0f} us)",
-                      f"{serial / floor:.2f}x the floor, target <= 1.25")
+            table.row(
+                f"{env_id}, {n_envs} envs ({cfg.layout().processes} worker processes), MLP 64x64, n_steps {n_steps}, "
+                "exact rollouts",
+                "the main process per step: policy + bookkeeping before the next step (+ bookkeeping overlapped with "
+                "the workers' step)",
+                f"{serial:.0f} us = {logs['time/policy_us']:.0f} + {logs['time/bookkeeping_us']:.0f} (+ "
+                f"{logs['time/overlapped_us']:.0f}); envs and waiting {logs['time/envs_us']:.0f} us; "
+                f"{c.rate:.0f} steps/s",
+                f"the policy step replayed alone: {floor:.0f} us (after writing {EVICT_BYTES >> 20} MB: "
+                f"{statistics.median(cold):.0f} us)",
+                f"{serial / floor:.2f}x the floor, target <= 1.25",
+            )
         finally:
             c.close()
 
 
-def plot(path: str, title: str, raw_rates: dict[str, float],
-         curves: dict[tuple[str, int, str], list[tuple[int, float]]]) -> None:
+def plot(
+    path: str, title: str, raw_rates: dict[str, float], curves: dict[tuple[str, int, str], list[tuple[int, float]]]
+) -> None:
     """Throughput against workers, one panel per env id, with each env's linear line (workers x raw)."""
     import matplotlib
 
@@ -255,8 +292,9 @@ def plot(path: str, title: str, raw_rates: dict[str, float],
             ws, rates = zip(*points)
             largest = max(largest, *ws)
             ax.plot(ws, rates, marker="o", linestyle="-" if mode == "exact" else "--", label=f"{n_envs} envs, {mode}")
-        ax.plot([0, largest], [0, largest * raw_rates[env_id]], color="gray", linestyle=":",
-                label="linear: workers x one raw env")
+        ax.plot(
+            [0, largest], [0, largest * raw_rates[env_id]], color="gray", linestyle=":", label="linear: workers x one raw env"
+        )
         ax.set(title=env_id, xlabel="workers", ylabel="env steps/s", xlim=(0, largest + 0.5), ylim=(0, None))
         ax.legend(fontsize=8)
     fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize=8)
@@ -272,30 +310,44 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round instead of three (a smoke run)")
     parser.add_argument("--env_ids", default="Reacher-v5,HalfCheetah-v5", help="gymnasium env ids, comma-separated")
     parser.add_argument("--envs", default="32,128,256", help="env counts, comma-separated")
-    parser.add_argument("--workers", default=default_workers(),
-                        help="worker counts, comma-separated, or 'default' for the layout ppo_dict "
-                        "chooses (default: 1, 2, 4, ..., the physical cores - 1, and default)")
-    parser.add_argument("--modes", default="exact,double_buffer",
-                        help=f"rollout modes, comma-separated, of {', '.join(MODES)}")
+    parser.add_argument(
+        "--workers",
+        default=default_workers(),
+        help="worker counts, comma-separated, or 'default' for the layout ppo_dict "
+        "chooses (default: 1, 2, 4, ..., the physical cores - 1, and default)",
+    )
+    parser.add_argument(
+        "--modes", default="exact,double_buffer", help=f"rollout modes, comma-separated, of {', '.join(MODES)}"
+    )
     parser.add_argument("--sb3", action="store_true", help="also sb3's PPO on DummyVecEnv and SubprocVecEnv at each env count")
     parser.add_argument("--n_steps", type=int, default=128, help="rollout length per env")
     parser.add_argument("--plot", default=os.path.join(ROOT, "perf_scale.png"), help="the PNG of throughput against workers")
-    parser.add_argument("--emulate", action="store_true",
-                        help="emulated cores: envs that sleep --step_us a step (W workers x --envs_per_worker)")
+    parser.add_argument(
+        "--emulate",
+        action="store_true",
+        help="emulated cores: envs that sleep --step_us a step (W workers x --envs_per_worker)",
+    )
     parser.add_argument("--envs_per_worker", type=int, default=16, help="with --emulate: envs each worker steps")
     parser.add_argument("--step_us", type=float, default=150.0, help="with --emulate: microseconds each env step sleeps")
-    parser.add_argument("--main_step", action="store_true",
-                        help="the main process's work per step in parts at --envs (default 64,256,1024), beside its floor")
-    parser.add_argument("--parts", action="store_true",
-                        help="the parts model: a many-core host's efficiency predicted from parts measured here")
+    parser.add_argument(
+        "--main_step",
+        action="store_true",
+        help="the main process's work per step in parts at --envs (default 64,256,1024), beside its floor",
+    )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="the parts model: a many-core host's efficiency predicted from parts measured here",
+    )
     args = parser.parse_args()
     modes = args.modes.split(",")
     if not all(w == "default" or w.lstrip("-").isdigit() for w in args.workers.split(",")):
         parser.error(f"--workers {args.workers}: worker counts or 'default', comma-separated")
     workers = [DEFAULT if w == "default" else int(w) for w in args.workers.split(",")]
     problems = [f"--modes {m}: one of {', '.join(MODES)}" for m in modes if m not in MODES]
-    problems += [f"--workers {w}: at least 1" for w in workers if w < 1 and w != DEFAULT] + \
-        (["--n_steps: at least 2"] if args.n_steps < 2 else [])
+    problems += [f"--workers {w}: at least 1" for w in workers if w < 1 and w != DEFAULT] + (
+        ["--n_steps: at least 2"] if args.n_steps < 2 else []
+    )
     if problems:
         parser.error("; ".join(problems))
     warnings.filterwarnings("ignore")
@@ -309,8 +361,15 @@ def main() -> None:
 
             parts(table, args.env_ids.split(",")[0], rounds)
         if args.emulate:
-            emulated(table, [4, 16, 32] if "--workers" not in sys.argv else workers, args.envs_per_worker, args.step_us, modes,
-                     rounds, 64)
+            emulated(
+                table,
+                [4, 16, 32] if "--workers" not in sys.argv else workers,
+                args.envs_per_worker,
+                args.step_us,
+                modes,
+                rounds,
+                64,
+            )
         if args.main_step:
             envs = [64, 256, 1024] if "--envs" not in sys.argv else [int(n) for n in args.envs.split(",")]
             main_step(table, args.env_ids.split(",")[0], envs, rounds, 64)
@@ -326,8 +385,12 @@ def main() -> None:
                 curves[(env_id, n_envs, mode)] = points
     table.write("bench_scale", command.strip(), started, log=log_path(args))
     if args.plot:
-        plot(args.plot, f"{command.strip()}: {machine_line()}",
-             {env: statistics.median(rates) for env, rates in raw_rates.items()}, curves)
+        plot(
+            args.plot,
+            f"{command.strip()}: {machine_line()}",
+            {env: statistics.median(rates) for env, rates in raw_rates.items()},
+            curves,
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ of per-round ratios of steps per second). Rows are appended to perf_log.md.
 
 ``--workers``: ``--num_workers`` (this process counted as one; default: the default layout's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,13 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.bench import ENV_ID, N_STEPS, ours_config  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
-    Table, add_bench_flags, interleave, log_path, machine_times, ppo_dict_contender, ratio_text,
+    Table,
+    add_bench_flags,
+    interleave,
+    log_path,
+    machine_times,
+    ppo_dict_contender,
+    ratio_text,
 )
 
 
@@ -57,11 +64,17 @@ def compare(table: Table, n_envs: int, workers: Optional[int], rounds: int) -> N
         for c in contenders:
             c.close()
     default = contenders[0]
-    table.row(setting, f"rollout, {default.name} (the default share)",
-              f"{default.rate:.0f} steps/s, {default.cpu:.0f} CPU-us/step")
+    table.row(
+        setting, f"rollout, {default.name} (the default share)", f"{default.rate:.0f} steps/s, {default.cpu:.0f} CPU-us/step"
+    )
     for c in contenders[1:]:
-        table.row(setting, f"rollout, {c.name}", f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step", "vs the default share",
-                  ratio_text(c, default))
+        table.row(
+            setting,
+            f"rollout, {c.name}",
+            f"{c.rate:.0f} steps/s, {c.cpu:.0f} CPU-us/step",
+            "vs the default share",
+            ratio_text(c, default),
+        )
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ starts from the same snapshot (parameters, Adam, numpy RNG). Rows:
 
     python benchmarks/bench_update.py [--against COMMIT] [--rounds 15] [--no_log]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,22 @@ from ppo_dict.core.seeding import same_values  # noqa: E402
 from ppo_dict.run.run_plan import build_env_pool
 
 SETTING = "Reacher-v5, 8 envs, n_steps 256, batch 256, 10 epochs, --normalize, MLP 64x64, 1 thread"
-CFG = Config(env="gym_Reacher-v5", n_envs=8, num_workers=0, n_steps=256, batch_size=256, n_epochs=10, normalize=True,
-             gamma=0.9, gae_lambda=0.95, learning_rate=3e-4, seed=0, verbose=0, total_timesteps=10**9, update_threads=1)
+CFG = Config(
+    env="gym_Reacher-v5",
+    n_envs=8,
+    num_workers=0,
+    n_steps=256,
+    batch_size=256,
+    n_epochs=10,
+    normalize=True,
+    gamma=0.9,
+    gae_lambda=0.95,
+    learning_rate=3e-4,
+    seed=0,
+    verbose=0,
+    total_timesteps=10**9,
+    update_threads=1,
+)
 MINIBATCHES = CFG.n_epochs * CFG.n_steps * CFG.n_envs // CFG.batch_size
 
 
@@ -54,8 +69,10 @@ def module_at(commit: str) -> ModuleType:
     """``ppo_dict/algo/training/update.py`` as it was at ``commit`` (``ppo_dict/update.py`` before the package
     layers), imported under another name; its imports of modules that have since moved into a
     package of ``ppo_dict/`` are pointed at where they are now."""
-    shown = [subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
-             for path in ("ppo_dict/algo/training/update.py", "ppo_dict/update.py")]
+    shown = [
+        subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        for path in ("ppo_dict/algo/training/update.py", "ppo_dict/update.py")
+    ]
     found = [r.stdout for r in shown if r.returncode == 0]
     if not found:
         raise SystemExit(f"no ppo_dict/algo/training/update.py or ppo_dict/update.py at {commit}")
@@ -155,16 +172,20 @@ def parts(fixture: Fixture, module: ModuleType, repeats: int) -> dict[str, float
                 marks.append(time.thread_time())
                 step.adam_step()
                 marks.append(time.thread_time())
-                for name, a, b in zip(("rows", "forward + loss + logs", "zero_grad", "backward", "clip_grad_norm",
-                                       "finite check", "Adam"), marks, marks[1:]):
+                for name, a, b in zip(
+                    ("rows", "forward + loss + logs", "zero_grad", "backward", "clip_grad_norm", "finite check", "Adam"),
+                    marks,
+                    marks[1:],
+                ):
                     totals[name] += b - a
     return {name: seconds / repeats / MINIBATCHES * 1e6 for name, seconds in totals.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--against", default="f92d251",
-                        help="the commit whose update to compare with (default: before the overhead was cut)")
+    parser.add_argument(
+        "--against", default="f92d251", help="the commit whose update to compare with (default: before the overhead was cut)"
+    )
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     add_log_flags(parser)
     args = parser.parse_args()
@@ -180,8 +201,13 @@ def main() -> None:
         costs = [parts(fixture, update, 2), parts(fixture, before, 2)]
         both = costs if _ == 0 else [{k: statistics.median([a[k], b[k]]) for k in a} for a, b in zip(both, costs)]
     for name, costs in zip(("this tree", args.against), both):
-        table.row(SETTING, f"CPU per minibatch of 256, by part ({name})",
-                  ", ".join(f"{k} {v:.0f} us" for k, v in costs.items()), f"total {sum(costs.values()):.0f} us", "")
+        table.row(
+            SETTING,
+            f"CPU per minibatch of 256, by part ({name})",
+            ", ".join(f"{k} {v:.0f} us" for k, v in costs.items()),
+            f"total {sum(costs.values()):.0f} us",
+            "",
+        )
     old, new = [], []
     for r in range(args.rounds):
         for module, out in ((before, old), (update, new)) if r % 2 == 0 else ((update, new), (before, old)):
@@ -189,15 +215,22 @@ def main() -> None:
     cpu_ratios = [n[0] / o[0] for o, n in zip(old, new)]
     wall_ratios = [n[1] / o[1] for o, n in zip(old, new)]
     median = statistics.median
-    table.row(SETTING, f"one update (80 minibatches), this tree vs {args.against}, same bits",
-              f"CPU {median(n[0] for n in new) * 1e3:.0f} vs {median(o[0] for o in old) * 1e3:.0f} ms; "
-              f"wall {median(n[1] for n in new) * 1e3:.0f} vs {median(o[1] for o in old) * 1e3:.0f} ms",
-              f"ratio of CPU s per round {median(cpu_ratios):.2f} ({min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}), "
-              f"of wall s {median(wall_ratios):.2f} over {args.rounds} rounds",
-              f"**{1 / median(cpu_ratios):.2f}x** less CPU; target 2x: {'met' if median(cpu_ratios) <= 0.5 else 'NOT met'}")
+    table.row(
+        SETTING,
+        f"one update (80 minibatches), this tree vs {args.against}, same bits",
+        f"CPU {median(n[0] for n in new) * 1e3:.0f} vs {median(o[0] for o in old) * 1e3:.0f} ms; "
+        f"wall {median(n[1] for n in new) * 1e3:.0f} vs {median(o[1] for o in old) * 1e3:.0f} ms",
+        f"ratio of CPU s per round {median(cpu_ratios):.2f} ({min(cpu_ratios):.2f}-{max(cpu_ratios):.2f}), "
+        f"of wall s {median(wall_ratios):.2f} over {args.rounds} rounds",
+        f"**{1 / median(cpu_ratios):.2f}x** less CPU; target 2x: {'met' if median(cpu_ratios) <= 0.5 else 'NOT met'}",
+    )
     fixture.model.close()
-    table.write("bench_update", f"python benchmarks/bench_update.py --against {args.against} --rounds {args.rounds}", started,
-                log=log_path(args))
+    table.write(
+        "bench_update",
+        f"python benchmarks/bench_update.py --against {args.against} --rounds {args.rounds}",
+        started,
+        log=log_path(args),
+    )
 
 
 if __name__ == "__main__":

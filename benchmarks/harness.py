@@ -6,6 +6,7 @@ reports CPU seconds summed over the contender's processes (this one and its work
 kernel's own accounting (``/proc/<pid>/schedstat``: nanoseconds on a CPU), which contention from
 other programs cannot fake.
 """
+
 from __future__ import annotations
 
 import os
@@ -82,10 +83,12 @@ def ppo_dict_contender(name: str, cfg, training: bool, iterations: int = 1) -> C
     model.start_envs()
     rollout = cfg.rollout_size
     if training:
+
         def run() -> int:
             model.learn(model.num_timesteps + iterations * rollout)
             return iterations * rollout
     else:
+
         def run() -> int:
             model.collect_rollout()
             model.compute_advantages()
@@ -103,6 +106,7 @@ def sb3_model_contender(name: str, model, training: bool) -> Contender:
     venv, n_steps = model.env, model.n_steps
     rollout = n_steps * venv.num_envs
     if training:
+
         def run() -> int:
             model.learn(2 * rollout, reset_num_timesteps=False)
             return 2 * rollout
@@ -124,7 +128,7 @@ def interleave(contenders: list[Contender], rounds: int, warmup: bool = True) ->
         for c in contenders:
             c.run()
     for r in range(rounds):
-        for c in contenders[r % len(contenders):] + contenders[: r % len(contenders)]:
+        for c in contenders[r % len(contenders) :] + contenders[: r % len(contenders)]:
             c.once()
 
 
@@ -168,8 +172,11 @@ def machine_line() -> str:
     """Date, commit, CPU, core count and the versions that decide the numbers."""
     cpu = cpu_name()
     # BENCH_COMMIT names the commit where the checkout's git metadata is not this tree's (a copied working tree)
-    commit = os.environ.get("BENCH_COMMIT") or \
-        subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip() or "?"
+    commit = (
+        os.environ.get("BENCH_COMMIT")
+        or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        or "?"
+    )
     import gymnasium
 
     versions = f"torch {torch.__version__}, gymnasium {gymnasium.__version__}, numpy {np.__version__}"
@@ -198,8 +205,11 @@ class Table:
     def write(self, title: str, command: str, started: list[int], log: Optional[str]) -> None:
         """Print the table under a header (machine, commit, versions, load) and append both to ``log``."""
         header = f"\n### {title}: {machine_line()}\n\ncommand: `{command}` ({load_line(started)})\n\n"
-        table = ("| setting | what | measured | compared with | ratio |\n"
-                 "| --- | --- | --- | --- | --- |\n") + "\n".join(self.rows) + "\n"
+        table = (
+            ("| setting | what | measured | compared with | ratio |\n| --- | --- | --- | --- | --- |\n")
+            + "\n".join(self.rows)
+            + "\n"
+        )
         print(header + table, flush=True)
         if log:
             with open(log, "a") as f:
@@ -223,5 +233,6 @@ def add_bench_flags(parser, quick_help: str) -> None:
     parser.add_argument("--quick", action="store_true", help=quick_help)
     add_log_flags(parser)
     parser.add_argument("--envs", default="8,32", help="env counts to compare, comma-separated")
-    parser.add_argument("--workers", type=int, default=physical_cores(),
-                        help="ppo_dict's worker count (default: the physical cores)")
+    parser.add_argument(
+        "--workers", type=int, default=physical_cores(), help="ppo_dict's worker count (default: the physical cores)"
+    )

@@ -17,6 +17,7 @@ the table.
     python benchmarks/learn_key_door.py --variants masked_lstm,masked_gru,unmasked_lstm,masked_mlp --seeds 0,1,2
     python benchmarks/learn_key_door.py --plot
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,20 @@ from benchmarks.learn_recurrent import learning_arguments, read_results, train_r
 from ppo_dict.core.config import Config  # noqa: E402
 
 #: the settings every run shares
-COMMON = dict(env="gym_PPODictKeyDoor-v0", gym_packages=("ppo_dict.envs.key_door",), n_envs=8, n_steps=32, batch_size=128,
-              n_epochs=4, learning_rate=1e-3, ent_coef=0.01, gamma=0.99, num_workers=0, verbose=0, device="cpu")
+COMMON = dict(
+    env="gym_PPODictKeyDoor-v0",
+    gym_packages=("ppo_dict.envs.key_door",),
+    n_envs=8,
+    n_steps=32,
+    batch_size=128,
+    n_epochs=4,
+    learning_rate=1e-3,
+    ent_coef=0.01,
+    gamma=0.99,
+    num_workers=0,
+    verbose=0,
+    device="cpu",
+)
 VARIANTS = {
     "masked_lstm": dict(model="mlp_lstm", lstm_hidden_size=32, action_masks=True),
     "masked_gru": dict(model="mlp_lstm", lstm_hidden_size=32, action_masks=True, rnn_type="gru"),
@@ -65,11 +78,15 @@ def run(variant: str, seed: int, steps: int, out: str) -> dict:
 
     model, curve, seconds = train_recording(Config(**COMMON, **VARIANTS[variant], seed=seed, total_timesteps=steps), steps)
     success, mean_return = evaluate(model.model)
-    result = dict(variant=variant, seed=seed, steps=steps, seconds=seconds, success=success, eval_return=mean_return,
-                  curve=curve)
+    result = dict(
+        variant=variant, seed=seed, steps=steps, seconds=seconds, success=success, eval_return=mean_return, curve=curve
+    )
     write_result(out, f"{variant}_seed{seed}", result)
-    print(f"{variant} seed {seed}: {steps} steps in {seconds:.0f} s; opens the key's door in {success:.0%} of 100 episodes "
-          f"(mean return {mean_return:.2f})", flush=True)
+    print(
+        f"{variant} seed {seed}: {steps} steps in {seconds:.0f} s; opens the key's door in {success:.0%} of 100 episodes "
+        f"(mean return {mean_return:.2f})",
+        flush=True,
+    )
     return result
 
 
@@ -87,8 +104,13 @@ def plot(out: str) -> None:
             ax.plot(steps, values, color=f"C{i}", lw=0.6, alpha=0.35)
             curves.append(np.interp(grid, steps, values, left=np.nan))
         success = np.mean([r["success"] for r in runs])
-        ax.plot(grid, np.nanmean(curves, axis=0), color=f"C{i}", lw=2,
-                label=f"{variant} ({len(runs)} seeds; right door {success:.0%})")
+        ax.plot(
+            grid,
+            np.nanmean(curves, axis=0),
+            color=f"C{i}",
+            lw=2,
+            label=f"{variant} ({len(runs)} seeds; right door {success:.0%})",
+        )
     ax.set_xlabel("env steps")
     ax.set_ylabel("rollout/ep_rew_mean")
     ax.set_title("PPODictKeyDoor-v0: memory and masks (mean of seeds, each seed faint)")
@@ -97,11 +119,15 @@ def plot(out: str) -> None:
     fig.tight_layout()
     fig.savefig(PLOT, dpi=90)
     print(f"wrote {PLOT}")
-    print("| policy | seed | right door (100 deterministic episodes) | mean return | last ep_rew_mean | wall s |\n"
-          "| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| policy | seed | right door (100 deterministic episodes) | mean return | last ep_rew_mean | wall s |\n"
+        "| --- | --- | --- | --- | --- | --- |"
+    )
     for r in results:
-        print(f"| {r['variant']} | {r['seed']} | {r['success']:.0%} | {r['eval_return']:.2f} | {r['curve'][-1][1]:.2f} | "
-              f"{r['seconds']:.0f} |")
+        print(
+            f"| {r['variant']} | {r['seed']} | {r['success']:.0%} | {r['eval_return']:.2f} | {r['curve'][-1][1]:.2f} | "
+            f"{r['seconds']:.0f} |"
+        )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ there (mean and each seed, exact beside fast) into ``docs/img/recurrent_learning
     python benchmarks/learn_recurrent.py --mode exact --seeds 0,1,2,3,4 [--out DIR] [--steps 100000]
     python benchmarks/learn_recurrent.py --plot [--out DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,24 @@ from ppo_dict.core.config import Config  # noqa: E402
 
 GYM_ID = "CartPoleNoVel-v1"
 #: rl-zoo's ppo_lstm.yml entry for CartPoleNoVel-v1, as ppo_dict's flags
-ZOO = dict(gym_packages=("rl_zoo3.import_envs",), normalize=True, n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8,
-           gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate="lin_0.001", clip_range="lin_0.2", ortho_init=False,
-           activation_fn="relu", lstm_hidden_size=64, enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64]))
+ZOO = dict(
+    gym_packages=("rl_zoo3.import_envs",),
+    normalize=True,
+    n_envs=8,
+    n_steps=32,
+    batch_size=256,
+    gae_lambda=0.8,
+    gamma=0.98,
+    n_epochs=20,
+    ent_coef=0.0,
+    learning_rate="lin_0.001",
+    clip_range="lin_0.2",
+    ortho_init=False,
+    activation_fn="relu",
+    lstm_hidden_size=64,
+    enable_critic_lstm=True,
+    net_arch=dict(pi=[64], vf=[64]),
+)
 PLOT = os.path.join(ROOT, "docs", "img", "recurrent_learning.png")
 
 
@@ -44,8 +60,21 @@ def check_zoo_entry() -> None:
 
     with open(os.path.join(os.path.dirname(rl_zoo3.__file__), "hyperparams", "ppo_lstm.yml")) as f:
         entry = yaml.safe_load(f)[GYM_ID]
-    wanted = {k: ZOO[k] for k in ("normalize", "n_envs", "n_steps", "batch_size", "gae_lambda", "gamma", "n_epochs",
-                                  "ent_coef", "learning_rate", "clip_range")}
+    wanted = {
+        k: ZOO[k]
+        for k in (
+            "normalize",
+            "n_envs",
+            "n_steps",
+            "batch_size",
+            "gae_lambda",
+            "gamma",
+            "n_epochs",
+            "ent_coef",
+            "learning_rate",
+            "clip_range",
+        )
+    }
     differing = {k: (entry.get(k), v) for k, v in wanted.items() if entry.get(k) != v}
     if differing or entry["n_timesteps"] != 1e5 or "lstm_hidden_size=64" not in entry["policy_kwargs"].replace(" ", ""):
         raise SystemExit(f"rl_zoo3's {GYM_ID} entry differs from this script's: {differing or entry}")
@@ -63,8 +92,11 @@ def evaluate(model, episodes: int = 10) -> list[float]:
             obs, _ = env.reset(seed=10_000 + i)
             states, start, total, done = policy.initial_states(1), torch.ones(1), 0.0, False
             while not done:
-                o = (normalizer.normalize_obs({"obs": obs[None]})["obs"] if normalizer is not None
-                     else obs[None].astype(np.float32))
+                o = (
+                    normalizer.normalize_obs({"obs": obs[None]})["obs"]
+                    if normalizer is not None
+                    else obs[None].astype(np.float32)
+                )
                 actions, _, _, states = policy(torch.as_tensor(o), states, start, deterministic=True)
                 obs, reward, terminated, truncated, _ = env.step(int(actions[0]))
                 total, done, start = total + float(reward), terminated or truncated, torch.zeros(1)
@@ -111,15 +143,34 @@ def read_results(out: str):
 
 
 def run(mode: str, seed: int, steps: int, out: str) -> dict:
-    cfg = Config(env=f"gym_{GYM_ID}", model="mlp_lstm", seed=seed, verbose=0, device="cpu", total_timesteps=steps,
-                 lstm_fast_path=mode == "fast", **ZOO)
+    cfg = Config(
+        env=f"gym_{GYM_ID}",
+        model="mlp_lstm",
+        seed=seed,
+        verbose=0,
+        device="cpu",
+        total_timesteps=steps,
+        lstm_fast_path=mode == "fast",
+        **ZOO,
+    )
     model, curve, seconds = train_recording(cfg, steps)
     returns = evaluate(model)
-    result = dict(mode=mode, seed=seed, steps=steps, seconds=seconds, eval_returns=returns, eval_mean=float(np.mean(returns)),
-                  curve=curve, torch=torch.__version__)
+    result = dict(
+        mode=mode,
+        seed=seed,
+        steps=steps,
+        seconds=seconds,
+        eval_returns=returns,
+        eval_mean=float(np.mean(returns)),
+        curve=curve,
+        torch=torch.__version__,
+    )
     write_result(out, f"{mode}_seed{seed}", result)
-    print(f"{mode} seed {seed}: {steps} steps in {seconds:.0f} s, final deterministic evaluation {np.mean(returns):.1f} "
-          f"({', '.join(f'{r:.0f}' for r in returns)})", flush=True)
+    print(
+        f"{mode} seed {seed}: {steps} steps in {seconds:.0f} s, final deterministic evaluation {np.mean(returns):.1f} "
+        f"({', '.join(f'{r:.0f}' for r in returns)})",
+        flush=True,
+    )
     return result
 
 
@@ -139,8 +190,10 @@ def plot(out: str) -> None:
         else:
             ax.text(0.5, 0.5, f"no {mode} runs in {os.path.basename(out)}", ha="center", transform=ax.transAxes)
         solved = sum(r["eval_mean"] >= 500 for r in runs)
-        ax.set_title(f"{'exact (RecurrentPPO bits)' if mode == 'exact' else '--lstm_fast_path True'}: "
-                     f"{solved} of {len(runs)} seeds at 500")
+        ax.set_title(
+            f"{'exact (RecurrentPPO bits)' if mode == 'exact' else '--lstm_fast_path True'}: "
+            f"{solved} of {len(runs)} seeds at 500"
+        )
         ax.set_xlabel("env steps")
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)
@@ -149,8 +202,10 @@ def plot(out: str) -> None:
     fig.tight_layout()
     fig.savefig(PLOT, dpi=90)
     print(f"wrote {PLOT}")
-    print("| mode | seed | final evaluation (10 episodes, deterministic) | last ep_rew_mean | wall s |\n"
-          "| --- | --- | --- | --- | --- |")
+    print(
+        "| mode | seed | final evaluation (10 episodes, deterministic) | last ep_rew_mean | wall s |\n"
+        "| --- | --- | --- | --- | --- |"
+    )
     for r in results:
         last = r["curve"][-1][1] if r["curve"] else float("nan")
         print(f"| {r['mode']} | {r['seed']} | {r['eval_mean']:.1f} | {last:.1f} | {r['seconds']:.0f} |")

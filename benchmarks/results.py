@@ -21,6 +21,7 @@ from its checkpoint (its row says where: the envs restart there, cutting the epi
     python benchmarks/results.py --plot                      # docs/img/results.png
     python benchmarks/results.py --merge runs/other/out      # another --out folder's runs, into --out's CSVs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,26 @@ from benchmarks.results_rows import read_rows, write_both  # noqa: E402
 
 OUT = os.path.join(ROOT, "benchmarks", "results", "learning")
 WORK = os.path.join(ROOT, "runs", "results")
-FINAL_FIELDS = ["env", "zoo_entry", "lib", "seed", "planned", "timesteps", "budget", "eval_mean", "eval_std", "eval_episodes",
-                "eval_mode", "last_ep_rew_mean", "wall_s", "resumed_at", "commit", "host", "date", "run"]
+FINAL_FIELDS = [
+    "env",
+    "zoo_entry",
+    "lib",
+    "seed",
+    "planned",
+    "timesteps",
+    "budget",
+    "eval_mean",
+    "eval_std",
+    "eval_episodes",
+    "eval_mode",
+    "last_ep_rew_mean",
+    "wall_s",
+    "resumed_at",
+    "commit",
+    "host",
+    "date",
+    "run",
+]
 CURVE_FIELDS = ["env", "lib", "seed", "commit", "timesteps", "ep_rew_mean", "run"]
 LIBS = ("ppo_dict", "sb3")
 
@@ -52,8 +71,9 @@ def commit() -> str:
     if os.environ.get("BENCH_COMMIT"):
         return os.environ["BENCH_COMMIT"]
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
     return head + ("+" if dirty.strip() else "")
 
 
@@ -106,9 +126,15 @@ class Checkpoint:
         model.save(os.path.join(self.dir, f"model-{steps}.zip"))
         norm = vec_normalize(model.get_env())
         if norm is not None:
-            np.savez(os.path.join(self.dir, f"vecnormalize-{steps}.npz"), obs_mean=norm.obs_rms.mean, obs_var=norm.obs_rms.var,
-                     obs_count=norm.obs_rms.count, ret_mean=norm.ret_rms.mean, ret_var=norm.ret_rms.var,
-                     ret_count=norm.ret_rms.count)
+            np.savez(
+                os.path.join(self.dir, f"vecnormalize-{steps}.npz"),
+                obs_mean=norm.obs_rms.mean,
+                obs_var=norm.obs_rms.var,
+                obs_count=norm.obs_rms.count,
+                ret_mean=norm.ret_rms.mean,
+                ret_var=norm.ret_rms.var,
+                ret_count=norm.ret_rms.count,
+            )
         tmp = os.path.join(self.dir, "state.json.tmp")
         with open(tmp, "w") as f:
             json.dump(state, f)
@@ -128,8 +154,11 @@ class Checkpoint:
             return
         with np.load(os.path.join(self.dir, f"vecnormalize-{steps}.npz"), allow_pickle=False) as saved:
             for rms, prefix in ((norm.obs_rms, "obs"), (norm.ret_rms, "ret")):
-                rms.mean, rms.var, rms.count = (saved[f"{prefix}_mean"].copy(), saved[f"{prefix}_var"].copy(),
-                                                float(saved[f"{prefix}_count"]))
+                rms.mean, rms.var, rms.count = (
+                    saved[f"{prefix}_mean"].copy(),
+                    saved[f"{prefix}_var"].copy(),
+                    float(saved[f"{prefix}_count"]),
+                )
 
     def remove(self) -> None:
         import shutil
@@ -177,8 +206,9 @@ def progress_callback(state: dict[str, Any], planned: int, budget: int, checkpoi
     return Progress()
 
 
-def train(setup: ZooSetup, lib: str, seed: int, planned: int, checkpoint: Checkpoint,
-          every: float) -> tuple[Any, dict[str, Any]]:
+def train(
+    setup: ZooSetup, lib: str, seed: int, planned: int, checkpoint: Checkpoint, every: float
+) -> tuple[Any, dict[str, Any]]:
     """Train (or continue) one run to ``planned`` steps; ``(model, state)``."""
     import torch
 
@@ -187,21 +217,37 @@ def train(setup: ZooSetup, lib: str, seed: int, planned: int, checkpoint: Checkp
     state = checkpoint.state()
     env = make_envs(setup, make_vec_env, setup.n_envs, seed)
     if state is None:
-        state = {"timesteps": 0, "saved": 0, "curve": [], "episodes": [], "wall_s": 0.0, "resumed_at": [], "commit": commit(),
-                 "run": f"{setup.env}-{lib}-s{seed}-{time.strftime('%Y%m%dT%H%M%S')}"}
+        state = {
+            "timesteps": 0,
+            "saved": 0,
+            "curve": [],
+            "episodes": [],
+            "wall_s": 0.0,
+            "resumed_at": [],
+            "commit": commit(),
+            "run": f"{setup.env}-{lib}-s{seed}-{time.strftime('%Y%m%dT%H%M%S')}",
+        }
         model = PPO(setup.policy, env, seed=seed, verbose=0, **setup.ppo_kwargs)
     else:
         print(f"resuming {state['run']} at {state['timesteps']:,} steps", flush=True)
         state["resumed_at"].append(state["timesteps"])
         checkpoint.restore_statistics(env, state["timesteps"])
-        schedules = {name: setup.ppo_kwargs[name] for name in ("learning_rate", "clip_range", "clip_range_vf")
-                     if name in setup.ppo_kwargs}
-        model = PPO.load(os.path.join(checkpoint.dir, f"model-{state['timesteps']}.zip"), env=env,
-                         custom_objects={**schedules, "lr_schedule": schedules.get("learning_rate", 3e-4)})
+        schedules = {
+            name: setup.ppo_kwargs[name]
+            for name in ("learning_rate", "clip_range", "clip_range_vf")
+            if name in setup.ppo_kwargs
+        }
+        model = PPO.load(
+            os.path.join(checkpoint.dir, f"model-{state['timesteps']}.zip"),
+            env=env,
+            custom_objects={**schedules, "lr_schedule": schedules.get("learning_rate", 3e-4)},
+        )
     if state["timesteps"] < planned:
-        model.learn(setup.n_timesteps - state["timesteps"],
-                    callback=progress_callback(state, planned, setup.n_timesteps, checkpoint, every),
-                    reset_num_timesteps=not state["resumed_at"])
+        model.learn(
+            setup.n_timesteps - state["timesteps"],
+            callback=progress_callback(state, planned, setup.n_timesteps, checkpoint, every),
+            reset_num_timesteps=not state["resumed_at"],
+        )
     return model, state
 
 
@@ -227,8 +273,9 @@ def eval_episodes(setup: ZooSetup, asked: Optional[int]) -> int:
     return row.eval_episodes if row else 10
 
 
-def run(setup: ZooSetup, lib: str, seed: int, planned: int,
-        args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(
+    setup: ZooSetup, lib: str, seed: int, planned: int, args: argparse.Namespace
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One run, trained (or continued), evaluated; ``(final row, curve rows)``. Its checkpoint is removed after."""
     checkpoint = Checkpoint(args.work, setup.env, lib, seed, planned)
     if not args.resume:
@@ -237,16 +284,32 @@ def run(setup: ZooSetup, lib: str, seed: int, planned: int,
     episodes = eval_episodes(setup, args.eval_episodes)
     mean, std = evaluate(setup, model, seed, episodes) if episodes else ("", "")
     model.get_env().close()
-    row = dict(env=setup.env, zoo_entry=setup.key, lib=lib, seed=seed, planned=planned, timesteps=state["timesteps"],
-               budget=setup.n_timesteps, eval_mean=mean, eval_std=std, eval_episodes=episodes,
-               eval_mode="deterministic" if setup.deterministic else "stochastic",
-               last_ep_rew_mean=state["curve"][-1][1] if state["curve"] else "", wall_s=round(state["wall_s"], 1),
-               resumed_at=";".join(map(str, state["resumed_at"])), commit=state["commit"], host=host(),
-               date=time.strftime("%Y-%m-%d"), run=state["run"])
+    row = dict(
+        env=setup.env,
+        zoo_entry=setup.key,
+        lib=lib,
+        seed=seed,
+        planned=planned,
+        timesteps=state["timesteps"],
+        budget=setup.n_timesteps,
+        eval_mean=mean,
+        eval_std=std,
+        eval_episodes=episodes,
+        eval_mode="deterministic" if setup.deterministic else "stochastic",
+        last_ep_rew_mean=state["curve"][-1][1] if state["curve"] else "",
+        wall_s=round(state["wall_s"], 1),
+        resumed_at=";".join(map(str, state["resumed_at"])),
+        commit=state["commit"],
+        host=host(),
+        date=time.strftime("%Y-%m-%d"),
+        run=state["run"],
+    )
     if commit() != state["commit"]:
         row["commit"] = f"{state['commit']}..{commit()}"  # a run continued on a later commit names both
-    curve = [dict(env=setup.env, lib=lib, seed=seed, commit=row["commit"], timesteps=t, ep_rew_mean=repr(r), run=state["run"])
-             for t, r in state["curve"]]
+    curve = [
+        dict(env=setup.env, lib=lib, seed=seed, commit=row["commit"], timesteps=t, ep_rew_mean=repr(r), run=state["run"])
+        for t, r in state["curve"]
+    ]
     return row, curve
 
 
@@ -278,8 +341,12 @@ def merge(source: str, out: str) -> list[str]:
     runs = {row["run"] for row in new}
     if new:
         os.makedirs(out, exist_ok=True)
-        write_both([(final, FINAL_FIELDS, held_rows + new),
-                    (curves, CURVE_FIELDS, held_curves + [row for row in source_curves if row["run"] in runs])])
+        write_both(
+            [
+                (final, FINAL_FIELDS, held_rows + new),
+                (curves, CURVE_FIELDS, held_curves + [row for row in source_curves if row["run"] in runs]),
+            ]
+        )
     return [row["run"] for row in new]
 
 
@@ -299,30 +366,45 @@ def setups(names: list[str]) -> tuple[list[ZooSetup], list[str]]:
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python benchmarks/results.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", default="CartPole-v1",
-                        help="gymnasium ids, comma-separated (all: every env entry of rl_zoo3's ppo.yml)")
+    parser.add_argument(
+        "--envs", default="CartPole-v1", help="gymnasium ids, comma-separated (all: every env entry of rl_zoo3's ppo.yml)"
+    )
     parser.add_argument("--seeds", default="0,1,2", help="seeds, comma-separated")
     parser.add_argument("--libs", default="ppo_dict,sb3", help="ppo_dict, sb3 or both, comma-separated")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="stop after this many steps (the first rollout end at or past it), the schedules still those of "
-                             "rl-zoo's n_timesteps: the first part of a run")
-    parser.add_argument("--eval_episodes", type=int, default=None,
-                        help="episodes of the final evaluation (default: as many as rl-zoo's published row; 10 without one; "
-                             "0: none)")
-    parser.add_argument("--resume", action="store_true",
-                        help="skip the runs final.csv holds; continue stopped ones from their checkpoint")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="stop after this many steps (the first rollout end at or past it), the schedules still those of "
+        "rl-zoo's n_timesteps: the first part of a run",
+    )
+    parser.add_argument(
+        "--eval_episodes",
+        type=int,
+        default=None,
+        help="episodes of the final evaluation (default: as many as rl-zoo's published row; 10 without one; 0: none)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="skip the runs final.csv holds; continue stopped ones from their checkpoint"
+    )
     parser.add_argument("--checkpoint_every", type=float, default=600.0, help="seconds between checkpoints (0: none)")
     parser.add_argument("--out", default=OUT, help="where final.csv and curves.csv are appended")
     parser.add_argument("--work", default=WORK, help="where runs keep their checkpoints until they finish")
-    parser.add_argument("--dry_run", action="store_true",
-                        help="print each env's reproduced setup and the runs planned, then exit")
-    parser.add_argument("--check", action="store_true",
-                        help="compare sb3's and ppo_dict's ep_rew_mean, seed by seed, then exit")
+    parser.add_argument(
+        "--dry_run", action="store_true", help="print each env's reproduced setup and the runs planned, then exit"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="compare sb3's and ppo_dict's ep_rew_mean, seed by seed, then exit"
+    )
     parser.add_argument("--plot", action="store_true", help="draw docs/img/results.png from --out's curves, then exit")
-    parser.add_argument("--merge", metavar="DIR", default=None,
-                        help="append the runs of another --out folder (another machine's, "
-                             "a run made again) that --out's final.csv does not hold, with their curves, then exit; "
-                             "the tables show the last row of each env, library and seed")
+    parser.add_argument(
+        "--merge",
+        metavar="DIR",
+        default=None,
+        help="append the runs of another --out folder (another machine's, "
+        "a run made again) that --out's final.csv does not hold, with their curves, then exit; "
+        "the tables show the last row of each env, library and seed",
+    )
     args = parser.parse_args(argv)
     bad = [lib for lib in args.libs.split(",") if lib not in LIBS]
     if bad:

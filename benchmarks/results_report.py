@@ -4,6 +4,7 @@ check that sb3's and ppo_dict's curves are the same numbers seed by seed, and th
 Each function takes the rows as ``csv.DictReader`` reads ``final.csv`` and ``curves.csv``; where one
 ``(env, library, seed, planned steps)`` was run more than once, the last row in the file counts.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,10 @@ class PairCheck:
         where = f"{self.env} seed {self.seed}"
         if self.difference is not None:
             k, step, sb3, ours = self.difference
-            return (f"{where}: DIFFERENT at rollout {k} (step {step:,}): sb3 {sb3}, ppo_dict {ours} (runs {self.sb3_run}, "
-                    f"{self.ppo_dict_run})")
+            return (
+                f"{where}: DIFFERENT at rollout {k} (step {step:,}): sb3 {sb3}, ppo_dict {ours} (runs {self.sb3_run}, "
+                f"{self.ppo_dict_run})"
+            )
         return f"{where}: ep_rew_mean the same number at all {self.compared} rollouts to step {self.to:,}"
 
 
@@ -101,55 +104,86 @@ def steps_text(steps: int) -> str:
 
 def seed_text(row: Row) -> str:
     """``"score (seed N)"``, saying where the run was resumed, and its steps where it trained part of the budget."""
-    resumed = (f", resumed at {', '.join(steps_text(int(s)) for s in row['resumed_at'].split(';'))}" if row["resumed_at"]
-               else "")
+    resumed = (
+        f", resumed at {', '.join(steps_text(int(s)) for s in row['resumed_at'].split(';'))}" if row["resumed_at"] else ""
+    )
     part = "" if full(row) else f", {steps_text(int(row['planned']))} of {steps_text(int(row['budget']))} steps"
     return f"{float(row['eval_mean']):g} (seed {row['seed']}{resumed}{part})"
 
 
 def returns_table(rows: list[Row]) -> list[str]:
     """One line per env: ppo_dict's seeds, sb3's, rl-zoo's published score."""
-    out = ["| env (rl_zoo3 entry) | steps | ppo_dict: mean +/- std over seeds | ppo_dict per seed | sb3 | "
-           f"rl-zoo's published score (benchmark.md at {BENCHMARK_COMMIT}) | evaluation |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| env (rl_zoo3 entry) | steps | ppo_dict: mean +/- std over seeds | ppo_dict per seed | sb3 | "
+        f"rl-zoo's published score (benchmark.md at {BENCHMARK_COMMIT}) | evaluation |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for env in dict.fromkeys(row["env"] for row in rows):
         runs = [row for row in rows if row["env"] == env]
-        ours = sorted((row for row in runs if row["lib"] == "ppo_dict" and full(row) and row["eval_mean"]),
-                      key=lambda row: int(row["seed"]))
+        ours = sorted(
+            (row for row in runs if row["lib"] == "ppo_dict" and full(row) and row["eval_mean"]),
+            key=lambda row: int(row["seed"]),
+        )
         sb3 = sorted((row for row in runs if row["lib"] == "sb3"), key=lambda row: int(row["seed"]))
         scores = [float(row["eval_mean"]) for row in ours]
-        mean = (f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} "
-                f"seed{'s' * (len(scores) != 1)})") if scores else "-"
-        sb3_text = "; ".join(seed_text(row) if full(row) and row["eval_mean"] else
-                             f"first {steps_text(int(row['timesteps']))} steps, seed {row['seed']}: curve only"
-                             for row in sb3) or "-"
+        mean = (
+            (
+                f"**{statistics.fmean(scores):.1f} +/- {statistics.pstdev(scores):.1f}** ({len(scores)} "
+                f"seed{'s' * (len(scores) != 1)})"
+            )
+            if scores
+            else "-"
+        )
+        sb3_text = (
+            "; ".join(
+                seed_text(row)
+                if full(row) and row["eval_mean"]
+                else f"first {steps_text(int(row['timesteps']))} steps, seed {row['seed']}: curve only"
+                for row in sb3
+            )
+            or "-"
+        )
         zoo = published(env)
-        zoo_text = (f"{zoo.mean:g} +/- {zoo.std:g} ({zoo.env}, {zoo.n_timesteps} steps, {zoo.eval_episodes} episodes)"
-                    if zoo else "none published")
+        zoo_text = (
+            f"{zoo.mean:g} +/- {zoo.std:g} ({zoo.env}, {zoo.n_timesteps} steps, {zoo.eval_episodes} episodes)"
+            if zoo
+            else "none published"
+        )
         entry = runs[0]["zoo_entry"]
         name = env if entry == env else f"{env} ({entry})"
         # without a run of the whole budget, those of part of it (as far as the machines allowed): each said so, in no mean
-        part = [] if ours else sorted((row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]),
-                                      key=lambda row: int(row["seed"]))
+        part = (
+            []
+            if ours
+            else sorted(
+                (row for row in runs if row["lib"] == "ppo_dict" and row["eval_mean"]), key=lambda row: int(row["seed"])
+            )
+        )
         shown = ours + part
         evaluation = f"{shown[0]['eval_episodes']} episodes, {shown[0]['eval_mode']}" if shown else "-"
-        out.append(f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(map(seed_text, shown)) or '-'} | "
-                   f"{sb3_text} | {zoo_text} | {evaluation} |")
+        out.append(
+            f"| {name} | {steps_text(int(runs[0]['budget']))} | {mean} | {', '.join(map(seed_text, shown)) or '-'} | "
+            f"{sb3_text} | {zoo_text} | {evaluation} |"
+        )
     return out
 
 
 def runs_table(rows: list[Row], checks: list[PairCheck]) -> list[str]:
     """One line per run: steps, wall time, resume points, the sb3 comparison, commit, host and date."""
-    out = ["| env | library | seed | steps trained | wall time | sb3's ep_rew_mean against ppo_dict's | commit | host, date |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| env | library | seed | steps trained | wall time | sb3's ep_rew_mean against ppo_dict's | commit | host, date |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in rows:
         check = next((c for c in checks if row["run"] in (c.sb3_run, c.ppo_dict_run)), None)
         compared = "-" if check is None else check.text().split(": ", 1)[1]
         steps = f"{int(row['timesteps']):,}" + ("" if full(row) else f" of {int(row['budget']):,}")
         if row["resumed_at"]:
             steps += f" (resumed at {', '.join(f'{int(s):,}' for s in row['resumed_at'].split(';'))})"
-        out.append(f"| {row['env']} | {row['lib']} | {row['seed']} | {steps} | {float(row['wall_s']) / 60:.0f} min | "
-                   f"{compared} | {row['commit']} | {row['host']}, {row['date']} |")
+        out.append(
+            f"| {row['env']} | {row['lib']} | {row['seed']} | {steps} | {float(row['wall_s']) / 60:.0f} min | "
+            f"{compared} | {row['commit']} | {row['host']}, {row['date']} |"
+        )
     return out
 
 
@@ -170,9 +204,12 @@ def plot(curves: list[Row], final: list[Row], path: str = PLOT) -> None:
     rows = latest(final)
     envs = list(dict.fromkeys(row["env"] for row in rows))
     columns = min(3, len(envs))
-    fig, axes = plt.subplots((len(envs) + columns - 1) // columns, columns,
-                             figsize=(5.2 * columns, 3.6 * ((len(envs) + columns - 1) // columns)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        (len(envs) + columns - 1) // columns,
+        columns,
+        figsize=(5.2 * columns, 3.6 * ((len(envs) + columns - 1) // columns)),
+        squeeze=False,
+    )
     for ax, env in zip(axes.flat, envs):
         for row in sorted((row for row in rows if row["env"] == env), key=lambda row: (row["lib"] != "sb3", int(row["seed"]))):
             points = curve_of(row, curves)
@@ -180,8 +217,14 @@ def plot(curves: list[Row], final: list[Row], path: str = PLOT) -> None:
                 continue
             xs, ys = [p[0] for p in points], [float(p[1]) for p in points]
             sb3 = row["lib"] == "sb3"
-            line, = ax.plot(xs, ys, linewidth=4 if sb3 else 1.2, alpha=0.35 if sb3 else 0.9, color=None if not sb3 else "C7",
-                            label=f"{row['lib']}, seed {row['seed']}")
+            (line,) = ax.plot(
+                xs,
+                ys,
+                linewidth=4 if sb3 else 1.2,
+                alpha=0.35 if sb3 else 0.9,
+                color=None if not sb3 else "C7",
+                label=f"{row['lib']}, seed {row['seed']}",
+            )
             for step in (int(s) for s in row["resumed_at"].split(";") if s):
                 ax.plot([step], [ys[min(range(len(xs)), key=lambda i: abs(xs[i] - step))]], "x", color=line.get_color())
         zoo = published(env)
@@ -191,7 +234,7 @@ def plot(curves: list[Row], final: list[Row], path: str = PLOT) -> None:
         ax.set_xlabel("env steps")
         ax.set_ylabel("rollout/ep_rew_mean")
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(envs):]:
+    for ax in list(axes.flat)[len(envs) :]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

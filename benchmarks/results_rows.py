@@ -7,6 +7,7 @@ numbers of steps, finite floats, a run id); any problem is a ``ValueError`` nami
 :func:`write_both` then writes both files' new contents to temporary files first and renames them into place, so a
 merge appends both CSVs or neither.
 """
+
 from __future__ import annotations
 
 import csv
@@ -42,14 +43,29 @@ def _steps(text: str) -> bool:
 
 #: each column's check (``None``: any text) and whether it may be empty
 COLUMNS: dict[str, tuple[Callable[[str], bool], bool]] = {
-    "env": (bool, False), "lib": (bool, False), "seed": (_count, False), "run": (bool, False), "planned": (_count, True),
-    "timesteps": (_count, True), "budget": (_count, True), "eval_mean": (_finite, True), "eval_std": (_finite, True),
-    "eval_episodes": (_count, True), "last_ep_rew_mean": (_float, True), "wall_s": (_finite, True),
-    "resumed_at": (_steps, True), "ep_rew_mean": (_float, False),
+    "env": (bool, False),
+    "lib": (bool, False),
+    "seed": (_count, False),
+    "run": (bool, False),
+    "planned": (_count, True),
+    "timesteps": (_count, True),
+    "budget": (_count, True),
+    "eval_mean": (_finite, True),
+    "eval_std": (_finite, True),
+    "eval_episodes": (_count, True),
+    "last_ep_rew_mean": (_float, True),
+    "wall_s": (_finite, True),
+    "resumed_at": (_steps, True),
+    "ep_rew_mean": (_float, False),
 }
 #: what a cell of a column must be, for the message
-KINDS = {_count: "a whole number", _finite: "a finite number", _float: "a number", _steps: "steps separated by ';'",
-         bool: "some text"}
+KINDS = {
+    _count: "a whole number",
+    _finite: "a finite number",
+    _float: "a number",
+    _steps: "steps separated by ';'",
+    bool: "some text",
+}
 
 
 def read_rows(path: str, fields: list[str]) -> list[dict[str, str]]:
@@ -69,15 +85,17 @@ def read_rows(path: str, fields: list[str]) -> list[dict[str, str]]:
             header = cells
             missing = [f for f in fields if f not in header]
             if missing:
-                raise ValueError(f"{path}: its header has no {', '.join(missing)} column (a results CSV has "
-                                 f"{', '.join(fields)})")
+                raise ValueError(
+                    f"{path}: its header has no {', '.join(missing)} column (a results CSV has {', '.join(fields)})"
+                )
             continue
         row = dict(zip(header, cells))
         for field in fields:
             check, may_be_empty = COLUMNS.get(field, (lambda _: True, True))
             if not (row[field] == "" and may_be_empty) and not check(row[field]):
-                raise ValueError(f"{path}: line {n}: {field} is {row[field][:40]!r}, "
-                                 f"not {KINDS.get(check, 'what it should be')}")
+                raise ValueError(
+                    f"{path}: line {n}: {field} is {row[field][:40]!r}, not {KINDS.get(check, 'what it should be')}"
+                )
         rows.append({field: row[field] for field in fields})
     return rows
 

@@ -10,6 +10,7 @@ sb3-contrib's RecurrentPPO (no masks: it has none) runs on sb3's DummyVecEnv of 
 The table is printed, and its ledger rows (issue 61's comparisons: masked exact against RecurrentPPO, whose CPU time
 it should stay within 10% of; GRU against LSTM on the fast path) appended to perf_log.md (``--no_log``: printed only).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,30 @@ from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # 
 from ppo_dict.core.config import Config  # noqa: E402
 
 STEPS = 8 * 128 * 4
-BASE = dict(env="gym_PPODictKeyDoor-v0", gym_packages=("ppo_dict.envs.key_door",), env_kwargs=dict(all_valid=True),
-            model="mlp_lstm", lstm_hidden_size=64, n_envs=8, n_steps=128, batch_size=256, n_epochs=4, seed=0, num_workers=0,
-            verbose=0, device="cpu", total_timesteps=STEPS)
-ROWS = {"ppo_dict LSTM, no masks": {}, "ppo_dict LSTM, masks": dict(action_masks=True),
-        "sb3-contrib RecurrentPPO (no masks)": None, "ppo_dict GRU, masks": dict(action_masks=True, rnn_type="gru"),
-        "ppo_dict LSTM, masks, fast path": dict(action_masks=True, lstm_fast_path=True),
-        "ppo_dict GRU, masks, fast path": dict(action_masks=True, rnn_type="gru", lstm_fast_path=True)}
+BASE = dict(
+    env="gym_PPODictKeyDoor-v0",
+    gym_packages=("ppo_dict.envs.key_door",),
+    env_kwargs=dict(all_valid=True),
+    model="mlp_lstm",
+    lstm_hidden_size=64,
+    n_envs=8,
+    n_steps=128,
+    batch_size=256,
+    n_epochs=4,
+    seed=0,
+    num_workers=0,
+    verbose=0,
+    device="cpu",
+    total_timesteps=STEPS,
+)
+ROWS = {
+    "ppo_dict LSTM, no masks": {},
+    "ppo_dict LSTM, masks": dict(action_masks=True),
+    "sb3-contrib RecurrentPPO (no masks)": None,
+    "ppo_dict GRU, masks": dict(action_masks=True, rnn_type="gru"),
+    "ppo_dict LSTM, masks, fast path": dict(action_masks=True, lstm_fast_path=True),
+    "ppo_dict GRU, masks, fast path": dict(action_masks=True, rnn_type="gru", lstm_fast_path=True),
+}
 
 
 def cpu_seconds(settings) -> float:
@@ -78,18 +96,25 @@ def main() -> None:
 def ledger(times: dict[str, list[float]], args: argparse.Namespace, started: list[int]) -> None:
     """The perf_log.md rows: each comparison of the least CPU seconds of its two rows."""
     least = {name: min(ts) for name, ts in times.items()}
-    setting = ("PPODictKeyDoor-v0 all_valid, 8 envs, n_steps 128, batch 256, 4 epochs, width 64, 1 thread, "
-               f"{args.rounds} rounds")
+    setting = (
+        f"PPODictKeyDoor-v0 all_valid, 8 envs, n_steps 128, batch 256, 4 epochs, width 64, 1 thread, {args.rounds} rounds"
+    )
     table = Table()
     for what, ours, other, target in (
-            ("masked LSTM, exact", "ppo_dict LSTM, masks", "sb3-contrib RecurrentPPO (no masks)", 1.10),
-            ("masked LSTM, exact", "ppo_dict LSTM, masks", "ppo_dict LSTM, no masks", None),
-            ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict LSTM, masks, fast path", None),
-            ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict GRU, masks", None)):
+        ("masked LSTM, exact", "ppo_dict LSTM, masks", "sb3-contrib RecurrentPPO (no masks)", 1.10),
+        ("masked LSTM, exact", "ppo_dict LSTM, masks", "ppo_dict LSTM, no masks", None),
+        ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict LSTM, masks, fast path", None),
+        ("masked GRU, fast path", "ppo_dict GRU, masks, fast path", "ppo_dict GRU, masks", None),
+    ):
         ratio = least[ours] / least[other]
         judged = "" if target is None else f" (target <= {target:.2f}: {'met' if ratio <= target else 'NOT met'})"
-        table.row(setting, f"{what}: CPU s of learn, {STEPS} steps (least)", f"{least[ours]:.2f} s",
-                  f"{other}: {least[other]:.2f} s", f"{ratio:.2f}x{judged}")
+        table.row(
+            setting,
+            f"{what}: CPU s of learn, {STEPS} steps (least)",
+            f"{least[ours]:.2f} s",
+            f"{other}: {least[other]:.2f} s",
+            f"{ratio:.2f}x{judged}",
+        )
     flags = f"--rounds {args.rounds}" + (f" --note {args.note!r}" if args.note else "")
     title = "speed_masked_recurrent" + (f", {args.note}" if args.note else "")
     table.write(title, f"python benchmarks/speed_masked_recurrent.py {flags}", started, log=log_path(args))

@@ -10,6 +10,7 @@ the vec env as rl-zoo's ``create_envs`` does, with the ``make_vec_env`` it is gi
 
 An entry that cannot be reproduced is refused with :class:`ZooEntryError`, naming the env, the entry and the key.
 """
+
 from __future__ import annotations
 
 import re
@@ -139,8 +140,10 @@ class ZooSetup:
             chain.append(f"VecFrameStack({self.frame_stack})")
         kwargs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.ppo_kwargs.items()))
         entry = f"rl_zoo3 ppo.yml[{self.key}]" + (f" ({self.mapping})" if self.mapping else "")
-        return (f"{self.env}: {entry}: {self.n_envs} envs, {self.n_timesteps:,} steps, {' -> '.join(chain)}; "
-                f"PPO({self.policy!r}, {kwargs}); evaluated {'deterministically' if self.deterministic else 'stochastically'}")
+        return (
+            f"{self.env}: {entry}: {self.n_envs} envs, {self.n_timesteps:,} steps, {' -> '.join(chain)}; "
+            f"PPO({self.policy!r}, {kwargs}); evaluated {'deterministically' if self.deterministic else 'stochastically'}"
+        )
 
 
 def zoo_entries() -> dict[str, Any]:
@@ -166,8 +169,10 @@ def entry_key(env_id: str, entries: dict[str, Any]) -> tuple[str, str]:
     except gym.error.Error as exc:
         raise ZooEntryError(f"{env_id}: not a registered gymnasium id ({exc})") from None
     if is_mujoco_py_stub(spec):
-        raise ZooEntryError(f"{env_id}: gymnasium registers it only to say it needs mujoco-py; "
-                            f"train {spec.name}-v5 (with this entry's settings where rl_zoo3 has no v5 entry)")
+        raise ZooEntryError(
+            f"{env_id}: gymnasium registers it only to say it needs mujoco-py; "
+            f"train {spec.name}-v5 (with this entry's settings where rl_zoo3 has no v5 entry)"
+        )
     other = same_or_other_version(env_id, [key for key in entries if key not in ("atari", "default")])
     if other == env_id:
         return env_id, ""
@@ -190,8 +195,23 @@ def schedule(value: Any) -> Any:
 
 
 #: ``translate``'s values that are PPO keyword arguments of the same name; the schedules among them
-PPO_VALUES = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
-              "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "use_sde", "sde_sample_freq")
+PPO_VALUES = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range",
+    "clip_range_vf",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "use_sde",
+    "sde_sample_freq",
+)
 SCHEDULES = ("learning_rate", "clip_range", "clip_range_vf")
 #: ``translate``'s values this module reads besides (rl-zoo's own keys)
 HANDLED = ("n_envs", "total_timesteps", "model", "normalize", "frame_stack")
@@ -232,9 +252,20 @@ def zoo_setup(env_id: str, entries: Optional[dict[str, Any]] = None) -> ZooSetup
         normalize = {sb3_name: values[name] for sb3_name, name in NORMALIZE_KWARGS.items() if name in values}
         if "gamma" in entry:  # rl-zoo's _preprocess_normalization: the discount of the algorithm
             normalize["gamma"] = values["gamma"]
-    return ZooSetup(env_id, key, mapping, entry["policy"], ppo_kwargs, int(values.get("n_envs", 1)),
-                    int(values["total_timesteps"]), normalize, wrapper, values.get("frame_stack"),
-                    deterministic=not stochastic_evaluation(env_id), entry=entry)
+    return ZooSetup(
+        env_id,
+        key,
+        mapping,
+        entry["policy"],
+        ppo_kwargs,
+        int(values.get("n_envs", 1)),
+        int(values["total_timesteps"]),
+        normalize,
+        wrapper,
+        values.get("frame_stack"),
+        deterministic=not stochastic_evaluation(env_id),
+        entry=entry,
+    )
 
 
 def stochastic_evaluation(env_id: str) -> bool:

@@ -14,18 +14,53 @@ Godot games. Installed as ``ppo_dict.envs``; nothing here imports the trainer.
   :mod:`.godot`: Godot games (protocol, one game process).
 * :mod:`.errors`: the errors raised here, and :class:`PPODictError`, the root of every ppo_dict error.
 """
+
 from .make import import_gym_packages, import_id_module, is_atari_env, make_env, resolve_env_name
 from .spaces import (
-    channel_first_space, contains_image, is_channel_last, is_image_space, leaf_spaces, ppo_observation_problem,
+    channel_first_space,
+    contains_image,
+    is_channel_last,
+    is_image_space,
+    leaf_spaces,
+    ppo_observation_problem,
     vec_space_problem,
 )
-from .spec import (GODOT_BACKEND, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, GYM_PREFIX, TEST_DUMMY, AtariOptions, EnvSpec,
-                   PixelOptions, gym_id_of, is_godot_name)
+from .spec import (
+    GODOT_BACKEND,
+    GODOT_DEMO,
+    GODOT_PREFIX,
+    GYM_BACKEND,
+    GYM_PREFIX,
+    TEST_DUMMY,
+    AtariOptions,
+    EnvSpec,
+    PixelOptions,
+    gym_id_of,
+    is_godot_name,
+)
 
 __all__ = [
-    "EnvSpec", "PixelOptions", "AtariOptions", "GYM_PREFIX", "GODOT_PREFIX", "GODOT_DEMO", "TEST_DUMMY", "GYM_BACKEND",
-    "GODOT_BACKEND", "gym_id_of", "is_godot_name",
-    "resolve_env_name", "make_env", "import_gym_packages", "import_id_module", "is_atari_env",
-    "is_image_space", "is_channel_last", "channel_first_space", "contains_image",
-    "leaf_spaces", "vec_space_problem", "ppo_observation_problem",
+    "EnvSpec",
+    "PixelOptions",
+    "AtariOptions",
+    "GYM_PREFIX",
+    "GODOT_PREFIX",
+    "GODOT_DEMO",
+    "TEST_DUMMY",
+    "GYM_BACKEND",
+    "GODOT_BACKEND",
+    "gym_id_of",
+    "is_godot_name",
+    "resolve_env_name",
+    "make_env",
+    "import_gym_packages",
+    "import_id_module",
+    "is_atari_env",
+    "is_image_space",
+    "is_channel_last",
+    "channel_first_space",
+    "contains_image",
+    "leaf_spaces",
+    "vec_space_problem",
+    "ppo_observation_problem",
 ]

@@ -12,6 +12,7 @@ dependency and is not imported here.
 training-only wrappers: ``envs.monitor``), then the ``AtariWrapper`` chain. Frame stacking comes
 last (``envs.frame_stack``), as sb3's ``VecFrameStack`` does.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -48,12 +49,16 @@ def check_atari_options(gym_id: str, opts: AtariOptions) -> str:
     """Refuse an env sb3's AtariWrapper cannot wrap; returns a notice (``""`` when none is due)."""
     spec = gym.spec(gym_id)
     if not is_atari_entry(spec.entry_point):
-        raise ValueError(f"--atari_wrapper applies sb3's AtariWrapper to Atari games from ale-py (e.g. "
-                         f"gym_BreakoutNoFrameskip-v4); {gym_id} is not one (entry point {spec.entry_point})")
+        raise ValueError(
+            f"--atari_wrapper applies sb3's AtariWrapper to Atari games from ale-py (e.g. "
+            f"gym_BreakoutNoFrameskip-v4); {gym_id} is not one (entry point {spec.entry_point})"
+        )
     skip = spec.kwargs.get("frameskip", 1)
     if opts.frame_skip > 1 and skip != 1:
-        return (f"note: {gym_id} already skips {skip} frames per step; the AtariWrapper's frame skip {opts.frame_skip} "
-                f"repeats each action {opts.frame_skip} times on top (sb3's wrapper expects *NoFrameskip-v4 ids)")
+        return (
+            f"note: {gym_id} already skips {skip} frames per step; the AtariWrapper's frame skip {opts.frame_skip} "
+            f"repeats each action {opts.frame_skip} times on top (sb3's wrapper expects *NoFrameskip-v4 ids)"
+        )
     return ""
 
 
@@ -71,8 +76,9 @@ def make_ale_env(gym_id: str, kwargs: dict[str, Any]) -> gym.Env:
             raise
         roms_dir = os.environ.get("ALE_ROMS_DIR")
         fix = f"put the ROM into ALE_ROMS_DIR={roms_dir}, or unset it to use the ROMs of " if roms_dir else "reinstall "
-        raise AtariUnavailableError(f"the ROM of {gym_id} cannot be loaded ({type(exc).__name__}: {exc}): "
-                                    f"{fix}{INSTALL}") from exc
+        raise AtariUnavailableError(
+            f"the ROM of {gym_id} cannot be loaded ({type(exc).__name__}: {exc}): {fix}{INSTALL}"
+        ) from exc
 
 
 def make_atari_env(gym_id: str, kwargs: dict[str, Any], opts: AtariOptions) -> gym.Env:

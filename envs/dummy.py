@@ -9,6 +9,7 @@ With ``state_dim > 0`` the observation is a Dict of the image (``"image"``) and 
 ``state_dim`` uniform numbers in [-1, 1] (``"state"``): an image beside a vector, as sb3's
 MultiInputPolicy takes them. Registered as a gymnasium id, so sb3 can make the very same env.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -37,8 +38,17 @@ def check_kwargs(kwargs: dict[str, Any]) -> None:
 class DummyPixelEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, image_size: int = 84, channels: int = 3, n_targets: int = 4, continuous: bool = False,
-                 episode_length: int = 100, channel_last: bool = False, state_dim: int = 0, render_mode: Optional[str] = None):
+    def __init__(
+        self,
+        image_size: int = 84,
+        channels: int = 3,
+        n_targets: int = 4,
+        continuous: bool = False,
+        episode_length: int = 100,
+        channel_last: bool = False,
+        state_dim: int = 0,
+        render_mode: Optional[str] = None,
+    ):
         self.n_targets, self.episode_length, self.continuous = n_targets, episode_length, continuous
         self.render_mode = render_mode
         self.channel_last = channel_last  # [H, W, C] like most image envs (sb3 then transposes)
@@ -46,8 +56,9 @@ class DummyPixelEnv(gym.Env):
         self.state_dim = state_dim
         image_space = spaces.Box(0, 255, shape, np.uint8)
         if state_dim:
-            self.observation_space = spaces.Dict({"image": image_space,
-                                                  "state": spaces.Box(-1.0, 1.0, (state_dim,), np.float32)})
+            self.observation_space = spaces.Dict(
+                {"image": image_space, "state": spaces.Box(-1.0, 1.0, (state_dim,), np.float32)}
+            )
         else:
             self.observation_space = image_space
         if continuous:

@@ -4,6 +4,7 @@
 ``ppo_dict.core.errors`` re-exports it with the trainer's own errors: ``except PPODictError`` catches
 both. Each message names the env (id, game, binary) and says what to do.
 """
+
 from __future__ import annotations
 
 

@@ -10,6 +10,7 @@ The stacking axis is sb3's (``StackedObservations.compute_stacking`` with ``chan
 the first axis of a channel-first image, the last axis of anything else (channel-last images such
 as Atari's ``[84, 84, 1]``, and vectors).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -75,8 +76,9 @@ class FrameStack(gym.Wrapper):
         subspaces = dict(space.spaces) if self.is_dict else {None: space}
         self.stacks = {key: StackedFrames(sub, n_stack) for key, sub in subspaces.items() if keys is None or key in keys}
         if self.is_dict:  # the Dict's own key order, stacked subspaces in place
-            self.observation_space = spaces.Dict({k: self.stacks[k].space if k in self.stacks else sub
-                                                  for k, sub in subspaces.items()})
+            self.observation_space = spaces.Dict(
+                {k: self.stacks[k].space if k in self.stacks else sub for k, sub in subspaces.items()}
+            )
         else:
             self.observation_space = self.stacks[None].space
 
@@ -100,9 +102,13 @@ class FrameStack(gym.Wrapper):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         frames = state.get("frames") if isinstance(state, dict) else None
         stacks = list(self.stacks.values())
-        if not (isinstance(frames, list) and len(frames) == len(stacks)
-                and all(isinstance(f, np.ndarray) and f.shape == s.frames.shape for f, s in zip(frames, stacks))):
-            raise ValueError(f"FrameStack: saved frames that are not {len(stacks)} arrays of "
-                             f"{[s.frames.shape for s in stacks]}")
+        if not (
+            isinstance(frames, list)
+            and len(frames) == len(stacks)
+            and all(isinstance(f, np.ndarray) and f.shape == s.frames.shape for f, s in zip(frames, stacks))
+        ):
+            raise ValueError(
+                f"FrameStack: saved frames that are not {len(stacks)} arrays of {[s.frames.shape for s in stacks]}"
+            )
         for stack, saved in zip(stacks, frames):
             stack.frames[...] = saved

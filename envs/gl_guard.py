@@ -30,6 +30,7 @@ the garbage collector):
   contexts only between the viewers of one env, so a frame would otherwise be drawn in whichever
   context another env made current last (or in none, after that env's close).
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,7 +61,10 @@ def guard_mujoco_viewers() -> bool:
 
 
 def _free_in_own_context(
-    destroy: Callable[[Any], None], context_attr: str, as_current: Callable[[Any], Any], context_class: Callable[[Any], type],
+    destroy: Callable[[Any], None],
+    context_attr: str,
+    as_current: Callable[[Any], Any],
+    context_class: Callable[[Any], type],
 ) -> Callable[[Any], None]:
     """A viewer's ``free``: its ``MjrContext`` inside its own GL context (``as_current(context)``, a
     ``with`` block, or None once that context is gone), then ``destroy`` (gymnasium's ``free``)."""

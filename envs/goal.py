@@ -13,6 +13,7 @@ every step (``success_every_step=True``, as the robotics envs give them) or only
 
 ``python -m ppo_dict.main_ppo --env gym_PPODictGoal-v0 --gym_packages ppo_dict.envs.goal --info_keywords distance``
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -32,16 +33,28 @@ class GoalLineEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
-    def __init__(self, size: int = 6, episode_length: int = 12, success_type: str = "float32", success_every_step: bool = True,
-                 render_mode: Optional[str] = None):
+    def __init__(
+        self,
+        size: int = 6,
+        episode_length: int = 12,
+        success_type: str = "float32",
+        success_every_step: bool = True,
+        render_mode: Optional[str] = None,
+    ):
         if success_type not in (*SUCCESS_TYPES, MIXED):
-            raise ValueError(f"PPODictGoal: success_type must be one of {', '.join((*SUCCESS_TYPES, MIXED))}, got "
-                             f"{success_type!r}")
+            raise ValueError(
+                f"PPODictGoal: success_type must be one of {', '.join((*SUCCESS_TYPES, MIXED))}, got {success_type!r}"
+            )
         if size < 2 or episode_length < 1:
-            raise ValueError(f"PPODictGoal: size must be at least 2 and episode_length at least 1, got {size}, "
-                             f"{episode_length}")
-        self.size, self.episode_length, self.success_type, self.success_every_step = (size, episode_length, success_type,
-                                                                                      success_every_step)
+            raise ValueError(
+                f"PPODictGoal: size must be at least 2 and episode_length at least 1, got {size}, {episode_length}"
+            )
+        self.size, self.episode_length, self.success_type, self.success_every_step = (
+            size,
+            episode_length,
+            success_type,
+            success_every_step,
+        )
         self.render_mode = render_mode
         self.observation_space = spaces.Box(0.0, 1.0, (2,), np.float32)
         self.action_space = spaces.Discrete(3)
@@ -66,7 +79,6 @@ class GoalLineEnv(gym.Env):
         if self.success_every_step or reached or truncated:
             info = {"is_success": SUCCESS_TYPES[self._kind](reached), "distance": float(abs(self._position - self._goal))}
         return self._observe(), 1.0 if reached else -0.05, reached, truncated, info
-
 
     def render(self) -> np.ndarray:
         """The line as a ``uint8[1, size, 3]`` picture: the agent green, the goal red."""

@@ -26,6 +26,7 @@ run whose masks change nothing (``tests/test_recurrent_masking.py`` compares it 
 ``python -m ppo_dict.main_ppo --env gym_PPODictKeyDoor-v0 --gym_packages ppo_dict.envs.key_door
 --model mlp_lstm --action_masks True``
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -44,20 +45,32 @@ class KeyDoorEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
-    def __init__(self, height: int = 3, width: int = 5, colours: int = 2, corridor: int = 1, episode_length: int = 30,
-                 invalid_penalty: float = 0.05, all_valid: bool = False, render_mode: Optional[str] = None):
+    def __init__(
+        self,
+        height: int = 3,
+        width: int = 5,
+        colours: int = 2,
+        corridor: int = 1,
+        episode_length: int = 30,
+        invalid_penalty: float = 0.05,
+        all_valid: bool = False,
+        render_mode: Optional[str] = None,
+    ):
         if height < 2 or width < colours or colours < 2 or corridor < 1 or episode_length < 1:
-            raise ValueError(f"{GYM_ID}: needs height >= 2, colours >= 2, width >= colours, corridor >= 1 and episode_length "
-                             f">= 1; got height={height}, width={width}, colours={colours}, corridor={corridor}, "
-                             f"episode_length={episode_length}")
+            raise ValueError(
+                f"{GYM_ID}: needs height >= 2, colours >= 2, width >= colours, corridor >= 1 and episode_length "
+                f">= 1; got height={height}, width={width}, colours={colours}, corridor={corridor}, "
+                f"episode_length={episode_length}"
+            )
         self.height, self.width, self.colours, self.rows = height, width, colours, height + corridor
         self.episode_length, self.invalid_penalty, self.all_valid = episode_length, invalid_penalty, all_valid
         self.render_mode = render_mode
         self.action_space = spaces.Discrete(5)
         self.observation_space = spaces.Box(0.0, 1.0, (self.rows * width + colours,), np.float32)
         # the cells: the room, then the corridor below its middle column; the doors: one per colour, spread along the top row
-        self.cells = {(r, c) for r in range(height) for c in range(width)} | {(r, width // 2)
-                                                                              for r in range(height, self.rows)}
+        self.cells = {(r, c) for r in range(height) for c in range(width)} | {
+            (r, width // 2) for r in range(height, self.rows)
+        }
         self.doors = [(0, int(round(i * (width - 1) / (colours - 1)))) for i in range(colours)]
         self.start = (self.rows - 1, width // 2)
         self._pos, self._key, self._t = self.start, 0, 0

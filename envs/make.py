@@ -5,6 +5,7 @@ returns its :class:`~envs.spec.EnvSpec`; :func:`make_env` builds a gymnasium env
 (in the main process or in a worker). Godot games are specs too (``envs.godot.spec``), but a
 Godot process holds many agents, so the trainer steps them with its own runner instead.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,20 @@ import gymnasium as gym
 
 from .errors import AtariUnavailableError
 from .render import check_mujoco_gl, frames_without_display, select_mujoco_gl
-from .spec import (ALE_MODULE, GODOT_DEMO, GODOT_PREFIX, GYM_BACKEND, PIXELS, TEST_DUMMY, AtariOptions, EnvSpec, PixelOptions,
-                   gym_id_of, is_atari_entry, is_godot_name)
+from .spec import (
+    ALE_MODULE,
+    GODOT_DEMO,
+    GODOT_PREFIX,
+    GYM_BACKEND,
+    PIXELS,
+    TEST_DUMMY,
+    AtariOptions,
+    EnvSpec,
+    PixelOptions,
+    gym_id_of,
+    is_atari_entry,
+    is_godot_name,
+)
 
 # gymnasium's envs that draw with pygame, not OpenGL
 PYGAME_ENTRIES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
@@ -64,8 +77,9 @@ def with_id_module(gym_id: str, packages: tuple[str, ...]) -> tuple[str, tuple[s
     try:
         module, bare = import_id_module(gym_id)
     except Exception as exc:  # noqa: BLE001 (a module that fails to import, whatever it raises)
-        raise ValueError(f"the module of {gym_id} (gymnasium's <module>:<id>) cannot be imported: {type(exc).__name__}: "
-                         f"{exc}") from None
+        raise ValueError(
+            f"the module of {gym_id} (gymnasium's <module>:<id>) cannot be imported: {type(exc).__name__}: {exc}"
+        ) from None
     return bare, packages + ((module,) if module and module not in packages else ())
 
 
@@ -134,8 +148,12 @@ def with_no_velocity_envs(gym_id: str, packages: tuple[str, ...]) -> tuple[str, 
 
 
 def resolve_env_name(
-    name: str, gym_packages: tuple[str, ...] = (), kwargs: Optional[dict[str, Any]] = None,
-    pixel: Optional[PixelOptions] = None, atari: Optional[AtariOptions] = None, frame_stack: int = 1,
+    name: str,
+    gym_packages: tuple[str, ...] = (),
+    kwargs: Optional[dict[str, Any]] = None,
+    pixel: Optional[PixelOptions] = None,
+    atari: Optional[AtariOptions] = None,
+    frame_stack: int = 1,
 ) -> EnvSpec:
     """Check ``name`` and return its spec, or raise with gymnasium's own "Did you mean" text.
 
@@ -149,17 +167,20 @@ def resolve_env_name(
         from .godot.spec import resolve_godot
 
         if atari is not None or frame_stack > 1:
-            raise ValueError(f"{name} is a Godot game, which sends its own observations: drop --atari_wrapper and "
-                             f"--frame_stack")
+            raise ValueError(
+                f"{name} is a Godot game, which sends its own observations: drop --atari_wrapper and --frame_stack"
+            )
         return resolve_godot(name, kwargs, pixel)
     import_gym_packages(gym_packages)
     if name == TEST_DUMMY:
         return _dummy_spec(gym_packages, kwargs, pixel is not None or atari is not None, frame_stack)
     gym_id = gym_id_of(name)
     if not gym_id:
-        raise ValueError(f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), "
-                         f"{TEST_DUMMY}, {GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs "
-                         f"\"dict(env_path=...)\" (another Godot game)")
+        raise ValueError(
+            f"unknown environment {name!r}: give a gymnasium id (e.g. Reacher-v2, or gym_Reacher-v2), "
+            f"{TEST_DUMMY}, {GODOT_DEMO} (the Godot demo game) or {GODOT_PREFIX} with --env_kwargs "
+            f'"dict(env_path=...)" (another Godot game)'
+        )
     gym_id, packages = with_id_module(gym_id, tuple(gym_packages))
     packages = with_no_velocity_envs(gym_id, packages)
     spec = gym_spec(gym_id, atari is not None)  # raises NameNotFound / VersionNotFound with a "Did you mean" hint
@@ -171,8 +192,16 @@ def resolve_env_name(
         from .atari import check_atari_options
 
         notice = check_atari_options(gym_id, atari) or notice
-    return EnvSpec(name=name, gym_id=gym_id, gym_packages=packages, kwargs=kwargs, notice=notice, pixel=pixel, atari=atari,
-                   frame_stack=frame_stack)
+    return EnvSpec(
+        name=name,
+        gym_id=gym_id,
+        gym_packages=packages,
+        kwargs=kwargs,
+        notice=notice,
+        pixel=pixel,
+        atari=atari,
+        frame_stack=frame_stack,
+    )
 
 
 def _dummy_spec(gym_packages: tuple[str, ...], kwargs: dict[str, Any], wrapped: bool, frame_stack: int) -> EnvSpec:
@@ -238,8 +267,10 @@ _SHOWN: set[tuple[str, type, str, int]] = set()
 def make_env(spec: EnvSpec) -> gym.Env:
     """Build one gymnasium env from its spec (in the main process or in a worker); not for another backend's specs."""
     if spec.backend != GYM_BACKEND:  # a Godot game's agents are env columns of one process, stepped by its runner
-        raise ValueError(f"{spec.label} is stepped by the trainer's {spec.backend!r} env backend (ppo_dict.vec.BACKENDS), "
-                         "not a gymnasium env that make_env can build")
+        raise ValueError(
+            f"{spec.label} is stepped by the trainer's {spec.backend!r} env backend (ppo_dict.vec.BACKENDS), "
+            "not a gymnasium env that make_env can build"
+        )
     import_gym_packages(spec.gym_packages)
     if spec.name == TEST_DUMMY:
         from . import dummy  # noqa: F401  (registers the gymnasium id)

@@ -31,6 +31,7 @@ image_size]`` as ``image`` beside the float32 ``target`` (an image and a vector:
 ``PPODictMaskedJumpMasker-v0`` is the same game without the ``action_masks`` method, wrapped in
 sb3-contrib's ``ActionMasker`` (sb3-contrib needed only for that id).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -50,15 +51,25 @@ class JumpGame(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
-    def __init__(self, action: str = "discrete", size: int = 12, reach: int = 2, episode_length: int = 40,
-                 invalid_penalty: float = 0.5, observation: str = "box", render_mode: Optional[str] = None,
-                 image_size: int = 36):
+    def __init__(
+        self,
+        action: str = "discrete",
+        size: int = 12,
+        reach: int = 2,
+        episode_length: int = 40,
+        invalid_penalty: float = 0.5,
+        observation: str = "box",
+        render_mode: Optional[str] = None,
+        image_size: int = 36,
+    ):
         axes = 2 if action == "multi_discrete" else 1
         grid = int(np.ceil(np.sqrt(2 * axes * size)))  # squares a side when the whole vector is drawn
         if action not in ACTIONS or observation not in OBSERVATIONS or size < 2 or not 1 <= reach < size or image_size < grid:
-            raise ValueError(f"{GYM_ID}: action must be one of {ACTIONS}, observation one of {OBSERVATIONS}, size >= 2, "
-                             f"1 <= reach < size and image_size >= {grid}; got action={action!r}, "
-                             f"observation={observation!r}, size={size}, reach={reach}, image_size={image_size}")
+            raise ValueError(
+                f"{GYM_ID}: action must be one of {ACTIONS}, observation one of {OBSERVATIONS}, size >= 2, "
+                f"1 <= reach < size and image_size >= {grid}; got action={action!r}, "
+                f"observation={observation!r}, size={size}, reach={reach}, image_size={image_size}"
+            )
         self.observation, self.render_mode, self.image_size = observation, render_mode, image_size
         self.kind, self.size, self.reach = action, size, reach
         self.episode_length, self.invalid_penalty = episode_length, invalid_penalty
@@ -95,8 +106,9 @@ class JumpGame(gym.Env):
         cells = np.zeros(grid * grid, dtype=np.uint8)
         cells[: len(levels)] = levels
         squares = np.zeros((self.image_size, self.image_size), dtype=np.uint8)
-        squares[: grid * square, : grid * square] = np.kron(cells.reshape(grid, grid),
-                                                            np.ones((square, square), dtype=np.uint8))
+        squares[: grid * square, : grid * square] = np.kron(
+            cells.reshape(grid, grid), np.ones((square, square), dtype=np.uint8)
+        )
         lines = np.arange(self.image_size)
         texture = ((7 * np.add.outer(lines, lines)) % 64).astype(np.uint8)
         return np.where(squares > 0, squares, texture)
@@ -171,7 +183,6 @@ class JumpGame(gym.Env):
         reached = bool(np.array_equal(self._pos, self._target))
         reward += 1.0 if reached else 0.0
         return self._observe(), float(reward), reached, self._t >= self.episode_length, {}
-
 
     def render(self) -> np.ndarray:
         """The observation as a tiny ``uint8[2, cells, 3]`` picture: position(s) above, target(s) below."""

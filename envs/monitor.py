@@ -8,6 +8,7 @@ emulator frames, noop and fire steps included. :func:`~envs.make.make_env` puts 
 trainer's runner and evaluation then read ``info["episode"]`` from the top of the stack, as sb3's
 ``_update_info_buffer`` and ``evaluate_policy`` do, instead of counting what they see up there.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,8 +46,11 @@ class EpisodeMonitor(gym.Wrapper):
         self.rewards.append(float(reward))
         if terminated or truncated:
             self.needs_reset = True
-            info[EPISODE] = {"r": round(sum(self.rewards), 6), "l": len(self.rewards),
-                             "t": round(time.time() - self.t_start, 6)}
+            info[EPISODE] = {
+                "r": round(sum(self.rewards), 6),
+                "l": len(self.rewards),
+                "t": round(time.time() - self.t_start, 6),
+            }
         return observation, reward, terminated, truncated, info
 
 

@@ -7,6 +7,7 @@ multiplies each observation by a mask of ones with zeros at the velocity entries
 (``observation * mask``, the mask in the observation's dtype), so the observations are rl-zoo's bit for bit. Where
 rl_zoo3 registered an id first (``--gym_packages rl_zoo3.import_envs``), its registration is kept.
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -6,6 +6,7 @@ channel-first (what sb3's ``VecTransposeImage`` gives its CNN), optionally grey.
 is a Dict: ``pixels`` and, with ``keep_state``, ``state``; ``--frame_stack`` stacks ``pixels``
 only (``envs.frame_stack``, applied by ``envs.make.make_env``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,8 +41,9 @@ class PixelObservation(gym.Wrapper):
         super().__init__(env)
         self.opts = opts
         channels = 1 if opts.grayscale else 3
-        obs_spaces: dict[str, spaces.Space] = {PIXELS: spaces.Box(0, 255, (channels, opts.image_size, opts.image_size),
-                                                                 np.uint8)}
+        obs_spaces: dict[str, spaces.Space] = {
+            PIXELS: spaces.Box(0, 255, (channels, opts.image_size, opts.image_size), np.uint8)
+        }
         if opts.keep_state:
             obs_spaces[STATE] = env.observation_space
         self.observation_space = spaces.Dict(obs_spaces)

@@ -2,6 +2,7 @@
 numpy's and ``random``'s generators as their states, ``collections.deque`` as its items and ``maxlen``, and tuples,
 lists and dicts of them, to a bounded depth. Anything else is :class:`StateNotRestorable`, naming where it is.
 """
+
 from __future__ import annotations
 
 import collections

@@ -9,6 +9,7 @@ Debian packages: EGL needs ``libegl1`` and ``libgl1-mesa-dri`` (Mesa's software 
 is no GPU), OSMesa needs ``libosmesa6``, glfw needs ``libglfw3`` and a display (``xvfb``, ``xauth``
 for ``xvfb-run``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -94,12 +95,16 @@ def backend_problem(backend: str) -> Optional[str]:
     """
     unset = "or unset MUJOCO_GL to render with whichever backend works"
     if backend == "glfw" and not os.environ.get("DISPLAY"):
-        return (f"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` (Debian packages xvfb xauth), "
-                f"{unset}")
+        return (
+            f"MUJOCO_GL=glfw needs a display and DISPLAY is unset: run under `xvfb-run -a` (Debian packages xvfb xauth), "
+            f"{unset}"
+        )
     if backend in LIBRARIES and not library_loads(LIBRARIES[backend][0]):
         name, package = LIBRARIES[backend]
-        return (f"MUJOCO_GL={backend} needs the {name} library (lib{name}.so), which is not installed: "
-                f"`apt-get install {PACKAGES[backend]}` (Debian package {package}), {unset}")
+        return (
+            f"MUJOCO_GL={backend} needs the {name} library (lib{name}.so), which is not installed: "
+            f"`apt-get install {PACKAGES[backend]}` (Debian package {package}), {unset}"
+        )
     return None
 
 

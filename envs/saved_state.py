@@ -5,6 +5,7 @@ nor an empty ``bytes``; so :func:`to_saved` puts the bytes of every array, numpy
 array, and :func:`from_saved` reads them back, checking each as it goes (dtypes of numbers only, sizes that agree, bytes
 inside the saved ones, a bounded depth): what no run wrote is :class:`~envs.plain.StateNotRestorable`.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Space predicates shared by the trainer and the envs, with sb3's definitions."""
+
 from __future__ import annotations
 
 import gymnasium as gym

@@ -3,6 +3,7 @@
 An :class:`EnvSpec` is resolved and checked once in the main process (``envs.make``) and handed to
 every worker, which builds its envs from it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ def gym_id_of(name: str) -> str:
     module) alike. ppo_dict's own names (:data:`TEST_DUMMY`, ``godot``, ``godot_<game>``) are never read as
     gymnasium ids; a gymnasium env registered under one of them is reached with the prefix (``gym_test_dummy``)."""
     if name.startswith(GYM_PREFIX):
-        return name[len(GYM_PREFIX):]
+        return name[len(GYM_PREFIX) :]
     return "" if name == TEST_DUMMY or is_godot_name(name) else name
 
 

@@ -24,6 +24,7 @@ is pickled and nothing runs on load. The state is one entry per layer of the wra
 An env holding anything else (a Box2D world, a socket, an object of a class not listed here) is not
 restorable: :func:`restore_problem` names the attribute, and a resumed run restarts that env as before.
 """
+
 from __future__ import annotations
 
 import collections
@@ -43,12 +44,41 @@ from .plain import StateNotRestorable, plain, qualname
 #: the user's pair of methods for an env (or wrapper) of their own
 STATE_METHODS = ("state_dict", "load_state_dict")
 #: attributes that are configuration, not state: built by the constructor and never changed by reset or step
-CONFIG = frozenset({
-    "env", "_env", "spec", "_cached_spec", "metadata", "_metadata", "render_mode", "action_space", "observation_space",
-    "_action_space", "_observation_space", "single_action_space", "single_observation_space", "_saved_kwargs",
-    "_ezpickle_args", "_ezpickle_kwargs", "model", "data", "mujoco_renderer", "fullpath", "observation_structure",
-    "ale", "_action_set", "viewer", "renderer", "screen", "clock", "surf", "window", "_renderer", "_context",
-})
+CONFIG = frozenset(
+    {
+        "env",
+        "_env",
+        "spec",
+        "_cached_spec",
+        "metadata",
+        "_metadata",
+        "render_mode",
+        "action_space",
+        "observation_space",
+        "_action_space",
+        "_observation_space",
+        "single_action_space",
+        "single_observation_space",
+        "_saved_kwargs",
+        "_ezpickle_args",
+        "_ezpickle_kwargs",
+        "model",
+        "data",
+        "mujoco_renderer",
+        "fullpath",
+        "observation_structure",
+        "ale",
+        "_action_set",
+        "viewer",
+        "renderer",
+        "screen",
+        "clock",
+        "surf",
+        "window",
+        "_renderer",
+        "_context",
+    }
+)
 #: the MjData arrays whose sizes follow the constraints of the moment: rebuilt by the next ``mj_step`` before use
 MUJOCO_TRANSIENT = ("efc_", "iefc_", "efm_", "island_", "map_efc", "map_iefc", "iacc", "ifrc", "contact")
 #: attribute values that are code, not state (an ActionMasker's function, a callback): set by a constructor
@@ -65,8 +95,9 @@ def _is_config(name: str, value: Any) -> bool:
         return True
     if type(value) in _DATA_TYPES:
         return False
-    return (isinstance(value, CODE)
-            or (dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen))
+    return isinstance(value, CODE) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type) and value.__dataclass_params__.frozen
+    )
 
 
 def _attrs(layer: Any, label: str) -> dict[str, Any]:
@@ -82,8 +113,11 @@ def _mujoco_fixed_arrays(data: Any) -> dict[str, np.ndarray]:
     the moment."""
     arrays = _FIXED_ARRAYS.get(data)
     if arrays is None:
-        arrays = _FIXED_ARRAYS[data] = {name: value for name in dir(data) if not name.startswith(("_", *MUJOCO_TRANSIENT))
-                                        and isinstance(value := getattr(data, name, None), np.ndarray)}
+        arrays = _FIXED_ARRAYS[data] = {
+            name: value
+            for name in dir(data)
+            if not name.startswith(("_", *MUJOCO_TRANSIENT)) and isinstance(value := getattr(data, name, None), np.ndarray)
+        }
     return arrays
 
 
@@ -93,8 +127,11 @@ def _mujoco_state(env: Any) -> dict[str, Any]:
     spec = mujoco.mjtState.mjSTATE_INTEGRATION
     integration = np.empty(mujoco.mj_stateSize(env.model, spec))
     mujoco.mj_getState(env.model, env.data, integration, spec)
-    return {"integration": integration, "arrays": {name: view.copy() for name, view in _mujoco_fixed_arrays(env.data).items()},
-            "cameras": _cameras(env)}
+    return {
+        "integration": integration,
+        "arrays": {name: view.copy() for name, view in _mujoco_fixed_arrays(env.data).items()},
+        "cameras": _cameras(env),
+    }
 
 
 #: the fields of a viewer's ``MjvCamera``: set at its first render from the state of the moment, then kept
@@ -105,9 +142,11 @@ def _cameras(env: Any) -> dict[str, dict[str, Any]]:
     """The free cameras of the env's renderer, by render mode: a pixel env's frames depend on where its camera was
     first pointed (gymnasium's ``MujocoRenderer`` sets its ``lookat`` at its first render)."""
     viewers = getattr(getattr(env, "mujoco_renderer", None), "_viewers", None) or {}
-    return {str(mode): {name: plain(getattr(viewer.cam, name), f"camera.{name}") for name in CAMERA
-                        if hasattr(viewer.cam, name)}
-            for mode, viewer in viewers.items() if hasattr(viewer, "cam")}
+    return {
+        str(mode): {name: plain(getattr(viewer.cam, name), f"camera.{name}") for name in CAMERA if hasattr(viewer.cam, name)}
+        for mode, viewer in viewers.items()
+        if hasattr(viewer, "cam")
+    }
 
 
 def _load_cameras(env: Any, cameras: Any, label: str) -> None:
@@ -134,14 +173,17 @@ def _load_mujoco_state(env: Any, state: dict[str, Any], label: str) -> None:
         raise StateNotRestorable(f"{label}: MuJoCo's integration state does not fit this model")
     arrays, views = state["arrays"], _mujoco_fixed_arrays(env.data)
     if not isinstance(arrays, dict) or set(arrays) != set(views):
-        raise StateNotRestorable(f"{label}: MjData's arrays differ from this MuJoCo's "
-                                 f"({sorted(set(arrays) ^ set(views))[:3]}...)")
+        raise StateNotRestorable(
+            f"{label}: MjData's arrays differ from this MuJoCo's ({sorted(set(arrays) ^ set(views))[:3]}...)"
+        )
     for name, saved in arrays.items():
         target = views[name]
         if not isinstance(saved, np.ndarray) or saved.shape != target.shape or saved.dtype != target.dtype:
-            raise StateNotRestorable(f"{label}: MjData.{name} is "
-                                     f"{getattr(saved, 'dtype', type(saved))}{getattr(saved, 'shape', '')}, this model's "
-                                     f"{target.dtype}{target.shape}")
+            raise StateNotRestorable(
+                f"{label}: MjData.{name} is "
+                f"{getattr(saved, 'dtype', type(saved))}{getattr(saved, 'shape', '')}, this model's "
+                f"{target.dtype}{target.shape}"
+            )
     for name, saved in arrays.items():
         views[name][...] = saved
     mujoco.mj_setState(env.model, env.data, np.ascontiguousarray(integration, dtype=np.float64), spec)
@@ -237,8 +279,9 @@ def _revive(saved: Any, current: Any, where: str) -> Any:
         items = [_revive(v, None, f"{where}[{i}]") for i, v in enumerate(saved)]
         return tuple(items) if isinstance(saved, tuple) else items
     if isinstance(saved, dict):
-        return {k: _revive(v, current.get(k) if isinstance(current, dict) else None, f"{where}[{k!r}]")
-                for k, v in saved.items()}
+        return {
+            k: _revive(v, current.get(k) if isinstance(current, dict) else None, f"{where}[{k!r}]") for k, v in saved.items()
+        }
     return saved.copy() if isinstance(saved, (np.ndarray, np.generic)) else saved
 
 
@@ -255,14 +298,17 @@ def load_env_state(env: gym.Env, state: Any, trusted: bool = True) -> None:
     given to it (only from the run directory's own checkpoints)."""
     stack = layers(env)
     if not (isinstance(state, list) and len(state) == len(stack) and all(isinstance(e, dict) for e in state)):
-        raise StateNotRestorable(f"the saved wrapper stack has {len(state) if isinstance(state, list) else '?'} layers, "
-                                 f"this env {len(stack)} ({' > '.join(type(layer).__name__ for layer in stack)})")
+        raise StateNotRestorable(
+            f"the saved wrapper stack has {len(state) if isinstance(state, list) else '?'} layers, "
+            f"this env {len(stack)} ({' > '.join(type(layer).__name__ for layer in stack)})"
+        )
     for layer, entry in zip(stack, state):
         if entry.get("class") != qualname(layer):
             raise StateNotRestorable(f"the saved layer {entry.get('class')!r} is a {qualname(layer)} in this env")
         if _is_ale(layer) and not trusted:
-            raise StateNotRestorable(f"{type(layer).__name__}: ALE's saved bytes are read only from the run directory's own "
-                                     f"checkpoints")
+            raise StateNotRestorable(
+                f"{type(layer).__name__}: ALE's saved bytes are read only from the run directory's own checkpoints"
+            )
     for layer, entry in zip(stack, state):
         _load_layer(layer, entry, trusted)
 
@@ -281,8 +327,14 @@ def _load_layer(layer: Any, entry: dict[str, Any], trusted: bool) -> None:
     if not isinstance(attrs, dict):
         raise StateNotRestorable(f"{label}: no attributes saved")
     # a saved name may be an attribute the instance has, or a new one; never one of the class's (a method, a property)
-    foreign = sorted(name for name in attrs if not isinstance(name, str) or name.startswith("__") or name in CONFIG
-                     or (name not in vars(layer) and hasattr(type(layer), name)))
+    foreign = sorted(
+        name
+        for name in attrs
+        if not isinstance(name, str)
+        or name.startswith("__")
+        or name in CONFIG
+        or (name not in vars(layer) and hasattr(type(layer), name))
+    )
     if foreign:
         raise StateNotRestorable(f"{label}: the saved attributes {foreign[:3]} are not state of this env")
     if _is_mujoco(layer):
@@ -305,8 +357,10 @@ def nan_free(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isnan(value)
     if isinstance(value, (np.ndarray, np.generic)):
-        return (not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.complexfloating))
-                or not np.isnan(value).any())
+        return (
+            not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.complexfloating))
+            or not np.isnan(value).any()
+        )
     if isinstance(value, (list, tuple)):
         return all(nan_free(v) for v in value)
     if isinstance(value, dict):

@@ -18,6 +18,7 @@ Observations (``observation=``): ``box`` (one-hot float32), ``discrete`` (the co
 ``discrete``, ``multi_discrete``, ``multi_binary``, and ``dict`` / ``tuple`` of a discrete and a
 multi-binary part (for vec envs only).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -47,12 +48,22 @@ class ToySpacesEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
-    def __init__(self, observation: str = "box", action: str = "multi_discrete", k: int = 2, m: int = 3,
-                 episode_length: int = 20, end_probability: float = 0.02, reward: str = "named",
-                 render_mode: Optional[str] = None):
+    def __init__(
+        self,
+        observation: str = "box",
+        action: str = "multi_discrete",
+        k: int = 2,
+        m: int = 3,
+        episode_length: int = 20,
+        end_probability: float = 0.02,
+        reward: str = "named",
+        render_mode: Optional[str] = None,
+    ):
         if observation not in OBSERVATIONS or action not in ACTIONS or reward not in REWARDS:
-            raise ValueError(f"PPODictToy: observation must be one of {OBSERVATIONS}, action one of {ACTIONS} and reward one "
-                             f"of {REWARDS}, got {observation!r}, {action!r}, {reward!r}")
+            raise ValueError(
+                f"PPODictToy: observation must be one of {OBSERVATIONS}, action one of {ACTIONS} and reward one "
+                f"of {REWARDS}, got {observation!r}, {action!r}, {reward!r}"
+            )
         self.reward_kind = reward
         self.k, self.m, self.kind, self.action_kind = k, m, observation, action
         self.episode_length, self.end_probability, self.render_mode = episode_length, end_probability, render_mode

@@ -15,6 +15,7 @@ would on a many-core host. Its timer slack is set to 1 us (Linux), so a sleep ov
 ``python -m ppo_dict.main_ppo --env gym_PPODictZeroWork-v0 --gym_packages ppo_dict.envs.zero_work
 --env_kwargs "dict(obs_dim=4, action_dim=1)"``
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,11 +40,19 @@ class ZeroWorkEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"]}  # the trainer may ask for frames (videos): a blank one
 
-    def __init__(self, obs_dim: int = 4, action_dim: int = 1, episode_length: int = 1000, render_mode: Optional[str] = None,
-                 step_us: float = 0.0):
-        problems = [f"{name}={value!r}: must be an int >= 1" for name, value in
-                    (("obs_dim", obs_dim), ("action_dim", action_dim), ("episode_length", episode_length))
-                    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1)]
+    def __init__(
+        self,
+        obs_dim: int = 4,
+        action_dim: int = 1,
+        episode_length: int = 1000,
+        render_mode: Optional[str] = None,
+        step_us: float = 0.0,
+    ):
+        problems = [
+            f"{name}={value!r}: must be an int >= 1"
+            for name, value in (("obs_dim", obs_dim), ("action_dim", action_dim), ("episode_length", episode_length))
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+        ]
         if isinstance(step_us, bool) or not isinstance(step_us, (int, float)) or not 0 <= step_us <= 1e6:
             problems.append(f"step_us={step_us!r}: must be a number of microseconds in [0, 1e6]")
         if problems:

@@ -8,6 +8,7 @@ plays deterministic episodes with the saved normalisation statistics frozen (as 
 ends it cleanly at any point (``ppo_dict.run.startup``: exit 130 / 143, one line, no traceback, no
 video left half-written).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,14 @@ from ppo_dict.run.checkpoint import model_file
 from ppo_dict.run.evaluation import VideoWriter, render_spec, run_episodes
 
 
-def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir: Optional[str] = None,
-          deterministic: Optional[bool] = None) -> dict[str, Any]:
+def enjoy(
+    path: str,
+    episodes: int,
+    video: bool,
+    seed: Optional[int],
+    video_dir: Optional[str] = None,
+    deterministic: Optional[bool] = None,
+) -> dict[str, Any]:
     """Play ``episodes`` with the model in ``path``; returns returns, lengths and the video path.
 
     ``deterministic`` None: rl-zoo's ``enjoy`` default, stochastic for Atari games and
@@ -68,8 +75,15 @@ def enjoy(path: str, episodes: int, video: bool, seed: Optional[int], video_dir:
         if writer is not None:
             writer.discard()  # a video the replay did not finish (an error, a stop signal): no file is left
         env.close()
-    return {"model": path, "env": cfg.env, "num_timesteps": steps, "returns": returns, "lengths": lengths,
-            "mean_reward": float(np.mean(returns)), "video": video_path}
+    return {
+        "model": path,
+        "env": cfg.env,
+        "num_timesteps": steps,
+        "returns": returns,
+        "lengths": lengths,
+        "mean_reward": float(np.mean(returns)),
+        "video": video_path,
+    }
 
 
 def zoo_model(path: str) -> tuple[Any, Any, int]:
@@ -90,8 +104,9 @@ def zoo_model(path: str) -> tuple[Any, Any, int]:
 
     def make(env: Any) -> Model:
         policy = build_policy(cfg, env.observation_space, env.action_space)
-        model = Model(cfg, policy, build_normalizer(cfg, env.observation_space, 1), env.observation_space, env.action_space,
-                      agent.steps)
+        model = Model(
+            cfg, policy, build_normalizer(cfg, env.observation_space, 1), env.observation_space, env.action_space, agent.steps
+        )
         model.load(agent.policy_state, agent.normalizer_state, path)
         policy.eval()
         return model
@@ -110,8 +125,9 @@ def zoo_zip(run_dir: str, which: str) -> Optional[str]:
     else ``<env>.zip``, the final model rl-zoo's enjoy loads by default; None when there is none."""
     if which not in ("best", "last"):
         return None
-    names = ((["best_model.zip"] if which == "best" else [])
-             + [f"{os.path.basename(os.path.normpath(run_dir)).rpartition('_')[0]}.zip"])
+    names = (["best_model.zip"] if which == "best" else []) + [
+        f"{os.path.basename(os.path.normpath(run_dir)).rpartition('_')[0]}.zip"
+    ]
     return next((os.path.join(run_dir, name) for name in names if os.path.isfile(os.path.join(run_dir, name))), None)
 
 
@@ -133,23 +149,52 @@ def enjoy_parser() -> Any:
     """The command line's parser: the run and how to replay it, then rl-zoo's enjoy flags (:func:`add_zoo_flags`)."""
     from ppo_dict.run.cli import Option, add_option, command_parser
 
-    parser = command_parser("python -m ppo_dict.enjoy", __doc__, [
-        Option(("run_dir",), "the run directory to replay from (or rl-zoo's --env ID -f FOLDER)",
-               kwargs={"metavar": "RUN_DIR", "nargs": "?"}),
-        Option(("--model",), "best | last | a model or checkpoint file (best: best_model.pt where the run evaluated, else the "
-               "newest checkpoint, else model.pt)", "best"),
-        Option(("--episodes",), "episodes to play", 5, kwargs={"type": int}),
-        Option(("--seed",), "seed of the first reset", 0, kwargs={"type": int}),
-        Option(("--video",), "record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4", False,
-               kwargs={"action": "store_true"}),
-    ])
+    parser = command_parser(
+        "python -m ppo_dict.enjoy",
+        __doc__,
+        [
+            Option(
+                ("run_dir",),
+                "the run directory to replay from (or rl-zoo's --env ID -f FOLDER)",
+                kwargs={"metavar": "RUN_DIR", "nargs": "?"},
+            ),
+            Option(
+                ("--model",),
+                "best | last | a model or checkpoint file (best: best_model.pt where the run evaluated, else the "
+                "newest checkpoint, else model.pt)",
+                "best",
+            ),
+            Option(("--episodes",), "episodes to play", 5, kwargs={"type": int}),
+            Option(("--seed",), "seed of the first reset", 0, kwargs={"type": int}),
+            Option(
+                ("--video",),
+                "record the first episode to RUN_DIR/videos/enjoy-<steps>.mp4",
+                False,
+                kwargs={"action": "store_true"},
+            ),
+        ],
+    )
     mode = parser.add_mutually_exclusive_group()  # rl-zoo's enjoy flags; neither: stochastic for Atari only
-    add_option(mode, Option(("--deterministic",), "take the most likely action", None,
-                            "None: deterministic except for Atari games, as rl-zoo's enjoy",
-                            {"dest": "deterministic", "action": "store_const", "const": True}))
-    add_option(mode, Option(("--stochastic",), "sample actions", None,
-                            "None: stochastic for Atari games only, as rl-zoo's enjoy",
-                            {"dest": "deterministic", "action": "store_const", "const": False}))
+    add_option(
+        mode,
+        Option(
+            ("--deterministic",),
+            "take the most likely action",
+            None,
+            "None: deterministic except for Atari games, as rl-zoo's enjoy",
+            {"dest": "deterministic", "action": "store_const", "const": True},
+        ),
+    )
+    add_option(
+        mode,
+        Option(
+            ("--stochastic",),
+            "sample actions",
+            None,
+            "None: stochastic for Atari games only, as rl-zoo's enjoy",
+            {"dest": "deterministic", "action": "store_const", "const": False},
+        ),
+    )
     add_zoo_flags(parser)
     return parser
 
@@ -161,13 +206,25 @@ def add_zoo_flags(parser: Any) -> None:
     zoo = parser.add_argument_group("rl-zoo's enjoy.py flags: the run <folder>/<algo>/<env>_<exp-id>, as rl-zoo finds it")
     add_option(zoo, Option(("--algo",), "rl-zoo's algorithm folder", "ppo", kwargs={"choices": ["ppo", "ppo_lstm"]}))
     add_option(zoo, Option(("--env",), "the env id of the run", None))
-    add_option(zoo, Option(("-f", "--folder"), "rl-zoo's log folder (-f of train: python -m ppo_dict.main_ppo ... -f "
-                                               "FOLDER)", None))
+    add_option(
+        zoo, Option(("-f", "--folder"), "rl-zoo's log folder (-f of train: python -m ppo_dict.main_ppo ... -f FOLDER)", None)
+    )
     add_option(zoo, Option(("--exp-id",), "the run's number n (0: the latest)", 0, kwargs={"type": int}))
-    add_option(zoo, Option(("--no-render",), "accepted: nothing is shown on screen here (--video records)", False,
-                           kwargs={"action": "store_true"}))
-    add_option(zoo, Option(("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes "
-                                                    "(--episodes)", None))
+    add_option(
+        zoo,
+        Option(
+            ("--no-render",),
+            "accepted: nothing is shown on screen here (--video records)",
+            False,
+            kwargs={"action": "store_true"},
+        ),
+    )
+    add_option(
+        zoo,
+        Option(
+            ("-n", "--n-timesteps"), "rl-zoo's steps to play: refused, as ppo_dict plays whole episodes (--episodes)", None
+        ),
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:

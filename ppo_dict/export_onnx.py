@@ -4,6 +4,7 @@
 written atomically: Ctrl-C / SIGTERM ends the export cleanly at any point (``ppo_dict.run.startup``: exit
 130 / 143, one line, no traceback) and leaves an existing ``--out`` as it was.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,16 +32,27 @@ from ppo_dict.run.cli import Option, command_parser
 
 def main(argv: Optional[list[str]] = None) -> int:
     startup.imported()
-    parser = command_parser("python -m ppo_dict.export_onnx", __doc__, [
-        Option(("source",), "a run directory (its best model, else its newest checkpoint), or a model file",
-               kwargs={"metavar": "RUN_DIR|FILE"}),
-        Option(("--model",), "in a run directory: best | last", "best"),
-        Option(("--out",), "the ONNX file to write", None, "None: RUN_DIR/policy.onnx, or FILE with .onnx"),
-        Option(("--opset",), "ONNX opset version", OPSET, kwargs={"type": int}),
-        Option(("--check",), "compare with ppo_dict on this many sampled observations (with random masks for a model trained "
-                             "with --action_masks, random LSTM states and episode starts for a recurrent one; 0: no check)",
-               256, kwargs={"type": int}),
-    ])
+    parser = command_parser(
+        "python -m ppo_dict.export_onnx",
+        __doc__,
+        [
+            Option(
+                ("source",),
+                "a run directory (its best model, else its newest checkpoint), or a model file",
+                kwargs={"metavar": "RUN_DIR|FILE"},
+            ),
+            Option(("--model",), "in a run directory: best | last", "best"),
+            Option(("--out",), "the ONNX file to write", None, "None: RUN_DIR/policy.onnx, or FILE with .onnx"),
+            Option(("--opset",), "ONNX opset version", OPSET, kwargs={"type": int}),
+            Option(
+                ("--check",),
+                "compare with ppo_dict on this many sampled observations (with random masks for a model trained "
+                "with --action_masks, random LSTM states and episode starts for a recurrent one; 0: no check)",
+                256,
+                kwargs={"type": int},
+            ),
+        ],
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     try:

@@ -18,6 +18,7 @@ directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten 
 ``--overwrite True``, untouched by a refused run; resuming from an older checkpoint branches into
 ``RUN_DIR/branches/from_<steps>``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,8 +66,9 @@ from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
 
 
-def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger,
-                 spec: EnvSpec) -> tuple[Any, list[Callable[[], None]]]:
+def open_outputs(
+    cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec
+) -> tuple[Any, list[Callable[[], None]]]:
     """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
     ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
     writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
@@ -95,8 +97,15 @@ def open_outputs(cfg: Config, resumed: Optional[RESUMED], logger: Logger,
     return tracker, closers
 
 
-def after_update_services(ppo: PPO, cfg: Config, spec: EnvSpec, tracker: Any, closers: list[Callable[[], None]],
-                          resumed: Optional[RESUMED], save_due: SaveDue) -> tuple[CheckpointManager, Callable[[PPO], None]]:
+def after_update_services(
+    ppo: PPO,
+    cfg: Config,
+    spec: EnvSpec,
+    tracker: Any,
+    closers: list[Callable[[], None]],
+    resumed: Optional[RESUMED],
+    save_due: SaveDue,
+) -> tuple[CheckpointManager, Callable[[PPO], None]]:
     """The episodes' ``monitor.csv``, checkpoints (when ``save_due``), evaluation and progress, run after each update:
     ``(checkpoints, after_update)``."""
     resume = None if resumed is None else (int(resumed[1]["num_timesteps"]), checkpoint_run_dir(resumed[0]))
@@ -138,8 +147,13 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
         written.append(save_model(ppo, cfg.save_path))
         print(f"saved {written[-1]}", flush=True)
     if cfg.export_sb3:
-        loader = ("sb3_contrib.RecurrentPPO" if cfg.recurrent else "sb3_contrib.MaskablePPO" if cfg.action_masks
-                  else "stable_baselines3.PPO")
+        loader = (
+            "sb3_contrib.RecurrentPPO"
+            if cfg.recurrent
+            else "sb3_contrib.MaskablePPO"
+            if cfg.action_masks
+            else "stable_baselines3.PPO"
+        )
         written.append(export_sb3(ppo, cfg.export_sb3))
         print(f"exported {written[-1]} ({loader}.load)", flush=True)
     if cfg.plot:
@@ -172,8 +186,15 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
     return plan
 
 
-def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed: Optional[RESUMED],
-                  agent: Optional[TrainedAgent], rank: Optional[RankRun]) -> PPO:
+def build_trainer(
+    cfg: Config,
+    plan: Any,
+    pool: EnvPool,
+    logger: Logger,
+    resumed: Optional[RESUMED],
+    agent: Optional[TrainedAgent],
+    rank: Optional[RankRun],
+) -> PPO:
     """PPO on the plan's pool (one rank's share of the run's over ranks), resumed or started from a trained agent."""
     ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks, layout=plan.layout)
     writes = rank is None or rank.writes
@@ -194,8 +215,11 @@ def build_trainer(cfg: Config, plan: Any, pool: EnvPool, logger: Logger, resumed
         apply_trained_agent(ppo, agent)
         stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
         if writes:
-            print(f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as "
-                  f"rl-zoo)", flush=True)
+            print(
+                f"starting from the trained agent {agent.path}{stats} ({agent.n_updates} updates; steps count from 0, as "
+                f"rl-zoo)",
+                flush=True,
+            )
     return ppo
 
 
@@ -211,8 +235,14 @@ def close_run(pool: EnvPool, closers: list[Callable[[], None]], tracker: Any, ow
         owned.release()
 
 
-def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, agent: Optional[TrainedAgent] = None,
-        fresh_dir: bool = False, rank: Optional[RankRun] = None) -> int:
+def run(
+    cfg: Config,
+    backend: EnvBackend,
+    resumed: Optional[RESUMED] = None,
+    agent: Optional[TrainedAgent] = None,
+    fresh_dir: bool = False,
+    rank: Optional[RankRun] = None,
+) -> int:
     """Train with a validated config, its seed and run directory settled (``main``), on its probed env
     (resuming from ``resumed``, or starting from the trained ``agent``); returns the exit code.
     The run directory is claimed (``ppo_dict.run.run_dir.claim``; ``fresh_dir``: it must be created
@@ -234,8 +264,9 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         if rank is None:  # over ranks, every rank finishes the update and drops a rollout together (ppo_dict.run.ranks)
             stop.phase, ppo.stop_asked = (lambda: ppo.phase), (lambda: stop.signum is not None)
         # every save_freq steps or save_every_minutes (rank 0's clock deciding for every rank); asked alike on every rank
-        save_due = SaveDue(cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps,
-                           None if rank is None else rank.from_rank_0)
+        save_due = SaveDue(
+            cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps, None if rank is None else rank.from_rank_0
+        )
         if writes:
             owned = claim(cfg, resumed, fresh_dir)
             tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
@@ -257,8 +288,10 @@ def run(cfg: Config, backend: EnvBackend, resumed: Optional[RESUMED] = None, age
         close_run(pool, closers, tracker, owned, exit_code)
     resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
     if writes:
-        print(json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)),
-              flush=True)
+        print(
+            json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)),
+            flush=True,
+        )
     return exit_code
 
 
@@ -267,11 +300,16 @@ def say_where_a_resume_writes(cfg: Config, source: str, run_dir_typed: bool) -> 
     a new one for a checkpoint outside any (``run_dir_typed``: the user chose it)."""
     home = checkpoint_run_dir(source)
     if home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
-        print(f"{source} is older than the run's newest checkpoint, which is kept: this run is a branch, "
-              f"written to {cfg.run_dir}", flush=True)
+        print(
+            f"{source} is older than the run's newest checkpoint, which is kept: this run is a branch, "
+            f"written to {cfg.run_dir}",
+            flush=True,
+        )
     elif home is None and not run_dir_typed:
-        print(f"{source} is in no run directory (its config.json and checkpoints/): this run writes a new one, "
-              f"{cfg.run_dir}", flush=True)
+        print(
+            f"{source} is in no run directory (its config.json and checkpoints/): this run writes a new one, {cfg.run_dir}",
+            flush=True,
+        )
 
 
 def failed(exc: Exception, rank: Optional[RankRun]) -> int:
@@ -314,15 +352,22 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         if writes:
             print(f"error: {refused}", file=sys.stderr)
         return 2
-    base = ("its checkpoint's config" if resumed is not None else "the trained agent's saved ones" if agent is not None
-            else "sb3's defaults")
+    base = (
+        "its checkpoint's config"
+        if resumed is not None
+        else "the trained agent's saved ones"
+        if agent is not None
+        else "sb3's defaults"
+    )
     applied = "\n".join(filter(None, [hyperparams_text(cfg, base, read_file=resumed is None), line.algo_note]))
     if dry_run:
         local = None if rank is None else local_layout(cfg, rank.info, check.backend.unit)  # the plan is this rank's
         ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local)
         if writes:
-            print(dry_run_text(cfg, check, applied, None if rank is None else rank_rows(cfg, rank.info), local) + ranks,
-                  flush=True)
+            print(
+                dry_run_text(cfg, check, applied, None if rank is None else rank_rows(cfg, rank.info), local) + ranks,
+                flush=True,
+            )
         return 0
     # as rl-zoo prints them
     if (cfg.hyperparams is not None or line.algo_note) and (resumed is None or "hyperparams" in flags) and writes:

@@ -10,6 +10,7 @@ trains another game instead (an exported game binary, or a Godot project folder)
     python -m ppo_dict.main_ppo_godot --total_timesteps 20000 --seed 1
     python -m ppo_dict.main_ppo_godot --env_path build/MyGame.x86_64 --n_envs 16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,14 @@ DEMO_LAYOUT: dict[str, Any] = {"n_envs": 8, "num_workers": 2}
 LAYOUT_FLAGS = ("n_envs", "num_workers", "envs_per_worker")
 PROG = "python -m ppo_dict.main_ppo_godot"
 #: this command's own flag: another game than the demo
-ENV_PATH = Option(("--env_path",), "another Godot game: an exported game binary, or a Godot project folder (as --env godot "
-                  "--env_kwargs \"dict(env_path=PATH)\" or \"dict(project=PATH)\" from main_ppo)", None, "None: the demo game",
-                  {"metavar": "PATH"})
+ENV_PATH = Option(
+    ("--env_path",),
+    "another Godot game: an exported game binary, or a Godot project folder (as --env godot "
+    '--env_kwargs "dict(env_path=PATH)" or "dict(project=PATH)" from main_ppo)',
+    None,
+    "None: the demo game",
+    {"metavar": "PATH"},
+)
 
 
 def godot_argv(argv: list[str]) -> list[str]:
@@ -83,8 +89,13 @@ def godot_parser() -> FlagParser:
     """``--help``'s parser: main_ppo's flags with the demo's defaults, and ``--env_path``."""
     doc, _, examples = __doc__.partition("\n\n    python -m")
     doc = doc.replace("\n\n", "\n", 1)  # both paragraphs: what it is, then how its defaults and main_ppo's flags meet
-    return build_parser(PROG, defaults={**DEMO_DEFAULTS, **DEMO_LAYOUT}, doc=doc, extra={"env": [ENV_PATH]},
-                        epilog="examples:\n  python -m" + examples.replace("\n    ", "\n  ").rstrip())
+    return build_parser(
+        PROG,
+        defaults={**DEMO_DEFAULTS, **DEMO_LAYOUT},
+        doc=doc,
+        extra={"env": [ENV_PATH]},
+        epilog="examples:\n  python -m" + examples.replace("\n    ", "\n  ").rstrip(),
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:

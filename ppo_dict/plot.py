@@ -6,6 +6,7 @@ interpolated onto a common step grid over the steps all of them reached. Where t
 episode statistics besides the return (``rollout/success_rate``, ``rollout/<key>`` of their
 ``--info_keywords``), a second panel below shows them.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,9 +49,10 @@ def run_config(run_dir: str) -> dict:
     if not isinstance(config, dict):
         return {}
     keywords = config.get("info_keywords")
-    return {**({"env": config["env"]} if isinstance(config.get("env"), str) else {}),
-            **({"info_keywords": keywords} if isinstance(keywords, list) and all(isinstance(k, str) for k in keywords)
-               else {})}
+    return {
+        **({"env": config["env"]} if isinstance(config.get("env"), str) else {}),
+        **({"info_keywords": keywords} if isinstance(keywords, list) and all(isinstance(k, str) for k in keywords) else {}),
+    }
 
 
 def run_label(run_dir: str) -> str:
@@ -83,8 +85,9 @@ def _draw(ax, run_dirs: list[str], key: str, label_key: bool = False) -> int:
     return len(groups)
 
 
-def mean_and_spread(curves: list[tuple[np.ndarray, np.ndarray]],
-                    points: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mean_and_spread(
+    curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(grid, mean, std)`` over runs, on ``points`` steps from the latest first step to the earliest last step."""
     lo = max(int(steps[0]) for steps, _ in curves)
     hi = min(int(steps[-1]) for steps, _ in curves)
@@ -140,12 +143,19 @@ def plot_run(run_dir: str) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     from ppo_dict.run.cli import Option, command_parser  # the command line's parts only where it is one (main_ppo plots too)
 
-    parser = command_parser("python -m ppo_dict.plot", __doc__, [
-        Option(("run_dirs",), "run directories (several seeds of one env: their mean and spread)",
-               kwargs={"nargs": "+", "metavar": "RUN_DIR"}),
-        Option(("--out",), "PNG file to write", "learning_curves.png"),
-        Option(("--key",), "logged key to plot (e.g. eval/mean_reward, train/value_loss)", KEY),
-    ])
+    parser = command_parser(
+        "python -m ppo_dict.plot",
+        __doc__,
+        [
+            Option(
+                ("run_dirs",),
+                "run directories (several seeds of one env: their mean and spread)",
+                kwargs={"nargs": "+", "metavar": "RUN_DIR"},
+            ),
+            Option(("--out",), "PNG file to write", "learning_curves.png"),
+            Option(("--key",), "logged key to plot (e.g. eval/mean_reward, train/value_loss)", KEY),
+        ],
+    )
     args = parser.parse_args(argv)
     missing = [d for d in args.run_dirs if not os.path.isfile(os.path.join(d, "progress.csv"))]
     if missing:

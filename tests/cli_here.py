@@ -10,6 +10,7 @@ fresh interpreter shows them (not collected by pytest). gymnasium's own ``TimeLi
 fresh interpreter, even after a test imported rl_zoo3 (whose ``gym_patches`` replaces it process-wide, and a checkpoint
 names its envs' layers).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,20 +69,30 @@ def _gymnasium_as_imported() -> Iterator[None]:
 
     from ppo_dict.interop.sb3_zip import gymnasium_unpatched
 
-    own = next(c for c in gymnasium.wrappers.TimeLimit.__mro__
-               if (c.__module__, c.__name__) == ("gymnasium.wrappers.common", "TimeLimit"))
+    own = next(
+        c
+        for c in gymnasium.wrappers.TimeLimit.__mro__
+        if (c.__module__, c.__name__) == ("gymnasium.wrappers.common", "TimeLimit")
+    )
     with gymnasium_unpatched():
         for module in (gymnasium.wrappers, gymnasium.wrappers.common, gymnasium.envs.registration):
             module.TimeLimit = own
         yield
 
 
-def run_here(*args: str, module: str = "ppo_dict.main_ppo", cwd: str = ROOT,
-             env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
+def run_here(
+    *args: str, module: str = "ppo_dict.main_ppo", cwd: str = ROOT, env_extra: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     """``python -m <module> <args>`` as ``<module>.main(args)`` here, from ``cwd`` with ``env_extra`` set (None: unset)."""
     entry = importlib.import_module(module).main
-    with restored(), contextlib.chdir(cwd), _captured(1, "stdout") as out, _captured(2, "stderr") as err, \
-            _fresh_warnings(), _gymnasium_as_imported():
+    with (
+        restored(),
+        contextlib.chdir(cwd),
+        _captured(1, "stdout") as out,
+        _captured(2, "stderr") as err,
+        _fresh_warnings(),
+        _gymnasium_as_imported(),
+    ):
         for key, value in (env_extra or {}).items():
             if value is None:
                 os.environ.pop(key, None)

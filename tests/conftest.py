@@ -1,6 +1,7 @@
 """Shared fixtures: every test runs torch single-threaded (bit-exactness needs the same thread
 count on both sides of a parity test; MKL's QR differs between 1 and 2 threads) and leaves the process as it
 found it (tests/process_state.py), and Godot tests fail if they leave a game process behind."""
+
 import gc
 import os
 import random
@@ -34,8 +35,10 @@ def cpu_description() -> list[str]:
     except OSError:
         pass
     simd = " ".join(sorted(f for f in flags if f.startswith(("avx", "amx", "fma")))) or "none listed"
-    return [f"cpu: {model}; {os.cpu_count()} logical cores; {simd}",
-            f"torch {torch.__version__}: cpu capability {torch.backends.cpu.get_cpu_capability()}"]
+    return [
+        f"cpu: {model}; {os.cpu_count()} logical cores; {simd}",
+        f"torch {torch.__version__}: cpu capability {torch.backends.cpu.get_cpu_capability()}",
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -107,9 +110,12 @@ _skip_parts: dict[str, str] = {}  # skip reason -> the part it names, for the su
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Run the suite in another order, or collect garbage between tests: nothing a test asserts may
     depend on what ran before it in the process (``make test-orders``)."""
-    parser.addoption("--order", default="file",
-                     help="file (the default), reverse, random:SEED (a shuffle, seeded), or "
-                          "parity-random:SEED (the parity suite's tests shuffled among their places)")
+    parser.addoption(
+        "--order",
+        default="file",
+        help="file (the default), reverse, random:SEED (a shuffle, seeded), or "
+        "parity-random:SEED (the parity suite's tests shuffled among their places)",
+    )
     parser.addoption("--gc-between-tests", action="store_true", help="gc.collect() after every test")
 
 
@@ -136,8 +142,11 @@ def _collect_garbage_after(request: pytest.FixtureRequest):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{MARKER}(part): needs a system part ({', '.join(PARTS)}); skipped, naming "
-                                       f"its Debian packages, where it is missing (failed with {REQUIRE_ENV}=1)")
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(part): needs a system part ({', '.join(PARTS)}); skipped, naming "
+        f"its Debian packages, where it is missing (failed with {REQUIRE_ENV}=1)",
+    )
 
 
 def _case_configs(item: pytest.Item) -> list:
@@ -183,8 +192,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tests were skipped for which missing part (and for what else), and how to run them."""
     terminalreporter.section("machine")
     if config.getoption("--order") != "file" or config.getoption("--gc-between-tests"):
-        terminalreporter.write_line(f"order: {config.getoption('--order')}; "
-                                    f"gc between tests: {config.getoption('--gc-between-tests')}")
+        terminalreporter.write_line(
+            f"order: {config.getoption('--order')}; gc between tests: {config.getoption('--gc-between-tests')}"
+        )
     for line in cpu_description():
         terminalreporter.write_line(line)
     counts: dict[str, int] = {}

@@ -10,6 +10,7 @@ declare far more than they hold. :class:`Isolated` reads each file in a forked c
 (RLIMIT_AS: the worker's size plus :data:`MEMORY_MARGIN`; a deadline): a segfault, a hang or a runaway
 allocation is an outcome the test sees, not the end of pytest.
 """
+
 from __future__ import annotations
 
 import base64
@@ -98,14 +99,32 @@ def mutate_pickle(data: bytes, rng: random.Random, folder: str) -> bytes:
     # an integer argument made huge or negative
     out = bytearray(data)
     for start in rng.sample(opcode_starts(data), min(3, len(opcode_starts(data)))):
-        if out[start:start + 1] in (b"K", b"J", b"M") and start + 2 <= len(out):
+        if out[start : start + 1] in (b"K", b"J", b"M") and start + 2 <= len(out):
             out[start + 1] = rng.choice([0, 0xFF, 0x7F, 0x80])
     return bytes(out)
 
 
 #: values that replace a zip's JSON values
-JSON_VALUES = (10**400, -(10**400), -1, 0, 2**63, float("nan"), float("inf"), "abc", "", [], {}, None, True, [[[[[[[[1]]]]]]]],
-               {":type:": "<class 'collections.deque'>", ":serialized:": "AAAA"}, 1e308, "<class 'builtins.eval'>", [0] * 1000)
+JSON_VALUES = (
+    10**400,
+    -(10**400),
+    -1,
+    0,
+    2**63,
+    float("nan"),
+    float("inf"),
+    "abc",
+    "",
+    [],
+    {},
+    None,
+    True,
+    [[[[[[[[1]]]]]]]],
+    {":type:": "<class 'collections.deque'>", ":serialized:": "AAAA"},
+    1e308,
+    "<class 'builtins.eval'>",
+    [0] * 1000,
+)
 
 
 def zip_entries(path: str) -> dict[str, bytes]:
@@ -200,6 +219,7 @@ def mutated_pickles(real: str, folder: str, count: int, seed: int) -> Iterator[s
 
 
 # ------------------------------------------------------------------------------------------ reading isolated
+
 
 def read_file(reader: str, path: str) -> str:
     """What ppo_dict's reader ``reader`` makes of ``path``: ``value: ...`` or ``refused: <message>``; anything
@@ -317,9 +337,14 @@ class Isolated:
     """A worker process (:func:`serve`) that reads files in forked children; ``read(reader, path)`` -> outcome dict."""
 
     def __init__(self, root: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.fuzz_files import serve; serve()"], cwd=root,
-                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env={**os.environ, "PYTHONPATH": root})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from tests.fuzz_files import serve; serve()"],
+            cwd=root,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": root},
+        )
 
     def read(self, reader: str, path: str, deadline: float = DEADLINE) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -6,6 +6,7 @@ absurd sizes).
 :func:`command_lines` draws a command line (a list of flags); :func:`run_in_process` runs
 ``main_ppo.main`` on it in this process and says what it returned and printed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,17 @@ from ppo_dict.run.cli import COMMAND_LINE_FLAGS
 
 #: Cheap envs to build (a probe builds one), with packages that register some; and names that are not envs.
 GOOD_ENVS = ("gym_CartPole-v1", "gym_Pendulum-v1", "Acrobot-v1", "test_dummy", "gym_PPODictToy-v0", "PPODictMaskedJump-v0")
-BAD_ENVS = ("gym_Hoper-v5", "gym_CartPole-v9", "", "gym_", "Hoper-v5", "gym_ALE/NoSuchGame-v5", "godot", "gym_NoSuchEnv-v0",
-            "no_module:Env-v0")
+BAD_ENVS = (
+    "gym_Hoper-v5",
+    "gym_CartPole-v9",
+    "",
+    "gym_",
+    "Hoper-v5",
+    "gym_ALE/NoSuchGame-v5",
+    "godot",
+    "gym_NoSuchEnv-v0",
+    "no_module:Env-v0",
+)
 GOOD_PACKAGES = ("ppo_dict.envs.toy", "ppo_dict.envs.masked", "ppo_dict.envs.goal")
 BAD_PACKAGES = ("no_such_package_xyz", "ppo_dict.no_such_module", "1bad name")
 #: Fields not drawn: the env (drawn apart), and what would reach outside this machine or block
@@ -39,10 +49,23 @@ BAD_PACKAGES = ("no_such_package_xyz", "ppo_dict.no_such_module", "1bad name")
 NOT_DRAWN = ("env", "gym_packages", "project", "entity", "group", "run_name")
 PATH_FIELDS = ("save_path", "export_sb3", "hyperparams", "run_dir", "resume", "trained_agent", "tensorboard_log")
 #: Settings that make a real run slow or large: kept small when a run is started for real.
-SMALL = {"n_steps": (8, 256), "n_envs": (1, 8), "num_workers": (0, 4), "envs_per_worker": (1, 4), "batch_size": (2, 256),
-         "n_epochs": (1, 4), "total_timesteps": (64, 5000), "frame_stack": (1, 4), "eval_episodes": (1, 2),
-         "video_length": (1, 50), "keep_checkpoints": (1, 3), "torch_threads": (1, 2), "update_threads": (1, 2),
-         "lstm_hidden_size": (1, 64), "n_lstm_layers": (1, 2)}
+SMALL = {
+    "n_steps": (8, 256),
+    "n_envs": (1, 8),
+    "num_workers": (0, 4),
+    "envs_per_worker": (1, 4),
+    "batch_size": (2, 256),
+    "n_epochs": (1, 4),
+    "total_timesteps": (64, 5000),
+    "frame_stack": (1, 4),
+    "eval_episodes": (1, 2),
+    "video_length": (1, 50),
+    "keep_checkpoints": (1, 3),
+    "torch_threads": (1, 2),
+    "update_threads": (1, 2),
+    "lstm_hidden_size": (1, 64),
+    "n_lstm_layers": (1, 2),
+}
 #: The flags of a recurrent run (the config's "recurrent" group), drawn together with a recurrent model a quarter of the time.
 LSTM_FIELDS = tuple(name for name, f in FIELDS.items() if f.metadata["group"] == "recurrent")
 
@@ -61,8 +84,9 @@ def number_values(name: str, lo: float, hi: float, integer: bool, good_only: boo
     if good_only:
         return good.map(str)
     edges = [bottom - 1, bottom, top, top + 1, 0, -1] if integer else [bottom - 0.5, bottom, top, top + 0.5, 0.0, -1.0, 1e308]
-    return st.one_of(good.map(str), st.sampled_from(edges).map(str), st.sampled_from(HUGE).map(str),
-                     st.sampled_from(WRONG_TYPE))
+    return st.one_of(
+        good.map(str), st.sampled_from(edges).map(str), st.sampled_from(HUGE).map(str), st.sampled_from(WRONG_TYPE)
+    )
 
 
 def field_values(f: dataclasses.Field, folder: str, good_only: bool = False) -> st.SearchStrategy[Optional[str]]:
@@ -84,18 +108,25 @@ def field_values(f: dataclasses.Field, folder: str, good_only: bool = False) -> 
         return kwargs_values(good_only)
     if parse is parse_lstm_kwargs:  # its keys refused out of a recurrent model: empty ones are the good values anywhere
         good = st.sampled_from(["{}", "dict()"])
-        return good if good_only else st.one_of(good, st.sampled_from(["dict(dropout=0.1)", "dict(bidirectional=True)",
-                                                                       "dict(dropout=2)", "[1]"]))
+        return (
+            good
+            if good_only
+            else st.one_of(good, st.sampled_from(["dict(dropout=0.1)", "dict(bidirectional=True)", "dict(dropout=2)", "[1]"]))
+        )
     if parse is parse_packages:
         good = st.sampled_from(["", "is_success", "distance", "a,b"])
         return good if good_only else st.one_of(good, st.sampled_from(["r", "a,a", "l,t", ",", "x y x"]))
     if f.name == "device":
         good = st.sampled_from(["auto", "cpu"])
-        return good if good_only else st.one_of(good,
-                                                st.sampled_from(["cuda", "cuda:0", "cuda:x", "gpu", "", "cpu:0", "cuda:99"]))
+        return (
+            good
+            if good_only
+            else st.one_of(good, st.sampled_from(["cuda", "cuda:0", "cuda:x", "gpu", "", "cpu:0", "cuda:99"]))
+        )
     if bounds is not None:
-        integer = isinstance(f.default, int) and not isinstance(f.default, bool) or \
-            (f.default is None and "int" in str(f.type))
+        integer = (
+            isinstance(f.default, int) and not isinstance(f.default, bool) or (f.default is None and "int" in str(f.type))
+        )
         values = number_values(f.name, bounds[0], bounds[1], integer, good_only)
         return st.one_of(values, st.just("None")) if f.default is None else values
     return st.sampled_from(["0", "1", "2", "-3", "abc", ""]) if not good_only else st.sampled_from(["0", "1"])
@@ -127,8 +158,18 @@ def path_values(name: str, folder: str, good_only: bool) -> st.SearchStrategy[st
 def hostile_paths(name: str, folder: str) -> list[str]:
     """The file-system cases :func:`path_values` draws for the path setting ``name`` (the inputs
     :func:`prepare_folder` makes under ``folder``)."""
-    bad = [f"{folder}/a_file", f"{folder}/missing.zip", "", "None", f"{folder}", f"{folder}/a_file/below",
-           f"{folder}/{'x' * 300}", f"{folder}/{READ_ONLY}/{name}", f"{folder}/{EARLIER_RUN}", f"{folder}/{FIFO}"]
+    bad = [
+        f"{folder}/a_file",
+        f"{folder}/missing.zip",
+        "",
+        "None",
+        f"{folder}",
+        f"{folder}/a_file/below",
+        f"{folder}/{'x' * 300}",
+        f"{folder}/{READ_ONLY}/{name}",
+        f"{folder}/{EARLIER_RUN}",
+        f"{folder}/{FIFO}",
+    ]
     if name == "resume":
         bad += ["auto", f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt"]
     if name in ("resume", "run_dir"):
@@ -150,15 +191,27 @@ def unusable_paths(argv: list[str], folder: str) -> list[str]:
     and for a file the run reads also one that is missing, one that is not what it should be (a plain
     text file, a checkpoint that is not one) and hostile or broken YAML (:func:`path_values` draws them)."""
     always = {f"{folder}/a_file/below", f"{folder}/{'x' * 300}"}
-    unreadable = {f"{folder}/missing.zip", f"{folder}/a_file",
-                  f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt",
-                  *(f"{folder}/{file}" for file in YAML_FILES), f"{folder}/{FIFO}", f"{folder}/{BOMB_ZIP}"}
+    unreadable = {
+        f"{folder}/missing.zip",
+        f"{folder}/a_file",
+        f"{folder}/{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt",
+        *(f"{folder}/{file}" for file in YAML_FILES),
+        f"{folder}/{FIFO}",
+        f"{folder}/{BOMB_ZIP}",
+    }
     unwritable = {f"{folder}/{run}" for run in HOSTILE_RUNS} | {f"{folder}/{FIFO}"}  # as a run directory
     found = []
     for flag, value in zip(argv, argv[1:]):
         name = flag[2:]
-        if flag.startswith("--") and name in PATH_FIELDS and (value in always or (name in INPUT_FIELDS and value in unreadable)
-                                                               or (name in ("run_dir", "resume") and value in unwritable)):
+        if (
+            flag.startswith("--")
+            and name in PATH_FIELDS
+            and (
+                value in always
+                or (name in INPUT_FIELDS and value in unreadable)
+                or (name in ("run_dir", "resume") and value in unwritable)
+            )
+        ):
             found.append(f"{name}={value}")
     return found
 
@@ -167,8 +220,26 @@ def net_arch_values(good_only: bool) -> st.SearchStrategy[str]:
     good = st.sampled_from(["64,64", "32", "pi=32,32;vf=16", "[16, 16]", "dict(pi=[8], vf=[8])", "[]", "None", "pi=;vf=8"])
     if good_only:
         return good
-    bad = st.sampled_from(["64,,64", "64,64,", ",64", "0", "-1", "64,abc", "[", "pi=1;pi=2", "dict(pi=64)", "[True]",
-                           "100000,100000", "1000000", "qf=32", "64;64", "{'pi': [8], 'vf': 8}", "__import__('os')"])
+    bad = st.sampled_from(
+        [
+            "64,,64",
+            "64,64,",
+            ",64",
+            "0",
+            "-1",
+            "64,abc",
+            "[",
+            "pi=1;pi=2",
+            "dict(pi=64)",
+            "[True]",
+            "100000,100000",
+            "1000000",
+            "qf=32",
+            "64;64",
+            "{'pi': [8], 'vf': 8}",
+            "__import__('os')",
+        ]
+    )
     widths = st.lists(st.integers(-2, 10**7), min_size=0, max_size=4).map(lambda sizes: ",".join(map(str, sizes)))
     return st.one_of(good, bad, widths)
 
@@ -177,16 +248,51 @@ def schedule_values(name: str, bounds: Optional[tuple], good_only: bool) -> st.S
     good = st.sampled_from(["3e-4", "lin_3e-4", "0.1", "lin_0.2", "1e-5"])
     if good_only:
         return good
-    return st.one_of(good, st.sampled_from(["lin_", "lin_abc", "lin_-1", "lin_nan", "lin_inf", "-0.1", "0", "nan", "abc",
-                                            "lin-0.1", "LIN_0.1", "", "lin_1e999"]))
+    return st.one_of(
+        good,
+        st.sampled_from(
+            [
+                "lin_",
+                "lin_abc",
+                "lin_-1",
+                "lin_nan",
+                "lin_inf",
+                "-0.1",
+                "0",
+                "nan",
+                "abc",
+                "lin-0.1",
+                "LIN_0.1",
+                "",
+                "lin_1e999",
+            ]
+        ),
+    )
 
 
 def kwargs_values(good_only: bool) -> st.SearchStrategy[str]:
     good = st.sampled_from(["{}", "dict()", ""])
     if good_only:
         return good
-    return st.one_of(good, st.sampled_from(["{", "dict(", "{1: 2}", "dict(no_such_option=1)", "[]", "None", "dict(a=)", "x",
-                                            "dict(image_size=8)", "dict(image_size=-1)", "{'a' 1}", "[" * 300]))
+    return st.one_of(
+        good,
+        st.sampled_from(
+            [
+                "{",
+                "dict(",
+                "{1: 2}",
+                "dict(no_such_option=1)",
+                "[]",
+                "None",
+                "dict(a=)",
+                "x",
+                "dict(image_size=8)",
+                "dict(image_size=-1)",
+                "{'a' 1}",
+                "[" * 300,
+            ]
+        ),
+    )
 
 
 @st.composite
@@ -208,8 +314,9 @@ def command_lines(draw: Callable, folder: str, good_only: bool = False, max_flag
     if draw(st.integers(0, 3)) == 0:  # a recurrent run: its model, and its LSTM flags (bad ones too: given with another model)
         model = draw(st.sampled_from(RECURRENT_MODELS + (("mlp",) if bad() else ())))
         argv += ["--model", model]
-        names = [n for n in names if n != "model"] + [n for n in draw(st.lists(st.sampled_from(LSTM_FIELDS), unique=True))
-                                                      if n not in names]
+        names = [n for n in names if n != "model"] + [
+            n for n in draw(st.lists(st.sampled_from(LSTM_FIELDS), unique=True)) if n not in names
+        ]
     for name in names:
         value = draw(field_values(FIELDS[name], folder, good_only=not bad()))
         argv += [f"--{name}"] + ([] if value is None else [value])
@@ -223,15 +330,21 @@ def prepare_folder(folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     laughs = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
-    texts = {"a_file": "not a directory\n", "bad.yml": "CartPole-v1: [unclosed\n",
-             "bomb.yml": "\n".join(laughs) + "\nCartPole-v1:\n  n_steps: *i\nPendulum-v1:\n  policy_kwargs: *i\ndefault:\n"
-                                             "  gamma: *i\n",
-             "recursive.yml": "CartPole-v1: &loop\n  n_steps: 8\n  again: [*loop]\ndefault: &d [*d]\n",
-             "deep.yml": "default: " + "[" * 5000 + "]" * 5000 + "\n",
-             f"{EARLIER_RUN}/config.json": "{}\n", f"{EARLIER_RUN}/progress.csv": "step\n64\n",
-             f"{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt": "not a checkpoint\n",
-             "policy_list.yml": "CartPole-v1:\n  policy: [MlpPolicy]\n  n_steps: [8]\n", VICTIM: "someone's file\n",
-             "dir_lock_run/.lock/x": "", "linked_run/config.json": "{}\n"}
+    texts = {
+        "a_file": "not a directory\n",
+        "bad.yml": "CartPole-v1: [unclosed\n",
+        "bomb.yml": "\n".join(laughs) + "\nCartPole-v1:\n  n_steps: *i\nPendulum-v1:\n  policy_kwargs: *i\ndefault:\n"
+        "  gamma: *i\n",
+        "recursive.yml": "CartPole-v1: &loop\n  n_steps: 8\n  again: [*loop]\ndefault: &d [*d]\n",
+        "deep.yml": "default: " + "[" * 5000 + "]" * 5000 + "\n",
+        f"{EARLIER_RUN}/config.json": "{}\n",
+        f"{EARLIER_RUN}/progress.csv": "step\n64\n",
+        f"{EARLIER_RUN}/checkpoints/checkpoint_000000000064.pt": "not a checkpoint\n",
+        "policy_list.yml": "CartPole-v1:\n  policy: [MlpPolicy]\n  n_steps: [8]\n",
+        VICTIM: "someone's file\n",
+        "dir_lock_run/.lock/x": "",
+        "linked_run/config.json": "{}\n",
+    }
     for name, text in texts.items():
         os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
         with open(os.path.join(folder, name), "w") as f:
@@ -269,8 +382,10 @@ def folder_bytes(folder: str) -> dict[str, Any]:
                 with open(path, "rb") as f:
                     found[os.path.relpath(path, folder)] = f.read()
             else:
-                found[os.path.relpath(path, folder)] = (info.st_mode,
-                                                        os.readlink(path) if stat.S_ISLNK(info.st_mode) else None)
+                found[os.path.relpath(path, folder)] = (
+                    info.st_mode,
+                    os.readlink(path) if stat.S_ISLNK(info.st_mode) else None,
+                )
     return found
 
 
@@ -357,8 +472,13 @@ def assert_clean_outcome(outcome: Outcome, argv: list[str], unusable: tuple[str,
     # before the refusal: only warnings (a checkpoint that does not load)
     said = outcome.err.partition("error: ")[0].splitlines()
     assert "error: " in outcome.err and all(line.startswith("warning: ") for line in said) and problems, f"{argv}\n{text}"
-    unnamed = [p for p in problems if problem_setting(p) not in FIELDS and problem_setting(p) not in COMMAND_LINE_FLAGS
-               and problem_setting(p) != "dry_run"]
+    unnamed = [
+        p
+        for p in problems
+        if problem_setting(p) not in FIELDS
+        and problem_setting(p) not in COMMAND_LINE_FLAGS
+        and problem_setting(p) != "dry_run"
+    ]
     assert not unnamed, f"problems that name no setting: {unnamed}\nfor {argv}"
 
 
@@ -373,8 +493,11 @@ def child_processes() -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"forkserver" not in cmdline and \
-            b"resource_tracker" not in cmdline:
+        if (
+            int(fields[1]) == os.getpid()
+            and fields[0] != "Z"
+            and b"forkserver" not in cmdline
+            and b"resource_tracker" not in cmdline
+        ):
             found.append(int(pid))
     return found + [p.pid for p in multiprocessing.active_children() if p.pid not in found]
-

@@ -7,6 +7,7 @@ deep, a 200 KB cell, a 2 MiB line without a newline, extra cells, non-UTF-8 byte
 nan, an unclosed quote, a YAML alias bomb. :func:`read_text` is what each reader makes of a file, read by
 ``tests/fuzz_files.py``'s isolated worker (a forked child under a memory limit and a deadline).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,12 +16,31 @@ from typing import Iterator
 
 #: fragments spliced into a text file, each hostile to one reader or another
 FRAGMENTS = (
-    b"[" * 100_000, b"{\"a\": " * 50_000, b"9" * 200_000, b"x" * (2 * 2**20 + 7), b",,,,,,,,,,,,", b"\xff\xfe\xfd",
-    b"\x00" * 64, b"1e30", b"nan", b"-inf", b"\"unclosed, cell", b"#{\"t_start\": \"noon\"}\n",
-    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))).encode(),
-    b"\n" * 1000, b"step,step\n", b"\r", b"'''", b"!!python/object/apply:os.system [\"touch /tmp/fuzz_sentinel_ran\"]",
-    b"q: 0\n", b"distribution: log_uniform_values\nmin: 0\nmax: 1\n", b"metric: {name: env}\n", b"../../etc/passwd",
+    b"[" * 100_000,
+    b'{"a": ' * 50_000,
+    b"9" * 200_000,
+    b"x" * (2 * 2**20 + 7),
+    b",,,,,,,,,,,,",
+    b"\xff\xfe\xfd",
+    b"\x00" * 64,
+    b"1e30",
+    b"nan",
+    b"-inf",
+    b'"unclosed, cell',
+    b'#{"t_start": "noon"}\n',
+    (
+        "a: &a [x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    ).encode(),
+    b"\n" * 1000,
+    b"step,step\n",
+    b"\r",
+    b"'''",
+    b'!!python/object/apply:os.system ["touch /tmp/fuzz_sentinel_ran"]',
+    b"q: 0\n",
+    b"distribution: log_uniform_values\nmin: 0\nmax: 1\n",
+    b"metric: {name: env}\n",
+    b"../../etc/passwd",
     b"gym_packages: {value: os}\n",
 )
 
@@ -35,9 +55,9 @@ def mutate_text(data: bytes, rng: random.Random) -> bytes:
         at = rng.randrange(len(data) + 1)
         if kind == "flip" and data:
             at = min(at, len(data) - 1)
-            data = data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:]
+            data = data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :]
         elif kind == "cut":
-            data = data[:at] if rng.random() < 0.5 else data[:at] + data[at + rng.randint(1, 40):]
+            data = data[:at] if rng.random() < 0.5 else data[:at] + data[at + rng.randint(1, 40) :]
         elif kind == "duplicate":
             lines = data.splitlines(keepends=True)
             if lines:

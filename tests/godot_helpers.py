@@ -1,4 +1,5 @@
 """Helpers of the Godot tests: skip without the engine, process checks, the plugin-style stand-in game, pools."""
+
 from __future__ import annotations
 
 import os
@@ -114,8 +115,17 @@ while True:
 
 def small_config(seed: int, total_timesteps: int, **overrides: object) -> Config:
     settings = dict(
-        env="godot_demo", n_envs=8, num_workers=0, seed=seed, total_timesteps=total_timesteps, n_steps=128,
-        batch_size=256, n_epochs=10, gamma=0.98, device="cpu", verbose=0,
+        env="godot_demo",
+        n_envs=8,
+        num_workers=0,
+        seed=seed,
+        total_timesteps=total_timesteps,
+        n_steps=128,
+        batch_size=256,
+        n_epochs=10,
+        gamma=0.98,
+        device="cpu",
+        verbose=0,
     )
     return Config(**{**settings, **overrides})
 
@@ -155,16 +165,37 @@ def tagged_godot(tag: str) -> list[int]:
 
 def demo_config(tag: str, **overrides: object) -> Config:
     settings = dict(
-        env="godot_demo", env_kwargs={"game_args": {"max_steps": 20, "pool_test_tag": tag}}, n_envs=8, num_workers=2,
-        seed=3, total_timesteps=2 * 8 * 32, n_steps=32, batch_size=64, n_epochs=2, gamma=0.98, device="cpu", verbose=0,
+        env="godot_demo",
+        env_kwargs={"game_args": {"max_steps": 20, "pool_test_tag": tag}},
+        n_envs=8,
+        num_workers=2,
+        seed=3,
+        total_timesteps=2 * 8 * 32,
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        gamma=0.98,
+        device="cpu",
+        verbose=0,
     )
     return Config(**{**settings, **overrides})
 
 
-def run_cli(args: list[str], cwd: Path, module: str = "ppo_dict.main_ppo_godot", timeout: float = 120,
-            env_extra: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env={**ENV, **(env_extra or {})},
-                          capture_output=True, text=True, timeout=timeout)
+def run_cli(
+    args: list[str],
+    cwd: Path,
+    module: str = "ppo_dict.main_ppo_godot",
+    timeout: float = 120,
+    env_extra: Optional[dict[str, str]] = None,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env={**ENV, **(env_extra or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def train(cfg: Config, pool) -> tuple[PPO, list[torch.Tensor]]:

@@ -5,6 +5,7 @@ Debian's ``postgresql`` package (``.ci/run`` installs it) puts the binaries in
 the cluster belongs to the ``postgres`` user the package creates and every command runs as it.
 Stopped (``-m immediate``) and deleted afterwards, whatever the test did.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,9 @@ def server_binaries() -> Optional[str]:
     folders = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
     on_path = shutil.which("pg_ctl")
     folders += [os.path.dirname(on_path)] if on_path else []
-    return next((f for f in folders if os.path.isfile(os.path.join(f, "initdb"))
-                 and os.path.isfile(os.path.join(f, "pg_ctl"))), None)
+    return next(
+        (f for f in folders if os.path.isfile(os.path.join(f, "initdb")) and os.path.isfile(os.path.join(f, "pg_ctl"))), None
+    )
 
 
 def free_port() -> int:
@@ -51,10 +53,25 @@ def private_postgres() -> Iterator[str]:
 
     try:
         run(os.path.join(binaries, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        run(os.path.join(binaries, "pg_ctl"), "-D", data, "-l", os.path.join(folder, "server.log"), "-w", "-t", "60", "start",
-            "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
+        run(
+            os.path.join(binaries, "pg_ctl"),
+            "-D",
+            data,
+            "-l",
+            os.path.join(folder, "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+            "-o",
+            f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50",
+        )
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run(as_user + [os.path.join(binaries, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"],
-                       capture_output=True, timeout=60, cwd=folder)
+        subprocess.run(
+            as_user + [os.path.join(binaries, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+            cwd=folder,
+        )
         shutil.rmtree(folder, ignore_errors=True)

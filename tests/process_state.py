@@ -11,6 +11,7 @@ depends on another: tests that call a command line's entry point in this process
 * torch's thread counts, the RNG streams (``random``, numpy's global one, torch's CPU generator) and the
   environment variables.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -5,6 +5,7 @@ Flags as a wandb agent passes them (``--x=0.5``), plus ``--run_dir DIR`` (it wri
 ``--crash=True`` exits 1 with a traceback; ``--sleep_once=FILE`` sleeps for a minute unless FILE
 exists (it creates it first), so that the first run of a trial can be killed and its retry completes.
 """
+
 import json
 import os
 import sys
@@ -21,4 +22,4 @@ if "sleep_once" in flags and not os.path.exists(flags["sleep_once"]):
     open(flags["sleep_once"], "w").close()
     time.sleep(60)
 x = float(flags.get("x", 0.0))
-print(json.dumps({"metrics": {"score": -(x - 0.3) ** 2 + float(flags.get("bonus", 0.0))}, "pid": os.getpid()}))
+print(json.dumps({"metrics": {"score": -((x - 0.3) ** 2) + float(flags.get("bonus", 0.0))}, "pid": os.getpid()}))

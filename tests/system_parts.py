@@ -7,6 +7,7 @@ with a reason naming the part and its packages, and counts the skips in the summ
 With ``PPO_DICT_REQUIRE_SYSTEM_PARTS=1`` (``.ci/run`` sets it: every part is installed there) a
 missing part fails the test instead, so CI fails when any of them breaks.
 """
+
 from __future__ import annotations
 
 import functools
@@ -77,8 +78,10 @@ PARTS: dict[str, tuple[str, Callable[[], Optional[str]]]] = {
     "osmesa": ("OSMesa (MuJoCo rendering)", lambda: _backend_problem("osmesa")),
     "gl": ("an OpenGL backend (EGL or OSMesa) for MuJoCo rendering", _gl_problem),
     "glfw": ("glfw on a virtual screen (xvfb-run -a)", _glfw_problem),
-    "godot": (f"the Godot engine ({DEFAULT_BINARY})",
-              lambda: None if shutil.which(DEFAULT_BINARY) else f"{DEFAULT_BINARY} is not on PATH"),
+    "godot": (
+        f"the Godot engine ({DEFAULT_BINARY})",
+        lambda: None if shutil.which(DEFAULT_BINARY) else f"{DEFAULT_BINARY} is not on PATH",
+    ),
     "postgresql": ("a PostgreSQL server", _postgres_problem),
 }
 
@@ -102,8 +105,9 @@ def skip_reason(part: str) -> Optional[str]:
     problem = part_problem(part)
     if problem is None:
         return None
-    return (f"needs {PARTS[part][0]}: {problem}; Debian package(s) {packages(part)} (`sudo make system-deps` installs every "
-            "part)")
+    return (
+        f"needs {PARTS[part][0]}: {problem}; Debian package(s) {packages(part)} (`sudo make system-deps` installs every part)"
+    )
 
 
 def needs(part: str) -> pytest.MarkDecorator:

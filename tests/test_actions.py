@@ -1,5 +1,6 @@
 """One ActionSpec per action space: its refusals, layout, distribution, env-side clip and training-side
 cast agree with sb3's (and sb3-contrib's) own distributions, buffers and ``predict``."""
+
 import numpy as np
 import pytest
 import torch
@@ -27,10 +28,16 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("space", [
-    spaces.Text(5), spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3))), spaces.Dict({"a": spaces.Discrete(2)}),
-    spaces.Sequence(spaces.Discrete(2)), spaces.Graph(spaces.Discrete(2), None),
-])
+@pytest.mark.parametrize(
+    "space",
+    [
+        spaces.Text(5),
+        spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3))),
+        spaces.Dict({"a": spaces.Discrete(2)}),
+        spaces.Sequence(spaces.Discrete(2)),
+        spaces.Graph(spaces.Discrete(2), None),
+    ],
+)
 def test_the_factory_refuses_a_space_of_no_supported_kind_by_name(space: spaces.Space) -> None:
     expected = f"The algorithm only supports {SUPPORTED_ACTION_SPACES} as action spaces but {space} was provided"
     with pytest.raises(ValueError) as info:
@@ -41,19 +48,26 @@ def test_the_factory_refuses_a_space_of_no_supported_kind_by_name(space: spaces.
 
 
 def test_the_factory_refuses_gsde_and_masks_where_sb3_does() -> None:
-    with pytest.raises(ValueError,
-                       match=r"^generalized State-Dependent Exploration \(gSDE\) can only be used with continuous actions\.$"):
+    with pytest.raises(
+        ValueError, match=r"^generalized State-Dependent Exploration \(gSDE\) can only be used with continuous actions\.$"
+    ):
         action_spec(spaces.Discrete(3), use_sde=True)
-    with pytest.raises(ValueError, match=r"^invalid-action masks need Discrete, "
-                                         r"one-dimensional MultiDiscrete or MultiBinary\(n\) actions"):
+    with pytest.raises(
+        ValueError,
+        match=r"^invalid-action masks need Discrete, "
+        r"one-dimensional MultiDiscrete or MultiBinary\(n\) actions",
+    ):
         action_spec(spaces.Box(-1, 1, (2,)), masked=True)
 
 
 def test_a_spec_tells_what_sb3_refuses_in_a_space_of_its_kind() -> None:
-    assert action_space_problem(spaces.Box(-np.inf, np.inf, (2,))) == \
-        "Continuous action space must have a finite lower and upper bound"
+    assert (
+        action_space_problem(spaces.Box(-np.inf, np.inf, (2,)))
+        == "Continuous action space must have a finite lower and upper bound"
+    )
     assert action_space_problem(spaces.MultiBinary([2, 3])).startswith(
-        "Multi-dimensional MultiBinary((2, 3)) action space is not supported")
+        "Multi-dimensional MultiBinary((2, 3)) action space is not supported"
+    )
     assert action_space_problem(spaces.MultiDiscrete([[2, 3], [4, 5]])).startswith("Multi-dimensional MultiDiscrete")
     assert action_space_problem(spaces.MultiDiscrete([[2, 3]]), masked=True).startswith("Multi-dimensional MultiDiscrete")
     assert [action_spec(space, **kw).problem() for space, kw in CASES.values()] == [""] * len(CASES)
@@ -61,6 +75,7 @@ def test_a_spec_tells_what_sb3_refuses_in_a_space_of_its_kind() -> None:
     assert action_spec(spaces.MultiBinary([2, 3])).layout == ((2, 3), np.dtype(np.int8), 6)
     with pytest.raises(ValueError, match="finite lower and upper bound"):
         from ppo_dict.algo.networks.policy import ActorCritic
+
         ActorCritic(spaces.Box(-1, 1, (3,)), spaces.Box(-np.inf, np.inf, (2,)))
 
 
@@ -73,8 +88,9 @@ def test_layout_is_what_sb3_stores_and_sends(name: str) -> None:
     assert (shape, dtype, action_dim) == (sample.shape, sample.dtype, get_action_dim(space))
 
 
-def sb3_distribution(space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True,
-                     use_expln: bool = False):
+def sb3_distribution(
+    space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True, use_expln: bool = False
+):
     if masked:
         return make_masked_proba_distribution(space)
     if use_sde:
@@ -103,8 +119,9 @@ def test_distribution_mode_and_cast_are_sb3s_bit_for_bit(name: str) -> None:
     torch.manual_seed(3)
     action_net, log_std = spec.build(LATENT, -0.3)
     torch.manual_seed(3)
-    built = (theirs.proba_distribution_net(LATENT, -0.3) if log_std is not None
-             else (theirs.proba_distribution_net(LATENT), None))
+    built = (
+        theirs.proba_distribution_net(LATENT, -0.3) if log_std is not None else (theirs.proba_distribution_net(LATENT), None)
+    )
     assert torch.equal(action_net.weight, built[0].weight) and torch.equal(action_net.bias, built[0].bias)
     assert (log_std is None and built[1] is None) or torch.equal(log_std, built[1])
     if spec.gsde is not None:

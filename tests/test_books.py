@@ -3,6 +3,7 @@ and double-buffered collector, each process's columns of the sharded step, the d
 schedules' equality to sb3, bit for bit, is the parity suite's (tests/parity/test_env_counts.py: central, sharded at
 several granules, in-process and on workers); here, that no schedule keeps a rule of its own, and the bootstrap's
 arithmetic is sb3's."""
+
 from __future__ import annotations
 
 import ast
@@ -36,10 +37,14 @@ def writes(tree: ast.AST) -> list[str]:
 
 def test_no_schedule_writes_the_books_rows_itself() -> None:
     assert writes(ast.parse("s.rewards[t, rows] = r\nrewards[idx] += g * v\nstarts = s.episode_starts[t]")) == [
-        "rewards (line 1)", "rewards (line 2)"]  # the check finds what it is for
-    elsewhere = {str(path.relative_to(ROOT)): writes(ast.parse(path.read_text()))
-                 for path in sorted((ROOT / "ppo_dict").rglob("*.py"))
-                 if path.name != "books.py"}
+        "rewards (line 1)",
+        "rewards (line 2)",
+    ]  # the check finds what it is for
+    elsewhere = {
+        str(path.relative_to(ROOT)): writes(ast.parse(path.read_text()))
+        for path in sorted((ROOT / "ppo_dict").rglob("*.py"))
+        if path.name != "books.py"
+    }
     assert {path: found for path, found in elsewhere.items() if found} == {}
     assert writes(ast.parse((ROOT / "ppo_dict" / "algo" / "rollout" / "books.py").read_text()))
 

@@ -3,6 +3,7 @@
 Fault cases (docs/faults.md 22-24, 12) run the CLI in a subprocess with a hard timeout; the other runs call its entry
 point in this process (tests/cli_here.py).
 """
+
 import os
 import shutil
 import signal
@@ -25,8 +26,28 @@ from tests.conftest import ROOT
 from tests.faults.lines import Lines
 from tests.test_main_ppo import summary_line
 
-SMALL = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
-         "--n_epochs", "2", "--seed", "0", "--normalize", "True", "--verbose", "0", "--plot", "False"]
+SMALL = [
+    "--env",
+    "gym_CartPole-v1",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "128",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "2",
+    "--seed",
+    "0",
+    "--normalize",
+    "True",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def assert_same(a, b, where: str = "") -> None:
@@ -50,8 +71,18 @@ def without_config(state: dict) -> dict:
 
 
 def test_restored_state_is_bit_identical_to_the_saved_one(tmp_path) -> None:
-    cfg = Config(env="gym_CartPole-v1", n_envs=2, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, total_timesteps=256,
-                 seed=3, verbose=0, normalize=True)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=2,
+        num_workers=0,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        total_timesteps=256,
+        seed=3,
+        verbose=0,
+        normalize=True,
+    )
     model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 2, 64))
     model.learn()
     path = CheckpointManager(str(tmp_path), keep=2).save(model)
@@ -72,16 +103,18 @@ def interrupted_runs(root, flags: list[str], total: int, save_freq: int):
     C: B resumed again. ``root/b_at_<half>`` keeps B as it was before its resume."""
     half = total // 2
     a, b, c = root / "a", root / "b", root / "c"
-    proc = run_here(*flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5",
-                    "--run_dir", str(a))
+    proc = run_here(
+        *flags, "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "5", "--run_dir", str(a)
+    )
     assert proc.returncode == 0, proc.stderr
     proc = run_here(*flags, "--total_timesteps", str(half), "--run_dir", str(b))
     assert proc.returncode == 0, proc.stderr
     shutil.copytree(b, c)
     shutil.copytree(b, root / f"b_at_{half}")
     for run_dir in (b, c):
-        proc = run_here("--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq),
-                        "--keep_checkpoints", "2")
+        proc = run_here(
+            "--resume", str(run_dir), "--total_timesteps", str(total), "--save_freq", str(save_freq), "--keep_checkpoints", "2"
+        )
         assert proc.returncode == 0, proc.stderr
         assert f"resumed from {run_dir}/checkpoints/checkpoint_{half:012d}.pt at {half} steps" in proc.stdout
         assert summary_line(proc.stdout)["env_steps"] == total
@@ -136,8 +169,10 @@ def test_corrupt_newest_checkpoint_falls_back_loudly(runs, tmp_path) -> None:
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr
     assert f"warning: cannot load {newest}: RuntimeError" in proc.stderr and "; trying the previous checkpoint" in proc.stderr
     # Renamed once the run owns the directory (a refused run renames nothing: test_run_dir.py).
-    assert ("renamed checkpoint_000000001024.pt to checkpoint_000000001024.pt.corrupt: "
-            "it cannot be loaded (kept for inspection, out of the rotation)") in proc.stderr
+    assert (
+        "renamed checkpoint_000000001024.pt to checkpoint_000000001024.pt.corrupt: "
+        "it cannot be loaded (kept for inspection, out of the rotation)"
+    ) in proc.stderr
     assert "at 768 steps" in proc.stdout
     assert (run_dir / "checkpoints" / "checkpoint_000000001024.pt.corrupt").exists()
 
@@ -149,9 +184,15 @@ def test_no_loadable_checkpoint_is_an_error_not_a_fresh_start(runs, tmp_path) ->
         with open(path, "r+b") as f:
             f.truncate(10)
     proc = run_here("--resume", str(run_dir))
-    assert proc.returncode == 2 and ("error: 1 invalid setting(s):\n"
-                                     f"  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot "
-                                     "load ") in proc.stderr
+    assert (
+        proc.returncode == 2
+        and (
+            "error: 1 invalid setting(s):\n"
+            f"  - resume='{run_dir}': no loadable checkpoint in {run_dir}/checkpoints (cannot "
+            "load "
+        )
+        in proc.stderr
+    )
     assert proc.stderr.count("cannot load") == 4  # two warnings, then the error listing both
     named = run_dir / "checkpoints" / "checkpoint_000000000768.pt"  # not renamed: the run was refused
     proc = run_here("--resume", str(named))
@@ -209,9 +250,14 @@ sys.exit(mp.main(sys.argv[1:]))
 
 def start_slow(mode: str, run_dir, *flags: str) -> tuple[subprocess.Popen, Lines]:
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", f"MODE = {mode!r}\n" + SLOW_WRITER, *SMALL, "--run_dir", str(run_dir),
-                             *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"MODE = {mode!r}\n" + SLOW_WRITER, *SMALL, "--run_dir", str(run_dir), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     return proc, Lines(proc)
 
 
@@ -262,9 +308,30 @@ def test_second_ctrl_c_during_the_final_save_writes_nothing(tmp_path) -> None:
 def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_path) -> None:
     """A requeued job runs the same command each time: the first start is fresh, later ones resume."""
     run_dir = tmp_path / "job"
-    command = ("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64",
-               "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--resume", "auto", "--run_dir",
-               str(run_dir))
+    command = (
+        "--env",
+        "gym_CartPole-v1",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "64",
+        "--batch_size",
+        "64",
+        "--n_epochs",
+        "1",
+        "--seed",
+        "0",
+        "--plot",
+        "False",
+        "--verbose",
+        "0",
+        "--resume",
+        "auto",
+        "--run_dir",
+        str(run_dir),
+    )
     first = run_here(*command, "--total_timesteps", "256")
     assert first.returncode == 0, first.stderr
     assert f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh" in first.stdout
@@ -285,11 +352,22 @@ def test_resume_auto_starts_fresh_then_resumes_what_the_first_attempt_saved(tmp_
 
 # ---------------------------------------------------------------------- a checkpoint's form, checked whole (issue 50)
 
+
 @pytest.fixture(scope="module")
 def real_checkpoint(tmp_path_factory) -> str:
     """A checkpoint of a short CartPole run with a normaliser, as a run writes it."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=32, batch_size=32, n_epochs=1, total_timesteps=32,
-                 seed=1, verbose=0, normalize=True)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=1,
+        num_workers=0,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        total_timesteps=32,
+        seed=1,
+        verbose=0,
+        normalize=True,
+    )
     model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 1, 32))
     model.learn()
     path = CheckpointManager(str(tmp_path_factory.mktemp("real") / "run" / "checkpoints"), keep=1).save(model)
@@ -314,14 +392,29 @@ MALFORMED = [
     ("a setting of the wrong type", ("config", "n_steps"), "abc", True, "n_steps='abc'"),
     ("a setting out of its range", ("config", "n_steps"), -5, True, "n_steps=-5"),
     ("a step count of 400 digits", ("num_timesteps",), 10**400, True, "'num_timesteps'=1000000000000000000000"),
-    ("weights that are not finite", ("policy", "value_net.bias"), torch.tensor([float("nan")]), True,
-     "'policy': not a dict of finite tensors"),
+    (
+        "weights that are not finite",
+        ("policy", "value_net.bias"),
+        torch.tensor([float("nan")]),
+        True,
+        "'policy': not a dict of finite tensors",
+    ),
     ("a normaliser count that is not finite", ("normalizer", "ret_rms", "count"), float("nan"), True, "'normalizer' ret_rms"),
     ("no RNG states", ("rng",), KeyError, False, "no 'rng'"),
-    ("numpy's RNG of another form", ("rng", "numpy", "keys"), torch.zeros(10, dtype=torch.int64), False,
-     "'rng' numpy: not numpy's MT19937"),
-    ("episode buffers of two lengths", ("ep_l",), torch.zeros(1000, dtype=torch.int64), False,
-     "'ep_r', 'ep_l': not finite 1-d tensors"),
+    (
+        "numpy's RNG of another form",
+        ("rng", "numpy", "keys"),
+        torch.zeros(10, dtype=torch.int64),
+        False,
+        "'rng' numpy: not numpy's MT19937",
+    ),
+    (
+        "episode buffers of two lengths",
+        ("ep_l",),
+        torch.zeros(1000, dtype=torch.int64),
+        False,
+        "'ep_r', 'ep_l': not finite 1-d tensors",
+    ),
     ("an optimizer that is a list", ("optimizer",), [1], False, "'optimizer': not an optimizer's state"),
     ("an iteration count that is negative", ("iteration",), -1, False, "'iteration'=-1: not a whole number"),
 ]
@@ -329,7 +422,8 @@ MALFORMED = [
 
 @pytest.mark.parametrize("case", MALFORMED, ids=[case[0] for case in MALFORMED])
 def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export(
-        real_checkpoint, tmp_path, capsys, case) -> None:
+    real_checkpoint, tmp_path, capsys, case
+) -> None:
     """A checkpoint with missing keys, a config of the wrong type or a bad value was a traceback for --resume
     --dry_run, enjoy and export_onnx (9 of 9): each is now one message, exit 2, and nothing is written."""
     from ppo_dict import enjoy, export_onnx, main_ppo
@@ -342,9 +436,10 @@ def test_a_malformed_checkpoint_is_one_clean_refusal_for_resume_enjoy_and_export
     capsys.readouterr()
     commands = [("resume", lambda: main_ppo.main(["--resume", str(bad), "--dry_run"]))]
     if whole_model:
-        commands += [("enjoy", lambda: enjoy.main([str(tmp_path), "--model", str(bad), "--episodes", "1"])),
-                     ("export_onnx",
-                      lambda: export_onnx.main([str(bad), "--out", str(tmp_path / "policy.onnx"), "--check", "0"]))]
+        commands += [
+            ("enjoy", lambda: enjoy.main([str(tmp_path), "--model", str(bad), "--episodes", "1"])),
+            ("export_onnx", lambda: export_onnx.main([str(bad), "--out", str(tmp_path / "policy.onnx"), "--check", "0"])),
+        ]
     for name, command in commands:
         code = command()
         out, err = capsys.readouterr()
@@ -372,5 +467,7 @@ def test_dry_run_says_what_a_resume_does_with_the_envs() -> None:
     restored = run_here("--env", "gym_CartPole-v1", "--dry_run")
     assert "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight" in restored.stdout
     restarted = run_here("--env", "gym_LunarLander-v3", "--dry_run")
-    assert ("resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
-            "(LunarLander.world is a Box2D.Box2D.b2World, not plain data)") in restarted.stdout
+    assert (
+        "resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
+        "(LunarLander.world is a Box2D.Box2D.b2World, not plain data)"
+    ) in restarted.stdout

@@ -1,5 +1,6 @@
 """tests/cli_here.py answers as a real command would: exit status, stdout and stderr (the stream a module bound at
 import too), warnings on stderr, and the process (gymnasium's TimeLimit among it) as it was."""
+
 import subprocess
 import sys
 import warnings
@@ -40,8 +41,11 @@ def test_output_at_the_descriptors_and_warnings_reach_stderr_and_the_process_is_
     assert seen == [patched.__mro__[1]] and gymnasium.wrappers.TimeLimit is patched  # gymnasium's own in the run only
     assert (sys.stdout, sys.stderr) == (stdout, stderr)
     assert proc.returncode == 1 and proc.stdout == "from fd 1\nfrom sys.stdout\n"
-    assert proc.stderr.startswith("from fd 2\n") and "UserWarning: a warning" in proc.stderr and \
-        proc.stderr.endswith("a message\n")
+    assert (
+        proc.stderr.startswith("from fd 2\n")
+        and "UserWarning: a warning" in proc.stderr
+        and proc.stderr.endswith("a message\n")
+    )
 
 
 def test_a_runs_messages_follow_a_redirected_stderr(tmp_path) -> None:
@@ -55,5 +59,7 @@ def test_a_runs_messages_follow_a_redirected_stderr(tmp_path) -> None:
     (tmp_path / ".checkpoint_000000000512.pt.abc.tmp").write_bytes(b"partial")
     with contextlib.redirect_stderr(io.StringIO()) as err:
         remove_stale_temp_files(str(tmp_path))
-    assert err.getvalue() == \
-        f"removed {tmp_path}/.checkpoint_000000000512.pt.abc.tmp: a partial checkpoint from an interrupted write\n"
+    assert (
+        err.getvalue()
+        == f"removed {tmp_path}/.checkpoint_000000000512.pt.abc.tmp: a partial checkpoint from an interrupted write\n"
+    )

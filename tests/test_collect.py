@@ -1,5 +1,6 @@
 """Collecting rollouts: exact (sb3's order) and double-buffered (halves alternate), each deterministic;
 double-buffered runs learn as exact ones do."""
+
 import warnings
 
 import numpy as np
@@ -11,8 +12,17 @@ from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.run.run_plan import build_env_pool
 
-PENDULUM = Config(env="gym_Pendulum-v1", n_envs=32, num_workers=2, n_steps=16, batch_size=128, n_epochs=2, seed=1,
-                  total_timesteps=2 * 512, normalize=True)
+PENDULUM = Config(
+    env="gym_Pendulum-v1",
+    n_envs=32,
+    num_workers=2,
+    n_steps=16,
+    batch_size=128,
+    n_epochs=2,
+    seed=1,
+    total_timesteps=2 * 512,
+    normalize=True,
+)
 
 
 def params_after(cfg: Config) -> list[torch.Tensor]:
@@ -56,8 +66,21 @@ def test_halves_step_on_every_worker() -> None:
 @pytest.mark.slow
 def test_double_buffered_cartpole_reaches_500() -> None:
     """rl-zoo's CartPole settings: exact and double-buffered runs both reach the maximum return."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=8, num_workers=2, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-                 n_epochs=20, learning_rate="lin_0.001", clip_range="lin_0.2", total_timesteps=100_000, seed=0, verbose=0)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=8,
+        num_workers=2,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        learning_rate="lin_0.001",
+        clip_range="lin_0.2",
+        total_timesteps=100_000,
+        seed=0,
+        verbose=0,
+    )
     for double_buffer in (False, True):
         with PPO(cfg.replace(double_buffer=double_buffer), build_env_pool(cfg.replace(double_buffer=double_buffer))) as model:
             model.learn()
@@ -71,11 +94,24 @@ def test_double_buffered_reacher_returns_within_the_exact_spread() -> None:
     finals: dict[bool, list[float]] = {False: [], True: []}
     for seed in range(3):
         # make train's settings, 40 iterations: the exact mode reaches about -17 from random play's -43
-        cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=256, batch_size=256, n_epochs=10, gamma=0.9,
-                     gae_lambda=0.95, normalize=True, total_timesteps=81_920, seed=seed, verbose=0)
+        cfg = Config(
+            env="gym_Reacher-v5",
+            n_envs=8,
+            num_workers=2,
+            n_steps=256,
+            batch_size=256,
+            n_epochs=10,
+            gamma=0.9,
+            gae_lambda=0.95,
+            normalize=True,
+            total_timesteps=81_920,
+            seed=seed,
+            verbose=0,
+        )
         for double_buffer in finals:
-            with PPO(cfg.replace(double_buffer=double_buffer),
-                     build_env_pool(cfg.replace(double_buffer=double_buffer))) as model:
+            with PPO(
+                cfg.replace(double_buffer=double_buffer), build_env_pool(cfg.replace(double_buffer=double_buffer))
+            ) as model:
                 model.learn()
                 finals[double_buffer].append(model.ep_rew_mean)
     exact, spread = np.array(finals[False]), np.std(finals[False])
@@ -83,12 +119,25 @@ def test_double_buffered_reacher_returns_within_the_exact_spread() -> None:
     assert np.mean(finals[False]) > -30 and np.mean(finals[True]) > -30, finals  # both learned: random play scores about -43
 
 
-@pytest.mark.parametrize("cfg", [
-    PENDULUM.replace(n_envs=8, use_sde=True, sde_sample_freq=4),  # each half explores with its own envs' gSDE matrices
-    Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
-           env_kwargs=dict(observation="dict", action="multi_binary"), n_envs=8, num_workers=2, n_steps=16, batch_size=64,
-           n_epochs=2, seed=2, total_timesteps=2 * 128),
-], ids=["gsde", "multi_binary"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        PENDULUM.replace(n_envs=8, use_sde=True, sde_sample_freq=4),  # each half explores with its own envs' gSDE matrices
+        Config(
+            env="gym_PPODictToy-v0",
+            gym_packages=("ppo_dict.envs.toy",),
+            env_kwargs=dict(observation="dict", action="multi_binary"),
+            n_envs=8,
+            num_workers=2,
+            n_steps=16,
+            batch_size=64,
+            n_epochs=2,
+            seed=2,
+            total_timesteps=2 * 128,
+        ),
+    ],
+    ids=["gsde", "multi_binary"],
+)
 def test_double_buffered_new_distributions_are_deterministic(cfg: Config) -> None:
     """gSDE draws its matrices once per rollout and every sde_sample_freq steps before half A acts."""
     cfg = cfg.replace(double_buffer=True)
@@ -113,8 +162,15 @@ def test_bookkeeping_overlapped_with_the_workers_step_keeps_every_number(episode
     while the workers step the next step: the same numbers as the in-process pool, which does them
     first. Episodes of one step are the hard case: a worker writes an env's terminal observation and
     episode row again at the very step the owed work reads the last ones (it reads copies)."""
-    cfg = Config(env="gym_CartPole-v1", env_kwargs=dict(max_episode_steps=episode_steps), n_envs=6, n_steps=8, batch_size=48,
-                 seed=3, total_timesteps=48)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        env_kwargs=dict(max_episode_steps=episode_steps),
+        n_envs=6,
+        n_steps=8,
+        batch_size=48,
+        seed=3,
+        total_timesteps=48,
+    )
     in_process, in_process_episodes, _ = rollout_of(cfg.replace(num_workers=0))
     for workers in (dict(num_workers=2, main_steps_envs=False), dict(num_workers=3)):
         arrays, episodes, _ = rollout_of(cfg.replace(**workers))
@@ -129,8 +185,18 @@ def test_owed_bookkeeping_is_done_while_the_workers_step() -> None:
     step, not before the policy acts."""
     from ppo_dict.envs import zero_work
 
-    cfg = Config(env=f"gym_{zero_work.GYM_ID}", gym_packages=(zero_work.MODULE,),
-                 env_kwargs=dict(episode_length=1, step_us=5000.0), n_envs=4, num_workers=2, main_steps_envs=False, n_steps=6,
-                 batch_size=24, seed=0, total_timesteps=24, shard_policy=False)
+    cfg = Config(
+        env=f"gym_{zero_work.GYM_ID}",
+        gym_packages=(zero_work.MODULE,),
+        env_kwargs=dict(episode_length=1, step_us=5000.0),
+        n_envs=4,
+        num_workers=2,
+        main_steps_envs=False,
+        n_steps=6,
+        batch_size=24,
+        seed=0,
+        total_timesteps=24,
+        shard_policy=False,
+    )
     _, episodes, overlapped = rollout_of(cfg)
     assert len(episodes) == 24 and overlapped > 0

@@ -1,4 +1,5 @@
 """Config: derived values, and a Config built in Python read and checked as one built from flags."""
+
 import dataclasses
 
 import pytest
@@ -13,6 +14,7 @@ from ppo_dict.vec import make_env_pool
 
 def test_worker_layout() -> None:
     """num_workers counts this process's share as one; an explicit envs_per_worker gives equal shares."""
+
     def shares(cfg: Config) -> tuple[int, int, list[int]]:
         layout = cfg.layout()
         return layout.n_envs, layout.main, [len(block) for block in layout.blocks]
@@ -36,12 +38,33 @@ def test_num_batches_sets_the_minibatch_size() -> None:
 
 
 def test_python_values_are_read_by_the_flags_parsers() -> None:
-    cfg = Config(net_arch="64,64", learning_rate="lin_3e-4", normalize="True", n_steps="128", tags="a,b",
-                 activation_fn="nn.ReLU")
+    cfg = Config(
+        net_arch="64,64", learning_rate="lin_3e-4", normalize="True", n_steps="128", tags="a,b", activation_fn="nn.ReLU"
+    )
     assert (cfg.net_arch, cfg.learning_rate, cfg.normalize, cfg.n_steps, cfg.tags, cfg.activation_fn) == (
-        [64, 64], "lin_3e-4", True, 128, ("a", "b"), "relu")
-    flags = config_from_args(["--net_arch", "64,64", "--learning_rate", "lin_3e-4", "--normalize", "True", "--n_steps", "128",
-                              "--tags", "a,b", "--activation_fn", "nn.ReLU"])
+        [64, 64],
+        "lin_3e-4",
+        True,
+        128,
+        ("a", "b"),
+        "relu",
+    )
+    flags = config_from_args(
+        [
+            "--net_arch",
+            "64,64",
+            "--learning_rate",
+            "lin_3e-4",
+            "--normalize",
+            "True",
+            "--n_steps",
+            "128",
+            "--tags",
+            "a,b",
+            "--activation_fn",
+            "nn.ReLU",
+        ]
+    )
     assert flags == cfg
     assert Config.from_dict(cfg.to_dict()) == cfg
     assert cfg.replace(seed=4).seed == 4 and dataclasses.replace(cfg, n_steps=64).n_steps == 64
@@ -61,8 +84,9 @@ def test_out_of_range_values_are_refused_wherever_the_config_is_used() -> None:
     cfg = Config(env="gym_CartPole-v1", n_epochs=0, gamma=1.5, num_workers=0, n_envs=2)
     assert cfg.problems() == ["n_epochs=0: must be in [1, inf]", "gamma=1.5: must be in [0.0, 1.0]"]
     for use in (lambda: make_env_pool(cfg), lambda: PPO(cfg, None), cfg.check, lambda: validate(cfg)):
-        with pytest.raises(ConfigError,
-                           match=r"^2 invalid setting\(s\):\n  - n_epochs=0: must be in \[1, inf\]\n  - gamma=1.5"):
+        with pytest.raises(
+            ConfigError, match=r"^2 invalid setting\(s\):\n  - n_epochs=0: must be in \[1, inf\]\n  - gamma=1.5"
+        ):
             use()
 
 
@@ -75,14 +99,17 @@ def test_every_range_and_choice_comes_from_field_metadata() -> None:
             continue
         lo, lo_open = bounds[0], (*bounds, False, False)[2]
         below = lo if lo_open else lo - (1 if isinstance(lo, int) else 0.5)
-        assert any(p.startswith(f"{f.name}={float(below) if isinstance(lo, float) else below!r}: must be in ")
-                   for p in Config(**{f.name: below}).problems()), f.name
+        assert any(
+            p.startswith(f"{f.name}={float(below) if isinstance(lo, float) else below!r}: must be in ")
+            for p in Config(**{f.name: below}).problems()
+        ), f.name
         checked += 1
     assert checked >= 30
     assert Config(log_std_init=float("nan")).problems() == ["log_std_init=nan: must be in (-inf, inf)"]
     assert Config(model="resnet").problems() == ["model='resnet': must be one of mlp, cnn, mlp_lstm, cnn_lstm"]
     assert Config(wandb_mode="online").problems() == [] and Config(wandb_mode="x").problems() == [
-        "wandb_mode='x': must be one of online, offline, disabled or None"]
+        "wandb_mode='x': must be one of online, offline, disabled or None"
+    ]
 
 
 def test_info_keywords_are_checked_before_start() -> None:
@@ -90,4 +117,6 @@ def test_info_keywords_are_checked_before_start() -> None:
     not one of the keys Monitor writes itself, each once; a Godot game sends no infos."""
     assert Config(info_keywords="is_success, distance").info_keywords == ("is_success", "distance")
     assert Config(info_keywords=("r", "x", "t", "x")).problems() == [
-        "info_keywords=r,t: sb3's Monitor writes r, l, t itself; choose other keys", "info_keywords=x: given more than once"]
+        "info_keywords=r,t: sb3's Monitor writes r, l, t itself; choose other keys",
+        "info_keywords=x: given more than once",
+    ]

@@ -1,6 +1,7 @@
 """The CUDA path's code, run on the CPU (no GPU here, or in CI): each piece forced on and compared with
 the exact path it replaces, to float tolerance. What needs a GPU itself (graph capture, pinned copies,
 the timings) runs in ``benchmarks/gpu.sh`` on a GPU host."""
+
 import warnings
 from dataclasses import replace
 
@@ -23,8 +24,9 @@ from ppo_dict.data.storage import RolloutStorage, obs_to_tensor
 from ppo_dict.run.run_plan import build_env_pool
 
 # Pendulum's time limit cuts every env at step 199: one batched bootstrap of all of them
-PENDULUM = Config(env="gym_Pendulum-v1", n_envs=4, n_steps=256, batch_size=64, n_epochs=2, seed=3, total_timesteps=1024,
-                  verbose=0)
+PENDULUM = Config(
+    env="gym_Pendulum-v1", n_envs=4, n_steps=256, batch_size=64, n_epochs=2, seed=3, total_timesteps=1024, verbose=0
+)
 
 
 def rollout_rewards(cfg: Config, device_bootstrap: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +52,18 @@ def test_the_batched_time_limit_bootstrap_agrees_with_the_per_env_one(num_worker
 
 # ---------------------------------------------------------------------- the update without host work per minibatch
 
-SETTINGS = UpdateSettings(learning_rate=3e-4, clip_range=0.2, clip_range_vf=None, n_epochs=4, batch_size=64,
-                          normalize_advantage=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+SETTINGS = UpdateSettings(
+    learning_rate=3e-4,
+    clip_range=0.2,
+    clip_range_vf=None,
+    n_epochs=4,
+    batch_size=64,
+    normalize_advantage=True,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    target_kl=None,
+)
 
 
 def update_fixture() -> tuple[ActorCritic, torch.optim.Adam, RolloutStorage]:
@@ -63,8 +75,10 @@ def update_fixture() -> tuple[ActorCritic, torch.optim.Adam, RolloutStorage]:
     s.env_obs["obs"][...] = rng.normal(size=s.env_obs["obs"].shape)
     s.actions[...] = rng.normal(size=s.actions.shape)
     with torch.no_grad():
-        values, log_probs, _ = policy.evaluate_actions(obs_to_tensor(s.obs["obs"][:32].reshape(64, 3), torch.device("cpu")),
-                                                       torch.from_numpy(s.actions.reshape(64, 2).copy()))
+        values, log_probs, _ = policy.evaluate_actions(
+            obs_to_tensor(s.obs["obs"][:32].reshape(64, 3), torch.device("cpu")),
+            torch.from_numpy(s.actions.reshape(64, 2).copy()),
+        )
     s.values[...], s.log_probs[...] = values.numpy().reshape(32, 2), log_probs.numpy().reshape(32, 2)
     s.advantages[...], s.returns[...] = rng.normal(size=(32, 2)), rng.normal(size=(32, 2))
     return policy, torch.optim.Adam(policy.parameters(), lr=3e-4, eps=1e-5), s
@@ -92,8 +106,11 @@ def test_the_device_loop_agrees_with_sb3s_loop_where_the_order_cannot_matter() -
         np.testing.assert_allclose(logs[key], exact_logs[key], rtol=2e-5, atol=1e-7, err_msg=key)
     # the counts back where torch's Adam keeps them
     for state, exact_state in zip(adam.state.values(), exact_adam.state.values(), strict=True):
-        assert state["step"].device.type == "cpu" and state["step"].dtype == torch.float32 and \
-            state["step"] == exact_state["step"] == 4
+        assert (
+            state["step"].device.type == "cpu"
+            and state["step"].dtype == torch.float32
+            and state["step"] == exact_state["step"] == 4
+        )
 
 
 def test_the_device_loop_draws_its_own_permutations() -> None:
@@ -133,8 +150,17 @@ def test_the_device_loop_refuses_a_non_finite_loss_and_applies_nothing_from_ther
 
 def test_a_run_with_the_device_loop_learns_deterministically() -> None:
     """The whole trainer with the device loop forced on the CPU: a seed gives the same run twice."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=4, n_steps=64, batch_size=64, n_epochs=4, seed=2, total_timesteps=3 * 256,
-                 verbose=0, num_workers=0)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=4,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=4,
+        seed=2,
+        total_timesteps=3 * 256,
+        verbose=0,
+        num_workers=0,
+    )
 
     def run() -> list[torch.Tensor]:
         with warnings.catch_warnings(), PPO(cfg, build_env_pool(cfg)) as model:
@@ -149,7 +175,8 @@ def test_a_run_with_the_device_loop_learns_deterministically() -> None:
 
 # ---------------------------------------------------------------------- the policy step as a CUDA graph
 def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(GraphedStep, "said_why", False)
     policy = ActorCritic(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(4))
     obs = torch.randn(8, 3)
@@ -162,17 +189,26 @@ def test_a_graphed_step_runs_eagerly_off_cuda_and_says_why_once(
     graphed(obs)
     assert all(torch.equal(a, b) for a, b in zip(first, eager))  # the step itself
     assert torch.equal(graphed.value(obs), policy.predict_values(obs))  # the step's other calls, as they are
-    assert capsys.readouterr().err == ("note: --cuda_graphs: the policy runs on cpu, and CUDA graphs need a CUDA device: "
-                                       "policy steps run eagerly\n")
+    assert capsys.readouterr().err == (
+        "note: --cuda_graphs: the policy runs on cpu, and CUDA graphs need a CUDA device: policy steps run eagerly\n"
+    )
 
 
-@pytest.mark.parametrize("settings, problem", [
-    (dict(device="cpu"), "cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)"),
-    (dict(model="mlp_lstm"), "cuda_graphs=True: recurrent policies are not captured (model='mlp_lstm'); drop --cuda_graphs"),
-    (dict(use_sde=True),
-     "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; "
-     "drop --use_sde"),
-])
+@pytest.mark.parametrize(
+    "settings, problem",
+    [
+        (dict(device="cpu"), "cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)"),
+        (
+            dict(model="mlp_lstm"),
+            "cuda_graphs=True: recurrent policies are not captured (model='mlp_lstm'); drop --cuda_graphs",
+        ),
+        (
+            dict(use_sde=True),
+            "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph would not see; "
+            "drop --use_sde",
+        ),
+    ],
+)
 def test_cuda_graphs_are_refused_where_they_cannot_run(settings: dict, problem: str) -> None:
     assert problem in Config(cuda_graphs=True, **settings).problems()
     assert not Config(cuda_graphs=True).problems()  # auto: CUDA where there is one, else eager with the note
@@ -197,18 +233,22 @@ def test_a_graphed_step_replays_the_eager_step_on_cuda() -> None:
 def test_auto_decides_from_the_measured_step() -> None:
     cuda = torch.device("cuda")
     assert choose_device(True, 32, cpu_us=900.0, cuda_us=300.0, cuda=cuda) == (
-        cuda, "device: auto picked cuda for this image policy: a policy step of 32 envs took 300 us on cuda, "
-              "900 us on the cpu (measured)")
+        cuda,
+        "device: auto picked cuda for this image policy: a policy step of 32 envs took 300 us on cuda, "
+        "900 us on the cpu (measured)",
+    )
     assert choose_device(True, 8, cpu_us=200.0, cuda_us=300.0, cuda=cuda)[0] == torch.device("cpu")
     # an MLP keeps sb3's bits, whatever the numbers
     device, line = choose_device(False, 256, cpu_us=500.0, cuda_us=150.0, cuda=cuda)
-    assert device == torch.device("cpu") and \
-        line.startswith("device: auto keeps the cpu for an MLP policy (bit-exact with sb3)")
+    assert device == torch.device("cpu") and line.startswith(
+        "device: auto keeps the cpu for an MLP policy (bit-exact with sb3)"
+    )
     assert line.endswith("; --device cuda would be faster per step, not bit-exact")
     assert not choose_device(False, 64, cpu_us=100.0, cuda_us=300.0, cuda=cuda)[1].endswith("not bit-exact")
     assert forced_cuda_line(64, cpu_us=100.0, cuda_us=320.0, cuda=cuda) == (
         "note: device cuda for an MLP policy: a policy step of 64 envs took 320 us there, 100 us on the cpu (measured): "
-        "3.2x the cpu's time")
+        "3.2x the cpu's time"
+    )
 
 
 def test_without_cuda_auto_is_the_cpu_as_before_and_the_measurement_runs() -> None:

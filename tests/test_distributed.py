@@ -7,6 +7,7 @@ truncated last minibatch, with an uneven env split, and with minibatches where a
 normaliser (``ppo_dict.algo.ranks.rank_rollout.RankNormalizer``): its statistics from the gathered batch are the single
 process's, ``==``. Both ranks run in one ``torch.multiprocessing`` spawn (a few seconds).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,21 +38,42 @@ OBS = spaces.Box(-1, 1, (5,), np.float32)
 #: name -> (action space, n_envs, n_steps, settings): each a rule of the update
 CASES = {
     # 3 envs x 7 steps = 21 rows in minibatches of 8: a truncated last minibatch; envs split 2 + 1
-    "box_truncated_vf_clip": (spaces.Box(-1, 1, (2,), np.float32), 3, 7,
-                              dict(batch_size=8, n_epochs=3, clip_range_vf=0.1, target_kl=None, ent_coef=0.01)),
+    "box_truncated_vf_clip": (
+        spaces.Box(-1, 1, (2,), np.float32),
+        3,
+        7,
+        dict(batch_size=8, n_epochs=3, clip_range_vf=0.1, target_kl=None, ent_coef=0.01),
+    ),
     # a target_kl that stops the update in its last epoch, after 12 of 16 steps (the stopping minibatch not applied)
-    "discrete_target_kl": (spaces.Discrete(3), 4, 6,
-                           dict(batch_size=6, n_epochs=4, clip_range_vf=None, target_kl=1e-4, ent_coef=0.0)),
+    "discrete_target_kl": (
+        spaces.Discrete(3),
+        4,
+        6,
+        dict(batch_size=6, n_epochs=4, clip_range_vf=None, target_kl=1e-4, ent_coef=0.0),
+    ),
     # minibatches of 2: many of them fall on one rank alone (the other joins with no rows)
-    "multidiscrete_tiny_batches": (spaces.MultiDiscrete([3, 2]), 2, 5, dict(batch_size=2, n_epochs=2, clip_range_vf=None,
-                                                                            target_kl=None, ent_coef=0.0)),
+    "multidiscrete_tiny_batches": (
+        spaces.MultiDiscrete([3, 2]),
+        2,
+        5,
+        dict(batch_size=2, n_epochs=2, clip_range_vf=None, target_kl=None, ent_coef=0.0),
+    ),
 }
 
 
 def settings_of(case: dict[str, Any]) -> UpdateSettings:
-    return UpdateSettings(learning_rate=case.get("learning_rate", 3e-4), clip_range=0.2, clip_range_vf=case["clip_range_vf"],
-                          n_epochs=case["n_epochs"], batch_size=case["batch_size"], normalize_advantage=True,
-                          ent_coef=case["ent_coef"], vf_coef=0.5, max_grad_norm=0.5, target_kl=case["target_kl"])
+    return UpdateSettings(
+        learning_rate=case.get("learning_rate", 3e-4),
+        clip_range=0.2,
+        clip_range_vf=case["clip_range_vf"],
+        n_epochs=case["n_epochs"],
+        batch_size=case["batch_size"],
+        normalize_advantage=True,
+        ent_coef=case["ent_coef"],
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        target_kl=case["target_kl"],
+    )
 
 
 def global_buffer(policy: ActorCritic, n_envs: int, n_steps: int, columns: range) -> RolloutStorage:
@@ -95,8 +117,12 @@ def one_update(name: str, ranks: Ranks | None) -> dict[str, Any]:
     else:
         logs, n_updates = ranked_update(policy, optimizer, storage, settings, 0, cpu, ranks)
     state = optimizer.state_dict()["state"]
-    return {"params": {k: v.detach().clone() for k, v in policy.state_dict().items()},
-            "adam": {i: {k: v.clone() for k, v in s.items()} for i, s in state.items()}, "logs": logs, "n_updates": n_updates}
+    return {
+        "params": {k: v.detach().clone() for k, v in policy.state_dict().items()},
+        "adam": {i: {k: v.clone() for k, v in s.items()} for i, s in state.items()},
+        "logs": logs,
+        "n_updates": n_updates,
+    }
 
 
 def normalizer_steps(ranks: Ranks | None) -> dict[str, Any]:
@@ -118,12 +144,17 @@ def normalizer_steps(ranks: Ranks | None) -> dict[str, Any]:
 
 
 #: name -> (env, n_envs, config keywords): the first rollout of a run over ranks, against the single process's
-ROLLOUTS = {"cartpole": ("gym_CartPole-v1", 5, {}), "pendulum_normalized": ("gym_Pendulum-v1", 4, dict(normalize=True)),
-            "masked_multidiscrete": ("gym_PPODictMaskedJump-v0", 3,
-                                     dict(gym_packages=("ppo_dict.envs.masked",), action_masks=True,
-                                          env_kwargs=dict(action="multi_discrete"))),
-            # a worker process beside each rank's main process: the policy where the envs are (its draws handed out by rows)
-            "pendulum_workers": ("gym_Pendulum-v1", 4, dict(num_workers=2, normalize=True))}
+ROLLOUTS = {
+    "cartpole": ("gym_CartPole-v1", 5, {}),
+    "pendulum_normalized": ("gym_Pendulum-v1", 4, dict(normalize=True)),
+    "masked_multidiscrete": (
+        "gym_PPODictMaskedJump-v0",
+        3,
+        dict(gym_packages=("ppo_dict.envs.masked",), action_masks=True, env_kwargs=dict(action="multi_discrete")),
+    ),
+    # a worker process beside each rank's main process: the policy where the envs are (its draws handed out by rows)
+    "pendulum_workers": ("gym_Pendulum-v1", 4, dict(num_workers=2, normalize=True)),
+}
 #: the learner's arrays of a rollout: ``[T(+1), n_envs, ...]`` each, env columns on axis 1
 BUFFERS = ("actions", "values", "log_probs", "rewards", "episode_starts", "advantages", "returns")
 
@@ -143,8 +174,13 @@ def first_rollout(name: str, ranks: Ranks | None) -> dict[str, Any]:
         arrays.update({f"obs/{key}": arr.copy() for key, arr in s.obs.items()})
         if s.action_masks is not None:
             arrays["action_masks"] = s.action_masks.copy()
-        return {"arrays": arrays, "num_timesteps": ppo.num_timesteps, "episodes": list(ppo.episodes.info_buffer),
-                "rng": torch.get_rng_state(), "policy_line": ppo.collector.policy_line}
+        return {
+            "arrays": arrays,
+            "num_timesteps": ppo.num_timesteps,
+            "episodes": list(ppo.episodes.info_buffer),
+            "rng": torch.get_rng_state(),
+            "policy_line": ppo.collector.policy_line,
+        }
 
 
 def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -177,8 +213,9 @@ def two_ranks(tmp_path_factory) -> list[dict[str, Any]]:
 
 
 def close(a: Any, b: Any) -> bool:
-    return bool(torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), rtol=1e-5,
-                               atol=1e-7))
+    return bool(
+        torch.allclose(torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64), rtol=1e-5, atol=1e-7)
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -208,8 +245,9 @@ def test_normalizer_statistics_are_the_single_process_bits(two_ranks) -> None:
         state = rank["normalizer"]["state"]
         assert np.array_equal(state["obs_rms"]["obs"]["mean"], single["state"]["obs_rms"]["obs"]["mean"])
         assert np.array_equal(state["obs_rms"]["obs"]["var"], single["state"]["obs_rms"]["obs"]["var"])
-        assert state["ret_rms"] == single["state"]["ret_rms"] or \
-            np.array_equal(state["ret_rms"]["var"], single["state"]["ret_rms"]["var"])
+        assert state["ret_rms"] == single["state"]["ret_rms"] or np.array_equal(
+            state["ret_rms"]["var"], single["state"]["ret_rms"]["var"]
+        )
         assert np.array_equal(state["returns"], single["state"]["returns"])
         assert np.array_equal(rank["normalizer"]["outputs"][0], single["outputs"][0][ranges.start : ranges.stop])
         for (obs, rewards), (whole_obs, whole_rewards) in zip(rank["normalizer"]["outputs"][1:], single["outputs"][1:]):
@@ -243,8 +281,9 @@ def test_the_first_rollout_is_the_single_process_columns(two_ranks, name) -> Non
         assert got["episodes"] == single["episodes"] and (len(single["episodes"]) > 0 or name != "cartpole")
         assert torch.equal(got["rng"], single["rng"])
         if name == "pendulum_workers":  # each rank's policy step where its envs are, unless this CPU's start probe refused it
-            assert "in each process for the envs it steps" in got["policy_line"] or \
-                "start probe" in got["policy_line"], got["policy_line"]
+            assert "in each process for the envs it steps" in got["policy_line"] or "start probe" in got["policy_line"], got[
+                "policy_line"
+            ]
 
 
 def test_env_ranges_split_unevenly_in_order() -> None:
@@ -261,8 +300,11 @@ def test_rank_info_reads_torchruns_environment() -> None:
     assert (info.rank, info.world, info.local_rank, info.local_world) == (3, 4, 1, 2)
     with pytest.raises(ValueError, match="RANK is not set"):
         RankInfo.from_env({"WORLD_SIZE": "2"})
-    with pytest.raises(ValueError, match=r"RANK='abc' is not a whole number; LOCAL_WORLD_SIZE=0 is not in \[1, 2\]; "
-                                         r"MASTER_ADDR is not set$"):
+    with pytest.raises(
+        ValueError,
+        match=r"RANK='abc' is not a whole number; LOCAL_WORLD_SIZE=0 is not in \[1, 2\]; "
+        r"MASTER_ADDR is not set$",
+    ):
         RankInfo.from_env({"WORLD_SIZE": "2", "RANK": "abc", "LOCAL_WORLD_SIZE": "0", "MASTER_PORT": "29500"}, store=True)
 
 
@@ -272,7 +314,8 @@ def test_what_torchrun_refuses_is_said_per_setting() -> None:
     info = RankInfo(1, 2, 1, 2, "localhost")
     assert rank_problems(Config(env="gym_CartPole-v1", n_envs=4, n_steps=8, batch_size=8), info) == []
     assert rank_problems(Config(env="gym_CartPole-v1", n_envs=1, n_steps=8, batch_size=8), info) == [
-        "n_envs=1: fewer envs than the 2 ranks torchrun started; each rank steps at least one"]
+        "n_envs=1: fewer envs than the 2 ranks torchrun started; each rank steps at least one"
+    ]
     lstm = rank_problems(Config(env="gym_CartPole-v1", n_envs=4, n_steps=8, batch_size=8, model="mlp_lstm"), info)
     assert lstm == ["model='mlp_lstm' (RecurrentPPO): not supported under torchrun (one rank, or a plain run, trains it)"]
     layout = rank_problems(Config(env="gym_CartPole-v1", n_envs=4, num_workers=3, n_steps=8, batch_size=8), info)

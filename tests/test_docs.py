@@ -5,6 +5,7 @@ with today's flags; README's speed summary is the range of the table the site dr
 The site itself is built with every warning an error by ``make docs`` (``tests/test_readme.py`` runs it,
 as README shows it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,16 @@ import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.main_ppo_godot import godot_argv
-from ppo_dict.run.cli import (COMMAND_LINE_FLAGS, ZOO_FLAGS, default_text, explicit_flags, flag_default, flag_groups,
-                              flag_text, shown_default)
+from ppo_dict.run.cli import (
+    COMMAND_LINE_FLAGS,
+    ZOO_FLAGS,
+    default_text,
+    explicit_flags,
+    flag_default,
+    flag_groups,
+    flag_text,
+    shown_default,
+)
 from tests.conftest import ROOT
 
 DOCS = Path(ROOT) / "docs"
@@ -52,8 +61,9 @@ def real_help() -> str:
     """What ``python -m ppo_dict.main_ppo --help`` prints, run as a user runs it (a terminal wide enough
     that no help line wraps: the text is the same, one flag a line or two)."""
     env = {**os.environ, "COLUMNS": "100000"}
-    done = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--help"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ppo_dict.main_ppo", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -104,8 +114,10 @@ def test_flags_page_is_the_real_help_in_names_defaults_and_order() -> None:
     """docs/flags.md's tables against what ``python -m ppo_dict.main_ppo --help`` prints: the same flags,
     every one (the command line's own included), the same defaults (``--help`` adds what None means), in the same order."""
     fields = {f.name: f for f in dataclasses.fields(Config)}
-    shown = {name: shown_default(fields[name], flag_default(fields[name])) if name in fields else default
-             for name, default in page_defaults(flags_page()).items()}
+    shown = {
+        name: shown_default(fields[name], flag_default(fields[name])) if name in fields else default
+        for name, default in page_defaults(flags_page()).items()
+    }
     assert list(shown.items()) == list(help_defaults(HELP).items())
 
 
@@ -123,8 +135,12 @@ def test_flags_page_lists_every_flag_with_its_help() -> None:
 def test_flags_page_says_what_every_flag_reads() -> None:
     """A flag whose parser the page does not know would show its raw type annotation: name the parser in
     ``VALUE_KINDS`` (docs/hooks/generated.py) or give the field choices."""
-    unknown = [f.name for fields in flag_groups().values() for f in fields
-               if not f.metadata["choices"] and getattr(f.metadata["parse"], "__name__", "") not in HOOKS.VALUE_KINDS]
+    unknown = [
+        f.name
+        for fields in flag_groups().values()
+        for f in fields
+        if not f.metadata["choices"] and getattr(f.metadata["parse"], "__name__", "") not in HOOKS.VALUE_KINDS
+    ]
     assert not unknown
 
 
@@ -144,8 +160,9 @@ def test_every_commands_help_shows_its_defaults_in_plain_words(module: str) -> N
     text = HOOKS.command_help(module, width=100000)
     assert text.startswith(f"usage: python -m {module} ") and "\n\noptions:\n" in text, text[:300]
     assert "``" not in text and not re.search(r":(func|class|meth|mod|attr|data|exc):`", text), text
-    entries = [entry for entry in re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1])
-               if not entry.startswith("  -h, --help")]
+    entries = [
+        entry for entry in re.split(r"\n(?=  -)", text.split("\noptions:\n", 1)[1]) if not entry.startswith("  -h, --help")
+    ]
     assert len(entries) >= 2
     for entry in entries:
         entry = " ".join(entry.split("\n\n")[0].split())  # one option: up to a blank line (the next group, the epilog)
@@ -157,11 +174,16 @@ def test_godot_help_is_its_own_with_the_demos_defaults() -> None:
     text = HOOKS.command_help("ppo_dict.main_ppo_godot", width=100000)
     defaults = help_defaults(text)
     assert defaults["env_path"] == "None: the demo game" and re.search(r"\n  --env_path PATH ", text)
-    assert (defaults["env"], defaults["total_timesteps"], defaults["n_envs"], defaults["gamma"]) == \
-        ("godot_demo", "150000", "8", "0.98")
+    assert (defaults["env"], defaults["total_timesteps"], defaults["n_envs"], defaults["gamma"]) == (
+        "godot_demo",
+        "150000",
+        "8",
+        "0.98",
+    )
     assert "usage: python -m ppo_dict.main_ppo " not in text and "\nexamples:\n  python -m ppo_dict.main_ppo_godot " in text
-    assert set(defaults) == \
-        {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS) | set(ZOO_FLAGS) | {"env_path"}
+    assert set(defaults) == {f.name for f in dataclasses.fields(Config)} | set(COMMAND_LINE_FLAGS) | set(ZOO_FLAGS) | {
+        "env_path"
+    }
 
 
 def doc_commands() -> list[tuple[str, str]]:
@@ -201,9 +223,11 @@ def test_readme_speed_summary_is_the_sites_table() -> None:
     """README keeps no copy of the speed table (the site draws it from docs/figures/speed.csv): its summary's range of
     training ratios is the table's, and it links the page."""
     readme = (Path(ROOT) / "README.md").read_text()
-    training = [float(re.search(r"\*\*([\d.]+)x\*\*", row).group(1))
-                for row in HOOKS.speed_markdown(HOOKS.speed_rows()).splitlines()
-                if ": training" in row and "cuda" not in row]
+    training = [
+        float(re.search(r"\*\*([\d.]+)x\*\*", row).group(1))
+        for row in HOOKS.speed_markdown(HOOKS.speed_rows()).splitlines()
+        if ": training" in row and "cuda" not in row
+    ]
     low, high = min(training), max(training)
     assert f"at {low:.1f}x to {high:.1f}x sb3's throughput" in readme and "docs/speed.md#where-things-stand" in readme
     assert "| workload | ppo_dict / sb3 |" not in readme
@@ -218,9 +242,15 @@ def test_pages_with_generated_parts_have_their_markers() -> None:
     assert "<!-- generated: results table -->" in (DOCS / "results.md").read_text()
     assert "<!-- generated: config fields -->" in (DOCS / "api.md").read_text()
     assert "<!-- generated: constructor parameters -->" in (DOCS / "api.md").read_text()
-    assert set(parts) == {"<!-- generated: flags -->", "<!-- generated: commands -->", "<!-- generated: speed table -->",
-                          "<!-- generated: ledger, newest first -->", "<!-- generated: results table -->",
-                          "<!-- generated: config fields -->", "<!-- generated: constructor parameters -->"}
+    assert set(parts) == {
+        "<!-- generated: flags -->",
+        "<!-- generated: commands -->",
+        "<!-- generated: speed table -->",
+        "<!-- generated: ledger, newest first -->",
+        "<!-- generated: results table -->",
+        "<!-- generated: config fields -->",
+        "<!-- generated: constructor parameters -->",
+    }
 
 
 def test_api_reference_lists_configs_fields_and_the_constructors_parameters() -> None:
@@ -235,8 +265,9 @@ def test_api_reference_lists_configs_fields_and_the_constructors_parameters() ->
     parameters = HOOKS.constructor_markdown()
     for name, spec in ALGORITHMS.items():
         section = parameters.split(f"### `{name}(...)`", 1)[1].split("### ", 1)[0]
-        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == \
-            list(spec.signature().parameters)
+        assert [row.split("`")[1] for row in section.splitlines() if row.startswith("| `")] == list(
+            spec.signature().parameters
+        )
         assert "| `n_envs` | <code>None</code> | ppo_dict's setting: environments stepped in parallel" in section
         assert inspect.signature(spec.sb3().__init__).parameters["learning_rate"].default == 3e-4
 
@@ -244,16 +275,20 @@ def test_api_reference_lists_configs_fields_and_the_constructors_parameters() ->
 def test_every_role_the_docstrings_use_is_one_the_docs_hook_renders() -> None:
     """A role kind the hook does not know would render raw in the API reference (and only there: ``make docs`` does not
     fail)."""
-    used = {kind for path in [*Path(ROOT, "ppo_dict").rglob("*.py"), *Path(ROOT, "envs").rglob("*.py")]
-            for kind in re.findall(r"(?<![\w:]):(\w+):`[~\w.]+`", path.read_text())}
+    used = {
+        kind
+        for path in [*Path(ROOT, "ppo_dict").rglob("*.py"), *Path(ROOT, "envs").rglob("*.py")]
+        for kind in re.findall(r"(?<![\w:]):(\w+):`[~\w.]+`", path.read_text())
+    }
     assert used and all(HOOKS.SPHINX_ROLE.search(f":{kind}:<code>x</code>") for kind in used), used
 
 
 def test_the_docstrings_roles_render_as_code() -> None:
     """The API reference shows ``:class:`~a.b.Config``` as the code it names, not as raw text (the docs hook)."""
-    html = 'see :class:<code>~ppo_dict.core.config.Config</code> and :meth:<code>predict</code>, :func:<code>a.b</code>'
-    assert HOOKS.on_page_content(html, None, None, None) == \
-        "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
+    html = "see :class:<code>~ppo_dict.core.config.Config</code> and :meth:<code>predict</code>, :func:<code>a.b</code>"
+    assert (
+        HOOKS.on_page_content(html, None, None, None) == "see <code>Config</code> and <code>predict</code>, <code>a.b</code>"
+    )
 
 
 def test_results_table_holds_every_run() -> None:

@@ -1,4 +1,5 @@
 """Evaluation: no effect on training (RNG streams untouched), eval logs, best model, videos, enjoy."""
+
 import json
 import os
 
@@ -31,8 +32,20 @@ def train(cfg: Config, evaluator=None) -> PPO:
 
 
 def test_evaluation_does_not_change_training(tmp_path) -> None:
-    cfg = Config(env="gym_Reacher-v2", n_envs=2, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, total_timesteps=512,
-                 seed=0, verbose=0, normalize=True, eval_freq=128, eval_episodes=2)
+    cfg = Config(
+        env="gym_Reacher-v2",
+        n_envs=2,
+        num_workers=0,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        total_timesteps=512,
+        seed=0,
+        verbose=0,
+        normalize=True,
+        eval_freq=128,
+        eval_episodes=2,
+    )
     plain = train(cfg)
     plain_rng = (torch.get_rng_state(), np.random.get_state()[1].copy())
     evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
@@ -65,9 +78,37 @@ def count_frames(path: str) -> int:
 @needs("gl")  # the video renders Reacher
 def test_video_of_evaluations_and_enjoy(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    proc = run_here("--env", "gym_Reacher-v2", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
-                    "--n_epochs", "1", "--total_timesteps", "512", "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir),
-                    "--eval_freq", "512", "--eval_episodes", "1", "--video", "--video_length", "20", "--plot", "False")
+    proc = run_here(
+        "--env",
+        "gym_Reacher-v2",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "128",
+        "--batch_size",
+        "64",
+        "--n_epochs",
+        "1",
+        "--total_timesteps",
+        "512",
+        "--seed",
+        "0",
+        "--verbose",
+        "0",
+        "--run_dir",
+        str(run_dir),
+        "--eval_freq",
+        "512",
+        "--eval_episodes",
+        "1",
+        "--video",
+        "--video_length",
+        "20",
+        "--plot",
+        "False",
+    )
     assert proc.returncode == 0, proc.stderr
     video = run_dir / "videos" / "eval-000000000512.mp4"
     assert count_frames(str(video)) == 20
@@ -114,8 +155,20 @@ def test_atari_evaluation_is_rl_zoos(tmp_path) -> None:
     from tests.parity.sides import make_ours, make_sb3
 
     kwargs = dict(max_num_frames_per_episode=1200)
-    cfg = Config(env="gym_AsterixNoFrameskip-v4", atari_wrapper=True, frame_stack=4, model="cnn", n_envs=1, num_workers=0,
-                 seed=3, env_kwargs=kwargs, n_steps=8, batch_size=8, eval_freq=8, run_dir=str(tmp_path))
+    cfg = Config(
+        env="gym_AsterixNoFrameskip-v4",
+        atari_wrapper=True,
+        frame_stack=4,
+        model="cnn",
+        n_envs=1,
+        num_workers=0,
+        seed=3,
+        env_kwargs=kwargs,
+        n_steps=8,
+        batch_size=8,
+        eval_freq=8,
+        run_dir=str(tmp_path),
+    )
     sb3, ours = make_sb3(cfg), make_ours(cfg)
     assert all(torch.equal(a, b) for a, b in zip(sb3.policy.state_dict().values(), ours.policy.state_dict().values()))
     evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
@@ -136,20 +189,56 @@ def test_atari_run_from_rl_zoo_file_evaluates_records_and_replays(tmp_path) -> N
     """The issue's command with rl-zoo's atari entry, shortened: worker processes, an evaluation
     with a video of the real screen, then ``enjoy`` scoring whole games."""
     run_dir = tmp_path / "run"
-    proc = run_cli("--env", "gym_BreakoutNoFrameskip-v4", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "2",
-                   "--num_workers", "2", "--n_steps", "32", "--batch_size", "32", "--total_timesteps", "128", "--seed", "0",
-                   "--verbose", "0", "--env_kwargs", "dict(max_num_frames_per_episode=2000)", "--run_dir", str(run_dir),
-                   "--eval_freq", "128", "--eval_episodes", "1", "--video", "--video_length", "30")
+    proc = run_cli(
+        "--env",
+        "gym_BreakoutNoFrameskip-v4",
+        "--hyperparams",
+        "hyperparams/ppo.yml",
+        "--n_envs",
+        "2",
+        "--num_workers",
+        "2",
+        "--n_steps",
+        "32",
+        "--batch_size",
+        "32",
+        "--total_timesteps",
+        "128",
+        "--seed",
+        "0",
+        "--verbose",
+        "0",
+        "--env_kwargs",
+        "dict(max_num_frames_per_episode=2000)",
+        "--run_dir",
+        str(run_dir),
+        "--eval_freq",
+        "128",
+        "--eval_episodes",
+        "1",
+        "--video",
+        "--video_length",
+        "30",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = summary_line(proc.stdout)["metrics"]
     assert metrics["eval/mean_ep_length"] > 100  # emulator frames of a whole game (5 lives)
     cap = cv2.VideoCapture(str(run_dir / "videos" / "eval-000000000128.mp4"))
-    assert (cap.get(cv2.CAP_PROP_FRAME_COUNT), cap.get(cv2.CAP_PROP_FRAME_HEIGHT), cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == \
-        (30, 210, 160)
+    assert (cap.get(cv2.CAP_PROP_FRAME_COUNT), cap.get(cv2.CAP_PROP_FRAME_HEIGHT), cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == (
+        30,
+        210,
+        160,
+    )
     cap.release()
     env = {**os.environ, "PYTHONPATH": ROOT}
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    enjoy = subprocess.run(
+        [sys.executable, "-m", "ppo_dict.enjoy", str(run_dir), "--episodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     result = json.loads(enjoy.stdout.strip().splitlines()[-1])
     assert len(result["lengths"]) == 1 and result["lengths"][0] > 100
@@ -167,8 +256,18 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
     from tests.parity.sides import make_ours, make_sb3
 
     kwargs = dict(success_type="mixed", success_every_step=False)
-    cfg = Config(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",), env_kwargs=kwargs, n_envs=1, num_workers=0,
-                 seed=3, n_steps=8, batch_size=8, eval_freq=8, eval_episodes=8)
+    cfg = Config(
+        env="gym_PPODictGoal-v0",
+        gym_packages=("ppo_dict.envs.goal",),
+        env_kwargs=kwargs,
+        n_envs=1,
+        num_workers=0,
+        seed=3,
+        n_steps=8,
+        batch_size=8,
+        eval_freq=8,
+        eval_episodes=8,
+    )
     sb3, ours = make_sb3(cfg), make_ours(cfg)
     torch.manual_seed(11)
     flags: list = []
@@ -180,9 +279,14 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
         if local["done"] and "is_success" in local["info"]:
             expected.append(local["info"]["is_success"])
 
-    sb3_returns, sb3_lengths = evaluate_policy(sb3, make_vec_env("PPODictGoal-v0", n_envs=1, seed=5, env_kwargs=kwargs),
-                                               n_eval_episodes=8, deterministic=False, return_episode_rewards=True,
-                                               callback=collect)
+    sb3_returns, sb3_lengths = evaluate_policy(
+        sb3,
+        make_vec_env("PPODictGoal-v0", n_envs=1, seed=5, env_kwargs=kwargs),
+        n_eval_episodes=8,
+        deterministic=False,
+        return_episode_rewards=True,
+        callback=collect,
+    )
     assert lengths == sb3_lengths and returns == pytest.approx(sb3_returns, abs=1e-6)  # sb3's Monitor rounds to 6 decimals
     assert flags == expected and [type(f) for f in flags] == [type(f) for f in expected] and len(set(map(type, flags))) > 1
     evaluator = Evaluator(cfg, env_spec(cfg), str(tmp_path))
@@ -190,6 +294,9 @@ def test_eval_success_rate_is_sb3_eval_callbacks(tmp_path) -> None:
     evaluator.close()
     logged = [d for d in ours.logger.history if "eval/success_rate" in d]
     with np.load(tmp_path / "evaluations.npz") as data:
-        assert len(logged) == 1 and logged[0]["eval/success_rate"] == np.mean(data["successes"][0]) and \
-            data["successes"].shape == (1, 8)
+        assert (
+            len(logged) == 1
+            and logged[0]["eval/success_rate"] == np.mean(data["successes"][0])
+            and data["successes"].shape == (1, 8)
+        )
     ours.close()

@@ -7,6 +7,7 @@ block run first when it runs alone (``-k``). Commands are cut short as README's 
 (:func:`tests.test_readme.cut_short`); Python blocks get :data:`PYTHON_CUT`'s smaller numbers. Training commands after
 the first call main_ppo's entry point in this process (:data:`HERE`).
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,11 @@ BLOCKS = page_blocks(PAGE.read_text())
 
 def reads(block: Block) -> list[Block]:
     """The earlier blocks whose files this block reads."""
-    return [earlier for earlier in BLOCKS[: block.index]
-            if any(re.search(rf"(?<![\w/.]){re.escape(name)}(?![\w/])", block.text) for name in earlier.writes - block.writes)]
+    return [
+        earlier
+        for earlier in BLOCKS[: block.index]
+        if any(re.search(rf"(?<![\w/.]){re.escape(name)}(?![\w/])", block.text) for name in earlier.writes - block.writes)
+    ]
 
 
 def commands(block: Block) -> list[str]:
@@ -82,6 +86,7 @@ def cut_command(shell: str) -> str:
 
 def cut_python(code: str) -> str:
     """``code`` with each :data:`PYTHON_CUT` keyword's number lowered to its cut."""
+
     def lower(match: re.Match) -> str:
         return f"{match.group(1)}={min(int(match.group(2).replace('_', '')), PYTHON_CUT[match.group(1)])}"
 
@@ -120,7 +125,7 @@ def run_block(block: Block, work: Path, done: set[int]) -> None:
         runs = [["bash", "-c", cut_command(shell)] for shell in commands(block)]
     for argv in runs:
         if argv[0] == "bash" and argv[-1].startswith(HERE) and block.index != FIRST:
-            proc = run_here(*shlex.split(argv[-1])[len(HERE.split()):], cwd=str(work), env_extra={"MPLBACKEND": "Agg"})
+            proc = run_here(*shlex.split(argv[-1])[len(HERE.split()) :], cwd=str(work), env_extra={"MPLBACKEND": "Agg"})
         else:
             proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{block.heading}: {argv[-1]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -135,8 +140,18 @@ def done() -> set[int]:
 def test_the_page_has_its_examples() -> None:
     """Every kind of example the page promises is there, and every block is a program (no fragments)."""
     headings = {block.heading for block in BLOCKS}
-    for wanted in ("Train from the command line", "Evaluate and replay a run", "Continue a run", "A callback", "Pixels",
-                   "Atari", "Action masking", "Recurrent policies", "A hyperparameter sweep", "Export to ONNX"):
+    for wanted in (
+        "Train from the command line",
+        "Evaluate and replay a run",
+        "Continue a run",
+        "A callback",
+        "Pixels",
+        "Atari",
+        "Action masking",
+        "Recurrent policies",
+        "A hyperparameter sweep",
+        "Export to ONNX",
+    ):
         assert wanted in headings, wanted
     assert any("VecNormalize" in heading for heading in headings)
     assert sum(block.kind == "python" for block in BLOCKS) >= 6
@@ -148,13 +163,19 @@ def test_the_page_has_its_examples() -> None:
 
 
 def test_python_blocks_are_cut_short() -> None:
-    assert cut_python("learn(total_timesteps=100_000); PPO(n_steps=1024, batch_size=32)") == \
-        "learn(total_timesteps=256); PPO(n_steps=64, batch_size=32)"
+    assert (
+        cut_python("learn(total_timesteps=100_000); PPO(n_steps=1024, batch_size=32)")
+        == "learn(total_timesteps=256); PPO(n_steps=64, batch_size=32)"
+    )
 
 
-@pytest.mark.parametrize("block", [
-    pytest.param(b, id=f"{b.index}-{b.kind}-{re.sub(r'[^a-z]+', '_', b.heading.lower()).strip('_')}", marks=block_marks(b))
-    for b in BLOCKS])
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, id=f"{b.index}-{b.kind}-{re.sub(r'[^a-z]+', '_', b.heading.lower()).strip('_')}", marks=block_marks(b))
+        for b in BLOCKS
+    ],
+)
 def test_example_runs(block: Block, work: Path, done: set[int]) -> None:
     run_block(block, work, done)
 
@@ -171,8 +192,10 @@ def test_getting_started_own_env_runs_under_both_imports(tmp_path: Path) -> None
     (tmp_path / "ours.py").write_text(cut_python(script.text))
     (tmp_path / "sb3s.py").write_text(sb3_script)
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
-    runs = [["bash", "-c", cut_command(line)] for line in commands(shell)] + \
-        [[sys.executable, "ours.py"], [sys.executable, "sb3s.py"]]
+    runs = [["bash", "-c", cut_command(line)] for line in commands(shell)] + [
+        [sys.executable, "ours.py"],
+        [sys.executable, "sb3s.py"],
+    ]
     for argv in runs:
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{argv[-1]}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

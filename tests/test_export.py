@@ -1,4 +1,5 @@
 """Files a trained model is written to: atomic writes, the weights-only model file, sb3's keyword arguments."""
+
 import os
 
 import pytest
@@ -52,8 +53,9 @@ def test_model_file_loads_weights_only_and_holds_everything(tmp_path) -> None:
 
 
 def test_sb3_keyword_arguments_mean_what_the_config_means() -> None:
-    kwargs = sb3_ppo_kwargs(Config(learning_rate="lin_1e-3", clip_range=0.3, net_arch="32", activation_fn="relu",
-                                   batch_size=32))
+    kwargs = sb3_ppo_kwargs(
+        Config(learning_rate="lin_1e-3", clip_range=0.3, net_arch="32", activation_fn="relu", batch_size=32)
+    )
     assert kwargs["learning_rate"](0.5) == 0.5 * 1e-3 and kwargs["clip_range"](0.1) == 0.3 and kwargs["clip_range_vf"] is None
     assert kwargs["policy_kwargs"]["net_arch"] == [32] and kwargs["policy_kwargs"]["activation_fn"] is torch.nn.ReLU
     assert "net_arch" not in sb3_ppo_kwargs(Config())["policy_kwargs"]  # sb3 then picks the default ppo_dict picks

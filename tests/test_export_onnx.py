@@ -1,5 +1,6 @@
 """ONNX export: the file, run in onnxruntime, gives the actions of ppo_dict's deterministic predict (MLP, CNN, dict);
 a masked model's graph takes the masks and gives sb3-contrib's ``MaskablePPO.predict(..., action_masks=...)``."""
+
 import json
 import os
 
@@ -25,25 +26,53 @@ MODELS = {
     # MLP, Gaussian actions, observations normalised (folded into the graph)
     "mlp_normalized": Config(env="gym_Pendulum-v1", normalize=True, n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0),
     # NatureCNN on channel-last uint8 images (transposed in the graph), categorical actions
-    "cnn_channel_last": Config(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channel_last=True), n_envs=2,
-                               n_steps=32, batch_size=32, n_epochs=1, seed=1),
+    "cnn_channel_last": Config(
+        env="test_dummy",
+        model="cnn",
+        env_kwargs=dict(image_size=36, channel_last=True),
+        n_envs=2,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=1,
+    ),
     # MultiInputPolicy: rendered frames (not normalised) and the state vector (normalised)
-    "dict_pixels_and_state": Config(env="gym_Reacher-v2", model="cnn", pixel_obs_wrapper=True, pixel_keep_state=True,
-                                    image_size=36, normalize=True, n_envs=2, n_steps=16, batch_size=32, n_epochs=1, seed=2),
+    "dict_pixels_and_state": Config(
+        env="gym_Reacher-v2",
+        model="cnn",
+        pixel_obs_wrapper=True,
+        pixel_keep_state=True,
+        image_size=36,
+        normalize=True,
+        n_envs=2,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        seed=2,
+    ),
 }
 
 
-MASKED = dict(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",), action_masks=True, n_envs=2, n_steps=32,
-              batch_size=32, n_epochs=1)
+MASKED = dict(
+    env="gym_PPODictMaskedJump-v0",
+    gym_packages=("ppo_dict.envs.masked",),
+    action_masks=True,
+    n_envs=2,
+    n_steps=32,
+    batch_size=32,
+    n_epochs=1,
+)
 #: --action_masks models, one per action space sb3-contrib masks (MultiBinary: its 2n-output head)
 MASKED_MODELS = {
     "masked_discrete": Config(**MASKED, env_kwargs=dict(action="discrete"), seed=3),
-    "masked_multi_discrete_dict_obs": Config(**MASKED, env_kwargs=dict(action="multi_discrete", observation="dict", size=6),
-                                             seed=4),
+    "masked_multi_discrete_dict_obs": Config(
+        **MASKED, env_kwargs=dict(action="multi_discrete", observation="dict", size=6), seed=4
+    ),
     "masked_multi_binary": Config(**MASKED, env_kwargs=dict(action="multi_binary", size=5), seed=5),
     # a channel-last uint8 picture (transposed in the graph; MaskablePPO's CnnPolicy transposes it in predict)
-    "masked_multi_discrete_image": Config(**MASKED, model="cnn",
-                                          env_kwargs=dict(action="multi_discrete", observation="image", size=5), seed=6),
+    "masked_multi_discrete_image": Config(
+        **MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5), seed=6
+    ),
 }
 
 
@@ -98,9 +127,11 @@ def test_cli_exports_a_run_directory_checks_it_and_refuses_what_it_cannot_write(
     assert result["check"]["observations"] == 64 and result["check"]["max_abs_diff"] < 1e-5
     # float32 rounding (a continuous action: every row differs a little) is no mismatch; the verdict says so
     check = result["check"]
-    assert check["mismatched"] == 0 and check["verdict"] == ("equal within 1e-06" if check["max_abs_diff"] <= 1e-6 else
-                                                            f"{check['mismatched']} of 64 actions (or the LSTM states) differ "
-                                                            "by more than 1e-06")
+    assert check["mismatched"] == 0 and check["verdict"] == (
+        "equal within 1e-06"
+        if check["max_abs_diff"] <= 1e-6
+        else f"{check['mismatched']} of 64 actions (or the LSTM states) differ by more than 1e-06"
+    )
     # An opset the exporter cannot write: a clear error, and the file already there is left alone.
     (tmp_path / "old.onnx").write_bytes(b"previous export")
     assert export_main([result["model"], "--opset", "6", "--out", str(tmp_path / "old.onnx")]) == 2

@@ -6,6 +6,7 @@ The modules are imported for real in a fresh interpreter, so that what they impo
 ``rl_zoo3.plots`` imports scipy, which neither rl_zoo3 nor the test extra used to install (a machine that had
 scipy already passed, a fresh one failed).
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,12 @@ def imported_modules() -> set[str]:
                     names.update(alias.name for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module)
-                elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "importorskip" and node.args
-                      and isinstance(node.args[0], ast.Constant)):
+                elif (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "attr", None) == "importorskip"
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                ):
                     names.add(node.args[0].value)
     return {n for n in names if n.partition(".")[0] not in LOCAL and n.partition(".")[0] not in sys.stdlib_module_names}
 
@@ -91,8 +96,13 @@ print(json.dumps(failed))
 
 def failing_imports(modules: set[str], installed: set[str]) -> list[str]:
     """Import ``modules`` where only the distributions ``installed`` are: ``["module: error", ...]`` for those that fail."""
-    proc = subprocess.run([sys.executable, "-c", HIDE_THE_REST, json.dumps(sorted(modules)), json.dumps(sorted(installed))],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", HIDE_THE_REST, json.dumps(sorted(modules)), json.dumps(sorted(installed))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -119,7 +129,11 @@ def test_the_test_extra_installs_every_module_the_tests_import() -> None:
 
 def test_the_plots_extra_installs_what_rl_zoos_plot_scripts_import() -> None:
     """``pip install -e ".[plots]"`` (docs/experiments.md) is enough for rl-zoo's plot scripts and sb3's results_plotter."""
-    plots = {"rl_zoo3.plots", "rl_zoo3.plots.plot_train", "stable_baselines3.common.results_plotter",
-             "stable_baselines3.common.monitor"}
+    plots = {
+        "rl_zoo3.plots",
+        "rl_zoo3.plots.plot_train",
+        "stable_baselines3.common.results_plotter",
+        "stable_baselines3.common.monitor",
+    }
     assert failing_imports(plots, installed_by(extra("plots"))) == []
     assert failing_imports(plots, installed_by(extra(""))) != []  # the package alone is not enough

@@ -10,6 +10,7 @@ code a command runs) and a few as real commands; the slow tests run thousands, a
 accepted ones for real, stopping each with SIGTERM. A failure the fuzzer finds and shrinks becomes
 an ordinary test in ``test_bad_input.py``.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -26,8 +27,18 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import ROOT
 from tests.faults.test_worker_faults import assert_no_shm_left, assert_session_gone, finish, shm_entries
-from tests.fuzz_flags import (PATH_FIELDS, Outcome, assert_clean_outcome, child_processes, command_lines, folder_bytes,
-                              hostile_paths, prepare_folder, run_in_process, unusable_paths)
+from tests.fuzz_flags import (
+    PATH_FIELDS,
+    Outcome,
+    assert_clean_outcome,
+    child_processes,
+    command_lines,
+    folder_bytes,
+    hostile_paths,
+    prepare_folder,
+    run_in_process,
+    unusable_paths,
+)
 
 FOLDER = tempfile.mkdtemp(prefix="ppo_dict_fuzz_")
 atexit.register(shutil.rmtree, FOLDER, True)
@@ -58,8 +69,11 @@ def test_fuzzed_command_lines_through_dry_run(argv: list[str]) -> None:
     check_in_process(argv + ["--dry_run"])
 
 
-@pytest.mark.parametrize("name, path", [(name, path) for name in PATH_FIELDS for path in hostile_paths(name, FOLDER)],
-                         ids=lambda value: value.replace(FOLDER, "F")[:40] if isinstance(value, str) else value)
+@pytest.mark.parametrize(
+    "name, path",
+    [(name, path) for name in PATH_FIELDS for path in hostile_paths(name, FOLDER)],
+    ids=lambda value: value.replace(FOLDER, "F")[:40] if isinstance(value, str) else value,
+)
 def test_every_file_system_case_through_dry_run(name: str, path: str) -> None:
     """Each path case the fuzz draws (rarely, among a few hundred lines), given to each path setting of a plain
     command line: refused where no run can use it, never a traceback, never a file written."""
@@ -69,8 +83,15 @@ def test_every_file_system_case_through_dry_run(name: str, path: str) -> None:
 def popen_main(argv: list[str]) -> subprocess.Popen:
     """``python -m ppo_dict.main_ppo ARGV`` started in a session of its own (to find what it leaves behind)."""
     env = {**os.environ, "PYTHONPATH": ROOT, "WANDB_MODE": "disabled"}
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *argv], cwd=FOLDER, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.main_ppo", *argv],
+        cwd=FOLDER,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def communicate(proc: subprocess.Popen, argv: list[str], timeout: float, what: str) -> tuple[str, str]:
@@ -115,8 +136,9 @@ def test_accepted_fuzzed_command_lines_start_and_stop_cleanly() -> None:
     collect()
     assert len(started) >= 15, started
     for i, argv in enumerate(started):
-        start_and_stop(argv + ["--run_dir", os.path.join(FOLDER, f"run_{i}"), "--seed", str(i)],
-                       os.path.join(FOLDER, f"run_{i}"))
+        start_and_stop(
+            argv + ["--run_dir", os.path.join(FOLDER, f"run_{i}"), "--seed", str(i)], os.path.join(FOLDER, f"run_{i}")
+        )
 
 
 def start_and_stop(argv: list[str], run_dir: str) -> None:

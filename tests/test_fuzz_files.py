@@ -7,6 +7,7 @@ pytest), a hang, an allocation past the limit or another exception; and nothing 
 sentinel a spliced ``eval`` would touch never appears). ``make test`` reads a few hundred; the slow test
 thousands.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,11 @@ def fuzz(worker: Isolated, real_files: dict[str, str], folder: str, zips: int, p
     unpickler too); every outcome clean, no sentinel. Returns the outcomes' kinds (the test checks both happen)."""
     kinds: Counter = Counter()
     cases = [("zip", path) for path in mutated_zips(real_files["zip"], folder, zips, seed)]
-    cases += [(reader, path) for path in mutated_pickles(real_files["vecnormalize"], folder, pickles, seed)
-              for reader in ("vecnormalize", "pickle")]
+    cases += [
+        (reader, path)
+        for path in mutated_pickles(real_files["vecnormalize"], folder, pickles, seed)
+        for reader in ("vecnormalize", "pickle")
+    ]
     for reader, path in cases:
         outcome = worker.read(reader, path)
         problem = clean(outcome)
@@ -51,8 +55,9 @@ def fuzz(worker: Isolated, real_files: dict[str, str], folder: str, zips: int, p
 
 def test_mutated_sb3_files_read_as_a_value_or_one_clean_refusal(file_reader, real_files, tmp_path) -> None:
     worker = file_reader
-    assert clean(worker.read("zip", real_files["zip"])) is None and \
-        worker.read("zip", real_files["zip"])["outcome"].startswith("value")
+    assert clean(worker.read("zip", real_files["zip"])) is None and worker.read("zip", real_files["zip"])[
+        "outcome"
+    ].startswith("value")
     kinds = fuzz(worker, real_files, str(tmp_path), zips=80, pickles=110, seed=0)  # 300 reads
     assert kinds[("zip", "refused")] and kinds[("zip", "value")] and kinds[("vecnormalize", "refused")], kinds
 

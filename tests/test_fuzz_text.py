@@ -6,6 +6,7 @@ Each case ends in a value or one clean refusal (a ``ValueError``, ``OSError`` or
 never a crash, a hang, an allocation past the limit, another exception, and nothing a file names runs. ``make test``
 reads a few hundred; the slow test thousands.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,15 @@ from tests.fuzz_files import SENTINEL_NAME, clean
 from tests.fuzz_text import mutated_texts
 
 #: the file each reader reads, by the name it has in a run directory, a results folder or sweeps/
-FILES = {"progress": "progress.csv", "monitor": "monitor.csv", "plot_config": "config.json", "wandb_id": "wandb_run_id",
-         "results_final": "final.csv", "results_curves": "curves.csv", "sweep": "reacher.yaml"}
+FILES = {
+    "progress": "progress.csv",
+    "monitor": "monitor.csv",
+    "plot_config": "config.json",
+    "wandb_id": "wandb_run_id",
+    "results_final": "final.csv",
+    "results_curves": "curves.csv",
+    "sweep": "reacher.yaml",
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +41,45 @@ def real_texts(tmp_path_factory) -> dict[str, str]:
     writer = CSVWriter(str(folder / "progress.csv"))
     for step in (64, 128, 192):
         writer({"rollout/ep_rew_mean": step / 10, "time/fps": 300, **({"train/loss": 0.5} if step > 64 else {})}, step)
-    (folder / "monitor.csv").write_text('#{"t_start": 1700000000.5, "env_id": "CartPole-v1"}\nr,l,t,is_success\n'
-                                        + "".join(f"{10.0 + i},{10 + i},{0.1 * i:.6f},0\n" for i in range(8)))
-    (folder / "config.json").write_text(json.dumps({"env": "gym_CartPole-v1", "info_keywords": ["is_success"],
-                                                    "net_arch": [64, 64], "policy_kwargs": {"a": {"b": [1, 2]}}, "seed": 0},
-                                                   indent=2))
+    (folder / "monitor.csv").write_text(
+        '#{"t_start": 1700000000.5, "env_id": "CartPole-v1"}\nr,l,t,is_success\n'
+        + "".join(f"{10.0 + i},{10 + i},{0.1 * i:.6f},0\n" for i in range(8))
+    )
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "env": "gym_CartPole-v1",
+                "info_keywords": ["is_success"],
+                "net_arch": [64, 64],
+                "policy_kwargs": {"a": {"b": [1, 2]}},
+                "seed": 0,
+            },
+            indent=2,
+        )
+    )
     (folder / "wandb_run_id").write_text("a1b2c3d4")
     row = {field: "" for field in results.FINAL_FIELDS}
-    row.update(env="CartPole-v1", lib="ppo_dict", seed="0", planned="100", budget="100", timesteps="100", eval_mean="9.5",
-               run="r0", wall_s="1.5", resumed_at="50;75")
+    row.update(
+        env="CartPole-v1",
+        lib="ppo_dict",
+        seed="0",
+        planned="100",
+        budget="100",
+        timesteps="100",
+        eval_mean="9.5",
+        run="r0",
+        wall_s="1.5",
+        resumed_at="50;75",
+    )
     results.append(str(folder / "final.csv"), results.FINAL_FIELDS, [row, dict(row, run="r1", lib="sb3")])
-    results.append(str(folder / "curves.csv"), results.CURVE_FIELDS,
-                   [dict(env="CartPole-v1", lib="ppo_dict", seed="0", commit="c", timesteps=str(t), ep_rew_mean=repr(t / 3),
-                         run="r0") for t in (10, 20, 30)])
+    results.append(
+        str(folder / "curves.csv"),
+        results.CURVE_FIELDS,
+        [
+            dict(env="CartPole-v1", lib="ppo_dict", seed="0", commit="c", timesteps=str(t), ep_rew_mean=repr(t / 3), run="r0")
+            for t in (10, 20, 30)
+        ],
+    )
     shutil.copy(os.path.join(ROOT, "sweeps", "reacher.yaml"), folder / "reacher.yaml")
     return {reader: str(folder / name) for reader, name in FILES.items()}
 

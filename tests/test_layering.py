@@ -5,6 +5,7 @@ between files, the packages import only their own layer and the layers below it 
 nothing under ``envs/``, installed as ``ppo_dict.envs``, imports the trainer), the modules at the top
 of ``ppo_dict/`` are the command lines, no module over 400 lines and no function over 60.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,9 +19,21 @@ PACKAGES = {"ppo_dict": "ppo_dict", "envs": "ppo_dict.envs"}
 #: (``python -m ppo_dict.main_ppo``, ...), the top.
 #: Inside ``ppo_dict.algo``, its concepts are layers too: the networks, the rollout that runs them, the update that
 #: trains them, the ranks that share both; the trainer (``algo/ppo.py``) and the model on top.
-LAYERS = ("ppo_dict.envs", "ppo_dict.core", "ppo_dict.data", "ppo_dict.vec", "ppo_dict.algo.networks", "ppo_dict.algo.rollout",
-          "ppo_dict.algo.training", "ppo_dict.algo.ranks", "ppo_dict.algo", "ppo_dict.interop", "ppo_dict.run", "ppo_dict.api",
-          "ppo_dict")
+LAYERS = (
+    "ppo_dict.envs",
+    "ppo_dict.core",
+    "ppo_dict.data",
+    "ppo_dict.vec",
+    "ppo_dict.algo.networks",
+    "ppo_dict.algo.rollout",
+    "ppo_dict.algo.training",
+    "ppo_dict.algo.ranks",
+    "ppo_dict.algo",
+    "ppo_dict.interop",
+    "ppo_dict.run",
+    "ppo_dict.api",
+    "ppo_dict",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -112,15 +125,21 @@ def test_no_import_cycle_between_files() -> None:
 
 
 def test_envs_never_imports_the_trainer() -> None:
-    up = sorted(f"{m} -> {d}" for m, deps in graph().items() if m.startswith("ppo_dict.envs")
-                for d in deps if not d.startswith("ppo_dict.envs"))
+    up = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph().items()
+        if m.startswith("ppo_dict.envs")
+        for d in deps
+        if not d.startswith("ppo_dict.envs")
+    )
     assert up == []
 
 
 def layer(module: str) -> int:
     """The index in ``LAYERS`` of the layer ``module`` belongs to (the longest package prefix)."""
-    return max((i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")),
-               key=lambda i: len(LAYERS[i]))
+    return max(
+        (i for i, name in enumerate(LAYERS) if module == name or module.startswith(name + ".")), key=lambda i: len(LAYERS[i])
+    )
 
 
 def upward(edges: dict[str, set[str]]) -> list[str]:
@@ -130,17 +149,22 @@ def upward(edges: dict[str, set[str]]) -> list[str]:
 
 def test_imports_run_down_the_layers() -> None:
     assert upward({"ppo_dict.core.config": {"ppo_dict.algo.ppo"}, "ppo_dict.run.cli": {"ppo_dict.core.config"}}) == [
-        "ppo_dict.core.config -> ppo_dict.algo.ppo"]  # the check finds what it is for
+        "ppo_dict.core.config -> ppo_dict.algo.ppo"
+    ]  # the check finds what it is for
     assert layer("ppo_dict.main_ppo") == len(LAYERS) - 1 and layer("ppo_dict.vec.runner") == LAYERS.index("ppo_dict.vec")
     assert upward({"ppo_dict.algo.networks.policy": {"ppo_dict.algo.rollout.collect"}}) == [
-        "ppo_dict.algo.networks.policy -> ppo_dict.algo.rollout.collect"]  # and between algo's concepts
+        "ppo_dict.algo.networks.policy -> ppo_dict.algo.rollout.collect"
+    ]  # and between algo's concepts
     assert upward(graph()) == []
 
 
 def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
     """Everything else lives in a layer's package: a flat module would belong to no layer."""
-    top = [path for name, path in modules().items()
-           if name.count(".") == 1 and not name.startswith("ppo_dict.envs") and path.parent.name == "ppo_dict"]
+    top = [
+        path
+        for name, path in modules().items()
+        if name.count(".") == 1 and not name.startswith("ppo_dict.envs") and path.parent.name == "ppo_dict"
+    ]
     not_commands = [p.name for p in top if p.name != "__init__.py" and 'if __name__ == "__main__":' not in p.read_text()]
     assert len(top) > 1 and not_commands == []
     packages = {p.parent.name for p in (ROOT / "ppo_dict").glob("*/__init__.py")}
@@ -156,14 +180,22 @@ def test_every_package_is_installed() -> None:
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg")
     listed = set(setup["options"]["packages"].split())
-    folders = {".".join([installed, *init.parent.relative_to(ROOT / folder).parts])
-               for folder, installed in PACKAGES.items() for init in (ROOT / folder).rglob("__init__.py")}
+    folders = {
+        ".".join([installed, *init.parent.relative_to(ROOT / folder).parts])
+        for folder, installed in PACKAGES.items()
+        for init in (ROOT / folder).rglob("__init__.py")
+    }
     assert "ppo_dict.algo" in folders and listed == folders
 
 
 def test_config_is_a_leaf_of_the_trainer() -> None:
-    leaves = {"ppo_dict.core.errors", "ppo_dict.core.parse", "ppo_dict.core.fields", "ppo_dict.core.machine",
-              "ppo_dict.core.layout"}
+    leaves = {
+        "ppo_dict.core.errors",
+        "ppo_dict.core.parse",
+        "ppo_dict.core.fields",
+        "ppo_dict.core.machine",
+        "ppo_dict.core.layout",
+    }
     # the fields, declared in two halves (what is learned, how the run runs): the same leaves
     settings = {"ppo_dict.core.learning_settings", "ppo_dict.core.run_settings"}
     assert graph()["ppo_dict.core.config"] <= leaves | settings | {"ppo_dict.core.config_rules"}

@@ -1,6 +1,7 @@
 """The default layout uses every usable CPU for any n_envs: the CPU count faked through the machine's
 probes (the affinity mask, a cgroup CPU quota, os.cpu_count), the layout checked as Config, the
 command line's --dry_run and the Python API choose it."""
+
 from __future__ import annotations
 
 import os
@@ -18,11 +19,33 @@ from ppo_dict.main_ppo import main
 N_ENVS = (1, 2, 7, 9, 64, 255, 256)
 #: (usable CPUs, n_envs) -> (envs in this process, each worker process's envs as "largest/smallest")
 EXPECTED = {
-    (1, 1): (1, ""), (1, 2): (2, ""), (1, 7): (7, ""), (1, 9): (9, ""), (1, 64): (64, ""), (1, 255): (255, ""),
-    (1, 256): (256, ""), (2, 1): (1, ""), (2, 2): (1, "1"), (2, 7): (3, "4"), (2, 9): (4, "5"), (2, 64): (32, "32"),
-    (2, 255): (127, "128"), (2, 256): (128, "128"), (4, 1): (1, ""), (4, 2): (0, "1"), (4, 7): (1, "2"), (4, 9): (1, "3/2"),
-    (4, 64): (15, "17/16"), (4, 255): (63, "64"), (4, 256): (63, "65/64"),
-    (16, 1): (1, ""), (16, 2): (0, "1"), (16, 7): (0, "1"), (16, 9): (0, "1"), (16, 64): (0, "5/4"), (16, 255): (9, "17/16"),
+    (1, 1): (1, ""),
+    (1, 2): (2, ""),
+    (1, 7): (7, ""),
+    (1, 9): (9, ""),
+    (1, 64): (64, ""),
+    (1, 255): (255, ""),
+    (1, 256): (256, ""),
+    (2, 1): (1, ""),
+    (2, 2): (1, "1"),
+    (2, 7): (3, "4"),
+    (2, 9): (4, "5"),
+    (2, 64): (32, "32"),
+    (2, 255): (127, "128"),
+    (2, 256): (128, "128"),
+    (4, 1): (1, ""),
+    (4, 2): (0, "1"),
+    (4, 7): (1, "2"),
+    (4, 9): (1, "3/2"),
+    (4, 64): (15, "17/16"),
+    (4, 255): (63, "64"),
+    (4, 256): (63, "65/64"),
+    (16, 1): (1, ""),
+    (16, 2): (0, "1"),
+    (16, 7): (0, "1"),
+    (16, 9): (0, "1"),
+    (16, 64): (0, "5/4"),
+    (16, 255): (9, "17/16"),
     (16, 256): (9, "17/16"),
 }
 
@@ -36,8 +59,11 @@ def fake_cpus(monkeypatch, affinity: Optional[int], quota: Optional[str] = None,
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
     monkeypatch.setattr(os, "cpu_count", lambda: cpu_count)
     real_read = machine._read
-    cgroup = {"/sys/fs/cgroup/cpu.max": quota, "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": None,
-              "/sys/fs/cgroup/cpu/cpu.cfs_period_us": None}
+    cgroup = {
+        "/sys/fs/cgroup/cpu.max": quota,
+        "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": None,
+        "/sys/fs/cgroup/cpu/cpu.cfs_period_us": None,
+    }
     monkeypatch.setattr(machine, "_read", lambda path: cgroup[path] if path in cgroup else real_read(path))
 
 
@@ -77,7 +103,8 @@ def test_the_cpu_count_comes_from_the_affinity_mask_then_the_cgroup_quota(monkey
     assert machine.cpu_budget() == (4, machine.CPU_COUNT)
     assert Config(n_envs=7).layout().text() == (
         "7 envs: 3 worker processes x 2 envs (forkserver) + 1 in this process; 4 usable CPUs (cpu count): "
-        "a worker on each but one, kept by this process (the policy, its share)")
+        "a worker on each but one, kept by this process (the policy, its share)"
+    )
 
 
 def test_cores_that_must_not_be_shared_count_no_more_than_the_budget(monkeypatch) -> None:
@@ -96,8 +123,10 @@ def test_given_settings_are_kept_and_said(monkeypatch) -> None:
     fake_cpus(monkeypatch, 16)
     explicit = Config(n_envs=256, num_workers=16, envs_per_worker=16).layout()
     assert shares(explicit) == (16, "16") and explicit.processes == 15 and explicit.num_workers == 16
-    assert explicit.text() == ("256 envs: 15 worker processes x 16 envs (forkserver) + 16 in this process; "
-                               "as asked (num_workers 16, envs_per_worker 16); 16 usable CPUs (affinity mask)")
+    assert explicit.text() == (
+        "256 envs: 15 worker processes x 16 envs (forkserver) + 16 in this process; "
+        "as asked (num_workers 16, envs_per_worker 16); 16 usable CPUs (affinity mask)"
+    )
     assert shares(Config(n_envs=256, num_workers=8).layout()) == (29, "33/32")  # 7 workers: 3.5 envs fewer here than in one
     assert shares(Config(n_envs=256, main_envs=0).layout()) == (0, "18/17")
     assert shares(Config(n_envs=9, num_workers=0).layout()) == (9, "")
@@ -113,24 +142,34 @@ def test_a_layout_is_planned_from_the_split_not_env_by_env() -> None:
     the plan and its one-line text take no memory that grows with them; the blocks are worked out when read."""
     tracemalloc.start()
     try:
-        huge = [plan_layout(10**9, None, None, cpus=(16, "test")),
-                plan_layout(10**9, None, None, halves=True, cpus=(16, "test")),
-                plan_layout(None, 10**9, None, cpus=(2, "test")), plan_layout(10**12, 3, None, unit=4, cpus=(2, "test"))]
+        huge = [
+            plan_layout(10**9, None, None, cpus=(16, "test")),
+            plan_layout(10**9, None, None, halves=True, cpus=(16, "test")),
+            plan_layout(None, 10**9, None, cpus=(2, "test")),
+            plan_layout(10**12, 3, None, unit=4, cpus=(2, "test")),
+        ]
         texts = [layout.text() for layout in huge]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 2**20, peak
-    assert "999999999 worker processes x 2/1 envs (forkserver), none in this process" in texts[2] and \
-        huge[2].processes == 999999999
+    assert (
+        "999999999 worker processes x 2/1 envs (forkserver), none in this process" in texts[2]
+        and huge[2].processes == 999999999
+    )
     assert huge[1].blocks[15].runs == (range(468750000, 500000000), range(968750000, 10**9))
     assert huge[3].blocks[-1].runs == (range(666666666668, 10**12),) and huge[3].blocks.sizes() == [333333333336, 333333333332]
     # counts past sys.maxsize (len() cannot give them): the counts, the text and a block still come out
     beyond = plan_layout(None, 10**30, None, cpus=(2, "test"))
-    assert beyond.processes == 10**30 - 1 and beyond.blocks.sizes() == [2, 1] and \
-        beyond.blocks[-1].runs == (range(10**30 - 1, 10**30),)
-    assert "in halves 5000000000000000000000000000000 + 5000000000000000000000000000000 (double buffer)" in \
-        plan_layout(10**31, None, None, halves=True, cpus=(16, "test")).text()
+    assert (
+        beyond.processes == 10**30 - 1
+        and beyond.blocks.sizes() == [2, 1]
+        and beyond.blocks[-1].runs == (range(10**30 - 1, 10**30),)
+    )
+    assert (
+        "in halves 5000000000000000000000000000000 + 5000000000000000000000000000000 (double buffer)"
+        in plan_layout(10**31, None, None, halves=True, cpus=(16, "test")).text()
+    )
     # read block by block, a small layout is the contiguous split
     small = plan_layout(19, 3, None, main_steps_envs=False, cpus=(16, "test"))
     assert [tuple(b) for b in small.blocks] == [tuple(range(0, 7)), tuple(range(7, 13)), tuple(range(13, 19))]
@@ -145,12 +184,21 @@ def test_the_main_share_is_a_workers_less_half_an_env_per_worker() -> None:
     assert layout.main == 9 and workers == [17] * 7 + [16] * 8
 
 
-@pytest.mark.parametrize("n_envs, expected", [
-    (256, "layout: 256 envs: 15 worker processes x 17/16 envs (forkserver) + 9 in this process; "
-          "16 usable CPUs (affinity mask): a worker on each but one, kept by this process (the policy, its share)"),
-    (7, "layout: 7 envs: 7 worker processes x 1 env (forkserver), none in this process; 16 usable CPUs (affinity mask): "
-        "fewer envs than CPUs, a worker per env"),
-])
+@pytest.mark.parametrize(
+    "n_envs, expected",
+    [
+        (
+            256,
+            "layout: 256 envs: 15 worker processes x 17/16 envs (forkserver) + 9 in this process; "
+            "16 usable CPUs (affinity mask): a worker on each but one, kept by this process (the policy, its share)",
+        ),
+        (
+            7,
+            "layout: 7 envs: 7 worker processes x 1 env (forkserver), none in this process; 16 usable CPUs (affinity mask): "
+            "fewer envs than CPUs, a worker per env",
+        ),
+    ],
+)
 def test_dry_run_says_the_layout_and_why(monkeypatch, capsys, n_envs: int, expected: str) -> None:
     fake_cpus(monkeypatch, 16)
     assert main(["--env", "gym_Pendulum-v1", "--n_envs", str(n_envs), "--dry_run"]) == 0

@@ -1,6 +1,7 @@
 """CPUs busy with other work (ppo_dict.core.load): measured from /proc/stat less the run's own processes, and what
 the layout, the waits and the update's threads make of it; a load that lasts told from a blip at start, and the
 note once the load that shaped a layout has gone."""
+
 import contextlib
 import multiprocessing
 import os
@@ -19,8 +20,9 @@ from ppo_dict.run.run_plan import build_env_pool
 
 def fake_stat(monkeypatch, ticks: dict[int, list[int]], own: int) -> None:
     """/proc/stat with these per-CPU ticks (user nice system idle iowait irq softirq steal), and this process's own ticks."""
-    text = "cpu  0 0 0 0 0 0 0 0\n" + "".join(f"cpu{i} {' '.join(map(str, t))}\n" for i,
-                                              t in ticks.items()) + "procs_running 1\n"
+    text = (
+        "cpu  0 0 0 0 0 0 0 0\n" + "".join(f"cpu{i} {' '.join(map(str, t))}\n" for i, t in ticks.items()) + "procs_running 1\n"
+    )
     monkeypatch.setattr(load, "_read", lambda path: text if path == "/proc/stat" else machine._read(path))
     monkeypatch.setattr(load, "process_ticks", lambda pids: own)
 
@@ -40,8 +42,9 @@ def test_cpus_taken_elsewhere_leave_the_layout_fewer(monkeypatch) -> None:
     monkeypatch.setattr(load, "_at_start", 1.8)  # two burners on a 2-CPU host
     layout = plan_layout(8, None, None)
     assert layout.processes == 0 and layout.main == 8  # every env in this process: sb3's DummyVecEnv's layout
-    assert layout.text() == \
-        "8 envs in this process; 1 usable CPU (affinity mask; 1.8 busy with other work): no CPU for a worker"
+    assert (
+        layout.text() == "8 envs in this process; 1 usable CPU (affinity mask; 1.8 busy with other work): no CPU for a worker"
+    )
     monkeypatch.setattr(load, "_at_start", 0.3)  # a daemon waking up: noise
     assert plan_layout(8, None, None).processes == 1
 
@@ -121,12 +124,23 @@ def run_beside_a_load(monkeypatch, capsys, rollout_load: float, **settings) -> t
     monkeypatch.setattr(load, "_at_start", 1.8)
     looks = iter(range(1, 10**6))  # /proc/stat 100 ticks a CPU further at each read, rollout_load CPUs of them busy
     busy = round(rollout_load * 50)
-    monkeypatch.setattr(load, "_read", lambda path: "".join(f"cpu{i} {n * busy} 0 0 {n * (100 - busy)} 0 0 0 0\n"
-                                                            for n in [next(looks)]
-                                                            for i in range(2)))
+    monkeypatch.setattr(
+        load,
+        "_read",
+        lambda path: "".join(f"cpu{i} {n * busy} 0 0 {n * (100 - busy)} 0 0 0 0\n" for n in [next(looks)] for i in range(2)),
+    )
     monkeypatch.setattr(load, "process_ticks", lambda pids: 0)
-    cfg = Config(env="gym_CartPole-v1", n_envs=8, n_steps=16, batch_size=64, n_epochs=1, total_timesteps=768, seed=0,
-                 verbose=1, **settings)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=8,
+        n_steps=16,
+        batch_size=64,
+        n_epochs=1,
+        total_timesteps=768,
+        seed=0,
+        verbose=1,
+        **settings,
+    )
     capsys.readouterr()
     plan = start_plan(cfg, None, None)
     lines = capsys.readouterr().out.splitlines()
@@ -136,9 +150,11 @@ def run_beside_a_load(monkeypatch, capsys, rollout_load: float, **settings) -> t
 
 
 WORDS = "1 usable CPU (affinity mask; 1.8 busy with other work)"
-GONE = (f"note: the load that left this run {WORDS} has gone (the last 3 updates found the CPUs free); the layout stays as "
-        "planned; --num_workers 2 gives a run the full layout on 2 usable CPUs (affinity mask), "
-        "whatever the load at its start\n")
+GONE = (
+    f"note: the load that left this run {WORDS} has gone (the last 3 updates found the CPUs free); the layout stays as "
+    "planned; --num_workers 2 gives a run the full layout on 2 usable CPUs (affinity mask), "
+    "whatever the load at its start\n"
+)
 
 
 def test_the_start_line_and_dry_run_word_the_usable_cpus_alike(monkeypatch, capsys) -> None:
@@ -155,8 +171,9 @@ def test_the_start_line_and_dry_run_word_the_usable_cpus_alike(monkeypatch, caps
     assert layout in lines and err.count(GONE) == 1, err
 
 
-@pytest.mark.parametrize("rollout_load, settings", [(1.4, {}), (0.0, {"num_workers": 0})],
-                         ids=["the load lasts", "a layout asked for"])
+@pytest.mark.parametrize(
+    "rollout_load, settings", [(1.4, {}), (0.0, {"num_workers": 0})], ids=["the load lasts", "a layout asked for"]
+)
 def test_no_note_while_the_load_lasts_nor_where_it_shaped_nothing(monkeypatch, capsys, rollout_load, settings) -> None:
     _, err = run_beside_a_load(monkeypatch, capsys, rollout_load, **settings)
     assert "has gone" not in err

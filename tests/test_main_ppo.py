@@ -1,5 +1,6 @@
 """The command line, run as a user runs it: in a subprocess; the new code paths' runs call its entry point in this
 process (tests/cli_here.py), as their claims are about what the run computes and writes."""
+
 import json
 import os
 import signal
@@ -17,11 +18,18 @@ from tests.conftest import ROOT
 QUICK = ["--n_steps", "128", "--batch_size", "64", "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0"]
 
 
-def run_cli(*args: str, timeout: float = 180, python_flags: tuple = (),
-            env_extra: Optional[dict] = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout: float = 180, python_flags: tuple = (), env_extra: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in {**os.environ, "PYTHONPATH": ROOT, **(env_extra or {})}.items() if v is not None}  # None: unset
-    return subprocess.run([sys.executable, *python_flags, "-m", "ppo_dict.main_ppo", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, *python_flags, "-m", "ppo_dict.main_ppo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def summary_line(stdout: str) -> dict:
@@ -48,8 +56,23 @@ def test_main_job_prints_tables_and_summary() -> None:
 
 def test_bad_config_lists_every_problem_and_exits_2() -> None:
     for flags in ((), ("-O",)):  # no asserts: works under python -O too
-        proc = run_cli("--n_epochs", "0", "--clip_range", "-0.2", "--gamma", "1.5", "--learning_rate", "-1", "--ent_coef",
-                       "nan", "--batch_size", "1", "--env", "gym_Hoper-v5", python_flags=flags)
+        proc = run_cli(
+            "--n_epochs",
+            "0",
+            "--clip_range",
+            "-0.2",
+            "--gamma",
+            "1.5",
+            "--learning_rate",
+            "-1",
+            "--ent_coef",
+            "nan",
+            "--batch_size",
+            "1",
+            "--env",
+            "gym_Hoper-v5",
+            python_flags=flags,
+        )
         assert proc.returncode == 2
         assert "7 invalid setting(s)" in proc.stderr, proc.stderr
         for name in ("n_epochs", "clip_range", "gamma", "learning_rate", "ent_coef", "batch_size", "Did you mean: `Hopper`?"):
@@ -68,8 +91,20 @@ def test_save_and_export_sb3_load_with_equal_parameters(tmp_path) -> None:
     from ppo_dict.core.files import load_model_state
 
     zip_path, save_dir = tmp_path / "exported.zip", tmp_path / "model"
-    proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", *QUICK,
-                   "--save_path", str(save_dir), "--export_sb3", str(zip_path), "--normalize=True")
+    proc = run_cli(
+        "--env",
+        "gym_CartPole-v1",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        *QUICK,
+        "--save_path",
+        str(save_dir),
+        "--export_sb3",
+        str(zip_path),
+        "--normalize=True",
+    )
     assert proc.returncode == 0, proc.stderr
     ours = load_model_state(str(save_dir))
     assert ours["num_timesteps"] == 512 and ours["config"]["normalize"] is True and ours["normalizer"] is not None
@@ -84,8 +119,23 @@ def test_save_and_export_sb3_load_with_equal_parameters(tmp_path) -> None:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_finishes_the_update_saves_and_exits(tmp_path, sig, code) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "0", "--n_steps", "256",
-            "--total_timesteps", "10000000", "--seed", "0", "--save_path", str(tmp_path)]
+    args = [
+        sys.executable,
+        "-m",
+        "ppo_dict.main_ppo",
+        "--env",
+        "gym_CartPole-v1",
+        "--num_workers",
+        "0",
+        "--n_steps",
+        "256",
+        "--total_timesteps",
+        "10000000",
+        "--seed",
+        "0",
+        "--save_path",
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
         assert proc.stdout is not None
@@ -108,28 +158,89 @@ def test_runs_from_a_project_that_has_its_own_envs_package(tmp_path) -> None:
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "__init__.py").write_text("OWNER = 'the user'\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user runs it: the installed package
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--n_envs", "4",
-                           "--num_workers", "2", *QUICK, "--verbose", "0", "--progress", "none", "--plot", "False"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--env",
+            "gym_CartPole-v1",
+            "--n_envs",
+            "4",
+            "--num_workers",
+            "2",
+            *QUICK,
+            "--verbose",
+            "0",
+            "--progress",
+            "none",
+            "--plot",
+            "False",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 512
-    check = ("import envs, ppo_dict.envs; "
-             "assert envs.OWNER == 'the user' and ppo_dict.envs.resolve_env_name('gym_CartPole-v1').gym_id")
+    check = (
+        "import envs, ppo_dict.envs; "
+        "assert envs.OWNER == 'the user' and ppo_dict.envs.resolve_env_name('gym_CartPole-v1').gym_id"
+    )
     subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, check=True, timeout=60)
 
 
 TOY = ["--env", "gym_PPODictToy-v0", "--gym_packages", "ppo_dict.envs.toy"]
 NEW_CODEPATHS = {
     # MultiDiscrete actions on a Dict of every observation leaf, two worker processes, evaluation, export, replay
-    "multi_discrete": [*TOY, "--env_kwargs", "dict(observation='dict', action='multi_discrete')", "--n_envs", "2",
-                       "--num_workers", "2", "--eval_freq", "256", "--eval_episodes", "2"],
+    "multi_discrete": [
+        *TOY,
+        "--env_kwargs",
+        "dict(observation='dict', action='multi_discrete')",
+        "--n_envs",
+        "2",
+        "--num_workers",
+        "2",
+        "--eval_freq",
+        "256",
+        "--eval_episodes",
+        "2",
+    ],
     # MultiBinary actions on MultiBinary observations, spawn workers, normalised rewards
-    "multi_binary": [*TOY, "--env_kwargs", "dict(observation='multi_binary', action='multi_binary')", "--n_envs", "2",
-                     "--num_workers", "2", "--mp_method", "spawn", "--normalize", "True", "--eval_freq", "256",
-                     "--eval_episodes", "2"],
+    "multi_binary": [
+        *TOY,
+        "--env_kwargs",
+        "dict(observation='multi_binary', action='multi_binary')",
+        "--n_envs",
+        "2",
+        "--num_workers",
+        "2",
+        "--mp_method",
+        "spawn",
+        "--normalize",
+        "True",
+        "--eval_freq",
+        "256",
+        "--eval_episodes",
+        "2",
+    ],
     # gSDE from rl-zoo's Pendulum-v1 entry (use_sde, sde_sample_freq 4), flags typed here win over the file
-    "gsde_rl_zoo": ["--env", "gym_Pendulum-v1", "--hyperparams", "hyperparams/ppo.yml", "--n_envs", "2", "--num_workers", "0",
-                    "--eval_freq", "256", "--eval_episodes", "1"],
+    "gsde_rl_zoo": [
+        "--env",
+        "gym_Pendulum-v1",
+        "--hyperparams",
+        "hyperparams/ppo.yml",
+        "--n_envs",
+        "2",
+        "--num_workers",
+        "0",
+        "--eval_freq",
+        "256",
+        "--eval_episodes",
+        "1",
+    ],
 }
 
 
@@ -143,8 +254,18 @@ def test_new_codepaths_train_evaluate_export_and_replay(tmp_path, name: str) -> 
     from ppo_dict.vec import env_spec
 
     run_dir, zip_path = tmp_path / "run", tmp_path / "exported.zip"
-    proc = run_here(*NEW_CODEPATHS[name], *QUICK, "--run_dir", str(run_dir), "--save_path", str(tmp_path / "model"),
-                    "--export_sb3", str(zip_path), "--plot", "False")
+    proc = run_here(
+        *NEW_CODEPATHS[name],
+        *QUICK,
+        "--run_dir",
+        str(run_dir),
+        "--save_path",
+        str(tmp_path / "model"),
+        "--export_sb3",
+        str(zip_path),
+        "--plot",
+        "False",
+    )
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 512 and "eval/mean_reward" in summary_line(proc.stdout)["metrics"]
     model = Model.from_file(str(tmp_path / "model"))

@@ -1,5 +1,6 @@
 """The Model: a model file read back predicts as sb3's ``PPO.load(zip).predict`` on the same weights,
 for one observation and for a batch; ``save`` and ``from_file`` round-trip; bad input is named."""
+
 import numpy as np
 import pytest
 import torch
@@ -17,9 +18,16 @@ from ppo_dict.vec import env_spec, make_env_pool
 CONFIGS = {
     "box": Config(env="gym_Pendulum-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0),  # Gaussian, clipped
     "discrete": Config(env="gym_CartPole-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=1),
-    "dict": Config(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",),
-                   env_kwargs=dict(action="multi_discrete", observation="dict", size=6),
-                   n_envs=2, n_steps=32, batch_size=32, n_epochs=1, seed=2),
+    "dict": Config(
+        env="gym_PPODictMaskedJump-v0",
+        gym_packages=("ppo_dict.envs.masked",),
+        env_kwargs=dict(action="multi_discrete", observation="dict", size=6),
+        n_envs=2,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        seed=2,
+    ),
 }
 
 

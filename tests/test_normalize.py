@@ -1,5 +1,6 @@
 """The normaliser against sb3's VecNormalize itself, step by step on a real env: statistics, observations,
 rewards and terminal observations, bit for bit (docs/sb3_parity.md test 17)."""
+
 import numpy as np
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
@@ -30,15 +31,17 @@ def test_step_by_step_equal_to_sb3_vec_normalize() -> None:
     for _ in range(30):
         obs, rewards, dones, infos = sb3.step(rng.uniform(-2, 2, (n_envs, 1)).astype(np.float32))
         terminal = {"obs": np.array(inner.raw_terminal).reshape(-1, 3)}
-        our_obs, our_rewards, our_terminal = ours.step({"obs": sb3.get_original_obs()}, sb3.get_original_reward(), dones,
-                                                       terminal)
+        our_obs, our_rewards, our_terminal = ours.step(
+            {"obs": sb3.get_original_obs()}, sb3.get_original_reward(), dones, terminal
+        )
         assert np.array_equal(our_obs["obs"], obs) and our_obs["obs"].dtype == obs.dtype
         assert np.array_equal(our_rewards, rewards) and our_rewards.dtype == np.float32
         sb3_terminal = [info["terminal_observation"] for info, done in zip(infos, dones) if done]
         assert np.array_equal(our_terminal.get("obs", np.zeros((0, 3))), np.array(sb3_terminal).reshape(-1, 3))
         for mine, theirs in ((ours.obs_rms["obs"], sb3.obs_rms), (ours.ret_rms, sb3.ret_rms)):
-            assert np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var) and \
-                mine.count == theirs.count
+            assert (
+                np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var) and mine.count == theirs.count
+            )
         assert np.array_equal(ours.returns, sb3.returns)
         ended += int(dones.sum())
     assert ended >= 2 * n_envs  # the time limit ended every env's episode, so terminal observations were compared

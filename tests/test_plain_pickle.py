@@ -12,6 +12,7 @@ The hostile pickles, by what they would do through ``pickle.load`` (sb3's and rl
 * a dict keyed by a tuple nested 100 deep through shared references (hashing it takes 2**100 steps), one
   keyed by integers; a list that contains itself; an array of objects; ``eval`` touching a sentinel.
 """
+
 from __future__ import annotations
 
 import collections
@@ -106,10 +107,25 @@ def test_hostile_opcodes_are_refused_and_nothing_they_name_runs(file_reader, tmp
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_plain_data_reads_back_equal(protocol) -> None:
-    values = [np.zeros((2, 3), np.float32), np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(5).astype(">i4"),
-              np.array([True, False]), np.zeros((0, 3)), np.float64(1.5), np.int64(-3), np.complex128(1 + 2j),
-              collections.deque([{"r": 1.0, "l": 3, "t": 0.5}], maxlen=100), collections.OrderedDict(a=1),
-              {"a": [1, (2, "b"), None]}, {"x"}, frozenset({"y"}), b"xy", bytearray(b"ab"), 10**30, -2.5]
+    values = [
+        np.zeros((2, 3), np.float32),
+        np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        np.arange(5).astype(">i4"),
+        np.array([True, False]),
+        np.zeros((0, 3)),
+        np.float64(1.5),
+        np.int64(-3),
+        np.complex128(1 + 2j),
+        collections.deque([{"r": 1.0, "l": 3, "t": 0.5}], maxlen=100),
+        collections.OrderedDict(a=1),
+        {"a": [1, (2, "b"), None]},
+        {"x"},
+        frozenset({"y"}),
+        b"xy",
+        bytearray(b"ab"),
+        10**30,
+        -2.5,
+    ]
     for value in values:
         read = plain_load(pickle.dumps(value, protocol=protocol))
         if isinstance(value, np.ndarray):
@@ -119,12 +135,14 @@ def test_plain_data_reads_back_equal(protocol) -> None:
 
 
 def test_refusals_name_what_is_refused() -> None:
-    for value, text in ((HOSTILE["structured dtype, field past its item size"], "a dtype 'V8': not a plain number type"),
-                        (HOSTILE["f8 dtype given fields"], "a dtype with fields, a subarray or flags"),
-                        (HOSTILE["deque of range(2**62)"], "the pickle names builtins.range"),
-                        (HOSTILE["10**9 floats from 8 bytes"], "needs 8000000000 bytes; the pickle holds 8"),
-                        (HOSTILE["integer keys"], "a dict whose keys are not all strings"),
-                        (HOSTILE["exponential hash"], "a dict whose keys are not all strings"),
-                        (HOSTILE["a list that contains itself"], "a list that contains itself")):
+    for value, text in (
+        (HOSTILE["structured dtype, field past its item size"], "a dtype 'V8': not a plain number type"),
+        (HOSTILE["f8 dtype given fields"], "a dtype with fields, a subarray or flags"),
+        (HOSTILE["deque of range(2**62)"], "the pickle names builtins.range"),
+        (HOSTILE["10**9 floats from 8 bytes"], "needs 8000000000 bytes; the pickle holds 8"),
+        (HOSTILE["integer keys"], "a dict whose keys are not all strings"),
+        (HOSTILE["exponential hash"], "a dict whose keys are not all strings"),
+        (HOSTILE["a list that contains itself"], "a list that contains itself"),
+    ):
         with pytest.raises(pickle.UnpicklingError, match=text):
             plain_load(value if isinstance(value, bytes) else pickle.dumps(value, protocol=4))

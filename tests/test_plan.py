@@ -1,6 +1,7 @@
 """The run's plan (ppo_dict.algo.rollout.plan): one frozen value decided once, printed by --dry_run and at the start in the
 same words, the parts built from it (a rank's policy steps with the global batch's draws), and the sharded step's fallback
 named: what cannot be built is said, anything else propagates."""
+
 import dataclasses
 import errno
 import threading
@@ -14,8 +15,17 @@ from ppo_dict import main_ppo
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.rollout import plan as plan_module
 from ppo_dict.algo.rollout.collect import Collector
-from ppo_dict.algo.rollout.plan import (CENTRAL, DOUBLE_BUFFERED, EXACT, NOT_BUILT, RECURRENT, SHARDED, Plan, decide,
-                                        preview_plan)
+from ppo_dict.algo.rollout.plan import (
+    CENTRAL,
+    DOUBLE_BUFFERED,
+    EXACT,
+    NOT_BUILT,
+    RECURRENT,
+    SHARDED,
+    Plan,
+    decide,
+    preview_plan,
+)
 from ppo_dict.algo.rollout.rollout_step import GlobalDraws, PolicyStep, RankRows
 from ppo_dict.algo.rollout.timing import Timing
 from ppo_dict.core.config import Config
@@ -55,22 +65,29 @@ def test_the_plan_is_frozen_and_names_each_part_with_its_reason() -> None:
     assert plan.step in (SHARDED, CENTRAL) and plan.probed and plan.at_start and plan.workers and plan.layout == LAYOUT
     assert plan.update == EXACT and (plan.granule is not None) == (plan.step == SHARDED)
     step, books, bootstrap, update = plan.lines()
-    assert step.startswith("policy step: the start probe decides, on the run's own storage; here, "
-                           "on rows laid out as the run's: ")
+    assert step.startswith(
+        "policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: "
+    )
     assert books.startswith("books: ") and bootstrap.startswith("bootstrap: ") and update.startswith("update: sb3's loop")
 
 
 def test_each_flag_s_part_is_said_with_its_reason() -> None:
     doubled = stand_in(a_policy(), CFG.replace(double_buffer=True), plan_layout(4, 2, None, None, True, True, 1))
     assert doubled.step == DOUBLE_BUFFERED and not doubled.probed and doubled.granule is None
-    assert doubled.step_line == ("policy step: in the main process for every env (--double_buffer samples one half's actions "
-                                 "here while the workers step the other)")
+    assert doubled.step_line == (
+        "policy step: in the main process for every env (--double_buffer samples one half's actions "
+        "here while the workers step the other)"
+    )
     assert "each half's" in doubled.books and "not sb3's" in doubled.bootstrap
     asked = stand_in(a_policy(), CFG.replace(shard_policy=False))
-    assert asked.step == CENTRAL and \
-        asked.step_line == "policy step: in the main process for every env (as asked (--shard_policy False))"
-    assert asked.bootstrap == \
-        "per env in env order, the critic on a batch of one (sb3's), done while the workers step the next step"
+    assert (
+        asked.step == CENTRAL
+        and asked.step_line == "policy step: in the main process for every env (as asked (--shard_policy False))"
+    )
+    assert (
+        asked.bootstrap
+        == "per env in env order, the critic on a batch of one (sb3's), done while the workers step the next step"
+    )
     alone = stand_in(a_policy(), CFG.replace(num_workers=0), plan_layout(4, 0, None, None, True, False, 1))
     assert not alone.workers and alone.policy_line == "" and alone.step_line.endswith("(every env steps in this process)")
     assert alone.bootstrap == "per env in env order, the critic on a batch of one (sb3's)"
@@ -78,8 +95,26 @@ def test_each_flag_s_part_is_said_with_its_reason() -> None:
 
 def test_dry_run_and_the_start_say_the_same_plan(capsys, tmp_path) -> None:
     """The dry run here, the run as a command (its worker processes end with it)."""
-    argv = ["--env", "gym_Pendulum-v1", "--n_envs", "4", "--num_workers", "2", "--n_steps", "16", "--batch_size", "64",
-            "--n_epochs", "1", "--seed", "0", "--verbose", "1", "--plot", "False"]
+    argv = [
+        "--env",
+        "gym_Pendulum-v1",
+        "--n_envs",
+        "4",
+        "--num_workers",
+        "2",
+        "--n_steps",
+        "16",
+        "--batch_size",
+        "64",
+        "--n_epochs",
+        "1",
+        "--seed",
+        "0",
+        "--verbose",
+        "1",
+        "--plot",
+        "False",
+    ]
     assert main_ppo.main([*argv, "--dry_run"]) == 0
     dry = capsys.readouterr().out.splitlines()
     proc = run_cli(*argv, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run"))
@@ -90,8 +125,9 @@ def test_dry_run_and_the_start_say_the_same_plan(capsys, tmp_path) -> None:
     assert [len(lines) for lines in said] == [4, 4], said
     assert said[0][1:] == said[1][1:]  # books, bootstrap, update: word for word
     # the policy step: the dry run says what the probe will decide, and what it found on rows laid out as the run's
-    assert said[0][0].startswith("policy step: the start probe decides, on the run's own storage; here, "
-                                 "on rows laid out as the run's: ")
+    assert said[0][0].startswith(
+        "policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: "
+    )
     assert said[0][0].endswith(said[1][0].removeprefix("policy step: ")), said
 
 
@@ -136,16 +172,20 @@ def test_a_sharded_step_that_cannot_be_built_is_said_and_the_central_step_runs(m
     policy.lock = threading.Lock()  # an attribute no pickle carries
     plan = stand_in(policy, CFG)
     assert plan.step == CENTRAL and not plan.probed
-    assert plan.step_line == (f"policy step: in the main process for every env ({NOT_BUILT}its policy cannot be pickled for "
-                              "the other processes (TypeError: cannot pickle '_thread.lock' object))")
+    assert plan.step_line == (
+        f"policy step: in the main process for every env ({NOT_BUILT}its policy cannot be pickled for "
+        "the other processes (TypeError: cannot pickle '_thread.lock' object))"
+    )
 
     def no_memory(*args, **kwargs):
         raise OSError(errno.ENOMEM, "Cannot allocate memory")
 
     monkeypatch.setattr(plan_module.ShardedRollout, "__init__", no_memory)
     plan = stand_in(a_policy(), CFG)
-    assert plan.step == CENTRAL and \
-        plan.step_why == f"{NOT_BUILT}its shared block cannot be made (OSError: [Errno 12] Cannot allocate memory)"
+    assert (
+        plan.step == CENTRAL
+        and plan.step_why == f"{NOT_BUILT}its shared block cannot be made (OSError: [Errno 12] Cannot allocate memory)"
+    )
 
 
 def test_any_other_error_building_the_sharded_step_is_a_fault(monkeypatch) -> None:

@@ -1,4 +1,5 @@
 """ppo_dict's own guarantees beyond sb3 parity: determinism, seeding, refusing non-finite updates."""
+
 import warnings
 
 import gymnasium as gym
@@ -13,8 +14,17 @@ from ppo_dict.envs import resolve_env_name
 from ppo_dict.vec import probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
 
-CFG = Config(env="gym_Pendulum-v1", n_envs=3, num_workers=0, n_steps=64, batch_size=64, n_epochs=2, seed=13,
-             total_timesteps=384, verbose=0)
+CFG = Config(
+    env="gym_Pendulum-v1",
+    n_envs=3,
+    num_workers=0,
+    n_steps=64,
+    batch_size=64,
+    n_epochs=2,
+    seed=13,
+    total_timesteps=384,
+    verbose=0,
+)
 
 
 def make(cfg: Config) -> PPO:
@@ -42,9 +52,15 @@ def test_env_i_is_first_reset_with_seed_plus_i() -> None:
 
 def test_non_finite_update_is_refused_before_the_step() -> None:
     model = make(CFG.replace(learning_rate=1e30, max_grad_norm=1e30))
-    with warnings.catch_warnings(), pytest.raises(NonFiniteError, match=r"non-finite (loss|grad_norm) .* at update \d+, "
-                                                                        r"epoch \d+, minibatch \d+; "
-                                                                        r"no optimizer step was taken"):
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(
+            NonFiniteError,
+            match=r"non-finite (loss|grad_norm) .* at update \d+, "
+            r"epoch \d+, minibatch \d+; "
+            r"no optimizer step was taken",
+        ),
+    ):
         warnings.simplefilter("ignore")
         model.learn()
     assert all(torch.isfinite(p).all() for p in model.policy.parameters())

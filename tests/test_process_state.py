@@ -1,5 +1,6 @@
 """A training run called in this process (the command line's entry point) changes the process's signal handlers,
 watchdog, RNG streams and more; the fixture every test runs under (tests/process_state.py) puts all of it back."""
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,32 @@ def test_an_in_process_run_changes_the_process_and_the_fixture_puts_every_part_b
         WATCHDOG.start(60.0, hard_exit=False)
     with restored() as before:
         os.environ["PPO_DICT_TEST_LEFT_BEHIND"] = "1"
-        code = main_ppo.main(["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "16",
-                              "--batch_size", "32", "--n_epochs", "1", "--total_timesteps", "32", "--seed", "0",
-                              "--progress", "none", "--plot", "False", "--run_dir", str(tmp_path / "run")])
+        code = main_ppo.main(
+            [
+                "--env",
+                "gym_CartPole-v1",
+                "--num_workers",
+                "0",
+                "--n_envs",
+                "2",
+                "--n_steps",
+                "16",
+                "--batch_size",
+                "32",
+                "--n_epochs",
+                "1",
+                "--total_timesteps",
+                "32",
+                "--seed",
+                "0",
+                "--progress",
+                "none",
+                "--plot",
+                "False",
+                "--run_dir",
+                str(tmp_path / "run"),
+            ]
+        )
         assert code == 0, capfd.readouterr().err
         guard = WATCHDOG.guard  # the guard process the run started beside this process
         changed = differences(before, snapshot())

@@ -1,4 +1,5 @@
 """The progress display: a bar on a terminal, plain lines otherwise."""
+
 import io
 
 from ppo_dict.run.progress import Progress, format_duration
@@ -48,10 +49,38 @@ def test_cli_with_stdout_on_a_terminal_and_stderr_in_a_file_writes_lines(tmp_pat
     master, slave = pty.openpty()
     try:
         with open(tmp_path / "train.log", "w") as log:
-            proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "0",
-                                   "--n_envs", "2", "--n_steps", "64", "--n_epochs", "1", "--total_timesteps", "256", "--seed",
-                                   "0", "--plot", "False", "--verbose", "0", "--run_dir", str(tmp_path / "run")],
-                                  stdout=slave, stderr=log, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ppo_dict.main_ppo",
+                    "--env",
+                    "gym_CartPole-v1",
+                    "--num_workers",
+                    "0",
+                    "--n_envs",
+                    "2",
+                    "--n_steps",
+                    "64",
+                    "--n_epochs",
+                    "1",
+                    "--total_timesteps",
+                    "256",
+                    "--seed",
+                    "0",
+                    "--plot",
+                    "False",
+                    "--verbose",
+                    "0",
+                    "--run_dir",
+                    str(tmp_path / "run"),
+                ],
+                stdout=slave,
+                stderr=log,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": ROOT},
+                timeout=120,
+            )
     finally:
         os.close(slave)
         os.close(master)

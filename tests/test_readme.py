@@ -7,6 +7,7 @@ finds the run the command before it wrote), or carries a marker naming what it n
 win); the system parts a command needs (a GL backend, Godot) skip it where they are missing, as the
 rest of the suite does.
 """
+
 from __future__ import annotations
 
 import json
@@ -192,8 +193,11 @@ def test_readme_command(command: Command, work: Path) -> None:
 
 
 #: README's Python block cut short as its commands are: one short rollout, one evaluation episode
-PYTHON_CUT = {"n_steps=1024": "n_steps=64", "total_timesteps=50_000": "total_timesteps=64",
-              "n_eval_episodes=10": "n_eval_episodes=1"}
+PYTHON_CUT = {
+    "n_steps=1024": "n_steps=64",
+    "total_timesteps=50_000": "total_timesteps=64",
+    "n_eval_episodes=10": "n_eval_episodes=1",
+}
 
 
 def test_readme_python_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,7 @@
 """Recurrent policies (``--model mlp_lstm | cnn_lstm``), part by part against sb3-contrib 2.9.2: the LSTM
 sequence pass and its gradients, the rollout step, the sequence minibatches; the config's checks; the
 layout of what reaches the LSTM. Whole runs against ``RecurrentPPO``: ``tests/parity/test_recurrent_parity.py``."""
+
 from __future__ import annotations
 
 import warnings
@@ -50,8 +51,9 @@ def test_process_sequence_and_its_gradients_equal_sb3_contribs(resets: bool, n_l
         lstm.zero_grad()
         features, h, c = (t.clone().requires_grad_(True) for t in (features0, h0, c0))
         if ours:
-            out, (hy, cy) = process_sequence(features, (h, c), starts, lstm_call(lstm), 5, resets,
-                                             step_loop(lstm) if ours == "loop" else None)
+            out, (hy, cy) = process_sequence(
+                features, (h, c), starts, lstm_call(lstm), 5, resets, step_loop(lstm) if ours == "loop" else None
+            )
         else:
             out, (hy, cy) = RecurrentActorCriticPolicy._process_sequence(features, (h, c), starts, lstm)
         (out.sin().sum() + hy.cos().sum() + (cy * cy).sum()).backward()
@@ -76,8 +78,12 @@ def test_the_two_branches_give_the_same_outputs() -> None:
     assert one_call[0].grad_fn.next_functions != loop[0].grad_fn.next_functions
 
 
-SPACES = {"discrete": spaces.Discrete(3), "box": spaces.Box(-1, 1, (2,), np.float32), "multi_binary": spaces.MultiBinary(3),
-          "multi_discrete": spaces.MultiDiscrete([2, 3])}
+SPACES = {
+    "discrete": spaces.Discrete(3),
+    "box": spaces.Box(-1, 1, (2,), np.float32),
+    "multi_binary": spaces.MultiBinary(3),
+    "multi_discrete": spaces.MultiDiscrete([2, 3]),
+}
 
 
 @pytest.mark.parametrize("critic", ["lstm", "shared", "linear"])
@@ -86,8 +92,11 @@ def test_rollout_step_equals_sb3_contribs_forward(action: str, critic: str) -> N
     """:class:`RecurrentStep` (the rollout's step, episode starts among the envs) and ``forward`` equal
     sb3-contrib's ``forward``: actions, values, log-probs, the states after the step, the torch RNG after it."""
     obs_space, act_space = spaces.Box(-1, 1, (4,), np.float32), SPACES[action]
-    kwargs = {"lstm": {}, "shared": dict(shared_lstm=True, enable_critic_lstm=False),
-              "linear": dict(enable_critic_lstm=False)}[critic]
+    kwargs = {
+        "lstm": {},
+        "shared": dict(shared_lstm=True, enable_critic_lstm=False),
+        "linear": dict(enable_critic_lstm=False),
+    }[critic]
     torch.manual_seed(2)
     sb3 = RecurrentActorCriticPolicy(obs_space, act_space, lambda _: 3e-4, lstm_hidden_size=8, n_lstm_layers=2, **kwargs)
     torch.manual_seed(2)
@@ -102,12 +111,14 @@ def test_rollout_step_equals_sb3_contribs_forward(action: str, critic: str) -> N
         torch.manual_seed(9)
         with torch.no_grad():
             if side == "step":
-                out = RecurrentStep(ours, n_envs)(obs, LstmStates((states[0], states[1]), (states[2], states[3])),
-                                                  RecurrentStep.keep(starts, obs.device))
+                out = RecurrentStep(ours, n_envs)(
+                    obs, LstmStates((states[0], states[1]), (states[2], states[3])), RecurrentStep.keep(starts, obs.device)
+                )
             else:
                 policy, kind = (sb3, RNNStates) if side == "sb3" else (ours, LstmStates)
-                out = policy(obs, kind((states[0], states[1]), (states[2], states[3])),
-                             torch.tensor(starts, dtype=torch.float32))
+                out = policy(
+                    obs, kind((states[0], states[1]), (states[2], states[3])), torch.tensor(starts, dtype=torch.float32)
+                )
         outputs.append([out[0], out[1], out[2], *out[3].pi, *out[3].vf])
         rngs.append(torch.get_rng_state())
     for other, rng in zip(outputs[1:], rngs[1:]):
@@ -127,23 +138,42 @@ def fill_buffers(dict_obs: bool, n_steps: int, n_envs: int, seed: int):
     storage = RolloutStorage(obs_space, act_space, n_steps, n_envs)
     storage.lstm_states = StateStore(n_steps, (range(n_envs),), n_layers, hidden, critic_lstm=True)
     for t in range(n_steps):
-        obs = {k: rng.uniform(0, 9, (n_envs, *sub.shape)).astype(sub.dtype) for k,
-               sub in (obs_space.spaces.items() if dict_obs else [("obs", box)])}
+        obs = {
+            k: rng.uniform(0, 9, (n_envs, *sub.shape)).astype(sub.dtype)
+            for k, sub in (obs_space.spaces.items() if dict_obs else [("obs", box)])
+        }
         actions, rewards = rng.normal(size=(n_envs, 2)).astype(np.float32), rng.normal(size=n_envs).astype(np.float32)
-        starts, values, log_probs = (rng.random(n_envs) < 0.2, rng.normal(size=n_envs).astype(np.float32),
-                                     rng.normal(size=n_envs).astype(np.float32))
+        starts, values, log_probs = (
+            rng.random(n_envs) < 0.2,
+            rng.normal(size=n_envs).astype(np.float32),
+            rng.normal(size=n_envs).astype(np.float32),
+        )
         states = [rng.normal(size=(n_layers, n_envs, hidden)).astype(np.float32) for _ in STATE_NAMES]
-        sb3.add(obs if dict_obs else obs["obs"], actions, rewards, starts, torch.as_tensor(values), torch.as_tensor(log_probs),
-                lstm_states=RNNStates((torch.as_tensor(states[0]), torch.as_tensor(states[1])),
-                                      (torch.as_tensor(states[2]), torch.as_tensor(states[3]))))
+        sb3.add(
+            obs if dict_obs else obs["obs"],
+            actions,
+            rewards,
+            starts,
+            torch.as_tensor(values),
+            torch.as_tensor(log_probs),
+            lstm_states=RNNStates(
+                (torch.as_tensor(states[0]), torch.as_tensor(states[1])),
+                (torch.as_tensor(states[2]), torch.as_tensor(states[3])),
+            ),
+        )
         for key, value in obs.items():
             storage.obs[key][t] = value
-        storage.actions[t], storage.values[t], storage.log_probs[t], storage.episode_starts[t] = \
-            actions, values, log_probs, starts
+        storage.actions[t], storage.values[t], storage.log_probs[t], storage.episode_starts[t] = (
+            actions,
+            values,
+            log_probs,
+            starts,
+        )
         for name, state in zip(STATE_NAMES, states):
             storage.lstm_states.arrays[0][name][t] = state
-    sb3.compute_returns_and_advantage(torch.as_tensor(rng.normal(size=n_envs).astype(np.float32)),
-                                      np.zeros(n_envs, dtype=bool))
+    sb3.compute_returns_and_advantage(
+        torch.as_tensor(rng.normal(size=n_envs).astype(np.float32)), np.zeros(n_envs, dtype=bool)
+    )
     storage.advantages[...], storage.returns[...] = sb3.advantages, sb3.returns
     return sb3, storage
 
@@ -163,9 +193,14 @@ def test_sequence_minibatches_equal_sb3_contribs_buffer(dict_obs: bool, batch_si
         for i, start in enumerate(range(0, 30, batch_size)):
             batch, expected = ours.take(indices[start : start + batch_size]), theirs[i]
             assert_same_value(expected.observations, batch.obs, f"batch {i} observations")
-            for name, mine in (("actions", batch.actions), ("old_values", batch.old_values),
-                               ("old_log_prob", batch.old_log_prob), ("advantages", batch.advantages),
-                               ("returns", batch.returns), ("episode_starts", batch.episode_starts)):
+            for name, mine in (
+                ("actions", batch.actions),
+                ("old_values", batch.old_values),
+                ("old_log_prob", batch.old_log_prob),
+                ("advantages", batch.advantages),
+                ("returns", batch.returns),
+                ("episode_starts", batch.episode_starts),
+            ):
                 assert_same_value(getattr(expected, name), mine, f"batch {i} {name}")
             assert_same_value(expected.mask > 1e-8, batch.mask, f"batch {i} mask")
             assert_same_value(tuple(expected.lstm_states), tuple(batch.states), f"batch {i} states")
@@ -179,7 +214,8 @@ def test_config_defaults_and_refusals() -> None:
     assert (Config().n_steps, Config().batch_size, Config(model="cnn_lstm", n_steps=64).n_steps) == (2048, 64, 64)
     assert Config(model="mlp", lstm_hidden_size=64, shared_lstm=False).problems() == [
         "lstm_hidden_size=64: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'",
-        "shared_lstm=False: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'"]
+        "shared_lstm=False: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'",
+    ]
     problems = Config(model="mlp_lstm", shared_lstm=True, share_features_extractor=False, action_masks=True).problems()
     assert [p.split(":")[0] for p in problems] == ["shared_lstm=True", "shared_lstm=True"]
     # masked recurrent PPO (tests/test_recurrent_masking.py)
@@ -188,7 +224,8 @@ def test_config_defaults_and_refusals() -> None:
     assert Config(model="mlp_lstm", n_envs=1, n_steps=129, batch_size=64, num_workers=0).problems() == [
         "batch_size=64: with a recurrent model and normalize_advantage, the last minibatch of each epoch holds one sample "
         "(n_steps*n_envs=129), whose advantage std is NaN in RecurrentPPO (it has no single-sample guard): "
-        "choose a batch_size that leaves no single sample"]
+        "choose a batch_size that leaves no single sample"
+    ]
 
 
 def test_single_step_sequences_warn_and_bad_flags_stop_before_any_process(tmp_path) -> None:
@@ -199,12 +236,29 @@ def test_single_step_sequences_warn_and_bad_flags_stop_before_any_process(tmp_pa
 
     with pytest.warns(UserWarning, match="every training sequence has one step"):
         validate(Config(env="gym_CartPole-v1", model="mlp_lstm", n_steps=1, batch_size=4, n_envs=4, num_workers=0))
-    out = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--model", "mlp",
-                          "--n_lstm_layers", "2", "--shared_lstm", "--run_dir", str(tmp_path / "run")], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--env",
+            "gym_CartPole-v1",
+            "--model",
+            "mlp",
+            "--n_lstm_layers",
+            "2",
+            "--shared_lstm",
+            "--run_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
-    assert "n_lstm_layers=2: needs a recurrent model" in out.stderr and \
-        "shared_lstm=True: needs a recurrent model" in out.stderr
+    assert (
+        "n_lstm_layers=2: needs a recurrent model" in out.stderr and "shared_lstm=True: needs a recurrent model" in out.stderr
+    )
     assert not (tmp_path / "run").exists()
     # what stage 1 refused, a recurrent run now does (tests/test_recurrent_use.py)
     assert Config(model="mlp_lstm", eval_freq=100, video=True, export_sb3="x.zip", resume="auto", run_dir="r").problems() == []
@@ -212,7 +266,8 @@ def test_single_step_sequences_warn_and_bad_flags_stop_before_any_process(tmp_pa
 
 @pytest.mark.parametrize("num_workers, n_envs", [(0, 3), (1, 5)])
 def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(
-        monkeypatch: pytest.MonkeyPatch, num_workers: int, n_envs: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, num_workers: int, n_envs: int
+) -> None:
     """Every state handed to an LSTM (rollout rows, bootstrap columns, minibatch starts, reset states, each kernel
     call of the update's per-step loop) and every input's memory start at a 64-byte boundary, dense, as sb3-contrib's
     fresh tensors (an odd env count, a worker pool)."""
@@ -250,6 +305,7 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(
                 return loop(features, keep, zeroing, hx)
             finally:
                 in_loop.pop()
+
         return None if loop is None else recorded
 
     def recording_layer(x, w_ih, w_hh, b_ih, b_hh, h, c, *args):
@@ -259,10 +315,23 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(
 
     monkeypatch.setattr(recurrent_update, "step_loop", recording_loop)
     monkeypatch.setattr(lstm_inference, "rnn_layer", recording_layer)
-    cfg = Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
-                 env_kwargs=dict(observation="box", action="box", episode_length=3),
-                 model="mlp_lstm", lstm_hidden_size=6, n_lstm_layers=2, n_envs=n_envs, num_workers=num_workers, n_steps=4,
-                 batch_size=7, n_epochs=1, seed=0, total_timesteps=8 * n_envs, verbose=0, plot=False)
+    cfg = Config(
+        env="gym_PPODictToy-v0",
+        gym_packages=("ppo_dict.envs.toy",),
+        env_kwargs=dict(observation="box", action="box", episode_length=3),
+        model="mlp_lstm",
+        lstm_hidden_size=6,
+        n_lstm_layers=2,
+        n_envs=n_envs,
+        num_workers=num_workers,
+        n_steps=4,
+        batch_size=7,
+        n_epochs=1,
+        seed=0,
+        total_timesteps=8 * n_envs,
+        verbose=0,
+        plot=False,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = PPO(cfg, build_env_pool(cfg))
@@ -273,8 +342,20 @@ def test_what_reaches_the_lstm_is_laid_out_as_a_fresh_tensor(
     assert len(calls) >= 8 and seen == []
 
 
-DOUBLE_BUFFERED = Config(env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=32, n_envs=8, num_workers=2,
-                         double_buffer=True, n_steps=32, batch_size=128, n_epochs=4, learning_rate=1e-3, seed=0, verbose=0)
+DOUBLE_BUFFERED = Config(
+    env="gym_CartPole-v1",
+    model="mlp_lstm",
+    lstm_hidden_size=32,
+    n_envs=8,
+    num_workers=2,
+    double_buffer=True,
+    n_steps=32,
+    batch_size=128,
+    n_epochs=4,
+    learning_rate=1e-3,
+    seed=0,
+    verbose=0,
+)
 
 
 def test_double_buffered_recurrent_rollouts_are_deterministic() -> None:

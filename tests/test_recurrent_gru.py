@@ -8,6 +8,7 @@ fast path is that function to float tolerance (``tests/test_recurrent_fast.py``)
 used as an LSTM run is: checkpoints and ``--resume``, ``enjoy``, ``predict`` with its one state, the
 ONNX graph (``gru_h`` in and out); ``--export_sb3`` of one is refused (sb3-contrib has LSTMs only).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,9 @@ def torch_sequence(gru: torch.nn.GRU, features: torch.Tensor, h: torch.Tensor, s
 
 
 def test_gru_policy_has_one_state_per_layer_in_the_lstm_s_places() -> None:
-    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, n_lstm_layers=2,
-                                  rnn_type="gru")
+    policy = RecurrentActorCritic(
+        spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, n_lstm_layers=2, rnn_type="gru"
+    )
     assert isinstance(policy.lstm_actor, torch.nn.GRU) and isinstance(policy.lstm_critic, torch.nn.GRU)
     assert policy.lstm_actor.weight_ih_l1.shape == (3 * 8, 8) and policy.lstm_actor.num_layers == 2
     states = policy.initial_states(3)
@@ -53,15 +55,19 @@ def test_gru_policy_has_one_state_per_layer_in_the_lstm_s_places() -> None:
         RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), rnn_type="rnn")
 
 
-@pytest.mark.parametrize("critic", [{}, dict(shared_lstm=True, enable_critic_lstm=False), dict(enable_critic_lstm=False)],
-                         ids=["own_gru", "shared", "linear"])
+@pytest.mark.parametrize(
+    "critic",
+    [{}, dict(shared_lstm=True, enable_critic_lstm=False), dict(enable_critic_lstm=False)],
+    ids=["own_gru", "shared", "linear"],
+)
 def test_gru_rollout_step_is_torch_s_gru(critic: dict) -> None:
     """The rollout's lean step (states zeroed where an episode starts) gives the actions (the same RNG draws),
     values, log-probs and states after the step that ``nn.GRU``'s module call and the policy's heads give, ``==``."""
     torch.manual_seed(0)
     n = 6
-    policy = RecurrentActorCritic(spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, rnn_type="gru",
-                                  **critic).eval()
+    policy = RecurrentActorCritic(
+        spaces.Box(-1, 1, (5,), np.float32), spaces.Discrete(4), lstm_hidden_size=8, rnn_type="gru", **critic
+    ).eval()
     obs, h_pi, h_vf = torch.randn(n, 5), torch.randn(1, n, 8), torch.randn(1, n, 8)
     starts = np.array([1, 0, 0, 1, 0, 0], dtype=bool)
     keep = RecurrentStep.keep(starts, torch.device("cpu"))
@@ -113,8 +119,9 @@ def test_gru_exact_update_is_torch_s_gru_with_its_gradients(layers: int) -> None
                 values = policy.value_net(policy.mlp_extractor.forward_critic(latent_vf))
                 log_prob, entropy = dist.log_prob(batch.actions), dist.entropy()
             (values.sum() + log_prob.sum() + entropy.sum()).backward()
-            results.append([values.detach(), log_prob.detach(), entropy.detach(),
-                            *(p.grad.clone() for p in policy.parameters())])
+            results.append(
+                [values.detach(), log_prob.detach(), entropy.detach(), *(p.grad.clone() for p in policy.parameters())]
+            )
         names = ["values", "log_prob", "entropy", *(f"d {n}" for n, _ in policy.named_parameters())]
         for name, a, b in zip(names, *results):
             assert_same_value(b, a, name)
@@ -122,9 +129,36 @@ def test_gru_exact_update_is_torch_s_gru_with_its_gradients(layers: int) -> None
 
 
 # ------------------------------------------------------------------------------ a GRU run used as an LSTM run is
-GRU_CLI = ["--env", "gym_PPODictKeyDoor-v0", "--gym_packages", "ppo_dict.envs.key_door", "--model", "mlp_lstm", "--rnn_type",
-           "gru", "--action_masks", "True", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2", "--n_steps",
-           "32", "--batch_size", "32", "--n_epochs", "2", "--seed", "0", "--verbose", "0", "--plot", "False"]
+GRU_CLI = [
+    "--env",
+    "gym_PPODictKeyDoor-v0",
+    "--gym_packages",
+    "ppo_dict.envs.key_door",
+    "--model",
+    "mlp_lstm",
+    "--rnn_type",
+    "gru",
+    "--action_masks",
+    "True",
+    "--lstm_hidden_size",
+    "16",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "32",
+    "--n_epochs",
+    "2",
+    "--seed",
+    "0",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def test_gru_predict_and_onnx_carry_its_one_state(tmp_path) -> None:
@@ -135,12 +169,18 @@ def test_gru_predict_and_onnx_carry_its_one_state(tmp_path) -> None:
     from ppo_dict.data.masking import with_action_masks
     from ppo_dict.envs.key_door import KeyDoorEnv
 
-    cfg = Config(env="gym_PPODictKeyDoor-v0", model="mlp_lstm", rnn_type="gru", action_masks=True, lstm_hidden_size=8,
-                 n_lstm_layers=2)
+    cfg = Config(
+        env="gym_PPODictKeyDoor-v0", model="mlp_lstm", rnn_type="gru", action_masks=True, lstm_hidden_size=8, n_lstm_layers=2
+    )
     env = KeyDoorEnv()
     torch.manual_seed(0)
-    model = Model(cfg, build_policy(cfg, env.observation_space, with_action_masks(env.action_space)).eval(), None,
-                  env.observation_space, env.action_space)
+    model = Model(
+        cfg,
+        build_policy(cfg, env.observation_space, with_action_masks(env.action_space)).eval(),
+        None,
+        env.observation_space,
+        env.action_space,
+    )
     obs = np.stack([env.reset(seed=i)[0] for i in range(3)])
     actions, state = model.predict(obs, None, np.ones(3, dtype=bool), deterministic=True)
     assert len(state) == 1 and state[0].shape == (2, 3, 8)
@@ -163,12 +203,14 @@ def test_gru_refusals_before_anything_starts() -> None:
     from ppo_dict.run.checks import sb3_file_problems
 
     assert Config(model="mlp", rnn_type="gru").problems() == [
-        "rnn_type='gru': needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'"]
+        "rnn_type='gru': needs a recurrent model (--model mlp_lstm or cnn_lstm), not model='mlp'"
+    ]
     assert Config(model="mlp_lstm", rnn_type="rnn").problems() == ["rnn_type='rnn': must be one of lstm, gru or None"]
     assert sb3_file_problems(Config(model="mlp_lstm", rnn_type="gru", export_sb3="model.zip", trained_agent="agent.zip")) == [
         "export_sb3='model.zip': sb3-contrib cannot load a GRU model (RecurrentPPO has LSTMs only); drop --export_sb3 "
         "(the run's checkpoints and model files hold it for ppo_dict)",
-        "rnn_type='gru': a RecurrentPPO zip (trained_agent='agent.zip') holds LSTMs; drop --rnn_type"]
+        "rnn_type='gru': a RecurrentPPO zip (trained_agent='agent.zip') holds LSTMs; drop --rnn_type",
+    ]
     assert sb3_file_problems(Config(model="mlp_lstm", export_sb3="model.zip")) == []  # an LSTM's zip: RecurrentPPO's
 
 
@@ -194,6 +236,12 @@ def test_a_gru_run_resumes_replays_and_refuses_an_lstm_resume(tmp_path) -> None:
     enjoy = run_here(str(root / "a"), "--episodes", "2", module="ppo_dict.enjoy")
     assert enjoy.returncode == 0, enjoy.stderr
     assert len(json.loads(enjoy.stdout.strip().splitlines()[-1])["lengths"]) == 2
-    proc = run_here("--resume", str(root / "a" / "checkpoints" / "checkpoint_000000000128.pt"), "--rnn_type", "lstm",
-                    "--run_dir", str(tmp_path / "x"))
+    proc = run_here(
+        "--resume",
+        str(root / "a" / "checkpoints" / "checkpoint_000000000128.pt"),
+        "--rnn_type",
+        "lstm",
+        "--run_dir",
+        str(tmp_path / "x"),
+    )
     assert proc.returncode == 2 and "rnn_type" in proc.stderr, proc.stderr

@@ -9,6 +9,7 @@
 * Sampled actions are always valid; the update's masks are the rollout's, padded with the sequences,
   and its log-probs and entropies equal a direct computation from the stored masks.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -26,14 +27,29 @@ from ppo_dict.core.config import Config
 from ppo_dict.data.masking import with_action_masks
 from ppo_dict.data.recurrent import SequencePlan, env_change
 from ppo_dict.run.run_plan import build_env_pool
-from tests.parity.sides import (Record, assert_same_record, assert_same_value, learn_sb3, make_normalized_venv, make_recurrent,
-                                make_ours, run_ours)
+from tests.parity.sides import (
+    Record,
+    assert_same_record,
+    assert_same_value,
+    learn_sb3,
+    make_normalized_venv,
+    make_recurrent,
+    make_ours,
+    run_ours,
+)
 
 KEY_DOOR = dict(env="gym_PPODictKeyDoor-v0", gym_packages=("ppo_dict.envs.key_door",))
 BASE = dict(**KEY_DOOR, model="mlp_lstm", lstm_hidden_size=16, n_epochs=2, num_workers=0, action_masks=True)
 #: every action valid (the game's rules unchanged): 3 envs, episodes cut at 6 steps, 144 % 40 = 24 (a short last minibatch)
-ALL_VALID = Config(**BASE, env_kwargs=dict(all_valid=True, episode_length=6), n_envs=3, n_steps=16, batch_size=40, seed=0,
-                   total_timesteps=3 * 48)
+ALL_VALID = Config(
+    **BASE,
+    env_kwargs=dict(all_valid=True, episode_length=6),
+    n_envs=3,
+    n_steps=16,
+    batch_size=40,
+    seed=0,
+    total_timesteps=3 * 48,
+)
 
 
 def maskable_lstm_policy():
@@ -71,8 +87,9 @@ def reference_run(cfg: Config, policy_class=None) -> Record:
         warnings.simplefilter("ignore")
         if policy_class is None:
             return learn_sb3(make_recurrent(cfg), cfg.total_timesteps)
-        return learn_sb3(RecurrentPPO(policy_class, make_normalized_venv(cfg), verbose=0, **recurrent_ppo_kwargs(cfg)),
-                         cfg.total_timesteps)
+        return learn_sb3(
+            RecurrentPPO(policy_class, make_normalized_venv(cfg), verbose=0, **recurrent_ppo_kwargs(cfg)), cfg.total_timesteps
+        )
 
 
 def without_masks(record: Record) -> Record:
@@ -106,8 +123,9 @@ def test_all_valid_is_close_to_plain_recurrent_ppo_but_not_equal() -> None:
 
 
 # ------------------------------------------------------------------------------ one-step sequences: MaskablePPO's distribution
-@pytest.mark.parametrize("action_space", [spaces.Discrete(5), spaces.MultiDiscrete([3, 4])],
-                         ids=["discrete", "multi_discrete"])
+@pytest.mark.parametrize(
+    "action_space", [spaces.Discrete(5), spaces.MultiDiscrete([3, 4])], ids=["discrete", "multi_discrete"]
+)
 def test_one_step_masked_distribution_is_maskable_ppo_s(action_space) -> None:
     """Without memory (each sequence one step long) the masked log-probs, entropies and samples (the same torch RNG
     draws) are sb3-contrib's ``make_masked_proba_distribution(space)`` on the same logits and masks, bit for bit,
@@ -120,7 +138,7 @@ def test_one_step_masked_distribution_is_maskable_ppo_s(action_space) -> None:
     obs = torch.randn(n, 6)
     dim = int(np.sum(action_space.nvec)) if isinstance(action_space, spaces.MultiDiscrete) else int(action_space.n)
     masks = torch.rand(n, dim) < 0.6
-    for sizes in ([dim] if isinstance(action_space, spaces.Discrete) else [list(action_space.nvec)]):
+    for sizes in [dim] if isinstance(action_space, spaces.Discrete) else [list(action_space.nvec)]:
         for start, size in zip(np.cumsum([0, *np.atleast_1d(sizes)[:-1]]), np.atleast_1d(sizes)):
             # at least one valid action per categorical
             masks[torch.arange(n), int(start) + torch.randint(int(size), (n,))] = True
@@ -148,12 +166,19 @@ def test_one_step_masked_distribution_is_maskable_ppo_s(action_space) -> None:
     step = RecurrentStep(policy, n)
     torch.manual_seed(1)
     lean_actions, _, lean_log_probs, _ = step(obs, states, None, masks=masks)
-    assert_same_value(expected_actions.reshape(lean_actions.shape),
-                      lean_actions.reshape(expected_actions.shape).to(expected_actions.dtype),
-                      "the rollout step's actions")
+    assert_same_value(
+        expected_actions.reshape(lean_actions.shape),
+        lean_actions.reshape(expected_actions.shape).to(expected_actions.dtype),
+        "the rollout step's actions",
+    )
     assert_same_value(log_probs, lean_log_probs, "the rollout step's log-probs")
-    valid = torch.gather(masks, 1, (actions.reshape(n, -1) + torch.as_tensor(
-        np.cumsum([0, *np.atleast_1d(getattr(action_space, "nvec", [dim]))[:-1]]))).long())
+    valid = torch.gather(
+        masks,
+        1,
+        (
+            actions.reshape(n, -1) + torch.as_tensor(np.cumsum([0, *np.atleast_1d(getattr(action_space, "nvec", [dim]))[:-1]]))
+        ).long(),
+    )
     assert valid.all()
 
 
@@ -166,8 +191,16 @@ def test_actions_valid_and_update_masks_are_the_rollout_s(monkeypatch, fast_path
     (in exact mode and on the fast path)."""
     from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
 
-    cfg = Config(**BASE, env_kwargs=dict(episode_length=8), n_envs=3, n_steps=16, batch_size=20, seed=3,
-                 total_timesteps=2 * 48, lstm_fast_path=fast_path)
+    cfg = Config(
+        **BASE,
+        env_kwargs=dict(episode_length=8),
+        n_envs=3,
+        n_steps=16,
+        batch_size=20,
+        seed=3,
+        total_timesteps=2 * 48,
+        lstm_fast_path=fast_path,
+    )
     model = make_ours(cfg)
     seen: list = []  # (rollout index, batch indices, batch, logits, distribution)
     take = recurrent_update.SequenceRollout.take
@@ -209,8 +242,9 @@ def test_actions_valid_and_update_masks_are_the_rollout_s(monkeypatch, fast_path
         expected = MaskableCategoricalDistribution(5).proba_distribution(action_logits=logits[torch.as_tensor(real)])
         expected.apply_masking(stored[plan.gather[real]])
         actions = torch.as_tensor(flat(rollout["actions"])[plan.gather[real], 0])
-        assert_same_value(expected.log_prob(actions), dist.log_prob(batch.actions).detach()[torch.as_tensor(real)],
-                          "update log-probs")
+        assert_same_value(
+            expected.log_prob(actions), dist.log_prob(batch.actions).detach()[torch.as_tensor(real)], "update log-probs"
+        )
         assert_same_value(expected.entropy(), dist.entropy().detach()[torch.as_tensor(real)], "update entropies")
 
 
@@ -226,8 +260,13 @@ def test_predict_and_the_onnx_graph_take_masks_with_the_states(tmp_path) -> None
     cfg = Config(**BASE, n_envs=4, seed=0)
     env = KeyDoorEnv()
     torch.manual_seed(0)
-    model = Model(cfg, build_policy(cfg, env.observation_space, with_action_masks(env.action_space)).eval(), None,
-                  env.observation_space, env.action_space)
+    model = Model(
+        cfg,
+        build_policy(cfg, env.observation_space, with_action_masks(env.action_space)).eval(),
+        None,
+        env.observation_space,
+        env.action_space,
+    )
     obs = np.stack([env.reset(seed=i)[0] for i in range(4)])
     only = np.zeros((4, 5), dtype=bool)
     only[np.arange(4), [0, 2, 3, 4]] = True
@@ -237,9 +276,10 @@ def test_predict_and_the_onnx_graph_take_masks_with_the_states(tmp_path) -> None
         assert actions.tolist() == [0, 2, 3, 4] and state[0].shape == (1, 4, 16)
         starts = np.zeros(4, dtype=bool)
     unmasked, unmasked_state = model.predict(obs, None, np.ones(4, dtype=bool), deterministic=True)
-    assert np.array_equal(model.predict(obs, None, np.ones(4, dtype=bool), deterministic=True,
-                                        action_masks=np.ones((4, 5), bool))[1][0],
-                          unmasked_state[0])  # the masks change the actions only, not the states
+    assert np.array_equal(
+        model.predict(obs, None, np.ones(4, dtype=bool), deterministic=True, action_masks=np.ones((4, 5), bool))[1][0],
+        unmasked_state[0],
+    )  # the masks change the actions only, not the states
     onnxruntime = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the onnx and test extras)")
     from ppo_dict.interop.onnx import check_onnx, export_onnx
 
@@ -250,9 +290,34 @@ def test_predict_and_the_onnx_graph_take_masks_with_the_states(tmp_path) -> None
     assert checked["mismatched"] == 0 and checked["max_abs_state_diff"] < 1e-5, checked
 
 
-KEY_DOOR_CLI = ["--env", "gym_PPODictKeyDoor-v0", "--gym_packages", "ppo_dict.envs.key_door", "--model", "mlp_lstm",
-                "--action_masks", "True", "--lstm_hidden_size", "16", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32",
-                "--batch_size", "32", "--n_epochs", "2", "--seed", "0", "--verbose", "0", "--plot", "False"]
+KEY_DOOR_CLI = [
+    "--env",
+    "gym_PPODictKeyDoor-v0",
+    "--gym_packages",
+    "ppo_dict.envs.key_door",
+    "--model",
+    "mlp_lstm",
+    "--action_masks",
+    "True",
+    "--lstm_hidden_size",
+    "16",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "32",
+    "--n_epochs",
+    "2",
+    "--seed",
+    "0",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 @pytest.mark.slow
@@ -274,8 +339,14 @@ def test_a_masked_recurrent_run_resumes_and_replays(tmp_path) -> None:
 
     assert_same(checkpoint("b_at_128", 128), checkpoint("a", 128))
     assert_same(checkpoint("b", 256), checkpoint("c", 256))
-    enjoy = subprocess.run([sys.executable, "-m", "ppo_dict.enjoy", str(root / "a"), "--episodes", "3"], capture_output=True,
-                           text=True, timeout=120, cwd=ROOT, env={**__import__("os").environ, "PYTHONPATH": ROOT})
+    enjoy = subprocess.run(
+        [sys.executable, "-m", "ppo_dict.enjoy", str(root / "a"), "--episodes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**__import__("os").environ, "PYTHONPATH": ROOT},
+    )
     assert enjoy.returncode == 0, enjoy.stderr
     assert len(json.loads(enjoy.stdout.strip().splitlines()[-1])["lengths"]) == 3
 
@@ -288,13 +359,15 @@ def test_refusals_of_masked_recurrent_runs_before_anything_starts() -> None:
 
     with pytest.raises(ConfigError) as err:
         validate(Config(**{**BASE, "env": "gym_Pendulum-v1", "gym_packages": ()}, n_envs=2))
-    assert ("action_masks=True: invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) "
-            "actions") in str(err.value)
+    assert (
+        "action_masks=True: invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions"
+    ) in str(err.value)
     from ppo_dict.run.checks import sb3_file_problems
 
     assert sb3_file_problems(Config(**BASE, export_sb3="model.zip")) == [
         "export_sb3='model.zip': sb3-contrib cannot load a masked recurrent model (RecurrentPPO has no masks, "
-        "MaskablePPO no LSTM); drop --export_sb3 (the run's checkpoints and model files hold it for ppo_dict)"]
+        "MaskablePPO no LSTM); drop --export_sb3 (the run's checkpoints and model files hold it for ppo_dict)"
+    ]
 
 
 # ------------------------------------------------------------------------------ the Python API
@@ -316,11 +389,15 @@ def test_python_api_maskable_recurrent_ppo(tmp_path) -> None:
     settings = dict(n_steps=16, batch_size=24, n_epochs=2, seed=0, policy_kwargs=dict(lstm_hidden_size=16))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = ContribRecurrentPPO(maskable_lstm_policy(),
-                                     sb3_make_vec_env(KeyDoorEnv, 2, seed=0, env_kwargs=dict(all_valid=True)),
-                                     device="cpu", **settings).learn(64)
-        ours = MaskableRecurrentPPO("MlpLstmPolicy", make_vec_env(KeyDoorEnv, 2, seed=0, env_kwargs=dict(all_valid=True)),
-                                    **settings).learn(64)
+        theirs = ContribRecurrentPPO(
+            maskable_lstm_policy(),
+            sb3_make_vec_env(KeyDoorEnv, 2, seed=0, env_kwargs=dict(all_valid=True)),
+            device="cpu",
+            **settings,
+        ).learn(64)
+        ours = MaskableRecurrentPPO(
+            "MlpLstmPolicy", make_vec_env(KeyDoorEnv, 2, seed=0, env_kwargs=dict(all_valid=True)), **settings
+        ).learn(64)
     assert_same_value(theirs.policy.state_dict(), ours.policy.state_dict(), "parameters after learn")
     ours.close()
 
@@ -335,7 +412,8 @@ def test_python_api_maskable_recurrent_ppo(tmp_path) -> None:
     model.save(tmp_path / "model")
     loaded = MaskableRecurrentPPO.load(tmp_path / "model.zip", env=env)
     assert_same_value(model.policy.state_dict(), loaded.policy.state_dict(), "loaded parameters")
-    with pytest.raises(CheckpointError,
-                       match="a masked recurrent model .* MaskableRecurrentPPO.load reads it, not RecurrentPPO.load"):
+    with pytest.raises(
+        CheckpointError, match="a masked recurrent model .* MaskableRecurrentPPO.load reads it, not RecurrentPPO.load"
+    ):
         RecurrentPPO.load(tmp_path / "model.zip", env=env)
     env.close()

@@ -1,6 +1,7 @@
 """A recurrent model used outside training, against sb3-contrib 2.9.2: ``Model.predict`` with the LSTM states
 (``RecurrentPPO.predict``), evaluation and ``enjoy`` carrying them, ``--export_sb3`` to a ``RecurrentPPO`` zip,
 the ONNX graph with states in and out, and what a recurrent model file refuses."""
+
 from __future__ import annotations
 
 import warnings
@@ -17,18 +18,56 @@ from tests.parity.sides import make_recurrent
 #: (config, deterministic): actions sampled (torch seeded alike before each call) or the mode
 PREDICT_CASES = {
     "discrete_3_envs_sampled": (Config(env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=16, n_envs=3, seed=0), False),
-    "box_two_layers_shared": (Config(env="gym_Pendulum-v1", env_kwargs=dict(max_episode_steps=40), model="mlp_lstm",
-                                     lstm_hidden_size=8, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False, n_envs=2,
-                                     seed=1), True),
-    "multi_discrete": (Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), model="mlp_lstm",
-                              lstm_hidden_size=8,
-                              env_kwargs=dict(observation="box", action="multi_discrete", episode_length=7), n_envs=2,
-                              seed=2), False),
-    "dict": (Config(env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",),
-                    env_kwargs=dict(observation="dict"), model="mlp_lstm", lstm_hidden_size=8, share_features_extractor=False,
-                    n_envs=3, seed=4), False),
-    "cnn_image": (Config(env="test_dummy", env_kwargs=dict(image_size=36, channels=1, episode_length=6), model="cnn_lstm",
-                         lstm_hidden_size=8, n_envs=2, seed=3), True),
+    "box_two_layers_shared": (
+        Config(
+            env="gym_Pendulum-v1",
+            env_kwargs=dict(max_episode_steps=40),
+            model="mlp_lstm",
+            lstm_hidden_size=8,
+            n_lstm_layers=2,
+            shared_lstm=True,
+            enable_critic_lstm=False,
+            n_envs=2,
+            seed=1,
+        ),
+        True,
+    ),
+    "multi_discrete": (
+        Config(
+            env="gym_PPODictToy-v0",
+            gym_packages=("ppo_dict.envs.toy",),
+            model="mlp_lstm",
+            lstm_hidden_size=8,
+            env_kwargs=dict(observation="box", action="multi_discrete", episode_length=7),
+            n_envs=2,
+            seed=2,
+        ),
+        False,
+    ),
+    "dict": (
+        Config(
+            env="gym_PPODictMaskedJump-v0",
+            gym_packages=("ppo_dict.envs.masked",),
+            env_kwargs=dict(observation="dict"),
+            model="mlp_lstm",
+            lstm_hidden_size=8,
+            share_features_extractor=False,
+            n_envs=3,
+            seed=4,
+        ),
+        False,
+    ),
+    "cnn_image": (
+        Config(
+            env="test_dummy",
+            env_kwargs=dict(image_size=36, channels=1, episode_length=6),
+            model="cnn_lstm",
+            lstm_hidden_size=8,
+            n_envs=2,
+            seed=3,
+        ),
+        True,
+    ),
 }
 
 
@@ -62,8 +101,9 @@ def test_predict_with_states_equals_recurrent_ppo_predict_over_episodes(name: st
         mine, state_ours = ours.predict(obs, state=state_ours, episode_start=starts, deterministic=deterministic)
         assert np.array_equal(actions, mine), f"step {step}: actions {actions} != {mine}"
         for a, b in zip(state_sb3, state_ours):
-            assert a.dtype == b.dtype == np.float32 and a.shape == b.shape and \
-                np.array_equal(a, b), f"step {step}: states differ"
+            assert a.dtype == b.dtype == np.float32 and a.shape == b.shape and np.array_equal(a, b), (
+                f"step {step}: states differ"
+            )
         moved = max(moved, float(np.abs(state_ours[0]).max()))
         obs, _, dones, _ = venv.step(actions)
         starts = dones
@@ -103,8 +143,9 @@ def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
 
     from ppo_dict.run.evaluation import run_episodes
 
-    cfg = Config(env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=16, n_envs=1, n_steps=64, batch_size=64, n_epochs=2,
-                 seed=0)
+    cfg = Config(
+        env="gym_CartPole-v1", model="mlp_lstm", lstm_hidden_size=16, n_envs=1, n_steps=64, batch_size=64, n_epochs=2, seed=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sb3 = make_recurrent(cfg).learn(128)  # weights that act differently at different states
@@ -115,8 +156,9 @@ def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
         torch.manual_seed(3)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # evaluate_policy: no Monitor, it sums the rewards itself (unrounded, as ours)
-            returns, lengths = evaluate_policy(sb3, venv, n_eval_episodes=4, deterministic=deterministic,
-                                               return_episode_rewards=True)
+            returns, lengths = evaluate_policy(
+                sb3, venv, n_eval_episodes=4, deterministic=deterministic, return_episode_rewards=True
+            )
         venv.close()
         env = gym.make("CartPole-v1")
         torch.manual_seed(3)
@@ -125,8 +167,9 @@ def test_evaluation_carries_the_states_as_sb3s_evaluate_policy() -> None:
         assert (returns, lengths) == mine and len(set(lengths)) > 1
     # without the states (each step a new episode) the episodes differ: the test can tell
     stateless = Model(cfg, ours.policy, None, ours.observation_space, ours.action_space)
-    stateless.predict = lambda obs, state, start, deterministic, action_masks=None: \
-        Model.predict(ours, obs, None, None, deterministic)
+    stateless.predict = lambda obs, state, start, deterministic, action_masks=None: Model.predict(
+        ours, obs, None, None, deterministic
+    )
     env = gym.make("CartPole-v1")
     assert run_episodes(stateless, env, 4, seed=7)[1] != mine[1]
     env.close()
@@ -140,10 +183,41 @@ def test_a_recurrent_run_evaluates_records_and_replays(tmp_path) -> None:
     from tests.test_main_ppo import summary_line
 
     run_dir = tmp_path / "run"
-    proc = run_here("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0",
-                    "--n_envs", "2", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "1", "--total_timesteps", "256",
-                    "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir), "--eval_freq", "128", "--eval_episodes", "2",
-                    "--video", "--video_length", "10", "--plot", "False")
+    proc = run_here(
+        "--env",
+        "gym_CartPole-v1",
+        "--model",
+        "mlp_lstm",
+        "--lstm_hidden_size",
+        "16",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "64",
+        "--batch_size",
+        "64",
+        "--n_epochs",
+        "1",
+        "--total_timesteps",
+        "256",
+        "--seed",
+        "0",
+        "--verbose",
+        "0",
+        "--run_dir",
+        str(run_dir),
+        "--eval_freq",
+        "128",
+        "--eval_episodes",
+        "2",
+        "--video",
+        "--video_length",
+        "10",
+        "--plot",
+        "False",
+    )
     assert proc.returncode == 0, proc.stderr
     assert (run_dir / "videos" / "eval-000000000256.mp4").is_file() and (run_dir / "best_model.pt").is_file()
     assert summary_line(proc.stdout)["metrics"]["eval/mean_ep_length"] > 0
@@ -164,10 +238,42 @@ def test_export_sb3_writes_a_zip_recurrent_ppo_loads_with_equal_parameters(tmp_p
     from tests.cli_here import run_here
 
     zip_path, save_dir = tmp_path / "CartPole-v1.zip", tmp_path / "model"
-    proc = run_here("--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "12", "--n_lstm_layers", "2",
-                    "--enable_critic_lstm", "False", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size",
-                    "32", "--n_epochs", "2", "--total_timesteps", "128", "--seed", "0", "--verbose", "0", "--normalize",
-                    "True", "--run_dir", str(tmp_path / "run"), "--save_path", str(save_dir), "--export_sb3", str(zip_path))
+    proc = run_here(
+        "--env",
+        "gym_CartPole-v1",
+        "--model",
+        "mlp_lstm",
+        "--lstm_hidden_size",
+        "12",
+        "--n_lstm_layers",
+        "2",
+        "--enable_critic_lstm",
+        "False",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "32",
+        "--batch_size",
+        "32",
+        "--n_epochs",
+        "2",
+        "--total_timesteps",
+        "128",
+        "--seed",
+        "0",
+        "--verbose",
+        "0",
+        "--normalize",
+        "True",
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--save_path",
+        str(save_dir),
+        "--export_sb3",
+        str(zip_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"exported {zip_path} (sb3_contrib.RecurrentPPO.load)" in proc.stdout
     saved = load_model_state(str(save_dir))
@@ -202,9 +308,17 @@ def test_continuing_a_recurrent_ppo_zip_equals_recurrent_ppo_load_learn(tmp_path
     from tests.parity.test_trained_agent import continue_with_ours
 
     kwargs = dict(max_episode_steps=40)
-    first = RecurrentPPO("MlpLstmPolicy", make_vec_env("Pendulum-v1", n_envs=2, seed=3, env_kwargs=kwargs), n_steps=32,
-                         batch_size=48, n_epochs=2, learning_rate=7e-4, seed=3, device="cpu",
-                         policy_kwargs=dict(lstm_hidden_size=12, n_lstm_layers=2, enable_critic_lstm=False, log_std_init=-0.5))
+    first = RecurrentPPO(
+        "MlpLstmPolicy",
+        make_vec_env("Pendulum-v1", n_envs=2, seed=3, env_kwargs=kwargs),
+        n_steps=32,
+        batch_size=48,
+        n_epochs=2,
+        learning_rate=7e-4,
+        seed=3,
+        device="cpu",
+        policy_kwargs=dict(lstm_hidden_size=12, n_lstm_layers=2, enable_critic_lstm=False, log_std_init=-0.5),
+    )
     first.learn(128)
     zip_path = str(tmp_path / "pendulum_lstm.zip")
     first.save(zip_path)
@@ -213,10 +327,17 @@ def test_continuing_a_recurrent_ppo_zip_equals_recurrent_ppo_load_learn(tmp_path
         warnings.simplefilter("ignore")
         sb3 = learn_sb3(RecurrentPPO.load(zip_path, env=env, seed=4, device="cpu"), 192)
     env.close()
-    cfg, agent, ours = continue_with_ours(["--env", "gym_Pendulum-v1", "--env_kwargs", repr(kwargs), "--n_envs", "2", "--seed",
-                                           "4", "--total_timesteps", "192"], zip_path)
-    assert (cfg.model, cfg.lstm_hidden_size, cfg.n_lstm_layers, cfg.enable_critic_lstm, cfg.shared_lstm) == \
-        ("mlp_lstm", 12, 2, False, False)
+    cfg, agent, ours = continue_with_ours(
+        ["--env", "gym_Pendulum-v1", "--env_kwargs", repr(kwargs), "--n_envs", "2", "--seed", "4", "--total_timesteps", "192"],
+        zip_path,
+    )
+    assert (cfg.model, cfg.lstm_hidden_size, cfg.n_lstm_layers, cfg.enable_critic_lstm, cfg.shared_lstm) == (
+        "mlp_lstm",
+        12,
+        2,
+        False,
+        False,
+    )
     assert (cfg.n_steps, cfg.batch_size, cfg.learning_rate, cfg.log_std_init) == (32, 48, 7e-4, -0.5)
     assert agent.n_updates == first._n_updates > 0
     assert_same_record(sb3, ours)
@@ -235,23 +356,50 @@ def test_recurrent_and_plain_zips_refuse_the_other_kind_of_model(tmp_path) -> No
     from ppo_dict.run.cli import config_from_args
 
     venv = make_vec_env("CartPole-v1", n_envs=1, seed=0)
-    for algo, policy, flag, held in ((RecurrentPPO, "MlpLstmPolicy", "mlp", "mlp_lstm"),
-                                     (SB3PPO, "MlpPolicy", "mlp_lstm", "mlp")):
+    for algo, policy, flag, held in (
+        (RecurrentPPO, "MlpLstmPolicy", "mlp", "mlp_lstm"),
+        (SB3PPO, "MlpPolicy", "mlp_lstm", "mlp"),
+    ):
         path = str(tmp_path / f"{held}.zip")
         algo(policy, venv, n_steps=16, batch_size=16, device="cpu").save(path)
         agent = read_trained_agent(path, "gym_CartPole-v1")
-        cfg = config_from_args(["--env", "gym_CartPole-v1", "--model", flag, "--trained_agent", path], base=agent.saved,
-                               pinned=agent.pinned)
-        with pytest.raises(ConfigError,
-                           match=rf"model='{flag}': the trained agent's model is '{held}' \(its policy\); drop --model"):
+        cfg = config_from_args(
+            ["--env", "gym_CartPole-v1", "--model", flag, "--trained_agent", path], base=agent.saved, pinned=agent.pinned
+        )
+        with pytest.raises(
+            ConfigError, match=rf"model='{flag}': the trained agent's model is '{held}' \(its policy\); drop --model"
+        ):
             validate(cfg, agent)
     venv.close()
 
 
 # ------------------------------------------------------------------------------------ checkpoints and --resume
-RECURRENT_SMALL = ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--lstm_hidden_size", "16", "--num_workers", "0",
-                   "--n_envs", "2", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "2", "--seed", "0", "--normalize",
-                   "True", "--verbose", "0", "--plot", "False"]
+RECURRENT_SMALL = [
+    "--env",
+    "gym_CartPole-v1",
+    "--model",
+    "mlp_lstm",
+    "--lstm_hidden_size",
+    "16",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "64",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "2",
+    "--seed",
+    "0",
+    "--normalize",
+    "True",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def test_a_recurrent_checkpoint_restores_bit_for_bit_its_states_included() -> None:
@@ -312,8 +460,11 @@ def test_a_recurrent_run_resumes_as_the_others_do(recurrent_runs) -> None:
     assert_same(b256, a256)
     b_end, c_end, a_end = checkpoint("b", 512), checkpoint("c", 512), checkpoint("a", 512)
     assert_same(b_end, c_end)
-    assert (b_end["num_timesteps"], b_end["iteration"], b_end["n_updates"]) == \
-        (a_end["num_timesteps"], a_end["iteration"], a_end["n_updates"])
+    assert (b_end["num_timesteps"], b_end["iteration"], b_end["n_updates"]) == (
+        a_end["num_timesteps"],
+        a_end["iteration"],
+        a_end["n_updates"],
+    )
 
 
 def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(recurrent_runs, tmp_path) -> None:
@@ -323,8 +474,10 @@ def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(r
 
     ckpt = recurrent_runs / "b_at_256" / "checkpoints" / "checkpoint_000000000256.pt"
     proc = run_here("--resume", str(ckpt), "--model", "mlp", "--run_dir", str(tmp_path / "x"))
-    assert proc.returncode == 2 and \
-        "the checkpoint holds a recurrent model and this run asks for a model without LSTM" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "the checkpoint holds a recurrent model and this run asks for a model without LSTM" in proc.stderr
+    )
     assert "model='mlp_lstm' there, 'mlp' here" in proc.stderr and not (tmp_path / "x").exists()
     proc = run_here("--resume", str(ckpt), "--lstm_hidden_size", "32", "--run_dir", str(tmp_path / "y"))
     assert proc.returncode == 2 and "lstm_hidden_size=16 there, 32 here" in proc.stderr
@@ -332,21 +485,33 @@ def test_resuming_with_another_kind_of_model_is_refused_before_anything_starts(r
     from ppo_dict.run.checkpoint import CheckpointManager
     from ppo_dict.run.run_plan import build_env_pool
 
-    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=16, batch_size=16, n_epochs=1, total_timesteps=16,
-                 seed=0, verbose=0)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=1,
+        num_workers=0,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        total_timesteps=16,
+        seed=0,
+        verbose=0,
+    )
     plain = PPO(cfg, build_env_pool(cfg))
     try:
         plain_file = CheckpointManager(str(tmp_path / "plain"), keep=1).save(plain.learn())
     finally:
         plain.close()
     proc = run_here("--resume", plain_file, "--model", "mlp_lstm", "--run_dir", str(tmp_path / "z"))
-    assert proc.returncode == 2 and \
-        "the checkpoint holds a model without LSTM and this run asks for a recurrent model" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "the checkpoint holds a model without LSTM and this run asks for a recurrent model" in proc.stderr
+    )
 
 
 # ------------------------------------------------------------------------------------ ONNX
-@pytest.mark.parametrize("name", ["discrete_3_envs_sampled", "box_two_layers_shared",
-                                  pytest.param("cnn_image", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name", ["discrete_3_envs_sampled", "box_two_layers_shared", pytest.param("cnn_image", marks=pytest.mark.slow)]
+)
 def test_onnx_graph_takes_and_returns_the_states_as_recurrent_ppo_predict(tmp_path, name: str) -> None:
     """The exported graph (observations, ``lstm_h``, ``lstm_c``, ``episode_start`` -> action, ``lstm_h_out``,
     ``lstm_c_out``) run in onnxruntime over whole episodes of every env, states carried and reset at episode starts,
@@ -374,8 +539,9 @@ def test_onnx_graph_takes_and_returns_the_states_as_recurrent_ppo_predict(tmp_pa
         actions, state = sb3.predict(obs, state=state, episode_start=starts, deterministic=True)
         if h is None:
             h = c = np.zeros_like(state[0])
-        action, h, c = session.run(["action", "lstm_h_out", "lstm_c_out"],
-                                   {"obs": np.asarray(obs), "lstm_h": h, "lstm_c": c, "episode_start": starts})
+        action, h, c = session.run(
+            ["action", "lstm_h_out", "lstm_c_out"], {"obs": np.asarray(obs), "lstm_h": h, "lstm_c": c, "episode_start": starts}
+        )
         if np.issubdtype(action.dtype, np.integer):
             assert np.array_equal(action, actions)
         else:
@@ -395,12 +561,36 @@ def test_bad_recurrent_input_is_one_error_listing_every_problem(tmp_path) -> Non
     directory; a recurrent flag without a recurrent model, with the others."""
     from tests.cli_here import run_here
 
-    proc = run_here("--env", "gym_CartPole-v1", "--model", "cnn_lstm", "--shared_lstm", "True", "--share_features_extractor",
-                    "False", "--action_masks", "True", "--export_sb3", "model.zip", "--run_dir", str(tmp_path / "run"))
+    proc = run_here(
+        "--env",
+        "gym_CartPole-v1",
+        "--model",
+        "cnn_lstm",
+        "--shared_lstm",
+        "True",
+        "--share_features_extractor",
+        "False",
+        "--action_masks",
+        "True",
+        "--export_sb3",
+        "model.zip",
+        "--run_dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 2 and not (tmp_path / "run").exists()
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert listed == ["shared_lstm=True", "shared_lstm=True", "export_sb3='model.zip'", "model='cnn_lstm'"], proc.stderr
-    proc = run_here("--env", "gym_CartPole-v1", "--model", "cnn", "--enable_critic_lstm", "False", "--n_steps", "0",
-                    "--run_dir", str(tmp_path / "run"))
+    proc = run_here(
+        "--env",
+        "gym_CartPole-v1",
+        "--model",
+        "cnn",
+        "--enable_critic_lstm",
+        "False",
+        "--n_steps",
+        "0",
+        "--run_dir",
+        str(tmp_path / "run"),
+    )
     listed = [line.split(":")[0].strip("- ") for line in proc.stderr.splitlines() if line.startswith("  - ")]
     assert proc.returncode == 2 and listed == ["n_steps=0", "enable_critic_lstm=False", "model='cnn'"], proc.stderr

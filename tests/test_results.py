@@ -2,6 +2,7 @@
 makes of it (PPO's arguments, schedules, ``policy_kwargs``, ``VecNormalize``'s arguments, wrappers, frame stack,
 the envs' first observations), every ppo.yml entry reproduced or refused by name, tiny runs of both libraries
 whose curves are compared, ``--resume``. No learning run: the runs here stop after one or two rollouts."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,22 @@ def chain(env) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("env_id, zoo_id, key", [
-    ("Pendulum-v1", "Pendulum-v1", "Pendulum-v1"), ("Acrobot-v1", "Acrobot-v1", "Acrobot-v1"),
-    ("CartPole-v1", "CartPole-v1", "CartPole-v1"), ("LunarLander-v3", "LunarLander-v3", "LunarLander-v3"),
-    ("HalfCheetah-v5", "HalfCheetah-v4", "HalfCheetah-v4"), ("Hopper-v5", "Hopper-v4", "Hopper-v4"),
-    ("Swimmer-v5", "Swimmer-v4", "Swimmer-v4"), ("Walker2d-v5", "Walker2d-v4", "Walker2d-v4"),
-    ("Ant-v5", "Ant-v4", "Ant-v4"), ("BreakoutNoFrameskip-v4", "BreakoutNoFrameskip-v4", "atari"),
-    ("CarRacing-v3", "CarRacing-v3", "CarRacing-v3")])
+@pytest.mark.parametrize(
+    "env_id, zoo_id, key",
+    [
+        ("Pendulum-v1", "Pendulum-v1", "Pendulum-v1"),
+        ("Acrobot-v1", "Acrobot-v1", "Acrobot-v1"),
+        ("CartPole-v1", "CartPole-v1", "CartPole-v1"),
+        ("LunarLander-v3", "LunarLander-v3", "LunarLander-v3"),
+        ("HalfCheetah-v5", "HalfCheetah-v4", "HalfCheetah-v4"),
+        ("Hopper-v5", "Hopper-v4", "Hopper-v4"),
+        ("Swimmer-v5", "Swimmer-v4", "Swimmer-v4"),
+        ("Walker2d-v5", "Walker2d-v4", "Walker2d-v4"),
+        ("Ant-v5", "Ant-v4", "Ant-v4"),
+        ("BreakoutNoFrameskip-v4", "BreakoutNoFrameskip-v4", "atari"),
+        ("CarRacing-v3", "CarRacing-v3", "CarRacing-v3"),
+    ],
+)
 def test_setup_is_what_rl_zoo_makes_of_the_entry(env_id: str, zoo_id: str, key: str, tmp_path, capsys) -> None:
     """``zoo_id``: the id rl-zoo is asked for (the v4 entries are its own for the v4 ids); ``key``: the entry read."""
     setup = zoo_setup(env_id)
@@ -77,8 +87,13 @@ def test_envs_are_rl_zoos_envs(env_id: str, tmp_path, capsys) -> None:
         np.testing.assert_array_equal(ours.reset(), theirs.reset())
         if results.vec_normalize(ours) is not None:
             mine, zoo = results.vec_normalize(ours), results.vec_normalize(theirs)
-            assert (mine.gamma, mine.norm_obs, mine.norm_reward, mine.clip_obs, mine.clip_reward) == \
-                (zoo.gamma, zoo.norm_obs, zoo.norm_reward, zoo.clip_obs, zoo.clip_reward)
+            assert (mine.gamma, mine.norm_obs, mine.norm_reward, mine.clip_obs, mine.clip_reward) == (
+                zoo.gamma,
+                zoo.norm_obs,
+                zoo.norm_reward,
+                zoo.clip_obs,
+                zoo.clip_reward,
+            )
     finally:
         ours.close()
         theirs.close()
@@ -98,8 +113,10 @@ def test_every_entry_is_reproduced_or_refused_by_name(capsys) -> None:
 
 def test_entry_lookup_names_the_version_it_maps_and_refuses_unknown_ids() -> None:
     entries = zoo_entries()
-    assert entry_key("Walker2d-v5", entries) == ("Walker2d-v4", "rl_zoo3 has Walker2d-v4's entry, not Walker2d-v5's: "
-                                                                "Walker2d-v5 trained with Walker2d-v4's settings")
+    assert entry_key("Walker2d-v5", entries) == (
+        "Walker2d-v4",
+        "rl_zoo3 has Walker2d-v4's entry, not Walker2d-v5's: Walker2d-v5 trained with Walker2d-v4's settings",
+    )
     assert entry_key("PongNoFrameskip-v4", entries)[0] == "atari"
     assert entry_key("Reacher-v5", entries)[0] == "Reacher-v2"
     with pytest.raises(ZooEntryError, match="NoSuchEnv-v0: not a registered gymnasium id"):
@@ -109,8 +126,15 @@ def test_entry_lookup_names_the_version_it_maps_and_refuses_unknown_ids() -> Non
 
 
 def test_an_entry_it_cannot_read_is_refused_naming_every_key() -> None:
-    entries = {"Pendulum-v1": {"policy": "MlpPolicy", "n_timesteps": 1000, "callback": "my.Callback",
-                               "env_wrapper": "no_such_module.Wrapper", "policy_kwargs": "dict(no_such_kwarg=1)"}}
+    entries = {
+        "Pendulum-v1": {
+            "policy": "MlpPolicy",
+            "n_timesteps": 1000,
+            "callback": "my.Callback",
+            "env_wrapper": "no_such_module.Wrapper",
+            "policy_kwargs": "dict(no_such_kwarg=1)",
+        }
+    }
     with pytest.raises(ZooEntryError) as refused:
         zoo_setup("Pendulum-v1", entries)
     text = str(refused.value)
@@ -125,15 +149,32 @@ def test_refused_envs_start_no_run(tmp_path, capsys) -> None:
 
 def tiny_run(out, work, *extra: str) -> int:
     """Both libraries on CartPole for one rollout (8 envs x 32 steps), evaluated on one episode."""
-    return results.main(["--envs", "CartPole-v1", "--seeds", "3", "--steps", "256", "--eval_episodes", "1", "--out", str(out),
-                         "--work", str(work), *extra])
+    return results.main(
+        [
+            "--envs",
+            "CartPole-v1",
+            "--seeds",
+            "3",
+            "--steps",
+            "256",
+            "--eval_episodes",
+            "1",
+            "--out",
+            str(out),
+            "--work",
+            str(work),
+            *extra,
+        ]
+    )
 
 
 def test_tiny_runs_of_both_libraries_give_the_same_curve_and_resume_skips_them(tmp_path, capsys) -> None:
     assert tiny_run(tmp_path / "out", tmp_path / "work") == 0
     final, curves = (results.read(str(tmp_path / "out" / name)) for name in ("final.csv", "curves.csv"))
-    assert [(r["lib"], r["timesteps"], r["planned"], r["budget"], r["eval_episodes"]) for r in final] == \
-        [("ppo_dict", "256", "256", "100000", "1"), ("sb3", "256", "256", "100000", "1")]
+    assert [(r["lib"], r["timesteps"], r["planned"], r["budget"], r["eval_episodes"]) for r in final] == [
+        ("ppo_dict", "256", "256", "100000", "1"),
+        ("sb3", "256", "256", "100000", "1"),
+    ]
     assert final[0]["eval_mean"] == final[1]["eval_mean"] and final[0]["last_ep_rew_mean"] == final[1]["last_ep_rew_mean"]
     assert len(curves) == 2 and curves[0]["ep_rew_mean"] == curves[1]["ep_rew_mean"]
     text, differ = check_text(final, curves)
@@ -150,9 +191,14 @@ def test_tiny_runs_of_both_libraries_give_the_same_curve_and_resume_skips_them(t
 def test_check_names_the_first_rollout_that_differs() -> None:
     row = dict(env="E-v0", seed="0", planned="10", budget="10", timesteps="10", resumed_at="")
     final = [dict(row, lib="ppo_dict", run="a"), dict(row, lib="sb3", run="b", resumed_at="30")]
-    curves = [dict(run=run, timesteps=str(t), ep_rew_mean=str(v)) for run, pts in
-              (("a", [(10, 1.0), (20, 2.0), (30, 3.0), (40, 9.0)]), ("b", [(10, 1.0), (20, 2.5), (30, 3.0), (40, 4.0)])) for t,
-              v in pts]
+    curves = [
+        dict(run=run, timesteps=str(t), ep_rew_mean=str(v))
+        for run, pts in (
+            ("a", [(10, 1.0), (20, 2.0), (30, 3.0), (40, 9.0)]),
+            ("b", [(10, 1.0), (20, 2.5), (30, 3.0), (40, 4.0)]),
+        )
+        for t, v in pts
+    ]
     text, differ = check_text(final, curves)
     assert differ and text.startswith("E-v0 seed 0: DIFFERENT at rollout 2 (step 20): sb3 2.5, ppo_dict 2.0")
     curves[5]["ep_rew_mean"] = "2.0"  # equal up to sb3's resume at step 30; the difference after it does not count
@@ -166,12 +212,17 @@ def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tm
     row.update(env="E-v0", lib="ppo_dict", seed="0", planned="10", budget="10", timesteps="10")
     here, there = tmp_path / "here", tmp_path / "there"
     os.makedirs(here), os.makedirs(there)
-    old, again, other = (dict(row, run="old", eval_mean="1.0"), dict(row, run="again", eval_mean="2.0"),
-                         dict(row, run="other", seed="1"))
+    old, again, other = (
+        dict(row, run="old", eval_mean="1.0"),
+        dict(row, run="again", eval_mean="2.0"),
+        dict(row, run="other", seed="1"),
+    )
     results.append(str(here / "final.csv"), results.FINAL_FIELDS, [old])
     results.append(str(there / "final.csv"), results.FINAL_FIELDS, [old, again, other])
-    curves = [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean=str(i), run=run)
-              for i, run in enumerate(["old", "again", "other"])]
+    curves = [
+        dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean=str(i), run=run)
+        for i, run in enumerate(["old", "again", "other"])
+    ]
     results.append(str(there / "curves.csv"), results.CURVE_FIELDS, curves)
     assert results.main(["--merge", str(there), "--out", str(here)]) == 0
     assert capsys.readouterr().out == "merged again\nmerged other\n"
@@ -191,8 +242,24 @@ def test_merge_appends_another_folders_runs_once_and_the_tables_show_the_last(tm
 @pytest.mark.slow
 def test_a_stopped_run_continues_from_its_checkpoint(tmp_path) -> None:
     """A run killed after a checkpoint resumes there with ``--resume``: its row says where, its curve is whole."""
-    args = ["--envs", "CartPole-v1", "--seeds", "4", "--libs", "ppo_dict", "--steps", "4096", "--eval_episodes", "1",
-            "--checkpoint_every", "1e-9", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    args = [
+        "--envs",
+        "CartPole-v1",
+        "--seeds",
+        "4",
+        "--libs",
+        "ppo_dict",
+        "--steps",
+        "4096",
+        "--eval_episodes",
+        "1",
+        "--checkpoint_every",
+        "1e-9",
+        "--out",
+        str(tmp_path / "out"),
+        "--work",
+        str(tmp_path / "work"),
+    ]
     state = tmp_path / "work" / "CartPole-v1" / "ppo_dict-seed4-4096" / "state.json"
     process = subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", "results.py"), *args], start_new_session=True)
     deadline = time.monotonic() + 120
@@ -216,28 +283,47 @@ def merge_folders(tmp_path):
     here, there = tmp_path / "here", tmp_path / "there"
     os.makedirs(here), os.makedirs(there)
     results.append(str(here / "final.csv"), results.FINAL_FIELDS, [dict(row, run="old")])
-    results.append(str(here / "curves.csv"), results.CURVE_FIELDS, [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c",
-                                                                         timesteps="10", ep_rew_mean="1.0", run="old")])
+    results.append(
+        str(here / "curves.csv"),
+        results.CURVE_FIELDS,
+        [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean="1.0", run="old")],
+    )
     results.append(str(there / "final.csv"), results.FINAL_FIELDS, [dict(row, run="good")])
-    results.append(str(there / "curves.csv"), results.CURVE_FIELDS, [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c",
-                                                                          timesteps="10", ep_rew_mean="2.0", run="good")])
+    results.append(
+        str(there / "curves.csv"),
+        results.CURVE_FIELDS,
+        [dict(env="E-v0", lib="ppo_dict", seed="0", commit="c", timesteps="10", ep_rew_mean="2.0", run="good")],
+    )
     return here, there
 
 
-@pytest.mark.parametrize("spoil, said", [
-    (lambda there: (there / "final.csv").write_text("env,lib,seed\nE-v0,ppo_dict,0\n"), "its header has no "),
-    (lambda there: open(there / "final.csv", "a").write("E-v0,x," + "9" * 200_000 + "\n"),
-     "not CSV (field larger than field limit"),
-    (lambda there: open(there / "final.csv", "ab").write(b"E-v0,\xff\xfe\n"), "not UTF-8 text"),
-    (lambda there: open(there / "final.csv", "a").write(",".join(["E-v0", "", "ppo_dict", "zero"] + ["10"] * 3 + [""] * 7
-                                                                 + ["c", "h", "d", "bad"]) + "\r\n"),
-     "seed is 'zero', not a whole number"),
-    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,1e30,1.0,good\r\n"),
-     "timesteps is '1e30', not a whole number"),
-    (lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,10,high,good\r\n"),
-     "ep_rew_mean is 'high', not a number"),
-    (lambda there: open(there / "final.csv", "a").write("E-v0,ppo_dict,0,1,2\r\n"), "cells, its header 18"),
-], ids=["no run column", "200 KB cell", "not utf-8", "text seed", "1e30 steps", "text return", "short row"])
+@pytest.mark.parametrize(
+    "spoil, said",
+    [
+        (lambda there: (there / "final.csv").write_text("env,lib,seed\nE-v0,ppo_dict,0\n"), "its header has no "),
+        (
+            lambda there: open(there / "final.csv", "a").write("E-v0,x," + "9" * 200_000 + "\n"),
+            "not CSV (field larger than field limit",
+        ),
+        (lambda there: open(there / "final.csv", "ab").write(b"E-v0,\xff\xfe\n"), "not UTF-8 text"),
+        (
+            lambda there: open(there / "final.csv", "a").write(
+                ",".join(["E-v0", "", "ppo_dict", "zero"] + ["10"] * 3 + [""] * 7 + ["c", "h", "d", "bad"]) + "\r\n"
+            ),
+            "seed is 'zero', not a whole number",
+        ),
+        (
+            lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,1e30,1.0,good\r\n"),
+            "timesteps is '1e30', not a whole number",
+        ),
+        (
+            lambda there: open(there / "curves.csv", "a").write("E-v0,ppo_dict,0,c,10,high,good\r\n"),
+            "ep_rew_mean is 'high', not a number",
+        ),
+        (lambda there: open(there / "final.csv", "a").write("E-v0,ppo_dict,0,1,2\r\n"), "cells, its header 18"),
+    ],
+    ids=["no run column", "200 KB cell", "not utf-8", "text seed", "1e30 steps", "text return", "short row"],
+)
 def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_path, capsys, spoil, said: str) -> None:
     """A CSV without a run column, a 200 KB cell, non-UTF-8 bytes or a non-numeric number ended in tracebacks, and a
     good row then a bad one appended final.csv and never curves.csv. Now: one message, nothing written."""
@@ -246,8 +332,12 @@ def test_merge_validates_every_row_first_and_writes_both_files_or_neither(tmp_pa
     before = {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")}
     assert results.main(["--merge", str(there), "--out", str(here)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"--merge {there}: ") and said in err and err.rstrip().endswith("nothing merged") and \
-        "Traceback" not in err, err
+    assert (
+        err.startswith(f"--merge {there}: ")
+        and said in err
+        and err.rstrip().endswith("nothing merged")
+        and "Traceback" not in err
+    ), err
     assert {name: (here / name).read_bytes() for name in ("final.csv", "curves.csv")} == before
     assert sorted(os.listdir(here)) == ["curves.csv", "final.csv"]
     for name in ("final.csv", "curves.csv"):  # --check of a spoiled folder: one message too

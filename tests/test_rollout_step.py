@@ -1,4 +1,5 @@
 """The lean rollout step computes ActorCritic.forward's floats bit for bit, and draws the same random numbers."""
+
 import numpy as np
 import pytest
 import torch
@@ -20,15 +21,24 @@ CASES = {
     "mlp-separate-extractors": (BOX_OBS, spaces.Box(-1, 1, (2,), np.float32), dict(share_features_extractor=False)),
     "discrete-obs": (spaces.Discrete(7), spaces.Discrete(3), dict()),
     "cnn": (IMAGE, spaces.Discrete(4), dict(model="cnn")),
-    "dict": (spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}), spaces.Box(-1, 1, (2,), np.float32),
-             dict()),
+    "dict": (
+        spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}),
+        spaces.Box(-1, 1, (2,), np.float32),
+        dict(),
+    ),
     "gsde": (BOX_OBS, spaces.Box(-1, 1, (3,), np.float32), dict(use_sde=True, log_std_init=-0.5)),
-    "gsde-diagonal-expln": (BOX_OBS, spaces.Box(-1, 1, (2,), np.float32),
-                            dict(use_sde=True, full_std=False, use_expln=True, log_std_init=0.5)),
+    "gsde-diagonal-expln": (
+        BOX_OBS,
+        spaces.Box(-1, 1, (2,), np.float32),
+        dict(use_sde=True, full_std=False, use_expln=True, log_std_init=0.5),
+    ),
     "multi-discrete": (BOX_OBS, spaces.MultiDiscrete([3, 2]), dict()),
     "multi-binary": (BOX_OBS, spaces.MultiBinary(3), dict()),
-    "multi-discrete-and-binary-obs": (spaces.Dict({"md": spaces.MultiDiscrete([4, 2]), "mb": spaces.MultiBinary([2, 2])}),
-                                      spaces.Discrete(3), dict()),
+    "multi-discrete-and-binary-obs": (
+        spaces.Dict({"md": spaces.MultiDiscrete([4, 2]), "mb": spaces.MultiBinary([2, 2])}),
+        spaces.Discrete(3),
+        dict(),
+    ),
 }
 
 
@@ -94,8 +104,11 @@ def test_outputs_land_in_the_storage_rows_with_the_same_values(name: str) -> Non
     assert not rows[1][0].any() and not rows[1][2].any()  # only the step's own row was written
 
 
-MASKED = {"discrete": spaces.Discrete(6), "multi_discrete": spaces.MultiDiscrete([3, 5, 2]),
-          "multi_binary": spaces.MultiBinary(4)}
+MASKED = {
+    "discrete": spaces.Discrete(6),
+    "multi_discrete": spaces.MultiDiscrete([3, 5, 2]),
+    "multi_binary": spaces.MultiBinary(4),
+}
 
 
 @pytest.mark.parametrize("name", list(MASKED))

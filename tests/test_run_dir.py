@@ -4,6 +4,7 @@ overwritten without ``--overwrite True``, and resuming from an older checkpoint 
 nothing. Every case runs the real command line on tiny CartPole runs: in a subprocess where another process, a lock or a
 mount is the point, else its entry point in this process (tests/cli_here.py).
 """
+
 import hashlib
 import json
 import os
@@ -25,8 +26,28 @@ from tests.conftest import ROOT
 from tests.test_bad_input import save_cartpole_model
 from tests.test_main_ppo import run_cli, summary_line
 
-TINY = ["--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "32", "--batch_size", "64",
-        "--n_epochs", "1", "--seed", "0", "--plot", "False", "--verbose", "0", "--progress", "none"]
+TINY = [
+    "--env",
+    "gym_CartPole-v1",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "1",
+    "--seed",
+    "0",
+    "--plot",
+    "False",
+    "--verbose",
+    "0",
+    "--progress",
+    "none",
+]
 
 
 def directory_bytes(path) -> dict[str, str]:
@@ -49,8 +70,9 @@ def steps_of(run_dir) -> list[int]:
 def earlier_run(tmp_path_factory):
     """A finished run of 256 steps, a checkpoint every 64 (all four kept)."""
     run_dir = tmp_path_factory.mktemp("earlier") / "run"
-    proc = run_here(*TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--run_dir",
-                    str(run_dir))
+    proc = run_here(
+        *TINY, "--total_timesteps", "256", "--save_freq", "64", "--keep_checkpoints", "10", "--run_dir", str(run_dir)
+    )
     assert proc.returncode == 0, proc.stderr
     assert steps_of(run_dir) == [64, 128, 192, 256]
     return run_dir
@@ -81,9 +103,12 @@ def test_a_new_run_into_an_earlier_run_is_refused_and_changes_nothing(capsys, ru
     before = directory_bytes(run_dir)
     for dry_run in ((), ("--dry_run",)):
         proc = refused_here(capsys, *TINY, "--total_timesteps", "128", "--run_dir", str(run_dir), *dry_run)
-        assert_refused(proc, f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, monitor.csv, "
-                             f"progress.csv); pass --resume {run_dir} to continue it, --overwrite True to replace it, "
-                             "or choose another --run_dir")
+        assert_refused(
+            proc,
+            f"  - run_dir='{run_dir}': holds an earlier run (checkpoints, config.json, monitor.csv, "
+            f"progress.csv); pass --resume {run_dir} to continue it, --overwrite True to replace it, "
+            "or choose another --run_dir",
+        )
     assert directory_bytes(run_dir) == before
 
 
@@ -121,15 +146,19 @@ def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> N
     proc = run_here("--resume", str(older), "--total_timesteps", "320", "--save_freq", "64", "--keep_checkpoints", "2")
     assert proc.returncode == 0, proc.stderr
     branch = run_dir / "branches" / "from_128"
-    assert (f"{older} is older than the run's newest checkpoint, which is kept: this run is a branch, "
-            f"written to {branch}") in proc.stdout
+    assert (
+        f"{older} is older than the run's newest checkpoint, which is kept: this run is a branch, written to {branch}"
+    ) in proc.stdout
     after = directory_bytes(run_dir)
     assert {k: v for k, v in after.items() if not k.startswith("branches")} == before  # every byte of the run itself
     summary = summary_line(proc.stdout)
-    assert summary["run_dir"] == str(branch) and \
-        summary["checkpoint"] == str(branch / "checkpoints" / "checkpoint_000000000320.pt")
-    assert [os.path.basename(p) for p in list_checkpoints(str(branch / "checkpoints"))] == ["checkpoint_000000000256.pt",
-                                                                                             "checkpoint_000000000320.pt"]
+    assert summary["run_dir"] == str(branch) and summary["checkpoint"] == str(
+        branch / "checkpoints" / "checkpoint_000000000320.pt"
+    )
+    assert [os.path.basename(p) for p in list_checkpoints(str(branch / "checkpoints"))] == [
+        "checkpoint_000000000256.pt",
+        "checkpoint_000000000320.pt",
+    ]
     # The branch's log: the run's rows up to 128 (the same bytes), then its own.
     assert steps_of(branch) == [64, 128, 192, 256, 320]
     assert (branch / "progress.csv").read_text().splitlines()[1:3] == (run_dir / "progress.csv").read_text().splitlines()[1:3]
@@ -141,18 +170,22 @@ def test_resuming_an_older_checkpoint_branches_and_deletes_nothing(run_dir) -> N
     # A second branch from the same checkpoint gets its own directory; the first is kept.
     again = run_here("--resume", str(older), "--total_timesteps", "192")
     assert again.returncode == 0, again.stderr
-    assert summary_line(again.stdout)["run_dir"] == str(run_dir / "branches" / "from_128_2") and \
-        directory_bytes(branch) == after_branch(after)
+    assert summary_line(again.stdout)["run_dir"] == str(run_dir / "branches" / "from_128_2") and directory_bytes(
+        branch
+    ) == after_branch(after)
     # Continuing the run in place from that older checkpoint would rotate the newer ones away: refused.
     refused = run_here("--resume", str(older), "--run_dir", str(run_dir), "--total_timesteps", "512")
-    assert_refused(refused, f"run_dir='{run_dir}': holds checkpoints newer than the one resumed (checkpoint_000000000192.pt, "
-                            "checkpoint_000000000256.pt), which continuing in it would rotate away")
+    assert_refused(
+        refused,
+        f"run_dir='{run_dir}': holds checkpoints newer than the one resumed (checkpoint_000000000192.pt, "
+        "checkpoint_000000000256.pt), which continuing in it would rotate away",
+    )
 
 
 def after_branch(tree: dict[str, str]) -> dict[str, str]:
     """The part of a directory listing under ``branches/from_128``, relative to it."""
     prefix = os.path.join("branches", "from_128") + os.sep
-    return {k[len(prefix):]: v for k, v in tree.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in tree.items() if k.startswith(prefix)}
 
 
 def test_resume_in_place_keeps_the_rows_logged_after_its_checkpoint(run_dir) -> None:
@@ -213,8 +246,14 @@ def test_monitor_csv_is_sb3s_and_rl_zoos_plots_read_the_run(earlier_run, tmp_pat
 
 
 def popen_main(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *argv], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.main_ppo", *argv],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_run_on_a_locked_directory_is_refused_naming_the_holder(tmp_path) -> None:
@@ -222,9 +261,10 @@ def test_a_run_on_a_locked_directory_is_refused_naming_the_holder(tmp_path) -> N
     held = lock(str(tmp_path / "run"), fresh=True)
     try:
         assert lock_holder(str(tmp_path / "run")) == f"pid {os.getpid()}"
-        assert_refused(run_cli(*TINY, "--run_dir", str(tmp_path / "run")),
-                       f"run_dir='{tmp_path / 'run'}': in use by another run (pid {os.getpid()}, "
-                       f"holding {tmp_path / 'run' / LOCK_FILE})")
+        assert_refused(
+            run_cli(*TINY, "--run_dir", str(tmp_path / "run")),
+            f"run_dir='{tmp_path / 'run'}': in use by another run (pid {os.getpid()}, holding {tmp_path / 'run' / LOCK_FILE})",
+        )
     finally:
         held.release()
     assert lock_holder(str(tmp_path / "run")) is None and os.listdir(tmp_path / "run") == [LOCK_FILE]
@@ -239,8 +279,10 @@ def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_pid(tmp_path) 
         while not (run_dir / "config.json").exists() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert first.poll() is None, first.communicate()
-        in_use = (f"run_dir='{run_dir}': in use by another run (pid {first.pid}, holding {run_dir / LOCK_FILE}); "
-                  "wait for it to end, or choose another --run_dir")
+        in_use = (
+            f"run_dir='{run_dir}': in use by another run (pid {first.pid}, holding {run_dir / LOCK_FILE}); "
+            "wait for it to end, or choose another --run_dir"
+        )
         assert_refused(run_cli(*TINY, "--run_dir", str(run_dir), "--overwrite", "True"), in_use)
         fresh = f"--resume auto: no checkpoint in {run_dir}/checkpoints: starting fresh\n"  # the first has saved none yet
         assert_refused(run_cli("--resume", "auto", *TINY, "--run_dir", str(run_dir)), in_use, said=fresh)
@@ -256,6 +298,7 @@ def test_a_second_run_on_a_directory_in_use_is_refused_naming_the_pid(tmp_path) 
 
 # ------------------------------------------------------------------------------ where a run cannot write
 
+
 def unshare_works() -> bool:
     try:
         return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode == 0
@@ -263,17 +306,23 @@ def unshare_works() -> bool:
         return False
 
 
-needs_mount_namespace = pytest.mark.skipif(not unshare_works(),
-                                           reason="needs unshare -rm (a user and mount namespace) to mount "
-                                                                        "a read-only or a full file system")
+needs_mount_namespace = pytest.mark.skipif(
+    not unshare_works(), reason="needs unshare -rm (a user and mount namespace) to mount a read-only or a full file system"
+)
 
 
 def run_with_mount(mount: str, options: str, *argv: str, module: str = "ppo_dict.main_ppo") -> subprocess.CompletedProcess:
     """The command line (``module``'s) with a tmpfs mounted at ``mount`` (``options``: ``ro``, ``size=16k``) in a
     mount namespace of its own: a read-only or a full file system, for this command only."""
     script = f'mount -t tmpfs -o {options} tmpfs "$0" && exec "$@"'
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", module, *argv],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, mount, sys.executable, "-m", module, *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 @needs_mount_namespace
@@ -285,11 +334,22 @@ def test_a_read_only_or_full_run_dir_is_refused_before_start(tmp_path, dry_run: 
     proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"), *dry_run)
     assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} is on a read-only file system")
     proc = run_with_mount(str(mount), "size=16k", *TINY, "--total_timesteps", "64", "--run_dir", str(mount / "run"), *dry_run)
-    assert_refused(proc, f"  - run_dir='{mount / 'run'}': {mount} has 0.02 MiB free; "
-                         "writing a checkpoint there needs about 0.17 MiB")
+    assert_refused(
+        proc, f"  - run_dir='{mount / 'run'}': {mount} has 0.02 MiB free; writing a checkpoint there needs about 0.17 MiB"
+    )
     # an output beside the run directory, on the read-only file system (the rest: the slow test below)
-    proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", "--run_dir", str(tmp_path / "run"),
-                          "--save_path", str(mount / "model"), *dry_run)
+    proc = run_with_mount(
+        str(mount),
+        "ro",
+        *TINY,
+        "--total_timesteps",
+        "64",
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--save_path",
+        str(mount / "model"),
+        *dry_run,
+    )
     assert_refused(proc, f"  - save_path='{mount / 'model'}': {mount} is on a read-only file system")
     assert sorted(os.listdir(tmp_path)) == ["mnt"] and os.listdir(mount) == []
 
@@ -302,8 +362,10 @@ def test_an_onnx_export_to_a_read_only_file_system_is_refused_and_writes_nothing
     mount.mkdir()
     before = directory_bytes(tmp_path)
     proc = run_with_mount(str(mount), "ro", str(model), "--out", str(mount / "policy.onnx"), module="ppo_dict.export_onnx")
-    assert proc.returncode == 2 and \
-        proc.stderr == f"error: out='{mount / 'policy.onnx'}': {mount} is on a read-only file system\n", proc.stderr
+    assert (
+        proc.returncode == 2
+        and proc.stderr == f"error: out='{mount / 'policy.onnx'}': {mount} is on a read-only file system\n"
+    ), proc.stderr
     assert directory_bytes(tmp_path) == before
 
 
@@ -312,11 +374,16 @@ def test_an_onnx_export_to_a_read_only_file_system_is_refused_and_writes_nothing
 def test_every_output_on_a_read_only_file_system_is_refused_also_by_dry_run(tmp_path) -> None:
     mount = tmp_path / "mnt"
     mount.mkdir()
-    for setting, path in (("run_dir", mount / "run"), ("save_path", mount / "model"), ("tensorboard_log", mount / "tb"),
-                          ("export_sb3", mount / "agent.zip")):
+    for setting, path in (
+        ("run_dir", mount / "run"),
+        ("save_path", mount / "model"),
+        ("tensorboard_log", mount / "tb"),
+        ("export_sb3", mount / "agent.zip"),
+    ):
         extra = [] if setting == "run_dir" else ["--run_dir", str(tmp_path / setting)]
-        proc = run_with_mount(str(mount), "ro", *TINY, "--total_timesteps", "64", f"--{setting}", str(path), *extra,
-                              "--dry_run")
+        proc = run_with_mount(
+            str(mount), "ro", *TINY, "--total_timesteps", "64", f"--{setting}", str(path), *extra, "--dry_run"
+        )
         assert_refused(proc, f"  - {setting}='{path}': {mount} is on a read-only file system")
         assert not (tmp_path / setting).exists()
 
@@ -325,22 +392,30 @@ def test_every_output_on_a_read_only_file_system_is_refused_also_by_dry_run(tmp_
 def test_a_run_dir_that_is_a_file_or_too_long_a_name_is_refused(capsys, tmp_path, dry_run) -> None:
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
-    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file), *dry_run),
-                   f"  - run_dir='{a_file}': is a file, must be a directory")
-    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(a_file / "run"), *dry_run),
-                   f"  - run_dir='{a_file / 'run'}': {a_file} is a file, so nothing can be created under it")
+    assert_refused(
+        refused_here(capsys, *TINY, "--run_dir", str(a_file), *dry_run),
+        f"  - run_dir='{a_file}': is a file, must be a directory",
+    )
+    assert_refused(
+        refused_here(capsys, *TINY, "--run_dir", str(a_file / "run"), *dry_run),
+        f"  - run_dir='{a_file / 'run'}': {a_file} is a file, so nothing can be created under it",
+    )
     long = tmp_path / ("x" * 300)
-    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(long), *dry_run),
-                   f"  - run_dir='{long}': the name xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is 300 bytes long; "
-                   "the file system takes at most 255")
+    assert_refused(
+        refused_here(capsys, *TINY, "--run_dir", str(long), *dry_run),
+        f"  - run_dir='{long}': the name xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... is 300 bytes long; "
+        "the file system takes at most 255",
+    )
     deep = tmp_path / "/".join(["y" * 200] * 21)
-    assert_refused(refused_here(capsys, *TINY, "--run_dir", str(deep), *dry_run),
-                   f"  - run_dir='{deep}': the path is {len(str(deep))} bytes long; "
-                   "the file system takes paths of at most 4096")
+    assert_refused(
+        refused_here(capsys, *TINY, "--run_dir", str(deep), *dry_run),
+        f"  - run_dir='{deep}': the path is {len(str(deep))} bytes long; the file system takes paths of at most 4096",
+    )
     assert sorted(os.listdir(tmp_path)) == ["a_file"] and a_file.read_text() == "not a directory"
 
 
 # ------------------------------------------------------------------------------ hostile run directories (issue 50)
+
 
 def tree_state(path) -> dict[str, str]:
     """``{relative path: what it is}`` for everything under ``path``, without following a link or opening a FIFO:
@@ -404,8 +479,10 @@ def test_a_lock_that_is_no_lock_file_is_refused_and_nothing_is_truncated(run_dir
     empty.mkdir()
     hostile_lock(empty, kind, target)
     before = tree_state(tmp_path)
-    for argv in (["--resume", str(run_dir), "--total_timesteps", "320"],
-                 [*TINY, "--total_timesteps", "64", "--run_dir", str(empty)]):
+    for argv in (
+        ["--resume", str(run_dir), "--total_timesteps", "320"],
+        [*TINY, "--total_timesteps", "64", "--run_dir", str(empty)],
+    ):
         for dry_run in ([], ["--dry_run"]):
             proc = checked(argv + dry_run)
             where = run_dir if "--resume" in argv else empty
@@ -413,11 +490,22 @@ def test_a_lock_that_is_no_lock_file_is_refused_and_nothing_is_truncated(run_dir
             assert tree_state(tmp_path) == before, argv + dry_run
 
 
-@pytest.mark.parametrize("name, kind", [("progress.before_resume_at_128.csv", "symlink"), ("progress.csv", "symlink"),
-                                        ("progress.csv", "fifo"), ("evaluations.npz", "directory"), ("checkpoints", "symlink"),
-                                        ("wandb_run_id", "fifo"), ("videos", "symlink"), ("best_model.pt", "fifo")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("progress.before_resume_at_128.csv", "symlink"),
+        ("progress.csv", "symlink"),
+        ("progress.csv", "fifo"),
+        ("evaluations.npz", "directory"),
+        ("checkpoints", "symlink"),
+        ("wandb_run_id", "fifo"),
+        ("videos", "symlink"),
+        ("best_model.pt", "fifo"),
+    ],
+)
 def test_a_run_directory_file_that_leads_elsewhere_is_refused_before_anything_is_written(
-        run_dir, tmp_path, name: str, kind: str) -> None:
+    run_dir, tmp_path, name: str, kind: str
+) -> None:
     """progress.before_resume_at_<steps>.csv as a symlink had the run's rows copied into its target; any of the run's
     own names that is a link, a FIFO or a folder where a file goes is refused, at --dry_run too, and nothing changes."""
     for path in list_checkpoints(str(run_dir / "checkpoints"))[2:]:
@@ -466,10 +554,15 @@ def test_a_resumed_runs_evaluations_and_log_are_read_whole_before_anything_is_wr
         text = "not an evaluations.npz numpy reads"
     else:
         results = np.ones((4, 3)) if case == "results of another shape" else np.full((4, 2), np.nan)
-        np.savez(run_dir / "evaluations.npz", timesteps=np.array([64, 128, 192, 256]), results=results,
-                 ep_lengths=np.ones((4, 2), np.int64))
-        text = ("is not episode lengths of the results' shape" if case == "results of another shape"
-                else "is not finite returns")
+        np.savez(
+            run_dir / "evaluations.npz",
+            timesteps=np.array([64, 128, 192, 256]),
+            results=results,
+            ep_lengths=np.ones((4, 2), np.int64),
+        )
+        text = (
+            "is not episode lengths of the results' shape" if case == "results of another shape" else "is not finite returns"
+        )
     before = tree_state(run_dir)
     for dry_run in ([], ["--dry_run"]):
         assert_refused(checked(["--resume", str(run_dir), "--total_timesteps", "320", "--eval_freq", "64", *dry_run]), text)
@@ -501,8 +594,13 @@ def test_a_checkpoints_output_settings_are_dropped_unless_typed(run_dir, tmp_pat
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    outputs = {"save_path": str(elsewhere / "model"), "export_sb3": str(elsewhere / "agent.zip"),
-               "tensorboard_log": str(elsewhere / "tb"), "project": "attacker", "entity": "someone"}
+    outputs = {
+        "save_path": str(elsewhere / "model"),
+        "export_sb3": str(elsewhere / "agent.zip"),
+        "tensorboard_log": str(elsewhere / "tb"),
+        "project": "attacker",
+        "entity": "someone",
+    }
     for path in list_checkpoints(str(run_dir / "checkpoints")):
         state = torch.load(path, weights_only=True)
         state["config"].update(outputs)
@@ -512,9 +610,11 @@ def test_a_checkpoints_output_settings_are_dropped_unless_typed(run_dir, tmp_pat
     writes = next(line for line in proc.stdout.splitlines() if line.startswith("writes: "))
     assert writes == f"writes: {run_dir}/ (config.json, progress.csv, monitor.csv, checkpoints/, .lock)", writes
     said = [line for line in proc.stderr.splitlines() if "wandb project" in line]
-    assert len(said) == 1 and said[0].endswith("its config logs to the wandb project 'attacker'; "
-                                               "a resumed run logs where its command line says: "
-                                               "pass --project attacker to log there"), proc.stderr
+    assert len(said) == 1 and said[0].endswith(
+        "its config logs to the wandb project 'attacker'; "
+        "a resumed run logs where its command line says: "
+        "pass --project attacker to log there"
+    ), proc.stderr
     proc = run_here("--resume", str(run_dir), "--total_timesteps", "320", env_extra={"WANDB_MODE": "disabled"})
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(elsewhere) == [] and summary_line(proc.stdout)["run_dir"] == str(run_dir)
@@ -534,14 +634,28 @@ def test_a_checkpoint_outside_a_run_directory_starts_a_new_one(earlier_run, tmp_
     before = tree_state(downloads)
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--resume",
-                           str(downloads / "checkpoint_000000000256.pt"), "--total_timesteps", "320"], capture_output=True,
-                          text=True, timeout=300, cwd=work, env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--resume",
+            str(downloads / "checkpoint_000000000256.pt"),
+            "--total_timesteps",
+            "320",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stderr
     new = summary_line(proc.stdout)["run_dir"]
     assert os.path.dirname(new) == "runs" and os.path.isfile(work / new / "config.json"), new
-    assert (f"{downloads / 'checkpoint_000000000256.pt'} is in no run directory (its config.json and checkpoints/): "
-            "this run writes a new one") \
-        in proc.stdout
+    assert (
+        f"{downloads / 'checkpoint_000000000256.pt'} is in no run directory (its config.json and checkpoints/): "
+        "this run writes a new one"
+    ) in proc.stdout
     assert tree_state(downloads) == before
     assert steps_of(work / new) == [320]  # its own log: the folder's progress.csv is no run's

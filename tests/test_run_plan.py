@@ -1,5 +1,6 @@
 """How a run uses the machine: the run plan (the main process's share of the envs), update threads checked against
 one thread, and the time/* figures. None of it may change a number."""
+
 import pytest
 import torch
 
@@ -12,8 +13,17 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.run.run_plan import build_env_pool, plan_run
 from ppo_dict.vec import env_spec, probe_env
 
-CFG = Config(env="gym_Pendulum-v1", n_envs=4, num_workers=0, n_steps=32, batch_size=64, n_epochs=2, seed=3,
-             total_timesteps=256, verbose=0)
+CFG = Config(
+    env="gym_Pendulum-v1",
+    n_envs=4,
+    num_workers=0,
+    n_steps=32,
+    batch_size=64,
+    n_epochs=2,
+    seed=3,
+    total_timesteps=256,
+    verbose=0,
+)
 
 
 def test_the_main_process_steps_a_workers_share_less_its_wake_ups_unless_told_otherwise() -> None:
@@ -23,11 +33,15 @@ def test_the_main_process_steps_a_workers_share_less_its_wake_ups_unless_told_ot
     envs_per_worker gives equal shares, main_envs the main process's."""
     cfg = Config(env="gym_Reacher-v5", n_envs=8, num_workers=2, n_steps=16, batch_size=32)
     backend = probe_env(env_spec(cfg))
-    for layout, main_envs, blocks in ((cfg, 4, [4]), (cfg.replace(n_envs=7), 3, [4]),
-                                      (cfg.replace(n_envs=12, num_workers=3), 3, [5, 4]),
-                                      (cfg.replace(n_envs=12, num_workers=3, envs_per_worker=4), 4, [4, 4]),
-                                      (cfg.replace(main_envs=1), 1, [7]), (cfg.replace(main_steps_envs=False), 0, [4, 4]),
-                                      (cfg.replace(n_envs=7, main_steps_envs=False), 0, [4, 3])):
+    for layout, main_envs, blocks in (
+        (cfg, 4, [4]),
+        (cfg.replace(n_envs=7), 3, [4]),
+        (cfg.replace(n_envs=12, num_workers=3), 3, [5, 4]),
+        (cfg.replace(n_envs=12, num_workers=3, envs_per_worker=4), 4, [4, 4]),
+        (cfg.replace(main_envs=1), 1, [7]),
+        (cfg.replace(main_steps_envs=False), 0, [4, 4]),
+        (cfg.replace(n_envs=7, main_steps_envs=False), 0, [4, 3]),
+    ):
         pool = build_env_pool(layout, backend)
         try:
             assert pool.main_envs == main_envs and [len(block) for block in pool._group.blocks] == blocks
@@ -113,8 +127,10 @@ def test_no_thread_trial_where_other_processes_keep_the_cpus_busy(a_trial, monke
     """CPUs busy elsewhere, at start or through the first rollout: no trial, torch_threads for the run, said once."""
     from ppo_dict.core import load
 
-    note = ("note: other processes keep this run's CPUs busy: the update runs on 1 thread (torch_threads), not the 2 cores "
-            "(--update_threads 2 to ask for them)\n")
+    note = (
+        "note: other processes keep this run's CPUs busy: the update runs on 1 thread (torch_threads), not the 2 cores "
+        "(--update_threads 2 to ask for them)\n"
+    )
     monkeypatch.setattr(load, "_at_start", 1.4)  # as the start measured it beside two CPU burners
     with PPO(CFG.replace(verbose=1), build_env_pool(CFG)) as model:
         model.learn()
@@ -148,8 +164,9 @@ def test_update_threads_fall_back_when_they_change_a_bit(a_trial, monkeypatch) -
     monkeypatch.setattr(ppo_module, "ppo_update", real_update)
     agreeing = PPO(CFG, build_env_pool(CFG))
     agreeing.learn()
-    assert agreeing.update_threads == 2 and \
-        all(torch.equal(a, b) for a, b in zip(reference.policy.parameters(), agreeing.policy.parameters()))
+    assert agreeing.update_threads == 2 and all(
+        torch.equal(a, b) for a, b in zip(reference.policy.parameters(), agreeing.policy.parameters())
+    )
     for model in (reference, checked, agreeing):
         model.close()
 

@@ -10,6 +10,7 @@ the key, and the command line exits 2 with no traceback (``--dry_run`` too); wit
 after one warning line. Zips written by real sb3 and sb3-contrib (Box, Discrete, MultiDiscrete and Dict spaces,
 rl-zoo's ``lin_`` schedules, an activation class) read the same as sb3's own reader gives them, unpickled.
 """
+
 from __future__ import annotations
 
 import base64
@@ -90,8 +91,11 @@ def cartpole_zip(tmp_path_factory) -> str:
 def test_a_pickle_in_a_zip_is_never_run_by_load_and_its_key_is_named(cartpole_zip, tmp_path, capsys) -> None:
     sentinel = str(tmp_path / "ran")
     evil = with_pickled(cartpole_zip, str(tmp_path / "evil.zip"), "clip_range", Payload(sentinel, "0.2"))
-    with pytest.raises(CheckpointError, match=r"not unpickled, as pickles run code: 'clip_range' \(a pickled attack.Thing: "
-                                              r"its JSON does not describe it\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"not unpickled, as pickles run code: 'clip_range' \(a pickled attack.Thing: "
+        r"its JSON does not describe it\)",
+    ):
         ppo_dict.PPO.load(evil)
     assert not os.path.exists(sentinel)
     model = ppo_dict.PPO.load(evil, clip_range=0.1)  # a value given is not read from the file
@@ -106,6 +110,7 @@ def test_a_pickle_in_a_zip_is_never_run_by_load_and_its_key_is_named(cartpole_zi
 def test_the_episode_buffers_are_read_as_data_and_a_pickle_in_them_never_runs(cartpole_zip, tmp_path) -> None:
     """sb3 pickles ``ep_info_buffer`` (a deque of Monitor's dicts): read through an unpickler of plain data, it
     holds what sb3's load gives; one that names anything else is left unread, and its code never runs."""
+
     def episodes(cls: type, path: str) -> list:
         return list(cls.load(path, env=make_vec_env("CartPole-v1", n_envs=1, seed=0)).ep_info_buffer)
 
@@ -118,8 +123,9 @@ def test_the_episode_buffers_are_read_as_data_and_a_pickle_in_them_never_runs(ca
 def test_a_space_is_rebuilt_from_its_json_and_its_pickle_ignored(cartpole_zip, tmp_path) -> None:
     sentinel = str(tmp_path / "ran")
     space = "__import__('gymnasium').spaces.Box(-1.0, 1.0, (4,))"
-    evil = with_pickled(cartpole_zip, str(tmp_path / "evil.zip"), "observation_space", Payload(sentinel, space),
-                        keep_json=True)
+    evil = with_pickled(
+        cartpole_zip, str(tmp_path / "evil.zip"), "observation_space", Payload(sentinel, space), keep_json=True
+    )
     model = ppo_dict.PPO.load(evil)
     assert model.observation_space == SB3PPO.load(cartpole_zip).observation_space and not os.path.exists(sentinel)
 
@@ -128,12 +134,25 @@ def test_the_command_line_refuses_a_pickle_in_a_trained_agent_zip(cartpole_zip, 
     sentinel = str(tmp_path / "ran")
     evil = with_pickled(cartpole_zip, str(tmp_path / "evil.zip"), "policy_kwargs", Payload(sentinel, "{}"))
     for extra in ((), ("--dry_run",)):
-        code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", evil, "--num_workers", "0", "--total_timesteps",
-                        "64", *extra, "--run_dir", str(tmp_path / "run"))
+        code, err = cli(
+            capsys,
+            "--env",
+            "gym_CartPole-v1",
+            "--trained_agent",
+            evil,
+            "--num_workers",
+            "0",
+            "--total_timesteps",
+            "64",
+            *extra,
+            "--run_dir",
+            str(tmp_path / "run"),
+        )
         assert code == 2 and "'policy_kwargs' (a pickled attack.Thing" in err and "--trust_pickles" in err, err
         assert not os.path.exists(sentinel) and not os.path.exists(tmp_path / "run")
-    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", evil, "--trust_pickles", "--num_workers", "0",
-                    "--dry_run")
+    code, err = cli(
+        capsys, "--env", "gym_CartPole-v1", "--trained_agent", evil, "--trust_pickles", "--num_workers", "0", "--dry_run"
+    )
     assert code == 0, err
     assert os.path.exists(sentinel) and sum("--trust_pickles" in line for line in err.splitlines()) == 1
 
@@ -146,10 +165,12 @@ def test_the_command_lines_refusal_is_one_message_without_a_traceback(cartpole_z
     assert "Traceback" not in proc.stderr and not os.path.exists(sentinel)
 
 
-@pytest.mark.parametrize("zip_name, folder", [("model.zip", "CartPole-v1"), ("agent.zip", "agent")],
-                         ids=["env_id_folder", "zip_stem_folder"])
+@pytest.mark.parametrize(
+    "zip_name, folder", [("model.zip", "CartPole-v1"), ("agent.zip", "agent")], ids=["env_id_folder", "zip_stem_folder"]
+)
 def test_a_vecnormalize_pickle_where_rl_zoo_looks_is_never_run(
-        cartpole_zip, tmp_path, capsys, zip_name: str, folder: str) -> None:
+    cartpole_zip, tmp_path, capsys, zip_name: str, folder: str
+) -> None:
     """``<zip folder>/<env id>/vecnormalize.pkl`` and ``<zip folder>/<zip stem>/vecnormalize.pkl``: its pickle gives
     sb3's VecNormalize after running code."""
     sentinel, real = str(tmp_path / "ran"), os.path.join(os.path.dirname(cartpole_zip), "sb3_vecnormalize.pkl")
@@ -161,12 +182,25 @@ def test_a_vecnormalize_pickle_where_rl_zoo_looks_is_never_run(
     with open(logs / folder / "vecnormalize.pkl", "wb") as f:
         pickle.dump(Payload(sentinel, f"__import__('pickle').load(open({real!r}, 'rb'))"), f)
     for extra in ((), ("--dry_run",)):
-        code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--num_workers", "0",
-                        "--total_timesteps", "64", *extra, "--run_dir", str(tmp_path / "run"))
+        code, err = cli(
+            capsys,
+            "--env",
+            "gym_CartPole-v1",
+            "--trained_agent",
+            zip_path,
+            "--num_workers",
+            "0",
+            "--total_timesteps",
+            "64",
+            *extra,
+            "--run_dir",
+            str(tmp_path / "run"),
+        )
         assert code == 2 and "vecnormalize.pkl: not unpickled, as pickles run code: the pickle names builtins.eval" in err, err
         assert not os.path.exists(sentinel) and not os.path.exists(tmp_path / "run")
-    code, err = cli(capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--trust_pickles", "--num_workers", "0",
-                    "--dry_run")
+    code, err = cli(
+        capsys, "--env", "gym_CartPole-v1", "--trained_agent", zip_path, "--trust_pickles", "--num_workers", "0", "--dry_run"
+    )
     assert code == 0, err
     warning = [line for line in err.splitlines() if "--trust_pickles" in line]
     assert os.path.exists(sentinel) and len(warning) == 1 and "vecnormalize.pkl" in warning[0] and zip_path in warning[0]
@@ -178,8 +212,11 @@ def test_sb3s_vecnormalize_pickle_reads_as_sb3_loads_it(cartpole_zip) -> None:
     pinned, state, keys, _ = read_statistics(path)
     assert keys == ("obs",) and pinned["norm_gamma"] == sb3.gamma and pinned["clip_obs"] == sb3.clip_obs
     for ours, theirs in ((state["obs_rms"]["obs"], sb3.obs_rms), (state["ret_rms"], sb3.ret_rms)):
-        assert np.array_equal(ours["mean"], theirs.mean) and np.array_equal(ours["var"], theirs.var) and \
-            ours["count"] == theirs.count
+        assert (
+            np.array_equal(ours["mean"], theirs.mean)
+            and np.array_equal(ours["var"], theirs.var)
+            and ours["count"] == theirs.count
+        )
     sb3.close()
 
 
@@ -189,8 +226,17 @@ def checkpoint(tmp_path, **config: Any) -> str:
     from ppo_dict.run.checkpoint import CheckpointManager
     from ppo_dict.vec import InProcessEnvPool, env_spec, probe_env
 
-    cfg = Config(env="gym_CartPole-v1", n_envs=1, num_workers=0, n_steps=32, batch_size=32, n_epochs=1, total_timesteps=32,
-                 seed=1, verbose=0)
+    cfg = Config(
+        env="gym_CartPole-v1",
+        n_envs=1,
+        num_workers=0,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=1,
+        total_timesteps=32,
+        seed=1,
+        verbose=0,
+    )
     model = PPO(cfg, InProcessEnvPool(probe_env(env_spec(cfg)), 1, 32))
     model.learn()
     path = CheckpointManager(str(tmp_path / "run" / "checkpoints"), keep=1).save(model)
@@ -204,14 +250,18 @@ def checkpoint(tmp_path, **config: Any) -> str:
 def test_a_checkpoints_config_imports_and_launches_nothing_under_dry_run(tmp_path, capsys, monkeypatch) -> None:
     sentinel = tmp_path / "ran"
     # imported, it touches the sentinel, then fails: the run stops at the check, after the import
-    (tmp_path / "attack_module.py").write_text(f"import pathlib\npathlib.Path({str(sentinel)!r}).touch()\n"
-                                               "raise RuntimeError('attack')\n")
+    (tmp_path / "attack_module.py").write_text(
+        f"import pathlib\npathlib.Path({str(sentinel)!r}).touch()\nraise RuntimeError('attack')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     script = tmp_path / "game.x86_64"
     script.write_text(f"#!/bin/sh\ntouch {sentinel}\n")
     script.chmod(0o755)
-    for name, config in (("gym_packages", {"gym_packages": ["attack_module"]}), ("env", {"env": "gym_attack_module:Thing-v0"}),
-                         ("env_kwargs", {"env": "godot", "env_kwargs": {"env_path": str(script)}})):
+    for name, config in (
+        ("gym_packages", {"gym_packages": ["attack_module"]}),
+        ("env", {"env": "gym_attack_module:Thing-v0"}),
+        ("env_kwargs", {"env": "godot", "env_kwargs": {"env_path": str(script)}}),
+    ):
         path = checkpoint(tmp_path / name, **config)
         code, err = cli(capsys, "--resume", path, "--dry_run")
         assert code == 2 and f"{name}=" in err and "--dry_run imports and launches nothing a file names" in err, err
@@ -255,9 +305,14 @@ def real_zips(tmp_path_factory) -> dict[str, str]:
         models = {
             "box": SB3PPO("MlpPolicy", "CartPole-v1", **SMALL),
             "dict": SB3PPO("MultiInputPolicy", SimpleMultiObsEnv(), **SMALL),
-            "recurrent": RecurrentPPO("MlpLstmPolicy", "Pendulum-v1", learning_rate=lin(1e-3), clip_range=lin(0.3),
-                                      policy_kwargs=dict(activation_fn=torch.nn.ReLU, lstm_hidden_size=16, net_arch=[8]),
-                                      **SMALL),
+            "recurrent": RecurrentPPO(
+                "MlpLstmPolicy",
+                "Pendulum-v1",
+                learning_rate=lin(1e-3),
+                clip_range=lin(0.3),
+                policy_kwargs=dict(activation_fn=torch.nn.ReLU, lstm_hidden_size=16, net_arch=[8]),
+                **SMALL,
+            ),
             "maskable": MaskablePPO("MlpPolicy", InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10), **SMALL),
         }
         for name, model in models.items():
@@ -281,8 +336,14 @@ def test_real_sb3_zips_read_as_sb3_reads_them(real_zips, name) -> None:
     plain = [k for k, v in theirs.items() if isinstance(v, (int, float, str, bool, type(None), list))]
     assert {k: ours[k] for k in plain} == {k: theirs[k] for k in plain}
     left = sorted(k for k, v in ours.items() if isinstance(v, Unrebuilt))  # nobody reads them: sb3's learn() resets them
-    assert set(left) <= {"_last_obs", "_last_episode_starts", "_last_original_obs", "_last_lstm_states", "ep_info_buffer",
-                         "ep_success_buffer"}
+    assert set(left) <= {
+        "_last_obs",
+        "_last_episode_starts",
+        "_last_original_obs",
+        "_last_lstm_states",
+        "ep_info_buffer",
+        "ep_success_buffer",
+    }
 
 
 @pytest.mark.parametrize("name", ["recurrent", "maskable"])
@@ -298,8 +359,11 @@ def test_sb3_contrib_zips_load_without_trust(real_zips, name) -> None:
 def test_a_trained_agent_reads_its_schedules_without_unpickling(real_zips, tmp_path) -> None:
     agent = read_trained_agent(real_zips["recurrent"], "gym_Pendulum-v1")
     assert agent.saved["learning_rate"] == "lin_0.001" and agent.saved["clip_range"] == "lin_0.3"
-    assert agent.pinned["model"] == "mlp_lstm" and agent.pinned["activation_fn"] == "relu" and \
-        agent.pinned["lstm_hidden_size"] == 16
+    assert (
+        agent.pinned["model"] == "mlp_lstm"
+        and agent.pinned["activation_fn"] == "relu"
+        and agent.pinned["lstm_hidden_size"] == 16
+    )
 
 
 def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
@@ -311,8 +375,21 @@ def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
     from ppo_dict.interop.trained_agent import vecnormalize_candidates
     from ppo_dict.vec import make_env_pool
 
-    cfg = Config(env="gym_Pendulum-v1", n_envs=2, num_workers=0, n_steps=16, batch_size=16, n_epochs=1, seed=3, normalize=True,
-                 norm_gamma=0.9, clip_obs=5.0, learning_rate="lin_0.001", clip_range=0.3, verbose=0)
+    cfg = Config(
+        env="gym_Pendulum-v1",
+        n_envs=2,
+        num_workers=0,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        seed=3,
+        normalize=True,
+        norm_gamma=0.9,
+        clip_obs=5.0,
+        learning_rate="lin_0.001",
+        clip_range=0.3,
+        verbose=0,
+    )
     ppo = PPO(cfg, make_env_pool(cfg))
     try:
         ppo.learn(total_timesteps=64)
@@ -322,8 +399,12 @@ def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
     npz, pkl = vecnormalize_candidates(zip_path, "gym_Pendulum-v1")[:2]
     assert npz.endswith("vecnormalize.npz") and os.path.isfile(npz) and os.path.isfile(pkl)
     ours, theirs = read_statistics(npz), read_statistics(pkl)
-    assert ours[0] == theirs[0] and ours[0]["norm_gamma"] == 0.9 and ours[0]["clip_obs"] == 5.0 and \
-        ours[2] == theirs[2] == ("obs",)
+    assert (
+        ours[0] == theirs[0]
+        and ours[0]["norm_gamma"] == 0.9
+        and ours[0]["clip_obs"] == 5.0
+        and ours[2] == theirs[2] == ("obs",)
+    )
     for key in ("obs_rms", "ret_rms"):
         a, b = (ours[1][key], theirs[1][key]) if key == "ret_rms" else (ours[1][key]["obs"], theirs[1][key]["obs"])
         assert np.array_equal(a["mean"], b["mean"]) and np.array_equal(a["var"], b["var"]) and a["count"] == b["count"]
@@ -338,6 +419,7 @@ def test_what_export_writes_reads_back_without_unpickling(tmp_path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ second round (issue 50)
+
 
 def rl_zoo_layout(cartpole_zip: str, folder, vecnormalize: object = None) -> str:
     """``folder/logs/CartPole-v1.zip`` (the real zip) with ``vecnormalize`` pickled in
@@ -354,12 +436,14 @@ def rl_zoo_layout(cartpole_zip: str, folder, vecnormalize: object = None) -> str
 
 def real_vecnormalize(cartpole_zip: str) -> Any:
     """sb3's VecNormalize that the fixture saved, loaded here (a file this test wrote) to be made hostile."""
-    return VecNormalize.load(os.path.join(os.path.dirname(cartpole_zip), "sb3_vecnormalize.pkl"),
-                             make_vec_env("CartPole-v1", n_envs=2))
+    return VecNormalize.load(
+        os.path.join(os.path.dirname(cartpole_zip), "sb3_vecnormalize.pkl"), make_vec_env("CartPole-v1", n_envs=2)
+    )
 
 
 def test_statistics_of_a_structured_dtype_are_refused_not_read_out_of_bounds(
-        file_reader, cartpole_zip, tmp_path, capsys) -> None:
+    file_reader, cartpole_zip, tmp_path, capsys
+) -> None:
     """A dtype given a field at an offset past its item size: read as statistics through pickle, the array reads
     outside its memory (a segfault under --dry_run, in issue 50); here it is refused by name, in one line (read
     first in a child, where a crash would not end pytest)."""
@@ -391,8 +475,9 @@ def test_episode_buffers_of_a_structured_dtype_are_left_unread(cartpole_zip, tmp
         for name, content in entries.items():
             archive.writestr(name, content)
     read, _ = read_zip(evil)
-    assert isinstance(read["ep_info_buffer"], Unrebuilt) and \
-        "a dtype 'V8': not a plain number type" in read["ep_info_buffer"].why
+    assert (
+        isinstance(read["ep_info_buffer"], Unrebuilt) and "a dtype 'V8': not a plain number type" in read["ep_info_buffer"].why
+    )
     loaded = ppo_dict.PPO.load(evil, env=make_vec_env("CartPole-v1", n_envs=1, seed=0))
     assert list(loaded.ep_info_buffer) == []  # episodes start afresh, as after learn()'s reset
 
@@ -406,7 +491,8 @@ def padded_zip(cartpole_zip: str, out: str, entry: str, size: int) -> str:
 
 @pytest.mark.parametrize("entry, size", [("data", 80 * 2**20), ("policy.pth", 40 * 2**20)])
 def test_a_zip_entry_larger_than_a_models_is_refused_naming_it_and_both_sizes(
-        file_reader, cartpole_zip, tmp_path, capsys, entry: str, size: int) -> None:
+    file_reader, cartpole_zip, tmp_path, capsys, entry: str, size: int
+) -> None:
     """A 410 KiB zip whose data entry declared 300 MiB cost 525 MiB of memory: each entry has a cap now, above which
     it is refused before it is inflated (the read's resident memory grows by less than 64 MiB)."""
     from ppo_dict.interop.zip_entries import MAX_DATA_BYTES, PARAMETER_INFLATION
@@ -416,8 +502,10 @@ def test_a_zip_entry_larger_than_a_models_is_refused_naming_it_and_both_sizes(
     with zipfile.ZipFile(evil) as archive:
         info = archive.getinfo(entry)
     cap = MAX_DATA_BYTES if entry == "data" else PARAMETER_INFLATION * info.compress_size
-    refusal = (f"its entry {entry!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for it (an sb3 model's is "
-               "smaller)")
+    refusal = (
+        f"its entry {entry!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for it (an sb3 model's is "
+        "smaller)"
+    )
     with pytest.raises(CheckpointError, match=re.escape(f"{evil}: {refusal}")):
         ppo_dict.PPO.load(evil)
     outcome = file_reader.read("zip", evil, deadline=20)
@@ -426,9 +514,11 @@ def test_a_zip_entry_larger_than_a_models_is_refused_naming_it_and_both_sizes(
     assert code == 2 and err == f"error: 1 invalid setting(s):\n  - trained_agent={evil!r}: {refusal}\n", err
 
 
-@pytest.mark.parametrize("key, value", [("num_timesteps", 10**400), ("_n_updates", -1),
-                                        ("_current_progress_remaining", float("nan")), ("_episode_num", 1.5)],
-                         ids=["400 digits", "negative", "nan", "not whole"])
+@pytest.mark.parametrize(
+    "key, value",
+    [("num_timesteps", 10**400), ("_n_updates", -1), ("_current_progress_remaining", float("nan")), ("_episode_num", 1.5)],
+    ids=["400 digits", "negative", "nan", "not whole"],
+)
 def test_a_zips_counters_that_are_not_counts_are_refused(cartpole_zip, tmp_path, capsys, key: str, value: Any) -> None:
     """A non-finite or 400-digit counter was an OverflowError (a traceback); now one message naming it."""
     from tests.fuzz_files import write_zip, zip_entries

@@ -28,6 +28,7 @@ make its case fail. What each schedule promises:
 
 Over two ranks (a process each) ``tests/test_distributed.py`` compares a rank's columns with the single process's.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -48,14 +49,35 @@ from ppo_dict.run.run_plan import build_env_pool
 
 #: 8 envs, 2 rollouts of 16 steps; beside workers, the main process steps envs 0-1 and two workers 2-4 and 5-7, so
 #: windows of 1, 4 and 8 rows differ (own rows; 0-3, 0-7 and 4-7; the whole batch)
-CFG = Config(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
-             env_kwargs=dict(observation="box", action="multi_discrete", episode_length=5, end_probability=0.1),
-             n_envs=8, n_steps=16, batch_size=32, n_epochs=1, seed=3, total_timesteps=256, normalize=True, num_workers=0,
-             device="cpu", verbose=0)
+CFG = Config(
+    env="gym_PPODictToy-v0",
+    gym_packages=("ppo_dict.envs.toy",),
+    env_kwargs=dict(observation="box", action="multi_discrete", episode_length=5, end_probability=0.1),
+    n_envs=8,
+    n_steps=16,
+    batch_size=32,
+    n_epochs=1,
+    seed=3,
+    total_timesteps=256,
+    normalize=True,
+    num_workers=0,
+    device="cpu",
+    verbose=0,
+)
 WORKERS = dict(num_workers=3, main_envs=2)
 #: the rollout's arrays (``[n_steps(+1), n_envs, ...]``) and which of them the policy's rows set
-ARRAYS = ("actions", "rewards", "env_rewards", "episode_starts", "values", "log_probs", "advantages", "returns", "terminated",
-          "truncated")
+ARRAYS = (
+    "actions",
+    "rewards",
+    "env_rewards",
+    "episode_starts",
+    "values",
+    "log_probs",
+    "advantages",
+    "returns",
+    "terminated",
+    "truncated",
+)
 POLICY = ("values", "log_probs", "advantages", "returns")
 
 
@@ -65,11 +87,15 @@ def rollouts(cfg: Config, ranks: Optional[Ranks] = None) -> tuple[list[dict[str,
 
     def keep(model: PPO) -> None:  # after GAE, before the update
         s = model.storage
-        seen.append({**{name: getattr(s, name).copy() for name in ARRAYS},
-                     **{f"obs/{key}": arr.copy() for key, arr in s.obs.items()},
-                     **{f"env_obs/{key}": arr.copy() for key, arr in s.env_obs.items()},
-                     **{f"terminal_obs/{key}": arr.copy() for key, arr in s.terminal_obs.items()},
-                     "normalizer": model.normalizer.state_dict()})
+        seen.append(
+            {
+                **{name: getattr(s, name).copy() for name in ARRAYS},
+                **{f"obs/{key}": arr.copy() for key, arr in s.obs.items()},
+                **{f"env_obs/{key}": arr.copy() for key, arr in s.env_obs.items()},
+                **{f"terminal_obs/{key}": arr.copy() for key, arr in s.terminal_obs.items()},
+                "normalizer": model.normalizer.state_dict(),
+            }
+        )
 
     pool = build_env_pool(cfg)
     # one torch thread in this process for every run, the reference too (a module fixture starts before conftest's):
@@ -91,8 +117,9 @@ def central() -> list[dict[str, Any]]:
     return seen
 
 
-def differences(a: dict[str, Any], b: dict[str, Any], names: Any, rtol: float = 0.0, atol: float = 0.0,
-                prefix: str = "") -> list[str]:
+def differences(
+    a: dict[str, Any], b: dict[str, Any], names: Any, rtol: float = 0.0, atol: float = 0.0, prefix: str = ""
+) -> list[str]:
     """The entries of ``names`` (arrays or nested statistics) where ``b`` differs from ``a``: bit for bit, or beyond
     ``rtol``/``atol``."""
     found = []
@@ -128,8 +155,10 @@ def rank_group(tmp_path):
         dist.destroy_process_group()
 
 
-EXACT = {"central beside workers": (dict(WORKERS, shard_policy=False), "in the main process for every env (as asked"),
-         "sharded, the probe's granule": (WORKERS, "in each process for the envs it steps")}
+EXACT = {
+    "central beside workers": (dict(WORKERS, shard_policy=False), "in the main process for every env (as asked"),
+    "sharded, the probe's granule": (WORKERS, "in each process for the envs it steps"),
+}
 
 
 @pytest.mark.parametrize("schedule", list(EXACT))

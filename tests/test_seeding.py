@@ -1,4 +1,5 @@
 """RNG streams: saved and restored bit for bit, through a weights-only file, and left untouched by a preserved block."""
+
 import random
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The policy where the envs are (ppo_dict.algo.rollout.shard): windows of rows, the start probe on every kind of space
 (in this process, on storage laid out as a run's), and what the probe leaves as it found it."""
+
 import numpy as np
 import pytest
 import torch
@@ -30,8 +31,9 @@ def test_a_window_widens_a_process_s_rows_to_multiples_of_the_granule() -> None:
     assert list(GRANULES) == sorted(GRANULES) and GRANULES[0] == 1
 
 
-def sharded(obs_space: spaces.Space, action_space: spaces.Space, normalize: bool = False,
-            **kwargs) -> tuple[ShardedRollout, ActorCritic]:
+def sharded(
+    obs_space: spaces.Space, action_space: spaces.Space, normalize: bool = False, **kwargs
+) -> tuple[ShardedRollout, ActorCritic]:
     torch.manual_seed(0)
     masked = kwargs.pop("action_masks", False)
     policy = ActorCritic(obs_space, action_space, action_masks=masked, **kwargs)
@@ -111,23 +113,28 @@ def test_normalised_runs_are_probed_on_their_shared_normalised_rows() -> None:
     probe_or_skip(rollout)
 
 
-@pytest.mark.parametrize("what,expected", [
-    (dict(shard_policy=False), "as asked (--shard_policy False)"),
-    (dict(double_buffer=True), "--double_buffer samples one half's actions here while the workers step the other"),
-])
+@pytest.mark.parametrize(
+    "what,expected",
+    [
+        (dict(shard_policy=False), "as asked (--shard_policy False)"),
+        (dict(double_buffer=True), "--double_buffer samples one half's actions here while the workers step the other"),
+    ],
+)
 def test_what_keeps_the_policy_step_central_is_said(what: dict, expected: str) -> None:
     obs_space, action_space, kwargs = CASES["mlp-box-2"]
     policy = ActorCritic(obs_space, action_space, **kwargs)
     storage = RolloutStorage(obs_space, action_space, 2, 4)
     cfg = Config(env="gym_CartPole-v1", n_envs=4, **what)
     assert sharding_problem(cfg, storage, policy, None, torch.device("cpu")) == expected
-    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, None,
-                            torch.device("cuda")) == \
-        "the policy runs on cuda"
+    assert (
+        sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, None, torch.device("cuda"))
+        == "the policy runs on cuda"
+    )
     normalizer = Normalizer({"obs": (11,)}, 4)  # its normalised rows would be this process's alone
-    assert sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, normalizer,
-                            torch.device("cpu")) == \
-        "its normalised observations are not in shared memory"
+    assert (
+        sharding_problem(cfg.replace(shard_policy=True, double_buffer=False), storage, policy, normalizer, torch.device("cpu"))
+        == "its normalised observations are not in shared memory"
+    )
 
 
 def test_a_worker_s_rows_land_in_its_columns_alone() -> None:

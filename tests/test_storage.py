@@ -1,4 +1,5 @@
 """RolloutStorage: sb3's buffer layout and dtypes, one meaning per array, the policy's views of images."""
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -9,17 +10,27 @@ from ppo_dict.data.storage import OBS_KEY, RolloutStorage, obs_layout
 
 
 def test_layout_and_dtypes_are_sb3s() -> None:
-    space = spaces.Dict({"vec": spaces.Box(-1, 1, (3,), np.float64), "cell": spaces.Discrete(5),
-                         "img": spaces.Box(0, 255, (8, 8, 3), np.uint8)})
-    assert obs_layout(space) == \
-        {"cell": ((1,), np.dtype(np.int64)), "img": ((8, 8, 3), np.dtype(np.uint8)), "vec": ((3,), np.dtype(np.float64))}
+    space = spaces.Dict(
+        {
+            "vec": spaces.Box(-1, 1, (3,), np.float64),
+            "cell": spaces.Discrete(5),
+            "img": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+        }
+    )
+    assert obs_layout(space) == {
+        "cell": ((1,), np.dtype(np.int64)),
+        "img": ((8, 8, 3), np.dtype(np.uint8)),
+        "vec": ((3,), np.dtype(np.float64)),
+    }
     assert obs_layout(spaces.Box(-1, 1, (2, 2), np.float32)) == {OBS_KEY: ((2, 2), np.dtype(np.float32))}
     assert action_spec(spaces.Box(-1, 1, (2, 3), np.float32)).layout == ((2, 3), np.dtype(np.float32), 6)
     assert action_spec(spaces.Discrete(4)).layout == ((), np.dtype(np.int64), 1)
     assert obs_layout(spaces.MultiDiscrete([3, 4])) == {OBS_KEY: ((2,), np.dtype(np.int64))}
     assert obs_layout(spaces.MultiBinary([2, 3])) == {OBS_KEY: ((2, 3), np.dtype(np.int8))}
-    assert obs_layout(spaces.Tuple([spaces.Discrete(2), spaces.MultiBinary(3)])) == \
-        {"0": ((1,), np.dtype(np.int64)), "1": ((3,), np.dtype(np.int8))}
+    assert obs_layout(spaces.Tuple([spaces.Discrete(2), spaces.MultiBinary(3)])) == {
+        "0": ((1,), np.dtype(np.int64)),
+        "1": ((3,), np.dtype(np.int8)),
+    }
     assert action_spec(spaces.MultiDiscrete([3, 4, 2])).layout == ((3,), np.dtype(np.int64), 3)
     assert action_spec(spaces.MultiBinary(5)).layout == ((5,), np.dtype(np.int8), 5)
     with pytest.raises(ValueError, match=r"^Sequence\(Discrete\(2\), stack=False\) observation space is not supported$"):
@@ -29,8 +40,10 @@ def test_layout_and_dtypes_are_sb3s() -> None:
     s = RolloutStorage(space, spaces.Discrete(4), n_steps=5, n_envs=3)
     assert s.env_obs["img"].shape == (6, 3, 8, 8, 3) and s.env_terminal_obs["vec"].shape == (3, 3)
     assert s.actions.shape == (5, 3, 1) and s.actions.dtype == np.int64 and s.env_actions.shape == (3,)
-    assert all(a.dtype == np.float32
-               for a in (s.rewards, s.env_rewards, s.values, s.log_probs, s.advantages, s.returns, s.episode_starts))
+    assert all(
+        a.dtype == np.float32
+        for a in (s.rewards, s.env_rewards, s.values, s.log_probs, s.advantages, s.returns, s.episode_starts)
+    )
 
 
 def test_each_array_has_one_meaning() -> None:

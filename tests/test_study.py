@@ -1,4 +1,5 @@
 """The Optuna study of a sweep: storages and their errors, joining, and crashed trials found and queued again."""
+
 import subprocess
 import sys
 
@@ -8,8 +9,12 @@ import pytest
 from ppo_dict.core.errors import SweepError
 from ppo_dict.run.study import OUTCOME, OWNER, join_study, open_storage, owner_gone, recover, redact, retry, this_process
 
-SWEEP = {"method": "random", "metric": {"name": "score", "goal": "maximize"}, "command": ["${interpreter}", "${args}"],
-         "parameters": {"x": {"min": 0.0, "max": 1.0}}}
+SWEEP = {
+    "method": "random",
+    "metric": {"name": "score", "goal": "maximize"},
+    "command": ["${interpreter}", "${args}"],
+    "parameters": {"x": {"min": 0.0, "max": 1.0}},
+}
 
 
 def test_storage_urls_and_what_is_wrong_with_them(tmp_path) -> None:
@@ -19,14 +24,18 @@ def test_storage_urls_and_what_is_wrong_with_them(tmp_path) -> None:
     assert type(journal).__name__ == "JournalStorage" and (tmp_path / "deep").is_dir()
     sqlite = open_storage(f"sqlite:///{tmp_path}/new/sweep.db", retry)
     assert type(sqlite).__name__ == "RDBStorage" and (tmp_path / "new" / "sweep.db").is_file()
-    with pytest.raises(SweepError, match=r"storage 'sweep\.txt': give a URL \(sqlite:///sweep\.db, "
-                                         r"postgresql://user:password@host/db\) or a journal file ending in \.journal or "
-                                         r"\.log"):
+    with pytest.raises(
+        SweepError,
+        match=r"storage 'sweep\.txt': give a URL \(sqlite:///sweep\.db, "
+        r"postgresql://user:password@host/db\) or a journal file ending in \.journal or "
+        r"\.log",
+    ):
         open_storage("sweep.txt", retry)
     with pytest.raises(SweepError) as info:  # nothing listens on port 1: refused at once, and the password stays hidden
         open_storage("postgresql://me:s3cret@127.0.0.1:1/optuna", retry)
-    assert str(info.value).startswith("cannot open the Optuna storage postgresql://me:***@127.0.0.1:1/optuna: "
-                                      "OperationalError: ")
+    assert str(info.value).startswith(
+        "cannot open the Optuna storage postgresql://me:***@127.0.0.1:1/optuna: OperationalError: "
+    )
     assert "refused" in str(info.value) and "s3cret" not in str(info.value)
     with pytest.raises(SweepError, match="cannot open the Optuna storage nosuchdb://x: NoSuchModuleError: "):
         open_storage("nosuchdb://x", retry)
@@ -38,8 +47,9 @@ def test_a_study_made_from_another_sweep_is_not_joined(tmp_path) -> None:
     again = join_study(storage, "s", SWEEP, "random", optuna.samplers.RandomSampler())
     assert again._study_id == first._study_id and again.user_attrs["sweep"]["parameters"] == SWEEP["parameters"]
     other = {**SWEEP, "parameters": {"x": {"values": [1, 2]}}}
-    with pytest.raises(SweepError,
-                       match=r"study 's' was made from another sweep \(method, parameters differ\): use another --study_name"):
+    with pytest.raises(
+        SweepError, match=r"study 's' was made from another sweep \(method, parameters differ\): use another --study_name"
+    ):
         join_study(storage, "s", other, "grid", optuna.samplers.RandomSampler())
 
 
@@ -56,8 +66,9 @@ def test_owner_of_a_trial_is_one_process_for_good() -> None:
 # trials made by hand here
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_recover_fails_trials_of_dead_processes_and_queues_each_crashed_one_once(tmp_path) -> None:
-    study = join_study(open_storage(f"sqlite:///{tmp_path}/s.db", retry), "s", SWEEP, "random",
-                       optuna.samplers.RandomSampler(seed=0))
+    study = join_study(
+        open_storage(f"sqlite:///{tmp_path}/s.db", retry), "s", SWEEP, "random", optuna.samplers.RandomSampler(seed=0)
+    )
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     running_dead, running_alive, failed_by_itself = study.ask(), study.ask(), study.ask()

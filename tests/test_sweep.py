@@ -1,5 +1,6 @@
 """wandb sweeps: the agent's command line (built by wandb's own code) is accepted; grid/random/bayes runs on an
 Optuna study that processes share (SQLite, a journal file, a real PostgreSQL server); crashed and stopped sweeps resume."""
+
 import json
 import os
 import signal
@@ -23,16 +24,33 @@ from tests.system_parts import needs
 def test_agent_command_from_the_sweep_file_is_what_the_cli_accepts() -> None:
     with open(os.path.join(ROOT, "sweeps", "reacher.yaml")) as f:
         sweep = yaml.safe_load(f)
-    params = {"env": "gym_Reacher-v2", "learning_rate": 0.0003, "normalize": True, "net_arch": [256, 256], "target_kl": None,
-              "n_steps": 512}
+    params = {
+        "env": "gym_Reacher-v2",
+        "learning_rate": 0.0003,
+        "normalize": True,
+        "net_arch": [256, 256],
+        "target_kl": None,
+        "n_steps": 512,
+    }
     argv = agent_command(sweep, params)
     assert argv[2:4] == ["-m", "ppo_dict.main_ppo"]
-    assert argv[4:] == ["--env=gym_Reacher-v2", "--learning_rate=0.0003", "--normalize=True", "--net_arch=[256, 256]",
-                        "--target_kl=None", "--n_steps=512"]
+    assert argv[4:] == [
+        "--env=gym_Reacher-v2",
+        "--learning_rate=0.0003",
+        "--normalize=True",
+        "--net_arch=[256, 256]",
+        "--target_kl=None",
+        "--n_steps=512",
+    ]
     cfg = config_from_args(argv[4:])
     validate(cfg)
-    assert (cfg.learning_rate, cfg.normalize, cfg.net_arch, cfg.target_kl, cfg.n_steps) == \
-        (0.0003, True, [256, 256], None, 512)
+    assert (cfg.learning_rate, cfg.normalize, cfg.net_arch, cfg.target_kl, cfg.n_steps) == (
+        0.0003,
+        True,
+        [256, 256],
+        None,
+        512,
+    )
     assert sweep["metric"] == {"name": "rollout/ep_rew_mean", "goal": "maximize"}
 
 
@@ -43,7 +61,8 @@ def write_sweep(tmp_path, method: str) -> str:
         "command": ["${env}", "${interpreter}", "-m", "ppo_dict.main_ppo", "${args}"],
         "parameters": {
             "env": {"value": "gym_CartPole-v1"},
-            "learning_rate": {"values": [0.001, 0.0003]} if method == "grid"
+            "learning_rate": {"values": [0.001, 0.0003]}
+            if method == "grid"
             else {"distribution": "log_uniform_values", "min": 1e-4, "max": 1e-2},
             "normalize": {"values": [True, False]},
         },
@@ -53,16 +72,36 @@ def write_sweep(tmp_path, method: str) -> str:
     return str(path)
 
 
-TINY = ["--", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64", "--n_epochs", "1",
-        "--total_timesteps", "256", "--seed", "0", "--verbose", "0", "--plot", "False"]
+TINY = [
+    "--",
+    "--num_workers",
+    "0",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "128",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "1",
+    "--total_timesteps",
+    "256",
+    "--seed",
+    "0",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
     # real ppo_dict trials (the stub tests below cover the rest)
     for method, count in (("grid", 2), ("random", 1), ("bayes", 2)):
         out = tmp_path / method
-        assert sweep_main([write_sweep(tmp_path, method), "--count", str(count), "--n_jobs", "2", "--out", str(out),
-                           *TINY]) == 0
+        assert (
+            sweep_main([write_sweep(tmp_path, method), "--count", str(count), "--n_jobs", "2", "--out", str(out), *TINY]) == 0
+        )
         printed = capsys.readouterr().out
         results = json.loads((out / "results.json").read_text())
         assert len(results["trials"]) == count and all(t["status"].startswith("ok") for t in results["trials"])
@@ -76,8 +115,11 @@ def test_local_sweep_grid_random_and_bayes(tmp_path, capsys) -> None:
         assert header.split() == ["trial", "env", "learning_rate", "normalize", "rollout/ep_rew_mean", "status"]
         assert json.loads(printed.strip().splitlines()[-1])["best_params"] == best["params"]
         if method == "grid":  # Optuna's GridSampler: distinct points of the 2 x 2 grid, in a shuffled order
-            grid = [{"env": "gym_CartPole-v1", "learning_rate": lr, "normalize": n} for lr in (0.001, 0.0003)
-                    for n in (True, False)]
+            grid = [
+                {"env": "gym_CartPole-v1", "learning_rate": lr, "normalize": n}
+                for lr in (0.001, 0.0003)
+                for n in (True, False)
+            ]
             points = [t["params"] for t in results["trials"]]
             assert all(p in grid for p in points) and points[0] != points[1]
         else:
@@ -114,9 +156,23 @@ def test_a_continued_study_runs_each_trial_in_a_run_directory_of_its_own(tmp_pat
         assert json.loads((out / trial / "config.json").read_text())["run_dir"] == str(out / trial)
     first = {p: p.read_bytes() for p in (out / "trial_0000").rglob("*") if p.is_file()}
     other = write_sweep(tmp_path, "grid")
-    assert sweep_main([other, "--count", "1", "--study_name", "other", "--storage", f"sqlite:///{tmp_path}/other.db", "--out",
-                       str(out),
-                       *TINY]) == 1  # no trial logged the metric
+    assert (
+        sweep_main(
+            [
+                other,
+                "--count",
+                "1",
+                "--study_name",
+                "other",
+                "--storage",
+                f"sqlite:///{tmp_path}/other.db",
+                "--out",
+                str(out),
+                *TINY,
+            ]
+        )
+        == 1
+    )  # no trial logged the metric
     status = json.loads((out / "results.json").read_text())["trials"][0]["status"]
     assert status.startswith("failed: exit 2: ") and f"run_dir='{out / 'trial_0000'}': holds an earlier run" in status, status
     assert {p: p.read_bytes() for p in (out / "trial_0000").rglob("*") if p.is_file()} == first
@@ -124,8 +180,16 @@ def test_a_continued_study_runs_each_trial_in_a_run_directory_of_its_own(tmp_pat
 
 def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({"method": "grid", "metric": {"goal": "up"}, "command": ["python"],
-                                    "parameters": {"lr": {"distribution": "uniform", "min": 0, "max": 1}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "method": "grid",
+                "metric": {"goal": "up"},
+                "command": ["python"],
+                "parameters": {"lr": {"distribution": "uniform", "min": 0, "max": 1}},
+            }
+        )
+    )
     assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "metric: needs a name and goal: minimize | maximize" in err
@@ -133,12 +197,20 @@ def test_bad_sweep_file_lists_every_problem(tmp_path, capsys) -> None:
     assert "parameter 'lr': grid search needs values, not a uniform distribution" in err
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
-                                                      for p, c in zip("abcdefgh", "bcdefghi")), "its aliases expand it to"),
-    ("method: [random\n", "not a sweep file"),
-    ("- method\n- grid\n", "a sweep file is a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(
+                f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+            ),
+            "its aliases expand it to",
+        ),
+        ("method: [random\n", "not a sweep file"),
+        ("- method\n- grid\n", "a sweep file is a mapping"),
+    ],
+)
 def test_a_hostile_or_broken_sweep_file_is_refused_in_one_line(tmp_path, capsys, text: str, expected: str) -> None:
     """An alias bomb (9 levels of 9 aliases: 387 million values) is refused as the hyperparameter files' is,
     a syntax error and a document that is not a mapping by name: exit 2, no traceback, no output directory."""
@@ -171,9 +243,12 @@ def test_a_sweep_file_runs_only_ppo_dicts_own_command_unless_the_command_line_al
     sentinel = tmp_path / "ran"
     command = ["${interpreter}", "-c", f"open({str(sentinel)!r}, 'w')", "${args}"]
     err = refused_sweep(tmp_path, capsys, {**GOOD, "command": command})
-    assert "is not ppo_dict's own command (${interpreter} -m ppo_dict.main_ppo ${args}): " \
-           "a sweep file runs another program only when the sweep's command line says so (--allow_command)" in err and \
-        not sentinel.exists()
+    assert (
+        "is not ppo_dict's own command (${interpreter} -m ppo_dict.main_ppo ${args}): "
+        "a sweep file runs another program only when the sweep's command line says so (--allow_command)"
+        in err
+        and not sentinel.exists()
+    )
     path = tmp_path / "allowed.yaml"
     path.write_text(yaml.safe_dump({**GOOD, "command": command}))
     assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "out"), ALLOW]) == 1  # it ran, and logged no metric
@@ -191,26 +266,41 @@ def test_a_sweep_file_cannot_set_what_only_the_command_line_sets(tmp_path, capsy
         assert f"  - parameter {name!r}: set on the command line only (docs/safety.md), never by a sweep file" in err, err
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"metric": "score"}, "metric: needs a name and goal"),
-    ({"metric": {"name": ["score"]}}, "metric: needs a name and goal"),
-    ({"parameters": ["x", "y"]}, "parameters: a list, not a mapping"),
-    ({"parameters": {"x": [1, 2]}}, "parameter 'x': a list, not a mapping"),
-    ({"parameters": {"x": {"values": []}}}, "parameter 'x': values must be a non-empty list"),
-    ({"parameters": {"x": {"min": "0", "max": 1}}}, "parameter 'x': min, max and q must be finite numbers"),
-    ({"parameters": {"x": {"distribution": ["uniform"], "min": 0, "max": 1}}}, "parameter 'x': distribution must be a name"),
-    ({"parameters": {"x": {"distribution": "uniform"}}}, "parameter 'x': a uniform distribution needs min and max"),
-    ({"method": ["grid"]}, "method=\"['grid']\": must be grid, random or bayes"),
-    ({"command": ["${interpreter}", 3, "${args}"]}, "command: must be a list of strings that contains ${args}"),
-], ids=lambda v: str(v)[:30])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"metric": "score"}, "metric: needs a name and goal"),
+        ({"metric": {"name": ["score"]}}, "metric: needs a name and goal"),
+        ({"parameters": ["x", "y"]}, "parameters: a list, not a mapping"),
+        ({"parameters": {"x": [1, 2]}}, "parameter 'x': a list, not a mapping"),
+        ({"parameters": {"x": {"values": []}}}, "parameter 'x': values must be a non-empty list"),
+        ({"parameters": {"x": {"min": "0", "max": 1}}}, "parameter 'x': min, max and q must be finite numbers"),
+        (
+            {"parameters": {"x": {"distribution": ["uniform"], "min": 0, "max": 1}}},
+            "parameter 'x': distribution must be a name",
+        ),
+        ({"parameters": {"x": {"distribution": "uniform"}}}, "parameter 'x': a uniform distribution needs min and max"),
+        ({"method": ["grid"]}, "method=\"['grid']\": must be grid, random or bayes"),
+        ({"command": ["${interpreter}", 3, "${args}"]}, "command: must be a list of strings that contains ${args}"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
 def test_a_sweep_file_of_values_of_the_wrong_type_is_refused_by_name(tmp_path, capsys, change: dict, expected: str) -> None:
     assert expected in refused_sweep(tmp_path, capsys, {**GOOD, **change})
 
 
-@pytest.mark.parametrize("name, flag", [("tensorboard-log", "tensorboard_log"), ("wandb-project-name", "project"),
-                                        ("wandb-entity", "entity"), ("tensorboard_log", "tensorboard_log")])
+@pytest.mark.parametrize(
+    "name, flag",
+    [
+        ("tensorboard-log", "tensorboard_log"),
+        ("wandb-project-name", "project"),
+        ("wandb-entity", "entity"),
+        ("tensorboard_log", "tensorboard_log"),
+    ],
+)
 def test_every_spelling_the_command_line_takes_of_a_command_line_setting_is_refused(
-        tmp_path, capsys, name: str, flag: str) -> None:
+    tmp_path, capsys, name: str, flag: str
+) -> None:
     """rl-zoo's spellings (--tensorboard-log, --wandb-project-name, --wandb-entity) are the same flags: a sweep parameter
     of that name passed the check, which matched exact names, and set where the trials write."""
     err = refused_sweep(tmp_path, capsys, {**GOOD, "parameters": {name: {"value": "/tmp/elsewhere"}}})
@@ -218,44 +308,69 @@ def test_every_spelling_the_command_line_takes_of_a_command_line_setting_is_refu
     assert f"  - parameter {name!r}{shown}: set on the command line only (docs/safety.md)" in err, err
 
 
-@pytest.mark.parametrize("parameters, effect", [
-    ({"gym_packages": {"value": "my_envs"}}, "'gym_packages': imports the module(s) it names"),
-    ({"gym-packages": {"values": ["a", "b"]}}, "'gym-packages': imports the module(s) it names"),
-    ({"env": {"values": ["CartPole-v1", "evil_module:Env-v0"]}},
-     "'env': names a module to import (<module>:<env id>) or a Godot game to launch"),
-    ({"env_path": {"value": "/tmp/game.x86_64"}}, "'env_path': launches the Godot program it names"),
-    ({"env_kwargs": {"value": "dict(env_path='/tmp/game.x86_64')"}},
-     "'env_kwargs': may name the Godot program launched (env_path, project, binary, game_args)"),
-], ids=lambda v: str(v)[:30])
+@pytest.mark.parametrize(
+    "parameters, effect",
+    [
+        ({"gym_packages": {"value": "my_envs"}}, "'gym_packages': imports the module(s) it names"),
+        ({"gym-packages": {"values": ["a", "b"]}}, "'gym-packages': imports the module(s) it names"),
+        (
+            {"env": {"values": ["CartPole-v1", "evil_module:Env-v0"]}},
+            "'env': names a module to import (<module>:<env id>) or a Godot game to launch",
+        ),
+        ({"env_path": {"value": "/tmp/game.x86_64"}}, "'env_path': launches the Godot program it names"),
+        (
+            {"env_kwargs": {"value": "dict(env_path='/tmp/game.x86_64')"}},
+            "'env_kwargs': may name the Godot program launched (env_path, project, binary, game_args)",
+        ),
+    ],
+    ids=lambda v: str(v)[:30],
+)
 def test_a_sweep_parameter_that_imports_or_launches_code_needs_allow_code(
-        tmp_path, capsys, parameters: dict, effect: str) -> None:
+    tmp_path, capsys, parameters: dict, effect: str
+) -> None:
     """A sweep's gym_packages imported a local module, a Godot env_path launched a program, silently."""
     err = refused_sweep(tmp_path, capsys, {**GOOD, "parameters": parameters})
-    assert (f"  - parameter {effect}; a sweep file imports and launches nothing unless the sweep's command line says so "
-            "(--allow_code)") in err
+    assert (
+        f"  - parameter {effect}; a sweep file imports and launches nothing unless the sweep's command line says so "
+        "(--allow_code)"
+    ) in err
 
 
 def test_allow_code_says_each_parameter_that_imports_before_the_first_trial(tmp_path, capsys) -> None:
     path = tmp_path / "allowed.yaml"
-    path.write_text(yaml.safe_dump({**GOOD, "command": [sys.executable, "-c", "pass", "${args}"],
-                                    "parameters": {"gym_packages": {"value": "math"}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {**GOOD, "command": [sys.executable, "-c", "pass", "${args}"], "parameters": {"gym_packages": {"value": "math"}}}
+        )
+    )
     # ran; no metric
     assert sweep_main([str(path), "--count", "1", "--out", str(tmp_path / "out"), ALLOW, "--allow_code"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "--allow_code: the sweep file's parameter 'gym_packages' imports the module(s) it names", out
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0}},
-     "parameter 'x': q=0: the step of a q_uniform distribution must be above 0"),
-    ({"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": -1}}, "parameter 'x': q=-1: the step"),
-    ({"x": {"distribution": "log_uniform_values", "min": 0, "max": 1}},
-     "parameter 'x': min=0: a log_uniform_values distribution draws from min > 0"),
-    ({"x": {"distribution": "int_uniform", "min": 0.5, "max": 3}},
-     "parameter 'x': an int_uniform distribution needs whole numbers"),
-], ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            {"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": 0}},
+            "parameter 'x': q=0: the step of a q_uniform distribution must be above 0",
+        ),
+        ({"x": {"distribution": "q_uniform", "min": 0, "max": 1, "q": -1}}, "parameter 'x': q=-1: the step"),
+        (
+            {"x": {"distribution": "log_uniform_values", "min": 0, "max": 1}},
+            "parameter 'x': min=0: a log_uniform_values distribution draws from min > 0",
+        ),
+        (
+            {"x": {"distribution": "int_uniform", "min": 0.5, "max": 3}},
+            "parameter 'x': an int_uniform distribution needs whole numbers",
+        ),
+    ],
+    ids=lambda v: str(v)[:40],
+)
 def test_a_range_optuna_cannot_draw_from_is_refused_before_optuna_sees_it(
-        tmp_path, capsys, change: dict, expected: str) -> None:
+    tmp_path, capsys, change: dict, expected: str
+) -> None:
     """q: 0, q: -1 and a log range from 0 ended in Optuna's tracebacks at the first trial."""
     assert expected in refused_sweep(tmp_path, capsys, {**GOOD, "parameters": change})
 
@@ -274,8 +389,10 @@ def test_a_sweep_file_that_is_a_fifo_or_a_folder_is_refused_at_once(tmp_path, ca
     (tmp_path / "folder.yaml").mkdir()
     for name, kind in (("fifo.yaml", "a FIFO (named pipe)"), ("folder.yaml", "a directory")):
         assert sweep_main([str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
-        assert capsys.readouterr().err == \
-            f"error: cannot read {tmp_path / name}: {tmp_path / name}: is {kind}, not a regular file\n"
+        assert (
+            capsys.readouterr().err
+            == f"error: cannot read {tmp_path / name}: {tmp_path / name}: is {kind}, not a regular file\n"
+        )
 
 
 # ------------------------------------------------------------------------- studies shared by processes
@@ -290,15 +407,29 @@ def stub_sweep(tmp_path, method: str, parameters: dict) -> str:
     """A sweep file whose trials are tests/sweep_trial.py (run with :data:`ALLOW`): the storage machinery is real,
     a trial costs 0.1 s."""
     path = tmp_path / f"{method}.yaml"
-    path.write_text(yaml.safe_dump({"method": method, "metric": {"name": "score", "goal": "maximize"},
-                                    "command": ["${interpreter}", STUB, "${args}"], "parameters": parameters}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "method": method,
+                "metric": {"name": "score", "goal": "maximize"},
+                "command": ["${interpreter}", STUB, "${args}"],
+                "parameters": parameters,
+            }
+        )
+    )
     return str(path)
 
 
 def start_sweep(*args: str) -> subprocess.Popen:
     """``python -m ppo_dict.sweep ARGS`` of a stub sweep (:func:`stub_sweep`), which the sweep runs with :data:`ALLOW`."""
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.sweep", *args, ALLOW], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.sweep", *args, ALLOW],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
@@ -314,15 +445,29 @@ def trials_of(storage: str, name: str) -> list:
 def test_processes_on_one_machine_share_one_embedded_storage(tmp_path, kind, processes) -> None:
     storage = f"sqlite:///{tmp_path}/study.db" if kind == "sqlite" else str(tmp_path / "study.journal")
     sweep = stub_sweep(tmp_path, "random", {"x": {"min": 0.0, "max": 1.0}})
-    procs = [start_sweep(sweep, "--storage", storage, "--study_name", "shared", "--count", "3", "--n_jobs", "2",
-                         "--out", str(tmp_path / f"out{i}")) for i in range(processes)]
+    procs = [
+        start_sweep(
+            sweep,
+            "--storage",
+            storage,
+            "--study_name",
+            "shared",
+            "--count",
+            "3",
+            "--n_jobs",
+            "2",
+            "--out",
+            str(tmp_path / f"out{i}"),
+        )
+        for i in range(processes)
+    ]
     results = [finish(p) for p in procs]
     assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
     trials = trials_of(storage, "shared")
     assert sorted(t.number for t in trials) == list(range(3 * processes))  # numbered by the study, across processes
     assert {t.state.name for t in trials} == {"COMPLETE"}
     assert len({t.user_attrs["owner"]["pid"] for t in trials}) == processes  # every process ran its share
-    assert all(t.value == -(t.params["x"] - 0.3) ** 2 for t in trials)
+    assert all(t.value == -((t.params["x"] - 0.3) ** 2) for t in trials)
     assert all("study shared in " in out for _, out, _ in results)
 
 
@@ -361,8 +506,9 @@ def test_stopped_sweep_resumes_and_its_running_trial_is_failed_and_run_again(tmp
     assert sorted(t.params["x"] for t in complete) == [0, 1, 2]  # every grid point, the stopped one run again
     assert [t.system_attrs.get("failed_trial") for t in complete].count(stopped) == 1
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["trials"][stopped]["status"] == \
-        ("failed: its process died" if sig == signal.SIGKILL else "failed: interrupted")
+    assert results["trials"][stopped]["status"] == (
+        "failed: its process died" if sig == signal.SIGKILL else "failed: interrupted"
+    )
 
 
 def alive(pid: int) -> bool:
@@ -386,17 +532,23 @@ def test_a_trial_that_fails_by_itself_is_failed_for_good_and_the_sweep_goes_on(t
 
 def test_bad_storage_or_another_sweep_on_the_same_study_is_refused_before_any_trial(tmp_path, capsys) -> None:
     sweep = stub_sweep(tmp_path, "random", {"x": {"min": 0.0, "max": 1.0}})
-    assert sweep_main([sweep, "--storage", "postgresql://me:s3cret@127.0.0.1:1/optuna", "--out", str(tmp_path / "out"),
-                       ALLOW]) == 2
+    assert (
+        sweep_main([sweep, "--storage", "postgresql://me:s3cret@127.0.0.1:1/optuna", "--out", str(tmp_path / "out"), ALLOW])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: cannot open the Optuna storage postgresql://me:***@127.0.0.1:1/optuna: OperationalError:")
     assert not (tmp_path / "out").exists()
     storage = f"sqlite:///{tmp_path}/s.db"
-    assert sweep_main([sweep, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "a"),
-                       ALLOW]) == 0
+    assert (
+        sweep_main([sweep, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "a"), ALLOW])
+        == 0
+    )
     other = stub_sweep(tmp_path, "grid", {"x": {"values": [0.1]}})
-    assert sweep_main([other, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "b"),
-                       ALLOW]) == 2
+    assert (
+        sweep_main([other, "--storage", storage, "--study_name", "s", "--count", "1", "--out", str(tmp_path / "b"), ALLOW])
+        == 2
+    )
     assert "error: study 's' was made from another sweep (method, parameters differ)" in capsys.readouterr().err
     assert len(trials_of(storage, "s")) == 1
 
@@ -405,10 +557,25 @@ def test_bad_storage_or_another_sweep_on_the_same_study_is_refused_before_any_tr
 def test_processes_join_one_study_on_a_real_postgresql_server(tmp_path) -> None:
     """The multi-machine case: every process talks to the server over TCP, as on other machines."""
     from tests.postgres_helpers import private_postgres
+
     sweep = stub_sweep(tmp_path, "bayes", {"x": {"min": 0.0, "max": 1.0}, "bonus": {"values": [0, 1]}})
     with private_postgres() as url:
-        procs = [start_sweep(sweep, "--storage", url, "--study_name", "pg", "--count", "3", "--n_jobs", "2",
-                             "--out", str(tmp_path / f"host{i}")) for i in range(2)]
+        procs = [
+            start_sweep(
+                sweep,
+                "--storage",
+                url,
+                "--study_name",
+                "pg",
+                "--count",
+                "3",
+                "--n_jobs",
+                "2",
+                "--out",
+                str(tmp_path / f"host{i}"),
+            )
+            for i in range(2)
+        ]
         results = [finish(p) for p in procs]
         assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
         trials = trials_of(url, "pg")

@@ -7,6 +7,7 @@ under torchrun is the plain run bit for bit; a refused config is refused by ever
 raises, hangs in an env step or is SIGKILLed ends every rank with one message naming it, and leaves no process;
 ``--resume auto`` then continues. Across hosts nothing can be tested here (docs/distributed.md).
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,11 +26,51 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 #: a small CartPole run: 5 envs (3 + 2 over two ranks), two rollouts and updates with a truncated last minibatch
-RUN = ["--env", "gym_CartPole-v1", "--n_envs", "5", "--n_steps", "16", "--batch_size", "32", "--n_epochs", "2",
-       "--total_timesteps", "160", "--seed", "4", "--progress", "none", "--verbose", "0", "--plot", "False"]
+RUN = [
+    "--env",
+    "gym_CartPole-v1",
+    "--n_envs",
+    "5",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--n_epochs",
+    "2",
+    "--total_timesteps",
+    "160",
+    "--seed",
+    "4",
+    "--progress",
+    "none",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 #: FaultEnv (tests/faults/fault_envs.py) on 4 envs: env 3, seeded 13, is rank 1's second env
-FAULT = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--n_envs", "4", "--n_steps", "16",
-         "--batch_size", "32", "--n_epochs", "1", "--seed", "10", "--progress", "none", "--verbose", "0", "--plot", "False"]
+FAULT = [
+    "--env",
+    "gym_FaultEnv-v0",
+    "--gym_packages",
+    "tests.faults.fault_envs",
+    "--n_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--n_epochs",
+    "1",
+    "--seed",
+    "10",
+    "--progress",
+    "none",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def marked(mark: str) -> list[int]:
@@ -56,10 +97,20 @@ class Torchrun:
         self.mark = f"PPO_DICT_TEST_RUN={uuid.uuid4().hex}"
         env = {**os.environ, self.mark.split("=")[0]: self.mark.split("=")[1], "PYTHONUNBUFFERED": "1"}
         target = [module] if module.endswith(".py") else ["-m", module]
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *launcher,
-                   *target, *args]
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            *launcher,
+            *target,
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.started = time.monotonic()
 
     def finish(self, timeout: float = 240.0) -> tuple[int, str, str]:
@@ -102,8 +153,9 @@ def run_cli(args: list[str], nproc: Optional[int] = 2, timeout: float = 240.0) -
         result = run.finish(timeout)
         assert run.left() == [], f"processes left: {run.left()}"
         return result
-    done = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -138,8 +190,9 @@ def test_two_ranks_give_the_same_run_twice_and_the_single_processs_numbers(plain
         assert sum(line.startswith('{"env"') for line in out.splitlines()) == 1  # the JSON line: rank 0's alone
         runs.append(tmp_path / name)
     a, b = (progress(run) for run in runs)
-    assert [{k: v for k, v in row.items() if not k.startswith("time/")} for row in a] == \
-        [{k: v for k, v in row.items() if not k.startswith("time/")} for row in b]
+    assert [{k: v for k, v in row.items() if not k.startswith("time/")} for row in a] == [
+        {k: v for k, v in row.items() if not k.startswith("time/")} for row in b
+    ]
     saved = [checkpoint(run) for run in runs]
     assert all(torch.equal(saved[0]["policy"][k], saved[1]["policy"][k]) for k in saved[0]["policy"])
     single, mine = progress(plain), progress(runs[0])
@@ -162,10 +215,12 @@ def test_one_rank_under_torchrun_is_the_plain_run_bit_for_bit(plain, tmp_path) -
     assert code == 0, err
     ours, theirs = checkpoint(tmp_path / "one"), checkpoint(plain)
     assert all(torch.equal(ours["policy"][k], theirs["policy"][k]) for k in theirs["policy"])
-    assert all(torch.equal(a, b) for a,
-               b in zip(ours["optimizer"]["state"][0].values(), theirs["optimizer"]["state"][0].values()))
-    assert [{k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(tmp_path / "one")] == \
-        [{k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(plain)]
+    assert all(
+        torch.equal(a, b) for a, b in zip(ours["optimizer"]["state"][0].values(), theirs["optimizer"]["state"][0].values())
+    )
+    assert [{k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(tmp_path / "one")] == [
+        {k: v for k, v in row.items() if k.startswith(("train/", "rollout/"))} for row in progress(plain)
+    ]
 
 
 #: a rank that joins, builds a layer on the meta device as the run's check measures the policy, and leaves: then it
@@ -197,13 +252,26 @@ def test_dry_run_prints_the_global_plan_and_each_ranks_layout(tmp_path) -> None:
     assert code == 0, err
     assert out.count("dry run: the config passes every check") == 1
     assert "ranks: 5 envs over 2 ranks: 3/2 (rank 0: envs 0-2, rank 1: envs 3-4)" in out
-    assert "  rank 0 (" in out and "): 3 envs in this process" in out and "  rank 1 (" in out and \
-        "): 2 envs in this process" in out
+    assert (
+        "  rank 0 (" in out
+        and "): 3 envs in this process" in out
+        and "  rank 1 (" in out
+        and "): 2 envs in this process" in out
+    )
 
 
 def test_a_config_one_rank_refuses_is_refused_on_every_rank_before_any_env_starts(tmp_path) -> None:
-    code, out, err = run_cli([*FAULT, "--total_timesteps", "64", "--env_kwargs",
-                              "dict(mode='build_raise', at_step=1, only_rank=1)", "--run_dir", str(tmp_path / "run")])
+    code, out, err = run_cli(
+        [
+            *FAULT,
+            "--total_timesteps",
+            "64",
+            "--env_kwargs",
+            "dict(mode='build_raise', at_step=1, only_rank=1)",
+            "--run_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code != 0
     lines = errors(err)
     assert len(lines) == 1 and "invalid setting" in lines[0], err
@@ -213,8 +281,19 @@ def test_a_config_one_rank_refuses_is_refused_on_every_rank_before_any_env_start
 
 @pytest.mark.parametrize("fault", ["step_raise", "hang"])
 def test_a_rank_that_raises_or_hangs_ends_every_rank_with_one_message(fault, tmp_path) -> None:
-    run = Torchrun([*FAULT, "--total_timesteps", "4096", "--step_timeout", "3", "--env_kwargs",
-                    f"dict(mode='{fault}', bad_seed=13, at_step=40)", "--run_dir", str(tmp_path / "run")])
+    run = Torchrun(
+        [
+            *FAULT,
+            "--total_timesteps",
+            "4096",
+            "--step_timeout",
+            "3",
+            "--env_kwargs",
+            f"dict(mode='{fault}', bad_seed=13, at_step=40)",
+            "--run_dir",
+            str(tmp_path / "run"),
+        ]
+    )
     code, out, err = run.finish(timeout=120)
     assert code != 0
     assert run.left() == []
@@ -251,8 +330,9 @@ def test_torchruns_sigterm_stops_every_rank_together_with_one_checkpoint(num_wor
     the same update; with worker processes (ended by the same signal) every rank drops the rollout. Either way
     rank 0 writes one checkpoint, at a step every rank reached, and says so once."""
     run_dir = tmp_path / "run"
-    run = Torchrun([*FAULT, "--total_timesteps", "100000", "--save_freq", "64", "--num_workers", num_workers, "--run_dir",
-                    str(run_dir)])
+    run = Torchrun(
+        [*FAULT, "--total_timesteps", "100000", "--save_freq", "64", "--num_workers", num_workers, "--run_dir", str(run_dir)]
+    )
     deadline = time.monotonic() + 120
     while not list((run_dir / "checkpoints").glob("checkpoint_*.pt")) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -267,10 +347,24 @@ def test_torchruns_sigterm_stops_every_rank_together_with_one_checkpoint(num_wor
 
 def by_hand(rank: int, port: int, *args: str, **env: str) -> subprocess.Popen:
     """One rank of a 2-rank run started without torchrun: MASTER_ADDR and MASTER_PORT set by hand (rank 0 hosts the store)."""
-    environ = {**os.environ, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **env}
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    environ = {
+        **os.environ,
+        "WORLD_SIZE": "2",
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.main_ppo", *args],
+        cwd=ROOT,
+        env=environ,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def free_port() -> int:
@@ -281,12 +375,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("env, said", [({"RANK": "abc"}, "RANK='abc' is not a whole number"),
-                                       ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
-                                       ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 is not in [1, 2]"),
-                                       ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not in [1, 65535]"),
-                                       ({"PPO_DICT_RENDEZVOUS_TIMEOUT": "-1"},
-                                        "PPO_DICT_RENDEZVOUS_TIMEOUT='-1' is not a number of seconds")])
+@pytest.mark.parametrize(
+    "env, said",
+    [
+        ({"RANK": "abc"}, "RANK='abc' is not a whole number"),
+        ({"MASTER_ADDR": ""}, "MASTER_ADDR is not set"),
+        ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 is not in [1, 2]"),
+        ({"MASTER_PORT": "99999"}, "MASTER_PORT=99999 is not in [1, 65535]"),
+        ({"PPO_DICT_RENDEZVOUS_TIMEOUT": "-1"}, "PPO_DICT_RENDEZVOUS_TIMEOUT='-1' is not a number of seconds"),
+    ],
+)
 def test_an_environment_that_places_no_rank_is_one_message(env, said: str) -> None:
     """RANK=abc, no MASTER_ADDR, LOCAL_WORLD_SIZE=0 ended in tracebacks (torch's or ppo_dict's)."""
     proc = by_hand(1, free_port(), *RUN, "--dry_run", **env)
@@ -303,11 +401,14 @@ def test_a_store_where_nothing_listens_is_a_line_while_waiting_and_one_message_n
     assert proc.returncode == 1 and time.monotonic() - started < 60
     lines = err.splitlines()
     # one line while waiting: the first comes at half a timeout shorter than the lines' period (ticks are 0.5 s apart)
-    said = (rf"rank 1 \(.*\): waiting for a store listening at 127\.0\.0\.1:{port} \(MASTER_ADDR:MASTER_PORT\) "
-            r"\([34] s of 6 s\)")
+    said = (
+        rf"rank 1 \(.*\): waiting for a store listening at 127\.0\.0\.1:{port} \(MASTER_ADDR:MASTER_PORT\) "
+        r"\([34] s of 6 s\)"
+    )
     assert re.fullmatch(said, lines[0]) and sum("waiting for" in line for line in lines) == 1, err
-    assert lines[-1].startswith("error: rank 1 (") and \
-        f"waited 6 s for a store listening at 127.0.0.1:{port}" in lines[-1], err
+    assert lines[-1].startswith("error: rank 1 (") and f"waited 6 s for a store listening at 127.0.0.1:{port}" in lines[-1], (
+        err
+    )
     assert "Traceback" not in err
 
 
@@ -329,8 +430,9 @@ def same_ends(a: Path, b: Path) -> None:
     ours, theirs = checkpoint(b), checkpoint(a)
     assert "envs" in ours and ours["num_timesteps"] == theirs["num_timesteps"]
     assert_same(without_config(ours), without_config(theirs))
-    assert [{k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(b)] == \
-        [{k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(a)]
+    assert [{k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(b)] == [
+        {k: v for k, v in row.items() if not k.startswith("time/")} for row in progress(a)
+    ]
 
 
 @pytest.mark.slow
@@ -344,6 +446,7 @@ def test_every_ranks_envs_reach_the_checkpoint_and_a_resumed_two_rank_run_is_the
     assert code == 0, err
     assert "(3 envs of 5 (this rank's) restored as they were at step 160)" in out, out  # rank 0's 3, rank 1's 2
     same_ends(whole, halves)
+
 
 @pytest.mark.slow
 def test_a_rank_killed_then_torchrun_restarting_the_group_with_resume_auto_is_the_run_never_killed(tmp_path) -> None:

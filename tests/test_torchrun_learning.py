@@ -4,6 +4,7 @@ Slow: CartPole-v1 with rl-zoo's settings reaches the maximum return (500) with 2
 (Box actions, ``--normalize``) with ``make train``'s settings ends, over 3 seeds, with a mean return within 2
 standard deviations of the single process's runs' mean.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,13 +14,63 @@ from tests.test_torchrun import progress, run_cli
 
 SEEDS = (0, 1, 2)
 #: rl-zoo's CartPole-v1 settings (hyperparams/ppo.yml)
-CARTPOLE = ["--env", "gym_CartPole-v1", "--n_envs", "8", "--n_steps", "32", "--batch_size", "256", "--gae_lambda", "0.8",
-            "--gamma", "0.98", "--n_epochs", "20", "--ent_coef", "0.0", "--learning_rate", "lin_0.001", "--clip_range",
-            "lin_0.2", "--total_timesteps", "100000", "--progress", "none", "--verbose", "0", "--plot", "False"]
+CARTPOLE = [
+    "--env",
+    "gym_CartPole-v1",
+    "--n_envs",
+    "8",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "256",
+    "--gae_lambda",
+    "0.8",
+    "--gamma",
+    "0.98",
+    "--n_epochs",
+    "20",
+    "--ent_coef",
+    "0.0",
+    "--learning_rate",
+    "lin_0.001",
+    "--clip_range",
+    "lin_0.2",
+    "--total_timesteps",
+    "100000",
+    "--progress",
+    "none",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 #: make train's settings, 40 iterations (random play scores about -43)
-REACHER = ["--env", "gym_Reacher-v5", "--n_envs", "8", "--n_steps", "256", "--batch_size", "256", "--n_epochs", "10",
-           "--gamma", "0.9", "--gae_lambda", "0.95", "--normalize", "True", "--total_timesteps", "81920", "--progress", "none",
-           "--verbose", "0", "--plot", "False"]
+REACHER = [
+    "--env",
+    "gym_Reacher-v5",
+    "--n_envs",
+    "8",
+    "--n_steps",
+    "256",
+    "--batch_size",
+    "256",
+    "--n_epochs",
+    "10",
+    "--gamma",
+    "0.9",
+    "--gae_lambda",
+    "0.95",
+    "--normalize",
+    "True",
+    "--total_timesteps",
+    "81920",
+    "--progress",
+    "none",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def returns(run_dir) -> list[float]:

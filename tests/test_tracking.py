@@ -1,4 +1,5 @@
 """Logging outputs: wandb (offline, for real, read back from its .wandb file), CSV, TensorBoard."""
+
 import json
 import os
 import struct
@@ -41,10 +42,43 @@ def test_wandb_offline_run_holds_config_sb3_keys_and_eval(tmp_path) -> None:
     home, wandb_dir, run_dir = tmp_path / "home", tmp_path / "wandb", tmp_path / "run"
     home.mkdir()
     env = {"HOME": str(home), "WANDB_DIR": str(wandb_dir), "WANDB_API_KEY": None, "WANDB_MODE": None, "NETRC": None}
-    proc = run_cli("--env", "gym_CartPole-v1", "--num_workers", "0", "--n_envs", "2", "--n_steps", "128", "--batch_size", "64",
-                   "--n_epochs", "2", "--total_timesteps", "512", "--seed", "0", "--verbose", "0", "--run_dir", str(run_dir),
-                   "--eval_freq", "256", "--eval_episodes", "1", "--project", "ppo-test", "--group", "g1", "--tags", "a,b",
-                   "--run_name", "r1", "--tensorboard_log", str(tmp_path / "tb"), env_extra=env)
+    proc = run_cli(
+        "--env",
+        "gym_CartPole-v1",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "128",
+        "--batch_size",
+        "64",
+        "--n_epochs",
+        "2",
+        "--total_timesteps",
+        "512",
+        "--seed",
+        "0",
+        "--verbose",
+        "0",
+        "--run_dir",
+        str(run_dir),
+        "--eval_freq",
+        "256",
+        "--eval_episodes",
+        "1",
+        "--project",
+        "ppo-test",
+        "--group",
+        "g1",
+        "--tags",
+        "a,b",
+        "--run_name",
+        "r1",
+        "--tensorboard_log",
+        str(tmp_path / "tb"),
+        env_extra=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wandb: no W&B API key configured (WANDB_API_KEY or ~/.netrc): logging offline" in proc.stderr
     offline = [d for d in os.listdir(wandb_dir / "wandb") if d.startswith("offline-run-")]
@@ -56,16 +90,33 @@ def test_wandb_offline_run_holds_config_sb3_keys_and_eval(tmp_path) -> None:
     records = read_wandb_records(str(sync_dir / f"run-{run_id}.wandb"))
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert (run.project, run.run_group, list(run.tags), run.display_name) == ("ppo-test", "g1", ["a", "b"], "r1")
-    config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config"
-              for item in r.config.update}
+    config = {
+        item.key: json.loads(item.value_json)
+        for r in records
+        if r.WhichOneof("record_type") == "config"
+        for item in r.config.update
+    }
     config.update({item.key: json.loads(item.value_json) for item in run.config.update})
     assert config["n_steps"] == 128 and config["learning_rate"] == 0.0003 and config["project"] == "ppo-test"
     # history items name their key in `key`, or (keys with "/") in the repeated `nested_key`
-    history = [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
-               for r in records if r.WhichOneof("record_type") == "history"]
+    history = [
+        {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
     keys = set().union(*history)
-    for key in ("rollout/ep_rew_mean", "rollout/ep_len_mean", "time/fps", "time/total_timesteps", "train/value_loss",
-                "train/approx_kl", "train/learning_rate", "eval/mean_reward", "eval/mean_ep_length", "step"):
+    for key in (
+        "rollout/ep_rew_mean",
+        "rollout/ep_len_mean",
+        "time/fps",
+        "time/total_timesteps",
+        "train/value_loss",
+        "train/approx_kl",
+        "train/learning_rate",
+        "eval/mean_reward",
+        "eval/mean_ep_length",
+        "step",
+    ):
         assert key in keys, key
     csv_rows = [r for r in read_csv(str(run_dir / "progress.csv")) if "rollout/ep_rew_mean" in r]
     last_reward = [h for h in history if "rollout/ep_rew_mean" in h][-1]
@@ -109,5 +160,3 @@ def test_csv_writer_widens_header_and_resume_drops_later_rows(tmp_path) -> None:
     assert lines == ["step,rollout/ep_rew_mean,time/iterations,train/loss", "100,-5.5,1,", "200,-4.0,,0.25", "300,-3.0,,"]
     CSVWriter(path, resume_step=200)
     assert [r["step"] for r in read_csv(path)] == [100.0, 200.0]
-
-

@@ -1,12 +1,20 @@
 """GAE and the PPO update beyond the parity suite: hand-computed GAE, minibatch tensors, the logs' shape."""
+
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
 
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.training.update import (GaussianEvaluate, GradientStep, RolloutTensors, UpdateSettings, compute_gae,
-                                           explained_variance, ppo_update)
+from ppo_dict.algo.training.update import (
+    GaussianEvaluate,
+    GradientStep,
+    RolloutTensors,
+    UpdateSettings,
+    compute_gae,
+    explained_variance,
+    ppo_update,
+)
 from ppo_dict.core.seeding import same_values
 from ppo_dict.data.actions import action_spec
 from ppo_dict.data.storage import RolloutStorage
@@ -34,8 +42,9 @@ def test_explained_variance() -> None:
 def test_minibatch_tensors(action_space) -> None:
     s = RolloutStorage(spaces.Box(-1, 1, (4,), np.float64), action_space, n_steps=3, n_envs=2)
     s.actions[...] = np.arange(s.actions.size).reshape(s.actions.shape)
-    batch = RolloutTensors(s.flat_samples(), action_spec(action_space).to_training,
-                           torch.device("cpu")).take(torch.tensor([5, 0]))
+    batch = RolloutTensors(s.flat_samples(), action_spec(action_space).to_training, torch.device("cpu")).take(
+        torch.tensor([5, 0])
+    )
     assert batch.obs.dtype == torch.float64 and batch.obs.shape == (2, 4)  # the buffer's dtype; the forward casts
     if isinstance(action_space, spaces.Discrete):
         assert batch.actions.dtype == torch.int64 and batch.actions.tolist() == [5, 0]  # env 1, step 2 first
@@ -53,13 +62,32 @@ def test_update_counts_epochs_and_logs_sb3s_keys() -> None:
     rng = np.random.default_rng(0)
     s.env_obs["obs"][...] = rng.normal(size=s.env_obs["obs"].shape)
     s.advantages[...], s.returns[...] = rng.normal(size=(8, 2)), rng.normal(size=(8, 2))
-    settings = UpdateSettings(learning_rate=1e-3, clip_range=0.2, clip_range_vf=None, n_epochs=3, batch_size=6,
-                              normalize_advantage=True, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, target_kl=None)
+    settings = UpdateSettings(
+        learning_rate=1e-3,
+        clip_range=0.2,
+        clip_range_vf=None,
+        n_epochs=3,
+        batch_size=6,
+        normalize_advantage=True,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        target_kl=None,
+    )
     logs, n_updates = ppo_update(policy, optimizer, s, settings, 7, torch.device("cpu"))
     assert n_updates == 10 and logs["train/n_updates"] == 10
-    assert list(logs) == ["train/entropy_loss", "train/policy_gradient_loss", "train/value_loss", "train/approx_kl",
-                          "train/clip_fraction", "train/loss", "train/explained_variance", "train/std", "train/n_updates",
-                          "train/clip_range"]
+    assert list(logs) == [
+        "train/entropy_loss",
+        "train/policy_gradient_loss",
+        "train/value_loss",
+        "train/approx_kl",
+        "train/clip_fraction",
+        "train/loss",
+        "train/explained_variance",
+        "train/std",
+        "train/n_updates",
+        "train/clip_range",
+    ]
     assert optimizer.state[policy.log_std]["step"] == 9  # 3 epochs x 3 minibatches of 16 samples (6, 6, 4)
 
 
@@ -70,8 +98,11 @@ STEP_CASES = {  # (observation space, action space, policy keywords)
     "discrete": (spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(3), {}),
     "multi_discrete": (spaces.Box(-1, 1, (4,), np.float32), spaces.MultiDiscrete([3, 2]), {}),
     "multi_binary": (spaces.Box(-1, 1, (4,), np.float32), spaces.MultiBinary(3), {}),
-    "dict_cnn_separate": (spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}), spaces.Discrete(2),
-                          dict(share_features_extractor=False)),
+    "dict_cnn_separate": (
+        spaces.Dict({"img": IMAGE, "vec": spaces.Box(-1, 1, (3,), np.float32)}),
+        spaces.Discrete(2),
+        dict(share_features_extractor=False),
+    ),
     "cnn_relu": (IMAGE, spaces.Box(-1, 1, (2,), np.float32), dict(model="cnn", activation_fn="relu")),
 }
 
@@ -80,14 +111,18 @@ def _loss(policy: ActorCritic, batch: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     space = policy.observation_space
     subspaces = space.spaces if isinstance(space, spaces.Dict) else {None: space}
-    obs = {k: torch.randint(0, 255, (batch, *s.shape),
-                            generator=g).float() if s.dtype == np.uint8 else torch.randn(batch, *s.shape, generator=g)
-           for k, s in subspaces.items()}
+    obs = {
+        k: torch.randint(0, 255, (batch, *s.shape), generator=g).float()
+        if s.dtype == np.uint8
+        else torch.randn(batch, *s.shape, generator=g)
+        for k, s in subspaces.items()
+    }
     obs = obs if isinstance(space, spaces.Dict) else obs[None]
     with torch.no_grad():
         actions, _, _ = policy(obs)
     values, log_prob, entropy = policy.evaluate_actions(
-        obs, actions.float() if not isinstance(policy.action_space, spaces.Discrete) else actions.long().flatten())
+        obs, actions.float() if not isinstance(policy.action_space, spaces.Discrete) else actions.long().flatten()
+    )
     return values.pow(2).mean() - log_prob.mean() * 0.7 - 0.01 * entropy.mean()
 
 
@@ -153,15 +188,17 @@ def test_gaussian_evaluate_gives_the_bits_of_evaluate_actions_and_their_gradient
     evaluate = GaussianEvaluate.of(policy)
     assert evaluate is not None
     g = torch.Generator().manual_seed(1)
-    obs = torch.randn(64, *obs_space.shape, generator=g,
-                      dtype=torch.float64).to(torch.from_numpy(np.zeros(0, obs_space.dtype)).dtype)
+    obs = torch.randn(64, *obs_space.shape, generator=g, dtype=torch.float64).to(
+        torch.from_numpy(np.zeros(0, obs_space.dtype)).dtype
+    )
     actions = torch.randn(64, 3, generator=g)
     grads = []
     for outputs in (policy.evaluate_actions(obs, actions), evaluate(obs, actions)):
         policy.zero_grad(set_to_none=True)
         values, log_prob, entropy = outputs
-        (values.flatten().pow(2).mean() - (log_prob.exp() * torch.linspace(-1, 1, 64)).mean()
-         - 0.01 * entropy.mean()).backward()
+        (
+            values.flatten().pow(2).mean() - (log_prob.exp() * torch.linspace(-1, 1, 64)).mean() - 0.01 * entropy.mean()
+        ).backward()
         grads.append(([o.detach() for o in outputs], [p.grad.clone() for p in policy.parameters()]))
     (ref_out, ref_grads), (out, lean_grads) = grads
     assert all(torch.equal(a, b) for a, b in zip(ref_out, out))

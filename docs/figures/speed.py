@@ -5,6 +5,7 @@ tables come from the same file (the site's by ``docs/hooks/generated.py``, READM
 ``tests/test_docs.py``). Each row is ppo_dict's throughput over sb3's, the median of interleaved rounds
 with their range; the rows and their runs are in perf_log.md.
 """
+
 from __future__ import annotations
 
 import csv

@@ -18,6 +18,7 @@ The docstrings' Sphinx roles (``:class:`~ppo_dict.core.config.Config```) are sho
 A page asks for a generated part with a marker line (``generated_parts``); a page that has the marker gets
 the part in its place. ``tests/test_docs.py`` imports this file to check the flags page is complete.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -108,8 +109,13 @@ OWN_FLAGS = {"dry_run": ("False", VALUE_KINDS["parse_bool"]), "algo": ("ppo", "`
 
 
 #: the values rl-zoo's train.py flags take (``ppo_dict.run.cli.ZOO_FLAGS``)
-ZOO_VALUES = {"log_folder": "a folder", "track": VALUE_KINDS["parse_bool"], "vec_env": "`dummy` `subproc`",
-              "num_threads": "an integer", "n_eval_envs": "`1`"}
+ZOO_VALUES = {
+    "log_folder": "a folder",
+    "track": VALUE_KINDS["parse_bool"],
+    "vec_env": "`dummy` `subproc`",
+    "num_threads": "an integer",
+    "n_eval_envs": "`1`",
+}
 
 
 def zoo_flags_markdown() -> list[str]:
@@ -117,21 +123,37 @@ def zoo_flags_markdown() -> list[str]:
     order, each row under its spellings (its anchor: the name they are read under)."""
     from ppo_dict.run.cli import ZOO_FLAGS
 
-    out = ["## rl-zoo's train.py flags", "", "`--help` group `rl-zoo's train.py flags`; not settings: each sets the settings "
-           "that mean the same here, or is refused naming them.", "", *TABLE_HEAD]
+    out = [
+        "## rl-zoo's train.py flags",
+        "",
+        "`--help` group `rl-zoo's train.py flags`; not settings: each sets the settings "
+        "that mean the same here, or is refused naming them.",
+        "",
+        *TABLE_HEAD,
+    ]
     for name, (spellings, text, default) in ZOO_FLAGS.items():
-        out.append(f'| <a id="{name}"></a>{" ".join(f"`{s}`" for s in spellings)} | {code(default)} | {ZOO_VALUES[name]} | '
-                   f'{cell(text)} |')
+        out.append(
+            f'| <a id="{name}"></a>{" ".join(f"`{s}`" for s in spellings)} | {code(default)} | {ZOO_VALUES[name]} | '
+            f"{cell(text)} |"
+        )
     return out + [""]
 
 
-def flags_markdown(flag_groups: Callable[[], dict[str, list[dataclasses.Field]]],
-                   default_text: Callable[[dataclasses.Field], str],
-                   own_flags: dict[str, str], flag_text: Callable[[dataclasses.Field], str]) -> str:
+def flags_markdown(
+    flag_groups: Callable[[], dict[str, list[dataclasses.Field]]],
+    default_text: Callable[[dataclasses.Field], str],
+    own_flags: dict[str, str],
+    flag_text: Callable[[dataclasses.Field], str],
+) -> str:
     """The flags reference, in ``--help``'s order: the command line's own flags (``own_flags``: ``{name: help}``,
     in ``--help``'s `options`), then one table per ``--help`` group, one row per flag (``flag_text``: what it does)."""
-    out = ["## The command line's own flags", "", "`--help` group `options`; not settings (not saved with a run).", "",
-           *TABLE_HEAD]
+    out = [
+        "## The command line's own flags",
+        "",
+        "`--help` group `options`; not settings (not saved with a run).",
+        "",
+        *TABLE_HEAD,
+    ]
     out += [flag_row(name, *OWN_FLAGS[name], text) for name, text in own_flags.items()] + [""]
     out += zoo_flags_markdown()
     for group, fields in flag_groups().items():
@@ -181,8 +203,10 @@ def godot_help(text: str) -> str:
     env_path = re.search(r"\n(  --env_path .*?)(?=\n  -|\n\n)", text, flags=re.S).group(1)  # type: ignore[union-attr]
     defaults = ", ".join(f"--{name} {value}" for name, value in {**DEMO_DEFAULTS, **DEMO_LAYOUT}.items())
     flags = textwrap.fill(f"main_ppo's flags (above), with these defaults: {defaults}; and:", 78)
-    return (f"usage: python -m ppo_dict.main_ppo_godot [--env_path PATH] [main_ppo's flags]\n\n{description}\n\n"
-            f"{flags}\n{env_path}\n\n{text[text.index('examples:'):]}")
+    return (
+        f"usage: python -m ppo_dict.main_ppo_godot [--env_path PATH] [main_ppo's flags]\n\n{description}\n\n"
+        f"{flags}\n{env_path}\n\n{text[text.index('examples:') :]}"
+    )
 
 
 def speed_rows(path: Path = SPEED_CSV) -> list[dict[str, str]]:
@@ -195,8 +219,9 @@ def speed_markdown(rows: list[dict[str, str]]) -> str:
     """The headline speed table, as the speed page and the index show it (README gives its range: ``tests/test_docs.py``)."""
     out = ["| workload | ppo_dict / sb3 | over the rounds | measured by, on |", "| --- | --- | --- | --- |"]
     for row in rows:
-        out.append(f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, "
-                   f"{row['where']} |")
+        out.append(
+            f"| {row['workload']} | **{row['ratio']}x** | {row['low']}-{row['high']} | `{row['benchmark']}`, {row['where']} |"
+        )
     return "\n".join(out)
 
 
@@ -204,7 +229,7 @@ def ledger_newest_first(path: Path = LEDGER) -> str:
     """The ledger's entries (each from its ``### `` heading to the next), newest first: the benchmarks
     append, so the file's order is the order of the runs."""
     text = path.read_text()
-    entries = re.split(r"\n(?=### )", text[text.index("\n### ") + 1:])
+    entries = re.split(r"\n(?=### )", text[text.index("\n### ") + 1 :])
     return "\n".join(entry.rstrip() + "\n" for entry in reversed(entries))
 
 
@@ -231,8 +256,11 @@ def config_fields_markdown() -> str:
 
     out = ["| field | type | default | what it is |", "| --- | --- | --- | --- |"]
     for fields in flag_groups().values():
-        out += [f"| `{f.name}` | {code(f.type)} | {code(default_text(f))} | {cell(flag_text(f, spellings=False))} "
-                f"([flag](flags.md#{f.name})) |" for f in fields]
+        out += [
+            f"| `{f.name}` | {code(f.type)} | {code(default_text(f))} | {cell(flag_text(f, spellings=False))} "
+            f"([flag](flags.md#{f.name})) |"
+            for f in fields
+        ]
     return "\n".join(out)
 
 
@@ -247,9 +275,14 @@ def constructor_markdown() -> str:
 
     out = []
     for name, spec in ALGORITHMS.items():
-        out += [f"### `{name}(...)`", "", f"`{spec.sb3_class.replace(':', '.')}`'s parameters, then ppo_dict's keyword-only "
-                                          f"settings.", "",
-                "| parameter | default | what it is |", "| --- | --- | --- |"]
+        out += [
+            f"### `{name}(...)`",
+            "",
+            f"`{spec.sb3_class.replace(':', '.')}`'s parameters, then ppo_dict's keyword-only settings.",
+            "",
+            "| parameter | default | what it is |",
+            "| --- | --- | --- |",
+        ]
         for parameter in spec.signature().parameters.values():
             default = "required" if parameter.default is inspect.Parameter.empty else repr(parameter.default)
             field = FIELDS.get(parameter.name)
@@ -270,10 +303,12 @@ def generated_parts() -> dict[str, Callable[[], str]]:
     from ppo_dict.run.cli import COMMAND_LINE_FLAGS, default_text, flag_groups, flag_text
 
     return {
-        "<!-- generated: flags -->": lambda: f'<div class="flags" '
-                                             f'markdown>\n\n'
-                                             f'{flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)}'
-                                             '\n</div>',
+        "<!-- generated: flags -->": lambda: (
+            f'<div class="flags" '
+            f"markdown>\n\n"
+            f"{flags_markdown(flag_groups, default_text, COMMAND_LINE_FLAGS, flag_text)}"
+            "\n</div>"
+        ),
         "<!-- generated: commands -->": commands_markdown,
         "<!-- generated: speed table -->": lambda: speed_markdown(speed_rows()),
         "<!-- generated: ledger, newest first -->": ledger_newest_first,

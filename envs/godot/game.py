@@ -11,6 +11,7 @@ terminal reaches us, not the game, so we close it in order), and is killed and r
 ``close()``, by a ``weakref.finalize`` when the object is collected, at interpreter exit, and
 whenever an error makes the game unusable.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -117,8 +118,9 @@ def _exit_description(returncode: int) -> str:
 
 
 def check_program(
-    project: Union[str, os.PathLike, None] = DEMO_PROJECT, env_path: Union[str, os.PathLike, None] = None,
-    binary: str = DEFAULT_BINARY
+    project: Union[str, os.PathLike, None] = DEMO_PROJECT,
+    env_path: Union[str, os.PathLike, None] = None,
+    binary: str = DEFAULT_BINARY,
 ) -> list[str]:
     """The argv of a game before its flags, or a :class:`GodotNotFoundError` that says how to get it.
 
@@ -187,8 +189,13 @@ class GodotGame:
             self._res.listener.bind(("127.0.0.1", 0))
             self._res.listener.listen(1)
             self.port: int = self._res.listener.getsockname()[1]
-            flags = {"port": self.port, "env_seed": seed, "speedup": speedup, "action_repeat": action_repeat,
-                     **(game_args or {})}
+            flags = {
+                "port": self.port,
+                "env_seed": seed,
+                "speedup": speedup,
+                "action_repeat": action_repeat,
+                **(game_args or {}),
+            }
             self.command = argv + [f"--{key}={value}" for key, value in flags.items()]
             if framerate is not None:
                 self.command += ["--fixed-fps", str(framerate)]
@@ -270,8 +277,9 @@ class GodotGame:
                 how = _exit_description(code)
             except subprocess.TimeoutExpired:
                 how = "still running, but it closed the connection; it was killed"
-            result = GodotCrashedError(f"{self.describe()} failed during {what} ({how}); its "
-                                       f"output:\n{self._res.output_tail()}")
+            result = GodotCrashedError(
+                f"{self.describe()} failed during {what} ({how}); its output:\n{self._res.output_tail()}"
+            )
         self.close(graceful=False)
         return result
 

@@ -53,6 +53,7 @@ Episode ends. Godot's ``done`` is one flag. With the optional ``"truncated"`` li
 without either, every ``done`` is terminated. That is what sb3 sees through godot_rl's own
 wrapper (no ``TimeLimit.truncated`` in the infos), so time limits are not bootstrapped there.
 """
+
 from __future__ import annotations
 
 import json
@@ -200,8 +201,9 @@ class ActionMapping:
         for key, entry in action_space.items():
             kind = entry.get("action_type") if isinstance(entry, dict) else None
             if kind not in ("continuous", "discrete"):
-                raise GodotProtocolError(f"action key {key!r}: action_type {entry!r} is not supported: use 'continuous' or "
-                                         f"'discrete'")
+                raise GodotProtocolError(
+                    f"action key {key!r}: action_type {entry!r} is not supported: use 'continuous' or 'discrete'"
+                )
             (size,) = _size(entry.get("size"), f"action key {key!r}")
             keys.append(key), kinds.append(kind), sizes.append(size)
         if all(k == "continuous" for k in kinds):
@@ -353,8 +355,9 @@ def parse_step_reply(message: dict[str, Any], n_agents: int, space: spaces.Dict,
         time_limit = _flags(message["truncated"], n_agents, "truncated", context)
     else:
         infos = message.get("info") or [{}] * n_agents
-        time_limit = np.array([isinstance(info, dict) and bool(info.get("TimeLimit.truncated", False)) for info in infos],
-                              dtype=bool)
+        time_limit = np.array(
+            [isinstance(info, dict) and bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool
+        )
     ended = done | time_limit
     truncated = time_limit & ended
     terminated = ended & ~truncated
@@ -362,14 +365,16 @@ def parse_step_reply(message: dict[str, Any], n_agents: int, space: spaces.Dict,
     if message.get("terminal_obs") is not None:
         terminal = message["terminal_obs"]
         if not isinstance(terminal, list) or len(terminal) != n_agents:
-            raise GodotProtocolError(f"{context}: 'terminal_obs' must be a list of {n_agents} entries, got "
-                                     f"{str(terminal)[:200]}")
+            raise GodotProtocolError(
+                f"{context}: 'terminal_obs' must be a list of {n_agents} entries, got {str(terminal)[:200]}"
+            )
         missing = [int(i) for i in np.flatnonzero(ended) if terminal[i] is None]
         if missing:
             raise GodotProtocolError(f"{context}: agents {missing} ended an episode but their 'terminal_obs' is null")
         # Agents still running have null; give them their current obs so that the batch decodes.
-        terminal_obs = decode_obs([t if t is not None else o for t, o in zip(terminal, obs)], space,
-                                  context + " (terminal_obs)")
+        terminal_obs = decode_obs(
+            [t if t is not None else o for t, o in zip(terminal, obs)], space, context + " (terminal_obs)"
+        )
     return StepReply(
         obs=decode_obs(obs, space, context),
         rewards=reward_array,

@@ -3,6 +3,7 @@
 A Godot spec's ``kwargs`` are :class:`~envs.godot.game.GodotGame`'s arguments; its ``gym_id`` is
 ``godot`` (``EnvSpec.is_godot``). Nothing here launches a game: the files are checked only.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -19,8 +20,12 @@ def godot_spec(name: str = GODOT_DEMO, project: Union[str, os.PathLike, None] = 
     ``game_kwargs``: env_path, binary, seed (launch ``--env_seed`` of game 0), speedup,
     action_repeat, framerate, game_args, connect_timeout, step_timeout.
     """
-    return EnvSpec(name=name, gym_id=GODOT_PREFIX,
-                   kwargs={"project": None if project is None else str(project), **game_kwargs}, backend=GODOT_BACKEND)
+    return EnvSpec(
+        name=name,
+        gym_id=GODOT_PREFIX,
+        kwargs={"project": None if project is None else str(project), **game_kwargs},
+        backend=GODOT_BACKEND,
+    )
 
 
 def resolve_godot(name: str, kwargs: dict[str, Any], pixel: Optional[PixelOptions] = None) -> EnvSpec:
@@ -38,8 +43,9 @@ def resolve_godot(name: str, kwargs: dict[str, Any], pixel: Optional[PixelOption
     game = {k: v for k, v in kwargs.items() if k != "project"}
     if name == GODOT_DEMO:
         if "project" in kwargs or "env_path" in kwargs:
-            raise ValueError(f"{GODOT_DEMO} is the demo game: for another game use --env {GODOT_PREFIX} with env_kwargs "
-                             f"project or env_path")
+            raise ValueError(
+                f"{GODOT_DEMO} is the demo game: for another game use --env {GODOT_PREFIX} with env_kwargs project or env_path"
+            )
         spec = godot_spec(GODOT_DEMO, **game)
     elif name == GODOT_PREFIX:
         if kwargs.get("project") is None and kwargs.get("env_path") is None:
@@ -49,7 +55,8 @@ def resolve_godot(name: str, kwargs: dict[str, Any], pixel: Optional[PixelOption
             )
         spec = godot_spec(GODOT_PREFIX, project=kwargs.get("project"), **game)
     else:
-        raise ValueError(f"unknown Godot game {name!r}: use {GODOT_DEMO}, or {GODOT_PREFIX} with --env_kwargs "
-                         f"\"dict(env_path=...)\"")
+        raise ValueError(
+            f'unknown Godot game {name!r}: use {GODOT_DEMO}, or {GODOT_PREFIX} with --env_kwargs "dict(env_path=...)"'
+        )
     check_program(**{k: spec.kwargs[k] for k in ("project", "env_path", "binary") if k in spec.kwargs})
     return spec

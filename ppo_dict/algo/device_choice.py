@@ -14,6 +14,7 @@ device, and :func:`choose_device` decides:
 Each decision is one printed line. Measuring builds the policy on each device inside
 ``torch.random.fork_rng``: the run's seeded streams are as they were.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -31,8 +32,9 @@ from ppo_dict.data.step_obs import StepObsToDevice
 MEASURED_CALLS = 10
 
 
-def measured_step_us(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int,
-                     device: torch.device) -> float:
+def measured_step_us(
+    cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, device: torch.device
+) -> float:
     """Median microseconds of one eager rollout policy step of ``n_envs`` envs on ``device``: the
     observations (zeros) to the device as a rollout sends them, the step, its outputs read on the host
     (on CUDA: the step's synchronisation)."""
@@ -71,12 +73,15 @@ def forced_cuda_line(n_envs: int, cpu_us: float, cuda_us: float, cuda: torch.dev
     """What ``--device cuda`` costs an MLP policy per rollout step, measured (one line)."""
     ratio = cuda_us / max(cpu_us, 1e-9)
     verdict = f"{ratio:.1f}x the cpu's time" if ratio >= 1 else f"{1 / ratio:.1f}x faster than the cpu"
-    return (f"note: device {cuda} for an MLP policy: a policy step of {n_envs} envs took {cuda_us:.0f} us there, {cpu_us:.0f} "
-            f"us on the cpu (measured): {verdict}")
+    return (
+        f"note: device {cuda} for an MLP policy: a policy step of {n_envs} envs took {cuda_us:.0f} us there, {cpu_us:.0f} "
+        f"us on the cpu (measured): {verdict}"
+    )
 
 
-def measured_device(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, images: bool,
-                    resolved: torch.device) -> tuple[torch.device, str]:
+def measured_device(
+    cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, images: bool, resolved: torch.device
+) -> tuple[torch.device, str]:
     """``(device, line)`` where measuring applies (a CUDA device here, a feed-forward policy, ``--device auto``
     or CUDA forced for an MLP policy), else ``(resolved, "")``: ``resolved`` is
     :func:`~ppo_dict.algo.model.resolve_device`'s."""

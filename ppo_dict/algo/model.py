@@ -8,6 +8,7 @@ The trainer's model is ``PPO.model`` (its policy and normaliser, not copies); ch
 evaluation, ``enjoy`` and the ONNX export read and act through this class, and none of them
 imports the trainer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,9 +28,18 @@ from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.file_effects import announce
 from ppo_dict.core.files import FORMAT, atomic_write, config_values, load_model_state, space_mismatch, to_numpy, to_tensors
 from ppo_dict.core.reading import one_line
-from ppo_dict.data.storage import (aligned, channel_last_keys, obs_layout, obs_parts, obs_to_tensor, policy_view, storage_keys,
-                                   vector_obs_shapes)
+from ppo_dict.data.storage import (
+    aligned,
+    channel_last_keys,
+    obs_layout,
+    obs_parts,
+    obs_to_tensor,
+    policy_view,
+    storage_keys,
+    vector_obs_shapes,
+)
 from ppo_dict.envs import GODOT_PREFIX, make_env
+
 
 def resolve_device(name: str, images: bool = False, cuda_available: Optional[bool] = None) -> torch.device:
     """The torch device ``--device name`` means for a policy that takes images or not.
@@ -51,8 +61,16 @@ def build_normalizer(cfg: Config, observation_space: spaces.Space, n_envs: int) 
     ``norm_obs_keys`` can only name Box keys), or None."""
     if not cfg.normalize:
         return None
-    return Normalizer(vector_obs_shapes(observation_space), n_envs, cfg.norm_obs, cfg.norm_reward, cfg.clip_obs,
-                      cfg.clip_reward, cfg.vecnorm_gamma, cfg.norm_epsilon)
+    return Normalizer(
+        vector_obs_shapes(observation_space),
+        n_envs,
+        cfg.norm_obs,
+        cfg.norm_reward,
+        cfg.clip_obs,
+        cfg.clip_reward,
+        cfg.vecnorm_gamma,
+        cfg.norm_epsilon,
+    )
 
 
 @dataclass
@@ -93,8 +111,9 @@ class Model:
             saved = {key: np.shape(rms["mean"]) for key, rms in normalizer_state["obs_rms"].items()}
             ours = {key: rms.mean.shape for key, rms in self.normalizer.obs_rms.items()}
             if any(saved.get(key) != shape for key, shape in ours.items()):
-                raise CheckpointError(f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this "
-                                      f"model's {ours}")
+                raise CheckpointError(
+                    f"{source}: the saved normaliser's statistics {saved} (key: shape) do not fit this model's {ours}"
+                )
             self.normalizer.load_state_dict(normalizer_state)
 
     def save(self, path: str) -> str:
@@ -104,16 +123,23 @@ class Model:
         return path
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space,
-                   source: str) -> "Model":
+    def from_state(
+        cls, state: dict[str, Any], observation_space: spaces.Space, action_space: spaces.Space, source: str
+    ) -> "Model":
         """The model in a loaded file's ``state`` for an env with these spaces (on the CPU, in eval
         mode); spaces that differ from the saved ones, or weights that do not fit, are a :class:`CheckpointError`."""
         mismatch = space_mismatch(state, observation_space, action_space)
         if mismatch:
             raise CheckpointError(f"{source}: {mismatch}")
         cfg = saved_config(state, source)
-        model = cls(cfg, build_policy(cfg, observation_space, action_space), build_normalizer(cfg, observation_space, 1),
-                    observation_space, action_space, int(state["num_timesteps"]))
+        model = cls(
+            cfg,
+            build_policy(cfg, observation_space, action_space),
+            build_normalizer(cfg, observation_space, 1),
+            observation_space,
+            action_space,
+            int(state["num_timesteps"]),
+        )
         model.load(state["policy"], to_numpy(state["normalizer"]), source)
         model.policy.eval()
         return model
@@ -150,12 +176,14 @@ class Model:
         if self.normalizer is not None:
             batch.update(self.normalizer.normalize_obs(batch))  # frozen: a pure function of the statistics
         batch = aligned(batch)  # laid out as a fresh tensor, wherever the env's or the normaliser's array starts
-        return obs_to_tensor(policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict)),
-                             self.device)
+        return obs_to_tensor(
+            policy_view(batch, self._channel_last, isinstance(self.observation_space, spaces.Dict)), self.device
+        )
 
     @torch.no_grad()
-    def predict_batch(self, batch: dict[str, np.ndarray], deterministic: bool = True,
-                      masks: Optional[np.ndarray] = None) -> np.ndarray:
+    def predict_batch(
+        self, batch: dict[str, np.ndarray], deterministic: bool = True, masks: Optional[np.ndarray] = None
+    ) -> np.ndarray:
         """The actions the env gets for a batch of observations ``{key: [B, *shape]}`` as the env
         wrote them (:func:`~ppo_dict.data.storage.obs_layout`'s keys and dtypes); ``[B, *action_shape]``.
 
@@ -167,14 +195,20 @@ class Model:
         if self.recurrent:
             return self.predict_recurrent(batch, None, None, deterministic, masks)[0]
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
-        actions = self.policy(self.policy_input(batch), deterministic=deterministic,
-                              action_masks=action_masks)[0].cpu().numpy()
+        actions = (
+            self.policy(self.policy_input(batch), deterministic=deterministic, action_masks=action_masks)[0].cpu().numpy()
+        )
         return self.policy.action_spec.to_env(actions)  # Box: clipped to the bounds, as sb3's predict
 
     @torch.no_grad()
-    def predict_recurrent(self, batch: dict[str, np.ndarray], state: Any, episode_start: Any,
-                          deterministic: bool,
-                          masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    def predict_recurrent(
+        self,
+        batch: dict[str, np.ndarray],
+        state: Any,
+        episode_start: Any,
+        deterministic: bool,
+        masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """sb3-contrib's ``RecurrentActorCriticPolicy.predict`` for a batch of ``B`` observations: ``(actions,
         (h, c))`` (a GRU's ``(h,)``), the actor's states after the step, float32 ``[n_layers, B, hidden]``. ``state``: those
         before it (None: zeros); ``episode_start`` ``[B]``: where an episode starts, its states zeroed first (None: nowhere);
@@ -183,23 +217,37 @@ class Model:
         policy: RecurrentActorCritic = self.policy  # type: ignore[assignment]
         cell = CELL_STATES[policy.rnn_type]
         if state is None:
-            state = (np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),
-                     ) * len(cell)
+            state = (
+                np.zeros(policy.lstm_hidden_state_shape[:1] + (n,) + policy.lstm_hidden_state_shape[2:], np.float32),
+            ) * len(cell)
         hx = tuple(torch.tensor(np.asarray(s), dtype=torch.float32, device=self.device) for s in state)
         shape = (policy.lstm_actor.num_layers, n, policy.lstm_actor.hidden_size)
         if len(hx) != len(cell) or any(h.shape != shape for h in hx):
-            raise ValueError(f"state: shapes {[tuple(h.shape) for h in hx]}; expected "
-                             f"{'(h, c)' if len(cell) == 2 else '(h,) (a GRU)'}, each (n_lstm_layers={shape[0]}, n_envs={n}, "
-                             f"lstm_hidden_size={shape[2]})")
+            raise ValueError(
+                f"state: shapes {[tuple(h.shape) for h in hx]}; expected "
+                f"{'(h, c)' if len(cell) == 2 else '(h,) (a GRU)'}, each (n_lstm_layers={shape[0]}, n_envs={n}, "
+                f"lstm_hidden_size={shape[2]})"
+            )
         starts = np.zeros(n, dtype=bool) if episode_start is None else np.asarray(episode_start).reshape(n)
         starts = torch.tensor(starts, dtype=torch.float32, device=self.device)
         action_masks = None if masks is None else torch.as_tensor(masks, device=self.device)
-        actions, states = policy.act(self.policy_input(batch), hx, starts,  # type: ignore[arg-type]
-                                     deterministic, action_masks)
+        actions, states = policy.act(
+            self.policy_input(batch),
+            hx,
+            starts,  # type: ignore[arg-type]
+            deterministic,
+            action_masks,
+        )
         return self.policy.action_spec.to_env(actions.cpu().numpy()), tuple(s.cpu().numpy() for s in states)
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
-                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Optional[tuple[np.ndarray, np.ndarray]]]:
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, Optional[tuple[np.ndarray, np.ndarray]]]:
         """sb3's ``predict``: ``(actions, state)`` for one observation as the env returns it, or a batch (each
         array with a leading batch dimension), with sb3's and sb3-contrib's arguments. Stochastic unless
         ``deterministic``, as sb3's default.
@@ -209,8 +257,9 @@ class Model:
         with this observation (its states are zeroed first); the states after the step are returned. Other
         models return ``None`` and ignore both, as sb3's ``PPO.predict``."""
         batch, vectorized = self._as_batch(observation)
-        masks = (None if action_masks is None
-                 else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1))
+        masks = (
+            None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(len(next(iter(batch.values()))), -1)
+        )
         if self.recurrent:
             actions, states = self.predict_recurrent(batch, state, episode_start, deterministic, masks)
             return (actions if vectorized else actions[0]), states
@@ -226,8 +275,10 @@ class Model:
         """``{key: (one observation's shape as the env gives it, stored shape, dtype, leaf space)}``
         (a Discrete key: a scalar, stored as ``(1,)``)."""
         leaves = storage_keys(self.observation_space)
-        return {key: (() if isinstance(leaves[key], spaces.Discrete) else shape, shape, dtype, leaves[key])
-                for key, (shape, dtype) in obs_layout(self.observation_space).items()}
+        return {
+            key: (() if isinstance(leaves[key], spaces.Discrete) else shape, shape, dtype, leaves[key])
+            for key, (shape, dtype) in obs_layout(self.observation_space).items()
+        }
 
     def _as_batch(self, observation: Any) -> tuple[dict[str, np.ndarray], bool]:
         """``({key: [B, *shape]}, vectorized)`` in the storage's dtypes; sb3's ``is_vectorized_observation``
@@ -242,13 +293,15 @@ class Model:
             elif arr.shape[1:] == single_shape:
                 verdicts.add(True)
             else:
-                raise ValueError(f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, "
-                                 f"*{single_shape}) for {leaf}")
+                raise ValueError(
+                    f"observation {key!r}: shape {arr.shape}; expected {single_shape} or (n_envs, *{single_shape}) for {leaf}"
+                )
         if len(verdicts) != 1:
             raise ValueError("observation: some keys are batches and others single observations")
         vectorized = verdicts.pop()
-        return {key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1])
-                for key, arr in arrays.items()}, vectorized
+        return {
+            key: np.asarray(arr, dtype=self._keys[key][2]).reshape(-1, *self._keys[key][1]) for key, arr in arrays.items()
+        }, vectorized
 
 
 def saved_config(state: dict[str, Any], source: str) -> Config:
@@ -276,9 +329,11 @@ def gym_env_spec(cfg: Config, path: str) -> Any:
     from ppo_dict.vec import env_spec  # the saved config's env, as the run built it
 
     if cfg.env == GODOT_PREFIX or cfg.env.startswith(GODOT_PREFIX + "_"):
-        raise CheckpointError(f"{path}: trained on the Godot game {cfg.env}, which is played through the trainer's worker "
-                              f"pool (python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the "
-                              f"ONNX export take models of gymnasium envs")
+        raise CheckpointError(
+            f"{path}: trained on the Godot game {cfg.env}, which is played through the trainer's worker "
+            f"pool (python -m ppo_dict.main_ppo_godot), not built as a gymnasium env here: enjoy and the "
+            f"ONNX export take models of gymnasium envs"
+        )
     try:
         return env_spec(cfg)
     except Exception as exc:  # noqa: BLE001 (a file's env: whatever resolving its name raises)

@@ -4,6 +4,7 @@ One iteration reads top to bottom in :meth:`PPO.learn`, as CleanRL's loop does. 
 ``pool`` run in this process or in worker processes that write straight into ``pool.storage``;
 this module sees only the storage arrays.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,9 +56,17 @@ class PPO:
     (``plan``: ``ppo_dict.algo.rollout.plan``; ``layout``: the run plan's, which it records), and built from it.
     """
 
-    def __init__(self, cfg: Config, pool: EnvPool, logger: Optional[Logger] = None, device: Optional[torch.device] = None,
-                 policy: Optional[ActorCritic] = None, optimizer: Optional[torch.optim.Optimizer] = None,
-                 ranks: Optional[Ranks] = None, layout: Optional[Layout] = None):
+    def __init__(
+        self,
+        cfg: Config,
+        pool: EnvPool,
+        logger: Optional[Logger] = None,
+        device: Optional[torch.device] = None,
+        policy: Optional[ActorCritic] = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        ranks: Optional[Ranks] = None,
+        layout: Optional[Layout] = None,
+    ):
         cfg.check()
         self.cfg, self.pool, self.storage, self.ranks = cfg, pool, pool.storage, ranks
         self.n_envs = pool.num_envs
@@ -69,11 +78,15 @@ class PPO:
         if cfg.seed is not None and policy is None:
             set_random_seed(cfg.seed, using_cuda=self.device.type == "cuda")
         # a policy and optimizer given (sb3's Python API builds its own) are trained as they are: nothing is seeded or drawn
-        self.policy: ActorCritic = (policy if policy is not None
-                                    else build_policy(cfg, pool.observation_space, pool.action_space).to(self.device))
+        self.policy: ActorCritic = (
+            policy if policy is not None else build_policy(cfg, pool.observation_space, pool.action_space).to(self.device)
+        )
         # sb3's default optimizer_kwargs: eps=1e-5 (not torch's 1e-8).
-        self.optimizer = (optimizer if optimizer is not None
-                          else torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5))
+        self.optimizer = (
+            optimizer
+            if optimizer is not None
+            else torch.optim.Adam(self.policy.parameters(), lr=self.lr_schedule(1), eps=1e-5)
+        )
         self.normalizer = build_normalizer(cfg, pool.observation_space, self.n_envs)
         self.num_timesteps = 0
         self.iteration = 0
@@ -106,12 +119,15 @@ class PPO:
         cfg, ranks = self.cfg, self.ranks
         rows = None if ranks is None else RankRows(ranks.info.name, ranks.envs.start, ranks.envs.stop, ranks.n_envs)
         self.plan, shard = plan_rollout(cfg, self.pool, self.policy, self.normalizer, self.device, rows, layout)
-        self.collector = Collector(cfg, self.pool, self.policy, self.normalizer, self.device, self.episodes, self.timing,
-                                   self.plan, shard)
+        self.collector = Collector(
+            cfg, self.pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan, shard
+        )
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
         # ranks (ppo_dict.algo.ranks.distributed), or sb3's
-        self.update = {RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
-                       RANKS: functools.partial(ranked_update, ranks=ranks)}.get(self.plan.update, ppo_update)
+        self.update = {
+            RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
+            RANKS: functools.partial(ranked_update, ranks=ranks),
+        }.get(self.plan.update, ppo_update)
         # off the CPU, a feed-forward policy's update draws its minibatches on the device, with no host work per minibatch
         # (ppo_dict.algo.training.device_update); the CPU keeps sb3's loop and numpy permutations
         self.index_generator = torch.Generator(self.device) if self.plan.update == DEVICE else None
@@ -123,8 +139,9 @@ class PPO:
     @property
     def model(self) -> Model:
         """The model being trained (its policy and normaliser themselves, not copies)."""
-        return Model(self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space,
-                     self.num_timesteps)
+        return Model(
+            self.cfg, self.policy, self.normalizer, self.pool.observation_space, self.pool.action_space, self.num_timesteps
+        )
 
     def load_optimizer(self, optimizer_state: dict[str, Any], source: str) -> None:
         """Adam's saved state into this run's optimizer; one that does not fit (torch's own check, then each
@@ -132,8 +149,9 @@ class PPO:
         try:
             self.optimizer.load_state_dict(optimizer_state)
         except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: "
-                                  f"{exc})") from exc
+            raise CheckpointError(
+                f"{source}: the saved optimizer state does not fit this config ({type(exc).__name__}: {exc})"
+            ) from exc
         problem = optimizer_state_problem(self.optimizer)
         if problem:
             raise CheckpointError(f"{source}: the saved optimizer state does not fit this config ({problem})")
@@ -261,8 +279,13 @@ class PPO:
         s = self.storage
         last_values = self.last_values = self.collector.last_values()
         s.advantages[...], s.returns[...] = compute_gae(
-            s.rewards, s.values, s.episode_starts, last_values.clone().cpu().numpy().flatten(), self.collector.last_dones,
-            self.gae_gamma, self.gae_lambda,
+            s.rewards,
+            s.values,
+            s.episode_starts,
+            last_values.clone().cpu().numpy().flatten(),
+            self.collector.last_dones,
+            self.gae_gamma,
+            self.gae_lambda,
         )
 
     def train(self, progress_remaining: float) -> dict[str, float]:
@@ -300,8 +323,9 @@ class PPO:
     def _first_update(self, settings: UpdateSettings, busy: bool) -> tuple[int, tuple[dict[str, float], int]]:
         """The first update, and the threads for every later one (``ppo_dict.algo.training.update_threads``: the cores
         where one epoch with them gives the bits of ``torch_threads``; ``busy``: other processes keep the CPUs busy)."""
-        trial = functools.partial(cores_keep_the_bits, self.update, self.policy, self.optimizer, self.storage, settings,
-                                  self.n_updates, self.device)
+        trial = functools.partial(
+            cores_keep_the_bits, self.update, self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device
+        )
         chosen = update_threads(self.cfg, self.device, self.ranks is not None, settings, busy, trial)
         with thread_count(chosen):
             return chosen, self._update(settings)
@@ -310,8 +334,9 @@ class PPO:
         """One update: sb3's loop, or off the CPU the device loop with this run's index generator."""
         if self.index_generator is None:
             return self.update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device)
-        return device_ppo_update(self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device,
-                                 self.index_generator)
+        return device_ppo_update(
+            self.policy, self.optimizer, self.storage, settings, self.n_updates, self.device, self.index_generator
+        )
 
     def _update_settings(self, progress_remaining: float) -> UpdateSettings:
         return UpdateSettings(

@@ -14,9 +14,18 @@ buffer (:mod:`.buffer`) and what sb3 keeps between ``learn`` calls (:mod:`.carry
 sb3-contrib's masked ``evaluate_policy`` and ``MaskableEvalCallback`` with a recurrent model's states carried
 (:mod:`.recurrent_evaluation`).
 """
+
 from ppo_dict.api.algorithms import ALGORITHMS, MaskablePPO, MaskableRecurrentPPO, PPO, RecurrentPPO
 from ppo_dict.api.envs import make_vec_env
 from ppo_dict.api.recurrent_evaluation import MaskableEvalCallback, evaluate_policy
 
-__all__ = ["PPO", "MaskablePPO", "RecurrentPPO", "MaskableRecurrentPPO", "ALGORITHMS", "make_vec_env", "MaskableEvalCallback",
-           "evaluate_policy"]
+__all__ = [
+    "PPO",
+    "MaskablePPO",
+    "RecurrentPPO",
+    "MaskableRecurrentPPO",
+    "ALGORITHMS",
+    "make_vec_env",
+    "MaskableEvalCallback",
+    "evaluate_policy",
+]

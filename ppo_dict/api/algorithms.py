@@ -4,6 +4,7 @@ policy names, the policy keyword arguments those take, and what they fix in the 
 A new algorithm is an entry here and a subclass of :class:`~ppo_dict.api.base.Algorithm` with its
 own ``learn`` and ``predict`` signatures (below: PPO's, MaskablePPO's and RecurrentPPO's).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -22,6 +23,8 @@ from ppo_dict.api.learning import learn
 ACTOR_CRITIC = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": None}
 #: sb3-contrib's RecurrentPPO's (None: by the observation, CombinedExtractor then the LSTM)
 RECURRENT = {"MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": None}
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """One algorithm of sb3's API.
@@ -79,25 +82,54 @@ class AlgorithmSpec:
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     "PPO": AlgorithmSpec(
-        "PPO", "stable_baselines3:PPO", ACTOR_CRITIC,
-        {"ActorCriticPolicy": "MlpPolicy", "ActorCriticCnnPolicy": "CnnPolicy",
-         "MultiInputActorCriticPolicy": "MultiInputPolicy"},
-        POLICY_FIELDS, {}, policy_base="stable_baselines3.common.policies:ActorCriticPolicy"),
+        "PPO",
+        "stable_baselines3:PPO",
+        ACTOR_CRITIC,
+        {
+            "ActorCriticPolicy": "MlpPolicy",
+            "ActorCriticCnnPolicy": "CnnPolicy",
+            "MultiInputActorCriticPolicy": "MultiInputPolicy",
+        },
+        POLICY_FIELDS,
+        {},
+        policy_base="stable_baselines3.common.policies:ActorCriticPolicy",
+    ),
     "MaskablePPO": AlgorithmSpec(
-        "MaskablePPO", "sb3_contrib:MaskablePPO", ACTOR_CRITIC,
-        {"MaskableActorCriticPolicy": "MlpPolicy", "MaskableActorCriticCnnPolicy": "CnnPolicy",
-         "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy"},
+        "MaskablePPO",
+        "sb3_contrib:MaskablePPO",
+        ACTOR_CRITIC,
+        {
+            "MaskableActorCriticPolicy": "MlpPolicy",
+            "MaskableActorCriticCnnPolicy": "CnnPolicy",
+            "MaskableMultiInputActorCriticPolicy": "MultiInputPolicy",
+        },
         tuple(f for f in POLICY_FIELDS if f not in ("log_std_init", "full_std", "use_expln", "squash_output")),
-        {"action_masks": True}, policy_base="sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy"),
+        {"action_masks": True},
+        policy_base="sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy",
+    ),
     "RecurrentPPO": AlgorithmSpec(
-        "RecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT,
-        {"RecurrentActorCriticPolicy": "MlpLstmPolicy", "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
-         "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy"},
-        POLICY_FIELDS + LSTM_FIELDS, {}, "_lstm"),
+        "RecurrentPPO",
+        "sb3_contrib:RecurrentPPO",
+        RECURRENT,
+        {
+            "RecurrentActorCriticPolicy": "MlpLstmPolicy",
+            "RecurrentActorCriticCnnPolicy": "CnnLstmPolicy",
+            "RecurrentMultiInputActorCriticPolicy": "MultiInputLstmPolicy",
+        },
+        POLICY_FIELDS + LSTM_FIELDS,
+        {},
+        "_lstm",
+    ),
     # no library has it: RecurrentPPO's arguments, policies and defaults, with MaskablePPO's masks (docs/recurrent.md)
     "MaskableRecurrentPPO": AlgorithmSpec(
-        "MaskableRecurrentPPO", "sb3_contrib:RecurrentPPO", RECURRENT, {}, POLICY_FIELDS + LSTM_FIELDS, {"action_masks": True},
-        "_lstm"),
+        "MaskableRecurrentPPO",
+        "sb3_contrib:RecurrentPPO",
+        RECURRENT,
+        {},
+        POLICY_FIELDS + LSTM_FIELDS,
+        {"action_masks": True},
+        "_lstm",
+    ),
 }
 
 
@@ -113,8 +145,15 @@ class PPO(Algorithm):
 
     spec = ALGORITHMS["PPO"]
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "PPO",
-              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "PPO":
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> "PPO":
         """sb3's ``learn``: train for ``total_timesteps`` env steps with sb3's callbacks."""
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
@@ -125,15 +164,30 @@ class MaskablePPO(Algorithm):
 
     spec = ALGORITHMS["MaskablePPO"]
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "MaskablePPO",
-              reset_num_timesteps: bool = True, use_masking: bool = True, progress_bar: bool = False) -> "MaskablePPO":
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskablePPO",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> "MaskablePPO":
         """sb3-contrib's ``learn``: as PPO's, with ``use_masking`` (False: the envs' ``action_masks()`` not asked, the rollout
         sampled unmasked and the update given all-True masks, as sb3-contrib's)."""
-        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar,
-                     use_masking)
+        return learn(
+            self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking
+        )
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
-                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, Any]:
         """sb3-contrib's ``predict``: only the actions ``action_masks`` allows (all of them when None)."""
         return self._predict(observation, state, episode_start, deterministic, action_masks)
 
@@ -148,13 +202,21 @@ class RecurrentPPO(Algorithm):
 
     spec = ALGORITHMS["RecurrentPPO"]
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1, tb_log_name: str = "RecurrentPPO",
-              reset_num_timesteps: bool = True, progress_bar: bool = False) -> "RecurrentPPO":
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str = "RecurrentPPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> "RecurrentPPO":
         """sb3-contrib's ``learn``: as PPO's, the LSTM states carried from rollout to rollout."""
         return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = False) -> tuple[np.ndarray, Any]:
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Any]:
         """sb3-contrib's ``predict``: ``(actions, (h, c))``, the actor's LSTM states after the step (float32
         ``[n_lstm_layers, n_envs, lstm_hidden_size]``); ``state``: those the previous call returned (None: zeros);
         ``episode_start``: the envs whose episode starts with this observation (their states are zeroed first)."""
@@ -179,15 +241,29 @@ class MaskableRecurrentPPO(Algorithm):
 
     spec = ALGORITHMS["MaskableRecurrentPPO"]
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int = 1,
-              tb_log_name: str = "MaskableRecurrentPPO", reset_num_timesteps: bool = True, use_masking: bool = True,
-              progress_bar: bool = False) -> "MaskableRecurrentPPO":
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str = "MaskableRecurrentPPO",
+        reset_num_timesteps: bool = True,
+        use_masking: bool = True,
+        progress_bar: bool = False,
+    ) -> "MaskableRecurrentPPO":
         """RecurrentPPO's ``learn`` with MaskablePPO's ``use_masking`` (False: MaskablePPO's unmasked rollout)."""
-        return learn(self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar,
-                     use_masking)
+        return learn(
+            self, total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar, use_masking
+        )
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
-                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, Any]:
         """RecurrentPPO's ``predict`` (the actor's LSTM states in and out) among the actions ``action_masks`` allows
         (all of them when None), as MaskablePPO's."""
         return self._predict(observation, state, episode_start, deterministic, action_masks)

@@ -9,6 +9,7 @@ observations the training vec env gives (after its ``VecNormalize``, as sb3's pr
 built as sb3's ``_setup_model`` builds it (``ppo_dict.api.building``); sb3's arguments read and assign as its
 attributes do (``ppo_dict.api.settings``); a policy class of the script's own predicts itself.
 """
+
 from __future__ import annotations
 
 import sys
@@ -54,8 +55,13 @@ class Algorithm:
         if self.verbose >= 1:
             print(f"Using {self.device} device")
         env, packages = arguments["env"], extras.get("gym_packages", ())
-        self.envs: Optional[TrainingEnvs] = None if env is None else classify(
-            env, extras.get("n_envs"), dict(extras.get("env_kwargs") or {}), parse_packages(packages), self.verbose)
+        self.envs: Optional[TrainingEnvs] = (
+            None
+            if env is None
+            else classify(
+                env, extras.get("n_envs"), dict(extras.get("env_kwargs") or {}), parse_packages(packages), self.verbose
+            )
+        )
         self.cfg = build_config(self.spec, arguments, extras, self.envs)  # one ConfigError listing every problem
         self._arguments, self._extras = arguments, extras
         if extras.get("torch_threads") is not None:
@@ -108,8 +114,9 @@ class Algorithm:
     @lr_schedule.setter
     def lr_schedule(self, schedule: Any) -> None:
         if not callable(schedule):
-            raise TypeError(f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: "
-                            f"1e-4")
+            raise TypeError(
+                f"lr_schedule={schedule!r}: a function of the remaining progress (sb3's Schedule), e.g. lambda _: 1e-4"
+            )
         self._require_trainer().lr_schedule = schedule
 
     # ------------------------------------------------------------------ building the model (ppo_dict.api.building)
@@ -145,8 +152,9 @@ class Algorithm:
     @property
     def num_timesteps(self) -> int:
         """Env steps so far, counted as sb3 counts them (during a rollout too)."""
-        return (self.trainer.num_timesteps if self.trainer is not None
-                else self.__dict__.get("_saved_timesteps", 0)) + self._rollout_steps
+        return (
+            self.trainer.num_timesteps if self.trainer is not None else self.__dict__.get("_saved_timesteps", 0)
+        ) + self._rollout_steps
 
     @num_timesteps.setter
     def num_timesteps(self, value: int) -> None:
@@ -215,17 +223,22 @@ class Algorithm:
         the counters and the episode statistics carry over."""
         envs = classify(env, self.n_envs or None, dict(self._extras.get("env_kwargs") or {}), (), self.verbose)
         if self.n_envs and envs.vec_env.num_envs != self.n_envs:
-            raise ValueError("The number of environments to be set is different from the number of environments in the model: "
-                             f"({envs.vec_env.num_envs} != {self.n_envs}), whereas `set_env` requires them to be the same. To "
-                             f"load a model with a different number of environments, you must use "
-                             f"`{type(self).__name__}.load(path, env)` instead")
+            raise ValueError(
+                "The number of environments to be set is different from the number of environments in the model: "
+                f"({envs.vec_env.num_envs} != {self.n_envs}), whereas `set_env` requires them to be the same. To "
+                f"load a model with a different number of environments, you must use "
+                f"`{type(self).__name__}.load(path, env)` instead"
+            )
         if self.observation_space is not None:
             check_for_correct_spaces(envs.vec_env, self.observation_space, self.action_space)
         old_policy, old_optimizer, old_trainer = self.policy, self._optimizer_of(), self.trainer
         self.envs, self.env = envs, envs.vec_env
         self.cfg = build_config(self.spec, self._arguments, {**self._extras, "n_envs": None}, envs)
-        self.observation_space, self.action_space, self.n_envs = (self.env.observation_space, self.env.action_space,
-                                                                  self.env.num_envs)
+        self.observation_space, self.action_space, self.n_envs = (
+            self.env.observation_space,
+            self.env.action_space,
+            self.env.num_envs,
+        )
         with preserved_rng():  # the new pool builds an env here to read its spaces: sb3's set_env draws nothing
             start_trainer(self, make_pool(self), old_policy, old_optimizer)
         if old_trainer is not None:
@@ -234,8 +247,10 @@ class Algorithm:
         else:  # a model loaded without env: the zip's counters and episodes, as sb3's load put them on the model
             self.trainer.num_timesteps = self.__dict__.pop("_saved_timesteps", 0)
             self.trainer.n_updates = self.__dict__.pop("_saved_updates", 0)
-            for name, target in (("_saved_info_buffer", self.trainer.episodes.info_buffer),
-                                 ("_saved_success_buffer", self.trainer.episodes.success_buffer)):
+            for name, target in (
+                ("_saved_info_buffer", self.trainer.episodes.info_buffer),
+                ("_saved_success_buffer", self.trainer.episodes.success_buffer),
+            ):
                 target.extend(self.__dict__.pop(name, None) or ())
         self._policy = self._optimizer = None
         self._needs_reset = self._needs_reset or force_reset
@@ -267,26 +282,30 @@ class Algorithm:
             else:
                 objects[name].load_state_dict(state)
         if exact_match and set(params) != set(objects):
-            raise ValueError(f"Names of parameters do not match agents' parameters: expected {set(objects)}, got "
-                             f"{set(params)}")
+            raise ValueError(
+                f"Names of parameters do not match agents' parameters: expected {set(objects)}, got {set(params)}"
+            )
 
     # ------------------------------------------------------------------ actions
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = False) -> tuple[np.ndarray, Any]:
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False
+    ) -> tuple[np.ndarray, Any]:
         """sb3's ``predict``: ``(actions, state)`` for one observation or a batch, as the training vec
         env gives them (normalised by its ``VecNormalize``; images channel-first or channel-last)."""
         return self._predict(observation, state, episode_start, deterministic, None)
 
-    def _predict(self, observation: Any, state: Any, episode_start: Any, deterministic: bool,
-                 action_masks: Optional[np.ndarray]) -> tuple[np.ndarray, Any]:
+    def _predict(
+        self, observation: Any, state: Any, episode_start: Any, deterministic: bool, action_masks: Optional[np.ndarray]
+    ) -> tuple[np.ndarray, Any]:
         """:meth:`Model.predict`: a recurrent model returns its LSTM states after the step, the others ``state`` as
         given (sb3's); a policy class of the script's own predicts itself, as sb3's ``predict`` asks ``policy.predict``."""
         if not isinstance(self.policy, ActorCritic):
             masks = {} if action_masks is None else {"action_masks": action_masks}
             return self.policy.predict(observation, state, episode_start, deterministic, **masks)
         model = self._model_for_predict()
-        actions, states = model.predict(env_layout(observation, model.observation_space), state, episode_start, deterministic,
-                                        action_masks)
+        actions, states = model.predict(
+            env_layout(observation, model.observation_space), state, episode_start, deterministic, action_masks
+        )
         # one Discrete action: a 0-d array, as sb3's squeeze gives it
         return np.asarray(actions), (states if model.recurrent else state)
 
@@ -294,8 +313,9 @@ class Algorithm:
         """The Model of this policy, without the normaliser (sb3's predict takes normalised observations),
         for observations laid out as the envs give them."""
         if self._predictor is None or self._predictor.policy is not self.policy:
-            space = (self.observation_space if self.envs is None or self.envs.facade is None
-                     else self.envs.facade.observation_space)
+            space = (
+                self.observation_space if self.envs is None or self.envs.facade is None else self.envs.facade.observation_space
+            )
             self._predictor = Model(self.cfg, self.policy, None, space, self.action_space, self.num_timesteps)
         return self._predictor
 
@@ -321,8 +341,16 @@ class Algorithm:
         save(self, path, exclude, include)
 
     @classmethod
-    def load(cls, path: Any, env: Any = None, device: Any = "auto", custom_objects: Optional[dict[str, Any]] = None,
-             print_system_info: bool = False, force_reset: bool = True, **kwargs: Any) -> "Algorithm":
+    def load(
+        cls,
+        path: Any,
+        env: Any = None,
+        device: Any = "auto",
+        custom_objects: Optional[dict[str, Any]] = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> "Algorithm":
         """sb3's ``load`` of an sb3 zip (sb3's own included), or of a ppo_dict model file or checkpoint. The zip's
         pickled values are not unpickled (rebuilt from their JSON, or refused by name) unless ``trust_pickles=True``."""
         from ppo_dict.api.files import load

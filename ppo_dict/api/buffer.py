@@ -8,6 +8,7 @@ observations, actions, values, log-probs, advantages and returns, MaskablePPO's 
 states and episode starts) and the others as they were; after a rollout a callback stopped, the steps
 it added and zeros (MaskablePPO's masks: ones) after them, as sb3's ``reset()`` left them.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -32,8 +33,16 @@ ARRAYS = ("actions", "rewards", "episode_starts", "values", "log_probs", "advant
 #: what sb3's ``RolloutBuffer.get`` flattens (sb3-contrib's maskable buffer adds the masks)
 FLATTENED = ("observations", "actions", "values", "log_probs", "advantages", "returns", "action_masks")
 #: what sb3-contrib's ``RecurrentRolloutBuffer.get`` flattens (its states' layer and env axes swapped first)
-FLATTENED_RECURRENT = ("observations", "actions", "values", "log_probs", "advantages", "returns", *STATE_NAMES,
-                       "episode_starts")
+FLATTENED_RECURRENT = (
+    "observations",
+    "actions",
+    "values",
+    "log_probs",
+    "advantages",
+    "returns",
+    *STATE_NAMES,
+    "episode_starts",
+)
 
 
 @dataclass
@@ -101,7 +110,7 @@ def sb3_arrays(storage: RolloutStorage, saved: tuple[dict[str, Any], ...], pos: 
     arrays["observations"] = storage.as_policy_input(obs)
     if pos < storage.n_steps:
         for name, array in arrays.items():
-            for part in (array.values() if isinstance(array, dict) else [array]):
+            for part in array.values() if isinstance(array, dict) else [array]:
                 part[pos:] = 1.0 if name == "action_masks" else 0.0
         for name in ("advantages", "returns"):  # GAE did not run
             arrays[name][...] = 0.0
@@ -114,8 +123,11 @@ def keep_after_learn(algorithm: Algorithm, storage: RolloutStorage, trained: boo
     (else a callback stopped it at ``pos``)."""
     state: BufferState = algorithm._buffer
     if state.first:  # else no rollout ran: sb3's buffer is as the last one left it
-        state.left, state.kept, state.flat = ((storage.n_steps if trained else state.pos, trained, rows_of(storage, 1)),
-                                              None, None)
+        state.left, state.kept, state.flat = (
+            (storage.n_steps if trained else state.pos, trained, rows_of(storage, 1)),
+            None,
+            None,
+        )
 
 
 def flatten(array: Any) -> Any:
@@ -220,9 +232,15 @@ class RolloutBufferView:
         the observations after the last step) and ``dones`` (its episode ends), into ``advantages`` and ``returns``: the
         storage's own, which the update then trains on (as sb3's update trains on its buffer's)."""
         s = self.storage
-        s.advantages[...], s.returns[...] = compute_gae(s.rewards, s.values, s.episode_starts,
-                                                        last_values.clone().cpu().numpy().flatten(),
-                                                        np.asarray(dones), self.gamma, self.gae_lambda)
+        s.advantages[...], s.returns[...] = compute_gae(
+            s.rewards,
+            s.values,
+            s.episode_starts,
+            last_values.clone().cpu().numpy().flatten(),
+            np.asarray(dones),
+            self.gamma,
+            self.gae_lambda,
+        )
 
     def to_torch(self, array: np.ndarray, copy: bool = True) -> torch.Tensor:
         return torch.tensor(array, device=self.device) if copy else torch.as_tensor(array, device=self.device)
@@ -231,31 +249,39 @@ class RolloutBufferView:
         """sb3's ``RolloutBuffer.get`` (``DictRolloutBuffer``'s, sb3-contrib's ``MaskableRolloutBuffer``'s): minibatches of
         ``batch_size`` transitions (None: all of them) in the order of one permutation, drawn at the first ``next``."""
         if not self.full:
-            raise ValueError(f"rollout_buffer.get(): the rollout is not complete (pos={self.pos} of "
-                             f"buffer_size={self.buffer_size})")
+            raise ValueError(
+                f"rollout_buffer.get(): the rollout is not complete (pos={self.pos} of buffer_size={self.buffer_size})"
+            )
         if self.storage.lstm_states is not None:
-            raise NotImplementedError("rollout_buffer.get() of RecurrentPPO (sb3-contrib's sequence minibatches) is not "
-                                      "provided: read the arrays (observations, actions, hidden_states_pi, ...) instead")
+            raise NotImplementedError(
+                "rollout_buffer.get() of RecurrentPPO (sb3-contrib's sequence minibatches) is not "
+                "provided: read the arrays (observations, actions, hidden_states_pi, ...) instead"
+            )
         indices = np.random.permutation(self.buffer_size * self.n_envs)
         if not self.generator_ready:  # sb3 flattens once per rollout, at the first get()
             masked = self.storage.action_masks is not None
-            names = (("observations", "actions", "values", "log_probs", "advantages", "returns")
-                     + (("action_masks",) if masked else ()))
+            names = ("observations", "actions", "values", "log_probs", "advantages", "returns") + (
+                ("action_masks",) if masked else ()
+            )
             self.state.flat = {name: flatten(getattr(self, name)) for name in names}
         flat = self.state.arrays(self.storage) or self.state.flat
         batch_size = self.buffer_size * self.n_envs if batch_size is None else batch_size
         for start in range(0, self.buffer_size * self.n_envs, batch_size):
-            yield self._get_samples(flat, indices[start:start + batch_size])
+            yield self._get_samples(flat, indices[start : start + batch_size])
 
     def _get_samples(self, flat: dict[str, Any], batch_inds: np.ndarray) -> Any:
         """One minibatch as sb3's ``_get_samples`` builds it (its samples' named tuple, its casts)."""
         obs = flat["observations"]
-        observations = ({key: self.to_torch(part[batch_inds]) for key, part in obs.items()} if isinstance(obs, dict)
-                        else self.to_torch(obs[batch_inds]))
+        observations = (
+            {key: self.to_torch(part[batch_inds]) for key, part in obs.items()}
+            if isinstance(obs, dict)
+            else self.to_torch(obs[batch_inds])
+        )
         masked = "action_masks" in flat
         actions = flat["actions"][batch_inds] if masked else flat["actions"][batch_inds].astype(np.float32, copy=False)
-        rest = [self.to_torch(actions)] + [self.to_torch(flat[name][batch_inds].flatten())
-                                           for name in ("values", "log_probs", "advantages", "returns")]
+        rest = [self.to_torch(actions)] + [
+            self.to_torch(flat[name][batch_inds].flatten()) for name in ("values", "log_probs", "advantages", "returns")
+        ]
         if masked:
             from sb3_contrib.common.maskable.buffers import MaskableDictRolloutBufferSamples, MaskableRolloutBufferSamples
 

@@ -6,6 +6,7 @@ The policy is built as sb3 builds it, so the same seed gives the same weights: p
 or sb3-contrib's ``MaskableActorCriticPolicy``) called as sb3's ``_setup_model`` calls it, which the
 trainer then trains through its own methods (``ppo_dict.algo.networks.own_policy``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,11 @@ def setup_model(algorithm: Algorithm) -> None:
     pool = make_pool(algorithm)
     try:
         algorithm.set_random_seed(algorithm.seed)
-        spaces_ = ((algorithm.observation_space, algorithm.action_space) if pool is None
-                   else (pool.observation_space, pool.action_space))
+        spaces_ = (
+            (algorithm.observation_space, algorithm.action_space)
+            if pool is None
+            else (pool.observation_space, pool.action_space)
+        )
         policy, optimizer = build(algorithm, *spaces_)
     except BaseException:
         if pool is not None:
@@ -51,8 +55,9 @@ def setup_model(algorithm: Algorithm) -> None:
         print(notice, flush=True)
 
 
-def build(algorithm: Algorithm, observation_space: spaces.Space,
-          action_space: spaces.Space) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def build(
+    algorithm: Algorithm, observation_space: spaces.Space, action_space: spaces.Space
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """sb3's policy construction: the networks (sb3's modules in sb3's order and initialisation; a features
     extractor class of ``policy_kwargs`` called as sb3 calls it, its ``activation_fn`` class), then
     ``optimizer_class(parameters, lr=lr_schedule(1), **optimizer_kwargs)``: Adam with ``eps=1e-5`` unless both are
@@ -67,8 +72,9 @@ def build(algorithm: Algorithm, observation_space: spaces.Space,
     optimizer_kwargs = given.get("optimizer_kwargs")
     if optimizer_kwargs is None:  # sb3's ActorCriticPolicy: Adam's eps=1e-5 only where no optimizer_kwargs are given
         optimizer_kwargs = {"eps": 1e-5} if optimizer_class is torch.optim.Adam else {}
-    policy.optimizer = optimizer_class(policy.parameters(), lr=make_schedule(algorithm.cfg.learning_rate)(1),
-                                       **optimizer_kwargs)
+    policy.optimizer = optimizer_class(
+        policy.parameters(), lr=make_schedule(algorithm.cfg.learning_rate)(1), **optimizer_kwargs
+    )
     return as_sb3_policy(algorithm, policy), policy.optimizer
 
 
@@ -79,8 +85,13 @@ def build_own(algorithm: Algorithm, policy_class: type) -> tuple[torch.nn.Module
     from stable_baselines3.common.utils import FloatSchedule
 
     use_sde = {} if algorithm.cfg.action_masks else {"use_sde": algorithm.cfg.use_sde}
-    policy = policy_class(algorithm.observation_space, algorithm.action_space,
-                          FloatSchedule(algorithm._arguments["learning_rate"]), **use_sde, **algorithm.policy_kwargs)
+    policy = policy_class(
+        algorithm.observation_space,
+        algorithm.action_space,
+        FloatSchedule(algorithm._arguments["learning_rate"]),
+        **use_sde,
+        **algorithm.policy_kwargs,
+    )
     policy = policy.to(algorithm.device)
     return policy, policy.optimizer
 
@@ -106,10 +117,14 @@ def start_trainer(algorithm: Algorithm, pool: Any, policy: torch.nn.Module, opti
     """The trainer on ``pool``, training ``policy`` with ``optimizer`` (a policy of the script's own class through its
     methods)."""
     policy = policy_object(policy)
-    trained = policy if own_policy_class(type(policy), algorithm.spec.policy_base) is None else \
-        OwnMethodsPolicy(policy, use_sde=algorithm.cfg.use_sde, masked=algorithm.cfg.action_masks)
-    trainer = algorithm.trainer = Trainer(algorithm.cfg, pool, LoggerBridge(algorithm), device=algorithm.device,
-                                          policy=trained, optimizer=optimizer)
+    trained = (
+        policy
+        if own_policy_class(type(policy), algorithm.spec.policy_base) is None
+        else OwnMethodsPolicy(policy, use_sde=algorithm.cfg.use_sde, masked=algorithm.cfg.action_masks)
+    )
+    trainer = algorithm.trainer = Trainer(
+        algorithm.cfg, pool, LoggerBridge(algorithm), device=algorithm.device, policy=trained, optimizer=optimizer
+    )
     trainer.timing_logs = False  # sb3's keys only
     policy.optimizer = trainer.optimizer  # sb3's name: policy.optimizer
     vn = algorithm.envs.vec_normalize

@@ -15,6 +15,7 @@ statistics), so what its own step would set is set here: ``old_obs`` and ``old_r
 ``get_original_obs()`` and ``get_original_reward()`` return) and ``returns``, after each step while a
 callback watches (:func:`show_step`), at the reset and when ``learn`` returns.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -35,9 +36,11 @@ Trainer = Any
 def carry_out(algorithm: Algorithm, trainer: Trainer) -> None:
     """Copies of the storage's first row (both stages; MaskablePPO's masks): the next rollout's start."""
     s = trainer.storage
-    algorithm._carried = {"env_obs": {key: arr[0].copy() for key, arr in s.env_obs.items()},
-                          "obs": {key: arr[0].copy() for key, arr in s.obs.items()},
-                          "dones": trainer.collector.last_dones.copy()}
+    algorithm._carried = {
+        "env_obs": {key: arr[0].copy() for key, arr in s.env_obs.items()},
+        "obs": {key: arr[0].copy() for key, arr in s.obs.items()},
+        "dones": trainer.collector.last_dones.copy(),
+    }
 
 
 def carry_in(algorithm: Algorithm, trainer: Trainer) -> None:
@@ -51,8 +54,9 @@ def carry_in(algorithm: Algorithm, trainer: Trainer) -> None:
             getattr(s, stage)[key][0] = row
     # sb3-contrib's get_action_masks(env) at each step: the envs' state now
     if s.action_masks is not None and trainer.collector.masking:
-        s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs),
-                                                       METHOD)).reshape(s.action_masks[0].shape)
+        s.action_masks[0] = np.stack(trainer.pool.call("env_method", range(trainer.n_envs), METHOD)).reshape(
+            s.action_masks[0].shape
+        )
     elif s.action_masks is not None:  # learn(use_masking=False): not asked, the buffer's all-True masks
         s.action_masks[0] = True
     vn = algorithm.envs.vec_normalize
@@ -83,8 +87,9 @@ def rnn_states(trainer: Trainer, row: int) -> Any:
     store = trainer.collector.states
     groups = [store.at(row, g) for g in range(len(store.groups))]
     cells = len(store.pi_names)  # an LSTM's (h, c), a GRU's (h,)
-    return RNNStates(*(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(cells))
-                       for part in ("pi", "vf")))
+    return RNNStates(
+        *(tuple(torch.cat([getattr(g, part)[i] for g in groups], dim=1) for i in range(cells)) for part in ("pi", "vf"))
+    )
 
 
 def raw_obs(algorithm: Algorithm, trainer: Trainer, row: int) -> Any:
@@ -108,8 +113,9 @@ def show_reset_infos(algorithm: Algorithm, trainer: Trainer, recorded: bool = Fa
     runners (one call, where each env lives: at the reset and when ``learn`` returns)."""
     facade = algorithm.envs.facade
     if facade is not None:
-        facade.reset_infos = (list(trainer.pool.reset_infos) if recorded
-                              else trainer.pool.call("reset_infos", range(trainer.n_envs)))
+        facade.reset_infos = (
+            list(trainer.pool.reset_infos) if recorded else trainer.pool.call("reset_infos", range(trainer.n_envs))
+        )
 
 
 def show_step(algorithm: Algorithm, trainer: Trainer, obs_row: int, t: int) -> None:

@@ -2,12 +2,21 @@
 its one check: every problem (sb3 arguments ppo_dict does not implement, values out of range,
 what the env cannot do) in one :class:`~ppo_dict.core.errors.ConfigError`, before any process starts.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from ppo_dict.api.arguments import (built_here, config_values, model_of, own_policy_class, policy_problems, policy_values,
-                                    sb3_policy_alias, unsupported)
+from ppo_dict.api.arguments import (
+    built_here,
+    config_values,
+    model_of,
+    own_policy_class,
+    policy_problems,
+    policy_values,
+    sb3_policy_alias,
+    unsupported,
+)
 from ppo_dict.api.envs import TrainingEnvs
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError
@@ -29,22 +38,34 @@ def env_values(envs: Optional[TrainingEnvs], extras: dict[str, Any]) -> tuple[di
     values: dict[str, Any] = {"env": envs.label, "n_envs": envs.vec_env.num_envs}
     problems = []
     if extras.get("n_envs") is not None and extras["n_envs"] != envs.vec_env.num_envs:
-        problems.append(f"n_envs={extras['n_envs']}: the env given has {envs.vec_env.num_envs} envs (n_envs is for an env id "
-                        f"or factory)")
+        problems.append(
+            f"n_envs={extras['n_envs']}: the env given has {envs.vec_env.num_envs} envs (n_envs is for an env id or factory)"
+        )
     values.update({k: v for k, v in envs.asked.items() if extras.get(k) is None})  # the keyword arguments win
     if envs.asked.get("num_workers") == 0 and extras.get("num_workers"):
-        problems.append(f"num_workers={extras['num_workers']}: an env instance steps in this process (pass a factory, "
-                        "lambda: gym.make(...), to run it in workers)")
+        problems.append(
+            f"num_workers={extras['num_workers']}: an env instance steps in this process (pass a factory, "
+            "lambda: gym.make(...), to run it in workers)"
+        )
     if envs.facade is None:
         values["num_workers"] = 0  # stepped by the vec env itself, in this process
-        problems += [f"{name}={extras[name]!r}: the env is an sb3 vec env, stepped as sb3 steps it; ppo_dict's workers take "
-                     f"an env id, env factories or ppo_dict.make_vec_env"
-                     for name in ("num_workers", "envs_per_worker", "main_envs", "double_buffer")
-                     if extras.get(name)]
+        problems += [
+            f"{name}={extras[name]!r}: the env is an sb3 vec env, stepped as sb3 steps it; ppo_dict's workers take "
+            f"an env id, env factories or ppo_dict.make_vec_env"
+            for name in ("num_workers", "envs_per_worker", "main_envs", "double_buffer")
+            if extras.get(name)
+        ]
     vn = envs.vec_normalize
     if vn is not None:
-        values.update(normalize=True, norm_obs=vn.norm_obs, norm_reward=vn.norm_reward, clip_obs=vn.clip_obs,
-                      clip_reward=vn.clip_reward, norm_gamma=vn.gamma, norm_epsilon=vn.epsilon)
+        values.update(
+            normalize=True,
+            norm_obs=vn.norm_obs,
+            norm_reward=vn.norm_reward,
+            clip_obs=vn.clip_obs,
+            clip_reward=vn.clip_reward,
+            norm_gamma=vn.gamma,
+            norm_epsilon=vn.epsilon,
+        )
     return values, problems
 
 
@@ -75,20 +96,29 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
         problems.append(f"policy={alias!r}: Policy {alias} unknown ({', '.join(spec.policies)})")
     model = None
     if alias in spec.policies:
-        model = (spec.policies[alias] if observation_space is None
-                 else model_of(spec.policies[alias], observation_space, spec.model_suffix))
+        model = (
+            spec.policies[alias]
+            if observation_space is None
+            else model_of(spec.policies[alias], observation_space, spec.model_suffix)
+        )
         problems += [] if observation_space is None else policy_problems(alias, observation_space, spec.multi_input)
     elif own is not None and observation_space is not None:
         # the class builds its networks: the model only names the observation's kind
         model = model_of(None, observation_space)
-    policy, policy_kwargs_problems = (({}, []) if own is not None
-                                      else policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name))
+    policy, policy_kwargs_problems = (
+        ({}, []) if own is not None else policy_values(arguments.get("policy_kwargs"), alias, spec.policy_kwargs, spec.name)
+    )
     problems += policy_kwargs_problems
     extractor = built_here(arguments.get("policy_kwargs")).get("features_extractor_class")
-    if (getattr(extractor, "__name__", None) == "NatureCNN" and observation_space is not None
-            and not is_image_space(observation_space)):
-        problems.append(f"policy_kwargs features_extractor_class=NatureCNN: You should use NatureCNN only with images not "
-                        f"with {observation_space} (sb3's words)")
+    if (
+        getattr(extractor, "__name__", None) == "NatureCNN"
+        and observation_space is not None
+        and not is_image_space(observation_space)
+    ):
+        problems.append(
+            f"policy_kwargs features_extractor_class=NatureCNN: You should use NatureCNN only with images not "
+            f"with {observation_space} (sb3's words)"
+        )
     values.update(config_values(arguments, extras, spec.fixed), **policy, **({} if model is None else {"model": model}))
     # a value no parser reads is listed with every other problem (the rest checked on its default)
     cfg, unreadable = read_config(values)
@@ -99,9 +129,11 @@ def build_config(spec: Any, arguments: dict[str, Any], extras: dict[str, Any], e
             found = machine_check(cfg, envs.backend, Machine.probe(), measure_policy=True)[1]
         problems += [in_sb3_words(p, alias, spec) for p in found]
     if envs is not None and torchrun_world() > 1:
-        problems.append(f"torchrun started this script ({torchrun_world()} ranks): sb3's Python API trains in one process; "
-                        "train over ranks with the command line (torchrun ... -m ppo_dict.main_ppo ...), or start the script "
-                        "with python")
+        problems.append(
+            f"torchrun started this script ({torchrun_world()} ranks): sb3's Python API trains in one process; "
+            "train over ranks with the command line (torchrun ... -m ppo_dict.main_ppo ...), or start the script "
+            "with python"
+        )
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -121,8 +153,10 @@ def in_sb3_words(problem: str, alias: Optional[str], spec: Any) -> str:
     mlp, cnn = (f"{kind}{spec.model_suffix}" for kind in ("mlp", "cnn"))
     by_model = {model: name for name, model in spec.policies.items() if model is not None}
     if problem.startswith(f"model={mlp!r}: the observation holds images"):
-        return (f"policy={alias!r}: the observation holds images; use {by_model[cnn]} (ppo_dict does not flatten images into "
-                f"an MLP)")
+        return (
+            f"policy={alias!r}: the observation holds images; use {by_model[cnn]} (ppo_dict does not flatten images into "
+            f"an MLP)"
+        )
     if problem.startswith(f"model={cnn!r}: the observation holds no image"):
         return f"policy={alias!r}: the observation holds no image; use {by_model[mlp]}"
     return problem

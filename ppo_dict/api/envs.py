@@ -13,6 +13,7 @@
 What ``get_env()`` returns is the vec env given (or made here) after sb3's ``BaseAlgorithm._wrap_env``
 (``VecTransposeImage`` for channel-last images), exactly as sb3 holds it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,10 +109,17 @@ def lent(env: gym.Env) -> PoolVecEnv:
     env = _patch_env(env)
     wrapped = env if is_wrapped(env, Monitor) else Monitor(env)
     label = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
-    backend = GymBackend(lambda i: Borrowed(wrapped), wrapped.observation_space, wrapped.action_space, label=label,
-                         episodes_from_infos=True, needs_main=False)
-    return PoolVecEnv(1, wrapped.observation_space, wrapped.action_space, label, render_mode=wrapped.render_mode,
-                      backend=backend)
+    backend = GymBackend(
+        lambda i: Borrowed(wrapped),
+        wrapped.observation_space,
+        wrapped.action_space,
+        label=label,
+        episodes_from_infos=True,
+        needs_main=False,
+    )
+    return PoolVecEnv(
+        1, wrapped.observation_space, wrapped.action_space, label, render_mode=wrapped.render_mode, backend=backend
+    )
 
 
 def fast_normalize(vec_normalize: VecNormalize, facade: PoolVecEnv) -> bool:
@@ -125,8 +133,9 @@ def fast_normalize(vec_normalize: VecNormalize, facade: PoolVecEnv) -> bool:
     return list(ours) == [OBS_KEY]
 
 
-def classify(env: Any, n_envs: Optional[int], env_kwargs: dict[str, Any], gym_packages: tuple[str, ...],
-             verbose: int) -> TrainingEnvs:
+def classify(
+    env: Any, n_envs: Optional[int], env_kwargs: dict[str, Any], gym_packages: tuple[str, ...], verbose: int
+) -> TrainingEnvs:
     """Where ``env`` (as sb3's ``PPO(policy, env)`` takes it, or a factory) runs; see the module doc."""
     if isinstance(env, str):
         if verbose >= 1:
@@ -169,8 +178,11 @@ def classify_vec_env(env: VecEnv, verbose: int) -> TrainingEnvs:
     inner = env.venv if isinstance(env, VecTransposeImage) else env
     vec_normalize = inner if isinstance(inner, VecNormalize) else None
     facade = inner.venv if vec_normalize is not None else inner
-    if (isinstance(facade, PoolVecEnv) and facade.backend is not None
-            and (vec_normalize is None or fast_normalize(vec_normalize, facade))):
+    if (
+        isinstance(facade, PoolVecEnv)
+        and facade.backend is not None
+        and (vec_normalize is None or fast_normalize(vec_normalize, facade))
+    ):
         asked = {k: v for k, v in facade.layout.items() if k in ("num_workers", "mp_method", "step_timeout", "spin_wait_us")}
         return TrainingEnvs(BaseAlgorithm._wrap_env(env, verbose), facade.label, facade, vec_normalize, asked)
     wrapped = BaseAlgorithm._wrap_env(env, verbose)
@@ -180,20 +192,32 @@ def classify_vec_env(env: VecEnv, verbose: int) -> TrainingEnvs:
         names.append(type(env).__name__)
     chain = f"{'('.join(names)}{')' * (len(names) - 1)}"
     if isinstance(facade, PoolVecEnv):  # ppo_dict's vec env under wrappers the trainer does not reproduce
-        why = ("ppo_dict's pool takes a ppo_dict vec env alone, or in a VecNormalize of its vector observations (under sb3's "
-               "VecTransposeImage)")
+        why = (
+            "ppo_dict's pool takes a ppo_dict vec env alone, or in a VecNormalize of its vector observations (under sb3's "
+            "VecTransposeImage)"
+        )
     else:
-        why = ("ppo_dict.make_vec_env with the same arguments (or an env id, or env factories) runs the envs in ppo_dict's "
-               "worker processes, which write straight into the rollout storage: faster")
+        why = (
+            "ppo_dict.make_vec_env with the same arguments (or an env id, or env factories) runs the envs in ppo_dict's "
+            "worker processes, which write straight into the rollout storage: faster"
+        )
     notice = f"note: {chain} is stepped as sb3 steps it, one vec env step at a time (the same numbers); {why}"
     return TrainingEnvs(wrapped, names[-1], notice=notice)
 
 
-def make_vec_env(env_id: Any, n_envs: int = 1, seed: Optional[int] = None, start_index: int = 0,
-                 monitor_dir: Optional[str] = None, wrapper_class: Optional[Callable[[gym.Env], gym.Env]] = None,
-                 env_kwargs: Optional[dict[str, Any]] = None, vec_env_cls: Optional[type[VecEnv]] = None,
-                 vec_env_kwargs: Optional[dict[str, Any]] = None, monitor_kwargs: Optional[dict[str, Any]] = None,
-                 wrapper_kwargs: Optional[dict[str, Any]] = None) -> VecEnv:
+def make_vec_env(
+    env_id: Any,
+    n_envs: int = 1,
+    seed: Optional[int] = None,
+    start_index: int = 0,
+    monitor_dir: Optional[str] = None,
+    wrapper_class: Optional[Callable[[gym.Env], gym.Env]] = None,
+    env_kwargs: Optional[dict[str, Any]] = None,
+    vec_env_cls: Optional[type[VecEnv]] = None,
+    vec_env_kwargs: Optional[dict[str, Any]] = None,
+    monitor_kwargs: Optional[dict[str, Any]] = None,
+    wrapper_kwargs: Optional[dict[str, Any]] = None,
+) -> VecEnv:
     """sb3's ``make_vec_env`` (the same arguments, envs and seeds), whose default vec env is a
     :class:`~ppo_dict.vec.shm_vec_env.ShmVecEnv` that starts its workers on first use: given to
     ``ppo_dict.PPO``, its envs run in the trainer's own pool and no other process is started. Used on
@@ -202,5 +226,16 @@ def make_vec_env(env_id: Any, n_envs: int = 1, seed: Optional[int] = None, start
     if vec_env_cls is None:
         vec_env_cls, vec_env_kwargs = ShmVecEnv, {"start": False, "in_place_of_dummy": True, **(vec_env_kwargs or {})}
     make = GymMake(env_id) if isinstance(env_id, str) else env_id  # sb3's gym.make, its registration carried to the workers
-    return sb3_make_vec_env(make, n_envs, seed, start_index, monitor_dir, wrapper_class, env_kwargs, vec_env_cls,
-                            vec_env_kwargs, monitor_kwargs, wrapper_kwargs)
+    return sb3_make_vec_env(
+        make,
+        n_envs,
+        seed,
+        start_index,
+        monitor_dir,
+        wrapper_class,
+        env_kwargs,
+        vec_env_cls,
+        vec_env_kwargs,
+        monitor_kwargs,
+        wrapper_kwargs,
+    )

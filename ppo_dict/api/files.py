@@ -14,6 +14,7 @@
   statistics, the envs' reset seed), so ``learn(n, reset_num_timesteps=False)`` continues as
   ``--resume`` with ``--total_timesteps`` n more does.
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,16 +64,23 @@ def sb3_model(algorithm: Algorithm) -> Any:
         model._setup_lr_schedule()  # sb3's _setup_model without its seeding and its rollout buffer
         # sb3-contrib's MaskablePPO passes its policies no use_sde (a class of the script's neither)
         takes_sde = not algorithm.cfg.action_masks
-        model.policy = model.policy_class(model.observation_space, model.action_space, model.lr_schedule,
-                                          **({"use_sde": model.use_sde} if takes_sde else {}), **model.policy_kwargs)
+        model.policy = model.policy_class(
+            model.observation_space,
+            model.action_space,
+            model.lr_schedule,
+            **({"use_sde": model.use_sde} if takes_sde else {}),
+            **model.policy_kwargs,
+        )
         model.clip_range = FloatSchedule(model.clip_range)
         if model.clip_range_vf is not None:
             model.clip_range_vf = FloatSchedule(model.clip_range_vf)
     model.policy.load_state_dict({k: v.detach().cpu() for k, v in algorithm.policy.state_dict().items()})
     model.policy.optimizer.load_state_dict(algorithm._optimizer_of().state_dict())
     model.num_timesteps, model._n_updates = algorithm.num_timesteps, algorithm._n_updates
-    model._total_timesteps, model._current_progress_remaining = (algorithm._total_timesteps,
-                                                                 algorithm._current_progress_remaining)
+    model._total_timesteps, model._current_progress_remaining = (
+        algorithm._total_timesteps,
+        algorithm._current_progress_remaining,
+    )
     model._episode_num, model.start_time = algorithm._episode_num, algorithm.start_time
     model.rollout_buffer_class = sb3_buffer_class(algorithm)
     # sb3's, from the last learn
@@ -110,8 +118,9 @@ def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any = None, includ
     """ppo_dict's checkpoint of ``algorithm`` at ``path`` (``.zip`` added to a path without it, as sb3's ``save``), for a
     model no sb3 class can read (a masked recurrent one): :func:`load` reads it back; without a trainer, its model file."""
     if exclude is not None or include is not None:
-        raise ValueError(f"exclude/include: {algorithm.spec.name}.save writes ppo_dict's checkpoint, which has no sb3 zip "
-                         f"entries to pick")
+        raise ValueError(
+            f"exclude/include: {algorithm.spec.name}.save writes ppo_dict's checkpoint, which has no sb3 zip entries to pick"
+        )
     path = os.fspath(path)
     path = path if os.path.splitext(path)[1] else f"{path}.zip"
     if algorithm.trainer is not None:
@@ -119,8 +128,9 @@ def save_checkpoint(algorithm: Algorithm, path: Any, exclude: Any = None, includ
         return
     from ppo_dict.algo.model import Model
 
-    Model(algorithm.cfg, algorithm.policy, None, algorithm.observation_space, algorithm.action_space,
-          algorithm.num_timesteps).save(path)
+    Model(
+        algorithm.cfg, algorithm.policy, None, algorithm.observation_space, algorithm.action_space, algorithm.num_timesteps
+    ).save(path)
 
 
 def zip_path(path: Any) -> Any:
@@ -138,8 +148,17 @@ def is_sb3_zip(path: Any) -> bool:
         return "data" in archive.namelist()
 
 
-def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[dict[str, Any]], print_system_info: bool,
-         force_reset: bool, trust_pickles: bool = False, **kwargs: Any) -> Algorithm:
+def load(
+    cls: type,
+    path: Any,
+    env: Any,
+    device: Any,
+    custom_objects: Optional[dict[str, Any]],
+    print_system_info: bool,
+    force_reset: bool,
+    trust_pickles: bool = False,
+    **kwargs: Any,
+) -> Algorithm:
     """See the module doc; ``cls``: the algorithm class loading."""
     path = zip_path(path)
     if isinstance(path, (str, os.PathLike)) and os.path.exists(path) and not is_sb3_zip(path):
@@ -159,12 +178,17 @@ def load(cls: type, path: Any, env: Any, device: Any, custom_objects: Optional[d
     stored = data.get("policy_kwargs")
     policy_kwargs = dict((kwargs["policy_kwargs"] if isinstance(stored, Unrebuilt) else stored) or {})
     policy_kwargs.pop("device", None)
-    if (isinstance(policy_kwargs.get("net_arch"), list) and policy_kwargs["net_arch"]
-            and isinstance(policy_kwargs["net_arch"][0], dict)):
+    if (
+        isinstance(policy_kwargs.get("net_arch"), list)
+        and policy_kwargs["net_arch"]
+        and isinstance(policy_kwargs["net_arch"][0], dict)
+    ):
         policy_kwargs["net_arch"] = policy_kwargs["net_arch"][0]  # sb3's backward compatibility
     if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != policy_kwargs:
-        raise ValueError(f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
-                         f"specified kwargs: {kwargs['policy_kwargs']}")
+        raise ValueError(
+            f"The specified policy kwargs do not equal the stored policy kwargs.Stored kwargs: {policy_kwargs}, "
+            f"specified kwargs: {kwargs['policy_kwargs']}"
+        )
     # sb3's arguments only: the zip's n_envs is the saving model's, and the env given decides the count, as in sb3's load
     arguments = {k: schedule(v) for k, v in data.items() if k in names and k not in NOT_SAVED and k not in EXTRAS}
     if isinstance(data.get("_stats_window_size"), int):  # sb3 saves its argument under this name
@@ -191,8 +215,9 @@ def what_to_pass(algorithm: str, data: dict[str, Any], needed: list[str]) -> str
     schedules = {key: data.get("lr_schedule" if key == "learning_rate" else key) for key in unrebuilt if key in SCHEDULE_KEYS}
     functions = {key: named.name if isinstance(named, Unrebuilt) else "" for key, named in schedules.items()}
     advice = f"Pass the schedules your script gave: {custom_objects_line(algorithm, functions)}. " if functions else ""
-    return advice + ("Pass its value to load (as a keyword argument, or in custom_objects). "
-                     if len(unrebuilt) > len(functions) else "")
+    return advice + (
+        "Pass its value to load (as a keyword argument, or in custom_objects). " if len(unrebuilt) > len(functions) else ""
+    )
 
 
 def schedule(value: Any) -> Any:
@@ -212,11 +237,15 @@ def policy_alias(cls: type, path: Any, policy_class: Any) -> Any:
     if name in cls.spec.policy_classes and sb3s:
         return cls.spec.policy_classes[name]
     if not sb3s and cls.spec.policy_base is not None and isinstance(policy_class, Unrebuilt):
-        raise CheckpointError(f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not "
-                              f"unpickle from a file: pass the class, {cls.spec.name}.load(path, "
-                              f"custom_objects={{'policy_class': {name}}})")
-    raise CheckpointError(f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load "
-                          f"takes a zip saved by {cls.spec.sb3_class.replace(':', '.')}")
+        raise CheckpointError(
+            f"{path}: its policy is {module}.{name}, a class of a script's own, which ppo_dict does not "
+            f"unpickle from a file: pass the class, {cls.spec.name}.load(path, "
+            f"custom_objects={{'policy_class': {name}}})"
+        )
+    raise CheckpointError(
+        f"{path}: not an sb3 {cls.spec.name} model: its policy is {module}.{name}; {cls.spec.name}.load "
+        f"takes a zip saved by {cls.spec.sb3_class.replace(':', '.')}"
+    )
 
 
 def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
@@ -234,8 +263,10 @@ def continue_counters(model: Algorithm, data: dict[str, Any]) -> None:
             model.__dict__[f"_saved_{name.removeprefix('ep_')}"] = deque(episodes, maxlen=model.cfg.stats_window_size)
         return
     model.trainer.n_updates = int(data.get("_n_updates", 0))
-    for name, target in (("ep_info_buffer", model.trainer.episodes.info_buffer),
-                         ("ep_success_buffer", model.trainer.episodes.success_buffer)):
+    for name, target in (
+        ("ep_info_buffer", model.trainer.episodes.info_buffer),
+        ("ep_success_buffer", model.trainer.episodes.success_buffer),
+    ):
         target.clear()
         if not isinstance(data.get(name), Unrebuilt):  # not unpickled: the episodes start afresh, as after learn()'s reset
             target.extend(data.get(name) or ())
@@ -253,8 +284,9 @@ def ppo_dict_file_without_env(model: Algorithm, state: dict[str, Any], cfg: Conf
     finally:
         made.close()
     if contains_image(observation_space):
-        raise CheckpointError(f"{path}: a ppo_dict model file of image observations loads with env= (the env given decides "
-                              f"their layout)")
+        raise CheckpointError(
+            f"{path}: a ppo_dict model file of image observations loads with env= (the env given decides their layout)"
+        )
     mismatch = space_mismatch(state, observation_space, action_space)
     if mismatch:
         raise CheckpointError(f"{path}: {mismatch}")
@@ -276,25 +308,37 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     state = load_model_state(path)
     cfg = Config.from_dict(state["config"])
     masked_recurrent = cfg.recurrent and cfg.action_masks
-    if (cfg.recurrent != cls.spec.recurrent
-            or masked_recurrent != bool(cls.spec.recurrent and cls.spec.fixed.get("action_masks"))):
+    if cfg.recurrent != cls.spec.recurrent or masked_recurrent != bool(
+        cls.spec.recurrent and cls.spec.fixed.get("action_masks")
+    ):
         reader = "MaskableRecurrentPPO" if masked_recurrent else "RecurrentPPO" if cfg.recurrent else "PPO or MaskablePPO"
-        kind = ("a masked recurrent model" if masked_recurrent else "a recurrent model" if cfg.recurrent
-                else "not a recurrent model")
-        raise CheckpointError(f"{path}: {kind} (model={cfg.model!r}{', action_masks=True' if masked_recurrent else ''}): "
-                              f"{reader}.load reads it, not {cls.spec.name}.load")
+        kind = (
+            "a masked recurrent model"
+            if masked_recurrent
+            else "a recurrent model"
+            if cfg.recurrent
+            else "not a recurrent model"
+        )
+        raise CheckpointError(
+            f"{path}: {kind} (model={cfg.model!r}{', action_masks=True' if masked_recurrent else ''}): "
+            f"{reader}.load reads it, not {cls.spec.name}.load"
+        )
     arguments = {name: getattr(cfg, name) for name in SAME_NAME}
-    arguments["policy_kwargs"] = {**sb3_kwargs(cfg)["policy_kwargs"],
-                                  **({"rnn_type": "gru"} if cfg.recurrent and cfg.rnn_type == "gru" else {})}
+    arguments["policy_kwargs"] = {
+        **sb3_kwargs(cfg)["policy_kwargs"],
+        **({"rnn_type": "gru"} if cfg.recurrent and cfg.rnn_type == "gru" else {}),
+    }
     alias = cls.spec.multi_input if state["observation_space"].startswith("Dict(") else cls.spec.policy_for(cfg.model)
     arguments.update(kwargs)
     model = cls(alias, env, device=device, _init_setup_model=False, **arguments)
     if model.env is None:
         return ppo_dict_file_without_env(model, state, cfg, path)
     if (state["normalizer"] is not None) != (model.envs.vec_normalize is not None):
-        raise CheckpointError(f"{path}: saved with normalize={state['normalizer'] is not None}: pass an env "
-                              f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's "
-                              f"settings")
+        raise CheckpointError(
+            f"{path}: saved with normalize={state['normalizer'] is not None}: pass an env "
+            f"{'in' if state['normalizer'] is not None else 'without'} a VecNormalize with the run's "
+            f"settings"
+        )
     model._setup_model()
     if "optimizer" in state:
         restore(model.trainer, state, path)  # weights, Adam, counters, episodes, RNG streams, the envs' reset seed
@@ -303,4 +347,3 @@ def load_ppo_dict_file(cls: type, path: str, env: Any, device: Any, **kwargs: An
     else:
         model.trainer.model.load(state["policy"], to_numpy(state["normalizer"]), path)
     return model
-

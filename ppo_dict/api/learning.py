@@ -15,6 +15,7 @@ collector's hooks (``ppo_dict.algo.rollout.collect.RolloutHooks``) and its ``on_
 The trainer logs through :class:`LoggerBridge` into the algorithm's sb3 ``Logger`` (``configure``
 works; EvalCallback's ``eval/*`` join the same dumps), sb3's keys only.
 """
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,12 @@ if TYPE_CHECKING:
 Algorithm = Any
 
 #: the keys sb3 records with ``exclude="tensorboard"``
-EXCLUDED = {"time/iterations": "tensorboard", "time/time_elapsed": "tensorboard", "time/total_timesteps": "tensorboard",
-            "train/n_updates": "tensorboard"}
+EXCLUDED = {
+    "time/iterations": "tensorboard",
+    "time/time_elapsed": "tensorboard",
+    "time/total_timesteps": "tensorboard",
+    "train/n_updates": "tensorboard",
+}
 
 
 class LoggerBridge:
@@ -62,8 +67,14 @@ class LoggerBridge:
 class CallbackHooks:
     """The collector's hooks for one ``learn`` call with ``callback`` (``learn_locals``: its locals dict)."""
 
-    def __init__(self, algorithm: Algorithm, trainer: "Trainer", callback: BaseCallback, learn_locals: dict[str, Any],
-                 masks: Optional[bool]):
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        trainer: "Trainer",
+        callback: BaseCallback,
+        learn_locals: dict[str, Any],
+        masks: Optional[bool],
+    ):
         self.algorithm, self.trainer, self.callback, self.locals = algorithm, trainer, callback, learn_locals
         self.masks = masks  # None: PPO (no masks); else MaskablePPO's use_masking
 
@@ -86,14 +97,22 @@ class CallbackHooks:
         space = algorithm.observation_space
         actions = s.actions[t].reshape(n, *algorithm.action_space.shape).copy()
         values = {
-            "self": algorithm, "env": algorithm.env, "callback": self.callback, "rollout_buffer": algorithm.rollout_buffer,
-            "n_rollout_steps": s.n_steps, "n_steps": t,
-            "obs_tensor": torch.as_tensor(np.array(s.as_policy_input(s.obs_at(t)))) if not s.is_dict_obs else
-            {k: torch.as_tensor(np.array(v)) for k, v in s.as_policy_input(s.obs_at(t)).items()},
-            "actions": actions, "values": torch.from_numpy(s.values[t].copy()).reshape(n, 1),
+            "self": algorithm,
+            "env": algorithm.env,
+            "callback": self.callback,
+            "rollout_buffer": algorithm.rollout_buffer,
+            "n_rollout_steps": s.n_steps,
+            "n_steps": t,
+            "obs_tensor": torch.as_tensor(np.array(s.as_policy_input(s.obs_at(t))))
+            if not s.is_dict_obs
+            else {k: torch.as_tensor(np.array(v)) for k, v in s.as_policy_input(s.obs_at(t)).items()},
+            "actions": actions,
+            "values": torch.from_numpy(s.values[t].copy()).reshape(n, 1),
             "log_probs": torch.from_numpy(s.log_probs[t].copy()),
-            "new_obs": batch_obs(s.as_policy_input(s.obs_at(t + 1)), space, n), "rewards": self.rewards(t),
-            "dones": s.terminated[t] | s.truncated[t], "infos": self.infos(s.terminated[t] | s.truncated[t]),
+            "new_obs": batch_obs(s.as_policy_input(s.obs_at(t + 1)), space, n),
+            "rewards": self.rewards(t),
+            "dones": s.terminated[t] | s.truncated[t],
+            "infos": self.infos(s.terminated[t] | s.truncated[t]),
         }
         if self.masks is None:  # PPO, RecurrentPPO: what the envs were given (Box: clipped)
             values["clipped_actions"] = s.env_actions.copy() if isinstance(algorithm.action_space, spaces.Box) else actions
@@ -119,8 +138,9 @@ class CallbackHooks:
         (``VecNormalize``, with the statistics after the step) and channel-first (``VecTransposeImage``),
         taken from the storage's terminal observations, which the trainer made so."""
         infos, s, normalizer = list(self.trainer.pool.infos), self.trainer.storage, self.trainer.normalizer
-        changed = ((normalizer.normalized_keys if normalizer is not None else ()) if self.algorithm.envs.facade is not None
-                   else ())
+        changed = (
+            (normalizer.normalized_keys if normalizer is not None else ()) if self.algorithm.envs.facade is not None else ()
+        )
         transposed = s.channel_last_keys if self.algorithm.envs.facade is not None else frozenset()
         if not (changed or transposed):
             return infos
@@ -144,8 +164,9 @@ class CallbackHooks:
         self.callback.on_rollout_end()
 
 
-def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, reset_num_timesteps: bool,
-                tb_log_name: str) -> int:
+def setup_learn(
+    algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, reset_num_timesteps: bool, tb_log_name: str
+) -> int:
     """sb3's ``_setup_learn``: counters, episode buffers, the envs' reset (when due), the logger; the total to train to."""
     algorithm.start_time = time.time_ns()
     if reset_num_timesteps:
@@ -182,8 +203,16 @@ def setup_learn(algorithm: Algorithm, trainer: "Trainer", total_timesteps: int, 
     return total_timesteps
 
 
-def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interval: Optional[int], tb_log_name: str,
-          reset_num_timesteps: bool, progress_bar: bool, use_masking: Optional[bool] = None) -> Algorithm:
+def learn(
+    algorithm: Algorithm,
+    total_timesteps: int,
+    callback: Any,
+    log_interval: Optional[int],
+    tb_log_name: str,
+    reset_num_timesteps: bool,
+    progress_bar: bool,
+    use_masking: Optional[bool] = None,
+) -> Algorithm:
     """sb3's ``OnPolicyAlgorithm.learn`` (sb3-contrib's with ``use_masking``) on the algorithm's trainer."""
     trainer = algorithm._require_trainer()
     if use_masking is not None:  # False: sb3-contrib's unmasked rollout (the envs not asked), updated with all-True masks
@@ -191,9 +220,16 @@ def learn(algorithm: Algorithm, total_timesteps: int, callback: Any, log_interva
     total = setup_learn(algorithm, trainer, total_timesteps, reset_num_timesteps, tb_log_name)
     if callback is not None or progress_bar:
         callback = BaseAlgorithm._init_callback(algorithm, callback, progress_bar)  # sb3's: lists, functions, the progress bar
-    learn_locals = {"self": algorithm, "total_timesteps": total, "callback": callback, "log_interval": log_interval,
-                    "tb_log_name": tb_log_name, "reset_num_timesteps": reset_num_timesteps, "progress_bar": progress_bar,
-                    "iteration": 0}
+    learn_locals = {
+        "self": algorithm,
+        "total_timesteps": total,
+        "callback": callback,
+        "log_interval": log_interval,
+        "tb_log_name": tb_log_name,
+        "reset_num_timesteps": reset_num_timesteps,
+        "progress_bar": progress_bar,
+        "iteration": 0,
+    }
     if use_masking is not None:
         learn_locals["use_masking"] = use_masking
     hooks = None if callback is None else CallbackHooks(algorithm, trainer, callback, learn_locals, use_masking)

@@ -11,6 +11,7 @@ the episodes are those of a hand-written loop of ``predict(obs, state, episode_s
 
     from ppo_dict.api import MaskableEvalCallback, evaluate_policy  # instead of sb3_contrib.common.maskable's
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -25,8 +26,9 @@ class StateCarrier:
     def __init__(self, model: Any):
         self.model, self.state = model, None
 
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False,
-                **action_masks: Any) -> tuple[Any, Any]:
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = False, **action_masks: Any
+    ) -> tuple[Any, Any]:
         actions, self.state = self.model.predict(observation, self.state, episode_start, deterministic, **action_masks)
         return actions, self.state
 
@@ -34,16 +36,34 @@ class StateCarrier:
         return getattr(self.__dict__["model"], name)
 
 
-def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, deterministic: bool = True, render: bool = False,
-                    callback: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None,
-                    reward_threshold: Optional[float] = None, return_episode_rewards: bool = False, warn: bool = True,
-                    use_masking: bool = True) -> Any:
+def evaluate_policy(
+    model: Any,
+    env: Any,
+    n_eval_episodes: int = 10,
+    deterministic: bool = True,
+    render: bool = False,
+    callback: Optional[Callable[[dict[str, Any], dict[str, Any]], None]] = None,
+    reward_threshold: Optional[float] = None,
+    return_episode_rewards: bool = False,
+    warn: bool = True,
+    use_masking: bool = True,
+) -> Any:
     """sb3-contrib's masked ``evaluate_policy`` (the same arguments, episodes and results), with the model's recurrent
     states carried from step to step (see the module doc); for a model without states, sb3-contrib's own."""
     from sb3_contrib.common.maskable.evaluation import evaluate_policy as contrib_evaluate_policy
 
-    return contrib_evaluate_policy(StateCarrier(model), env, n_eval_episodes, deterministic, render, callback,
-                                   reward_threshold, return_episode_rewards, warn, use_masking)
+    return contrib_evaluate_policy(
+        StateCarrier(model),
+        env,
+        n_eval_episodes,
+        deterministic,
+        render,
+        callback,
+        reward_threshold,
+        return_episode_rewards,
+        warn,
+        use_masking,
+    )
 
 
 class MaskableEvalCallback(ContribMaskableEvalCallback):

@@ -17,6 +17,7 @@ its class; nothing of sb3's ``__init__`` runs, nothing is rebuilt), so that
   ``proba_distribution`` from the policy's action net, as sb3's ``_get_action_dist_from_latent`` does;
 * the policy pickles (``torch.save(model.policy)``): its classes are importable by name.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -67,23 +68,31 @@ class SB3Surface:
         try:
             policy.load_state_dict(state)
         except RuntimeError as exc:
-            raise CheckpointError(f"{path}: its parameters are not those of the policy its arguments build: "
-                                  f"{one_line(exc)}") from None
+            raise CheckpointError(
+                f"{path}: its parameters are not those of the policy its arguments build: {one_line(exc)}"
+            ) from None
         return policy.to(get_device(device))
 
 
-def sb3_distribution(policy: Any, latent_pi: torch.Tensor,
-                     action_masks: Optional[Any] = None) -> sb3_distributions.Distribution:
+def sb3_distribution(
+    policy: Any, latent_pi: torch.Tensor, action_masks: Optional[Any] = None
+) -> sb3_distributions.Distribution:
     """sb3's ``_get_action_dist_from_latent`` (sb3-contrib's with ``apply_masking``) on ``policy``'s action net: sb3's
     distribution object for ``policy``'s action space, made once and kept (as sb3 keeps ``policy.action_dist``)."""
     spec, dist = policy.action_spec, policy.__dict__.get("_sb3_dist")
     if dist is None:
         masked = isinstance(spec, Masked)
         gsde = spec.gsde is not None
-        kwargs = (dict(full_std=spec.full_std, squash_output=spec.squash, use_expln=spec.use_expln, learn_features=False)
-                  if gsde else None)
-        dist = make_masked_proba_distribution(policy.action_space) if masked else \
-            sb3_distributions.make_proba_distribution(policy.action_space, use_sde=gsde, dist_kwargs=kwargs)
+        kwargs = (
+            dict(full_std=spec.full_std, squash_output=spec.squash, use_expln=spec.use_expln, learn_features=False)
+            if gsde
+            else None
+        )
+        dist = (
+            make_masked_proba_distribution(policy.action_space)
+            if masked
+            else sb3_distributions.make_proba_distribution(policy.action_space, use_sde=gsde, dist_kwargs=kwargs)
+        )
         policy.__dict__["_sb3_dist"] = dist
     mean_actions = policy.action_net(latent_pi)
     if isinstance(dist, sb3_distributions.DiagGaussianDistribution):
@@ -110,6 +119,7 @@ class SB3ActorCritic(SB3Surface, ActorCritic, ActorCriticPolicy):  # type: ignor
 CLASSES: dict[str, type] = {"PPO": SB3ActorCritic}
 
 if MaskableActorCriticPolicy is not None:
+
     class SB3MaskableActorCritic(SB3Surface, ActorCritic, MaskableActorCriticPolicy):  # type: ignore[misc]
         """MaskablePPO's policy: ppo_dict's masked :class:`~ppo_dict.algo.networks.policy.ActorCritic` as sb3-contrib's
         ``MaskableActorCriticPolicy``."""
@@ -124,17 +134,23 @@ if MaskableActorCriticPolicy is not None:
         surface_of = RecurrentActorCritic
         sb3_base = RecurrentActorCriticPolicy
 
-        def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                             episode_starts: torch.Tensor,
-                             action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
+        def get_distribution(
+            self,
+            obs: TensorObs,
+            lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+            episode_starts: torch.Tensor,
+            action_masks: Optional[Any] = None,
+        ) -> tuple[Any, tuple[torch.Tensor, ...]]:
             """sb3-contrib's: ``(sb3's distribution, the actor's states after the step)`` (masks: a masked policy's)."""
             features = self.pi_features_extractor(self._preprocess(obs))
-            latent_pi, lstm_states = process_sequence(features, lstm_states, episode_starts, lstm_call(self.lstm_actor),
-                                                      self.lstm_actor.input_size)
+            latent_pi, lstm_states = process_sequence(
+                features, lstm_states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size
+            )
             return sb3_distribution(self, self.mlp_extractor.forward_actor(latent_pi), action_masks), lstm_states
 
-    CLASSES.update(MaskablePPO=SB3MaskableActorCritic, RecurrentPPO=SB3RecurrentActorCritic,
-                   MaskableRecurrentPPO=SB3RecurrentActorCritic)
+    CLASSES.update(
+        MaskablePPO=SB3MaskableActorCritic, RecurrentPPO=SB3RecurrentActorCritic, MaskableRecurrentPPO=SB3RecurrentActorCritic
+    )
 
 
 def policy_from_arguments(cls: type, arguments: dict[str, Any]) -> Any:
@@ -142,18 +158,38 @@ def policy_from_arguments(cls: type, arguments: dict[str, Any]) -> Any:
     (:func:`~ppo_dict.interop.policy_file.read_policy_file`'s), as sb3's class builds it from them: the networks, then
     ``optimizer_class(parameters, lr=0.0, **optimizer_kwargs)``."""
     if cls.surface_of is not ActorCritic:
-        raise CheckpointError(f"{cls.__name__}.load: a recurrent policy's file is read by sb3-contrib's "
-                              f"RecurrentActorCriticPolicy.load")
+        raise CheckpointError(
+            f"{cls.__name__}.load: a recurrent policy's file is read by sb3-contrib's RecurrentActorCriticPolicy.load"
+        )
     given = {k: v for k, v in arguments.items() if v is not None}
     use_sde = bool(given.get("use_sde", False))
-    known = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-             "full_std", "use_expln", "squash_output", "features_extractor_class", "features_extractor_kwargs")
-    unknown = sorted(set(given) - set(known) - {"observation_space", "action_space", "use_sde", "lr_schedule",
-                                                "optimizer_class", "optimizer_kwargs"})
+    known = (
+        "net_arch",
+        "activation_fn",
+        "ortho_init",
+        "log_std_init",
+        "share_features_extractor",
+        "normalize_images",
+        "full_std",
+        "use_expln",
+        "squash_output",
+        "features_extractor_class",
+        "features_extractor_kwargs",
+    )
+    unknown = sorted(
+        set(given)
+        - set(known)
+        - {"observation_space", "action_space", "use_sde", "lr_schedule", "optimizer_class", "optimizer_kwargs"}
+    )
     if unknown:
         raise CheckpointError(f"{cls.__name__}.load: the file's arguments {unknown} are not ones ppo_dict's policy takes")
-    policy = ActorCritic(given["observation_space"], given["action_space"], use_sde=use_sde,
-                         action_masks=cls.sb3_base is MaskableActorCriticPolicy, **{k: given[k] for k in known if k in given})
+    policy = ActorCritic(
+        given["observation_space"],
+        given["action_space"],
+        use_sde=use_sde,
+        action_masks=cls.sb3_base is MaskableActorCriticPolicy,
+        **{k: given[k] for k in known if k in given},
+    )
     optimizer_class = given.get("optimizer_class", torch.optim.Adam)
     # sb3's lr_schedule(1)
     policy.optimizer = optimizer_class(policy.parameters(), lr=0.0, **given.get("optimizer_kwargs", {"eps": 1e-5}))
@@ -175,8 +211,9 @@ def sb3_constructor_data(algorithm: Any, policy: Any) -> dict[str, Any]:
     alias = algorithm._arguments["policy"]
     policy_class = sb3_class.policy_aliases.get(alias, alias) if isinstance(alias, str) else alias
     parameters = inspect.signature(policy_class.__init__).parameters
-    data: dict[str, Any] = dict(observation_space=policy.observation_space, action_space=algorithm.action_space,
-                                lr_schedule=BasePolicy._dummy_schedule)
+    data: dict[str, Any] = dict(
+        observation_space=policy.observation_space, action_space=algorithm.action_space, lr_schedule=BasePolicy._dummy_schedule
+    )
     if "use_sde" in parameters:
         data["use_sde"] = bool(algorithm.cfg.use_sde)
     if "features_extractor_class" in parameters:

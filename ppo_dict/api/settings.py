@@ -17,6 +17,7 @@ it is an error naming where to give it. A value is read by the config's parsers 
 as the constructor's are (one :class:`~ppo_dict.core.errors.ConfigError` listing what is wrong), and
 the model's config, its trainer and what ``save`` writes all hold it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,8 +25,19 @@ from typing import Any
 from ppo_dict.core.parse import make_schedule
 
 #: read by sb3 at every rollout or update: the next one uses a value assigned
-LIVE = ("batch_size", "n_epochs", "gamma", "clip_range", "clip_range_vf", "normalize_advantage", "ent_coef", "vf_coef",
-        "max_grad_norm", "sde_sample_freq", "target_kl")
+LIVE = (
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "clip_range",
+    "clip_range_vf",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "sde_sample_freq",
+    "target_kl",
+)
 #: read by sb3 when it builds the model: kept (``save`` writes it, ``load`` builds with it), nothing else changes
 AT_BUILD = ("learning_rate", "gae_lambda", "seed")
 #: read by the next ``learn``
@@ -60,9 +72,11 @@ def assign(algorithm: Algorithm, name: str, value: Any) -> None:
         algorithm.__dict__[name] = value
         return
     if name not in LIVE + AT_BUILD:
-        raise AttributeError(f"{type(algorithm).__name__}.{name} is fixed once the model is built (sb3 sizes or builds with "
-                             f"it once): give {name}= to the constructor, or to {type(algorithm).__name__}.load(path, env, "
-                             f"{name}=...)")
+        raise AttributeError(
+            f"{type(algorithm).__name__}.{name} is fixed once the model is built (sb3 sizes or builds with "
+            f"it once): give {name}= to the constructor, or to {type(algorithm).__name__}.load(path, env, "
+            f"{name}=...)"
+        )
     if name in SCHEDULED and value is not None and type(value).__name__ == "FloatSchedule":
         value = value.value_schedule  # what sb3's FloatSchedule wraps (read() wraps it again)
     changes = {name: value}

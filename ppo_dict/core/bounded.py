@@ -7,6 +7,7 @@ files anyone may have edited or planted. Python's readers have no limits of thei
 the key ``None`` (a ``TypeError`` later, far from the file). Every reader here checks the bound first and raises
 ``ValueError`` naming the file, the line and what is wrong: the callers' checks turn it into one refusal.
 """
+
 from __future__ import annotations
 
 import csv
@@ -67,8 +68,9 @@ def bounded_lines(file: TextIO, where: str, max_line: int = MAX_LINE, first: int
         n += 1
 
 
-def table(file: TextIO, where: str, first: int = 1, max_cell: int = MAX_CELL, max_cells: int = MAX_CELLS,
-          max_line: int = MAX_LINE) -> Iterator[tuple[int, list[str]]]:
+def table(
+    file: TextIO, where: str, first: int = 1, max_cell: int = MAX_CELL, max_cells: int = MAX_CELLS, max_line: int = MAX_LINE
+) -> Iterator[tuple[int, list[str]]]:
     """``(line number, cells)`` of each row of the CSV in ``file``, the header first; every row as wide as the
     header, no cell over ``max_cell`` characters, the header's names unique and not empty. ``first``: the
     number of the file's line the table starts at (after a monitor file's JSON line)."""
@@ -80,8 +82,9 @@ def table(file: TextIO, where: str, first: int = 1, max_cell: int = MAX_CELL, ma
             n = first + reader.line_num - 1
             long = next((c for c in cells if len(c) > max_cell), None)
             if long is not None:
-                raise ValueError(f"{where}: line {n} has a cell of {len(long):,} characters; ppo_dict reads at most "
-                                 f"{max_cell:,}")
+                raise ValueError(
+                    f"{where}: line {n} has a cell of {len(long):,} characters; ppo_dict reads at most {max_cell:,}"
+                )
             if width is None:
                 if len(cells) > max_cells or not all(cells) or len(set(cells)) != len(cells):
                     raise ValueError(f"{where}: line {n} is no header: {len(cells)} names, each one once and none empty")

@@ -11,6 +11,7 @@ A ``Config`` built in Python reads its values with the same parsers as the comma
 (``Config(net_arch="64,64")`` is ``[64, 64]``; a value no parser reads is a :class:`ConfigError`
 at once), and :meth:`Config.problems` lists what is out of range however the config was built.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -4,6 +4,7 @@
 settings are declared there, one field each, and what follows from them is here, with the constants it needs. The
 checks that need other modules (the env, the model, rl-zoo files) live in ``ppo_dict.run.checks``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,9 +36,13 @@ class ConfigRules:
     @property
     def lstm_settings(self) -> dict[str, Any]:
         """sb3-contrib's LSTM keyword arguments, each unset one at its default."""
-        return dict(lstm_hidden_size=self.lstm_hidden_size or 256, n_lstm_layers=self.n_lstm_layers or 1,
-                    shared_lstm=bool(self.shared_lstm), enable_critic_lstm=self.enable_critic_lstm is not False,
-                    lstm_kwargs=dict(self.lstm_kwargs))
+        return dict(
+            lstm_hidden_size=self.lstm_hidden_size or 256,
+            n_lstm_layers=self.n_lstm_layers or 1,
+            shared_lstm=bool(self.shared_lstm),
+            enable_critic_lstm=self.enable_critic_lstm is not False,
+            lstm_kwargs=dict(self.lstm_kwargs),
+        )
 
     def layout(self, unit: int = 1, cpus: Optional[tuple[int, str]] = None) -> Layout:
         """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable CPU by default, any
@@ -45,13 +50,22 @@ class ConfigRules:
         instead."""
         if unit == 1 and cpus is None:
             return self._layout
-        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs,
-                           self.double_buffer, unit, cpus)
+        return plan_layout(
+            self.n_envs,
+            self.num_workers,
+            self.envs_per_worker,
+            self.main_envs,
+            self.main_steps_envs,
+            self.double_buffer,
+            unit,
+            cpus,
+        )
 
     @cached_property
     def _layout(self) -> Layout:
-        return plan_layout(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs,
-                           self.double_buffer)
+        return plan_layout(
+            self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer
+        )
 
     @property
     def num_envs(self) -> int:
@@ -89,8 +103,9 @@ class ConfigRules:
         problems = [p for f in dataclasses.fields(self) for p in [field_problem(f, getattr(self, f.name))] if p]
         bad = {p.split("=", 1)[0] for p in problems}
         if not bad & {"n_envs", "num_workers", "envs_per_worker", "main_envs"}:
-            layout = layout_problems(self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs,
-                                     self.double_buffer)
+            layout = layout_problems(
+                self.n_envs, self.num_workers, self.envs_per_worker, self.main_envs, self.main_steps_envs, self.double_buffer
+            )
             problems += layout
             if not layout and not bad & {"n_steps", "batch_size"}:
                 problems += self._minibatch_problems()
@@ -102,24 +117,30 @@ class ConfigRules:
         if self.double_buffer and not bad & {"n_envs", "num_workers", "envs_per_worker"}:
             n, w = self.num_envs, self.layout().processes
             if w == 0 or n < 2:
-                problems.append(f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one "
-                                f"half of the envs while the policy samples the other's actions (got num_workers={w}, "
-                                f"n_envs={n})")
+                problems.append(
+                    f"double_buffer=True: needs worker processes (num_workers >= 1) and n_envs >= 2, to step one "
+                    f"half of the envs while the policy samples the other's actions (got num_workers={w}, "
+                    f"n_envs={n})"
+                )
         problems += self._recurrent_problems()
         if self.squash_output and not self.use_sde:
-            problems.append("squash_output=True: only with --use_sde (sb3: squash_output=True is only available when using "
-                            "gSDE)")
+            problems.append(
+                "squash_output=True: only with --use_sde (sb3: squash_output=True is only available when using gSDE)"
+            )
         if self.action_masks and self.use_sde:
-            problems.append("action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary "
-                            "actions); drop --use_sde")
+            problems.append(
+                "action_masks=True: MaskablePPO has no gSDE (masks need Discrete, MultiDiscrete or MultiBinary "
+                "actions); drop --use_sde"
+            )
         if self.atari_wrapper and self.pixel_obs_wrapper:
             problems.append("atari_wrapper=True: Atari games observe their own screen; drop --pixel_obs_wrapper")
         if self.video and self.eval_freq == 0:
             problems.append("video=True: needs --eval_freq > 0 (videos are recorded during evaluations)")
         clashes = [key for key in self.info_keywords if key in MONITOR_KEYS]
         if clashes:
-            problems.append(f"info_keywords={','.join(clashes)}: sb3's Monitor writes {', '.join(MONITOR_KEYS)} itself; "
-                            f"choose other keys")
+            problems.append(
+                f"info_keywords={','.join(clashes)}: sb3's Monitor writes {', '.join(MONITOR_KEYS)} itself; choose other keys"
+            )
         repeated = sorted({key for key in self.info_keywords if self.info_keywords.count(key) > 1})
         if repeated:
             problems.append(f"info_keywords={','.join(repeated)}: given more than once")
@@ -133,30 +154,44 @@ class ConfigRules:
         if self.device == "cpu":
             problems.append("cuda_graphs=True: CUDA graphs need a CUDA device, not device='cpu' (use --device cuda or auto)")
         if self.recurrent:
-            problems.append(f"cuda_graphs=True: recurrent policies are not captured (model={self.model!r}); drop "
-                            f"--cuda_graphs")
+            problems.append(
+                f"cuda_graphs=True: recurrent policies are not captured (model={self.model!r}); drop --cuda_graphs"
+            )
         if self.use_sde:
-            problems.append("cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph "
-                            "would not see; drop --use_sde")
+            problems.append(
+                "cuda_graphs=True: gSDE draws new exploration matrices outside the step, which a captured graph "
+                "would not see; drop --use_sde"
+            )
         return problems
 
     def _recurrent_problems(self) -> list[str]:
         """The LSTM flags: set only with a recurrent model, in a combination sb3-contrib takes."""
-        lstm_flags = {"lstm_hidden_size": self.lstm_hidden_size, "n_lstm_layers": self.n_lstm_layers,
-                      "shared_lstm": self.shared_lstm, "enable_critic_lstm": self.enable_critic_lstm,
-                      "lstm_kwargs": self.lstm_kwargs or None, "rnn_type": self.rnn_type}
+        lstm_flags = {
+            "lstm_hidden_size": self.lstm_hidden_size,
+            "n_lstm_layers": self.n_lstm_layers,
+            "shared_lstm": self.shared_lstm,
+            "enable_critic_lstm": self.enable_critic_lstm,
+            "lstm_kwargs": self.lstm_kwargs or None,
+            "rnn_type": self.rnn_type,
+        }
         if not self.recurrent:
-            return [f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
-                    for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items()
-                    if value is not None]
+            return [
+                f"{name}={value!r}: needs a recurrent model (--model mlp_lstm or cnn_lstm), not model={self.model!r}"
+                for name, value in {**lstm_flags, "lstm_fast_path": self.lstm_fast_path or None}.items()
+                if value is not None
+            ]
         problems = []
         settings = self.lstm_settings
         if settings["shared_lstm"] and settings["enable_critic_lstm"]:
-            problems.append("shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, "
-                            "True by default): add --enable_critic_lstm False (sb3-contrib refuses both)")
+            problems.append(
+                "shared_lstm=True: the critic either shares the actor's LSTM or has its own (enable_critic_lstm, "
+                "True by default): add --enable_critic_lstm False (sb3-contrib refuses both)"
+            )
         if settings["shared_lstm"] and not self.share_features_extractor:
-            problems.append("shared_lstm=True: needs share_features_extractor=True (sb3-contrib: the LSTM cannot be shared "
-                            "when the features extractor is not)")
+            problems.append(
+                "shared_lstm=True: needs share_features_extractor=True (sb3-contrib: the LSTM cannot be shared "
+                "when the features extractor is not)"
+            )
         return problems
 
     def _minibatch_problems(self) -> list[str]:
@@ -170,11 +205,13 @@ class ConfigRules:
             problems.append(f"n_steps*n_envs={self.rollout_size}: must be > 1 when normalize_advantage is True")
         unguarded = "MaskablePPO" if self.action_masks else "RecurrentPPO" if self.recurrent else None
         if unguarded and self.normalize_advantage and self.rollout_size % self.minibatch_size == 1 and self.rollout_size > 1:
-            problems.append(f"batch_size={self.minibatch_size}: with "
-                            f"{'action_masks' if self.action_masks else 'a recurrent model'} and normalize_advantage, the "
-                            f"last minibatch of each epoch holds one sample (n_steps*n_envs={self.rollout_size}), whose "
-                            f"advantage std is NaN in {unguarded} (it has no single-sample guard): choose a batch_size that "
-                            f"leaves no single sample")
+            problems.append(
+                f"batch_size={self.minibatch_size}: with "
+                f"{'action_masks' if self.action_masks else 'a recurrent model'} and normalize_advantage, the "
+                f"last minibatch of each epoch holds one sample (n_steps*n_envs={self.rollout_size}), whose "
+                f"advantage std is NaN in {unguarded} (it has no single-sample guard): choose a batch_size that "
+                f"leaves no single sample"
+            )
         return problems
 
     def check(self) -> None:

@@ -5,6 +5,7 @@ live one layer down, in ``envs/errors.py`` (``envs`` never imports the trainer);
 re-exported here, so this module names every error class ppo_dict has. Each message says who
 (worker, env index, env id), what (expected vs got) and what to do.
 """
+
 from __future__ import annotations
 
 from ppo_dict.envs.errors import (  # noqa: F401  (re-exported)

@@ -4,6 +4,7 @@ Each field carries its help text, its parser (the command line's ``type``), its 
 and the bounds and choices :meth:`Config.problems` checks; :func:`read_value` reads a value as the
 command line reads its text, :func:`field_problem` says what is wrong with a read value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,13 +15,29 @@ from typing import Any, Callable, Optional
 from ppo_dict.core.parse import parse_bool
 
 
-def option(default: Any, help: str, parse: Callable[[Any], Any], group: str, *, range: Optional[tuple] = None,
-           choices: tuple[str, ...] = (), measure: Callable[[Any], float] = lambda v: v, none: str = "") -> Any:
+def option(
+    default: Any,
+    help: str,
+    parse: Callable[[Any], Any],
+    group: str,
+    *,
+    range: Optional[tuple] = None,
+    choices: tuple[str, ...] = (),
+    measure: Callable[[Any], float] = lambda v: v,
+    none: str = "",
+) -> Any:
     """A field: ``range=(lo, hi)`` or ``(lo, hi, lo_open, hi_open)`` bounds ``measure(value)``;
     ``choices`` lists the allowed values; an optional field (default None) is checked when set, and
     ``none`` says what None means for it (``--help`` prints ``(default: None: <none>)``)."""
-    metadata = {"help": help, "parse": parse, "group": group, "range": range, "choices": choices, "measure": measure,
-                "none": none}
+    metadata = {
+        "help": help,
+        "parse": parse,
+        "group": group,
+        "range": range,
+        "choices": choices,
+        "measure": measure,
+        "none": none,
+    }
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)

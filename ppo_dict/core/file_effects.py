@@ -12,6 +12,7 @@ output settings (a save path, an export, a TensorBoard folder, a wandb project) 
 again (:func:`file_values`; a dropped wandb project is said in one line), a sweep file may not set any of
 them, and ``--dry_run`` lists every path the run writes (:func:`written_paths`).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,11 +38,16 @@ def file_values(values: dict[str, Any], typed: Iterable[str], source: str, log: 
     (:data:`COMMAND_LINE_ONLY`; ``run_dir`` aside: a resumed run's is where its checkpoint lies), unless
     ``typed``; a wandb project so dropped is said in one line, so that no run stops logging unnoticed."""
     typed = set(typed)
-    dropped = [name for name in COMMAND_LINE_ONLY if name != "run_dir" and name not in typed
-               and values.get(name) not in (None, False)]
+    dropped = [
+        name for name in COMMAND_LINE_ONLY if name != "run_dir" and name not in typed and values.get(name) not in (None, False)
+    ]
     if "project" in dropped:
-        print(f"{source}: its config logs to the wandb project {values['project']!r}; a resumed run logs where its command "
-              f"line says: pass --project {values['project']} to log there", file=log or sys.stderr, flush=True)
+        print(
+            f"{source}: its config logs to the wandb project {values['project']!r}; a resumed run logs where its command "
+            f"line says: pass --project {values['project']} to log there",
+            file=log or sys.stderr,
+            flush=True,
+        )
     return {name: value for name, value in values.items() if name not in dropped}
 
 
@@ -91,8 +97,13 @@ def announce(source: str, cfg: "Config", typed: Iterable[str], dry_run: bool) ->
     if not effects:
         return
     if dry_run:
-        raise ConfigError([f"{name}={getattr(cfg, name)!r}: from {source}'s config, which {what}; --dry_run imports and "
-                           f"launches nothing a file names: type --{name} on the command line to check the run with it"
-                           for name, what in effects.items()])
-    print(f"{source}: its config {'; '.join(f'{what} ({name})' for name, what in effects.items())}", file=sys.stderr,
-          flush=True)
+        raise ConfigError(
+            [
+                f"{name}={getattr(cfg, name)!r}: from {source}'s config, which {what}; --dry_run imports and "
+                f"launches nothing a file names: type --{name} on the command line to check the run with it"
+                for name, what in effects.items()
+            ]
+        )
+    print(
+        f"{source}: its config {'; '.join(f'{what} ({name})' for name, what in effects.items())}", file=sys.stderr, flush=True
+    )

@@ -4,6 +4,7 @@ Files are written atomically (temp file in the same directory, fsync, rename, fs
 directory): a crash mid-write leaves the previous file intact. ppo_dict's model files hold only
 tensors and plain values, so they load with ``torch.load(weights_only=True)`` (no code is unpickled).
 """
+
 from __future__ import annotations
 
 import os
@@ -113,8 +114,12 @@ def whole_number(value: Any, low: int = 0) -> bool:
 def finite_tensor(value: Any, dims: Optional[int] = None) -> bool:
     """A tensor (of ``dims`` dimensions, when given) within its storage (:func:`within_storage`) whose floats and
     complex numbers are all finite."""
-    return (isinstance(value, torch.Tensor) and (dims is None or value.dim() == dims) and within_storage(value)
-            and (not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all())))
+    return (
+        isinstance(value, torch.Tensor)
+        and (dims is None or value.dim() == dims)
+        and within_storage(value)
+        and (not (value.is_floating_point() or value.is_complex()) or bool(torch.isfinite(value).all()))
+    )
 
 
 def within_storage(tensor: torch.Tensor) -> bool:
@@ -135,8 +140,9 @@ def tensor_problems(value: Any, where: str, finite: bool = True, limit: int = 4)
         path, item = stack.pop()
         if isinstance(item, torch.Tensor):
             if not within_storage(item):
-                problems.append(f"{path}: a tensor of {item.numel():,} elements on {item.untyped_storage().nbytes():,} bytes "
-                                f"of storage")
+                problems.append(
+                    f"{path}: a tensor of {item.numel():,} elements on {item.untyped_storage().nbytes():,} bytes of storage"
+                )
             elif finite and not finite_tensor(item):
                 problems.append(f"{path}: not finite")
         elif isinstance(item, dict):
@@ -151,8 +157,9 @@ def statistics_problem(rms: Any, where: str) -> str:
     ``""``: it is."""
     if not (isinstance(rms, dict) and {"mean", "var", "count"} <= set(rms)):
         return f"{where}: not {{mean, var, count}}"
-    mean, var, count = (torch.as_tensor(rms[k]) if isinstance(rms[k], (int, float, torch.Tensor)) else None
-                        for k in ("mean", "var", "count"))
+    mean, var, count = (
+        torch.as_tensor(rms[k]) if isinstance(rms[k], (int, float, torch.Tensor)) else None for k in ("mean", "var", "count")
+    )
     if mean is None or var is None or count is None or not all(finite_tensor(t) for t in (mean, var, count)):
         return f"{where}: statistics that are not finite numbers"
     if mean.shape != var.shape or count.dim() or bool((var < 0).any()) or float(count) < 0:
@@ -163,24 +170,36 @@ def statistics_problem(rms: Any, where: str) -> str:
 def model_file_problems(state: dict[str, Any]) -> list[str]:
     """What keeps ``state`` from being a model file ppo_dict wrote (each key named): the policy's tensors, the
     normaliser's statistics, the step count, the spaces' texts, and a config that reads as one."""
-    problems = [f"no {key!r}"
-                for key in ("policy", "normalizer", "num_timesteps", "observation_space", "action_space", "config")
-                if key not in state]
+    problems = [
+        f"no {key!r}"
+        for key in ("policy", "normalizer", "num_timesteps", "observation_space", "action_space", "config")
+        if key not in state
+    ]
     policy = state.get("policy", {})
     if not (isinstance(policy, dict) and all(isinstance(k, str) and finite_tensor(v) for k, v in policy.items())):
         problems.append("'policy': not a dict of finite tensors")
     normalizer = state.get("normalizer")
     if normalizer is not None:
-        if not (isinstance(normalizer, dict) and isinstance(normalizer.get("obs_rms"), dict)
-                and finite_tensor(normalizer.get("returns"), 1)):
+        if not (
+            isinstance(normalizer, dict)
+            and isinstance(normalizer.get("obs_rms"), dict)
+            and finite_tensor(normalizer.get("returns"), 1)
+        ):
             problems.append("'normalizer': not {obs_rms: {key: statistics}, ret_rms, returns}")
         else:
-            problems += [p for key, rms in [*normalizer["obs_rms"].items(), ("ret_rms", normalizer.get("ret_rms"))]
-                         for p in [statistics_problem(rms, f"'normalizer' {key}")] if p]
+            problems += [
+                p
+                for key, rms in [*normalizer["obs_rms"].items(), ("ret_rms", normalizer.get("ret_rms"))]
+                for p in [statistics_problem(rms, f"'normalizer' {key}")]
+                if p
+            ]
     if "num_timesteps" in state and not whole_number(state["num_timesteps"]):
         problems.append(f"'num_timesteps'={str(state['num_timesteps'])[:40]}: not a whole number in [0, 2**63)")
-    problems += [f"{key!r}: not a space's text" for key in ("observation_space", "action_space")
-                 if not isinstance(state.get(key, ""), str)]
+    problems += [
+        f"{key!r}: not a space's text"
+        for key in ("observation_space", "action_space")
+        if not isinstance(state.get(key, ""), str)
+    ]
     config = state.get("config", {})
     if not (isinstance(config, dict) and all(isinstance(k, str) for k in config)):
         problems.append(f"'config': a {type(config).__name__}, not a dict of settings")
@@ -198,8 +217,10 @@ def model_file_problems(state: dict[str, Any]) -> list[str]:
 def space_mismatch(state: dict[str, Any], observation_space: Any, action_space: Any) -> str:
     """How a model file's spaces (``state``'s texts) differ from an env's, in sb3's ``check_for_correct_spaces``
     wording (``"Observation spaces do not match: ... != ..."``); ``""`` when both match."""
-    for what, saved, current in (("Observation", state["observation_space"], str(observation_space)),
-                                 ("Action", state["action_space"], str(action_space))):
+    for what, saved, current in (
+        ("Observation", state["observation_space"], str(observation_space)),
+        ("Action", state["action_space"], str(action_space)),
+    ):
         if saved != current:
             return f"{what} spaces do not match: {saved} != {current}"
     return ""
@@ -234,18 +255,24 @@ def output_problem(setting: str, path: str, directory: bool, need_bytes: int = 0
     full = os.path.abspath(path)
     found = existing_part(full if directory else os.path.dirname(full))  # a file is judged by the folder it goes into
     if os.path.exists(full) and os.path.isdir(full) != directory:
-        return (f"{setting}={path!r}: is a {'file' if directory else 'directory'}, must be a "
-                f"{'directory' if directory else 'file'}")
+        return (
+            f"{setting}={path!r}: is a {'file' if directory else 'directory'}, must be a "
+            f"{'directory' if directory else 'file'}"
+        )
     if not os.path.isdir(found):
         return f"{setting}={path!r}: {found} is a file, so nothing can be created under it"
     name_max, path_max = os.pathconf(found, "PC_NAME_MAX"), os.pathconf(found, "PC_PATH_MAX")
-    long_names = [part for part in full[len(found):].split(os.sep) if len(part.encode()) > name_max]
+    long_names = [part for part in full[len(found) :].split(os.sep) if len(part.encode()) > name_max]
     if long_names:
-        return (f"{setting}={path!r}: the name {long_names[0][:40]}... is {len(long_names[0].encode())} bytes long; the file "
-                f"system takes at most {name_max}")
+        return (
+            f"{setting}={path!r}: the name {long_names[0][:40]}... is {len(long_names[0].encode())} bytes long; the file "
+            f"system takes at most {name_max}"
+        )
     if len(full.encode()) + (INNER_PATH if directory else 0) > path_max:
-        return (f"{setting}={path!r}: the path is {len(full.encode())} bytes long; the file system takes paths of at most "
-                f"{path_max} (and a run needs {INNER_PATH} more below its directory)")
+        return (
+            f"{setting}={path!r}: the path is {len(full.encode())} bytes long; the file system takes paths of at most "
+            f"{path_max} (and a run needs {INNER_PATH} more below its directory)"
+        )
     stats = os.statvfs(found)
     if stats.f_flag & os.ST_RDONLY:
         return f"{setting}={path!r}: {found} is on a read-only file system"
@@ -253,8 +280,10 @@ def output_problem(setting: str, path: str, directory: bool, need_bytes: int = 0
         return f"{setting}={path!r}: {found} is not writable (no write permission for this user)"
     free = stats.f_bavail * stats.f_frsize
     if free < need_bytes:
-        return (f"{setting}={path!r}: {found} has {free / 2**20:.2f} MiB free; writing a checkpoint there needs about "
-                f"{need_bytes / 2**20:.2f} MiB")
+        return (
+            f"{setting}={path!r}: {found} has {free / 2**20:.2f} MiB free; writing a checkpoint there needs about "
+            f"{need_bytes / 2**20:.2f} MiB"
+        )
     return ""
 
 

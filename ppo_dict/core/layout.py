@@ -22,6 +22,7 @@ pool always has: ``--num_workers 2`` is one worker process beside this one):
   one of them); with ``n_envs`` alone, ``num_workers = n_envs / envs_per_worker``.
 * ``main_envs``: this process's share, the rest split over the worker processes.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -193,14 +194,25 @@ class Layout:
         if self.halves is not None:
             here = f" in halves {self.halves[0].stop} + {size(self.halves[1])} (double buffer), none in this process"
         if not self.asked:
-            why += (": a worker on each" if self.processes >= self.cpus
-                    else ": a worker on each but one, kept by this process (the policy, its share)"
-                    if self.processes == self.cpus - 1 else ": fewer envs than CPUs, a worker per env")
+            why += (
+                ": a worker on each"
+                if self.processes >= self.cpus
+                else ": a worker on each but one, kept by this process (the policy, its share)"
+                if self.processes == self.cpus - 1
+                else ": fewer envs than CPUs, a worker per env"
+            )
         return f"{self.n_envs} envs: {workers} ({mp_method}){here}; {why}"
 
 
-def _shares(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int], main_steps_envs: bool,
-            halves: bool, unit: int, cpus: int) -> tuple[int, int, bool]:
+def _shares(
+    n_envs: Optional[int],
+    num_workers: Optional[int],
+    envs_per_worker: Optional[int],
+    main_steps_envs: bool,
+    halves: bool,
+    unit: int,
+    cpus: int,
+) -> tuple[int, int, bool]:
     """``(n_envs, worker processes, whether this process steps a share)`` of the settings, before the
     columns are placed; 0 worker processes: every env in this process."""
     n, w, e = n_envs, num_workers, envs_per_worker
@@ -216,53 +228,83 @@ def _shares(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: 
     return n, (w - 1 if in_main and w > 1 else w), in_main and w > 1
 
 
-def plan_layout(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int],
-                main_envs: Optional[int] = None, main_steps_envs: bool = True, halves: bool = False, unit: int = 1,
-                cpus: Optional[tuple[int, str]] = None) -> Layout:
+def plan_layout(
+    n_envs: Optional[int],
+    num_workers: Optional[int],
+    envs_per_worker: Optional[int],
+    main_envs: Optional[int] = None,
+    main_steps_envs: bool = True,
+    halves: bool = False,
+    unit: int = 1,
+    cpus: Optional[tuple[int, str]] = None,
+) -> Layout:
     """The :class:`Layout` of these settings (the module doc says what each fixes), for envs in whole
     ``unit``s (a Godot game's agents); ``cpus``: ``(count, source)``, probed when not given.
 
     Assumes settings :func:`layout_problems` passes (else the result is clamped, not refused)."""
     count, source = available_cpus() if cpus is None else cpus
-    asked = ", ".join(f"{name} {value}" for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker),
-                                                            ("main_envs", main_envs)) if value is not None)
+    asked = ", ".join(
+        f"{name} {value}"
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker), ("main_envs", main_envs))
+        if value is not None
+    )
     n, processes, in_main = _shares(n_envs, num_workers, envs_per_worker, main_steps_envs, halves, unit, count)
     if processes == 0:
         return Layout(n, n, Blocks((), 0, unit), None, count, source, asked)
     main = 0
     if in_main:
-        chosen = (main_envs if main_envs is not None else envs_per_worker if envs_per_worker is not None
-                  else main_share(n, processes, unit))
+        chosen = (
+            main_envs
+            if main_envs is not None
+            else envs_per_worker
+            if envs_per_worker is not None
+            else main_share(n, processes, unit)
+        )
         main = max(0, min(chosen, n - processes * unit))
     blocks = Blocks(split_halves(n, unit) if halves else (range(main, n),), processes, unit)
     return Layout(n, main, blocks, split_halves(n, unit) if halves else None, count, source, asked)
 
 
-def layout_problems(n_envs: Optional[int], num_workers: Optional[int], envs_per_worker: Optional[int],
-                    main_envs: Optional[int] = None,
-                    main_steps_envs: bool = True, halves: bool = False, unit: int = 1, what: str = "",
-                    cpus: Optional[int] = None) -> list[str]:
+def layout_problems(
+    n_envs: Optional[int],
+    num_workers: Optional[int],
+    envs_per_worker: Optional[int],
+    main_envs: Optional[int] = None,
+    main_steps_envs: bool = True,
+    halves: bool = False,
+    unit: int = 1,
+    what: str = "",
+    cpus: Optional[int] = None,
+) -> list[str]:
     """What in these settings no layout can honour, one line each (``what``: the envs' name, for the
     messages; ``cpus``: probed when not given)."""
     n, w, e, of = n_envs, num_workers, envs_per_worker, f" of {what}" if what else ""
     problems = []
     if e is not None and w != 0:
         if n is not None and w is None and n % e:
-            problems.append(f"n_envs={n}: must be a multiple of envs_per_worker={e} (equal shares); drop envs_per_worker "
-                            "to split n_envs unevenly")
+            problems.append(
+                f"n_envs={n}: must be a multiple of envs_per_worker={e} (equal shares); drop envs_per_worker "
+                "to split n_envs unevenly"
+            )
         elif n is not None and w is not None and n != w * e:
-            problems.append(f"n_envs={n}: must equal num_workers x envs_per_worker = {w} x {e}; drop envs_per_worker "
-                            f"to split n_envs unevenly over num_workers={w}")
+            problems.append(
+                f"n_envs={n}: must equal num_workers x envs_per_worker = {w} x {e}; drop envs_per_worker "
+                f"to split n_envs unevenly over num_workers={w}"
+            )
     if n is not None and w and w * unit > n:
-        problems.append(f"num_workers={w}: more than the {n // unit} {'units' if unit > 1 else 'envs'}{of} (n_envs={n}): "
-                        "each worker steps at least one")
+        problems.append(
+            f"num_workers={w}: more than the {n // unit} {'units' if unit > 1 else 'envs'}{of} (n_envs={n}): "
+            "each worker steps at least one"
+        )
     if problems or main_envs is None:
         return problems
     n, processes, in_main = _shares(n, w, e, main_steps_envs, halves, unit, available_cpus()[0] if cpus is None else cpus)
     largest = n - processes * unit
     if processes and in_main and not (isinstance(main_envs, int) and 0 <= main_envs <= largest and main_envs % unit == 0):
-        problems.append(f"main_envs={main_envs!r}: must be a multiple of {unit} in [0, {largest}] for {n} envs{of} beside "
-                        f"{processes} worker process{'es' * (processes != 1)}, each keeping some")
+        problems.append(
+            f"main_envs={main_envs!r}: must be a multiple of {unit} in [0, {largest}] for {n} envs{of} beside "
+            f"{processes} worker process{'es' * (processes != 1)}, each keeping some"
+        )
     return problems
 
 
@@ -273,6 +315,8 @@ def load_gone_note(planned: Layout, full: Layout) -> str:
     (a layout asked for, one env)."""
     if (planned.processes, planned.main) == (full.processes, full.main):
         return ""
-    return (f"note: the load that left this run {planned.usable_cpus} has gone (the last {GONE_AFTER} updates found the CPUs "
-            f"free); the layout stays as planned; --num_workers {full.num_workers} gives a run the full layout on "
-            f"{full.usable_cpus}, whatever the load at its start")
+    return (
+        f"note: the load that left this run {planned.usable_cpus} has gone (the last {GONE_AFTER} updates found the CPUs "
+        f"free); the layout stays as planned; --num_workers {full.num_workers} gives a run the full layout on "
+        f"{full.usable_cpus}, whatever the load at its start"
+    )

@@ -16,6 +16,7 @@ single look of earlier versions cost), a busy one at most :data:`START_PARTS` pa
 
 Where ``/proc/stat`` cannot be read (not Linux), nothing is busy elsewhere: the affinity mask decides, as before.
 """
+
 from __future__ import annotations
 
 import os

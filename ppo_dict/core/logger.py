@@ -3,6 +3,7 @@
 Every dump is also kept in ``history`` (one dict per dump) and handed to any extra writers
 (wandb, CSV, ...), so all outputs see the same values.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,13 +32,16 @@ def format_table(values: dict[str, Any]) -> str:
             tag = key[: key.find("/") + 1]
             rows[(tag, _truncate(tag))] = ""
         if tag and tag in key:
-            key = f"{'':3}{key[len(tag):]}"
+            key = f"{'':3}{key[len(tag) :]}"
         rows[(tag, _truncate(key))] = _truncate(text)
     key_width = max(len(key) for _, key in rows)
     val_width = max(len(v) for v in rows.values())
     dashes = "-" * (key_width + val_width + 7)
-    lines = [dashes] + [f"| {key}{' ' * (key_width - len(key))} | {v}{' ' * (val_width - len(v))} |"
-                        for (_, key), v in rows.items()] + [dashes]
+    lines = (
+        [dashes]
+        + [f"| {key}{' ' * (key_width - len(key))} | {v}{' ' * (val_width - len(v))} |" for (_, key), v in rows.items()]
+        + [dashes]
+    )
     return "\n".join(lines)
 
 

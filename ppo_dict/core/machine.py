@@ -4,6 +4,7 @@ Read once per check (:meth:`Machine.probe`); the checks take a :class:`Machine`,
 ask how a run would be judged on another machine (a 64 MB Docker /dev/shm, a low ``ulimit -u``).
 Linux files are read where they exist; elsewhere a limit that cannot be read is treated as absent.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,17 @@ class Machine:
     @classmethod
     def probe(cls) -> "Machine":
         nproc = nproc_limit()
-        return cls(usable_cpus(), memory_available(), free_bytes("/dev/shm"), free_bytes(tempfile.gettempdir()), nproc,
-                   0 if nproc is None else user_tasks(), task_room(), soft_limit(resource.RLIMIT_NOFILE), open_files())
+        return cls(
+            usable_cpus(),
+            memory_available(),
+            free_bytes("/dev/shm"),
+            free_bytes(tempfile.gettempdir()),
+            nproc,
+            0 if nproc is None else user_tasks(),
+            task_room(),
+            soft_limit(resource.RLIMIT_NOFILE),
+            open_files(),
+        )
 
 
 def physical_cores() -> int:
@@ -133,8 +143,10 @@ def cgroup_memory_left() -> Optional[int]:
         if controllers == "":
             files = (f"/sys/fs/cgroup{path}/memory.max", f"/sys/fs/cgroup{path}/memory.current")
         elif "memory" in controllers.split(","):
-            files = (f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
-                     f"/sys/fs/cgroup/memory{path}/memory.usage_in_bytes")
+            files = (
+                f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes",
+                f"/sys/fs/cgroup/memory{path}/memory.usage_in_bytes",
+            )
         else:
             continue
         limit, usage = (_read(f) for f in files)

@@ -3,6 +3,7 @@
 Nothing here evaluates code: ``dict(...)`` strings as rl-zoo writes them go through
 :func:`safe_literal`, which builds literals from the syntax tree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -174,11 +175,17 @@ def parse_lstm_kwargs(text: Union[str, dict, None]) -> dict[str, Any]:
     sb3-contrib's ``[n_lstm_layers, n_envs, lstm_hidden_size]``, which the others change or do not keep."""
     value = {} if text is None else parse_kwargs(text)
     if set(value) - set(LSTM_KWARGS):
-        raise ValueError(f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, "
-                         f"n_envs, lstm_hidden_size], which the others change or do not keep)")
+        raise ValueError(
+            f"ppo_dict takes {' and '.join(LSTM_KWARGS)} (its LSTM states are sb3-contrib's [n_lstm_layers, "
+            f"n_envs, lstm_hidden_size], which the others change or do not keep)"
+        )
     dropout, bias = value.get("dropout", 0.0), value.get("bias", True)
-    if (isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1
-            or not isinstance(bias, bool)):
+    if (
+        isinstance(dropout, bool)
+        or not isinstance(dropout, (int, float))
+        or not 0 <= dropout <= 1
+        or not isinstance(bias, bool)
+    ):
         raise ValueError("dropout is a probability in [0, 1], bias True or False (nn.LSTM's)")
     return value
 

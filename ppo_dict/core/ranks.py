@@ -7,6 +7,7 @@ global count: rank r steps the contiguous envs :func:`env_range` gives it (env i
 seed ``seed + i``, its place in sb3's buffer order), and the ranks of one host split its CPUs (:func:`cpu_share`)
 instead of each taking them all.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,9 @@ class RankInfo:
         if world <= 1:
             return None
         rank = int(env["RANK"])
-        return cls(rank, world, int(env.get("LOCAL_RANK", rank)), int(env.get("LOCAL_WORLD_SIZE", world)),
-                   socket.gethostname())
+        return cls(
+            rank, world, int(env.get("LOCAL_RANK", rank)), int(env.get("LOCAL_WORLD_SIZE", world)), socket.gethostname()
+        )
 
     @property
     def name(self) -> str:
@@ -69,8 +71,11 @@ def environment_problems(env: Mapping[str, str], store: bool = False) -> list[st
         return [problem] if problem else []
     rank, rank_problem = _whole(env, "RANK", 0, world - 1)
     local_world, local_problem = _whole(env, "LOCAL_WORLD_SIZE", 1, world, str(world))
-    local_rank_problem = ("" if rank is None and "LOCAL_RANK" not in env
-                          else _whole(env, "LOCAL_RANK", 0, (local_world or world) - 1, str(rank))[1])
+    local_rank_problem = (
+        ""
+        if rank is None and "LOCAL_RANK" not in env
+        else _whole(env, "LOCAL_RANK", 0, (local_world or world) - 1, str(rank))[1]
+    )
     problems = [p for p in (rank_problem, local_problem, local_rank_problem) if p]
     if store:
         problems += [] if env.get("MASTER_ADDR", "").strip() else ["MASTER_ADDR is not set"]

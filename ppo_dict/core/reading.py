@@ -8,6 +8,7 @@ opened here: without blocking, checked to be a regular file (:func:`open_regular
 readers that already report an ``OSError`` report it the same way) naming the file and why. A YAML document
 (a hyperparameter file, a sweep file) is read with its aliases bounded (:func:`read_yaml`).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -21,8 +22,14 @@ from typing import Any, BinaryIO, Optional
 import numpy as np
 
 #: what a refused file is, by ``stat`` type
-KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 MiB = 2**20
 
 
@@ -98,8 +105,9 @@ def zip_entry(archive: zipfile.ZipFile, name: str, cap: int, where: Any) -> byte
     bytes; zipfile stops at the declared size and checks the CRC, so no more is ever inflated."""
     info = archive.getinfo(name)
     if info.file_size > cap:
-        raise UnreadableFile(f"{where}: its entry {name!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for "
-                             f"it")
+        raise UnreadableFile(
+            f"{where}: its entry {name!r} holds {info.file_size:,} bytes; ppo_dict reads at most {cap:,} for it"
+        )
     with archive.open(info) as f:
         return f.read(cap + 1)
 
@@ -114,8 +122,9 @@ def npz_arrays(path: str, cap: int, what: str, follow: bool = True) -> dict[str,
                 raw = zip_entry(archive, info.filename, cap, path)
                 declared = npy_bytes(raw)
                 if declared is not None and declared > len(raw):
-                    raise UnreadableFile(f"{path}: its array {info.filename!r} declares {declared:,} bytes and holds "
-                                         f"{len(raw):,}")
+                    raise UnreadableFile(
+                        f"{path}: its array {info.filename!r} declares {declared:,} bytes and holds {len(raw):,}"
+                    )
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {name: npz[name] for name in npz.files}
     except UnreadableFile:
@@ -155,8 +164,13 @@ def expanded_nodes(node: Any, sizes: dict[int, int], open_nodes: set[int]) -> in
     if key in open_nodes:
         raise ValueError("an alias refers to a node that contains it (a recursive document)")
     open_nodes.add(key)
-    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
-        node.value if isinstance(node, yaml.SequenceNode) else []
+    children = (
+        [n for pair in node.value for n in pair]
+        if isinstance(node, yaml.MappingNode)
+        else node.value
+        if isinstance(node, yaml.SequenceNode)
+        else []
+    )
     sizes[key] = 1 + sum(expanded_nodes(child, sizes, open_nodes) for child in children)
     open_nodes.discard(key)
     return sizes[key]
@@ -174,8 +188,9 @@ def read_yaml(file: Any) -> Any:
             return None
         size = expanded_nodes(node, {}, set())
         if size > MAX_YAML_NODES:
-            raise ValueError(f"its aliases expand it to {size:,} values; a hyperparameter file holds at most "
-                             f"{MAX_YAML_NODES:,}")
+            raise ValueError(
+                f"its aliases expand it to {size:,} values; a hyperparameter file holds at most {MAX_YAML_NODES:,}"
+            )
         return loader.construct_document(node)
     finally:
         loader.dispose()

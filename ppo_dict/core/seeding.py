@@ -4,6 +4,7 @@ as sb3 uses them; torch's thread count for a block; exact comparison of states.
 torch (parameter init, one action sample per rollout step), numpy's global generator (one
 permutation per epoch) and python's ``random`` (seeded, unused); each env has its own.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,13 @@ def rng_state() -> dict[str, Any]:
     py_version, py_internal, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": np_name, "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
-                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
         "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64), "gauss_next": py_gauss},
     }
     if torch.cuda.is_available():
@@ -49,9 +55,14 @@ def rng_state_problems(state: Any) -> list[str]:
     restores it without an error: torch's CPU state (uint8[5056]), numpy's MT19937 (keys int64[624] of 32-bit
     words, a position in [0, 624]) and python's ``random`` (version 3, int64[625] of 32-bit words, the last
     one a position in [0, 624])."""
+
     def words(t: Any, n: int) -> bool:
-        return (isinstance(t, torch.Tensor) and t.dtype == torch.int64 and tuple(t.shape) == (n,)
-                and bool(((t >= 0) & (t < 2**32)).all()))
+        return (
+            isinstance(t, torch.Tensor)
+            and t.dtype == torch.int64
+            and tuple(t.shape) == (n,)
+            and bool(((t >= 0) & (t < 2**32)).all())
+        )
 
     if not isinstance(state, dict):
         return ["'rng': not the RNG states"]
@@ -60,14 +71,25 @@ def rng_state_problems(state: Any) -> list[str]:
     if not (isinstance(cpu, torch.Tensor) and cpu.dtype == torch.uint8 and cpu.shape == torch.get_rng_state().shape):
         problems.append("'rng' torch: not torch's CPU generator state")
     n = state.get("numpy")
-    if not (isinstance(n, dict) and n.get("name") == "MT19937" and words(n.get("keys"), 624) and type(n.get("pos")) is int
-            and 0 <= n["pos"] <= 624 and n.get("has_gauss") in (0, 1) and type(n.get("cached_gaussian")) is float
-            and math.isfinite(n["cached_gaussian"])):
+    if not (
+        isinstance(n, dict)
+        and n.get("name") == "MT19937"
+        and words(n.get("keys"), 624)
+        and type(n.get("pos")) is int
+        and 0 <= n["pos"] <= 624
+        and n.get("has_gauss") in (0, 1)
+        and type(n.get("cached_gaussian")) is float
+        and math.isfinite(n["cached_gaussian"])
+    ):
         problems.append("'rng' numpy: not numpy's MT19937 state")
     p = state.get("python")
-    if not (isinstance(p, dict) and p.get("version") == 3 and words(p.get("internal"), 625)
-            and 0 <= int(p["internal"][-1]) <= 624
-            and (p.get("gauss_next") is None or (type(p["gauss_next"]) is float and math.isfinite(p["gauss_next"])))):
+    if not (
+        isinstance(p, dict)
+        and p.get("version") == 3
+        and words(p.get("internal"), 625)
+        and 0 <= int(p["internal"][-1]) <= 624
+        and (p.get("gauss_next") is None or (type(p["gauss_next"]) is float and math.isfinite(p["gauss_next"])))
+    ):
         problems.append("'rng' python: not python's random state")
     cuda = state.get("cuda", [])
     if not (isinstance(cuda, list) and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda)):

@@ -3,6 +3,7 @@
 The kinds (Box, with or without gSDE; Discrete, MultiDiscrete, MultiBinary, with or without sb3-contrib's masks) and
 the factory that picks one for a space are ``ppo_dict.data.actions``, whose doc lists what a spec holds.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -57,8 +58,13 @@ class ActionSpec:
         (torch RNG: the Linear's init, then with gSDE the first exploration matrices)."""
         return nn.Linear(latent_dim, self.n_outputs), None
 
-    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
-                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+    def distribution(
+        self,
+        head: torch.Tensor,
+        log_std: Optional[torch.Tensor],
+        latent_pi: torch.Tensor,
+        masks: Optional[torch.Tensor] = None,
+    ) -> Union[Distribution, MaskedDistribution]:
         """The distribution of the action net's output ``head`` [B, n_outputs] (sb3 ``_get_action_dist_from_latent``);
         ``masks`` (bool ``[B, n_outputs]``, masked kinds only): sb3-contrib's ``apply_masking``."""
         if masks is not None:

@@ -15,6 +15,7 @@ of space is a subclass here (and its distribution in ``ppo_dict.data.distributio
 * the categoricals an invalid-action mask covers (:attr:`ActionSpec.mask_sizes`; None: no masks);
 * the exploration-noise schedule of a rollout (:meth:`ActionSpec.explore`: gSDE's matrices).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -25,11 +26,27 @@ from gymnasium import spaces
 from torch import nn
 
 from ppo_dict.data.action_kind import ActionSpec
-from ppo_dict.data.distributions import (HUGE_NEG, BernoulliDist, CategoricalDist, DiagGaussian, Distribution, GSDENoise,
-                                         MaskedCategorical,
-                                         MaskedDistribution, MaskedMultiCategorical, MultiCategorical, StateDependentNoise)
-from ppo_dict.data.lean_sampling import (BernoulliSampler, CategoricalSampler, CategoricalsSampler, GaussianSampler,
-                                         LeanSampler, StateDependentSampler)
+from ppo_dict.data.distributions import (
+    HUGE_NEG,
+    BernoulliDist,
+    CategoricalDist,
+    DiagGaussian,
+    Distribution,
+    GSDENoise,
+    MaskedCategorical,
+    MaskedDistribution,
+    MaskedMultiCategorical,
+    MultiCategorical,
+    StateDependentNoise,
+)
+from ppo_dict.data.lean_sampling import (
+    BernoulliSampler,
+    CategoricalSampler,
+    CategoricalsSampler,
+    GaussianSampler,
+    LeanSampler,
+    StateDependentSampler,
+)
 
 
 class GaussianSpec(ActionSpec):
@@ -225,8 +242,13 @@ class Masked:
     def n_outputs(self) -> int:
         return sum(self.mask_sizes)
 
-    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
-                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+    def distribution(
+        self,
+        head: torch.Tensor,
+        log_std: Optional[torch.Tensor],
+        latent_pi: torch.Tensor,
+        masks: Optional[torch.Tensor] = None,
+    ) -> Union[Distribution, MaskedDistribution]:
         """sb3-contrib ``make_masked_proba_distribution(space).proba_distribution(logits)`` with masks applied."""
         return MaskedMultiCategorical(head, self.mask_sizes, masks)
 
@@ -234,8 +256,13 @@ class Masked:
 class MaskedDiscreteSpec(Masked, DiscreteSpec):
     """Discrete under sb3-contrib: ``MaskableCategoricalDistribution``."""
 
-    def distribution(self, head: torch.Tensor, log_std: Optional[torch.Tensor], latent_pi: torch.Tensor,
-                     masks: Optional[torch.Tensor] = None) -> Union[Distribution, MaskedDistribution]:
+    def distribution(
+        self,
+        head: torch.Tensor,
+        log_std: Optional[torch.Tensor],
+        latent_pi: torch.Tensor,
+        masks: Optional[torch.Tensor] = None,
+    ) -> Union[Distribution, MaskedDistribution]:
         return MaskedCategorical(head.view(-1, int(self.space.n)), masks)
 
 
@@ -272,8 +299,14 @@ def _kinds(space: spaces.Space) -> Optional[tuple[type[ActionSpec], Optional[typ
 SUPPORTED_ACTION_SPACES = tuple(KINDS)
 
 
-def action_spec(space: spaces.Space, use_sde: bool = False, masked: bool = False, full_std: bool = True,
-                use_expln: bool = False, squash_output: bool = False) -> ActionSpec:
+def action_spec(
+    space: spaces.Space,
+    use_sde: bool = False,
+    masked: bool = False,
+    full_std: bool = True,
+    use_expln: bool = False,
+    squash_output: bool = False,
+) -> ActionSpec:
     """The spec of ``space`` (gSDE with ``use_sde``, set by ``full_std``, ``use_expln``, ``squash_output``; sb3-contrib's
     maskable distributions with ``masked``). Raises ``ValueError`` naming a space of no supported kind, or a kind sb3
     refuses gSDE or masks for; what sb3 refuses in a space of a supported kind is the spec's :meth:`~ActionSpec.problem`."""
@@ -302,8 +335,10 @@ def action_space_problem(space: spaces.Space, use_sde: bool = False, masked: boo
 
 def masks_refused(space: spaces.Space) -> str:
     """sb3-contrib's MaskablePPO's refusal of ``space`` as an action space with masks."""
-    return (f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), "
-            f"not {space}")
+    return (
+        f"invalid-action masks need Discrete, one-dimensional MultiDiscrete or MultiBinary(n) actions (MaskablePPO's), "
+        f"not {space}"
+    )
 
 
 def masking_space_problem(space: spaces.Space) -> str:

@@ -2,6 +2,7 @@
 too, so that what a kernel reads (and how it rounds) never depends on where a view happened to start. The rollout
 storage (``ppo_dict.data.storage``) is allocated with these, in ordinary memory or shared memory (``alloc``).
 """
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ space's spec (``ppo_dict.data.actions``). Under ``--action_masks``, sb3-contrib'
 :class:`MaskedCategorical` and :class:`MaskedMultiCategorical` (MultiBinary is the latter with
 ``[2] * n``), the same torch calls on the same shapes, so the same floats and draws.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
@@ -128,8 +129,9 @@ class StateDependentNoise(TorchDistribution):
     loss then uses ``-log_prob``).
     """
 
-    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor, latent: torch.Tensor, noise: "GSDENoise",
-                 squash: bool = False):
+    def __init__(
+        self, mean: torch.Tensor, log_std: torch.Tensor, latent: torch.Tensor, noise: "GSDENoise", squash: bool = False
+    ):
         self.latent, self.noise, self.squash = latent.detach(), noise, squash  # sb3 stops the gradient into the features
         variance = torch.mm(self.latent**2, noise.get_std(log_std) ** 2)
         self.dist = Normal(mean, torch.sqrt(variance + noise.epsilon), validate_args=False)
@@ -215,8 +217,9 @@ class GSDENoise:
 # sb3-contrib's maskable distributions (``--action_masks``)
 
 
-def masked_logits(logits: torch.Tensor, masks: Optional[torch.Tensor],
-                  huge_neg: Optional[torch.Tensor] = None) -> torch.Tensor:
+def masked_logits(
+    logits: torch.Tensor, masks: Optional[torch.Tensor], huge_neg: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """What sb3-contrib's ``MaskableCategorical`` builds its final Categorical from: the logits as
     torch's first Categorical normalised them (``logits - logsumexp``), masked entries -1e8 (the
     Categorical made from them normalises them again). ``masks``: bool, the logits' shape, or None.
@@ -239,8 +242,9 @@ class MaskedCategorical(SB3Methods):
     """
 
     def __init__(self, logits: torch.Tensor, masks: Optional[torch.Tensor] = None):
-        self.masks = (None if masks is None
-                      else torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(logits.shape))
+        self.masks = (
+            None if masks is None else torch.as_tensor(masks, dtype=torch.bool, device=logits.device).reshape(logits.shape)
+        )
         self.dist = Categorical(logits=masked_logits(logits, self.masks), validate_args=False)
 
     def sample(self) -> torch.Tensor:

@@ -20,6 +20,7 @@ is rebuilt as that type: the main side holds what sb3's buffers hold, so the mea
 (gymnasium-robotics gives ``np.float32`` successes, which ``np.mean`` averages in float32).
 Integers are exact up to 2**53. Kind 0 (:data:`ABSENT`): nothing to record in that column.
 """
+
 from __future__ import annotations
 
 import time
@@ -56,8 +57,10 @@ def encode(value: Any, what: str) -> tuple[float, int]:
     if kind is None and isinstance(value, np.ndarray) and value.ndim == 0:
         kind, value = KIND.get(value.dtype.type), value[()]
     if kind is None:
-        raise TypeError(f"{what} is {value!r} ({type(value).__name__}): ppo_dict carries booleans and numbers "
-                        "(Python's, numpy scalars, 0-d arrays) from the envs")
+        raise TypeError(
+            f"{what} is {value!r} ({type(value).__name__}): ppo_dict carries booleans and numbers "
+            "(Python's, numpy scalars, 0-d arrays) from the envs"
+        )
     return float(value), kind
 
 
@@ -79,8 +82,14 @@ class EpisodeBook:
     ``make_vec_env`` puts its ``Monitor``: a lost Atari life records no return or length.
     """
 
-    def __init__(self, values: np.ndarray, kinds: np.ndarray, block: Sequence[int], info_keywords: Sequence[str] = (),
-                 rounded: bool = True):
+    def __init__(
+        self,
+        values: np.ndarray,
+        kinds: np.ndarray,
+        block: Sequence[int],
+        info_keywords: Sequence[str] = (),
+        rounded: bool = True,
+    ):
         # memoryviews of each env's rows: writing an item through one costs a fraction of numpy's item assignment
         self.rows = [(memoryview(values[i]), memoryview(kinds[i])) for i in block]
         self._arrays = values, kinds
@@ -139,8 +148,9 @@ class EpisodeBook:
             if not ended:
                 kinds[column] = ABSENT
             elif info is None or key not in info:  # sb3's Monitor fails here too (a KeyError)
-                raise KeyError(f"info_keywords: the env's info at an episode end has no {key!r} (its keys: "
-                               f"{sorted(info or {})})")
+                raise KeyError(
+                    f"info_keywords: the env's info at an episode end has no {key!r} (its keys: {sorted(info or {})})"
+                )
             else:
                 values[column], kinds[column] = encode(info[key], f"info[{key!r}]")
         self.returns[j], self.lengths[j] = 0.0, 0
@@ -255,5 +265,9 @@ class EpisodeLog:
         counted = isinstance(total, torch.Tensor) and total.ndim == 0 and not total.is_floating_point() and int(total) >= 0
         self.total = int(total) if counted else None  # absent (an older checkpoint) or not a count: not known
         self.success_buffer.clear()
-        self.success_buffer.extend(decode(v, k) for v, k in zip(state.get("ep_success", torch.zeros(0)).tolist(),
-                                                                 state.get("ep_success_kinds", torch.zeros(0)).tolist()))
+        self.success_buffer.extend(
+            decode(v, k)
+            for v, k in zip(
+                state.get("ep_success", torch.zeros(0)).tolist(), state.get("ep_success_kinds", torch.zeros(0)).tolist()
+            )
+        )

@@ -21,6 +21,7 @@ Two ways to run a step:
   ``uniform_`` draw: the same numbers and the same generator state after, which the start probe
   (``ppo_dict.algo.rollout.shard_probe``) checks on the run's own shapes before the sharded step is used.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,14 +54,22 @@ class LeanSampler:
         """Draw one step's random numbers into ``into`` (tensors of :meth:`draw_shapes`), with the calls
         the central step makes on the default generator, in its order."""
 
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The central step. ``latent_pi``: the actor's last hidden layer; ``out``: rows to write into; ``rows``:
         the envs of a double-buffered half; ``masks``: bool ``[n_envs, mask_dim]`` (masked policies)."""
         raise NotImplementedError
 
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        head: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The sharded step of the rows ``span`` of the batch: ``head``, ``latent_pi``, ``masks`` and ``draws``
         are those rows; ``matrices``: gSDE's exploration matrices of those rows."""
         raise NotImplementedError
@@ -86,12 +95,20 @@ class GaussianSampler(LeanSampler):
     def draw(self, into: Sequence[torch.Tensor]) -> None:
         into[0].normal_()
 
-    def __call__(self, mean: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, mean: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(mean, self._eps.normal_(), ALL, out)
 
-    def sample(self, mean: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        mean: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(mean, draws[0], span, None)
 
     def _sample(self, mean: torch.Tensor, eps: torch.Tensor, span: slice, out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,18 +129,27 @@ class StateDependentSampler(LeanSampler):
     def refresh(self, log_std: Optional[torch.Tensor]) -> None:
         self._std_squared = self.gsde.get_std(log_std) ** 2
 
-    def __call__(self, mean: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, mean: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(mean, latent_pi, self.gsde.get_noise(latent_pi, rows), out)
 
-    def sample(self, mean: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        mean: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # sb3's get_noise for a batch with a matrix per env (the whole batch's bmm), on these rows' matrices
         noise = torch.bmm(latent_pi.unsqueeze(dim=1), matrices).squeeze(dim=1)
         return self._sample(mean, latent_pi, noise, None)
 
-    def _sample(self, mean: torch.Tensor, latent_pi: torch.Tensor, noise: torch.Tensor,
-                out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self, mean: torch.Tensor, latent_pi: torch.Tensor, noise: torch.Tensor, out: Pair
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         scale = torch.sqrt(torch.mm(latent_pi**2, self._std_squared) + self.gsde.epsilon)
         actions = torch.add(mean, noise, out=None if out is None else out[0])
         log_prob = (actions - mean) ** 2 / -(2 * scale**2) - scale.log() - LOG_SQRT_2PI
@@ -162,12 +188,20 @@ class CategoricalSampler(LeanSampler):
         for q in into:  # multinomial's one-sample path: empty_like(probs).exponential_(1)
             q.exponential_()
 
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return categorical(masked_logits(head, masks, self.huge_neg) if self.masked else head, out)
 
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        head: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return categorical(masked_logits(head, masks, self.huge_neg) if self.masked else head, None, draws[0])
 
 
@@ -183,20 +217,31 @@ class CategoricalsSampler(CategoricalSampler):
     def draw_shapes(self, n_envs: int) -> list[tuple[int, ...]]:
         return [(n_envs, size) for size in self.sizes]
 
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(head, masks, [None] * len(self.sizes), out)
 
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        head: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(head, masks, draws, None)
 
-    def _sample(self, head: torch.Tensor, masks: Optional[torch.Tensor], draws: Sequence[Optional[torch.Tensor]],
-                out: Pair) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self, head: torch.Tensor, masks: Optional[torch.Tensor], draws: Sequence[Optional[torch.Tensor]], out: Pair
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         splits = torch.split(head, self.sizes, dim=1)
         mask_splits = [None] * len(self.sizes) if masks is None else torch.split(masks.to(torch.bool), self.sizes, dim=1)
-        pairs = [categorical(masked_logits(split, mask, self.huge_neg) if self.masked else split, None, q)
-                 for split, mask, q in zip(splits, mask_splits, draws)]
+        pairs = [
+            categorical(masked_logits(split, mask, self.huge_neg) if self.masked else split, None, q)
+            for split, mask, q in zip(splits, mask_splits, draws)
+        ]
         return into(out, torch.stack([a for a, _ in pairs], dim=1), torch.stack([lp for _, lp in pairs], dim=1).sum(dim=1))
 
 
@@ -213,12 +258,20 @@ class BernoulliSampler(LeanSampler):
     def draw(self, into: Sequence[torch.Tensor]) -> None:
         into[0].uniform_()  # bernoulli(p)'s draws: one uniform per entry, in order
 
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(head, None, out)
 
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        head: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self._sample(head, draws[0], None)
 
     def _sample(self, head: torch.Tensor, uniform: Optional[torch.Tensor], out: Pair) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ What sb3-contrib does differently from PPO is listed in ``docs/sb3_parity.md`` s
   categoricals a mask covers: ``mask_sizes``) and their distributions in ``ppo_dict.data.distributions``
   (sb3-contrib's ``MaskableCategorical`` and ``MaskableMultiCategoricalDistribution``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -115,8 +116,10 @@ class MaskWriter:
     def bind(self, env: Any, env_idx: int) -> None:
         """Find env ``env_idx``'s ``action_masks()`` (the next local env in order)."""
         if not env.has_wrapper_attr(METHOD):
-            raise ValueError(f"env {env_idx} has no {METHOD}() method, needed by --action_masks: define it on the env "
-                             "or wrap the env in sb3_contrib.common.wrappers.ActionMasker")
+            raise ValueError(
+                f"env {env_idx} has no {METHOD}() method, needed by --action_masks: define it on the env "
+                "or wrap the env in sb3_contrib.common.wrappers.ActionMasker"
+            )
         self.methods.append(env.get_wrapper_attr(METHOD))
 
     def write(self, local: int, env_idx: int, row: int, when: str) -> None:

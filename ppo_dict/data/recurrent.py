@@ -13,6 +13,7 @@ out with numpy in one pass: where each sequence starts (an episode start, anothe
 minibatch's first index), and one gather index that lays every array out padded
 (``pad_sequence(batch_first=True)``, zeros), so a minibatch is one ``index_select`` per array.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
@@ -57,8 +58,9 @@ class StateStore:
     ``critic_lstm`` False: the critic has no state of its own, and its arrays are the actor's (sb3-contrib
     stores ``vf = pi`` then)."""
 
-    def __init__(self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool,
-                 cell: str = "lstm"):
+    def __init__(
+        self, n_steps: int, groups: tuple[range, ...], n_layers: int, hidden_size: int, critic_lstm: bool, cell: str = "lstm"
+    ):
         self.n_steps, self.groups = n_steps, groups
         self.n_envs = sum(len(g) for g in groups)
         self.names = state_names(cell)
@@ -66,8 +68,10 @@ class StateStore:
         self.pi_names, self.vf_names = self.names[:half], self.names[half:]
         self.arrays: list[dict[str, np.ndarray]] = []
         for group in groups:
-            arrays = {name: step_major(zeros, n_steps + 1, (n_layers, len(group), hidden_size), np.dtype(np.float32))
-                      for name in (self.names if critic_lstm else self.pi_names)}
+            arrays = {
+                name: step_major(zeros, n_steps + 1, (n_layers, len(group), hidden_size), np.dtype(np.float32))
+                for name in (self.names if critic_lstm else self.pi_names)
+            }
             if not critic_lstm:
                 arrays.update({vf: arrays[pi] for pi, vf in zip(self.pi_names, self.vf_names)})
             self.arrays.append(arrays)

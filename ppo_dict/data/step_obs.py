@@ -1,4 +1,5 @@
 """A rollout step's observations as policy input on a device: views of the storage on the CPU, a pinned copy for CUDA."""
+
 from __future__ import annotations
 
 from typing import Optional

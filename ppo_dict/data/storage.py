@@ -14,6 +14,7 @@ Each array has one meaning, named by its prefix:
 * The rest (actions, values, log-probs, advantages, ...) is the learner's, as sb3's
   ``RolloutBuffer`` / ``DictRolloutBuffer`` lay it out.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Optional, Union
@@ -34,6 +35,8 @@ TensorObs = Union[torch.Tensor, dict[str, torch.Tensor]]
 
 #: The key of the single observation array when the observation space is not a Dict.
 OBS_KEY = "obs"
+
+
 def _leaf_layout(sub: spaces.Space) -> tuple[tuple[int, ...], np.dtype]:
     """One leaf as sb3's buffers store it (``get_obs_shape``): Discrete as ``(1,)``, the others by their shape."""
     return ((1,) if isinstance(sub, spaces.Discrete) else tuple(sub.shape)), np.dtype(sub.dtype)
@@ -88,8 +91,9 @@ def vector_obs_shapes(space: spaces.Space) -> dict[str, tuple[int, ...]]:
     uint8 image (the integer observations of Discrete, MultiDiscrete and MultiBinary keys are left
     alone: sb3's ``norm_obs_keys`` can only name Box keys)."""
     leaves = storage_keys(space)
-    return {k: shape for k, (shape, dtype) in obs_layout(space).items()
-            if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)}
+    return {
+        k: shape for k, (shape, dtype) in obs_layout(space).items() if dtype != np.uint8 and isinstance(leaves[k], spaces.Box)
+    }
 
 
 def stage_keys_of(space: spaces.Space, normalize: bool, norm_obs: bool) -> tuple[str, ...]:
@@ -131,8 +135,16 @@ class RolloutStorage:
         returned_terminal: ``{env: parts}``, the terminal observations of the last step.
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int,
-                 alloc: Alloc = zeros, info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        n_steps: int,
+        n_envs: int,
+        alloc: Alloc = zeros,
+        info_keywords: tuple[str, ...] = (),
+        stage_keys: tuple[str, ...] = (),
+    ):
         self.observation_space, self.action_space = observation_space, action_space
         self.info_keywords = tuple(info_keywords)
         self.n_steps, self.n_envs = n_steps, n_envs
@@ -229,8 +241,10 @@ class RolloutStorage:
         its row (a dict or tuple of rows for a Dict or Tuple action space) of one copy of their rows,
         taken once per step, so that no env can write into the shared batch. sb3's DummyVecEnv
         likewise hands each env a row of the step's action array."""
+
         def rows(arr: np.ndarray) -> np.ndarray:
             return arr[envs].copy() if isinstance(envs, slice) else arr[envs]  # a list index copies already
+
         if not self.composite_actions:
             return list(rows(self.env_actions))
         parts = {key: rows(arr) for key, arr in self.env_actions.items()}
@@ -268,8 +282,9 @@ class RolloutStorage:
         """
         returned = self.returned_terminal.get(env) if rows is None else None
         if returned is not None:  # as an sb3 vec env returned it, through sb3's obs_to_tensor: np.array keeps the memory order
-            return self.as_policy_input({key: np.array(one).reshape((-1, *self.obs_layout[key][0]))
-                                         for key, one in returned.items()})
+            return self.as_policy_input(
+                {key: np.array(one).reshape((-1, *self.obs_layout[key][0])) for key, one in returned.items()}
+            )
         obs = {}
         for key, one in aligned({key: arr[env] for key, arr in (self.terminal_obs if rows is None else rows).items()}).items():
             view = channel_first(one) if key in self.channel_last_keys else one
@@ -297,12 +312,15 @@ class RolloutStorage:
     def obs_views(self) -> dict[str, torch.Tensor]:
         """Tensors of the observation arrays ``[n_steps + 1, n_envs, ...]``, channel-last images seen as ``[C, H, W]``
         views, as sb3's VecTransposeImage shows them (call again after :meth:`own_obs_stage`)."""
-        return {k: channel_first(torch.from_numpy(v)) if k in self.channel_last_keys else torch.from_numpy(v)
-                for k, v in self.obs.items()}
+        return {
+            k: channel_first(torch.from_numpy(v)) if k in self.channel_last_keys else torch.from_numpy(v)
+            for k, v in self.obs.items()
+        }
 
     # ------------------------------------------------------------------ sb3 RolloutBuffer.get
     def flat_samples(self) -> dict[str, PolicyObs]:
         """Env-major flattened copies (``flat index = env * n_steps + step``), as sb3's swap_and_flatten."""
+
         def flat(arr: np.ndarray) -> np.ndarray:
             shape = arr.shape if arr.ndim >= 3 else (*arr.shape, 1)
             return arr.swapaxes(0, 1).reshape(shape[0] * shape[1], *shape[2:])

@@ -13,6 +13,7 @@ rl-zoo ``eval``s them, ppo_dict never does.
 entry takes the file's ``atari`` entry (games ale-py makes) or its ``default`` entry, as rl-zoo's
 ``ExperimentManager.read_hyperparameters`` does.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -31,24 +32,64 @@ from ppo_dict.envs import gym_id_of, is_atari_env
 RENAMED = {"n_timesteps": "total_timesteps"}
 #: sb3 PPO keyword arguments that are Config fields under the same name
 SAME_NAME = (
-    "learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
-    "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "n_envs", "seed", "use_sde", "sde_sample_freq",
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range",
+    "clip_range_vf",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "n_envs",
+    "seed",
+    "use_sde",
+    "sde_sample_freq",
 )
 #: VecNormalize keyword arguments (rl-zoo's ``normalize: "dict(...)"``) -> Config field
-NORMALIZE_KWARGS = {"norm_obs": "norm_obs", "norm_reward": "norm_reward", "clip_obs": "clip_obs", "clip_reward": "clip_reward",
-                    "gamma": "norm_gamma", "epsilon": "norm_epsilon"}
+NORMALIZE_KWARGS = {
+    "norm_obs": "norm_obs",
+    "norm_reward": "norm_reward",
+    "clip_obs": "clip_obs",
+    "clip_reward": "clip_reward",
+    "gamma": "norm_gamma",
+    "epsilon": "norm_epsilon",
+}
 #: ActorCriticPolicy keyword arguments that are Config fields under the same name
-POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "squash_output", "lstm_hidden_size", "n_lstm_layers", "shared_lstm",
-                 "enable_critic_lstm", "lstm_kwargs")
+POLICY_KWARGS = (
+    "net_arch",
+    "activation_fn",
+    "ortho_init",
+    "log_std_init",
+    "share_features_extractor",
+    "normalize_images",
+    "full_std",
+    "use_expln",
+    "squash_output",
+    "lstm_hidden_size",
+    "n_lstm_layers",
+    "shared_lstm",
+    "enable_critic_lstm",
+    "lstm_kwargs",
+)
 #: sb3's policy names, and sb3-contrib RecurrentPPO's (rl-zoo's ``ppo_lstm.yml``)
-POLICIES = {"MlpPolicy": "mlp", "CnnPolicy": "cnn", "MultiInputPolicy": "mlp",
-            "MlpLstmPolicy": "mlp_lstm", "CnnLstmPolicy": "cnn_lstm", "MultiInputLstmPolicy": "mlp_lstm"}
+POLICIES = {
+    "MlpPolicy": "mlp",
+    "CnnPolicy": "cnn",
+    "MultiInputPolicy": "mlp",
+    "MlpLstmPolicy": "mlp_lstm",
+    "CnnLstmPolicy": "cnn_lstm",
+    "MultiInputLstmPolicy": "mlp_lstm",
+}
 #: keys rl-zoo knows that ppo_dict does not implement, with the reason
 UNSUPPORTED = {
     "vec_env_wrapper": "vec env wrappers from the file are not applied",
     "callback": "callbacks from the file are not run",
-    "normalize_kwargs": "write normalize: \"dict(...)\" instead",
+    "normalize_kwargs": 'write normalize: "dict(...)" instead',
 }
 
 
@@ -75,9 +116,14 @@ def hyperparams_file(name: str, recurrent: bool = False) -> str:
 #: the one rl-zoo ``env_wrapper`` ppo_dict applies (itself, in the workers: ``--atari_wrapper True``)
 ATARI_WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
 #: AtariWrapper keyword arguments -> Config field
-ATARI_KWARGS = {"noop_max": "atari_noop_max", "frame_skip": "atari_frame_skip", "screen_size": "image_size",
-                "terminal_on_life_loss": "atari_terminal_on_life_loss", "clip_reward": "atari_clip_reward",
-                "action_repeat_probability": "atari_action_repeat_probability"}
+ATARI_KWARGS = {
+    "noop_max": "atari_noop_max",
+    "frame_skip": "atari_frame_skip",
+    "screen_size": "image_size",
+    "terminal_on_life_loss": "atari_terminal_on_life_loss",
+    "clip_reward": "atari_clip_reward",
+    "action_repeat_probability": "atari_action_repeat_probability",
+}
 #: rl-zoo's entry for every Atari game without one of its own (``ExperimentManager.read_hyperparameters``)
 ATARI_ENTRY = "atari"
 
@@ -93,13 +139,15 @@ def env_wrapper_values(value: Any, where: str) -> tuple[dict[str, Any], list[str
     for wrapper in value if isinstance(value, list) else [] if value is None else [value]:
         name, kwargs = next(iter(wrapper.items())) if isinstance(wrapper, dict) and len(wrapper) == 1 else (wrapper, {})
         if name != ATARI_WRAPPER:
-            problems.append(f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} "
-                            f"(--atari_wrapper True)")
+            problems.append(
+                f"{where}: env_wrapper {name!r} is not supported: ppo_dict applies only {ATARI_WRAPPER} (--atari_wrapper True)"
+            )
             continue
         values["atari_wrapper"] = True
         if not isinstance(kwargs, dict) and kwargs is not None:
-            problems.append(f"{where}: env_wrapper: {name}'s arguments are {shown(kwargs)}, not a mapping of AtariWrapper "
-                            f"arguments")
+            problems.append(
+                f"{where}: env_wrapper: {name}'s arguments are {shown(kwargs)}, not a mapping of AtariWrapper arguments"
+            )
             continue
         for kwarg, kwarg_value in (kwargs or {}).items():
             if kwarg not in ATARI_KWARGS:
@@ -124,9 +172,11 @@ def _entry_names(env: str) -> list[str]:
 def other_versions(env: str, entries: Any) -> list[str]:
     """The file's entries for other versions of ``env``'s gymnasium id (``Reacher-v2`` for ``Reacher-v5``)."""
     found = re.fullmatch(r"(.+)-v\d+", gym_id_of(env) or env)
-    return ([] if found is None
-            else [str(e) for e in entries if re.fullmatch(rf"{re.escape(found.group(1))}-v\d+", str(e))
-                  and e != gym_id_of(env)])
+    return (
+        []
+        if found is None
+        else [str(e) for e in entries if re.fullmatch(rf"{re.escape(found.group(1))}-v\d+", str(e)) and e != gym_id_of(env)]
+    )
 
 
 def _as_dict(value: Any, what: str) -> dict[str, Any]:
@@ -157,8 +207,10 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
                     values["normalize"] = True
                     for name, kwarg in _as_dict(value, "normalize").items():
                         if name not in NORMALIZE_KWARGS:
-                            problems.append(f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows "
-                                            f"({', '.join(NORMALIZE_KWARGS)})")
+                            problems.append(
+                                f"{where}: normalize: {name!r} is not a VecNormalize argument ppo_dict knows "
+                                f"({', '.join(NORMALIZE_KWARGS)})"
+                            )
                         else:
                             values[NORMALIZE_KWARGS[name]] = kwarg
             elif key == "monitor_kwargs":  # rl-zoo passes them to sb3's Monitor; ppo_dict records info_keywords itself
@@ -175,8 +227,9 @@ def translate(entry: dict[str, Any], where: str) -> tuple[dict[str, Any], list[s
             elif key == "policy_kwargs":
                 for name, kwarg in _as_dict(value, "policy_kwargs").items():
                     if name not in POLICY_KWARGS:
-                        problems.append(f"{where}: policy_kwargs: {name!r} is not supported (supported: "
-                                        f"{', '.join(POLICY_KWARGS)})")
+                        problems.append(
+                            f"{where}: policy_kwargs: {name!r} is not supported (supported: {', '.join(POLICY_KWARGS)})"
+                        )
                     else:
                         values[name] = kwarg
             elif key in UNSUPPORTED:
@@ -254,16 +307,23 @@ def read_entry(path: str, env: str, recurrent: bool = False, replaced: Iterable[
             entry = document[name]
             if not isinstance(entry, dict):
                 return Entry(path, env, file, problems=[f"hyperparams={path!r}: entry {name!r} is not a mapping"])
-            values, problems = translate({k: v for k, v in entry.items() if k not in set(replaced)},
-                                         f"hyperparams {path}[{name}]")
+            values, problems = translate(
+                {k: v for k, v in entry.items() if k not in set(replaced)}, f"hyperparams {path}[{name}]"
+            )
             return Entry(path, env, file, name, entry, values, problems, others)
     hint = f"; its entries for other versions: {', '.join(others)}" if others else ""
-    return Entry(path, env, file, others=others, problems=[
-        f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))}){hint}"])
+    return Entry(
+        path,
+        env,
+        file,
+        others=others,
+        problems=[f"hyperparams={path!r}: no entry for {' or '.join(names)} (entries: {', '.join(map(str, document))}){hint}"],
+    )
 
 
-def load_hyperparams(path: str, env: str, recurrent: bool = False,
-                     replaced: Iterable[str] = ()) -> tuple[dict[str, Any], list[str]]:
+def load_hyperparams(
+    path: str, env: str, recurrent: bool = False, replaced: Iterable[str] = ()
+) -> tuple[dict[str, Any], list[str]]:
     """``(Config values, problems)`` of :func:`read_entry`."""
     entry = read_entry(path, env, recurrent, replaced)
     return entry.values, entry.problems
@@ -278,13 +338,15 @@ def split_words(words: Optional[Sequence[str]]) -> tuple[Optional[str], dict[str
     the file's entry (rl-zoo's ``--hyperparams n_epochs:5``), any other the file (a path, or ``rl_zoo3``; write
     ``./a:b.yml`` for a file whose name looks like an override), one at most."""
     files = [w for w in words or () if not KEY_VALUE.fullmatch(w)]
-    problems = ([f"hyperparams={list(words or ())!r}: one file at most (the others are key:value overrides)"] if len(files) > 1
-                else [])
+    problems = (
+        [f"hyperparams={list(words or ())!r}: one file at most (the others are key:value overrides)"] if len(files) > 1 else []
+    )
     return (files[-1] if files else None), key_values(list(words or ())), problems
 
 
-def zoo_values(words: Optional[Sequence[str]], env: str, recurrent: bool,
-               read_file: bool = True) -> tuple[dict[str, Any], list[str]]:
+def zoo_values(
+    words: Optional[Sequence[str]], env: str, recurrent: bool, read_file: bool = True
+) -> tuple[dict[str, Any], list[str]]:
     """``(Config values, problems)`` of ``--hyperparams``' words for a run of ``env``: the file's entry (where
     ``read_file``: not on a resume, whose config holds what its file gave), then the overrides, as rl-zoo's
     ``hyperparams.update(custom_hyperparams)``."""
@@ -321,6 +383,8 @@ def parse_algo(text: str) -> str:
     """rl-zoo's ``--algo`` for what ppo_dict trains (:data:`ZOO_ALGOS`), or ``ValueError`` naming them."""
     name = str(text).strip().lower()
     if name not in ZOO_ALGOS:
-        raise ValueError("ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) "
-                         "or ppo_lstm (sb3-contrib's RecurrentPPO)")
+        raise ValueError(
+            "ppo_dict trains PPO: --algo ppo (sb3's PPO; sb3-contrib's MaskablePPO with --action_masks True) "
+            "or ppo_lstm (sb3-contrib's RecurrentPPO)"
+        )
     return name

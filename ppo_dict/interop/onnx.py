@@ -18,6 +18,7 @@ the most probable entry of each (int64), MultiBinary ones each bit whose probabi
 or anything that reads ONNX; needs the ``onnx`` extra (``onnx``, ``onnxscript``, torch's exporter, and ``onnxruntime``
 to check the file against ppo_dict).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,8 +73,9 @@ class DeterministicPolicy(nn.Module):
         self.recurrent = model.recurrent
         self.state_inputs, state_outputs = state_io(model) if self.recurrent else ((), ())
         if set(self.state_inputs) & set(self.keys):
-            raise ExportError(f"an observation key among {self.state_inputs} would collide with the graph's state inputs of "
-                              f"that name")
+            raise ExportError(
+                f"an observation key among {self.state_inputs} would collide with the graph's state inputs of that name"
+            )
         # the observations, a recurrent policy's states, then a masked policy's masks
         self.input_names = [*self.keys, *self.state_inputs, *((MASKS_INPUT,) if self.masked else ())]
         self.output_names = ["action", *state_outputs]
@@ -84,8 +86,7 @@ class DeterministicPolicy(nn.Module):
         for i, key in enumerate(self.normalized):  # sb3: (obs - mean) / sqrt(var + eps), in float64
             rms = normalizer.obs_rms[key]  # type: ignore[union-attr]
             self.register_buffer(f"mean_{i}", torch.from_numpy(np.asarray(rms.mean, np.float64)))
-            self.register_buffer(f"std_{i}",
-                                 torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
+            self.register_buffer(f"std_{i}", torch.from_numpy(np.sqrt(rms.var + normalizer.epsilon)))  # type: ignore[union-attr]
         self.to_env = policy.action_spec.env_module()  # Box: clamped to the bounds
 
     def forward(self, *inputs: torch.Tensor) -> Union[torch.Tensor, tuple[torch.Tensor, ...]]:
@@ -100,13 +101,14 @@ class DeterministicPolicy(nn.Module):
             obs[key] = channel_first(obs[key])
         obs = obs if self.dict_obs else obs[OBS_KEY]
         if self.recurrent:
-            states = inputs[len(self.keys):len(self.keys) + len(self.state_inputs)]
+            states = inputs[len(self.keys) : len(self.keys) + len(self.state_inputs)]
             return self.recurrent_actions(obs, states[:-1], states[-1], masks)
         actions = self.policy(obs, deterministic=True, action_masks=masks)[0]
         return self.to_env(actions)
 
-    def recurrent_actions(self, obs: Any, hx: tuple[torch.Tensor, ...], episode_start: torch.Tensor,
-                          masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, ...]:
+    def recurrent_actions(
+        self, obs: Any, hx: tuple[torch.Tensor, ...], episode_start: torch.Tensor, masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, ...]:
         """sb3-contrib's deterministic ``predict`` as one graph: the states multiplied by ``1 - episode_start`` (its
         loop branch: the one-call branch's outputs, as a graph has no data-dependent branch), one LSTM step, the mode."""
         policy = self.policy
@@ -126,8 +128,10 @@ def sample_batch(observation_space: spaces.Space, n: int, seed: int = 0) -> dict
     observation_space.seed(seed)
     draws = [observation_space.sample() for _ in range(n)]
     layout, parts = obs_layout(observation_space), [obs_parts(observation_space, d) for d in draws]
-    return {key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts])
-            for key, (shape, dtype) in layout.items()}
+    return {
+        key: np.stack([np.asarray(p[key], dtype=dtype).reshape(shape) for p in parts])
+        for key, (shape, dtype) in layout.items()
+    }
 
 
 def sample_masks(action_space: spaces.Space, n: int, seed: int = 0) -> np.ndarray:
@@ -190,19 +194,32 @@ def export_onnx(path: str, out: str, opset: int = OPSET, model: Optional[Model] 
         try:
             # states: [layers, B, H]
             dims = tuple({1: batch} if name in module.state_inputs[:-1] else {0: batch} for name in module.input_names)
-            torch.onnx.export(module, example, scratch_file, input_names=module.input_names, output_names=module.output_names,
-                              dynamic_shapes={"inputs": dims}, opset_version=opset, external_data=False,
-                              dynamo=True, verbose=False)
+            torch.onnx.export(
+                module,
+                example,
+                scratch_file,
+                input_names=module.input_names,
+                output_names=module.output_names,
+                dynamic_shapes={"inputs": dims},
+                opset_version=opset,
+                external_data=False,
+                dynamo=True,
+                verbose=False,
+            )
         except ImportError as exc:
-            raise ExportError(f"exporting to ONNX needs onnx and onnxscript: pip install onnx onnxscript onnxruntime "
-                              f"(ppo_dict's onnx extra) ({exc})") from exc
+            raise ExportError(
+                f"exporting to ONNX needs onnx and onnxscript: pip install onnx onnxscript onnxruntime "
+                f"(ppo_dict's onnx extra) ({exc})"
+            ) from exc
         except Exception as exc:  # torch.export / onnxscript refusing an op, an opset it cannot target...
             reason = " ".join(str(exc).split())[:600]
             raise ExportError(f"cannot export {path} to ONNX (opset {opset}): {type(exc).__name__}: {reason}") from exc
         written = written_opset(scratch_file)
         if written != opset:  # torch falls back to its own opset when the version converter cannot reach the asked one
-            raise ExportError(f"cannot export {path} to ONNX opset {opset}: the exporter could only write opset {written} "
-                              f"(--opset {written} works)")
+            raise ExportError(
+                f"cannot export {path} to ONNX opset {opset}: the exporter could only write opset {written} "
+                f"(--opset {written} works)"
+            )
         with open(scratch_file, "rb") as f:
             data = f.read()
     atomic_write(out, lambda f: f.write(data))
@@ -234,8 +251,13 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     session = onnxruntime.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     if model.recurrent:
         names, outputs = state_io(model)
-        ours, states = model.predict_recurrent(batch, tuple(inputs[name] for name in names[:-1]), inputs[names[-1]],
-                                               deterministic=True, masks=inputs.get(MASKS_INPUT))
+        ours, states = model.predict_recurrent(
+            batch,
+            tuple(inputs[name] for name in names[:-1]),
+            inputs[names[-1]],
+            deterministic=True,
+            masks=inputs.get(MASKS_INPUT),
+        )
         theirs, *their_states = session.run(["action", *outputs], inputs)
         state_diff = max(float(np.abs(a - b).max()) for a, b in zip(states, their_states))
     else:
@@ -247,8 +269,11 @@ def check_onnx(onnx_path: str, model: Union[str, Model], n: int = 256) -> dict[s
     if model.recurrent:
         result["max_abs_state_diff"] = state_diff
     equal = mismatched == 0 and (not model.recurrent or state_diff <= CHECK_TOLERANCE)
-    result["verdict"] = (f"equal within {CHECK_TOLERANCE:g}" if equal else
-                         f"{mismatched} of {n} actions (or the LSTM states) differ by more than {CHECK_TOLERANCE:g}")
+    result["verdict"] = (
+        f"equal within {CHECK_TOLERANCE:g}"
+        if equal
+        else f"{mismatched} of {n} actions (or the LSTM states) differ by more than {CHECK_TOLERANCE:g}"
+    )
     return result
 
 

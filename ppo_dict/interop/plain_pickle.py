@@ -23,6 +23,7 @@ describes, checked: plain numeric dtypes (bool, integers, floats, complex: no fi
 objects) and a shape of non-negative integers whose size times the item size is the bytes present.
 A structure that contains itself is refused. Every refusal is a ``pickle.UnpicklingError``.
 """
+
 from __future__ import annotations
 
 import _compat_pickle
@@ -68,8 +69,9 @@ class DtypeSpec:
 
     def __init__(self, code: Any, align: Any = False, copy: Any = False) -> None:
         if not (isinstance(code, str) and PLAIN_DTYPE.fullmatch(code)):
-            raise pickle.UnpicklingError(f"a dtype {str(code)[:40]!r}: not a plain number type (bool, integers, floats, "
-                                         f"complex)")
+            raise pickle.UnpicklingError(
+                f"a dtype {str(code)[:40]!r}: not a plain number type (bool, integers, floats, complex)"
+            )
         try:
             self.dtype = np.dtype(code)
         except TypeError as exc:
@@ -106,8 +108,10 @@ def checked_array(data: Any, dtype: Any, shape: Any, order: str = "C") -> np.nda
     if not isinstance(data, (bytes, bytearray)):
         raise pickle.UnpicklingError(f"an array's data is a {type(data).__name__}, not bytes (an array of objects?)")
     if math.prod(shape) * dtype.itemsize != len(data):
-        raise pickle.UnpicklingError(f"an array of shape {shape} and dtype {dtype} needs {math.prod(shape) * dtype.itemsize} "
-                                     f"bytes; the pickle holds {len(data)}")
+        raise pickle.UnpicklingError(
+            f"an array of shape {shape} and dtype {dtype} needs {math.prod(shape) * dtype.itemsize} "
+            f"bytes; the pickle holds {len(data)}"
+        )
     if order not in ("C", "F"):
         raise pickle.UnpicklingError(f"an array's order {str(order)[:8]!r}")
     return np.frombuffer(data, dtype).reshape(shape, order=order).copy()
@@ -196,14 +200,19 @@ def latin1_bytes(text: Any, encoding: Any = "latin1") -> bytes:
 NDARRAY = NDArrayName()
 #: every name a pickle of plain data may hold, and what it stands for
 NAMES: dict[tuple[str, str], Any] = {
-    ("numpy", "ndarray"): NDARRAY, ("numpy", "dtype"): DtypeSpec,
+    ("numpy", "ndarray"): NDARRAY,
+    ("numpy", "dtype"): DtypeSpec,
     **{(module, "_reconstruct"): reconstruct for module in MULTIARRAY},
-    **{(module, "scalar"): scalar for module in MULTIARRAY}, **{(module, "_frombuffer"): frombuffer for module in NUMERIC},
-    ("collections", "deque"): make_deque, ("collections", "OrderedDict"): make_ordered_dict,
+    **{(module, "scalar"): scalar for module in MULTIARRAY},
+    **{(module, "_frombuffer"): frombuffer for module in NUMERIC},
+    ("collections", "deque"): make_deque,
+    ("collections", "OrderedDict"): make_ordered_dict,
     ("builtins", "set"): lambda items=(): set(strings(items, "a set")),
     ("builtins", "frozenset"): lambda items=(): frozenset(strings(items, "a frozenset")),
-    ("builtins", "complex"): make_complex, ("builtins", "bytearray"): lambda data=b"": make_bytes(data, bytearray),
-    ("builtins", "bytes"): make_bytes, ("_codecs", "encode"): latin1_bytes,
+    ("builtins", "complex"): make_complex,
+    ("builtins", "bytearray"): lambda data=b"": make_bytes(data, bytearray),
+    ("builtins", "bytes"): make_bytes,
+    ("_codecs", "encode"): latin1_bytes,
 }
 #: what a pickle may call: the constructors above (records are checked apart)
 CONSTRUCTORS = tuple(value for value in NAMES.values() if callable(value))
@@ -220,8 +229,9 @@ class PlainUnpickler(pickle._Unpickler):  # type: ignore[name-defined]  (the pur
 
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3:  # Python 2's names, as pickle's own find_class maps them (protocol 2 writes __builtin__.set)
-            module, name = _compat_pickle.NAME_MAPPING.get((module, name),
-                                                           (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+            module, name = _compat_pickle.NAME_MAPPING.get(
+                (module, name), (_compat_pickle.IMPORT_MAPPING.get(module, module), name)
+            )
         if (module, name) in NAMES:
             return NAMES[(module, name)]
         return self.other(module, name)
@@ -242,8 +252,9 @@ class PlainUnpickler(pickle._Unpickler):  # type: ignore[name-defined]  (the pur
         try:
             return func(*args, **(kwargs or {}))
         except TypeError as exc:  # the wrong arguments for the constructor
-            raise pickle.UnpicklingError(f"the pickle calls {getattr(func, '__name__', func)} with other arguments "
-                                         f"({exc})") from None
+            raise pickle.UnpicklingError(
+                f"the pickle calls {getattr(func, '__name__', func)} with other arguments ({exc})"
+            ) from None
 
     def load_reduce(self) -> None:
         args = self.stack.pop()
@@ -263,8 +274,9 @@ class PlainUnpickler(pickle._Unpickler):  # type: ignore[name-defined]  (the pur
     def load_build(self) -> None:
         state = self.stack.pop()
         if not isinstance(self.stack[-1], (Record, DtypeSpec, ArraySpec)):
-            raise pickle.UnpicklingError(f"the pickle gives a {type(self.stack[-1]).__name__} a state, which plain data does "
-                                         f"not")
+            raise pickle.UnpicklingError(
+                f"the pickle gives a {type(self.stack[-1]).__name__} a state, which plain data does not"
+            )
         self.stack[-1].__setstate__(state)
 
     def keyed(self, items: list) -> list:
@@ -325,9 +337,20 @@ class PlainUnpickler(pickle._Unpickler):  # type: ignore[name-defined]  (the pur
             raise pickle.UnpicklingError(f"not a pickle of plain data ({type(exc).__name__}: {exc})") from None
 
 
-for _opcode_name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD", "DICT", "SETITEM", "SETITEMS", "ADDITEMS", "FROZENSET",
-                     "APPEND",
-                     "APPENDS", "BYTEARRAY8"):  # each opcode that calls, builds, hashes or allocates: the checked method
+for _opcode_name in (
+    "REDUCE",
+    "NEWOBJ",
+    "NEWOBJ_EX",
+    "BUILD",
+    "DICT",
+    "SETITEM",
+    "SETITEMS",
+    "ADDITEMS",
+    "FROZENSET",
+    "APPEND",
+    "APPENDS",
+    "BYTEARRAY8",
+):  # each opcode that calls, builds, hashes or allocates: the checked method
     PlainUnpickler.dispatch[getattr(pickle, _opcode_name)[0]] = getattr(PlainUnpickler, "load_" + _opcode_name.lower())
 
 

@@ -17,6 +17,7 @@ something of ours instead of what it names:
 Any other name is refused, naming it. :func:`read_policy_file` returns ``(state_dict, arguments)`` with the
 arguments' spaces rebuilt and their classes resolved.
 """
+
 from __future__ import annotations
 
 import io
@@ -31,8 +32,18 @@ from gymnasium import spaces
 from ppo_dict.algo.networks.policy import ACTIVATION_CLASSES, SB3_EXTRACTORS
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.core.reading import one_line, read_capped
-from ppo_dict.interop.plain_pickle import (MULTIARRAY, NDARRAY, ArraySpec, DtypeSpec, Ignored, Record, latin1_bytes,
-                                           materialize, reconstruct, scalar)
+from ppo_dict.interop.plain_pickle import (
+    MULTIARRAY,
+    NDARRAY,
+    ArraySpec,
+    DtypeSpec,
+    Ignored,
+    Record,
+    latin1_bytes,
+    materialize,
+    reconstruct,
+    scalar,
+)
 
 #: the most bytes a policy file may hold (a CNN policy of sb3's defaults is a few MB)
 MAX_POLICY_BYTES = 1 << 30
@@ -56,8 +67,10 @@ class ClassName:
 #: the classes a policy file's arguments may name: activations, optimizers, sb3's features extractors (as ppo_dict's)
 CLASSES: dict[str, type] = {
     **{f"{cls.__module__}.{cls.__name__}": cls for cls in ACTIVATION_CLASSES.values()},
-    **{f"{cls.__module__}.{cls.__name__}": cls
-       for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop)},
+    **{
+        f"{cls.__module__}.{cls.__name__}": cls
+        for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.RMSprop)
+    },
     **{f"stable_baselines3.common.torch_layers.{name}": cls for name, cls in SB3_EXTRACTORS.items()},
 }
 #: what ``BasePolicy._dummy_schedule`` reads as (sb3's: a schedule the policy alone never calls)
@@ -73,20 +86,43 @@ def dummy_schedule_of(owner: Any, name: Any) -> str:
 
 
 #: numpy's random generators, which a seeded space pickles (read past: a rebuilt space is unseeded)
-RANDOM_NAMES = ("_pickle.__generator_ctor", "_pickle.__bit_generator_ctor", "_pickle.__randomstate_ctor", "_pcg64.PCG64",
-                "_pcg64.PCG64DXSM", "_mt19937.MT19937", "_philox.Philox", "_sfc64.SFC64", "_generator.Generator",
-                "bit_generator.SeedSequence", "bit_generator.__pyx_unpickle_SeedSequence")
+RANDOM_NAMES = (
+    "_pickle.__generator_ctor",
+    "_pickle.__bit_generator_ctor",
+    "_pickle.__randomstate_ctor",
+    "_pcg64.PCG64",
+    "_pcg64.PCG64DXSM",
+    "_mt19937.MT19937",
+    "_philox.Philox",
+    "_sfc64.SFC64",
+    "_generator.Generator",
+    "bit_generator.SeedSequence",
+    "bit_generator.__pyx_unpickle_SeedSequence",
+)
 
 
 def bound_names() -> list[tuple[Any, str]]:
     """torch's safe globals for the file: ``(what a name stands for, the name)``."""
-    names: list[tuple[Any, str]] = [(SpaceRecord, f"gymnasium.spaces.{module}.{cls}") for module, cls in (
-        ("box", "Box"), ("discrete", "Discrete"), ("multi_discrete", "MultiDiscrete"), ("multi_binary", "MultiBinary"),
-        ("dict", "Dict"))]
-    names += ([(reconstruct, f"{module}._reconstruct") for module in MULTIARRAY]
-              + [(scalar, f"{module}.scalar") for module in MULTIARRAY])
-    names += [(NDARRAY, "numpy.ndarray"), (DtypeSpec, "numpy.dtype"), (latin1_bytes, "_codecs.encode"),
-              (ArraySpec, "ppo_dict.ArraySpec"), *((Ignored, f"numpy.random.{name}") for name in RANDOM_NAMES)]
+    names: list[tuple[Any, str]] = [
+        (SpaceRecord, f"gymnasium.spaces.{module}.{cls}")
+        for module, cls in (
+            ("box", "Box"),
+            ("discrete", "Discrete"),
+            ("multi_discrete", "MultiDiscrete"),
+            ("multi_binary", "MultiBinary"),
+            ("dict", "Dict"),
+        )
+    ]
+    names += [(reconstruct, f"{module}._reconstruct") for module in MULTIARRAY] + [
+        (scalar, f"{module}.scalar") for module in MULTIARRAY
+    ]
+    names += [
+        (NDARRAY, "numpy.ndarray"),
+        (DtypeSpec, "numpy.dtype"),
+        (latin1_bytes, "_codecs.encode"),
+        (ArraySpec, "ppo_dict.ArraySpec"),
+        *((Ignored, f"numpy.random.{name}") for name in RANDOM_NAMES),
+    ]
     names += [(ClassName(*name.rsplit(".", 1)), name) for name in CLASSES] + [(BASE_POLICY, f"{SB3_POLICIES}.BasePolicy")]
     names += [(dummy_schedule_of, "builtins.getattr"), (dummy_schedule_of, "__builtin__.getattr")]
     return names
@@ -112,8 +148,9 @@ def space_of(value: Any) -> spaces.Space:
         return spaces.MultiBinary(n)
     if "spaces" in attrs and isinstance(attrs["spaces"], dict):
         return spaces.Dict({str(key): space_of(sub) for key, sub in attrs["spaces"].items()})
-    raise CheckpointError(f"a space with attributes {sorted(attrs)[:8]}: not a Box, Discrete, MultiDiscrete, MultiBinary or "
-                          f"Dict")
+    raise CheckpointError(
+        f"a space with attributes {sorted(attrs)[:8]}: not a Box, Discrete, MultiDiscrete, MultiBinary or Dict"
+    )
 
 
 def resolve(value: Any) -> Any:

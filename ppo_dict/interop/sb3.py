@@ -3,6 +3,7 @@
 mean what a config means. The trainer's own files (checkpoints, model files, the run's config) are
 ``ppo_dict.run.checkpoint``'s.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,8 +63,9 @@ def maskable_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
     """The ``sb3_contrib.MaskablePPO`` keyword arguments that mean what ``cfg`` means: sb3's PPO
     arguments less gSDE's, the policy's less the Gaussian ones (``MaskableActorCriticPolicy`` takes none)."""
     kwargs = {k: v for k, v in sb3_ppo_kwargs(cfg).items() if k not in ("use_sde", "sde_sample_freq")}
-    kwargs["policy_kwargs"] = {k: v for k, v in kwargs["policy_kwargs"].items()
-                               if k not in ("log_std_init", "full_std", "use_expln", "squash_output")}
+    kwargs["policy_kwargs"] = {
+        k: v for k, v in kwargs["policy_kwargs"].items() if k not in ("log_std_init", "full_std", "use_expln", "squash_output")
+    }
     return kwargs
 
 
@@ -78,8 +80,9 @@ def recurrent_ppo_kwargs(cfg: "Config") -> dict[str, Any]:
 def sb3_kwargs(cfg: "Config") -> dict[str, Any]:
     """The keyword arguments of the sb3 class a run of ``cfg`` is (MaskablePPO's with ``--action_masks``, RecurrentPPO's
     with a recurrent model, masked or not, else PPO's)."""
-    return (recurrent_ppo_kwargs(cfg) if cfg.recurrent else maskable_ppo_kwargs(cfg) if cfg.action_masks
-            else sb3_ppo_kwargs(cfg))
+    return (
+        recurrent_ppo_kwargs(cfg) if cfg.recurrent else maskable_ppo_kwargs(cfg) if cfg.action_masks else sb3_ppo_kwargs(cfg)
+    )
 
 
 def export_sb3(ppo: "PPO", path: str) -> str:
@@ -150,10 +153,17 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     # (--trained-agent) keeps updating the statistics, and rl-zoo's enjoy switches them off itself.
     # Only Box vector keys are normalised (images and integer keys are not): sb3's norm_obs_keys; a
     # non-Dict observation without any such key (Discrete...) is sb3's norm_obs=False.
-    vec_normalize = VecNormalize(vec_env, training=True, norm_obs=norm.norm_obs and bool(norm.obs_rms),
-                                 norm_reward=norm.norm_reward,
-                                 clip_obs=norm.clip_obs, clip_reward=norm.clip_reward, gamma=norm.gamma, epsilon=norm.epsilon,
-                                 norm_obs_keys=list(norm.obs_rms) if dict_obs else None)
+    vec_normalize = VecNormalize(
+        vec_env,
+        training=True,
+        norm_obs=norm.norm_obs and bool(norm.obs_rms),
+        norm_reward=norm.norm_reward,
+        clip_obs=norm.clip_obs,
+        clip_reward=norm.clip_reward,
+        gamma=norm.gamma,
+        epsilon=norm.epsilon,
+        norm_obs_keys=list(norm.obs_rms) if dict_obs else None,
+    )
 
     def to_sb3(rms: Any) -> SB3RunningMeanStd:
         out = SB3RunningMeanStd(shape=rms.mean.shape)
@@ -168,8 +178,12 @@ def export_vecnormalize(ppo: "PPO", vec_env: Any, path: str) -> str:
     atomic_write(path, lambda f: pickle.dump(vec_normalize, f))  # VecNormalize.__getstate__ drops the venv
     # the same, read with no pickle
     write_npz(os.path.join(os.path.dirname(path), STATISTICS_FILES[0]), norm, list(norm.obs_rms))
-    atomic_write(os.path.join(os.path.dirname(path), "config.yml"), lambda f: f.write(
-        f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: "
-        f"{sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"),
-        mode="w")
+    atomic_write(
+        os.path.join(os.path.dirname(path), "config.yml"),
+        lambda f: f.write(
+            f"normalize: {'true' if cfg.normalize else 'false'}\nn_envs: {cfg.num_envs}\npolicy: "
+            f"{sb3_policy_name(ppo.policy.observation_space, cfg.model)}\n"
+        ),
+        mode="w",
+    )
     return path

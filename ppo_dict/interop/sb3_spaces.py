@@ -5,6 +5,7 @@ sb3's ``data_to_json`` lists a space's first-level attributes (``dtype``, ``_sha
 decimals; an array numpy summarised with ``...`` is not rebuilt), a Dict's spaces as gymnasium's repr of each.
 ``ppo_dict.interop.sb3_zip`` reads the rest of the zip.
 """
+
 from __future__ import annotations
 
 import ast
@@ -99,8 +100,9 @@ def space_from_repr(text: str) -> spaces.Space:
         return space_from_attrs("MultiDiscrete", {"nvec": args[0], "_shape": [len(nvec)], "start": keywords.get("start", "0")})
     if kind == "MultiBinary" and len(args) == 1:
         return space_from_attrs("MultiBinary", {"n": args[0]})
-    raise NotRebuildable(f"{text[:80]!r}: a {kind} space inside a Dict is not rebuilt (Box, Discrete, MultiDiscrete, "
-                         f"MultiBinary are)")
+    raise NotRebuildable(
+        f"{text[:80]!r}: a {kind} space inside a Dict is not rebuilt (Box, Discrete, MultiDiscrete, MultiBinary are)"
+    )
 
 
 def dict_from_repr(text: str) -> dict[str, spaces.Space]:
@@ -115,4 +117,3 @@ def dict_from_repr(text: str) -> dict[str, spaces.Space]:
             raise NotRebuildable(f"{item[:80]!r} is not a key and its space")
         found[ast.literal_eval(match.group(1))] = space_from_repr(match.group(2))
     return found
-

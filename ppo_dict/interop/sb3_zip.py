@@ -23,6 +23,7 @@ strings, bounded containers and numeric arrays, so nothing runs).
 ``trust_pickles`` reads the zip as sb3 does (its ``load_from_zip_file``), after the caller's one warning line
 (:func:`trust_warning`).
 """
+
 from __future__ import annotations
 
 import base64
@@ -72,9 +73,9 @@ def episode_buffer(value: Any) -> Any:
     """An episode buffer (sb3's ``ep_info_buffer``: Monitor's dicts of numbers; ``ep_success_buffer``: booleans)
     whose every value is a finite number, else NotRebuildable."""
     items = list(value) if isinstance(value, collections.deque) else None
-    if items is None or not all(finite_number(item)
-                                or (isinstance(item, dict) and all(finite_number(v) for v in item.values()))
-                                for item in items):
+    if items is None or not all(
+        finite_number(item) or (isinstance(item, dict) and all(finite_number(v) for v in item.values())) for item in items
+    ):
         raise NotRebuildable("not a deque of episodes' finite numbers")
     return value
 
@@ -83,17 +84,25 @@ def episode_buffer(value: Any) -> Any:
 #: what their ``policy_kwargs`` take (torch's activations, Adam, sb3's default features extractors)
 ALLOWED_CLASSES: dict[str, tuple[str, ...]] = {
     "stable_baselines3.common.policies": ("ActorCriticPolicy", "ActorCriticCnnPolicy", "MultiInputActorCriticPolicy"),
-    "sb3_contrib.common.maskable.policies": ("MaskableActorCriticPolicy", "MaskableActorCriticCnnPolicy",
-                                             "MaskableMultiInputActorCriticPolicy"),
-    "sb3_contrib.common.recurrent.policies": ("RecurrentActorCriticPolicy", "RecurrentActorCriticCnnPolicy",
-                                              "RecurrentMultiInputActorCriticPolicy"),
+    "sb3_contrib.common.maskable.policies": (
+        "MaskableActorCriticPolicy",
+        "MaskableActorCriticCnnPolicy",
+        "MaskableMultiInputActorCriticPolicy",
+    ),
+    "sb3_contrib.common.recurrent.policies": (
+        "RecurrentActorCriticPolicy",
+        "RecurrentActorCriticCnnPolicy",
+        "RecurrentMultiInputActorCriticPolicy",
+    ),
     "stable_baselines3.common.buffers": ("RolloutBuffer", "DictRolloutBuffer"),
     "sb3_contrib.common.maskable.buffers": ("MaskableRolloutBuffer", "MaskableDictRolloutBuffer"),
     "stable_baselines3.common.torch_layers": ("FlattenExtractor", "NatureCNN", "CombinedExtractor"),
     "torch.nn.modules.activation": tuple(cls.__name__ for cls in ACTIVATION_CLASSES.values()),
     "torch.optim.adam": ("Adam",),
-    **{f"torch.optim.{name.lower()}": (name,)
-       for name in ("AdamW", "RMSprop", "SGD", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")},
+    **{
+        f"torch.optim.{name.lower()}": (name,)
+        for name in ("AdamW", "RMSprop", "SGD", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam")
+    },
 }
 #: what ``str(type(cls))`` is for a class
 CLASS_TYPES = ("type", "abc.ABCMeta")
@@ -121,8 +130,11 @@ def gymnasium_unpatched() -> Iterator[None]:
     (``rl_zoo3.utils.SimpleLinearSchedule``), so unpickling one (``trust_pickles``) imports rl_zoo3."""
     import gymnasium
 
-    modules = [m for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration)
-               if m is not None]
+    modules = [
+        m
+        for m in (gymnasium.wrappers, getattr(gymnasium.wrappers, "common", None), gymnasium.envs.registration)
+        if m is not None
+    ]
     saved = [vars(m).get("TimeLimit") for m in modules]  # None: the module had no such name
     try:
         yield
@@ -136,12 +148,21 @@ def gymnasium_unpatched() -> Iterator[None]:
 
 def trust_warning(paths: Iterable[str]) -> None:
     """The one line ``--trust_pickles`` prints before the files are unpickled."""
-    print(f"warning: --trust_pickles: unpickling {', '.join(map(str, paths))} as sb3 does, which runs any code a pickle "
-          f"names: only for files you trust", file=sys.stderr, flush=True)
+    print(
+        f"warning: --trust_pickles: unpickling {', '.join(map(str, paths))} as sb3 does, which runs any code a pickle "
+        f"names: only for files you trust",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
-def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom_objects: Optional[dict[str, Any]] = None,
-             print_system_info: bool = False) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
+def read_zip(
+    path: Any,
+    trust_pickles: bool = False,
+    device: Any = "cpu",
+    custom_objects: Optional[dict[str, Any]] = None,
+    print_system_info: bool = False,
+) -> tuple[Optional[dict[str, Any]], dict[str, Any]]:
     """``(data, params)`` of an sb3 zip (a path or a binary file): ``data`` as :func:`data_from_json` reads it
     (None without a ``data`` entry); ``params`` (state dicts) with torch's weights-only loading, as sb3 does.
     Every entry is read with a cap and the counters are checked (``ppo_dict.interop.zip_entries``): a
@@ -155,8 +176,9 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
         check_entries(archive, path)
         if not trust_pickles:
             if print_system_info and "system_info.txt" in archive.namelist():  # as sb3's load_from_zip_file prints it
-                print("== SAVED MODEL SYSTEM INFO ==\n"
-                      + read_entry(archive, "system_info.txt", path).decode(errors="replace"))
+                print(
+                    "== SAVED MODEL SYSTEM INFO ==\n" + read_entry(archive, "system_info.txt", path).decode(errors="replace")
+                )
             try:
                 text = read_entry(archive, "data", path).decode() if "data" in archive.namelist() else None
             except UnicodeDecodeError as exc:
@@ -166,8 +188,9 @@ def read_zip(path: Any, trust_pickles: bool = False, device: Any = "cpu", custom
         if not isinstance(path, (str, os.PathLike)):
             path.seek(0)
         with gymnasium_unpatched():
-            data, params, _ = load_from_zip_file(path, device=device, custom_objects=custom_objects,
-                                                 print_system_info=print_system_info)
+            data, params, _ = load_from_zip_file(
+                path, device=device, custom_objects=custom_objects, print_system_info=print_system_info
+            )
     else:
         data = None if text is None else data_from_json(text, path, custom_objects)
     tensors = tensor_problems(params, "parameters")  # NaN weights or Adam moments, a view larger than its bytes
@@ -204,8 +227,10 @@ def refuse_unrebuilt(path: Any, data: dict[str, Any], keys: Iterable[str], what:
     missing = [data[k] for k in keys if isinstance(data.get(k), Unrebuilt)]
     if missing:
         listed = "; ".join(f"{m.key!r} (a pickled {m.name or m.type}: {m.why})" for m in missing)
-        raise CheckpointError(f"{path}: not unpickled, as pickles run code: {listed}. {what}If you trust the file, "
-                              "pass --trust_pickles (trust_pickles=True to load), which unpickles it as sb3 does")
+        raise CheckpointError(
+            f"{path}: not unpickled, as pickles run code: {listed}. {what}If you trust the file, "
+            "pass --trust_pickles (trust_pickles=True to load), which unpickles it as sb3 does"
+        )
 
 
 def type_name(text: Any) -> str:
@@ -248,8 +273,9 @@ def rebuild(key: str, value: dict[str, Any]) -> Any:
 def described_class(attrs: dict[str, Any]) -> str:
     """``module.Name`` of a class from its JSON: ``__module__``, and the name its methods' texts give
     (``"<function ActorCriticPolicy.forward at 0x...>"``)."""
-    names = {m.group(1) for v in attrs.values() if isinstance(v, str) for m in [re.search(r"<function (\w+)\.\w+ at 0x", v)]
-             if m}
+    names = {
+        m.group(1) for v in attrs.values() if isinstance(v, str) for m in [re.search(r"<function (\w+)\.\w+ at 0x", v)] if m
+    }
     if len(names) != 1 or not isinstance(attrs.get("__module__"), str):
         raise NotRebuildable("its JSON does not name one class")
     return f"{attrs['__module__']}.{names.pop()}"
@@ -259,8 +285,10 @@ def allowed_class(name: str) -> type:
     """The class ``module.Name`` from :data:`ALLOWED_CLASSES` (imported from its installed package), else NotRebuildable."""
     module, _, attr = name.rpartition(".")
     if attr not in ALLOWED_CLASSES.get(module, ()):
-        raise NotRebuildable(f"{name} is not a class ppo_dict rebuilds (sb3's and sb3-contrib's PPO policies and buffers, "
-                             "torch's activations, Adam, sb3's default features extractors)")
+        raise NotRebuildable(
+            f"{name} is not a class ppo_dict rebuilds (sb3's and sb3-contrib's PPO policies and buffers, "
+            "torch's activations, Adam, sb3's default features extractors)"
+        )
     try:
         return getattr(importlib.import_module(module), attr)
     except ImportError as exc:

@@ -9,6 +9,7 @@ without ppo_dict), and ``ppo_dict.interop.sb3_zip`` rebuilds those, rl-zoo's own
 JSON of the ``FloatSchedule`` around it (:class:`ScheduleFunction`), so that a refusal can show the
 ``custom_objects`` line that passes it again (:func:`custom_objects_line`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -40,7 +41,7 @@ def zip_schedule(value: Union[float, str, Callable[[float], float]]) -> Callable
         import cloudpickle
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])  # in the zip, the class travels with it
-        return SimpleLinearSchedule(float(value[len("lin_"):]))
+        return SimpleLinearSchedule(float(value[len("lin_") :]))
     from stable_baselines3.common.utils import ConstantSchedule
 
     return ConstantSchedule(float(value))
@@ -65,9 +66,12 @@ def _schedule_text(text: Any) -> Any:
     -> ``lin_x``, sb3's ``LinearSchedule(start=a, end=b, end_fraction=c)`` -> that schedule, ``FloatSchedule(...)`` -> its
     inner one's; a function's (``<function name at 0x...>``) is a :class:`ScheduleFunction` naming it."""
     text = str(text).strip()
-    for pattern, value in ((r"FloatSchedule\((.*)\)", _schedule_text), (r"ConstantSchedule\(val=([^()]*)\)", float),
-                           (r"SimpleLinearSchedule\(initial_value=([^()]*)\)", lambda x: f"lin_{float(x)!r}"),
-                           (r"LinearSchedule\((start=[^()]*)\)", linear_schedule_repr)):
+    for pattern, value in (
+        (r"FloatSchedule\((.*)\)", _schedule_text),
+        (r"ConstantSchedule\(val=([^()]*)\)", float),
+        (r"SimpleLinearSchedule\(initial_value=([^()]*)\)", lambda x: f"lin_{float(x)!r}"),
+        (r"LinearSchedule\((start=[^()]*)\)", linear_schedule_repr),
+    ):
         match = re.fullmatch(pattern, text)
         if match:
             return value(match.group(1))
@@ -115,4 +119,3 @@ def custom_objects_line(algorithm: str, functions: dict[str, str]) -> str:
     "" when unknown) as the script made it, ``...`` where only the script knows its arguments."""
     items = ", ".join(f"{key!r}: {script_call(function)}" for key, function in functions.items())
     return f"{algorithm}.load(path, custom_objects={{{items}}})"
-

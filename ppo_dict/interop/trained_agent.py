@@ -20,6 +20,7 @@ Reading the zip needs stable-baselines3 (the ``zoo`` or ``test`` extra). Nothing
 pickle is unpickled (``ppo_dict.interop.sb3_zip``, ``ppo_dict.interop.vecnormalize``) unless
 ``--trust_pickles`` says so: then both are read as sb3 and rl-zoo read them, after one warning line.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,21 +47,54 @@ if TYPE_CHECKING:
 #: sb3's PPO policy classes (``stable_baselines3.common.policies``) -> ppo_dict's model for them
 PPO_POLICIES = {"ActorCriticPolicy": "mlp", "ActorCriticCnnPolicy": "cnn", "MultiInputActorCriticPolicy": None}
 #: sb3-contrib's MaskablePPO policy classes (``sb3_contrib.common.maskable.policies``): ppo_dict's with ``--action_masks``
-MASKABLE_POLICIES = {"MaskableActorCriticPolicy": "mlp", "MaskableActorCriticCnnPolicy": "cnn",
-                     "MaskableMultiInputActorCriticPolicy": None}
+MASKABLE_POLICIES = {
+    "MaskableActorCriticPolicy": "mlp",
+    "MaskableActorCriticCnnPolicy": "cnn",
+    "MaskableMultiInputActorCriticPolicy": None,
+}
 #: sb3-contrib's RecurrentPPO policy classes (``sb3_contrib.common.recurrent.policies``): ppo_dict's recurrent models
-RECURRENT_POLICIES = {"RecurrentActorCriticPolicy": "mlp_lstm", "RecurrentActorCriticCnnPolicy": "cnn_lstm",
-                      "RecurrentMultiInputActorCriticPolicy": None}
-POLICY_MODULES = {"stable_baselines3.common.policies": PPO_POLICIES, "sb3_contrib.common.maskable.policies": MASKABLE_POLICIES,
-                  "sb3_contrib.common.recurrent.policies": RECURRENT_POLICIES}
+RECURRENT_POLICIES = {
+    "RecurrentActorCriticPolicy": "mlp_lstm",
+    "RecurrentActorCriticCnnPolicy": "cnn_lstm",
+    "RecurrentMultiInputActorCriticPolicy": None,
+}
+POLICY_MODULES = {
+    "stable_baselines3.common.policies": PPO_POLICIES,
+    "sb3_contrib.common.maskable.policies": MASKABLE_POLICIES,
+    "sb3_contrib.common.recurrent.policies": RECURRENT_POLICIES,
+}
 #: RecurrentActorCriticPolicy's keyword arguments (Config fields under the same name) and their defaults
 LSTM_KWARGS = {"lstm_hidden_size": 256, "n_lstm_layers": 1, "shared_lstm": False, "enable_critic_lstm": True}
 #: the sb3 ``PPO`` attributes a zip saves that are Config fields under the same name
-HYPERPARAMETERS = ("learning_rate", "n_steps", "batch_size", "n_epochs", "gamma", "gae_lambda", "clip_range", "clip_range_vf",
-                   "normalize_advantage", "ent_coef", "vf_coef", "max_grad_norm", "target_kl", "sde_sample_freq")
+HYPERPARAMETERS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range",
+    "clip_range_vf",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "sde_sample_freq",
+)
 #: policy_kwargs ppo_dict builds the same way (the optimizer's own settings travel in its saved state)
-POLICY_KWARGS = ("net_arch", "activation_fn", "ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                 "full_std", "use_expln", "squash_output", "optimizer_kwargs")
+POLICY_KWARGS = (
+    "net_arch",
+    "activation_fn",
+    "ortho_init",
+    "log_std_init",
+    "share_features_extractor",
+    "normalize_images",
+    "full_std",
+    "use_expln",
+    "squash_output",
+    "optimizer_kwargs",
+)
 DEFAULT_EXTRACTORS = ("FlattenExtractor", "NatureCNN", "CombinedExtractor")
 
 
@@ -120,8 +154,10 @@ def _load_zip(path: str, trust_pickles: bool) -> tuple[dict[str, Any], dict[str,
     try:
         import stable_baselines3  # noqa: F401  (reads the parameters)
     except ImportError as exc:
-        raise CheckpointError(f"--trained_agent {path}: reading an sb3 zip needs stable-baselines3 "
-                              "(pip install stable-baselines3==2.9.2, or ppo_dict's zoo extra)") from exc
+        raise CheckpointError(
+            f"--trained_agent {path}: reading an sb3 zip needs stable-baselines3 "
+            "(pip install stable-baselines3==2.9.2, or ppo_dict's zoo extra)"
+        ) from exc
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"{path}: not a zip file (an sb3 model is the .zip PPO.save writes)")
     try:
@@ -140,13 +176,17 @@ def check_is_ppo(path: str, data: dict[str, Any], params: dict[str, Any]) -> Non
     module, name = class_name(data.get("policy_class"))
     if name not in POLICY_MODULES.get(module, ()):
         algorithm = module.split(".")[1].upper() if module.startswith("stable_baselines3.") else module.split(".")[0]
-        raise CheckpointError(f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
-                              f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO, "
-                              f"RecurrentPPO)")
+        raise CheckpointError(
+            f"{path}: not an sb3 PPO model: its policy is {module}.{name} ({algorithm}); "
+            f"--trained_agent takes a zip saved by stable_baselines3.PPO (or sb3_contrib.MaskablePPO, "
+            f"RecurrentPPO)"
+        )
     missing = [k for k in ("clip_range", "n_epochs", "batch_size") if k not in data]
     if missing or "policy.optimizer" not in params:
-        raise CheckpointError(f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
-                              "(an A2C zip has the same policy class)")
+        raise CheckpointError(
+            f"{path}: not an sb3 PPO model: it has no {', '.join(missing or ['policy.optimizer'])} "
+            "(an A2C zip has the same policy class)"
+        )
     refuse_unrebuilt(path, data, ("policy_class", "observation_space", "action_space", "policy_kwargs"))
 
 
@@ -168,27 +208,44 @@ def policy_values(path: str, data: dict[str, Any], observation_space: spaces.Spa
         if not unsupported.get("lstm_kwargs", {}):
             unsupported.pop("lstm_kwargs", None)
     if unsupported:
-        raise CheckpointError(f"{path}: the policy uses policy_kwargs ppo_dict does not implement: "
-                              + ", ".join(f"{k}={v!r}" for k, v in unsupported.items()))
+        raise CheckpointError(
+            f"{path}: the policy uses policy_kwargs ppo_dict does not implement: "
+            + ", ".join(f"{k}={v!r}" for k, v in unsupported.items())
+        )
     activation = kwargs.get("activation_fn", torch.nn.Tanh)
     names = {cls: name for name, cls in ACTIVATION_CLASSES.items()}
     if activation not in names:
-        raise CheckpointError(f"{path}: activation_fn={activation!r} is not one ppo_dict builds "
-                              f"({', '.join(ACTIVATION_CLASSES)})")
+        raise CheckpointError(
+            f"{path}: activation_fn={activation!r} is not one ppo_dict builds ({', '.join(ACTIVATION_CLASSES)})"
+        )
     net_arch = kwargs.get("net_arch")
     if isinstance(net_arch, list) and net_arch and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # sb3 < 1.8's [dict(pi=..., vf=...)], as sb3's load converts it
     model = {**PPO_POLICIES, **MASKABLE_POLICIES, **RECURRENT_POLICIES}[policy_name]
     model = model or ("cnn" if contains_image(observation_space) else "mlp") + ("_lstm" if recurrent else "")
     lstm = {name: kwargs.get(name, default) for name, default in LSTM_KWARGS.items()} if recurrent else {}
-    defaults = {name: FIELDS[name].default
-                for name in ("ortho_init", "log_std_init", "share_features_extractor", "normalize_images",
-                                                         "full_std", "use_expln", "squash_output")}
+    defaults = {
+        name: FIELDS[name].default
+        for name in (
+            "ortho_init",
+            "log_std_init",
+            "share_features_extractor",
+            "normalize_images",
+            "full_std",
+            "use_expln",
+            "squash_output",
+        )
+    }
     # use_sde is the algorithm's setting in sb3 (passed to the policy), but it decides the policy's layers
-    return {"model": model, "net_arch": net_arch, "activation_fn": names[activation],
-            "use_sde": bool(data.get("use_sde", False)),
-            "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
-            **lstm, **{name: kwargs.get(name, default) for name, default in defaults.items()}}
+    return {
+        "model": model,
+        "net_arch": net_arch,
+        "activation_fn": names[activation],
+        "use_sde": bool(data.get("use_sde", False)),
+        "action_masks": policy_name in MASKABLE_POLICIES,  # a MaskablePPO zip continues with masks, a PPO zip without
+        **lstm,
+        **{name: kwargs.get(name, default) for name, default in defaults.items()},
+    }
 
 
 def saved_values(data: dict[str, Any]) -> dict[str, Any]:
@@ -201,8 +258,11 @@ def saved_values(data: dict[str, Any]) -> dict[str, Any]:
         value = data[name]
         if name in ("learning_rate", "clip_range") or (name == "clip_range_vf" and value is not None):
             expressed = schedule_value(value)
-            value = (expressed if expressed is not None
-                     else f"<{value!r} from the zip: not a constant or lin_ schedule; pass --{name}>")
+            value = (
+                expressed
+                if expressed is not None
+                else f"<{value!r} from the zip: not a constant or lin_ schedule; pass --{name}>"
+            )
         values[name] = value
     return values
 
@@ -221,10 +281,17 @@ def read_trained_agent(path: str, env: str, trust_pickles: bool = False) -> Trai
     check_is_ppo(path, data, params)
     observation_space, action_space = data["observation_space"], data["action_space"]
     try:  # the data entry's plain values are the file's, not sb3's: a wrong type is the file's fault
-        agent = TrainedAgent(path=path, saved=saved_values(data), pinned=policy_values(path, data, observation_space),
-                             policy_state=params["policy"], optimizer_state=params["policy.optimizer"],
-                             n_updates=int(data.get("_n_updates", 0)), observation_space=observation_space,
-                             action_space=action_space, steps=int(data.get("num_timesteps", 0)))
+        agent = TrainedAgent(
+            path=path,
+            saved=saved_values(data),
+            pinned=policy_values(path, data, observation_space),
+            policy_state=params["policy"],
+            optimizer_state=params["policy.optimizer"],
+            n_updates=int(data.get("_n_updates", 0)),
+            observation_space=observation_space,
+            action_space=action_space,
+            steps=int(data.get("num_timesteps", 0)),
+        )
     except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
         # ArithmeticError: a number past float's range
         raise CheckpointError(f"{path}: its data entry does not read as an sb3 PPO model's: {one_line(exc)}") from None
@@ -239,23 +306,29 @@ def agent_problems(agent: TrainedAgent, cfg: Config, observation_space: spaces.S
     """Why ``agent`` cannot continue in this run: other spaces (sb3's ``check_for_correct_spaces``
     wording), flags that contradict the zip, statistics for other observation keys."""
     problems = []
-    for what, saved, current in (("Observation", agent.observation_space, channel_first_space(observation_space)),
-                                 ("Action", agent.action_space, action_space)):
+    for what, saved, current in (
+        ("Observation", agent.observation_space, channel_first_space(observation_space)),
+        ("Action", agent.action_space, action_space),
+    ):
         if saved != current:
             problems.append(f"trained_agent={agent.path!r}: {what} spaces do not match: {saved} != {current} (env {cfg.env})")
     for name, value in agent.pinned.items():
         if getattr(cfg, name) != value:
             source = agent.vecnormalize if FIELDS[name].metadata["group"] == "normalize" else "its policy"
-            problems.append(f"{name}={getattr(cfg, name)!r}: the trained agent's {name} is {value!r} ({source}); "
-                            f"drop --{name}, the zip decides it")
+            problems.append(
+                f"{name}={getattr(cfg, name)!r}: the trained agent's {name} is {value!r} ({source}); "
+                f"drop --{name}, the zip decides it"
+            )
     if agent.normalizer_state is not None and cfg.normalize:
         from ppo_dict.data.storage import vector_obs_shapes
 
         ours = {key: tuple(shape) for key, shape in vector_obs_shapes(observation_space).items()}
         saved = {key: tuple(np.shape(rms["mean"])) for key, rms in agent.normalizer_state["obs_rms"].items()}
         if saved != ours:
-            problems.append(f"trained_agent: {agent.vecnormalize} normalises {saved} (key: shape), "
-                            f"ppo_dict normalises the vector keys {ours}")
+            problems.append(
+                f"trained_agent: {agent.vecnormalize} normalises {saved} (key: shape), "
+                f"ppo_dict normalises the vector keys {ours}"
+            )
     return problems
 
 

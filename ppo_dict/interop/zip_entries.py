@@ -8,6 +8,7 @@ and both sizes; the parameters are read as sb3's ``load_from_zip_file`` reads th
 weights-only loading, each from its capped bytes. A counter (``num_timesteps``...) that is not a whole
 number a run can count to, or a progress that is not a finite number, is refused by name.
 """
+
 from __future__ import annotations
 
 import io
@@ -56,8 +57,10 @@ def check_entries(archive: zipfile.ZipFile, where: Any) -> None:
     for info in archive.infolist():
         if info.filename == "data" or info.filename.endswith(".pth") or info.filename == "_stable_baselines3_version":
             if info.file_size > entry_cap(info):
-                raise CheckpointError(f"{where}: its entry {info.filename!r} holds {info.file_size:,} bytes; ppo_dict reads "
-                                      f"at most {entry_cap(info):,} for it (an sb3 model's is smaller)")
+                raise CheckpointError(
+                    f"{where}: its entry {info.filename!r} holds {info.file_size:,} bytes; ppo_dict reads "
+                    f"at most {entry_cap(info):,} for it (an sb3 model's is smaller)"
+                )
 
 
 def read_entry(archive: zipfile.ZipFile, name: str, where: Any) -> bytes:
@@ -104,8 +107,10 @@ def counter_problems(data: dict[str, Any]) -> list[str]:
     for name in COUNTERS:
         value = data.get(name, 1)
         if type(value) is not int or not (name != "n_envs" or value >= 1) or not 0 <= value < 2**63:
-            problems.append(f"{name}={str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: not a whole number in "
-                            f"[{1 if name == 'n_envs' else 0}, 2**63)")
+            problems.append(
+                f"{name}={str(value)[:40]}{'...' if len(str(value)) > 40 else ''}: not a whole number in "
+                f"[{1 if name == 'n_envs' else 0}, 2**63)"
+            )
     progress = data.get("_current_progress_remaining", 1.0)
     if type(progress) not in (int, float) or not math.isfinite(progress):
         problems.append(f"_current_progress_remaining={str(progress)[:40]}: not a finite number")

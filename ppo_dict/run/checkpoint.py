@@ -13,6 +13,7 @@ env i with ``resume_env_seed(seed, num_timesteps) + i`` (through the normaliser'
 ``learn(reset_num_timesteps=False)`` on a loaded model does), and says so: everything else saved continues bit for
 bit, but episodes in flight are cut.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,16 @@ import numpy as np
 import torch
 
 from ppo_dict.core.errors import CheckpointError
-from ppo_dict.core.files import (MODEL_FILE, atomic_write, config_values, finite_tensor, load_model_state, space_mismatch,
-                                 to_numpy, whole_number)
+from ppo_dict.core.files import (
+    MODEL_FILE,
+    atomic_write,
+    config_values,
+    finite_tensor,
+    load_model_state,
+    space_mismatch,
+    to_numpy,
+    whole_number,
+)
 from ppo_dict.core.logger import STDERR
 from ppo_dict.core.seeding import rng_state, rng_state_problems, set_rng_state
 from ppo_dict.envs.state import StateNotRestorable
@@ -68,8 +77,11 @@ def model_state(ppo: "PPO", envs: bool = True) -> dict[str, Any]:
         # recorded, not yet dumped (sb3 logs train/* at the next rollout's dump)
         "log_pending": saved(dict(getattr(ppo.logger, "current", {}))),
         "rng": rng_state(),
-        **({} if lstm_states is None
-           else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}),
+        **(
+            {}
+            if lstm_states is None
+            else {"lstm_states": [{k: torch.from_numpy(v) for k, v in g.items()} for g in lstm_states]}
+        ),
     }
 
 
@@ -107,8 +119,7 @@ def list_checkpoints(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
     names = [n for n in os.listdir(directory) if _NAME.match(n)]
-    return [os.path.join(directory, n)
-            for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
+    return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(_NAME.match(n).group(1)))]  # type: ignore[union-attr]
 
 
 def model_file(run_dir: str, which: str) -> str:
@@ -126,8 +137,11 @@ def model_file(run_dir: str, which: str) -> str:
 
 def remove_stale_temp_files(directory: str, log: TextIO = STDERR) -> list[str]:
     """Delete temp files left by a write that was killed (``.checkpoint_*.pt.*.tmp``); returns them."""
-    stale = [p for p in sorted(glob.glob(os.path.join(glob.escape(directory), ".checkpoint_*.tmp")))
-             if not os.path.isdir(p) or os.path.islink(p)]  # a folder of that name: refused by the resume's check
+    stale = [
+        p
+        for p in sorted(glob.glob(os.path.join(glob.escape(directory), ".checkpoint_*.tmp")))
+        if not os.path.isdir(p) or os.path.islink(p)
+    ]  # a folder of that name: refused by the resume's check
     for path in stale:
         os.unlink(path)
         print(f"removed {path}: a partial checkpoint from an interrupted write", file=log, flush=True)
@@ -220,8 +234,10 @@ def resumable(source: str, state: dict[str, Any]) -> dict[str, Any]:
     without the training state, or a checkpoint whose state is not what ppo_dict writes, is refused here,
     before the run builds anything (the shapes are checked against the policy when it is built: ``restore``)."""
     if "optimizer" not in state:
-        raise CheckpointError(f"{source}: a model without its training state (written by Model.save): it loads for prediction "
-                              "(Model.from_file), but training cannot resume from it; resume from a checkpoint")
+        raise CheckpointError(
+            f"{source}: a model without its training state (written by Model.save): it loads for prediction "
+            "(Model.from_file), but training cannot resume from it; resume from a checkpoint"
+        )
     problems = training_state_problems(state)
     if problems:
         raise CheckpointError(f"{source}: not a checkpoint ppo_dict wrote: {'; '.join(problems)}")
@@ -233,30 +249,45 @@ def training_state_problems(state: dict[str, Any]) -> list[str]:
     the episode buffers (1-d tensors of one length per buffer) and the RNG states (:func:`rng_state_problems`)."""
     problems = [f"no {key!r}" for key in ("optimizer", "iteration", "n_updates", "ep_r", "ep_l", "rng") if key not in state]
     optimizer = state.get("optimizer", {})
-    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
-            and isinstance(optimizer.get("param_groups"), list)
-            and all(isinstance(s, dict) and all(finite_tensor(v) or isinstance(v, (int, float)) for v in s.values())
-                    for s in optimizer["state"].values())):
+    if not (
+        isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and isinstance(optimizer.get("param_groups"), list)
+        and all(
+            isinstance(s, dict) and all(finite_tensor(v) or isinstance(v, (int, float)) for v in s.values())
+            for s in optimizer["state"].values()
+        )
+    ):
         problems.append("'optimizer': not an optimizer's state of finite tensors")
-    problems += [f"{key!r}={str(state[key])[:40]}: not a whole number in [0, 2**63)" for key in ("iteration", "n_updates")
-                 if key in state and not whole_number(state[key])]
+    problems += [
+        f"{key!r}={str(state[key])[:40]}: not a whole number in [0, 2**63)"
+        for key in ("iteration", "n_updates")
+        if key in state and not whole_number(state[key])
+    ]
     for main, extra in (("ep_r", ("ep_l",)), ("ep_success", ("ep_success_kinds",))):
         buffers = [state.get(main), *(state.get(key) for key in extra)]
-        if (main in state or extra[0] in state) and not (all(finite_tensor(b, 1) for b in buffers)
-                                                         and len({len(b) for b in buffers}) == 1):
+        if (main in state or extra[0] in state) and not (
+            all(finite_tensor(b, 1) for b in buffers) and len({len(b) for b in buffers}) == 1
+        ):
             problems.append(f"{main!r}, {', '.join(map(repr, extra))}: not finite 1-d tensors of one length")
     info, kinds = state.get("ep_info", {}), state.get("ep_info_kinds", {})
     n = len(state["ep_r"]) if finite_tensor(state.get("ep_r"), 1) else -1
-    if not (isinstance(info, dict) and isinstance(kinds, dict) and set(info) == set(kinds)
-            and all(finite_tensor(t, 1) and len(t) == n for t in [*info.values(), *kinds.values()])):
+    if not (
+        isinstance(info, dict)
+        and isinstance(kinds, dict)
+        and set(info) == set(kinds)
+        and all(finite_tensor(t, 1) and len(t) == n for t in [*info.values(), *kinds.values()])
+    ):
         problems.append("'ep_info', 'ep_info_kinds': not finite 1-d tensors, one per info keyword, as long as 'ep_r'")
     lstm = state.get("lstm_states", [])
     if not (isinstance(lstm, list) and all(isinstance(g, dict) and all(finite_tensor(t) for t in g.values()) for g in lstm)):
         problems.append("'lstm_states': not a list of dicts of finite tensors")
     try:
         pending = read_saved(state["log_pending"], "'log_pending'") if "log_pending" in state else {}
-        if not (isinstance(pending, dict)
-                and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())):
+        if not (
+            isinstance(pending, dict)
+            and all(isinstance(k, str) and isinstance(v, (str, int, float, np.generic)) for k, v in pending.items())
+        ):
             problems.append("'log_pending': not a dict of logged numbers and strings")
     except StateNotRestorable as exc:
         problems.append(str(exc))
@@ -308,8 +339,10 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
     if mismatch:
         raise CheckpointError(f"{source}: {mismatch} (env {ppo.cfg.env})")
     if (state["normalizer"] is None) != (ppo.normalizer is None):
-        raise CheckpointError(f"{source}: saved with normalize={state['normalizer'] is not None}, "
-                              f"but this run has normalize={ppo.normalizer is not None}")
+        raise CheckpointError(
+            f"{source}: saved with normalize={state['normalizer'] is not None}, "
+            f"but this run has normalize={ppo.normalizer is not None}"
+        )
     ppo.model.load(state["policy"], to_numpy(state["normalizer"]), source)
     ppo.load_optimizer(state["optimizer"], source)
     ppo.num_timesteps, ppo.iteration, ppo.n_updates = state["num_timesteps"], state["iteration"], state["n_updates"]
@@ -319,9 +352,11 @@ def restore(ppo: "PPO", state: dict[str, Any], source: str) -> None:
         pending.clear()
         pending.update(read_saved(state["log_pending"], "log_pending") if "log_pending" in state else {})
     if ("lstm_states" in state) != ppo.cfg.recurrent or len(state.get("lstm_states", ())) != len(ppo.lstm_states() or ()):
-        raise CheckpointError(f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
-                              f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "
-                              f"double_buffer={ppo.cfg.double_buffer}")
+        raise CheckpointError(
+            f"{source}: {'holds' if 'lstm_states' in state else 'has no'} recurrent LSTM states "
+            f"({len(state.get('lstm_states', ()))} sets), but this run has model={ppo.cfg.model!r}, "
+            f"double_buffer={ppo.cfg.double_buffer}"
+        )
     if "lstm_states" in state:
         ppo.load_lstm_states([{k: v.numpy() for k, v in group.items()} for group in state["lstm_states"]])
     set_rng_state(state["rng"])

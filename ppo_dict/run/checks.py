@@ -5,6 +5,7 @@ and probed once, so that the model can be matched to its observation and the bac
 the worker layout), rl-zoo files, and the paths to write or resume. :func:`validate` returns the
 probed env backend, which ``ppo_dict.vec.make_env_pool`` then uses without probing again.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -50,13 +51,19 @@ def sb3_file_problems(cfg: Config) -> list[str]:
     GRU's ``--export_sb3``, a GRU started from a ``--trained_agent`` (RecurrentPPO's zips hold LSTMs)."""
     gru, problems = cfg.recurrent and cfg.rnn_type == "gru", []
     if cfg.recurrent and (cfg.action_masks or gru) and cfg.export_sb3 is not None:
-        what = ("a GRU model (RecurrentPPO has LSTMs only)" if gru
-                else "a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM)")
-        problems.append(f"export_sb3={cfg.export_sb3!r}: sb3-contrib cannot load {what}; drop --export_sb3 "
-                        "(the run's checkpoints and model files hold it for ppo_dict)")
+        what = (
+            "a GRU model (RecurrentPPO has LSTMs only)"
+            if gru
+            else "a masked recurrent model (RecurrentPPO has no masks, MaskablePPO no LSTM)"
+        )
+        problems.append(
+            f"export_sb3={cfg.export_sb3!r}: sb3-contrib cannot load {what}; drop --export_sb3 "
+            "(the run's checkpoints and model files hold it for ppo_dict)"
+        )
     if gru and cfg.trained_agent is not None:
-        problems.append(f"rnn_type='gru': a RecurrentPPO zip (trained_agent={cfg.trained_agent!r}) holds LSTMs; drop "
-                        f"--rnn_type")
+        problems.append(
+            f"rnn_type='gru': a RecurrentPPO zip (trained_agent={cfg.trained_agent!r}) holds LSTMs; drop --rnn_type"
+        )
     return problems
 
 
@@ -74,8 +81,11 @@ def output_problems(cfg: Config, resumed: Optional[tuple[str, dict[str, Any]]], 
 
 def recurrent_settings(cfg: Config) -> dict[str, Any]:
     """What makes a model recurrent, and how: its model and sb3-contrib's LSTM arguments, resolved."""
-    return ({"model": cfg.model, "rnn_type": cfg.rnn_type or "lstm", **cfg.lstm_settings} if cfg.recurrent
-            else {"model": cfg.model})
+    return (
+        {"model": cfg.model, "rnn_type": cfg.rnn_type or "lstm", **cfg.lstm_settings}
+        if cfg.recurrent
+        else {"model": cfg.model}
+    )
 
 
 def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str]:
@@ -86,10 +96,13 @@ def resume_problems(cfg: Config, saved: dict[str, Any], source: str) -> list[str
         return []
     kind = lambda c: "a recurrent model" if c.recurrent else "a model without LSTM"  # noqa: E731
     old, new = recurrent_settings(then), recurrent_settings(cfg)
-    differ = ", ".join(f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new])
-                       if old.get(k) != new.get(k))
-    return [f"resume={source!r}: the checkpoint holds {kind(then)} and this run asks for {kind(cfg)} ({differ}): "
-            "resume with the checkpoint's model settings (drop the flags that change them)"]
+    differ = ", ".join(
+        f"{k}={old.get(k)!r} there, {new.get(k)!r} here" for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)
+    )
+    return [
+        f"resume={source!r}: the checkpoint holds {kind(then)} and this run asks for {kind(cfg)} ({differ}): "
+        "resume with the checkpoint's model settings (drop the flags that change them)"
+    ]
 
 
 @dataclass(frozen=True)
@@ -104,15 +117,25 @@ class RunCheck:
     machine: Machine
 
 
-def validate(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
-             machine: Optional[Machine] = None, resumed: Optional[tuple[str, dict[str, Any]]] = None) -> EnvBackend:
+def validate(
+    cfg: Config,
+    agent: Optional[TrainedAgent] = None,
+    unreadable: Optional[dict[str, str]] = None,
+    machine: Optional[Machine] = None,
+    resumed: Optional[tuple[str, dict[str, Any]]] = None,
+) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend
     (:func:`check_run`, which also says what the run needs of the machine)."""
     return check_run(cfg, agent, unreadable, machine, resumed).backend
 
 
-def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Optional[dict[str, str]] = None,
-              machine: Optional[Machine] = None, resumed: Optional[tuple[str, dict[str, Any]]] = None) -> RunCheck:
+def check_run(
+    cfg: Config,
+    agent: Optional[TrainedAgent] = None,
+    unreadable: Optional[dict[str, str]] = None,
+    machine: Optional[Machine] = None,
+    resumed: Optional[tuple[str, dict[str, Any]]] = None,
+) -> RunCheck:
     """The whole check: raise one :class:`ConfigError` listing every problem, or return the :class:`RunCheck`.
 
     ``cfg``: a config from flags or keyword arguments; ``unreadable``: the values no parser could
@@ -126,8 +149,12 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
     """
     unreadable = dict(unreadable or {})
     machine = machine or Machine.probe()
-    problems = (list(unreadable.values()) + cfg.problems() + path_problems(cfg, read_file=resumed is None)
-                + core_problems(cfg, machine))
+    problems = (
+        list(unreadable.values())
+        + cfg.problems()
+        + path_problems(cfg, read_file=resumed is None)
+        + core_problems(cfg, machine)
+    )
     problems += [] if resumed is None else resume_problems(cfg, resumed[1], resumed[0])
     backend = probe_backend(cfg, unreadable, problems)
     result = None
@@ -136,8 +163,10 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
         if agent is not None:
             found += agent_problems(agent, cfg, backend.observation_space, backend.action_space)
         if not found and not any(problem_setting(p) in MEASURED_SETTINGS for p in problems):
-            policy_ok = not any(problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS
-                                for p in problems)
+            policy_ok = not any(
+                problem_setting(p) in FIELDS and FIELDS[problem_setting(p)].metadata["group"] in POLICY_GROUPS
+                for p in problems
+            )
             result, found = machine_check(cfg, backend, machine, measure_policy=policy_ok)
         problems += found
     problems += output_problems(cfg, resumed, None if result is None else result.needs.parameters)
@@ -155,8 +184,17 @@ def check_run(cfg: Config, agent: Optional[TrainedAgent] = None, unreadable: Opt
 
 
 #: Settings that size the rollout storage or place the policy: while one is refused, the run is not measured.
-MEASURED_SETTINGS = ("n_envs", "num_workers", "envs_per_worker", "n_steps", "batch_size", "num_batches", "main_envs",
-                     "info_keywords", "device")
+MEASURED_SETTINGS = (
+    "n_envs",
+    "num_workers",
+    "envs_per_worker",
+    "n_steps",
+    "batch_size",
+    "num_batches",
+    "main_envs",
+    "info_keywords",
+    "device",
+)
 #: Field groups that shape the policy: while one of their settings is refused, the policy is not built to be measured.
 POLICY_GROUPS = ("policy", "recurrent")
 #: Field groups that shape the env, and the settings that size what a probe builds (see probe_backend).
@@ -185,8 +223,9 @@ def probe_backend(cfg: Config, unreadable: dict[str, str], problems: list[str]) 
     return None
 
 
-def machine_check(cfg: Config, backend: EnvBackend, machine: Machine,
-                  measure_policy: bool) -> tuple[Optional[RunCheck], list[str]]:
+def machine_check(
+    cfg: Config, backend: EnvBackend, machine: Machine, measure_policy: bool
+) -> tuple[Optional[RunCheck], list[str]]:
     """``(check, problems)``: the device, the policy (measured on the meta device when
     ``measure_policy``: no other problem, so it can be built), what the run needs, and where that
     does not fit the machine."""
@@ -199,8 +238,10 @@ def machine_check(cfg: Config, backend: EnvBackend, machine: Machine,
         try:
             parameters, floats = policy_size(cfg, backend.observation_space, backend.action_space)
         except Exception as exc:  # noqa: BLE001 (what building the policy for real would raise)
-            return None, [f"model={cfg.model!r}: the policy cannot be built for {backend.label}'s observations "
-                          f"({backend.observation_space}): {type(exc).__name__}: {exc}"]
+            return None, [
+                f"model={cfg.model!r}: the policy cannot be built for {backend.label}'s observations "
+                f"({backend.observation_space}): {type(exc).__name__}: {exc}"
+            ]
     try:
         needs = run_needs(cfg, backend, device, parameters, floats)
     except (ValueError, OverflowError, MemoryError) as exc:
@@ -216,23 +257,33 @@ def device_problems(device: str) -> list[str]:
         return [f"device={device!r}: no CUDA device is available here (torch {torch.__version__}); use --device cpu or auto"]
     index = int(device.partition(":")[2] or 0)
     if index >= torch.cuda.device_count():
-        return [f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
-                f"cuda:{torch.cuda.device_count() - 1}"]
+        return [
+            f"device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1}"
+        ]
     return []
 
 
 #: the one line a run with ``--lstm_fast_path True`` prints
-FAST_PATH_NOTICE = ("notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): "
-                    "sb3-contrib RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)")
+FAST_PATH_NOTICE = (
+    "notice: --lstm_fast_path True trains each LSTM over whole sequences (one call per minibatch): "
+    "sb3-contrib RecurrentPPO's algorithm and losses, not its bits (gradients differ in rounding)"
+)
 
 
 def warn_single_step_sequences(cfg: Config) -> None:
     """RecurrentPPO takes these settings, but every training sequence is one step long: the LSTM is
     trained from stored states only, never through time."""
-    why = (f"n_steps={cfg.n_steps}: each env's rollout is one step" if cfg.n_steps == 1
-           else f"batch_size={cfg.minibatch_size}: each minibatch is one step")
-    warnings.warn(f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through "
-                  f"time in the LSTM; choose n_steps and batch_size of several steps", stacklevel=2)
+    why = (
+        f"n_steps={cfg.n_steps}: each env's rollout is one step"
+        if cfg.n_steps == 1
+        else f"batch_size={cfg.minibatch_size}: each minibatch is one step"
+    )
+    warnings.warn(
+        f"model={cfg.model!r} with {why}, so every training sequence has one step and no gradient flows through "
+        f"time in the LSTM; choose n_steps and batch_size of several steps",
+        stacklevel=2,
+    )
 
 
 def warn_truncated_minibatch(batch_size: int, n_steps: int, n_envs: int) -> None:

@@ -11,6 +11,7 @@ rl-zoo's spellings are aliases of the same flags (:data:`ALIASES`: ``-n``, ``--t
 ``--algo`` takes rl-zoo's ``ppo`` and ``ppo_lstm``. ``--dry_run`` and ``--algo`` are the command line's
 own flags, not settings (:data:`COMMAND_LINE_FLAGS`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,13 @@ def description(doc: str) -> str:
 def command_parser(prog: str, doc: str, options: Sequence[Option] = (), epilog: Optional[str] = None) -> FlagParser:
     """A command's parser: its :func:`description` from its module's docstring (``doc``); each option's
     default shown in its help; ``epilog`` (examples) as written; errors in one line (:class:`FlagParser`)."""
-    parser = FlagParser(prog=prog, description=description(doc), epilog=epilog and plain(epilog), allow_abbrev=False,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = FlagParser(
+        prog=prog,
+        description=description(doc),
+        epilog=epilog and plain(epilog),
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for option in options:
         add_option(parser, option)
     return parser
@@ -122,8 +128,11 @@ def flag_text(f: dataclasses.Field, spellings: bool = True) -> str:
     """What field ``f``'s flag does, as the flags page says it: its help, what None means, rl-zoo's spellings of it
     (not with ``spellings`` False: the setting as Python names it)."""
     none, aliases = f.metadata.get("none", ""), ALIASES.get(f.name, ()) if spellings else ()
-    return (f.metadata["help"] + (f" (None: {none})" if none else "")
-            + (f" (rl-zoo's spelling{'s' * (len(aliases) > 1)}: {', '.join(aliases)})" if aliases else ""))
+    return (
+        f.metadata["help"]
+        + (f" (None: {none})" if none else "")
+        + (f" (rl-zoo's spelling{'s' * (len(aliases) > 1)}: {', '.join(aliases)})" if aliases else "")
+    )
 
 
 def flag_groups() -> dict[str, list[dataclasses.Field]]:
@@ -152,9 +161,14 @@ def field_option(f: dataclasses.Field, default: Any, suppress: bool) -> Option:
     return Option((f"--{f.name}", *ALIASES.get(f.name, ())), f.metadata["help"], default, shown_default(f, default), kwargs)
 
 
-def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: bool = False,
-                 defaults: Optional[dict[str, Any]] = None, doc: str = MAIN_DOC,
-                 extra: Optional[dict[str, Sequence[Option]]] = None, epilog: Optional[str] = None) -> FlagParser:
+def build_parser(
+    prog: str = "python -m ppo_dict.main_ppo",
+    suppress_defaults: bool = False,
+    defaults: Optional[dict[str, Any]] = None,
+    doc: str = MAIN_DOC,
+    extra: Optional[dict[str, Sequence[Option]]] = None,
+    epilog: Optional[str] = None,
+) -> FlagParser:
     """An argparse parser with one ``--flag`` per :class:`Config` field, grouped as the fields are, and the
     command line's own flags (:data:`COMMAND_LINE_FLAGS`). Values are kept as typed (:func:`read_command_line` reads them).
 
@@ -164,15 +178,31 @@ def build_parser(prog: str = "python -m ppo_dict.main_ppo", suppress_defaults: b
     command adds (main_ppo_godot's ``--env_path``); ``epilog``: its examples.
     """
     parser = command_parser(prog, doc, epilog=epilog)
-    parser.add_argument("--dry_run", nargs="?", const="True", default=argparse.SUPPRESS if suppress_defaults else False,
-                        type=str, metavar="True|False", help=help_text(DRY_RUN_HELP, "False"))
-    parser.add_argument("--algo", default=argparse.SUPPRESS if suppress_defaults else "ppo", type=str,
-                        metavar="|".join(ZOO_ALGOS), help=help_text(ALGO_HELP, "ppo"))
+    parser.add_argument(
+        "--dry_run",
+        nargs="?",
+        const="True",
+        default=argparse.SUPPRESS if suppress_defaults else False,
+        type=str,
+        metavar="True|False",
+        help=help_text(DRY_RUN_HELP, "False"),
+    )
+    parser.add_argument(
+        "--algo",
+        default=argparse.SUPPRESS if suppress_defaults else "ppo",
+        type=str,
+        metavar="|".join(ZOO_ALGOS),
+        help=help_text(ALGO_HELP, "ppo"),
+    )
     zoo = parser.add_argument_group("rl-zoo's train.py flags")
     for name, (spellings, text, default) in ZOO_FLAGS.items():
-        zoo.add_argument(*spellings, dest=name, default=argparse.SUPPRESS, help=help_text(text, default),
-                         **({"nargs": "?", "const": "True", "metavar": "True|False"} if name == "track"
-                            else {"metavar": name.upper()}))
+        zoo.add_argument(
+            *spellings,
+            dest=name,
+            default=argparse.SUPPRESS,
+            help=help_text(text, default),
+            **({"nargs": "?", "const": "True", "metavar": "True|False"} if name == "track" else {"metavar": name.upper()}),
+        )
     for group_name, fields in flag_groups().items():
         group = parser.add_argument_group(group_name)
         for f in fields:
@@ -234,8 +264,9 @@ def explicit_flags(argv: Optional[list[str]]) -> dict[str, Any]:
     return line.flags
 
 
-def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None,
-                     pinned: Optional[dict[str, Any]] = None) -> Config:
+def config_from_args(
+    argv: Optional[list[str]] = None, base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None
+) -> Config:
     """Parse a command line into a :class:`Config` (not yet checked: ``ppo_dict.run.checks.validate``);
     argparse exits 2 on unknown flags, :class:`ConfigError` lists the values no parser reads.
     See :func:`read_config`."""
@@ -246,8 +277,9 @@ def config_from_args(argv: Optional[list[str]] = None, base: Optional[dict[str, 
     return cfg
 
 
-def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
-                      pinned: Optional[dict[str, Any]] = None) -> Config:
+def config_from_flags(
+    given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None
+) -> Config:
     """The :class:`Config` of a command line parsed once (``given``: :func:`explicit_flags`); raises
     one :class:`ConfigError` for values no parser reads. See :func:`read_config`."""
     cfg, unreadable = read_config(given, base, pinned)
@@ -256,8 +288,9 @@ def config_from_flags(given: dict[str, Any], base: Optional[dict[str, Any]] = No
     return cfg
 
 
-def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
-                pinned: Optional[dict[str, Any]] = None, algo: str = "ppo") -> tuple[Config, dict[str, str]]:
+def read_config(
+    given: dict[str, Any], base: Optional[dict[str, Any]] = None, pinned: Optional[dict[str, Any]] = None, algo: str = "ppo"
+) -> tuple[Config, dict[str, str]]:
     """``(config, unreadable)`` (:meth:`Config.read`) of a command line read once (``given``:
     :attr:`CommandLine.flags`; ``algo``: its ``--algo``).
 
@@ -278,7 +311,8 @@ def read_config(given: dict[str, Any], base: Optional[dict[str, Any]] = None,
     layered.update(given)
     cfg, unreadable = Config.read(layered)  # the dataclass fills in sb3's defaults
     if ZOO_ALGOS[algo] and not cfg.recurrent:
-        unreadable["algo"] = (f"algo={algo!r}: sb3-contrib's RecurrentPPO trains a recurrent model (--model "
-                              f"{' or '.join(RECURRENT_MODELS)}), not model={cfg.model!r}")
+        unreadable["algo"] = (
+            f"algo={algo!r}: sb3-contrib's RecurrentPPO trains a recurrent model (--model "
+            f"{' or '.join(RECURRENT_MODELS)}), not model={cfg.model!r}"
+        )
     return cfg, unreadable
-

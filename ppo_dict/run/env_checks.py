@@ -2,6 +2,7 @@
 ``ppo_dict.run.checks.validate``): its spaces as sb3's PPO takes them, the model for its observation, the worker
 layout in the backend's units, the action masks, the info keywords at an episode end, and what only gymnasium envs do.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,11 +20,15 @@ def model_problem(model: str, observation_space) -> str:
     """Why ``model`` cannot take the observation, or ``""`` when it can."""
     images, suffix = contains_image(observation_space), "_lstm" if model.endswith("_lstm") else ""
     if model.removesuffix(suffix) == "mlp" and images:
-        return (f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for "
-                f"dict observations)")
+        return (
+            f"model={model!r}: the observation holds images; use --model cnn{suffix} (NatureCNN, or per-key NatureCNN for "
+            f"dict observations)"
+        )
     if model.removesuffix(suffix) == "cnn" and not images:
-        return (f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to "
-                f"observe frames)")
+        return (
+            f"model={model!r}: the observation holds no image; use --model mlp{suffix} (or --pixel_obs_wrapper True to "
+            f"observe frames)"
+        )
     return ""
 
 
@@ -32,8 +37,11 @@ def space_problems(cfg: Config, observation_space, action_space) -> list[str]:
     problems = [f"env={cfg.env!r}: observation space: {p}" for p in [ppo_observation_problem(observation_space)] if p]
     problems += [f"env={cfg.env!r}: action space: {p}" for p in [action_space_problem(action_space)] if p]
     if cfg.use_sde and not problems:
-        problems += [f"use_sde=True: {p} ({cfg.env} acts in {action_space})"
-                     for p in [action_space_problem(action_space, use_sde=True)] if p]
+        problems += [
+            f"use_sde=True: {p} ({cfg.env} acts in {action_space})"
+            for p in [action_space_problem(action_space, use_sde=True)]
+            if p
+        ]
     return problems
 
 
@@ -46,29 +54,47 @@ def env_problems(cfg: Config, backend: EnvBackend) -> list[str]:
     layout = backend.layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.step_timeout)
     problems += layout
     if backend.unit > 1 and not layout:  # in whole units of the backend's envs (Config.problems checked them one by one)
-        problems += layout_problems(n_envs, cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs,
-                                    cfg.double_buffer, backend.unit, backend.label)
+        problems += layout_problems(
+            n_envs,
+            cfg.num_workers,
+            cfg.envs_per_worker,
+            cfg.main_envs,
+            cfg.main_steps_envs,
+            cfg.double_buffer,
+            backend.unit,
+            backend.label,
+        )
     if cfg.frame_stack > 1 and cfg.normalize and cfg.norm_obs and not cfg.pixel_obs_wrapper and not any(problems):
         stacked = list(vector_obs_shapes(backend.observation_space))  # every key is stacked, except beside rendered pixels
         if stacked:
-            problems.append(f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each "
-                            f"observation before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the "
-                            f"statistics of {stacked} would be over stacks (their zero padding included) and not sb3's: use "
-                            f"--norm_obs False, or no --frame_stack")
+            problems.append(
+                f"frame_stack={cfg.frame_stack}: with normalize and norm_obs, sb3 and rl-zoo normalise each "
+                f"observation before VecFrameStack stacks them, but ppo_dict stacks inside the env, so the "
+                f"statistics of {stacked} would be over stacks (their zero padding included) and not sb3's: use "
+                f"--norm_obs False, or no --frame_stack"
+            )
     if cfg.action_masks and not any(problems):
         problems += masking_problems(cfg, backend)
     if cfg.double_buffer and n_envs < 2 * backend.unit:
-        problems.append(f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs "
-                        f"({backend.label})")
+        problems.append(
+            f"double_buffer=True: n_envs={n_envs} cannot make two halves of whole units of {backend.unit} envs "
+            f"({backend.label})"
+        )
     if cfg.info_keywords and not backend.makes_gym_envs:
-        problems.append(f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: "
-                        f"they send no infos)")
+        problems.append(
+            f"info_keywords={','.join(cfg.info_keywords)}: not supported for {backend.label} (not gymnasium envs: "
+            f"they send no infos)"
+        )
     elif cfg.info_keywords and not any(problems):
         problems.append(info_keyword_problem(cfg, backend))
     if not backend.makes_gym_envs:
         asked = {"eval_freq": cfg.eval_freq > 0, "video": cfg.video, "export_sb3": cfg.export_sb3 is not None}
-        problems += [f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
-                     "which this one is not)" for flag, on in asked.items() if on]
+        problems += [
+            f"{flag}: not supported for {backend.label} yet (it builds the env alone as a gymnasium env, "
+            "which this one is not)"
+            for flag, on in asked.items()
+            if on
+        ]
     return [p for p in problems if p]
 
 
@@ -93,9 +119,15 @@ def info_keyword_problem(cfg: Config, backend: EnvBackend) -> str:
             _, _, terminated, truncated, info = env.step(env.action_space.sample())
             if terminated or truncated:
                 missing = [key for key in cfg.info_keywords if key not in info]
-                return (f"info_keywords={','.join(missing)}: {cfg.env}'s info at an episode end has no "
+                return (
+                    (
+                        f"info_keywords={','.join(missing)}: {cfg.env}'s info at an episode end has no "
                         f"{' or '.join(map(repr, missing))} (its keys: {sorted(info)}; one env was played to its first "
-                        f"episode end to check)") if missing else ""
+                        f"episode end to check)"
+                    )
+                    if missing
+                    else ""
+                )
             if time.monotonic() > deadline:
                 break
     except Exception:  # noqa: BLE001 (random actions an env refuses: the run reports its own failures)

@@ -17,6 +17,7 @@ The normaliser's per-env running returns are in its own state (``normalizer``), 
 states in ``lstm_states``. A resume puts everything back when every env has a state (:func:`resume_envs`); else every
 env restarts from a reset with a seed derived from the checkpoint's step, as before, and the run says why.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
@@ -132,8 +133,10 @@ def restart_reasons(states: Any) -> list[str]:
     for i, state in enumerate(states or []):
         if isinstance(state, dict) and state.get("env") is None:
             reasons.setdefault(str(state.get("problem") or "no state saved"), []).append(i)
-    return [f"env{'s' if len(envs) > 1 else ''} {', '.join(map(str, envs[:8]))}{'...' if len(envs) > 8 else ''}: {why}"
-            for why, envs in reasons.items()]
+    return [
+        f"env{'s' if len(envs) > 1 else ''} {', '.join(map(str, envs[:8]))}{'...' if len(envs) > 8 else ''}: {why}"
+        for why, envs in reasons.items()
+    ]
 
 
 def env_state_problems(state: dict[str, Any]) -> list[str]:
@@ -152,19 +155,30 @@ def env_state_problems(state: dict[str, Any]) -> list[str]:
         if entry.get("env") is None:
             if not isinstance(entry.get("problem"), str):
                 problems.append(f"'envs'[{i}]: no state and no reason")
-        elif not (isinstance(entry.get("return"), float) and np.isfinite(entry["return"]) and type(entry.get("length")) is int
-                  and 0 <= entry["length"] < 2**62):
+        elif not (
+            isinstance(entry.get("return"), float)
+            and np.isfinite(entry["return"])
+            and type(entry.get("length")) is int
+            and 0 <= entry["length"] < 2**62
+        ):
             problems.append(f"'envs'[{i}]: its running episode is not a finite return and a whole length")
         elif first_problem(entry["env"]):
             problems.append(f"'envs'[{i}]: {first_problem(entry['env'])}")
         if len(problems) >= 3:
             break
     carry = state.get("carry")
-    if not (isinstance(carry, dict) and isinstance(carry.get("env_obs"), dict) and isinstance(carry.get("obs"), dict)
-            and isinstance(carry.get("last_dones"), torch.Tensor) and carry["last_dones"].dtype == torch.bool
-            and tuple(carry["last_dones"].shape) == (len(envs),)
-            and all(isinstance(t, torch.Tensor) and t.shape[:1] == (len(envs),)
-                    for t in [*carry["env_obs"].values(), *carry["obs"].values()])):
+    if not (
+        isinstance(carry, dict)
+        and isinstance(carry.get("env_obs"), dict)
+        and isinstance(carry.get("obs"), dict)
+        and isinstance(carry.get("last_dones"), torch.Tensor)
+        and carry["last_dones"].dtype == torch.bool
+        and tuple(carry["last_dones"].shape) == (len(envs),)
+        and all(
+            isinstance(t, torch.Tensor) and t.shape[:1] == (len(envs),)
+            for t in [*carry["env_obs"].values(), *carry["obs"].values()]
+        )
+    ):
         problems.append(f"'carry': not the first rows of {len(envs)} envs' observations and their episode ends")
     return problems
 
@@ -178,8 +192,10 @@ def _put_carry(ppo: "PPO", carry: dict[str, Any], source: str) -> None:
                 raise CheckpointError(f"{source}: the saved first row of observation {key!r} does not fit this run's storage")
             arrays[key][0] = value.numpy()
     if (s.action_masks is None) != ("action_masks" not in carry):
-        raise CheckpointError(f"{source}: saved {'with' if 'action_masks' in carry else 'without'} action masks, this run "
-                              f"{'has' if s.action_masks is not None else 'has none'}")
+        raise CheckpointError(
+            f"{source}: saved {'with' if 'action_masks' in carry else 'without'} action masks, this run "
+            f"{'has' if s.action_masks is not None else 'has none'}"
+        )
     if s.action_masks is not None:
         if tuple(carry["action_masks"].shape) != s.action_masks.shape[1:]:
             raise CheckpointError(f"{source}: the saved action masks do not fit this run's")
@@ -188,9 +204,24 @@ def _put_carry(ppo: "PPO", carry: dict[str, Any], source: str) -> None:
 
 
 #: the settings that make the envs: a resume with other values builds other envs, which the saved states do not fit
-ENV_SETTINGS = ("env", "env_kwargs", "gym_packages", "pixel_obs_wrapper", "image_size", "grayscale", "pixel_keep_state",
-                "frame_stack", "atari_wrapper", "atari_noop_max", "atari_frame_skip", "atari_terminal_on_life_loss",
-                "atari_clip_reward", "atari_action_repeat_probability", "action_masks", "info_keywords")
+ENV_SETTINGS = (
+    "env",
+    "env_kwargs",
+    "gym_packages",
+    "pixel_obs_wrapper",
+    "image_size",
+    "grayscale",
+    "pixel_keep_state",
+    "frame_stack",
+    "atari_wrapper",
+    "atari_noop_max",
+    "atari_frame_skip",
+    "atari_terminal_on_life_loss",
+    "atari_clip_reward",
+    "atari_action_repeat_probability",
+    "action_masks",
+    "info_keywords",
+)
 
 
 def env_settings_changed(saved_config: Any, current: dict[str, Any]) -> list[str]:
@@ -216,12 +247,19 @@ def resume_envs(ppo: "PPO", state: dict[str, Any], source: str, trusted: bool) -
     elif len(states) != n_envs:
         reasons = [f"the checkpoint holds {len(states)} envs, this run has {n_envs}"]
     states = states[mine.start : mine.stop]
-    carry = {key: ({k: v[mine.start : mine.stop] for k, v in value.items()} if isinstance(value, dict)
-                   else value[mine.start : mine.stop])
-             for key, value in state["carry"].items()}
+    carry = {
+        key: (
+            {k: v[mine.start : mine.stop] for k, v in value.items()}
+            if isinstance(value, dict)
+            else value[mine.start : mine.stop]
+        )
+        for key, value in state["carry"].items()
+    }
     if not trusted and not reasons and any("ale" in layer for entry in states for layer in entry["env"]):
-        reasons = ["ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from "
-                   "elsewhere)"]
+        reasons = [
+            "ALE's saved emulator bytes are restored only from the run directory's own checkpoints (this one is from "
+            "elsewhere)"
+        ]
     if reasons:
         return f"envs reset with seed {ppo.env_seed}, not restored: " + "; ".join(reasons)
 

@@ -6,6 +6,7 @@ games are played stochastically through the training wrappers and scored by whol
 evaluation draws nothing from the training RNG streams: their states are saved before and put
 back after (see :func:`preserved_rng`), so a run with evaluation trains bit for bit as without.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -56,14 +57,20 @@ def read_evaluations(path: str) -> dict[str, np.ndarray]:
     successes = data.get("successes", np.zeros((0, results.shape[-1] if results.ndim else 0)))
     if not (timesteps.ndim == 1 and timesteps.dtype.kind in "iu" and (timesteps >= 0).all()):
         raise ValueError(f"{path}: timesteps {timesteps.dtype}{list(timesteps.shape)} is not an array of steps")
-    if not (results.ndim == 2 and len(results) == len(timesteps) and results.dtype.kind in "iuf"
-            and np.isfinite(results).all()):
+    if not (
+        results.ndim == 2 and len(results) == len(timesteps) and results.dtype.kind in "iuf" and np.isfinite(results).all()
+    ):
         raise ValueError(f"{path}: results {results.dtype}{list(results.shape)} is not finite returns, a row per evaluation")
     if not (lengths.shape == results.shape and lengths.dtype.kind in "iu" and (lengths >= 0).all()):
-        raise ValueError(f"{path}: ep_lengths {lengths.dtype}{list(lengths.shape)} is not episode lengths of the results' "
-                         f"shape")
-    if not (successes.ndim == 2 and len(successes) <= len(timesteps) and successes.dtype.kind in "biuf"
-            and np.isfinite(successes).all()):
+        raise ValueError(
+            f"{path}: ep_lengths {lengths.dtype}{list(lengths.shape)} is not episode lengths of the results' shape"
+        )
+    if not (
+        successes.ndim == 2
+        and len(successes) <= len(timesteps)
+        and successes.dtype.kind in "biuf"
+        and np.isfinite(successes).all()
+    ):
         raise ValueError(f"{path}: successes {successes.dtype}{list(successes.shape)} is not an evaluation's successes")
     return data
 
@@ -190,8 +197,9 @@ def run_episodes(
     lengths: list[int] = []
     obs, _ = calls("reset", lambda: env.reset(seed=seed), [seed])
     state, episode_start = None, np.array([True])  # a recurrent model's LSTM states, carried from step to step
-    read_masks = (calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked
-                  else None)
+    read_masks = (
+        calls("action_masks", lambda: env_masks(env, model.action_space), "before evaluation") if model.policy.masked else None
+    )
     while len(returns) < n_episodes:
         at = f"at evaluation step {book.lengths[0]} of episode {len(returns) + 1}"
         if video is not None and not returns and video.frames < video_length:
@@ -210,8 +218,9 @@ def run_episodes(
     return returns, lengths
 
 
-def count_end(book: EpisodeBook, info: dict[str, Any], returns: list[float], lengths: list[int],
-              successes: Optional[list[Any]]) -> None:
+def count_end(
+    book: EpisodeBook, info: dict[str, Any], returns: list[float], lengths: list[int], successes: Optional[list[Any]]
+) -> None:
     """An episode end of :func:`run_episodes`' env, counted by ``book``: the episode it closes into ``returns`` and
     ``lengths`` (none where a lost life ends a training episode only), its ``is_success`` into ``successes``."""
     book.end(0, info)
@@ -237,8 +246,12 @@ class Evaluator:
         self.cfg, self.run_dir, self.log = cfg, run_dir, log
         self.video = cfg.video
         self.calls = WatchedCalls(cfg.env, cfg.step_timeout)
-        self.env = self.calls("constructor", lambda: make_env(render_spec(spec) if cfg.video else spec),
-                              "while the evaluation env was built", BUILD_TIMEOUT)
+        self.env = self.calls(
+            "constructor",
+            lambda: make_env(render_spec(spec) if cfg.video else spec),
+            "while the evaluation env was built",
+            BUILD_TIMEOUT,
+        )
         # rl-zoo evaluates Atari games stochastically (ExperimentManager.deterministic_eval)
         self.deterministic = not spec.is_atari
         self.seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
@@ -269,12 +282,22 @@ class Evaluator:
         step = ppo.num_timesteps
         writer = None
         if self.video:
-            writer = VideoWriter(os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"),
-                                 self.env.metadata.get("render_fps", 30))
+            writer = VideoWriter(
+                os.path.join(self.run_dir, "videos", f"eval-{step:012d}.mp4"), self.env.metadata.get("render_fps", 30)
+            )
         successes: list[Any] = []
         with preserved_rng():
-            returns, lengths = run_episodes(ppo.model, self.env, self.cfg.eval_episodes, self.seed, writer,
-                                            self.cfg.video_length, self.deterministic, successes, self.calls)
+            returns, lengths = run_episodes(
+                ppo.model,
+                self.env,
+                self.cfg.eval_episodes,
+                self.seed,
+                writer,
+                self.cfg.video_length,
+                self.deterministic,
+                successes,
+                self.calls,
+            )
         mean_reward, mean_length = float(np.mean(returns)), float(np.mean(lengths))
         self.timesteps.append(step)
         self.results.append(returns)
@@ -282,9 +305,16 @@ class Evaluator:
         if successes:  # sb3's EvalCallback: saved and logged only where the env reported them
             self.successes.append(successes)
         extra = {"successes": np.array(self.successes)} if self.successes else {}
-        atomic_write(os.path.join(self.run_dir, EVALUATIONS), lambda f: np.savez(
-            f, timesteps=np.array(self.timesteps, dtype=np.int64), results=np.array(self.results),
-            ep_lengths=np.array(self.ep_lengths, dtype=np.int64), **extra))
+        atomic_write(
+            os.path.join(self.run_dir, EVALUATIONS),
+            lambda f: np.savez(
+                f,
+                timesteps=np.array(self.timesteps, dtype=np.int64),
+                results=np.array(self.results),
+                ep_lengths=np.array(self.ep_lengths, dtype=np.int64),
+                **extra,
+            ),
+        )
         ppo.logger.record("eval/mean_reward", mean_reward)
         ppo.logger.record("eval/mean_ep_length", mean_length)
         if successes:

@@ -16,6 +16,7 @@ of that update, so that a checkpoint's episode count (``EpisodeLog.total``) says
 resumed in place keeps the rows up to its checkpoint (those written after it go to
 ``monitor.before_resume_at_<steps>.csv`` first, as ``progress.csv``'s do); a branch starts with them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -69,13 +70,15 @@ def read_monitor_text(path: str) -> tuple[dict[str, Any], list[str]]:
         f = io.TextIOWrapper(raw, encoding="utf-8", newline="")
         first = f.readline(MAX_HEADER + 1)
         if not first.startswith("#") or len(first) > MAX_HEADER:
-            raise ValueError(f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} "
-                             f"characters)")
+            raise ValueError(
+                f"{path}: not a monitor file (its first line is not #{{...}} of at most {MAX_HEADER:,} characters)"
+            )
         header = bounded.loads(first[1:], f"{path}: line 1")
         start = header.get("t_start") if isinstance(header, dict) else None
         if not (isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start)):
-            raise ValueError(f"{path}: line 1 is not Monitor's header (a JSON object whose t_start is a time, not "
-                             f"{start!r:.40})")
+            raise ValueError(
+                f"{path}: line 1 is not Monitor's header (a JSON object whose t_start is a time, not {start!r:.40})"
+            )
         if not isinstance(header.get("env_id", ""), str):
             raise ValueError(f"{path}: line 1: its env_id is not text")
         lines, columns = [], []
@@ -102,8 +105,15 @@ class MonitorFile:
     the checkpoint's episode count are kept (copied from that run directory's file into a branch).
     """
 
-    def __init__(self, run_dir: str, env_id: str, info_keywords: Sequence[str], episodes: EpisodeLog,
-                 resume: Optional[tuple[int, str]] = None, log: TextIO = STDERR):
+    def __init__(
+        self,
+        run_dir: str,
+        env_id: str,
+        info_keywords: Sequence[str],
+        episodes: EpisodeLog,
+        resume: Optional[tuple[int, str]] = None,
+        log: TextIO = STDERR,
+    ):
         self.path, self.keys = os.path.join(run_dir, MONITOR), (*COLUMNS, *info_keywords)
         self.episodes = episodes
         header: dict[str, Any] = {"t_start": time.time(), "env_id": env_id}
@@ -129,8 +139,11 @@ class MonitorFile:
         if len(kept) < len(found) and source == self.path:
             later = os.path.join(os.path.dirname(self.path), before_resume_name(steps))
             atomic_write(later, lambda f: f.write("".join(["#", json.dumps(header), "\n", *found])), mode="w")
-            print(f"{source} has episodes after step {steps}, where this run resumes: the file as it was is kept as {later}",
-                  file=log, flush=True)
+            print(
+                f"{source} has episodes after step {steps}, where this run resumes: the file as it was is kept as {later}",
+                file=log,
+                flush=True,
+            )
         return kept
 
     def flush(self) -> None:

@@ -2,6 +2,7 @@
 
 Written to stderr, so stdout keeps sb3's log tables and the summary JSON line as its last line.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,10 @@ def progress_text(steps: int, total: int, fps: float, ep_return: float) -> str:
     """``12,288/500,000 steps (2.5%)  1,180 fps  ETA 6m54s  return -5.90`` (return ``-`` if none yet)."""
     remaining = (total - steps) / fps if fps > 0 else math.inf
     ret = "-" if math.isnan(ep_return) else f"{ep_return:.2f}"
-    return (f"{steps:,}/{total:,} steps ({100 * steps / max(total, 1):.1f}%)  {fps:,.0f} fps  ETA "
-            f"{format_duration(remaining)}  return {ret}")
+    return (
+        f"{steps:,}/{total:,} steps ({100 * steps / max(total, 1):.1f}%)  {fps:,.0f} fps  ETA "
+        f"{format_duration(remaining)}  return {ret}"
+    )
 
 
 def stream_is_terminal(stream: TextIO) -> bool:
@@ -48,8 +51,16 @@ class Progress:
 
     WIDTH = 24
 
-    def __init__(self, total: int, start_steps: int, mode: str = "auto", stream: Optional[TextIO] = None,
-                 isatty: Optional[bool] = None, interval: float = 10.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        start_steps: int,
+        mode: str = "auto",
+        stream: Optional[TextIO] = None,
+        isatty: Optional[bool] = None,
+        interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if (stream_is_terminal(self.stream) if isatty is None else isatty) else "lines"

@@ -13,6 +13,7 @@ before it exits; the others, whose next collective fails, end without a word of 
 left a message (one killed, or hung past the group's timeout): then the first to notice names the ranks that are
 gone. torchrun's agent then ends every rank still running (SIGTERM, then SIGKILL) and reports their exits.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -85,8 +86,13 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             raise SystemExit(1) from None
         store.set_timeout(timedelta(seconds=GROUP_TIMEOUT))  # the collectives' timeout from here on
-        dist.init_process_group("gloo", store=dist.PrefixStore("default_pg", store), rank=info.rank, world_size=info.world,
-                                timeout=timedelta(seconds=GROUP_TIMEOUT))
+        dist.init_process_group(
+            "gloo",
+            store=dist.PrefixStore("default_pg", store),
+            rank=info.rank,
+            world_size=info.world,
+            timeout=timedelta(seconds=GROUP_TIMEOUT),
+        )
         atexit.register(leave)
     store = _store()
     if store is not None:
@@ -130,27 +136,37 @@ def local_layout(cfg: Config, info: RankInfo, unit: int = 1) -> Layout:
     """Which of this rank's processes steps which of its envs: ``cfg``'s layout settings (``--num_workers`` and the
     rest count per rank) on its share of the envs and its share of this host's CPUs (its affinity, pinned by :func:`join`)."""
     envs = env_range(cfg.num_envs, info.rank, info.world)
-    return plan_layout(len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer,
-                       unit)
+    return plan_layout(
+        len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer, unit
+    )
 
 
 def rank_problems(cfg: Config, info: RankInfo, unit: int = 1) -> list[str]:
     """What this config cannot do as one of ``info.world`` ranks, one line each (torchrun's settings named)."""
     world, problems = info.world, []
     if cfg.num_envs < world:
-        problems.append(f"n_envs={cfg.num_envs}: fewer envs than the {world} ranks torchrun started; each rank steps at least "
-                        f"one")
-    unsupported = [(cfg.recurrent, f"model={cfg.model!r} (RecurrentPPO)"), (cfg.double_buffer, "double_buffer=True"),
-                   (cfg.use_sde, "use_sde=True"), (unit > 1, "a Godot game (its agents come in units)")]
-    problems += [f"{what}: not supported under torchrun (one rank, or a plain run, trains it)" for flag, what in unsupported
-                 if flag]
+        problems.append(
+            f"n_envs={cfg.num_envs}: fewer envs than the {world} ranks torchrun started; each rank steps at least one"
+        )
+    unsupported = [
+        (cfg.recurrent, f"model={cfg.model!r} (RecurrentPPO)"),
+        (cfg.double_buffer, "double_buffer=True"),
+        (cfg.use_sde, "use_sde=True"),
+        (unit > 1, "a Godot game (its agents come in units)"),
+    ]
+    problems += [
+        f"{what}: not supported under torchrun (one rank, or a plain run, trains it)" for flag, what in unsupported if flag
+    ]
     if cfg.device not in ("cpu", "auto"):
         problems.append(f"device={cfg.device!r}: under torchrun the ranks train on the CPU (gloo); --device cpu")
     envs = env_range(cfg.num_envs, info.rank, info.world)
     if len(envs):  # the layout settings count per rank: judged on this rank's envs
-        problems += [f"{p} (rank {info.rank} steps {len(envs)} of the {cfg.num_envs} envs: the layout settings count per rank)"
-                     for p in layout_problems(len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs,
-                                              cfg.main_steps_envs, cfg.double_buffer, unit)]
+        problems += [
+            f"{p} (rank {info.rank} steps {len(envs)} of the {cfg.num_envs} envs: the layout settings count per rank)"
+            for p in layout_problems(
+                len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer, unit
+            )
+        ]
     return problems
 
 
@@ -177,8 +193,10 @@ class RankRun:
         for rank, found in enumerate(everyone):
             for problem in found:
                 merged.setdefault(problem, []).append(rank)
-        return [p if len(who) == self.info.world else f"{p} (on rank{'s' * (len(who) > 1)} {', '.join(map(str, who))})"
-                for p, who in merged.items()]
+        return [
+            p if len(who) == self.info.world else f"{p} (on rank{'s' * (len(who) > 1)} {', '.join(map(str, who))})"
+            for p, who in merged.items()
+        ]
 
     def first(self, value: Any, what: str) -> Any:
         """Rank 0's ``value`` on every rank (a seed drawn, a run directory named by the time)."""
@@ -196,10 +214,12 @@ class RankRun:
         self.envs = f"{envs.start}-{envs.stop - 1} of {cfg.num_envs} (its env k is env {envs.start} + k)"
         return f"{envs.start}-{envs.stop - 1} of {cfg.num_envs}"
 
-    def before_checkpoints(self, after_update: Callable[[Any], None],
-                           save_due: Callable[[int], bool]) -> Callable[[Any], None]:
+    def before_checkpoints(
+        self, after_update: Callable[[Any], None], save_due: Callable[[int], bool]
+    ) -> Callable[[Any], None]:
         """``after_update`` (rank 0's services; nothing on the others) after the ranks' agreement on every update whose
         checkpoint is due (``save_due``, asked alike on every rank): a checkpoint is written when every rank reached it."""
+
         def after(ppo: Any) -> None:
             due = save_due(ppo.num_timesteps)
             if due:
@@ -216,8 +236,12 @@ class RankRun:
         and the ranks' agreement before rank 0 writes the last checkpoint."""
         signum = self.any_stop(signum)
         if signum and self.writes:
-            print(f"{signal.Signals(signum).name} received: every rank stopped after the same update ({ppo.num_timesteps} "
-                  f"steps); rank 0 saves the run once", file=sys.stderr, flush=True)
+            print(
+                f"{signal.Signals(signum).name} received: every rank stopped after the same update ({ppo.num_timesteps} "
+                f"steps); rank 0 saves the run once",
+                file=sys.stderr,
+                flush=True,
+            )
         self.agree_state(ppo)
         ppo.env_snapshot = self.gather_envs(ppo.env_local if ppo.env_local is not None else local_entries(ppo))
         return signum
@@ -245,9 +269,11 @@ class RankRun:
         digests = self.ranks.gather_objects(state_digest(ppo), what="the checkpoint's agreement")
         odd = [r for r, digest in enumerate(digests) if digest != digests[0]]
         if odd:
-            raise RankError(f"rank{'s' * (len(odd) > 1)} {', '.join(map(str, odd))} reached checkpoint step "
-                            f"{ppo.num_timesteps} with a state different from rank 0's (parameters, Adam, normaliser or RNG "
-                            f"streams): the ranks diverged")
+            raise RankError(
+                f"rank{'s' * (len(odd) > 1)} {', '.join(map(str, odd))} reached checkpoint step "
+                f"{ppo.num_timesteps} with a state different from rank 0's (parameters, Adam, normaliser or RNG "
+                f"streams): the ranks diverged"
+            )
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -268,8 +294,12 @@ class RankRun:
             gone = self.roll_call(store)
             if store is None or (not _has(store, FAULT) and store.add(LOST, 1) == 1):
                 named = ", ".join(f"rank {r} ({_get(store, f'{HOST}{r}') or 'host unknown'})" for r in gone) or "another rank"
-                print(f"error: {named} stopped answering (it died, hung or was killed: torchrun's report gives its exit); "
-                      f"{exc}; every rank ends ({RESUME_HINT})", file=sys.stderr, flush=True)
+                print(
+                    f"error: {named} stopped answering (it died, hung or was killed: torchrun's report gives its exit); "
+                    f"{exc}; every rank ends ({RESUME_HINT})",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return 1
         message = f"{self.info.name}, stepping envs {self.envs}: {type(exc).__name__}: {exc}"
         if store is None or store.add(f"{FAULT}/count", 1) == 1:
@@ -314,8 +344,15 @@ def state_digest(ppo: Any) -> str:
     return digest.hexdigest()
 
 
-def check_everywhere(cfg: Config, agent: Optional[TrainedAgent], unreadable: dict[str, str], resumed: Optional[RESUMED],
-                     flags: dict[str, Any], dry_run: bool, rank: Optional[RankRun]) -> tuple[Any, Optional[PPODictError]]:
+def check_everywhere(
+    cfg: Config,
+    agent: Optional[TrainedAgent],
+    unreadable: dict[str, str],
+    resumed: Optional[RESUMED],
+    flags: dict[str, Any],
+    dry_run: bool,
+    rank: Optional[RankRun],
+) -> tuple[Any, Optional[PPODictError]]:
     """``(the run's check, None)``, or ``(None, why the run is refused)``: every problem, the machine's resources included;
     over ranks the same verdict on every rank (a problem one rank found refuses the run on all), said by rank 0."""
     check, refused = None, None
@@ -340,8 +377,9 @@ def check_everywhere(cfg: Config, agent: Optional[TrainedAgent], unreadable: dic
     return (None, ConfigError(problems)) if problems else (check, None)
 
 
-def settle_everywhere(cfg: Config, flags: dict[str, Any], rank: Optional[RankRun],
-                      default_run_dir: Callable[[Config], str]) -> tuple[Config, bool]:
+def settle_everywhere(
+    cfg: Config, flags: dict[str, Any], rank: Optional[RankRun], default_run_dir: Callable[[Config], str]
+) -> tuple[Config, bool]:
     """The run's seed (drawn where not given) and run directory (``default_run_dir(cfg)`` where not given), rank 0's over
     ranks; and whether the directory must be created now."""
     if cfg.seed is None:

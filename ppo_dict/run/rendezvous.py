@@ -12,6 +12,7 @@ Under torchrun's own rendezvous (``TORCHELASTIC_USE_AGENT_STORE=True``) the stor
 any rank starts (torchrun bounds the wait for the other hosts with ``--rdzv-conf join_timeout``), so every rank
 connects as a client at once; where the address is set by hand, rank 0 hosts the store, as torch's ``env://`` does.
 """
+
 from __future__ import annotations
 
 import socket
@@ -74,12 +75,17 @@ class Waiting:
         now = time.monotonic()
         waited = now - self.start
         if now >= self.deadline:
-            raise RankError(f"{self.info.name}: waited {waited:.0f} s for {what} at {self.where}, in vain; check MASTER_ADDR "
-                            f"and MASTER_PORT (and that every rank started), or set {TIMEOUT_VARIABLE} to wait longer")
+            raise RankError(
+                f"{self.info.name}: waited {waited:.0f} s for {what} at {self.where}, in vain; check MASTER_ADDR "
+                f"and MASTER_PORT (and that every rank started), or set {TIMEOUT_VARIABLE} to wait longer"
+            )
         if now >= self.next_line:
             self.next_line = now + WAIT_LINE
-            print(f"{self.info.name}: waiting for {what} at {self.where} ({waited:.0f} s of "
-                  f"{self.deadline - self.start:.0f} s)", file=self.log, flush=True)
+            print(
+                f"{self.info.name}: waiting for {what} at {self.where} ({waited:.0f} s of {self.deadline - self.start:.0f} s)",
+                file=self.log,
+                flush=True,
+            )
 
 
 def reach(host: str, port: int, wait: Waiting) -> None:
@@ -105,11 +111,20 @@ def store(info: RankInfo, env: Mapping[str, str], log: TextIO = STDERR) -> Any:
     if not hosts:
         reach(host, port, wait)
     try:
-        found = dist.TCPStore(host, port, info.world, is_master=hosts, timeout=timedelta(seconds=max(wait.left(), 1.0)),
-                              wait_for_workers=False, multi_tenant=True)
+        found = dist.TCPStore(
+            host,
+            port,
+            info.world,
+            is_master=hosts,
+            timeout=timedelta(seconds=max(wait.left(), 1.0)),
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
     except Exception as exc:  # noqa: BLE001 (torch's DistNetworkError, RuntimeError: the port taken, the host gone)
-        raise RankError(f"{info.name}: cannot {'host' if hosts else 'reach'} the store at {host}:{port} "
-                        f"(MASTER_ADDR:MASTER_PORT): {' '.join(str(exc).split())[:200]}") from None
+        raise RankError(
+            f"{info.name}: cannot {'host' if hosts else 'reach'} the store at {host}:{port} "
+            f"(MASTER_ADDR:MASTER_PORT): {' '.join(str(exc).split())[:200]}"
+        ) from None
     attempt = dist.PrefixStore(f"{ATTEMPT}{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", found)
     attempt.set(f"{JOINED}{info.rank}", info.host)
     keys = [f"{JOINED}{r}" for r in range(info.world)]

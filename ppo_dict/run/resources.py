@@ -7,6 +7,7 @@ spaces and the policy measured on torch's meta device, where nothing is allocate
 constants below say where they come from): they exist to refuse a run that cannot fit, with a
 message saying what to change, instead of a SIGBUS, an OOM kill or a fork failure half-way.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,11 +94,14 @@ def policy_size(cfg: Config, observation_space: spaces.Space, action_space: spac
         if not list(module.children()):
             module.register_forward_hook(lambda m, i, out: floats.append(out.numel() if isinstance(out, torch.Tensor) else 0))
     with torch.device(device), torch.no_grad():
-        batch = {k: torch.zeros((1, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
-                 for k, (shape, dtype) in obs_layout(observation_space).items()}
+        batch = {
+            k: torch.zeros((1, *shape), dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+            for k, (shape, dtype) in obs_layout(observation_space).items()
+        }
         try:  # the critic's pass; the actor's is about as large
-            policy.predict_values(policy_view(batch, channel_last_keys(observation_space),
-                                              isinstance(observation_space, spaces.Dict)))
+            policy.predict_values(
+                policy_view(batch, channel_last_keys(observation_space), isinstance(observation_space, spaces.Dict))
+            )
         except Exception:  # noqa: BLE001 (an op without a meta kernel: the activations stay unmeasured)
             floats.clear()
     return parameters, 2 * sum(floats)
@@ -114,8 +118,9 @@ def built_policy(cfg: Config, observation_space: spaces.Space, action_space: spa
         torch.distributions.Distribution.set_default_validate_args(validate_args)
 
 
-def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int],
-              activation_floats: int) -> Needs:
+def run_needs(
+    cfg: Config, backend: EnvBackend, device: torch.device, parameters: Optional[int], activation_floats: int
+) -> Needs:
     """:class:`Needs` of a checked config on its probed env (``parameters``, ``activation_floats``:
     :func:`policy_size`). Raises ``ValueError`` for a rollout too large to lay out at all."""
     layout = cfg.layout(backend.unit)
@@ -124,20 +129,26 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
     # the storage (the normalised stage and the policy's outputs with it: processes stepping envs write them)
     stage = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
     layout_bytes = plan_layout(backend.observation_space, backend.action_space, T, n_envs, cfg.info_keywords, stage).nbytes
-    obs_row = sum(math.prod(shape) * np.dtype(dtype).itemsize
-                  for shape, dtype in obs_layout(backend.observation_space).values())
+    obs_row = sum(
+        math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in obs_layout(backend.observation_space).values()
+    )
     learner = (T + 1) * n_envs * obs_row + T * n_envs * 64  # the update's flattened copies, advantages, returns
     if cfg.recurrent:  # each env's states at every step: (h, c) of the actor's and the critic's LSTMs (a GRU's h), float32
         lstm = cfg.lstm_settings
-        learner += ((T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4
-                    * (2 if cfg.rnn_type == "gru" else 4))
+        learner += (
+            (T + 1) * n_envs * lstm["n_lstm_layers"] * lstm["lstm_hidden_size"] * 4 * (2 if cfg.rnn_type == "gru" else 4)
+        )
     on_cpu = device.type == "cpu"
     batch = max(cfg.minibatch_size, n_envs)
     return Needs(
-        workers=workers, threads=threads, tasks=workers * TASKS_PER_WORKER + HELPER_TASKS + threads,
+        workers=workers,
+        threads=threads,
+        tasks=workers * TASKS_PER_WORKER + HELPER_TASKS + threads,
         files=workers * FILES_PER_WORKER + FILES_SPARE,
-        shared=layout_bytes if workers else 0, private=learner + (0 if workers else layout_bytes),
-        model=16 * (parameters or 0) if on_cpu else 0, activations=4 * batch * activation_floats if on_cpu else 0,
+        shared=layout_bytes if workers else 0,
+        private=learner + (0 if workers else layout_bytes),
+        model=16 * (parameters or 0) if on_cpu else 0,
+        activations=4 * batch * activation_floats if on_cpu else 0,
         worker_memory=workers * WORKER_BYTES.get(cfg.mp_method, WORKER_BYTES["spawn"])
         + (FORKSERVER_BYTES if workers and cfg.mp_method == "forkserver" else 0),
         parameters=parameters,
@@ -147,21 +158,30 @@ def run_needs(cfg: Config, backend: EnvBackend, device: torch.device, parameters
 def resource_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
     """Every way ``needs`` does not fit ``machine``, one line each naming the setting to change."""
     problems = core_problems(cfg, machine)
-    cause = (f"num_workers={cfg.num_workers}" if needs.workers * TASKS_PER_WORKER >= needs.threads
-             else f"torch_threads={cfg.torch_threads}")
+    cause = (
+        f"num_workers={cfg.num_workers}"
+        if needs.workers * TASKS_PER_WORKER >= needs.threads
+        else f"torch_threads={cfg.torch_threads}"
+    )
     if machine.task_room is not None and needs.tasks > machine.task_room:
-        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
-                        f"{needs.threads} torch threads), the kernel can create {machine.task_room} more (pid_max, "
-                        f"threads-max); use fewer")
+        problems.append(
+            f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
+            f"{needs.threads} torch threads), the kernel can create {machine.task_room} more (pid_max, "
+            f"threads-max); use fewer"
+        )
     if machine.nproc_limit is not None and machine.user_tasks + needs.tasks > machine.nproc_limit:
-        problems.append(f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
-                        f"{needs.threads} torch threads), this user runs {machine.user_tasks} of the {machine.nproc_limit} "
-                        f"that ulimit -u allows; use fewer, or raise ulimit -u")
+        problems.append(
+            f"{cause}: the run needs about {needs.tasks} processes and threads ({needs.workers} workers, "
+            f"{needs.threads} torch threads), this user runs {machine.user_tasks} of the {machine.nproc_limit} "
+            f"that ulimit -u allows; use fewer, or raise ulimit -u"
+        )
     files = machine.open_files + needs.files
     if machine.nofile_limit is not None and files > machine.nofile_limit:
-        problems.append(f"num_workers={cfg.num_workers}: {needs.workers} workers need about {files} open files, ulimit -n "
-                        f"allows {machine.nofile_limit}; raise it (ulimit -n {2 ** math.ceil(math.log2(files))}), or use "
-                        f"fewer workers")
+        problems.append(
+            f"num_workers={cfg.num_workers}: {needs.workers} workers need about {files} open files, ulimit -n "
+            f"allows {machine.nofile_limit}; raise it (ulimit -n {2 ** math.ceil(math.log2(files))}), or use "
+            f"fewer workers"
+        )
     return problems + memory_problems(cfg, needs, machine)
 
 
@@ -170,11 +190,17 @@ def core_problems(cfg: Config, machine: Machine) -> list[str]:
     most = CORES_FACTOR * machine.cpus
     if cfg.oversubscribe:
         return []
-    asked = {"num_workers": cfg.num_workers or 0, "torch_threads": cfg.torch_threads,
-             "update_threads": cfg.update_threads or 0}
-    return [f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} CPUs this process may run on ({most}); use at most "
-            f"{most}, or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"
-            for name, count in asked.items() if count > most]
+    asked = {
+        "num_workers": cfg.num_workers or 0,
+        "torch_threads": cfg.torch_threads,
+        "update_threads": cfg.update_threads or 0,
+    }
+    return [
+        f"{name}={count}: more than {CORES_FACTOR}x the {machine.cpus} CPUs this process may run on ({most}); use at most "
+        f"{most}, or --oversubscribe True if you mean it (slow envs, such as games, may want more workers than cores)"
+        for name, count in asked.items()
+        if count > most
+    ]
 
 
 def memory_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
@@ -187,14 +213,22 @@ def memory_problems(cfg: Config, needs: Needs, machine: Machine) -> list[str]:
             problems.append(f"{rollout}: {refusal}")
         if machine.shm_free is not None and needs.shared > machine.shm_free:
             in_shm = 0  # a file in the temp dir: page cache, not memory the run must have
-    parts = {rollout: in_shm + needs.private, f"net_arch={cfg.net_arch}": needs.model,
-             f"batch_size={cfg.minibatch_size}": needs.activations, f"num_workers={cfg.num_workers}": needs.worker_memory}
+    parts = {
+        rollout: in_shm + needs.private,
+        f"net_arch={cfg.net_arch}": needs.model,
+        f"batch_size={cfg.minibatch_size}": needs.activations,
+        f"num_workers={cfg.num_workers}": needs.worker_memory,
+    }
     total = sum(parts.values())
     if machine.memory_available is not None and total > machine.memory_available:
         largest = max(parts, key=parts.__getitem__)
-        detail = (f"rollout storage {parts[rollout] / MB:.0f} MB, the policy and Adam {needs.model / MB:.0f} MB, "
-                  f"the update's activations {needs.activations / MB:.0f} MB, {needs.workers} workers "
-                  f"{needs.worker_memory / MB:.0f} MB")
-        problems.append(f"{largest}: the run needs about {total / MB:.0f} MB of memory ({detail}), "
-                        f"{machine.memory_available / MB:.0f} MB are available; make the largest part smaller")
+        detail = (
+            f"rollout storage {parts[rollout] / MB:.0f} MB, the policy and Adam {needs.model / MB:.0f} MB, "
+            f"the update's activations {needs.activations / MB:.0f} MB, {needs.workers} workers "
+            f"{needs.worker_memory / MB:.0f} MB"
+        )
+        problems.append(
+            f"{largest}: the run needs about {total / MB:.0f} MB of memory ({detail}), "
+            f"{machine.memory_available / MB:.0f} MB are available; make the largest part smaller"
+        )
     return problems

@@ -20,6 +20,7 @@ never overwritten without being asked, and untouched by a run that is refused.
   ``RUN_DIR/branches/from_<steps>`` (``_2``, ``_3``... for the next ones), whose ``progress.csv``
   starts with the run's rows up to ``<steps>``; nothing of the run itself is changed or deleted.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -45,8 +46,19 @@ BRANCHES = "branches"
 PROGRESS = "progress.csv"
 CONFIG = "config.json"
 #: What a run writes into its directory: what ``--overwrite True`` removes (and nothing else).
-RUN_ENTRIES = (CONFIG, PROGRESS, MONITOR, CHECKPOINT_DIR, "evaluations.npz", BEST_MODEL, "videos", "learning_curve.png",
-               "wandb_run_id", "wandb", BRANCHES)
+RUN_ENTRIES = (
+    CONFIG,
+    PROGRESS,
+    MONITOR,
+    CHECKPOINT_DIR,
+    "evaluations.npz",
+    BEST_MODEL,
+    "videos",
+    "learning_curve.png",
+    "wandb_run_id",
+    "wandb",
+    BRANCHES,
+)
 _BEFORE_RESUME = re.compile(r"^(progress|monitor)\.before_resume_at_\d+\.csv$")
 
 
@@ -121,8 +133,10 @@ def lock_file_problem(path: str, fd: Optional[int] = None) -> str:
     if not stat.S_ISREG(info.st_mode):
         return f"{path} is {kind_of(info.st_mode)}, not the lock file a run writes"
     if info.st_nlink != 1 or info.st_size > LOCK_BYTES:
-        return (f"{path} is not the lock file a run writes ({info.st_size} bytes, {info.st_nlink} links): ppo_dict empties "
-                f"it, so it is left alone")
+        return (
+            f"{path} is not the lock file a run writes ({info.st_size} bytes, {info.st_nlink} links): ppo_dict empties "
+            f"it, so it is left alone"
+        )
     if fd is None:
         with open_regular(path, follow=False) as f:
             text = f.read(LOCK_BYTES + 1)
@@ -146,14 +160,21 @@ def entry_problems(run_dir: str, whole: bool) -> list[str]:
     if whole:
         checkpoints = os.path.join(run_dir, CHECKPOINT_DIR)
         names = [n for n in os.listdir(run_dir) if n in RUN_FILES[1:] or _BEFORE_RESUME.match(n)]
-        files = [os.path.join(run_dir, n) for n in names] + ([os.path.join(checkpoints, n) for n in os.listdir(checkpoints)
-                                                             if checkpoint_step(n) is not None]
-                                                             if entry_kind(checkpoints) == "a directory" else [])
-        found += [f"{path} is {entry_kind(path)}, where the run writes a file of its own" for path in sorted(files)
-                  if entry_kind(path) != "a regular file"]
-        found += [f"{os.path.join(run_dir, n)} is {entry_kind(os.path.join(run_dir, n))}, where the run writes a folder of "
-                  f"its own"
-                  for n in RUN_FOLDERS if entry_kind(os.path.join(run_dir, n)) not in ("", "a directory")]
+        files = [os.path.join(run_dir, n) for n in names] + (
+            [os.path.join(checkpoints, n) for n in os.listdir(checkpoints) if checkpoint_step(n) is not None]
+            if entry_kind(checkpoints) == "a directory"
+            else []
+        )
+        found += [
+            f"{path} is {entry_kind(path)}, where the run writes a file of its own"
+            for path in sorted(files)
+            if entry_kind(path) != "a regular file"
+        ]
+        found += [
+            f"{os.path.join(run_dir, n)} is {entry_kind(os.path.join(run_dir, n))}, where the run writes a folder of its own"
+            for n in RUN_FOLDERS
+            if entry_kind(os.path.join(run_dir, n)) not in ("", "a directory")
+        ]
     return [f"run_dir={run_dir!r}: {p}; remove it, or choose another --run_dir" for p in found if p]
 
 
@@ -188,8 +209,10 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
         return [problem] if problem else []
     holder = lock_holder(run_dir)
     if holder is not None:
-        return [f"run_dir={run_dir!r}: in use by another run ({holder}, holding {os.path.join(run_dir, LOCK_FILE)}); "
-                "wait for it to end, or choose another --run_dir"]
+        return [
+            f"run_dir={run_dir!r}: in use by another run ({holder}, holding {os.path.join(run_dir, LOCK_FILE)}); "
+            "wait for it to end, or choose another --run_dir"
+        ]
     home, in_place = resumed_home(run_dir, resumed)
     entries = entry_problems(run_dir, whole=in_place) + ([] if home is None else branch_problems(run_dir, home))
     if entries:
@@ -202,17 +225,23 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
     if in_place:
         newer = newer_checkpoints(resumed[0], int(resumed[1]["num_timesteps"]))
         if newer and os.path.isfile(cfg.resume):
-            return [f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed "
-                    f"({', '.join(map(os.path.basename, newer))}), which continuing in it would rotate away: leave --run_dir "
-                    f"out to branch into {branch_dir(run_dir, int(resumed[1]['num_timesteps']))}, or choose another --run_dir"]
+            return [
+                f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed "
+                f"({', '.join(map(os.path.basename, newer))}), which continuing in it would rotate away: leave --run_dir "
+                f"out to branch into {branch_dir(run_dir, int(resumed[1]['num_timesteps']))}, or choose another --run_dir"
+            ]
         return []
     if found and not cfg.overwrite and cfg.resume is None:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        return [f"run_dir={run_dir!r}: holds an earlier run ({shown}); pass --resume {run_dir} to continue it, "
-                "--overwrite True to replace it, or choose another --run_dir"]
+        return [
+            f"run_dir={run_dir!r}: holds an earlier run ({shown}); pass --resume {run_dir} to continue it, "
+            "--overwrite True to replace it, or choose another --run_dir"
+        ]
     if found and not cfg.overwrite and cfg.resume is not None and resumed is not None:
-        return [f"run_dir={run_dir!r}: holds another run than the one resumed ({home or resumed[0]}); "
-                "choose a new --run_dir for the resumed run, or --overwrite True to replace this one"]
+        return [
+            f"run_dir={run_dir!r}: holds another run than the one resumed ({home or resumed[0]}); "
+            "choose a new --run_dir for the resumed run, or --overwrite True to replace this one"
+        ]
     return []
 
 
@@ -241,8 +270,12 @@ def open_lock_file(run_dir: str) -> int:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise ConfigError([f"run_dir={run_dir!r}: {path} is {entry_kind(path) or 'gone'}, not the lock file a run writes "
-                           f"({exc.strerror}); remove it, or choose another --run_dir"]) from None
+        raise ConfigError(
+            [
+                f"run_dir={run_dir!r}: {path} is {entry_kind(path) or 'gone'}, not the lock file a run writes "
+                f"({exc.strerror}); remove it, or choose another --run_dir"
+            ]
+        ) from None
     problem = lock_file_problem(path, fd)
     if problem:
         os.close(fd)
@@ -260,10 +293,14 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
             os.mkdir(run_dir)
         except FileExistsError:
             kind = entry_kind(run_dir)
-            raise ConfigError([f"run_dir={run_dir!r}: created by another run a moment ago; start again"
-                               if kind == "a directory"
-                               else f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or "
-                                    f"choose another --run_dir"]) from None
+            raise ConfigError(
+                [
+                    f"run_dir={run_dir!r}: created by another run a moment ago; start again"
+                    if kind == "a directory"
+                    else f"run_dir={run_dir!r}: is {kind}, where the run creates its folder; remove it, or "
+                    f"choose another --run_dir"
+                ]
+            ) from None
     else:
         os.makedirs(run_dir, exist_ok=True)
     fd = open_lock_file(run_dir)
@@ -272,8 +309,12 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
     except BlockingIOError:
         pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
         os.close(fd)
-        raise ConfigError([f"run_dir={run_dir!r}: in use by another run (pid {pid or 'not written yet'}, holding "
-                           f"{os.path.join(run_dir, LOCK_FILE)}); wait for it to end, or choose another --run_dir"]) from None
+        raise ConfigError(
+            [
+                f"run_dir={run_dir!r}: in use by another run (pid {pid or 'not written yet'}, holding "
+                f"{os.path.join(run_dir, LOCK_FILE)}); wait for it to end, or choose another --run_dir"
+            ]
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return RunDirLock(run_dir, fd)
@@ -301,14 +342,22 @@ def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, 
                     shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
             print(f"--overwrite True: removed the earlier run's files from {run_dir}", file=log, flush=True)
         elif found and not in_place and cfg.resume is None:
-            raise ConfigError([f"run_dir={run_dir!r}: another run wrote into it since it was checked "
-                               f"({', '.join(found[:4])}); choose another --run_dir"])
+            raise ConfigError(
+                [
+                    f"run_dir={run_dir!r}: another run wrote into it since it was checked "
+                    f"({', '.join(found[:4])}); choose another --run_dir"
+                ]
+            )
         if in_place:
             steps = int(resumed[1]["num_timesteps"])  # type: ignore[index]
             for path in newer_checkpoints(resumed[0], steps):  # type: ignore[index]
                 os.replace(path, path + ".corrupt")
-                print(f"renamed {os.path.basename(path)} to {os.path.basename(path)}.corrupt: it cannot be loaded "
-                      "(kept for inspection, out of the rotation)", file=log, flush=True)
+                print(
+                    f"renamed {os.path.basename(path)} to {os.path.basename(path)}.corrupt: it cannot be loaded "
+                    "(kept for inspection, out of the rotation)",
+                    file=log,
+                    flush=True,
+                )
     except BaseException:
         held.release()
         raise
@@ -329,8 +378,11 @@ def keep_progress_after(run_dir: str, steps: int, log: TextIO = STDERR) -> Optio
         logged = f.read()
     kept = os.path.join(run_dir, f"progress.before_resume_at_{steps}.csv")
     atomic_write(kept, lambda f: f.write(logged))
-    print(f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}", file=log,
-          flush=True)
+    print(
+        f"{path} has rows after step {steps}, where this run resumes: the file as it was is kept as {kept}",
+        file=log,
+        flush=True,
+    )
     return kept
 
 

@@ -6,6 +6,7 @@ run will read them later (:mod:`ppo_dict.core.bounded`: lines, cells, rows and J
 checks that run before the run takes its directory (``--dry_run`` too). Every problem is a line naming the
 file and what is wrong; the run is refused with all of them, and nothing is changed.
 """
+
 from __future__ import annotations
 
 import glob
@@ -42,8 +43,10 @@ def evaluation_problem(path: str, episodes: Optional[int]) -> str:
 
     results = read_evaluations(path)["results"]
     if episodes is not None and len(results) and results.shape[1] != episodes:
-        return (f"{path} holds evaluations of {results.shape[1]} episodes and this run evaluates {episodes}: pass "
-                f"--eval_episodes {results.shape[1]} to continue it, or choose another --run_dir")
+        return (
+            f"{path} holds evaluations of {results.shape[1]} episodes and this run evaluates {episodes}: pass "
+            f"--eval_episodes {results.shape[1]} to continue it, or choose another --run_dir"
+        )
     return ""
 
 
@@ -51,8 +54,12 @@ def temp_file_problems(run_dir: str) -> list[str]:
     """Names in ``run_dir/checkpoints`` like an interrupted checkpoint's temp file that the run, which deletes
     those, cannot delete as one: anything but a regular file or a link (a folder, a FIFO)."""
     found = sorted(glob.glob(os.path.join(glob.escape(os.path.join(run_dir, CHECKPOINT_DIR)), CHECKPOINT_TEMP)))
-    return [f"{path} is {entry_kind(path)}, named like the temp file of an interrupted checkpoint, which the run deletes; "
-            "remove it" for path in found if entry_kind(path) not in ("a regular file", "a symbolic link")]
+    return [
+        f"{path} is {entry_kind(path)}, named like the temp file of an interrupted checkpoint, which the run deletes; "
+        "remove it"
+        for path in found
+        if entry_kind(path) not in ("a regular file", "a symbolic link")
+    ]
 
 
 def resumed_file_problems(cfg: Any, home: str, in_place: bool) -> list[str]:
@@ -76,4 +83,3 @@ def resumed_file_problems(cfg: Any, home: str, in_place: bool) -> list[str]:
         else:
             problems += [said] if name == "evaluations.npz" and said else []
     return [f"resume={cfg.resume!r}: {p}" for p in problems]
-

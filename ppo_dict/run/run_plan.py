@@ -4,6 +4,7 @@ run is the plan ``PPO`` decides once its model exists (``ppo_dict.algo.rollout.p
 
 None of it changes a number of the run: which process steps which env leaves every float as it is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ def device_notice(device: torch.device, how: str = "--device cpu") -> str:
     ``how``: what the user types to stay on the CPU."""
     if device.type == "cpu":
         return ""
-    return (f"note: training on {device}: results are close to sb3's, not bit-exact (Adam's {device.type} kernels and "
-            f"convolution algorithms round differently); {how} reproduces sb3 on the CPU bit for bit")
+    return (
+        f"note: training on {device}: results are close to sb3's, not bit-exact (Adam's {device.type} kernels and "
+        f"convolution algorithms round differently); {how} reproduces sb3 on the CPU bit for bit"
+    )
 
 
 def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
@@ -64,8 +67,9 @@ def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
     spec = env_spec(cfg)
     backend = pool_backend(cfg, backend)
     images = contains_image(backend.observation_space)
-    device, line = measured_device(cfg, backend.observation_space, backend.action_space, cfg.num_envs, images,
-                                   resolve_device(cfg.device, images))
+    device, line = measured_device(
+        cfg, backend.observation_space, backend.action_space, cfg.num_envs, images, resolve_device(cfg.device, images)
+    )
     return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit), line)
 
 
@@ -74,10 +78,9 @@ def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool
     return plan_run(cfg, backend).env_pool()
 
 
-
-
-def dry_run_plan(cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device,
-                 ranks: Optional[RankRows] = None) -> Plan:
+def dry_run_plan(
+    cfg: Config, backend: EnvBackend, layout: Layout, device: torch.device, ranks: Optional[RankRows] = None
+) -> Plan:
     """``--dry_run``'s plan (``ppo_dict.algo.rollout.plan.preview_plan``): decided as the start decides it, on storage
     rows laid out as the run's (one rollout step of them: each step's row is laid out alike), with the run's policy
     built from its seed on a fork of the generator (the run's own draws stay as they are), in this process alone;
@@ -85,8 +88,9 @@ def dry_run_plan(cfg: Config, backend: EnvBackend, layout: Layout, device: torch
     backend = masked_backend(backend) if cfg.action_masks else backend
     space = backend.observation_space
     stage_keys = stage_keys_of(space, cfg.normalize, cfg.norm_obs)
-    storage = RolloutStorage(space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords,
-                             stage_keys=stage_keys)
+    storage = RolloutStorage(
+        space, backend.action_space, 1, layout.n_envs, info_keywords=cfg.info_keywords, stage_keys=stage_keys
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0 if cfg.seed is None else cfg.seed)
         policy = build_policy(cfg, space, backend.action_space)
@@ -104,23 +108,29 @@ def main_share_notice(cfg: Config, layout: Layout) -> str:
     if not share or not layout.processes:
         return ""
     which = f"all {n_envs} envs" if share == n_envs else f"envs {columns_text(range(share))} of {n_envs}"
-    return (f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
-            f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker "
-            f"process instead, where a crash is a WorkerDiedError")
+    return (
+        f"the main process steps {which} itself: a crash in one of them (a segfault in native code) ends the run, and "
+        f"--resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a worker "
+        f"process instead, where a crash is a WorkerDiedError"
+    )
 
 
 def resume_line(backend: Any) -> str:
     """What a checkpoint holds of the envs, and so what a resume does with them (``ppo_dict.run.env_states``)."""
     problem = getattr(backend, "state_problem", "")
     if problem:
-        return (f"resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
-                f"({problem})")
-    return ("resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never "
-            "stopped")
+        return (
+            f"resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
+            f"({problem})"
+        )
+    return (
+        "resume: checkpoints hold every env's state; a resumed run continues the episodes in flight, as the run never stopped"
+    )
 
 
-def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Optional[RankRows] = None,
-                 local: Optional[Layout] = None) -> str:
+def dry_run_text(
+    cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Optional[RankRows] = None, local: Optional[Layout] = None
+) -> str:
     """``--dry_run``'s report: what the checked run would be (``hyperparams``: where its hyperparameters come
     from, said after its policy; then the plan's lines, as the start says them), and what it would ask of the machine.
     ``ranks``, ``local``: over ``torchrun``, this rank's envs and layout, which its plan is decided on."""
@@ -131,23 +141,25 @@ def dry_run_text(cfg: Config, check: RunCheck, hyperparams: str = "", ranks: Opt
     shm = "" if not needs.shared or machine.shm_free is None else f" (/dev/shm: {machine.shm_free / MB:.0f} MB free)"
     parameters = "not measured" if needs.parameters is None else f"{needs.parameters:,} parameters"
     rollouts = -(-cfg.total_timesteps // cfg.rollout_size)
-    return "\n".join([
-        "dry run: the config passes every check; nothing was started",
-        f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
-        f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
-        f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of "
-        f"{cfg.minibatch_size}, {cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
-        f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on "
-        f"{check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
-        *filter(None, [hyperparams]),
-        *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
-        f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB "
-        f"shared{shm} and {needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations "
-        f"{needs.activations / MB:.1f} MB, workers {needs.worker_memory / MB:.0f} MB",
-        f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), "
-        f"{needs.files} more open files (ulimit -n {machine.nofile_limit or 'unlimited'})",
-        resume_line(backend),
-        f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: "
-        f"{cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
-        f"writes: {'; '.join(written_paths(cfg))}",
-    ])
+    return "\n".join(
+        [
+            "dry run: the config passes every check; nothing was started",
+            f"env: {backend.label}; observations {backend.observation_space}; actions {backend.action_space}",
+            f"layout: {cfg.layout(backend.unit).text(cfg.mp_method)}",
+            f"rollout: n_steps {cfg.n_steps} x {n_envs} envs = {cfg.rollout_size} transitions; minibatches of "
+            f"{cfg.minibatch_size}, {cfg.n_epochs} epochs; {cfg.total_timesteps} steps = {rollouts} rollouts",
+            f"policy: {cfg.model}{' (GRU cells)' if cfg.recurrent and cfg.rnn_type == 'gru' else ''}, {parameters}, on "
+            f"{check.device}; torch threads {cfg.torch_threads} (update: {cfg.update_threads or 'auto'})",
+            *filter(None, [hyperparams]),
+            *dry_run_plan(cfg, check.backend, local or cfg.layout(backend.unit), check.device, ranks).lines(),
+            f"memory: about {memory / MB:.0f} MB of {available} available: rollout storage {needs.shared / MB:.1f} MB "
+            f"shared{shm} and {needs.private / MB:.1f} MB here, policy and Adam {needs.model / MB:.1f} MB, activations "
+            f"{needs.activations / MB:.1f} MB, workers {needs.worker_memory / MB:.0f} MB",
+            f"processes: about {needs.tasks} processes and threads ({cfg.layout(backend.unit).usable_cpus}), "
+            f"{needs.files} more open files (ulimit -n {machine.nofile_limit or 'unlimited'})",
+            resume_line(backend),
+            f"seed: {'drawn at start' if cfg.seed is None else cfg.seed}; run directory: "
+            f"{cfg.run_dir or 'runs/<env>__<seed>__<time>'} (not created)",
+            f"writes: {'; '.join(written_paths(cfg))}",
+        ]
+    )

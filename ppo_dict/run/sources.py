@@ -1,6 +1,7 @@
 """Where a run of the command line starts from: the checkpoint ``--resume`` names (``--resume auto``:
 the run directory's, when it holds one), else the sb3 zip ``--trained_agent`` names, read before
 the config is judged (a file that cannot be read is a problem of its setting)."""
+
 from __future__ import annotations
 
 import glob
@@ -32,8 +33,10 @@ def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
         return run_dir
     corrupt = sorted(glob.glob(os.path.join(directory, "checkpoint_*.pt.corrupt")))
     if corrupt:
-        raise CheckpointError(f"--resume auto: {directory} holds only unreadable checkpoints "
-                              f"({', '.join(map(os.path.basename, corrupt))}); remove them to start this run afresh")
+        raise CheckpointError(
+            f"--resume auto: {directory} holds only unreadable checkpoints "
+            f"({', '.join(map(os.path.basename, corrupt))}); remove them to start this run afresh"
+        )
     print(f"--resume auto: no checkpoint in {directory}: starting fresh", flush=True)
     return None
 

@@ -16,6 +16,7 @@ signal during the rest of the exit (freeing torch's modules takes tenths of a se
 that signal (status -2 for SIGINT, nothing said) instead of its own exit status, with everything already written
 and closed.
 """
+
 from __future__ import annotations
 
 import atexit

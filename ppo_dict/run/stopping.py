@@ -8,6 +8,7 @@ during the evaluation or a checkpoint write after an update lets them finish, th
 once without writing anything more; once the run is closing (its writes done: ``StopFlag.closing``), it lets the
 closing finish (the workers, the outputs, the lock) and says so; a third changes nothing.
 """
+
 from __future__ import annotations
 
 import signal
@@ -46,15 +47,21 @@ class StopFlag:
                 raise KeyboardInterrupt  # second signal: unwind now, close() kills the workers
             if self.again == 1 and not self.quiet:  # a KeyboardInterrupt now would leave workers unclosed and a traceback
                 said = watchdog.stopped_text(watchdog.WATCHDOG.written)
-                print(f"{signal.Signals(signum).name} received twice: stopped at once {said}; the run is closing its workers",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{signal.Signals(signum).name} received twice: stopped at once {said}; the run is closing its workers",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return  # a third: the second's unwinding goes on
         self.signum = signum
         name = signal.Signals(signum).name
         if not self.quiet:
-            print(f"\n{name} received: saving the state from before the current rollout (the model as the last update left "
-                  f"it, the envs as the rollout began) and stopping; send it again to stop at once without saving",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n{name} received: saving the state from before the current rollout (the model as the last update left "
+                f"it, the envs as the rollout began) and stopping; send it again to stop at once without saving",
+                file=sys.stderr,
+                flush=True,
+            )
         phase = self.phase()
         if phase == "update":
             raise UpdateInterrupted(f"{name} during an update")
@@ -70,8 +77,14 @@ class StopFlag:
         return 0 if self.signum is None else 128 + self.signum
 
 
-def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: Callable[[PPO], None],
-                        should_stop: Optional[Callable[[], bool]] = None, say: bool = True) -> None:
+def learn_until_stopped(
+    ppo: PPO,
+    pool: EnvPool,
+    stop: StopFlag,
+    after_update: Callable[[PPO], None],
+    should_stop: Optional[Callable[[], bool]] = None,
+    say: bool = True,
+) -> None:
     """``ppo.learn`` until done or stopped (``should_stop``: asked after each update; by default whether a stop
     signal came). A stop that interrupted an env call or an update (or found a worker killed by the same signal, sent
     to the process group; or, over ranks, another rank's: ``RolloutDropped``) drops the rollout in progress and its
@@ -106,8 +119,11 @@ def learn_until_stopped(ppo: PPO, pool: EnvPool, stop: StopFlag, after_update: C
             ppo.env_local = local
         if say:
             where = "an update" if isinstance(exc, UpdateInterrupted) else "a rollout"
-            print(f"stopped in the middle of {where} ({type(exc).__name__}: {exc}); the rollout is dropped and the state from "
-                  f"before it ({ppo.num_timesteps} steps{', the envs as it began' if states is not None else ''}) is saved",
-                  file=sys.stderr, flush=True)
+            print(
+                f"stopped in the middle of {where} ({type(exc).__name__}: {exc}); the rollout is dropped and the state from "
+                f"before it ({ppo.num_timesteps} steps{', the envs as it began' if states is not None else ''}) is saved",
+                file=sys.stderr,
+                flush=True,
+            )
     if stop.signum is None and watchdog.WATCHDOG.signals:
         stop.signum = watchdog.WATCHDOG.signals[0]  # its handler never ran (the main thread was in C code)

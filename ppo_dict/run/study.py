@@ -17,6 +17,7 @@ keep a heartbeat per running trial and fail the trials whose heartbeat stopped f
 :data:`GRACE_PERIOD` seconds. A trial that failed by itself (its command exited non-zero, or
 logged no metric) is failed for good: running it again would fail again.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,10 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
     try:
         if "://" not in url:
             if not url.endswith((".journal", ".log")):
-                raise SweepError(f"storage {url!r}: give a URL (sqlite:///sweep.db, postgresql://user:password@host/db) "
-                                 "or a journal file ending in .journal or .log")
+                raise SweepError(
+                    f"storage {url!r}: give a URL (sqlite:///sweep.db, postgresql://user:password@host/db) "
+                    "or a journal file ending in .journal or .log"
+                )
             os.makedirs(os.path.dirname(os.path.abspath(url)), exist_ok=True)
             from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -69,7 +72,7 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
         engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
         lock = None
         if url.startswith("sqlite:///"):
-            lock = os.path.abspath(url[len("sqlite:///"):]) + ".lock"
+            lock = os.path.abspath(url[len("sqlite:///") :]) + ".lock"
             os.makedirs(os.path.dirname(lock), exist_ok=True)
             engine_kwargs["connect_args"] = {"timeout": 60}  # processes take turns writing; wait, don't fail
         elif url.startswith("postgresql"):
@@ -79,8 +82,10 @@ def open_storage(url: str, on_stale_trial: Callable[[Any, Any], None]) -> Any:
     except SweepError:
         raise
     except ModuleNotFoundError as exc:
-        raise SweepError(f"cannot open the Optuna storage {redact(url)}: {exc} "
-                         "(PostgreSQL needs psycopg: pip install 'psycopg[binary]', in ppo_dict's sweep extra)") from exc
+        raise SweepError(
+            f"cannot open the Optuna storage {redact(url)}: {exc} "
+            "(PostgreSQL needs psycopg: pip install 'psycopg[binary]', in ppo_dict's sweep extra)"
+        ) from exc
     except Exception as exc:  # SQLAlchemy's OperationalError (refused, unknown host, bad password), a bad URL...
         reason = " ".join(str(exc).split("\n")[0].split())
         raise SweepError(f"cannot open the Optuna storage {redact(url)}: {type(exc).__name__}: {reason}") from exc
@@ -110,8 +115,13 @@ def open_rdb_storage(url: str, engine_kwargs: dict[str, Any], on_stale_trial: Ca
     def rdb_storage() -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
-                                              grace_period=GRACE_PERIOD, heartbeat_stale_trial_callback=on_stale_trial)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL,
+                grace_period=GRACE_PERIOD,
+                heartbeat_stale_trial_callback=on_stale_trial,
+            )
 
     for attempt in range(4):
         try:
@@ -125,8 +135,17 @@ def open_rdb_storage(url: str, engine_kwargs: dict[str, Any], on_stale_trial: Ca
 
 def definition(sweep: dict[str, Any], method: str) -> dict[str, Any]:
     """What every process joining a study must agree on: method, metric, parameters, command."""
-    return json.loads(json.dumps({"method": method, "metric": sweep["metric"], "parameters": sweep.get("parameters") or {},
-                                  "command": sweep["command"]}, sort_keys=True))
+    return json.loads(
+        json.dumps(
+            {
+                "method": method,
+                "metric": sweep["metric"],
+                "parameters": sweep.get("parameters") or {},
+                "command": sweep["command"],
+            },
+            sort_keys=True,
+        )
+    )
 
 
 def join_study(storage: Any, name: str, sweep: dict[str, Any], method: str, sampler: Any) -> Any:
@@ -135,8 +154,13 @@ def join_study(storage: Any, name: str, sweep: dict[str, Any], method: str, samp
 
     goal = sweep["metric"].get("goal", "minimize")
     try:
-        study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, load_if_exists=True,
-                                    direction="maximize" if goal == "maximize" else "minimize")
+        study = optuna.create_study(
+            storage=storage,
+            study_name=name,
+            sampler=sampler,
+            load_if_exists=True,
+            direction="maximize" if goal == "maximize" else "minimize",
+        )
     except ValueError as exc:  # e.g. the stored direction differs
         raise SweepError(f"study {name!r}: {exc}") from exc
     mine = definition(sweep, method)
@@ -145,8 +169,10 @@ def join_study(storage: Any, name: str, sweep: dict[str, Any], method: str, samp
         study.set_user_attr("sweep", mine)
     elif theirs != mine:
         differ = sorted(k for k in mine if mine[k] != theirs.get(k))
-        raise SweepError(f"study {name!r} was made from another sweep ({', '.join(differ)} differ): "
-                         "use another --study_name, or the same sweep file and --method")
+        raise SweepError(
+            f"study {name!r} was made from another sweep ({', '.join(differ)} differ): "
+            "use another --study_name, or the same sweep file and --method"
+        )
     return study
 
 
@@ -186,8 +212,14 @@ def retry(study: Any, trial: Any) -> None:
     system_attrs["retry_history"] = [*system_attrs["retry_history"], trial.number]
     if len(system_attrs["retry_history"]) > MAX_RETRY:
         return
-    study.add_trial(optuna.create_trial(state=optuna.trial.TrialState.WAITING, params=trial.params,
-                                        distributions=trial.distributions, system_attrs=system_attrs))
+    study.add_trial(
+        optuna.create_trial(
+            state=optuna.trial.TrialState.WAITING,
+            params=trial.params,
+            distributions=trial.distributions,
+            system_attrs=system_attrs,
+        )
+    )
 
 
 def recover(study: Any, log: Callable[[str], None]) -> None:

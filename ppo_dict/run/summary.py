@@ -1,6 +1,7 @@
 """The last line a run prints on stdout: one JSON object of its counters, its speed and the last value of every
 ``rollout/*`` and ``eval/*`` key (``python -m ppo_dict.main_ppo``'s summary, read by scripts and sweeps).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -12,8 +13,9 @@ from ppo_dict.core.config import Config
 from ppo_dict.run.tracking import scalars
 
 
-def summary(ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str],
-            start_steps: int = 0) -> dict[str, Any]:
+def summary(
+    ppo: PPO, cfg: Config, wall_seconds: float, interrupted: bool, checkpoint: Optional[str], start_steps: int = 0
+) -> dict[str, Any]:
     """The last stdout line: counters, speed (of this process), the last value of every ``rollout/*``/``eval/*`` key."""
     rew = ppo.ep_rew_mean
     metrics: dict[str, Any] = {}

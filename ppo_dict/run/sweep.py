@@ -9,6 +9,7 @@ Each trial is the command line a ``wandb agent`` would run for the same sweep fi
 ``grid`` (``GridSampler``), ``random`` (``RandomSampler``) and ``bayes`` (``TPESampler``). A stop signal, once the
 study runs (:func:`install_stop_handlers`), stops the running trials and queues them again.
 """
+
 from __future__ import annotations
 
 import json
@@ -95,8 +96,15 @@ class TrialProcesses:
     def run(self, argv: list[str], timeout: float) -> tuple[Optional[dict[str, Any]], str, bool]:
         """``(summary JSON, error text, interrupted)`` of one trial; the summary is the last stdout line."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),
+        )
         with self.lock:
             self.running.add(proc)
         try:
@@ -206,9 +214,15 @@ def row(trial: Any) -> dict[str, Any]:
     else:
         status = state + (f" (retry of {trial.system_attrs['failed_trial']})" if "failed_trial" in trial.system_attrs else "")
     params = attrs.get("params", trial.params)
-    return {"trial": trial.number, "params": params, "ran": {**params, **attrs.get("ran", {})},
-            "value": math.nan if trial.value is None else trial.value, "status": status, "argv": attrs.get("argv"),
-            "host": attrs.get(OWNER, {}).get("host")}
+    return {
+        "trial": trial.number,
+        "params": params,
+        "ran": {**params, **attrs.get("ran", {})},
+        "value": math.nan if trial.value is None else trial.value,
+        "status": status,
+        "argv": attrs.get("argv"),
+        "host": attrs.get(OWNER, {}).get("host"),
+    }
 
 
 def format_table(rows: list[dict[str, Any]], names: list[str], metric: str) -> str:
@@ -229,10 +243,21 @@ def import_optuna() -> Any:
     return optuna
 
 
-def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: list[str], seed: Optional[int] = None,
-              timeout: float = 3600.0, storage: Optional[str] = None, study_name: str = "sweep", n_jobs: int = 1,
-              trials: Optional[TrialProcesses] = None, allow_command: bool = False,
-              allow_code: bool = False) -> list[dict[str, Any]]:
+def run_sweep(
+    sweep: dict[str, Any],
+    count: int,
+    method: str,
+    out: str,
+    extra: list[str],
+    seed: Optional[int] = None,
+    timeout: float = 3600.0,
+    storage: Optional[str] = None,
+    study_name: str = "sweep",
+    n_jobs: int = 1,
+    trials: Optional[TrialProcesses] = None,
+    allow_command: bool = False,
+    allow_code: bool = False,
+) -> list[dict[str, Any]]:
     """Run up to ``count`` trials of the study (``n_jobs`` at a time); returns one row per trial of
     the whole study, this process's and every other's. ``allow_command``: the sweep file's command may
     be another program than ppo_dict's own; ``allow_code``: its parameters may import or launch code (each
@@ -240,18 +265,24 @@ def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: l
     for name, effect in check_sweep(sweep, method, allow_command, allow_code).items():
         print(f"--allow_code: the sweep file's parameter {name!r} {effect}", flush=True)
     if not own_command(sweep["command"]):
-        print(f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own",
-              flush=True)
+        print(
+            f"--allow_command: each trial runs the sweep file's command, {' '.join(sweep['command'])}, not ppo_dict's own",
+            flush=True,
+        )
     optuna = import_optuna()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage or default_storage(out)
-    study = join_study(open_storage(url, retry), study_name, sweep, method,
-                       make_sampler(method, sweep.get("parameters") or {}, seed))
+    study = join_study(
+        open_storage(url, retry), study_name, sweep, method, make_sampler(method, sweep.get("parameters") or {}, seed)
+    )
     recover(study, lambda line: print(line, flush=True))
     states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
-    print(f"study {study_name} in {redact(url)}: {len(states)} trials so far "
-          f"({', '.join(f'{states.count(s)} {s}' for s in sorted(set(states))) or 'new'}); "
-          f"running up to {count} here, {n_jobs} at a time", flush=True)
+    print(
+        f"study {study_name} in {redact(url)}: {len(states)} trials so far "
+        f"({', '.join(f'{states.count(s)} {s}' for s in sorted(set(states))) or 'new'}); "
+        f"running up to {count} here, {n_jobs} at a time",
+        flush=True,
+    )
     trials = trials or TrialProcesses()
     metric = sweep["metric"]["name"]
 
@@ -261,8 +292,13 @@ def run_sweep(sweep: dict[str, Any], count: int, method: str, out: str, extra: l
             study.stop()
 
     if count > 0:
-        study.optimize(make_objective(sweep, out, extra, timeout, trials), n_trials=count, n_jobs=n_jobs,
-                       catch=(TrialFailed,), callbacks=[after_trial])
+        study.optimize(
+            make_objective(sweep, out, extra, timeout, trials),
+            n_trials=count,
+            n_jobs=n_jobs,
+            catch=(TrialFailed,),
+            callbacks=[after_trial],
+        )
     return [row(t) for t in study.get_trials(deepcopy=False)]
 
 
@@ -285,8 +321,6 @@ def install_stop_handlers(trials: TrialProcesses) -> dict[int, Any]:
     return {sig: signal.signal(sig, handler) for sig in startup.taken_signals()}
 
 
-
-
 def write_results(rows: list[dict[str, Any]], sweep: dict[str, Any], out: str, study_name: str, storage: Optional[str]) -> int:
     """Print the study's table and best trial, write ``<out>/results.json``; the command line's exit status
     (1: no trial logged the metric)."""
@@ -296,12 +330,23 @@ def write_results(rows: list[dict[str, Any]], sweep: dict[str, Any], out: str, s
     os.makedirs(out, exist_ok=True)
     results = os.path.join(out, "results.json")
     with open(results, "w") as f:
-        json.dump({"study": study_name, "storage": redact(storage or default_storage(out)), "metric": metric,
-                   "goal": "maximize" if maximize else "minimize", "trials": rows, "best": top}, f, indent=2)
+        json.dump(
+            {
+                "study": study_name,
+                "storage": redact(storage or default_storage(out)),
+                "metric": metric,
+                "goal": "maximize" if maximize else "minimize",
+                "trials": rows,
+                "best": top,
+            },
+            f,
+            indent=2,
+        )
     if top is None:
         print(f"no trial logged {metric}", file=sys.stderr)
         return 1
     print(f"best: trial {top['trial']} {metric}={top['value']:.4g} {json.dumps(top['params'])}")
-    print(json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"],
-                      "results": results}))
+    print(
+        json.dumps({"best_trial": top["trial"], "best_value": top["value"], "best_params": top["params"], "results": results})
+    )
     return 0

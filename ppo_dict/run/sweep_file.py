@@ -8,6 +8,7 @@ supported here, and what only the command line decides: a command other than ppo
 parameter may set a setting of ``ppo_dict.core.file_effects.COMMAND_LINE_ONLY`` (trust in pickles, where
 a run writes).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ def read_sweep_file(path: str) -> dict[str, Any]:
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise SweepError(f"{path}: not a sweep file: {exc}") from exc
     if not isinstance(sweep, dict):
-        raise SweepError(f"{path}: a sweep file is a mapping (method, metric, command, parameters), not "
-                         f"{type(sweep).__name__}")
+        raise SweepError(
+            f"{path}: a sweep file is a mapping (method, metric, command, parameters), not {type(sweep).__name__}"
+        )
     return sweep
 
 
@@ -57,8 +59,9 @@ def distribution(name: str, spec: dict[str, Any]) -> str:
 
 
 #: the command of a sweep file that runs ppo_dict's own trainer (``${env}`` first, as wandb writes it, or not)
-OWN_COMMANDS = tuple(["${interpreter}", "-m", module, "${args}"]
-                     for module in ("ppo_dict.main_ppo", "ppo_dict.main_ppo_godot"))
+OWN_COMMANDS = tuple(
+    ["${interpreter}", "-m", module, "${args}"] for module in ("ppo_dict.main_ppo", "ppo_dict.main_ppo_godot")
+)
 
 
 def own_command(command: Any) -> bool:
@@ -115,16 +118,19 @@ def parameter_problems(name: Any, spec: Any, method: Any) -> list[str]:
     supported here or a range it cannot draw from."""
     if setting_of(name) in COMMAND_LINE_ONLY:
         shown = "" if setting_of(name) == str(name) else f" (--{setting_of(name)})"
-        return [f"parameter {name!r}{shown}: set on the command line only (docs/safety.md), never by a sweep file; to give it "
-                f"to every trial, pass it after --"]
+        return [
+            f"parameter {name!r}{shown}: set on the command line only (docs/safety.md), never by a sweep file; to give it "
+            f"to every trial, pass it after --"
+        ]
     if not isinstance(spec, dict):
         return [f"parameter {name!r}: a {type(spec).__name__}, not a mapping (value, values, or min and max)"]
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     problems = []
     if "values" in spec and not (isinstance(spec["values"], list) and spec["values"]):
         problems.append(f"parameter {name!r}: values must be a non-empty list")
-    if (any(k in spec and not number(spec[k]) for k in ("min", "max", "q"))
-            or (number(spec.get("min")) and number(spec.get("max")) and spec["min"] > spec["max"])):
+    if any(k in spec and not number(spec[k]) for k in ("min", "max", "q")) or (
+        number(spec.get("min")) and number(spec.get("max")) and spec["min"] > spec["max"]
+    ):
         problems.append(f"parameter {name!r}: min, max and q must be finite numbers, min <= max")
     if "distribution" in spec and not isinstance(spec["distribution"], str):
         problems.append(f"parameter {name!r}: distribution must be a name ({', '.join(DISTRIBUTIONS)})")
@@ -156,30 +162,41 @@ def check_sweep(sweep: dict[str, Any], method: Any, allow_command: bool = False,
     if method not in ("grid", "random", "bayes"):
         problems.append(f"method={str(method)[:40]!r}: must be grid, random or bayes")
     metric = sweep.get("metric")
-    if not (isinstance(metric, dict) and isinstance(metric.get("name"), str)
-            and metric.get("goal", "minimize") in ("minimize", "maximize")):
+    if not (
+        isinstance(metric, dict)
+        and isinstance(metric.get("name"), str)
+        and metric.get("goal", "minimize") in ("minimize", "maximize")
+    ):
         problems.append("metric: needs a name and goal: minimize | maximize")
     elif metric["name"] in TEXT_FIELDS:
-        problems.append(f"metric: {metric['name']!r} is text in a run's summary, not a number to minimize or maximize "
-                        "(a logged value such as eval/mean_reward or rollout/ep_rew_mean is)")
+        problems.append(
+            f"metric: {metric['name']!r} is text in a run's summary, not a number to minimize or maximize "
+            "(a logged value such as eval/mean_reward or rollout/ep_rew_mean is)"
+        )
     command = sweep.get("command")
     if not (isinstance(command, list) and all(isinstance(c, str) for c in command) and "${args}" in command):
         problems.append("command: must be a list of strings that contains ${args}")
     elif not allow_command and not own_command(command):
-        problems.append(f"command: {' '.join(command)[:200]} is not ppo_dict's own command (${{interpreter}} -m "
-                        f"ppo_dict.main_ppo ${{args}}): a sweep file runs another program only when the sweep's command line "
-                        f"says so (--allow_command)")
+        problems.append(
+            f"command: {' '.join(command)[:200]} is not ppo_dict's own command (${{interpreter}} -m "
+            f"ppo_dict.main_ppo ${{args}}): a sweep file runs another program only when the sweep's command line "
+            f"says so (--allow_command)"
+        )
     parameters = sweep.get("parameters") or {}
     if not isinstance(parameters, dict):
         problems.append(f"parameters: a {type(parameters).__name__}, not a mapping of names to their values")
         parameters = {}
-    effects = {str(name): effect for name, spec in parameters.items() for effect in [code_effect(setting_of(name), spec)]
-               if effect}
+    effects = {
+        str(name): effect for name, spec in parameters.items() for effect in [code_effect(setting_of(name), spec)] if effect
+    }
     for name, spec in parameters.items():
         problems += parameter_problems(name, spec, method)
     if not allow_code:
-        problems += [f"parameter {name!r}: {effect}; a sweep file imports and launches nothing unless the sweep's command "
-                     f"line says so (--allow_code), or give it to every trial after --" for name, effect in effects.items()]
+        problems += [
+            f"parameter {name!r}: {effect}; a sweep file imports and launches nothing unless the sweep's command "
+            f"line says so (--allow_code), or give it to every trial after --"
+            for name, effect in effects.items()
+        ]
     if problems:
         raise SweepError("cannot run this sweep:\n" + "\n".join(f"  - {p}" for p in problems))
     return effects

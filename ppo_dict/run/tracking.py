@@ -4,6 +4,7 @@ Each is a :data:`ppo_dict.core.logger.Writer`: ``writer(values, step)`` gets eve
 :class:`~ppo_dict.core.logger.Logger` (sb3's keys ``rollout/*``, ``time/*``, ``train/*`` and
 ``eval/*``) with ``step = num_timesteps``. wandb and TensorBoard are imported only when used.
 """
+
 from __future__ import annotations
 
 import csv
@@ -175,9 +176,15 @@ class WandbTracker:
 
                 run_id = generate_id()
         kwargs: dict[str, Any] = dict(
-            project=cfg.project, entity=cfg.entity, group=cfg.group, tags=list(cfg.tags) or None,
-            name=cfg.run_name or os.path.basename(os.path.normpath(run_dir)), config=config_values(cfg),
-            dir=os.environ.get("WANDB_DIR") or run_dir, id=run_id, resume="allow" if run_id else None,
+            project=cfg.project,
+            entity=cfg.entity,
+            group=cfg.group,
+            tags=list(cfg.tags) or None,
+            name=cfg.run_name or os.path.basename(os.path.normpath(run_dir)),
+            config=config_values(cfg),
+            dir=os.environ.get("WANDB_DIR") or run_dir,
+            id=run_id,
+            resume="allow" if run_id else None,
         )
         if mode is not None:
             kwargs["mode"] = mode
@@ -190,8 +197,9 @@ class WandbTracker:
         self.run.define_metric("*", step_metric=STEP)
 
     def __call__(self, values: dict[str, Any], step: int) -> None:
-        self.run.log({**{k: v for k, v in scalars(values).items() if not (isinstance(v, float) and math.isnan(v))},
-                      STEP: step})
+        self.run.log(
+            {**{k: v for k, v in scalars(values).items() if not (isinstance(v, float) and math.isnan(v))}, STEP: step}
+        )
 
     def log_video(self, path: str, step: int) -> None:
         self.run.log({"eval/video": self.wandb.Video(path, format="mp4"), STEP: step})

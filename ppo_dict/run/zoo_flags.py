@@ -2,6 +2,7 @@
 ``--vec-env``, ``--num-threads``...) as the settings that mean the same, and a typed ``--algo`` reading rl-zoo's tuned
 entry for the env, as ``train.py`` does. ``ppo_dict.run.cli`` calls these while it reads a command line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,17 @@ def rl_zoo_flags(zoo: dict[str, str], flags: dict[str, Any], unreadable: dict[st
     if "num_threads" in zoo:
         zoo_threads(zoo["num_threads"], flags, unreadable)
     if "n_eval_envs" in zoo and zoo["n_eval_envs"] != "1":
-        unreadable["n_eval_envs"] = (f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; "
-                                          f"--eval_episodes N (rl-zoo's --eval-episodes) sets how many episodes")
+        unreadable["n_eval_envs"] = (
+            f"n_eval_envs={zoo['n_eval_envs']!r}: ppo_dict evaluates in one env; "
+            f"--eval_episodes N (rl-zoo's --eval-episodes) sets how many episodes"
+        )
 
 
 #: what rl-zoo's --device auto means here, said where it differs (a CUDA device present)
-DEVICE_NOTE = ("--device auto: ppo_dict's auto keeps an MLP policy on the CPU, bit-exact with sb3, where rl-zoo's auto puts "
-               "every policy on CUDA when there is one; --device cuda for rl-zoo's choice")
+DEVICE_NOTE = (
+    "--device auto: ppo_dict's auto keeps an MLP policy on the CPU, bit-exact with sb3, where rl-zoo's auto puts "
+    "every policy on CUDA when there is one; --device cuda for rl-zoo's choice"
+)
 
 
 def zoo_device_note(flags: dict[str, Any]) -> str:
@@ -62,8 +67,7 @@ def zoo_threads(typed: str, flags: dict[str, Any], unreadable: dict[str, str]) -
     try:
         n = int(typed)
     except ValueError:
-        unreadable["num_threads"] = (f"num_threads={typed!r}: rl-zoo's --num-threads takes an integer (-1: torch's own "
-                                          f"count)")
+        unreadable["num_threads"] = f"num_threads={typed!r}: rl-zoo's --num-threads takes an integer (-1: torch's own count)"
         return
     if n <= 0:
         import torch  # the count torch starts with: nothing in this process has set it yet
@@ -101,5 +105,7 @@ def zoo_entry_by_default(flags: dict[str, Any], algo: str) -> str:
         why = entry.problems[0].removeprefix(f"hyperparams={RL_ZOO!r}: ").removeprefix("cannot read: ")
         return f"--algo {algo}: sb3's defaults, not rl-zoo's tuned entry: {why}"
     flags["hyperparams"] = [RL_ZOO]
-    return (f"--algo {algo}: rl-zoo's tuned entry {entry.name!r}, as rl-zoo's train.py takes it (leave out --algo for sb3's "
-            f"defaults)")
+    return (
+        f"--algo {algo}: rl-zoo's tuned entry {entry.name!r}, as rl-zoo's train.py takes it (leave out --algo for sb3's "
+        f"defaults)"
+    )

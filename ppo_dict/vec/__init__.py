@@ -12,6 +12,7 @@
 
 Above both pools, :func:`make_env_pool` builds the one a :class:`~ppo_dict.core.config.Config` asks for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,8 +65,16 @@ class EnvPool(Protocol):
     # other processes keep the CPUs busy (ppo_dict.core.load): waits that sleep
     def adapt(self, busy_elsewhere: bool) -> None: ...
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
-             timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]: ...
+    def call(
+        self,
+        kind: str,
+        indices: Sequence[int],
+        name: str = "",
+        args: tuple = (),
+        kwargs: Optional[dict] = None,
+        timeout: Optional[float] = None,
+        per_env: Optional[Sequence[Any]] = None,
+    ) -> list[Any]: ...
 
     def close(self) -> None: ...
 
@@ -75,10 +84,17 @@ def env_spec(cfg: "Config") -> EnvSpec:
     pixel = PixelOptions(cfg.image_size, cfg.grayscale, cfg.pixel_keep_state) if cfg.pixel_obs_wrapper else None
     atari = None
     if cfg.atari_wrapper:
-        atari = AtariOptions(cfg.atari_noop_max, cfg.atari_frame_skip, cfg.image_size, cfg.atari_terminal_on_life_loss,
-                             cfg.atari_clip_reward, cfg.atari_action_repeat_probability)
-    return resolve_env_name(cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari,
-                            frame_stack=cfg.frame_stack)
+        atari = AtariOptions(
+            cfg.atari_noop_max,
+            cfg.atari_frame_skip,
+            cfg.image_size,
+            cfg.atari_terminal_on_life_loss,
+            cfg.atari_clip_reward,
+            cfg.atari_action_repeat_probability,
+        )
+    return resolve_env_name(
+        cfg.env, cfg.gym_packages, kwargs=cfg.env_kwargs, pixel=pixel, atari=atari, frame_stack=cfg.frame_stack
+    )
 
 
 #: How to probe each env backend, by the name a spec gives (``EnvSpec.backend``): a new kind of env is a
@@ -90,8 +106,9 @@ def probe_env(spec: EnvSpec) -> EnvBackend:
     """The backend of ``spec``, probed once in this process (one env built, or one game launched, briefly)."""
     probe = BACKENDS.get(spec.backend)
     if probe is None:
-        raise ValueError(f"{spec.label}: no env backend named {spec.backend!r} (ppo_dict.vec.BACKENDS has "
-                         f"{', '.join(BACKENDS)})")
+        raise ValueError(
+            f"{spec.label}: no env backend named {spec.backend!r} (ppo_dict.vec.BACKENDS has {', '.join(BACKENDS)})"
+        )
     return probe(spec)
 
 
@@ -101,8 +118,9 @@ def pool_backend(cfg: "Config", backend: Optional[EnvBackend] = None) -> EnvBack
     return (backend or probe_env(env_spec(cfg))).for_blocks(None, cfg.step_timeout, True)
 
 
-def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None,
-                  layout: Optional["Layout"] = None) -> Union[InProcessEnvPool, ShmEnvPool]:
+def make_env_pool(
+    cfg: "Config", backend: Optional[EnvBackend] = None, layout: Optional["Layout"] = None
+) -> Union[InProcessEnvPool, ShmEnvPool]:
     """The env pool a config asks for: worker processes, or in-process (``num_workers 0``, one env, one CPU).
 
     ``backend``: the env as ``ppo_dict.run.checks.validate`` probed it (probed here when not given);
@@ -121,5 +139,13 @@ def make_env_pool(cfg: "Config", backend: Optional[EnvBackend] = None,
     # the normalised observations in shared memory too: the processes that step the envs may write them
     # (ppo_dict.algo.rollout.shard)
     stage_keys = stage_keys_of(backend.observation_space, cfg.normalize, cfg.norm_obs)
-    return ShmEnvPool(backend, n_steps=cfg.n_steps, mp_method=cfg.mp_method, step_timeout=cfg.step_timeout,
-                      halves=cfg.double_buffer, spin_wait_us=cfg.spin_wait_us, layout=layout, stage_keys=stage_keys)
+    return ShmEnvPool(
+        backend,
+        n_steps=cfg.n_steps,
+        mp_method=cfg.mp_method,
+        step_timeout=cfg.step_timeout,
+        halves=cfg.double_buffer,
+        spin_wait_us=cfg.spin_wait_us,
+        layout=layout,
+        stage_keys=stage_keys,
+    )

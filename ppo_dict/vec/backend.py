@@ -6,6 +6,7 @@ probed once in the main process (the storage is sized before any worker starts) 
 only this interface; :func:`ppo_dict.vec.probe_env` picks the backend of an
 :class:`~ppo_dict.envs.EnvSpec` (gymnasium here, Godot in ``ppo_dict.vec.godot``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,11 +52,11 @@ class EnvBackend(Protocol):
         """This backend as a pool runs it: blocks of ``envs_per_block`` columns (None: of any size, as
         the layout splits them), in worker processes or not."""
 
-    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int],
-                        step_timeout: float) -> list[str]:
+    def layout_problems(
+        self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float
+    ) -> list[str]:
         """What the layout settings (as given: None where the layout chooses) ask of this backend that cannot work
         (empty when it can)."""
-
 
 
 class SpecFactory:
@@ -123,16 +124,19 @@ class GymBackend:
             return env
 
         observation_space, action_space, _ = probe_spaces(make, f"env {spec.name}")
-        return cls(SpecFactory(spec), observation_space, action_space, spec.label,
-                   state_problem=problems[0] if problems else "")
+        return cls(
+            SpecFactory(spec), observation_space, action_space, spec.label, state_problem=problems[0] if problems else ""
+        )
 
     def make_runner(self, block: Sequence[int], storage: RolloutStorage) -> GymRunner:
-        return GymRunner(self.factory, block, storage, record_infos=self.record_infos,
-                         episodes_from_infos=self.episodes_from_infos)
+        return GymRunner(
+            self.factory, block, storage, record_infos=self.record_infos, episodes_from_infos=self.episodes_from_infos
+        )
 
     def for_blocks(self, envs_per_block: Optional[int], step_timeout: float, in_workers: bool) -> "GymBackend":
         return self
 
-    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int],
-                        step_timeout: float) -> list[str]:
+    def layout_problems(
+        self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float
+    ) -> list[str]:
         return []

@@ -23,6 +23,7 @@ memory in the kernel.
 A dead peer is still seen: sleeps are futex waits with a timeout (:data:`NAP`), after which a worker
 looks at its pipe and its parent's sentinel and the main process at its workers' pipes and sentinels.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -95,7 +96,7 @@ class Broadcast:
         self.header = np.frombuffer(memory, dtype=np.int64, count=HEADER, offset=HEADER_AT * LINE)
         self.base = self.words.ctypes.data
         per_line = LINE // 4
-        lines = self.words[WORKERS_AT * per_line:].reshape(workers, per_line)
+        lines = self.words[WORKERS_AT * per_line :].reshape(workers, per_line)
         self.done, self.failed, self.asleep = lines[:, DONE], lines[:, FAILED], lines[:, ASLEEP]
         self.seq = 0  # the main process's count of hand-overs (a worker's: the last it served)
 
@@ -126,8 +127,9 @@ class Broadcast:
     def finished(self, seq: int) -> bool:
         return bool((self.done == seq).all())
 
-    def wait(self, seq: int, deadline: float, spin: float, check: Callable[[], None],
-             idle: Optional[Callable[[], bool]] = None) -> bool:
+    def wait(
+        self, seq: int, deadline: float, spin: float, check: Callable[[], None], idle: Optional[Callable[[], bool]] = None
+    ) -> bool:
         """Wait until every worker finished hand-over ``seq`` (True) or ``time.monotonic()`` passes ``deadline``
         (False). ``check()`` raises for a failed or dead worker: called when a worker flags a failure and
         after each sleep. ``idle``: work to do first, a unit a call, looking between units."""
@@ -219,4 +221,3 @@ def wake_all(page: Optional[Broadcast]) -> None:
     """Publish an empty hand-over (header zeros): every worker wakes and looks at its pipe (close, a call)."""
     if page is not None:
         page.publish((0,))
-

@@ -15,6 +15,7 @@ for payloads over 2 GiB; the payload pickled), so a message can come from either
 ``Connection.send``. Once a :class:`Channel` reads from a connection, only it may read from it:
 bytes it has read ahead are in :attr:`Channel.pending`.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,7 @@ class Channel:
     def write(self, frame: bytes) -> None:
         view = memoryview(frame)
         while view:
-            view = view[os.write(self.fd, view):]
+            view = view[os.write(self.fd, view) :]
 
     def close(self) -> None:
         """Close the connection; later writes and reads fail with ``OSError`` (the fd is not kept:
@@ -123,8 +124,9 @@ def payload_bounds(data: bytes) -> Optional[tuple[int, int]]:
     return 12, 12 + struct.unpack_from("!Q", data, 4)[0]
 
 
-def wait_for(poller: select.poll, timeout_ms: Optional[int], spin: float,
-             idle: Optional[Callable[[], bool]] = None) -> list[tuple[int, int]]:
+def wait_for(
+    poller: select.poll, timeout_ms: Optional[int], spin: float, idle: Optional[Callable[[], bool]] = None
+) -> list[tuple[int, int]]:
     """``poller.poll(timeout_ms)``, but looked at without blocking for up to ``spin`` seconds first,
     yielding the CPU between looks (``sched_yield``: a process that has work on this core runs
     instead; on a core of its own, the look comes round again at once). ``idle``: work to do first,

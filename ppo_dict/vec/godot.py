@@ -5,6 +5,7 @@ or the in-process pool's) owns whole games: each game's agents are ``n_agents`` 
 columns, agent ``a`` of the game starting at column ``c`` is column ``c + a``. :class:`GodotBackend` is probed once (one
 short-lived game) and hands the pools a :class:`GodotRunner` per block, like the gymnasium backend's runner.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,15 +74,20 @@ class GodotRunner:
             )
         self._starts = self.block[:: self.n_agents]
         self._spans = [slice(start, start + self.n_agents) for start in self._starts]
-        if any(self.block[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents))
-               for g, a in enumerate(self._starts)):
+        if any(
+            self.block[g * self.n_agents : (g + 1) * self.n_agents] != list(range(a, a + self.n_agents))
+            for g, a in enumerate(self._starts)
+        ):
             raise ValueError(f"block {self.block} must be runs of {self.n_agents} contiguous columns, one per game")
         for g in range(1, len(self.block) // self.n_agents):
             self.active = (self._starts[g], "constructor")
             game = GodotGame(seed=launch_seed + self._starts[g] - self.first, **kwargs)
             self.games.append(game)
-            if ((game.n_agents, game.observation_space, game.action_space)
-                    != (self.n_agents, first.observation_space, first.action_space)):
+            if (game.n_agents, game.observation_space, game.action_space) != (
+                self.n_agents,
+                first.observation_space,
+                first.action_space,
+            ):
                 raise ValueError(f"{game.describe()} has other agents or spaces than {first.describe()}")
         self.active = (-1, "")
 
@@ -92,8 +98,10 @@ class GodotRunner:
         span = self._spans[g]
         inside = max(0, min(span.stop, columns.stop) - max(span.start, columns.start))
         if 0 < inside < self.n_agents:
-            raise ValueError(f"columns {columns} split game {g} (columns {span.start}..{span.stop - 1}): a game steps all its "
-                             f"agents at once")
+            raise ValueError(
+                f"columns {columns} split game {g} (columns {span.start}..{span.stop - 1}): a game steps all its "
+                f"agents at once"
+            )
         return inside == self.n_agents
 
     @staticmethod
@@ -141,8 +149,9 @@ class GodotRunner:
                 book.end(first + a, None)
 
     def call(self, kind: str, indices: Sequence[int], name: str, args: tuple, kwargs: dict) -> list[Any]:
-        raise NotImplementedError(f"{kind}({name!r}): a Godot game's agents are not gymnasium envs; they have no attributes "
-                                  f"or methods")
+        raise NotImplementedError(
+            f"{kind}({name!r}): a Godot game's agents are not gymnasium envs; they have no attributes or methods"
+        )
 
     def close(self) -> None:
         """Close every game (each kills and reaps its process). Idempotent."""
@@ -203,19 +212,25 @@ class GodotBackend:
         if self.spec.name == GODOT_DEMO and envs_per_block is not None:
             kwargs["game_args"] = {**(kwargs.get("game_args") or {}), "n_agents": self.agents_per_game(envs_per_block)}
         kwargs.setdefault("step_timeout", step_timeout * GAME_TIMEOUT_SHARE)
-        return dataclasses.replace(self, spec=dataclasses.replace(self.spec, kwargs=kwargs),
-                                   block_games=self.spec.name == GODOT_DEMO and envs_per_block is None)
+        return dataclasses.replace(
+            self,
+            spec=dataclasses.replace(self.spec, kwargs=kwargs),
+            block_games=self.spec.name == GODOT_DEMO and envs_per_block is None,
+        )
 
-    def layout_problems(self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int],
-                        step_timeout: float) -> list[str]:
+    def layout_problems(
+        self, n_envs: int, num_workers: Optional[int], envs_per_worker: Optional[int], step_timeout: float
+    ) -> list[str]:
         """Every process (each worker, this process, or the in-process pool) must own whole games; the
         game's own reply timeout must fire before the worker's."""
         problems = []
         agents = self.unit
         for name, count in (("n_envs", n_envs), ("envs_per_worker", envs_per_worker)):
             if count is not None and count % agents:
-                problems.append(f"{name}={count}: {self.label} runs {agents} agents (n_agents) per Godot process and each "
-                                f"process owns whole games, so {name} must be a multiple of {agents}")
+                problems.append(
+                    f"{name}={count}: {self.label} runs {agents} agents (n_agents) per Godot process and each "
+                    f"process owns whole games, so {name} must be a multiple of {agents}"
+                )
         game_timeout = self.spec.kwargs.get("step_timeout")
         if game_timeout is not None and not game_timeout < step_timeout:
             problems.append(

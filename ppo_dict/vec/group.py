@@ -9,6 +9,7 @@ over a ``ctx.Pipe`` (``ppo_dict.vec.worker`` lists them), written and read by a 
 every worker's process sentinel, with a timeout; there are no ``ctx.Queue``/``Lock``/``Event``: under forkserver/spawn
 their named semaphores outlive a SIGKILLed process group in /dev/shm.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,8 +56,11 @@ def default_spin(processes: int) -> float:
 def layout_problems(blocks: Any, mp_method: Any, step_timeout: Any, spin_wait_us: Any = None) -> list[str]:
     """What is wrong with a worker layout given from Python (the CLI's config is checked before)."""
     problems = []
-    if not (isinstance(blocks, (list, tuple)) and blocks
-            and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)):
+    if not (
+        isinstance(blocks, (list, tuple))
+        and blocks
+        and all(len(b) >= 1 and all(isinstance(i, int) for i in b) for b in blocks)
+    ):
         problems.append(f"blocks={blocks!r}: must be a non-empty list of non-empty sequences of env columns, one per worker")
     if mp_method not in MP_METHODS:
         problems.append(f"mp_method={mp_method!r}: must be one of {', '.join(MP_METHODS)}")
@@ -138,20 +142,38 @@ class WorkerGroup:
     def _shared_storage(self, ctx: Any, backend: EnvBackend, n_steps: int, stage_keys: tuple[str, ...]) -> Any:
         """The rollout storage in memory every process shares (its size checked against the system's first); returns
         its layout, which the workers map."""
-        layout = plan_layout(backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords,
-                             stage_keys)
+        layout = plan_layout(
+            backend.observation_space, backend.action_space, n_steps, self.num_envs, backend.info_keywords, stage_keys
+        )
         check_shared_memory(layout.nbytes)
         self._buffer = ctx.RawArray("b", layout.nbytes)
         alloc = view_alloc(self._buffer, layout)
-        self.storage = RolloutStorage(backend.observation_space, backend.action_space, n_steps, self.num_envs, alloc=alloc,
-                                      info_keywords=backend.info_keywords, stage_keys=stage_keys)
+        self.storage = RolloutStorage(
+            backend.observation_space,
+            backend.action_space,
+            n_steps,
+            self.num_envs,
+            alloc=alloc,
+            info_keywords=backend.info_keywords,
+            stage_keys=stage_keys,
+        )
         return layout
 
-    def _worker_args(self, backend: EnvBackend, layout: Any, n_steps: int, stage_keys: tuple[str, ...],
-                     w: int) -> WorkerArgs:
+    def _worker_args(self, backend: EnvBackend, layout: Any, n_steps: int, stage_keys: tuple[str, ...], w: int) -> WorkerArgs:
         """What worker ``w`` starts with: its envs, the backend that makes them, the shared memory and its layout."""
-        return WorkerArgs(w, tuple(self.worker_envs(w)), backend, self._buffer, layout, n_steps, self.num_envs, self.spin,
-                          stage_keys, self._control, self.num_workers)
+        return WorkerArgs(
+            w,
+            tuple(self.worker_envs(w)),
+            backend,
+            self._buffer,
+            layout,
+            n_steps,
+            self.num_envs,
+            self.spin,
+            stage_keys,
+            self._control,
+            self.num_workers,
+        )
 
     def _handover_page(self, ctx: Any, handovers: bool) -> tuple[Any, Optional[broadcast.Broadcast]]:
         """``(buffer, page)``: the shared page of hand-overs (ppo_dict.vec.broadcast) where ``handovers`` asks for it and
@@ -166,8 +188,9 @@ class WorkerGroup:
             child_conn = None
             try:
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}",
-                                   daemon=True)
+                proc = ctx.Process(
+                    target=worker_main, args=(args_of(w), child_conn), name=f"ppo_dict-env-worker-{w}", daemon=True
+                )
                 self._channels.append(Channel(parent_conn))
                 with contextlib.nullcontext() if rerun_main else main_not_rerun():
                     proc.start()

@@ -29,6 +29,7 @@ The guard ends as soon as the main process does.
 This module is a leaf: the watchdog imports its texts and constants, and the guard process runs
 it by path, without importing ppo_dict (which would import torch).
 """
+
 from __future__ import annotations
 
 import mmap
@@ -55,8 +56,20 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TRACEBACK_SIGNAL = signal.SIGUSR2
 
 #: The env calls a beacon can name, by code (0: none or another call).
-CALLS = ("", "step", "reset", "action_masks", "constructor", "get_attr", "set_attr", "env_method", "has_attr",
-         "env_is_wrapped", "close", "render")
+CALLS = (
+    "",
+    "step",
+    "reset",
+    "action_masks",
+    "constructor",
+    "get_attr",
+    "set_attr",
+    "env_method",
+    "has_attr",
+    "env_is_wrapped",
+    "close",
+    "render",
+)
 CALL_CODES = {name: code for code, name in enumerate(CALLS)}
 STEP, RESET, ACTION_MASKS, CONSTRUCTOR = (CALL_CODES[name] for name in ("step", "reset", "action_masks", "constructor"))
 #: ``Beacon.active`` holds ``env index * ACTIVE_SCALE + call code`` (-1: no env call in progress).
@@ -99,8 +112,10 @@ def main_call_text(label: str, env_idx: int, call: str, at: str) -> str:
 
 def timeout_text(what: str, timeout: float) -> str:
     """The message of an :class:`EnvTimeoutError` for a call in the main process (``what``: :func:`main_call_text`)."""
-    return (f"{what} within {timeout:g} s; an env is probably hung (raise step_timeout if it is only slow); "
-            "every env and worker was stopped")
+    return (
+        f"{what} within {timeout:g} s; an env is probably hung (raise step_timeout if it is only slow); "
+        "every env and worker was stopped"
+    )
 
 
 def stop_text(signum: int, what: str) -> str:
@@ -117,7 +132,10 @@ def start(beacon: Beacon, wakeup: socket.socket, label: str) -> subprocess.Popen
     try:
         return subprocess.Popen(
             [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()), str(beacon.fd), str(wake), label],
-            pass_fds=(beacon.fd, wake), stdin=subprocess.DEVNULL, close_fds=True)
+            pass_fds=(beacon.fd, wake),
+            stdin=subprocess.DEVNULL,
+            close_fds=True,
+        )
     finally:
         os.close(wake)
 
@@ -211,9 +229,13 @@ class Guard:
         if self.check() is None:
             return False
         descendants = descendants_of(self.pid)
-        print(f"error: {reason}\nThe call holds Python's lock and never returns (C code?): no thread of the main process "
-              f"can run, so its guard process ended it and its child processes ({len(descendants)}) with SIGKILL "
-              "(exit status 137), without saving", file=sys.stderr, flush=True)
+        print(
+            f"error: {reason}\nThe call holds Python's lock and never returns (C code?): no thread of the main process "
+            f"can run, so its guard process ended it and its child processes ({len(descendants)}) with SIGKILL "
+            "(exit status 137), without saving",
+            file=sys.stderr,
+            flush=True,
+        )
         for pid in [self.pid, *descendants]:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 watchdog's deadline, and their failures reported as a worker's are: an env that raises is an
 :class:`EnvWorkerError` (worker -1: "the main process"), one that hangs an :class:`EnvTimeoutError`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,8 +12,9 @@ from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.worker import env_worker_error, error_report
 
 
-def call_in_main(owner: Owner, command: str, call: Callable[[], Any], detail: Any, timeout: float,
-                 cleanup: Callable[[BaseException], None]) -> Any:
+def call_in_main(
+    owner: Owner, command: str, call: Callable[[], Any], detail: Any, timeout: float, cleanup: Callable[[BaseException], None]
+) -> Any:
     """``call()``: env calls of ``owner.runner`` in this process, under the watchdog's deadline.
 
     Reported as a worker's failures are, after ``cleanup(error)`` (stop the workers, close the envs):

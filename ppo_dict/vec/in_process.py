@@ -1,4 +1,5 @@
 """Every env column stepped in the calling process, in env order (sb3 ``DummyVecEnv``): ``--num_workers 0``."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -22,15 +23,17 @@ class InProcessEnvPool:
 
     waits = False  # no other process to wait for: owed work is done before a step
 
-    def __init__(self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0,
-                 start_timeout: float = 120.0):
+    def __init__(
+        self, backend: EnvBackend, n_envs: int, n_steps: int, step_timeout: float = 60.0, start_timeout: float = 120.0
+    ):
         if n_envs < 1:
             raise ValueError(f"n_envs={n_envs} for {backend.label}: must be at least 1")
         self.backend, self.num_envs = backend, n_envs
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
         self.rollouts_begun = 0  # rollouts whose step 0 was stepped (the runner snapshots its envs there)
-        self.storage = RolloutStorage(self.observation_space, self.action_space, n_steps, n_envs,
-                                      info_keywords=backend.info_keywords)
+        self.storage = RolloutStorage(
+            self.observation_space, self.action_space, n_steps, n_envs, info_keywords=backend.info_keywords
+        )
         self.runner = backend.make_runner(range(n_envs), self.storage)
         self._owner = Owner(backend.label, self.runner)
         try:
@@ -49,8 +52,9 @@ class InProcessEnvPool:
         """Reset env i with ``seed + i`` (no seed for ``None``; a list: each env's seed), ``options[i]``
         when given, and write ``env_obs[0]``."""
         seeds = env_seeds(seed, self.num_envs)
-        result = call_in_main(self._owner, "reset", lambda: self.runner.reset(seeds, options), seeds, self.step_timeout,
-                              self._fail)
+        result = call_in_main(
+            self._owner, "reset", lambda: self.runner.reset(seeds, options), seeds, self.step_timeout, self._fail
+        )
         if result is not None:
             self.reset_infos = list(result)
 
@@ -58,8 +62,9 @@ class InProcessEnvPool:
         """Step every env with ``storage.env_actions``; results land in storage at step t (``rollout``:
         errors name t as the rollout step; False for a vec env's step)."""
         self.rollouts_begun += rollout and t == 0
-        result = call_in_main(self._owner, "step", lambda: self.runner.step(t), t if rollout else None, self.step_timeout,
-                              self._fail)
+        result = call_in_main(
+            self._owner, "step", lambda: self.runner.step(t), t if rollout else None, self.step_timeout, self._fail
+        )
         if result is not None:
             self.infos, self.reset_infos = list(result[0]), list(result[1])
 
@@ -71,8 +76,16 @@ class InProcessEnvPool:
         step)."""
         self.runner.record_infos = on
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
-             timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]:
+    def call(
+        self,
+        kind: str,
+        indices: Sequence[int],
+        name: str = "",
+        args: tuple = (),
+        kwargs: Optional[dict] = None,
+        timeout: Optional[float] = None,
+        per_env: Optional[Sequence[Any]] = None,
+    ) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``, in their order
         (and the runner's own calls: ``Runner.call``); ``timeout``: the worker pool's, nothing to wait for here;
         ``per_env``: a value for each of ``indices``, given as the first of ``args``."""
@@ -85,8 +98,9 @@ class InProcessEnvPool:
     def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Step the envs in ``columns`` (here, at once: there is no other process to wait for)."""
         self.rollouts_begun += rollout and t == 0 and columns.start == 0
-        result = call_in_main(self._owner, "step", lambda: self.runner.step(t, columns), t if rollout else None,
-                              self.step_timeout, self._fail)
+        result = call_in_main(
+            self._owner, "step", lambda: self.runner.step(t, columns), t if rollout else None, self.step_timeout, self._fail
+        )
         if result is not None:
             self.infos, self.reset_infos = list(result[0]), list(result[1])
 

@@ -21,6 +21,7 @@ hands each env its row as given, the env receives the row in the space's dtype. 
 (``get_attr``, ``env_method``...) index as Python lists do: ``-1`` is the last env, duplicates are
 called twice, out of range is an IndexError.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -48,9 +49,17 @@ class PoolVecEnv(VecEnv):
     :param layout: the worker settings asked for (``num_workers``, ``mp_method``...; absent: not asked).
     """
 
-    def __init__(self, num_envs: int, observation_space: gym.spaces.Space, action_space: gym.spaces.Space, label: str,
-                 start: Optional[Callable[[], Pool]] = None, render_mode: Optional[str] = None, backend: Any = None,
-                 layout: Optional[dict[str, Any]] = None):
+    def __init__(
+        self,
+        num_envs: int,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        label: str,
+        start: Optional[Callable[[], Pool]] = None,
+        render_mode: Optional[str] = None,
+        backend: Any = None,
+        layout: Optional[dict[str, Any]] = None,
+    ):
         self.label, self.backend, self.layout = label, backend, dict(layout or {})
         self._start, self._pool, self._closed = start, None, False
         self._render_mode = render_mode
@@ -124,8 +133,9 @@ class PoolVecEnv(VecEnv):
         ``(n_envs, *space shape)`` per leaf (Discrete: ``(n_envs,)``), an OrderedDict for a Dict space,
         a tuple for a Tuple space."""
         env_obs = self.pool.storage.env_obs
-        obs = OrderedDict((key, env_obs[key][row].reshape(self.num_envs, *sub.shape).copy())
-                          for key, sub in self._leaves.items())
+        obs = OrderedDict(
+            (key, env_obs[key][row].reshape(self.num_envs, *sub.shape).copy()) for key, sub in self._leaves.items()
+        )
         if isinstance(self.observation_space, gym.spaces.Dict):
             return obs
         if isinstance(self.observation_space, gym.spaces.Tuple):
@@ -139,14 +149,17 @@ class PoolVecEnv(VecEnv):
         if not isinstance(target, dict):
             return checked_cast(actions, target, name)
         if isinstance(actions, dict) or not hasattr(actions, "__len__") or len(actions) != self.num_envs:
-            raise ValueError(f"{name}.step: expected one {type(self.action_space).__name__} action per env ({self.num_envs}), "
-                             f"as sb3's vec envs take them, got {type(actions).__name__}; nothing was sent to the envs")
+            raise ValueError(
+                f"{name}.step: expected one {type(self.action_space).__name__} action per env ({self.num_envs}), "
+                f"as sb3's vec envs take them, got {type(actions).__name__}; nothing was sent to the envs"
+            )
         pick = (lambda a, key: a[key]) if isinstance(self.action_space, gym.spaces.Dict) else (lambda a, key: a[int(key)])
         return {key: checked_cast([pick(a, key) for a in actions], arr, name, f"[{key!r}]") for key, arr in target.items()}
 
     # ------------------------------------------------------------------ env attributes and methods
-    def _call(self, kind: str, indices: VecEnvIndices, name: str = "", args: tuple = (),
-              kwargs: Optional[dict] = None) -> list[Any]:
+    def _call(
+        self, kind: str, indices: VecEnvIndices, name: str = "", args: tuple = (), kwargs: Optional[dict] = None
+    ) -> list[Any]:
         """Run ``kind`` on the given envs where they live; results in ``indices`` order. Indices are
         Python list indices, as sb3's classes use them (``self.envs[i]``, ``self.remotes[i]``)."""
         envs = [list_index(i, self.num_envs) for i in self._get_indices(indices)]
@@ -173,8 +186,9 @@ class PoolVecEnv(VecEnv):
         """Each env's ``render()`` (sb3's ``get_images``), with sb3's warning and ``None``s unless ``render_mode`` is
         rgb_array."""
         if self.render_mode != "rgb_array":
-            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain "
-                          f"images.")
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
             return [None] * self.num_envs
         return self.env_method("render")
 

@@ -1,4 +1,5 @@
 """Starting and stopping worker processes: what a failed start says, and a stop that leaves nothing running."""
+
 from __future__ import annotations
 
 import contextlib
@@ -107,20 +108,28 @@ def start_failure_text(w: int, columns: Sequence[int], label: str, mp_method: st
     """Why worker ``w`` could not be started and what to change, from the error and the machine's limits now."""
     machine, code = Machine.probe(), getattr(exc, "errno", None)
     if code in (errno.EMFILE, errno.ENFILE):
-        advice = (f"too many open files: this process may open {machine.nofile_limit or 'unlimited'} (ulimit -n) and has "
-                  f"{machine.open_files} open; raise ulimit -n, or use fewer --num_workers")
+        advice = (
+            f"too many open files: this process may open {machine.nofile_limit or 'unlimited'} (ulimit -n) and has "
+            f"{machine.open_files} open; raise ulimit -n, or use fewer --num_workers"
+        )
     elif code == errno.EAGAIN:
         limit = f"ulimit -u {machine.nproc_limit}, {machine.user_tasks} in use" if machine.nproc_limit else "ulimit -u"
-        advice = (f"the system refused a new process: the process limit ({limit}) or the kernel's pid_max/threads-max "
-                  f"({machine.task_room} tasks left) is reached; use fewer --num_workers, or raise ulimit -u")
+        advice = (
+            f"the system refused a new process: the process limit ({limit}) or the kernel's pid_max/threads-max "
+            f"({machine.task_room} tasks left) is reached; use fewer --num_workers, or raise ulimit -u"
+        )
     elif code == errno.ENOMEM or isinstance(exc, MemoryError):
         mb = "unknown" if machine.memory_available is None else f"{machine.memory_available / 2**20:.0f} MB"
         advice = f"not enough memory to start a process ({mb} available); use fewer --num_workers or smaller n_steps x n_envs"
     elif mp_method == "forkserver" and isinstance(exc, (EOFError, ConnectionError, RuntimeError)):
-        advice = ("multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when "
-                  "it cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer "
-                  "--num_workers, or --mp_method spawn")
+        advice = (
+            "multiprocessing's forkserver (the process that forks the workers) exited while starting it: it exits when "
+            "it cannot fork (ulimit -u), open a file (ulimit -n) or get memory, or when it is killed; use fewer "
+            "--num_workers, or --mp_method spawn"
+        )
     else:
         advice = "use fewer --num_workers, or another --mp_method"
-    return (f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: "
-            f"{exc}; {advice}; the workers already started were stopped")
+    return (
+        f"worker {w} (envs {columns_text(columns)}, {label}) could not be started ({mp_method}): {type(exc).__name__}: "
+        f"{exc}; {advice}; the workers already started were stopped"
+    )

@@ -5,6 +5,7 @@ pool, each worker process and the main process's own block run the same runner c
 layout gives the same numbers. :class:`GymRunner` is the gymnasium backend's runner, with sb3's
 ``DummyVecEnv`` + ``Monitor`` semantics; ``ppo_dict.vec.godot.GodotRunner`` is the Godot one.
 """
+
 from __future__ import annotations
 
 import functools
@@ -87,8 +88,14 @@ class GymRunner:
     ``(infos, reset_infos)`` and ``reset`` returns ``reset_infos``.
     """
 
-    def __init__(self, factory: Callable[[int], gym.Env], block: Sequence[int], storage: RolloutStorage,
-                 record_infos: bool = False, episodes_from_infos: bool = False):
+    def __init__(
+        self,
+        factory: Callable[[int], gym.Env],
+        block: Sequence[int],
+        storage: RolloutStorage,
+        record_infos: bool = False,
+        episodes_from_infos: bool = False,
+    ):
         self.factory, self.block, self.storage = factory, list(block), storage
         self.envs: list[gym.Env] = []
         self.single_obs = not isinstance(storage.observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -104,8 +111,9 @@ class GymRunner:
         self.masks = None if storage.action_masks is None else MaskWriter(storage.action_masks, storage.action_space)
         # In the main process, each env call is named in the watchdog's beacon, for the guard process (C code
         # holding the GIL): env j's step code, precomputed (a worker's hang is the main process's to report)
-        self._beacon_codes = ([i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None
-                              else None)
+        self._beacon_codes = (
+            [i * ACTIVE_SCALE + STEP for i in self.block] if multiprocessing.parent_process() is None else None
+        )
         # each env's state when it began the rollout in progress (step 0), kept where asked (a run's checkpoints: envs.state)
         self.keep_snapshots = False
         self.snapshots: list[Optional[dict[str, Any]]] = [None] * len(self.block)
@@ -240,8 +248,12 @@ class GymRunner:
         begun since :meth:`snapshots_from`), the snapshot of its step 0 where the env took one; as they are where it
         did not (not stepped in that rollout yet), or for None."""
         positions = [self.block.index(i) for i in indices]
-        return [self.snapshots[j] if rollout is not None and self.snapshot_of[j] == rollout and self.snapshots[j] is not None
-                else self.state_of(j) for j in positions]
+        return [
+            self.snapshots[j]
+            if rollout is not None and self.snapshot_of[j] == rollout and self.snapshots[j] is not None
+            else self.state_of(j)
+            for j in positions
+        ]
 
     def snapshots_from(self, begun: int) -> None:
         """Keep a snapshot of each env at each rollout's step 0 from now on, the pool having begun ``begun`` rollouts."""

@@ -4,6 +4,7 @@ The buffer is a ``multiprocessing`` ``RawArray`` (an unlinked file: nothing can 
 /dev/shm, even after SIGKILL). Its layout is measured from :class:`RolloutStorage` itself, so the
 main process and every worker build identical numpy views of the same bytes.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,14 @@ class SharedLayout:
     nbytes: int
 
 
-def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_steps: int, n_envs: int,
-                info_keywords: tuple[str, ...] = (), stage_keys: tuple[str, ...] = ()) -> SharedLayout:
+def plan_layout(
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    n_steps: int,
+    n_envs: int,
+    info_keywords: tuple[str, ...] = (),
+    stage_keys: tuple[str, ...] = (),
+) -> SharedLayout:
     """Measure the env-written fields by building a storage whose ``alloc`` hands out
     zero-memory placeholders, so the layout can never disagree with :class:`RolloutStorage`."""
     fields: list[tuple[int, tuple[int, ...], str]] = []
@@ -47,8 +54,9 @@ def plan_layout(observation_space: spaces.Space, action_space: spaces.Space, n_s
         offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
         return np.broadcast_to(np.zeros((), dtype), shape)
 
-    RolloutStorage(observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords,
-                   stage_keys=stage_keys)
+    RolloutStorage(
+        observation_space, action_space, n_steps, n_envs, alloc=measure, info_keywords=info_keywords, stage_keys=stage_keys
+    )
     return SharedLayout(tuple(fields), max(offset, ALIGN) + ALIGN)
 
 
@@ -66,8 +74,10 @@ def view_alloc(buffer: Any, layout: SharedLayout) -> Alloc:
     def alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         offset, planned_shape, planned_dtype = next(entries)
         if (tuple(shape), np.dtype(dtype).str) != (planned_shape, planned_dtype):
-            raise RuntimeError(f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked "
-                               f"{tuple(shape)} {np.dtype(dtype)}")
+            raise RuntimeError(
+                f"shared storage layout mismatch: planned {planned_shape} {planned_dtype}, asked "
+                f"{tuple(shape)} {np.dtype(dtype)}"
+            )
         return np.frombuffer(memory, dtype=dtype, count=math.prod(shape), offset=base + offset).reshape(shape)
 
     return alloc
@@ -86,8 +96,9 @@ def check_shared_memory(nbytes: int, shm_dir: str = "/dev/shm") -> None:
         warnings.warn(warning, RuntimeWarning, stacklevel=3)
 
 
-def shared_memory_problem(nbytes: int, shm_free: Optional[int], tmp_free: Optional[int], shm_dir: str = "/dev/shm",
-                          tmp: Optional[str] = None) -> tuple[str, str]:
+def shared_memory_problem(
+    nbytes: int, shm_free: Optional[int], tmp_free: Optional[int], shm_dir: str = "/dev/shm", tmp: Optional[str] = None
+) -> tuple[str, str]:
     """``(refusal, warning)`` for a shared buffer of ``nbytes`` (``""``: none).
 
     On Linux ``multiprocessing`` backs a RawArray with an unlinked file in /dev/shm when /dev/shm
@@ -100,7 +111,11 @@ def shared_memory_problem(nbytes: int, shm_free: Optional[int], tmp_free: Option
     mb = nbytes / 2**20
     advice = f"use docker run --shm-size={max(1, math.ceil(nbytes * 1.25 / 2**30))}g, or fewer n_steps x n_envs"
     if tmp_free is not None and nbytes > tmp_free:
-        return (f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free "
-                f"and {tmp} has {tmp_free / 2**20:.1f} MB; {advice}"), ""
-    return "", (f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free; "
-                f"multiprocessing will back it with a file in {tmp} instead (slower); {advice}")
+        return (
+            f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free "
+            f"and {tmp} has {tmp_free / 2**20:.1f} MB; {advice}"
+        ), ""
+    return "", (
+        f"rollout storage needs {mb:.1f} MB of shared memory, {shm_dir} has {shm_free / 2**20:.1f} MB free; "
+        f"multiprocessing will back it with a file in {tmp} instead (slower); {advice}"
+    )

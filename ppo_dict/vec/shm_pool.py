@@ -9,6 +9,7 @@ process evaluates the policy and keeps its books, and the step ends when the las
 stepped its envs. The main process sends every worker its command before it steps its own envs,
 so its default share is a worker's less half an env per worker (:func:`~ppo_dict.core.layout.main_share`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,22 +27,32 @@ from ppo_dict.vec.watchdog import WATCHDOG, Owner
 from ppo_dict.vec.work import PHASES, STEP, T, Header, StepWork, WorkProgram, run_work
 
 
-def worker_layout(backend: EnvBackend, layout: Optional[Layout], n_envs: Optional[int], num_workers: Optional[int],
-                  envs_per_worker: Optional[int], main_envs: Optional[int], main_steps_envs: bool, halves: bool) -> Layout:
+def worker_layout(
+    backend: EnvBackend,
+    layout: Optional[Layout],
+    n_envs: Optional[int],
+    num_workers: Optional[int],
+    envs_per_worker: Optional[int],
+    main_envs: Optional[int],
+    main_steps_envs: bool,
+    halves: bool,
+) -> Layout:
     """``layout``, or where None the one the settings plan (``n_envs`` by default ``num_workers x envs_per_worker``) in
     whole units of the backend's envs; a ``ValueError`` for settings no layout honours, or a layout without worker
     processes."""
     if layout is None:
         if n_envs is None and num_workers is not None and envs_per_worker is not None:
             n_envs = num_workers * envs_per_worker
-        problems = layout_problems(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit,
-                                   backend.label)
+        problems = layout_problems(
+            n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit, backend.label
+        )
         if problems:
             raise ValueError("; ".join(problems))
         layout = plan_layout(n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves, backend.unit)
     if not layout.processes:
-        raise ValueError(f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps "
-                         f"envs here)")
+        raise ValueError(
+            f"{layout.text()}: the worker pool needs worker processes (ppo_dict.vec.InProcessEnvPool steps envs here)"
+        )
     return layout
 
 
@@ -86,16 +97,26 @@ class ShmEnvPool:
         ``ValueError`` for settings no layout honours."""
         self.backend = backend
         self.observation_space, self.action_space = backend.observation_space, backend.action_space
-        self.layout = layout = worker_layout(backend, layout, n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs,
-                                             halves)
+        self.layout = layout = worker_layout(
+            backend, layout, n_envs, num_workers, envs_per_worker, main_envs, main_steps_envs, halves
+        )
         # rollouts whose step 0 was sent (each runner snapshots its envs there: ppo_dict.run.env_states)
         self.rollouts_begun = 0
         n_envs, in_main = layout.n_envs, layout.main
         self.main_envs = in_main
         self.halves = split_halves(n_envs, backend.unit)
-        self._group = WorkerGroup(backend, list(layout.blocks), n_steps, mp_method=mp_method, step_timeout=step_timeout,
-                                  start_timeout=start_timeout, n_envs=n_envs, spin_wait_us=spin_wait_us, stage_keys=stage_keys,
-                                  handovers=handovers)
+        self._group = WorkerGroup(
+            backend,
+            list(layout.blocks),
+            n_steps,
+            mp_method=mp_method,
+            step_timeout=step_timeout,
+            start_timeout=start_timeout,
+            n_envs=n_envs,
+            spin_wait_us=spin_wait_us,
+            stage_keys=stage_keys,
+            handovers=handovers,
+        )
         self.num_envs = self._group.num_envs
         self.storage = self._group.storage
         self._workers_of: dict[range, list[int]] = {}
@@ -218,8 +239,16 @@ class ShmEnvPool:
         self._group.send(("infos", on))
         self._gather("infos", None)
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None,
-             timeout: Optional[float] = None, per_env: Optional[Sequence[Any]] = None) -> list[Any]:
+    def call(
+        self,
+        kind: str,
+        indices: Sequence[int],
+        name: str = "",
+        args: tuple = (),
+        kwargs: Optional[dict] = None,
+        timeout: Optional[float] = None,
+        per_env: Optional[Sequence[Any]] = None,
+    ) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` on envs ``indices``
         (Python list indices already resolved), in their order, each where its env lives (and the runners' own calls:
         ``Runner.call``). ``timeout``: seconds for the workers' answers (default ``step_timeout``), the answers of a
@@ -234,8 +263,12 @@ class ShmEnvPool:
             return args if per_env is None else ([per_env[position] for position, _ in calls], *args)
 
         self._group.drain(timeout)
-        self._group.send_each({w: ("call", kind, [env for _, env in calls], name, args_of(calls), kwargs or {})
-                               for w, calls in by_worker.items()})
+        self._group.send_each(
+            {
+                w: ("call", kind, [env for _, env in calls], name, args_of(calls), kwargs or {})
+                for w, calls in by_worker.items()
+            }
+        )
         results: list[Any] = [None] * len(indices)
         error = None
         try:
@@ -260,8 +293,9 @@ class ShmEnvPool:
         self.rollouts_begun += rollout and t == 0 and columns.start == 0
         workers = self._workers_of.get(columns)
         if workers is None:
-            workers = self._workers_of[columns] = [w for w, block in enumerate(self._group.blocks)
-                                                   if any(i in columns for i in block)]
+            workers = self._workers_of[columns] = [
+                w for w, block in enumerate(self._group.blocks) if any(i in columns for i in block)
+            ]
         detail = t if rollout else None
         self._group.send(("step", t, columns.start, columns.stop), workers=workers, detail=detail, cache=True)
         self._pending_main = self._in_main("step", lambda runner: runner.step(t, columns), detail=detail)

@@ -13,6 +13,7 @@ Observations, rewards and dones travel through a one-step shared storage; only t
 pickled back. Given to ``ppo_dict.PPO``, its envs are built again in the trainer's worker pool
 (the vec env then steps through that pool: :meth:`~ppo_dict.vec.pool_vec_env.PoolVecEnv.attach`).
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -93,22 +94,43 @@ class ShmVecEnv(PoolVecEnv):
         for space, what in ((observation_space, "observation"), (action_space, "action")):
             problem = vec_space_problem(space, what)
             if problem:
-                raise ValueError(f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, "
-                                 f"Discrete, MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec "
-                                 f"envs do")
-        backend = GymBackend(EnvFns(env_fns), observation_space, action_space, label=env_id or "env_fns", record_infos=True,
-                             needs_main=not in_place_of_dummy)
+                raise ValueError(
+                    f"ShmVecEnv ({env_id or 'env_fns'}): {problem}; a fixed shared-memory layout holds Box, "
+                    f"Discrete, MultiDiscrete, MultiBinary and one level of Dict or Tuple of them, as sb3's vec "
+                    f"envs do"
+                )
+        backend = GymBackend(
+            EnvFns(env_fns),
+            observation_space,
+            action_space,
+            label=env_id or "env_fns",
+            record_infos=True,
+            needs_main=not in_place_of_dummy,
+        )
         # the workers as asked (num_workers None: not asked, so ppo_dict.PPO's layout decides)
         layout = dict(num_workers=num_workers, mp_method=start_method, step_timeout=step_timeout, spin_wait_us=spin_wait_us)
         self._in_process = in_place_of_dummy and self._planned.processes == 1 and num_workers is None
-        super().__init__(n_envs, observation_space, action_space, backend.label, start=self._start_workers,
-                         render_mode=render_mode, backend=backend, layout={k: v for k, v in layout.items() if v is not None})
+        super().__init__(
+            n_envs,
+            observation_space,
+            action_space,
+            backend.label,
+            start=self._start_workers,
+            render_mode=render_mode,
+            backend=backend,
+            layout={k: v for k, v in layout.items() if v is not None},
+        )
         if start:
             self.pool  # noqa: B018 (starts the workers)
 
     def _start_workers(self) -> Union[InProcessEnvPool, ShmEnvPool]:
         if self._in_process:
             return InProcessEnvPool(self.backend, self.num_envs, 1, step_timeout=self.layout["step_timeout"])
-        return ShmEnvPool(self.backend, n_steps=1, mp_method=self.layout["mp_method"],
-                          step_timeout=self.layout["step_timeout"],
-                          spin_wait_us=self.layout.get("spin_wait_us"), layout=self._planned)
+        return ShmEnvPool(
+            self.backend,
+            n_steps=1,
+            mp_method=self.layout["mp_method"],
+            step_timeout=self.layout["step_timeout"],
+            spin_wait_us=self.layout.get("spin_wait_us"),
+            layout=self._planned,
+        )

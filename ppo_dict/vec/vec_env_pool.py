@@ -16,6 +16,7 @@ write what their envs return, from what sb3's ``collect_rollouts`` reads:
 * with masks, ``np.stack(venv.env_method("action_masks"))`` after each reset and step
   (sb3-contrib's ``get_action_masks``, asked before each step: the same values).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,8 +82,10 @@ class VecEnvPool:
         self.infos, self.rewards = list(infos), rewards
         self._write_obs(t + 1, obs)
         s.env_rewards[t] = rewards
-        truncated = [bool(done and info.get("TimeLimit.truncated", False) and info.get("terminal_observation") is not None)
-                     for done, info in zip(dones, infos)]
+        truncated = [
+            bool(done and info.get("TimeLimit.truncated", False) and info.get("terminal_observation") is not None)
+            for done, info in zip(dones, infos)
+        ]
         s.truncated[t] = truncated
         s.terminated[t] = np.asarray(dones, dtype=bool) & ~s.truncated[t]
         s.returned_terminal.clear()
@@ -101,8 +104,9 @@ class VecEnvPool:
         for key, part in parts.items():
             self.storage.env_obs[key][row] = np.asarray(part).reshape(self.storage.env_obs[key][row].shape)
         if self.storage.action_masks is not None:
-            self.storage.action_masks[row] = (np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1) if self.asking
-                                              else True)
+            self.storage.action_masks[row] = (
+                np.stack(self.venv.env_method(METHOD)).reshape(self.num_envs, -1) if self.asking else True
+            )
 
     def step_async(self, t: int, columns: range, rollout: bool = True) -> None:
         """Every env at once (a vec env steps all its envs): ``columns`` must be all of them."""
@@ -119,8 +123,9 @@ class VecEnvPool:
     def adapt(self, busy_elsewhere: bool) -> None:
         """Nothing to adapt: the vec env waits as it waits."""
 
-    def call(self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (),
-             kwargs: Optional[dict] = None) -> list[Any]:
+    def call(
+        self, kind: str, indices: Sequence[int], name: str = "", args: tuple = (), kwargs: Optional[dict] = None
+    ) -> list[Any]:
         """sb3's ``get_attr``/``set_attr``/``env_method``/``env_is_wrapped``/``has_attr`` through the vec env."""
         indices = list(indices)
         if kind == ASK_MASKS:  # the runners' own call (ppo_dict.vec.runner.GymRunner.call): every env at once

@@ -27,6 +27,7 @@ C code that holds the GIL and never returns stops every Python thread, this one 
 command line's guard process (:mod:`ppo_dict.vec.guard`) ends the run then, reading what is armed
 from the :class:`~ppo_dict.vec.guard.Beacon` that :meth:`Watchdog.arm` writes beside ``armed``.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -44,8 +45,19 @@ from typing import Any, Optional
 
 from ppo_dict.core.errors import EnvCallInterrupted, EnvTimeoutError
 from ppo_dict.vec import guard
-from ppo_dict.vec.guard import (ACTIVE, CALL_CODES, COMMAND, DEADLINE, HARD_GRACE, SECOND_STUCK, STEP_AT,  # noqa: F401
-                                STOP_GRACE, STOP_SIGNALS, TIMEOUT, Beacon)
+from ppo_dict.vec.guard import (
+    ACTIVE,
+    CALL_CODES,
+    COMMAND,
+    DEADLINE,
+    HARD_GRACE,
+    SECOND_STUCK,
+    STEP_AT,  # noqa: F401
+    STOP_GRACE,
+    STOP_SIGNALS,
+    TIMEOUT,
+    Beacon,
+)
 
 #: Seconds the process may take to end after a second signal before it is ended from here.
 SECOND_GRACE = 5.0
@@ -222,8 +234,10 @@ class Watchdog:
         now = time.monotonic()
         stuck = self._second_armed is not None and self.armed is self._second_armed
         if now >= self._second_at or (stuck and now >= self._second_seen + SECOND_STUCK):
-            self._exit(128 + self.signals[0], f"{signal.Signals(self.signals[1]).name} received twice: stopped at once "
-                                              f"{stopped_text(self.written)}")
+            self._exit(
+                128 + self.signals[0],
+                f"{signal.Signals(self.signals[1]).name} received twice: stopped at once {stopped_text(self.written)}",
+            )
 
     def _read_signals(self) -> None:
         try:
@@ -260,8 +274,11 @@ class Watchdog:
         if self.armed is armed and self.hard_exit:
             code = 1 if why == "timeout" else 128 + self.signals[0]
             text = f"{type(error).__name__}: {error}" if why == "timeout" else str(error)
-            self._exit(code, f"{text}\nThe env call did not return to Python within {HARD_GRACE:g} s more (C code?): "
-                             "the process was ended without saving")
+            self._exit(
+                code,
+                f"{text}\nThe env call did not return to Python within {HARD_GRACE:g} s more (C code?): "
+                "the process was ended without saving",
+            )
 
     def _exit(self, code: int, message: str) -> None:
         """Hard stage: say why, SIGKILL the worker processes, end the process now."""
@@ -322,7 +339,11 @@ def start_for_library(default_timeout: float, label: str) -> bool:
     else:
         WATCHDOG.start(default_timeout, hard_exit=False, label=label)
         return True
-    warnings.warn(f"{label}: the main process steps envs itself, but their calls cannot be timed out ({why}): an env whose "
-                  "step or reset hangs there hangs learn(); main_steps_envs=False with num_workers >= 1 steps every env in a "
-                  "worker process, which times out after step_timeout", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{label}: the main process steps envs itself, but their calls cannot be timed out ({why}): an env whose "
+        "step or reset hangs there hangs learn(); main_steps_envs=False with num_workers >= 1 steps every env in a "
+        "worker process, which times out after step_timeout",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return False

@@ -9,6 +9,7 @@ A step is handed over as a :data:`Header` of ints (by the shared page of ``ppo_d
 in a pipe message): its :data:`PHASES` bits say what to do, :data:`STEP` being the pools' own (step the
 envs at rollout step ``header[T]``); the other bits and fields are the work's.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Protocol, Sequence

@@ -13,6 +13,7 @@ Messages, main -> worker: ``("step", t)`` or ``("step", t, first, end)`` (only c
 main: ``("ready",)`` once its envs are built, ``("ok", payload)`` per command, ``("raised", exception)`` when a call's
 caller erred (the worker stays usable), or an :data:`ErrorReport`, after which the worker exits.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -89,8 +90,9 @@ def env_worker_error(report: ErrorReport, label: str, pending_command: str, deta
             seed = f" (seed={detail[env_idx]})"
         else:
             seed = " (auto-reset after an episode end, no seed)"
-    err = EnvWorkerError(f"{who}, {where} ({label}) raised in {command}{seed}: {exc_type}: {message}\n--- {who} traceback "
-                         f"---\n{tb.rstrip()}")
+    err = EnvWorkerError(
+        f"{who}, {where} ({label}) raised in {command}{seed}: {exc_type}: {message}\n--- {who} traceback ---\n{tb.rstrip()}"
+    )
     err.worker, err.env_index, err.command = w, env_idx, command
     err.exc_type, err.exc_message, err.worker_traceback = exc_type, message, tb
     return err
@@ -110,8 +112,9 @@ def answer_call(runner: Runner, call: tuple) -> tuple[str, Any]:
         return ("raised", exc)
 
 
-def open_program(conn: multiprocessing.connection.Connection, channel: Channel, runner: Runner,
-                 msg: tuple) -> tuple[Optional[StepWork], Any]:
+def open_program(
+    conn: multiprocessing.connection.Connection, channel: Channel, runner: Runner, msg: tuple
+) -> tuple[Optional[StepWork], Any]:
     """``("attach", program, n)``: ask for the ``n`` file descriptors, then open the unpickled program on this
     worker's columns. ``(work, None)``, or ``(None, why)`` where it cannot be opened (the main process then
     keeps the work to itself)."""
@@ -133,8 +136,9 @@ def open_program(conn: multiprocessing.connection.Connection, channel: Channel, 
 class Server:
     """A worker's loop (:meth:`serve`): hand-overs from the shared page, commands from the pipe."""
 
-    def __init__(self, runner: Runner, conn: multiprocessing.connection.Connection, spin: float,
-                 side: Optional[WorkerSide] = None):
+    def __init__(
+        self, runner: Runner, conn: multiprocessing.connection.Connection, spin: float, side: Optional[WorkerSide] = None
+    ):
         self.runner, self.conn, self.spin, self.side = runner, conn, spin, side
         self.parent = multiprocessing.parent_process()
         self.channel = Channel(conn)
@@ -226,9 +230,15 @@ def worker_main(a: WorkerArgs, conn: multiprocessing.connection.Connection) -> N
     side = None if a.control is None else Broadcast(memoryview(a.control).cast("B"), a.workers).for_worker(a.worker_idx)
     command = "constructor"
     try:
-        storage = RolloutStorage(a.backend.observation_space, a.backend.action_space, a.n_steps, a.n_envs,
-                                 alloc=view_alloc(a.buffer, a.layout),
-                                 info_keywords=a.backend.info_keywords, stage_keys=a.stage_keys)
+        storage = RolloutStorage(
+            a.backend.observation_space,
+            a.backend.action_space,
+            a.n_steps,
+            a.n_envs,
+            alloc=view_alloc(a.buffer, a.layout),
+            info_keywords=a.backend.info_keywords,
+            stage_keys=a.stage_keys,
+        )
         runner = a.backend.make_runner(a.block, storage)
         runner.open()
         limit_threads()  # again: env constructors may have imported torch or cv2

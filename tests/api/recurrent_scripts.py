@@ -4,6 +4,7 @@ As ``tests/api/scripts.py``, whose :class:`~tests.api.scripts.Record` they fill;
 records what RecurrentPPO's ``collect_rollouts`` adds to ``locals`` (the LSTM states after each
 step's forward, the episode starts) and the rollout buffer's stored states.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,9 @@ class WatchStates(Watch):
 
     def _on_step(self) -> bool:
         states = self.locals["lstm_states"]
-        self.record.events.append(("states", self.num_timesteps, [t.clone() for pair in states for t in pair],
-                                   self.locals["episode_starts"].clone()))
+        self.record.events.append(
+            ("states", self.num_timesteps, [t.clone() for pair in states for t in pair], self.locals["episode_starts"].clone())
+        )
         return super()._on_step()
 
     def _on_rollout_end(self) -> None:
@@ -38,8 +40,16 @@ def lstm_stop_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
     stops in the middle of a rollout, then ``learn(reset_num_timesteps=False)``, then ``learn`` again
     from reset envs (whose first rollout row stores the LSTM states the last one left: sb3-contrib
     zeros them once, when it builds the model)."""
-    model = api.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=24, n_epochs=2, seed=0, verbose=0,
-                             policy_kwargs=dict(lstm_hidden_size=16, n_lstm_layers=2, net_arch=dict(pi=[16], vf=[16])))
+    model = api.RecurrentPPO(
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=24,
+        n_epochs=2,
+        seed=0,
+        verbose=0,
+        policy_kwargs=dict(lstm_hidden_size=16, n_lstm_layers=2, net_arch=dict(pi=[16], vf=[16])),
+    )
     record.attach(model)
     model.learn(1000, callback=WatchStates(record, stop_at=45))
     record.results["stopped_at"] = model.num_timesteps
@@ -54,9 +64,19 @@ def lstm_time_limits(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """Pendulum cut by a 40-step time limit (the bootstrap from each env's critic states), a shared LSTM
     (the critic reads the actor's), lr and clip schedules, two envs from ``make_vec_env``."""
     env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=1, env_kwargs=dict(max_episode_steps=40))
-    model = api.RecurrentPPO("MlpLstmPolicy", env, n_steps=48, batch_size=32, n_epochs=2, gamma=0.9, seed=2, verbose=0,
-                             learning_rate=lambda p: 1e-3 * p, clip_range=lambda p: 0.1 + 0.1 * p,
-                             policy_kwargs=dict(lstm_hidden_size=8, shared_lstm=True, enable_critic_lstm=False))
+    model = api.RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=48,
+        batch_size=32,
+        n_epochs=2,
+        gamma=0.9,
+        seed=2,
+        verbose=0,
+        learning_rate=lambda p: 1e-3 * p,
+        clip_range=lambda p: 0.1 + 0.1 * p,
+        policy_kwargs=dict(lstm_hidden_size=8, shared_lstm=True, enable_critic_lstm=False),
+    )
     record.attach(model)
     model.learn(192, callback=WatchStates(record))
     record.keep("trained", model)
@@ -66,8 +86,16 @@ def lstm_time_limits(api: SimpleNamespace, tmp: str, record: Record) -> None:
 def lstm_multi_input(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """MultiInputLstmPolicy on a Dict observation (two vectors), the critic a Linear layer (no LSTM of its own)."""
     env = api.make_vec_env("PPODictMaskedJump-v0", n_envs=2, seed=3, env_kwargs=dict(observation="dict"))
-    model = api.RecurrentPPO("MultiInputLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=2, seed=4, verbose=0,
-                             policy_kwargs=dict(lstm_hidden_size=8, enable_critic_lstm=False))
+    model = api.RecurrentPPO(
+        "MultiInputLstmPolicy",
+        env,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=2,
+        seed=4,
+        verbose=0,
+        policy_kwargs=dict(lstm_hidden_size=8, enable_critic_lstm=False),
+    )
     record.attach(model)
     model.learn(64, callback=WatchStates(record))
     record.keep("trained", model)
@@ -82,11 +110,20 @@ def lstm_eval_save_load(api: SimpleNamespace, tmp: str, record: Record) -> None:
     from stable_baselines3.common.evaluation import evaluate_policy
 
     eval_env = api.make_vec_env("CartPole-v1", n_envs=2, seed=7)
-    model = api.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=2, seed=6, verbose=0,
-                             policy_kwargs=dict(lstm_hidden_size=16))
+    model = api.RecurrentPPO(
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        seed=6,
+        verbose=0,
+        policy_kwargs=dict(lstm_hidden_size=16),
+    )
     record.attach(model)
-    evaluation = EvalCallback(eval_env, eval_freq=32, n_eval_episodes=3, best_model_save_path=os.path.join(tmp, "best"),
-                              log_path=tmp, verbose=0)
+    evaluation = EvalCallback(
+        eval_env, eval_freq=32, n_eval_episodes=3, best_model_save_path=os.path.join(tmp, "best"), log_path=tmp, verbose=0
+    )
     model.learn(96, callback=[evaluation, WatchStates(record)])
     record.results["evaluated"] = evaluate_policy(model, eval_env, n_eval_episodes=4, warn=False)
     with np.load(os.path.join(tmp, "evaluations.npz")) as f:
@@ -113,8 +150,16 @@ def lstm_zip_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
     trained on."""
     from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 
-    model = ContribRecurrentPPO("MlpLstmPolicy", api.make_vec_env("Pendulum-v1", n_envs=2, seed=8), n_steps=32, batch_size=32,
-                                n_epochs=2, use_sde=True, seed=9, policy_kwargs=dict(lstm_hidden_size=8))
+    model = ContribRecurrentPPO(
+        "MlpLstmPolicy",
+        api.make_vec_env("Pendulum-v1", n_envs=2, seed=8),
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        use_sde=True,
+        seed=9,
+        policy_kwargs=dict(lstm_hidden_size=8),
+    )
     model.learn(64)
     model.save(os.path.join(tmp, "contrib"))
     model.get_env().close()
@@ -128,6 +173,9 @@ def lstm_zip_continue(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
 
 RECURRENT_SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
-    "lstm_stop_continue": lstm_stop_continue, "lstm_time_limits": lstm_time_limits, "lstm_multi_input": lstm_multi_input,
-    "lstm_eval_save_load": lstm_eval_save_load, "lstm_zip_continue": lstm_zip_continue,
+    "lstm_stop_continue": lstm_stop_continue,
+    "lstm_time_limits": lstm_time_limits,
+    "lstm_multi_input": lstm_multi_input,
+    "lstm_eval_save_load": lstm_eval_save_load,
+    "lstm_zip_continue": lstm_zip_continue,
 }

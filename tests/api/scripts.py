@@ -6,6 +6,7 @@ a temporary folder and a :class:`Record`, and records what its callbacks observe
 rollout buffer, the final parameters and Adam state, and what it evaluated. The tests compare the
 records of both imports with ``==`` (``tests.parity.sides.assert_same_value``).
 """
+
 from __future__ import annotations
 
 import os
@@ -82,8 +83,10 @@ class Record:
 
     def keep(self, name: str, model: Any) -> None:
         """The model's parameters and Adam state under ``name``."""
-        self.results[name] = {"params": {k: v.clone() for k, v in model.policy.state_dict().items()},
-                              "adam": model.policy.optimizer.state_dict()["state"]}
+        self.results[name] = {
+            "params": {k: v.clone() for k, v in model.policy.state_dict().items()},
+            "adam": model.policy.optimizer.state_dict()["state"],
+        }
 
 
 class Watch(BaseCallback):
@@ -101,23 +104,47 @@ class Watch(BaseCallback):
 
     def _on_step(self) -> bool:
         seen = self.locals
-        new_obs = ({k: np.array(v) for k, v in seen["new_obs"].items()} if isinstance(seen["new_obs"], dict)
-                   else np.array(seen["new_obs"]))
-        self.record.steps.append((self.num_timesteps, self.n_calls, self.model.num_timesteps, seen["n_steps"],
-                                  seen["rewards"].copy(), np.array(seen["dones"]), new_obs, np.array(seen["actions"]),
-                                  seen["values"].clone(), seen["log_probs"].clone(), [plain_info(i) for i in seen["infos"]],
-                                  seen["total_timesteps"], seen["tb_log_name"],
-                                  None if self.model.get_vec_normalize_env() is None
-                                  else self.model.get_vec_normalize_env().obs_rms.mean.copy()))
+        new_obs = (
+            {k: np.array(v) for k, v in seen["new_obs"].items()}
+            if isinstance(seen["new_obs"], dict)
+            else np.array(seen["new_obs"])
+        )
+        self.record.steps.append(
+            (
+                self.num_timesteps,
+                self.n_calls,
+                self.model.num_timesteps,
+                seen["n_steps"],
+                seen["rewards"].copy(),
+                np.array(seen["dones"]),
+                new_obs,
+                np.array(seen["actions"]),
+                seen["values"].clone(),
+                seen["log_probs"].clone(),
+                [plain_info(i) for i in seen["infos"]],
+                seen["total_timesteps"],
+                seen["tb_log_name"],
+                None if self.model.get_vec_normalize_env() is None else self.model.get_vec_normalize_env().obs_rms.mean.copy(),
+            )
+        )
         return not (self.stop_at and self.n_calls >= self.stop_at)
 
     def _on_rollout_end(self) -> None:
         b = self.model.rollout_buffer
         names = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
-        self.record.rollouts.append({n: ({k: v.copy() for k, v in getattr(b, n).items()} if isinstance(getattr(b, n), dict)
-                                         else np.array(getattr(b, n)).copy()) for n in names})
-        self.record.events.append(("rollout_end", self.num_timesteps,
-                                   [untimed(e) for e in list(self.model.ep_info_buffer)[-3:]]))
+        self.record.rollouts.append(
+            {
+                n: (
+                    {k: v.copy() for k, v in getattr(b, n).items()}
+                    if isinstance(getattr(b, n), dict)
+                    else np.array(getattr(b, n)).copy()
+                )
+                for n in names
+            }
+        )
+        self.record.events.append(
+            ("rollout_end", self.num_timesteps, [untimed(e) for e in list(self.model.ep_info_buffer)[-3:]])
+        )
 
     def _on_training_end(self) -> None:
         self.record.events.append(("training_end", self.num_timesteps))
@@ -133,8 +160,9 @@ def pendulum_eval(api: SimpleNamespace, tmp: str, record: Record) -> None:
     eval_env = make_vec_env("Pendulum-v1", n_envs=1, seed=5)  # seeded: gym.make's env would start from the OS's entropy
     model = api.PPO("MlpPolicy", "Pendulum-v1", n_steps=256, gamma=0.9, use_sde=True, seed=0, verbose=0)
     record.attach(model)
-    evaluation = EvalCallback(eval_env, eval_freq=256, n_eval_episodes=2, best_model_save_path=os.path.join(tmp, "best"),
-                              log_path=tmp, verbose=0)
+    evaluation = EvalCallback(
+        eval_env, eval_freq=256, n_eval_episodes=2, best_model_save_path=os.path.join(tmp, "best"), log_path=tmp, verbose=0
+    )
     model.learn(total_timesteps=768, callback=[evaluation, Watch(record)])
     model.save(os.path.join(tmp, "ppo_pendulum"))
     record.keep("trained", model)
@@ -209,8 +237,16 @@ def multi_input(api: SimpleNamespace, tmp: str, record: Record) -> None:
 def cnn(api: SimpleNamespace, tmp: str, record: Record) -> None:
     """CnnPolicy on channel-last uint8 images (sb3 adds VecTransposeImage), with separate extractors."""
     env = api.make_vec_env(PIXELS_ID, n_envs=2, seed=7, env_kwargs=dict(image_size=36, channels=1, episode_length=20))
-    model = api.PPO("CnnPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0, verbose=0,
-                    policy_kwargs=dict(share_features_extractor=False))
+    model = api.PPO(
+        "CnnPolicy",
+        env,
+        n_steps=16,
+        batch_size=16,
+        n_epochs=1,
+        seed=0,
+        verbose=0,
+        policy_kwargs=dict(share_features_extractor=False),
+    )
     record.attach(model)
     model.learn(64, callback=Watch(record))
     record.keep("trained", model)
@@ -244,8 +280,14 @@ def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
     new best, StopTrainingOnMaxEpisodes, LogEveryNTimesteps, the progress bar; the logger configured
     to CSV and TensorBoard."""
     from stable_baselines3 import PPO as SB3PPO
-    from stable_baselines3.common.callbacks import (CallbackList, CheckpointCallback, EvalCallback, LogEveryNTimesteps,
-                                                    StopTrainingOnMaxEpisodes, StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.callbacks import (
+        CallbackList,
+        CheckpointCallback,
+        EvalCallback,
+        LogEveryNTimesteps,
+        StopTrainingOnMaxEpisodes,
+        StopTrainingOnRewardThreshold,
+    )
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import VecNormalize
@@ -263,18 +305,30 @@ def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
     logger.output_formats.append(Capture(record.dumps))
     model.set_logger(logger)
     stop = StopTrainingOnRewardThreshold(reward_threshold=-1e9)  # the first evaluation is a new best: it stops there
-    chain = CallbackList([CheckpointCallback(save_freq=32, save_path=os.path.join(tmp, "ckpt"), save_vecnormalize=True),
-                          EvalCallback(eval_env, eval_freq=100, n_eval_episodes=1, callback_on_new_best=stop, verbose=0),
-                          StopTrainingOnMaxEpisodes(max_episodes=1), LogEveryNTimesteps(n_steps=50), Watch(record)])
+    chain = CallbackList(
+        [
+            CheckpointCallback(save_freq=32, save_path=os.path.join(tmp, "ckpt"), save_vecnormalize=True),
+            EvalCallback(eval_env, eval_freq=100, n_eval_episodes=1, callback_on_new_best=stop, verbose=0),
+            StopTrainingOnMaxEpisodes(max_episodes=1),
+            LogEveryNTimesteps(n_steps=50),
+            Watch(record),
+        ]
+    )
     model.learn(2000, callback=chain, progress_bar=True)
     record.results["stopped_at"] = model.num_timesteps
     model.learn(128, callback=function, reset_num_timesteps=False)
     record.results["seen"] = seen
     saved = sorted(os.listdir(os.path.join(tmp, "ckpt")))
-    record.results["checkpoints"] = {name: SB3PPO.load(os.path.join(tmp, "ckpt", name), device="cpu").policy.state_dict()
-                                     for name in saved if name.endswith(".zip")}
-    record.results["statistics"] = {name: VecNormalize.load(os.path.join(tmp, "ckpt", name), eval_env).obs_rms.mean
-                                    for name in saved if name.endswith(".pkl")}
+    record.results["checkpoints"] = {
+        name: SB3PPO.load(os.path.join(tmp, "ckpt", name), device="cpu").policy.state_dict()
+        for name in saved
+        if name.endswith(".zip")
+    }
+    record.results["statistics"] = {
+        name: VecNormalize.load(os.path.join(tmp, "ckpt", name), eval_env).obs_rms.mean
+        for name in saved
+        if name.endswith(".pkl")
+    }
     record.results["eval_statistics"] = (eval_env.obs_rms.mean.copy(), eval_env.ret_rms.var.copy())
     # less time and pid
     record.results["logs"] = sorted(name.split(".tfevents.")[0] for name in os.listdir(os.path.join(tmp, "logs")))
@@ -285,13 +339,19 @@ def callbacks(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
 SCRIPTS: dict[str, Callable[[SimpleNamespace, str, Record], None]] = {
     "callbacks": callbacks,
-    "pendulum_eval": pendulum_eval, "stop_early": stop_early, "save_load_continue": save_load_continue,
-    "vec_normalize": vec_normalize, "multi_input": multi_input, "cnn": cnn, "maskable": maskable,
+    "pendulum_eval": pendulum_eval,
+    "stop_early": stop_early,
+    "save_load_continue": save_load_continue,
+    "vec_normalize": vec_normalize,
+    "multi_input": multi_input,
+    "cnn": cnn,
+    "maskable": maskable,
 }
 
 
-def run(name: str, which: str, tmp: str,
-        scripts: Optional[dict[str, Callable[[SimpleNamespace, str, Record], None]]] = None) -> Record:
+def run(
+    name: str, which: str, tmp: str, scripts: Optional[dict[str, Callable[[SimpleNamespace, str, Record], None]]] = None
+) -> Record:
     """The record of script ``name`` (of ``scripts``, else :data:`SCRIPTS`) under import ``which`` (see
     :func:`imports`), its files in ``tmp``."""
     import warnings

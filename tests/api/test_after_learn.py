@@ -11,6 +11,7 @@ Scripts as sb3's documentation and common user code write them, under sb3's impo
 * the zip's ``_last_obs`` and ``_last_episode_starts``; ``load(print_system_info=True)``'s two blocks;
 * ``VecMonitor``'s float32 episode statistics in ``rollout/ep_rew_mean``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,19 @@ from tests.api.scripts import Record, Watch, run
 from tests.api.test_scripts import assert_same_run
 
 #: sb3's rollout buffer's arrays and what says how they are laid out
-BUFFER = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns", "pos",
-          "full", "generator_ready")
+BUFFER = (
+    "observations",
+    "actions",
+    "rewards",
+    "episode_starts",
+    "values",
+    "log_probs",
+    "advantages",
+    "returns",
+    "pos",
+    "full",
+    "generator_ready",
+)
 
 
 def buffer_of(model) -> dict:
@@ -45,8 +57,9 @@ class Originals(BaseCallback):
 
     def _on_step(self) -> bool:
         vn = self.model.get_vec_normalize_env()
-        self.record.events.append(("original", self.num_timesteps, vn.get_original_obs(), vn.get_original_reward(),
-                                   vn.returns.copy()))
+        self.record.events.append(
+            ("original", self.num_timesteps, vn.get_original_obs(), vn.get_original_reward(), vn.returns.copy())
+        )
         return True
 
 
@@ -61,8 +74,14 @@ def normalized(api: SimpleNamespace, tmp: str, record: Record) -> None:
     model = api.PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, gamma=0.9, seed=0, verbose=0)
     record.attach(model)
     model.learn(256, callback=[Originals(record), Watch(record)])
-    record.results["after"] = (buffer_of(model), env.get_original_obs(), env.get_original_reward(), model._last_obs.copy(),
-                               model._last_episode_starts.copy(), model._last_original_obs.copy())
+    record.results["after"] = (
+        buffer_of(model),
+        env.get_original_obs(),
+        env.get_original_reward(),
+        model._last_obs.copy(),
+        model._last_episode_starts.copy(),
+        model._last_original_obs.copy(),
+    )
     # steps and resets the training envs
     record.results["evaluated"] = evaluate_policy(model, model.get_env(), n_eval_episodes=1)
     # from sb3's _last_obs; the envs where evaluation left them
@@ -125,13 +144,24 @@ def vec_monitor(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env.close()
 
 
-SCRIPTS = {"normalized": normalized, "masked_stop": masked_stop, "evaluate_between": evaluate_between,
-           "vec_monitor": vec_monitor}
+SCRIPTS = {
+    "normalized": normalized,
+    "masked_stop": masked_stop,
+    "evaluate_between": evaluate_between,
+    "vec_monitor": vec_monitor,
+}
 
 
-@pytest.mark.parametrize("name,which", [("normalized", "ppo_dict_envs"), ("normalized", "ppo_dict"),
-                                        ("masked_stop", "ppo_dict_envs"), ("evaluate_between", "ppo_dict_envs"),
-                                        ("vec_monitor", "ppo_dict_envs")])
+@pytest.mark.parametrize(
+    "name,which",
+    [
+        ("normalized", "ppo_dict_envs"),
+        ("normalized", "ppo_dict"),
+        ("masked_stop", "ppo_dict_envs"),
+        ("evaluate_between", "ppo_dict_envs"),
+        ("vec_monitor", "ppo_dict_envs"),
+    ],
+)
 def test_what_learn_leaves_is_sb3s(name: str, which: str, tmp_path) -> None:
     import warnings
 
@@ -143,12 +173,18 @@ def test_what_learn_leaves_is_sb3s(name: str, which: str, tmp_path) -> None:
         buffer, original_obs, original_reward = ours.results["after"][:3]
         assert buffer["observations"].shape == (128, 3) and buffer["rewards"].shape == (64, 2) and buffer["generator_ready"]
         assert original_obs.shape == (2, 3) and original_reward.dtype == np.float32
-        assert ours.results["zip"][0].shape == (2, 3) and ours.results["system_info"] == ["== CURRENT SYSTEM INFO ==",
-                                                                                           "== SAVED MODEL SYSTEM INFO =="]
+        assert ours.results["zip"][0].shape == (2, 3) and ours.results["system_info"] == [
+            "== CURRENT SYSTEM INFO ==",
+            "== SAVED MODEL SYSTEM INFO ==",
+        ]
     if name == "masked_stop":
         buffer = ours.results["stopped"][0]
-        assert buffer["pos"] == 45 - 32 - 1 and not buffer["generator_ready"] and not buffer["values"][12:].any() and \
-            buffer["values"][:12].all()
+        assert (
+            buffer["pos"] == 45 - 32 - 1
+            and not buffer["generator_ready"]
+            and not buffer["values"][12:].any()
+            and buffer["values"][:12].all()
+        )
     if name == "vec_monitor":
         assert ours.results["episodes"] and {kinds for _, kinds, _, _ in ours.results["episodes"]} == {np.float32}
         assert any("rollout/ep_rew_mean" in dump for dump in ours.dumps)

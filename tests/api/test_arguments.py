@@ -1,4 +1,5 @@
 """sb3's arguments as the command line's config: the signature, the policy keyword arguments, the device."""
+
 from __future__ import annotations
 
 import inspect
@@ -17,11 +18,13 @@ def test_the_signature_is_sb3s_then_the_command_lines_settings() -> None:
     ours = ALGORITHMS["PPO"].signature().parameters
     sb3 = list(inspect.signature(SB3PPO.__init__).parameters.values())[1:]
     assert list(ours.values())[: len(sb3)] == sb3  # names, kinds, defaults, in sb3's order
-    extras = list(ours.values())[len(sb3):]
+    extras = list(ours.values())[len(sb3) :]
     assert [p.name for p in extras] == list(EXTRAS) and all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
     defaults = {p.name: p.default for p in extras}
-    assert defaults["num_workers"] is FIELDS["num_workers"].default and \
-        defaults["mp_method"] == FIELDS["mp_method"].default == "forkserver"
+    assert (
+        defaults["num_workers"] is FIELDS["num_workers"].default
+        and defaults["mp_method"] == FIELDS["mp_method"].default == "forkserver"
+    )
     assert defaults["torch_threads"] is None and defaults["update_threads"] is None  # the process's own count
 
 
@@ -36,19 +39,35 @@ def test_positional_arguments_bind_as_sb3s() -> None:
 
 
 def test_policy_kwargs_become_the_configs_fields_and_the_rest_is_refused_by_name() -> None:
-    values, problems = policy_values(dict(net_arch=[dict(pi=[32], vf=[16])], activation_fn=torch.nn.ReLU, ortho_init=False,
-                                          features_extractor_class=FlattenExtractor, optimizer_class=torch.optim.Adam,
-                                          optimizer_kwargs=dict(eps=1e-5)), "MlpPolicy", ALGORITHMS["PPO"].policy_kwargs)
+    values, problems = policy_values(
+        dict(
+            net_arch=[dict(pi=[32], vf=[16])],
+            activation_fn=torch.nn.ReLU,
+            ortho_init=False,
+            features_extractor_class=FlattenExtractor,
+            optimizer_class=torch.optim.Adam,
+            optimizer_kwargs=dict(eps=1e-5),
+        ),
+        "MlpPolicy",
+        ALGORITHMS["PPO"].policy_kwargs,
+    )
     assert values == dict(net_arch=dict(pi=[32], vf=[16]), activation_fn="relu", ortho_init=False) and problems == []
-    values, problems = policy_values(dict(features_extractor_class=NatureCNN, optimizer_kwargs={}), "MlpPolicy",
-                                     ALGORITHMS["PPO"].policy_kwargs)
+    values, problems = policy_values(
+        dict(features_extractor_class=NatureCNN, optimizer_kwargs={}), "MlpPolicy", ALGORITHMS["PPO"].policy_kwargs
+    )
     assert values == {} and problems == []  # the API builds the extractor and the optimizer with them (built_here)
-    _, problems = policy_values(dict(features_extractor_class="NatureCNN", lstm_kwargs=dict(dropout=0.1),
-                                     activation_fn="Hardtanh", log_std_init=-1.0), "MlpPolicy",
-                                ALGORITHMS["MaskablePPO"].policy_kwargs, "MaskablePPO")
+    _, problems = policy_values(
+        dict(features_extractor_class="NatureCNN", lstm_kwargs=dict(dropout=0.1), activation_fn="Hardtanh", log_std_init=-1.0),
+        "MlpPolicy",
+        ALGORITHMS["MaskablePPO"].policy_kwargs,
+        "MaskablePPO",
+    )
     assert [p.split(":")[0] for p in problems] == [
         "policy_kwargs features_extractor_class='NatureCNN'",
-        "policy_kwargs lstm_kwargs={'dropout'", "policy_kwargs activation_fn='Hardtanh'", "policy_kwargs log_std_init=-1.0"]
+        "policy_kwargs lstm_kwargs={'dropout'",
+        "policy_kwargs activation_fn='Hardtanh'",
+        "policy_kwargs log_std_init=-1.0",
+    ]
     assert "MaskablePPO's policies take no such argument" in problems[-1]
     values, problems = policy_values(dict(activation_fn=torch.nn.Hardtanh), "MlpPolicy", ALGORITHMS["PPO"].policy_kwargs)
     assert values == {} and problems == []  # a class the config has no name for: the API builds it (built_here)
@@ -59,16 +78,22 @@ def test_device_auto_is_sb3s_and_threads_are_the_processes(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert sb3_device("auto") == "cuda"  # CUDA for every policy where torch has it, as sb3's get_device
     values = config_values({"device": "auto", "seed": 3}, {}, {"action_masks": True})
-    assert values == {"seed": 3, "device": "cuda", "torch_threads": torch.get_num_threads(),
-                      "update_threads": torch.get_num_threads(), "action_masks": True}
+    assert values == {
+        "seed": 3,
+        "device": "cuda",
+        "torch_threads": torch.get_num_threads(),
+        "update_threads": torch.get_num_threads(),
+        "action_masks": True,
+    }
 
 
 def test_the_cuda_notice() -> None:
     from ppo_dict.run.run_plan import device_notice
 
     assert device_notice(torch.device("cpu")) == ""
-    assert "not bit-exact" in device_notice(torch.device("cuda"), 'device="cpu"') and \
-        'device="cpu" reproduces' in device_notice(torch.device("cuda"), 'device="cpu"')
+    assert "not bit-exact" in device_notice(
+        torch.device("cuda"), 'device="cpu"'
+    ) and 'device="cpu" reproduces' in device_notice(torch.device("cuda"), 'device="cpu"')
 
 
 def test_hyperparameters_read_as_sb3s_attributes_and_setting_a_fixed_one_is_an_error() -> None:

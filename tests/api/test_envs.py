@@ -5,6 +5,7 @@ trains to sb3's numbers; worker processes end with ``model.env.close()``, with `
 with the interpreter, checked on the real processes (``/proc``); a config ppo_dict cannot run is
 refused before any process starts, every problem in one error.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,9 @@ def test_every_env_form_trains_to_sb3s_numbers(form: str) -> None:
     }[form]
     sb3 = trained(SB3PPO("MlpPolicy", sb3_env(), **SETTINGS))
     ours = ppo_dict.PPO("MlpPolicy", ours_env, **SETTINGS, **extra)
-    assert isinstance(ours.get_env(), VecEnv) and \
-        ours.trainer.pool.num_envs == extra.get("n_envs", 3 if form == "factories" else 1)
+    assert isinstance(ours.get_env(), VecEnv) and ours.trainer.pool.num_envs == extra.get(
+        "n_envs", 3 if form == "factories" else 1
+    )
     assert_same_value(sb3, trained(ours), f"parameters after training on the env as {form}")
 
 
@@ -148,15 +150,22 @@ if how != "exit":
 
 # a fresh interpreter starting worker processes each: 30-50 s on 2 cores; the interpreter's exit, which no
 # script line ends, runs in make test, the other two with the slow tests
-@pytest.mark.parametrize("how",
-                         [pytest.param("close", marks=pytest.mark.slow), pytest.param("with", marks=pytest.mark.slow), "exit"])
+@pytest.mark.parametrize(
+    "how", [pytest.param("close", marks=pytest.mark.slow), pytest.param("with", marks=pytest.mark.slow), "exit"]
+)
 def test_no_worker_outlives_its_model(how: str, tmp_path) -> None:
     """Real worker processes end with model.env.close(), with ``with``, and when the interpreter exits
     (a script without a ``__main__`` guard, as sb3's documentation writes them)."""
     script = tmp_path / "script.py"
     script.write_text(LIFETIME)
-    proc = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [sys.executable, str(script), how],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     pids = json.loads(lines[0])
@@ -178,11 +187,26 @@ def test_unsupported_settings_are_refused_together_before_any_process_starts() -
         pass
 
     with pytest.raises(ConfigError) as raised:
-        ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_envs=4, rollout_buffer_class=MyBuffer, stats_window_size=0, n_epochs=0,
-                     policy_kwargs=dict(optimizer_kwargs=[], squash_output=True), num_workers=3, envs_per_worker=2)
+        ppo_dict.PPO(
+            "MlpPolicy",
+            "CartPole-v1",
+            n_envs=4,
+            rollout_buffer_class=MyBuffer,
+            stats_window_size=0,
+            n_epochs=0,
+            policy_kwargs=dict(optimizer_kwargs=[], squash_output=True),
+            num_workers=3,
+            envs_per_worker=2,
+        )
     problems = raised.value.problems
-    for name in ("rollout_buffer_class=", "stats_window_size=0", "n_epochs=0", "policy_kwargs optimizer_kwargs=[]",
-                 "squash_output=True: only with --use_sde", "n_envs=4: must equal num_workers x envs_per_worker"):
+    for name in (
+        "rollout_buffer_class=",
+        "stats_window_size=0",
+        "n_epochs=0",
+        "policy_kwargs optimizer_kwargs=[]",
+        "squash_output=True: only with --use_sde",
+        "n_envs=4: must equal num_workers x envs_per_worker",
+    ):
         assert any(p.startswith(name) for p in problems), (name, problems)
     assert multiprocessing.active_children() == []
     cli = ConfigError(config_from_args(["--env", "gym_CartPole-v1", "--n_epochs", "0"]).problems())

@@ -7,6 +7,7 @@ ppo_dict's own files loaded through sb3's API.
 * A ppo_dict checkpoint loaded with an env continues as ``--resume`` does (``learn(n,
   reset_num_timesteps=False)`` and ``--total_timesteps`` n more): the same parameters and Adam state.
 """
+
 from __future__ import annotations
 
 import glob
@@ -86,10 +87,40 @@ def test_parameters_move_both_ways_with_sb3s_model() -> None:
 
 
 def cli(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--n_envs", "2",
-                           "--num_workers", "0", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "2", "--seed", "5",
-                           "--update_threads", "1", "--verbose", "0", "--plot", "False", "--progress", "none", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--env",
+            "gym_CartPole-v1",
+            "--n_envs",
+            "2",
+            "--num_workers",
+            "0",
+            "--n_steps",
+            "32",
+            "--batch_size",
+            "32",
+            "--n_epochs",
+            "2",
+            "--seed",
+            "5",
+            "--update_threads",
+            "1",
+            "--verbose",
+            "0",
+            "--plot",
+            "False",
+            "--progress",
+            "none",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -99,8 +130,9 @@ def test_a_ppo_dict_checkpoint_continues_as_resume_does(tmp_path) -> None:
     from stable_baselines3.common.vec_env import VecNormalize
 
     run_dir = os.path.join(tmp_path, "run")
-    cli("--total_timesteps", "128", "--run_dir", run_dir, "--save_freq", "64", "--keep_checkpoints", "5", "--normalize",
-        "True")
+    cli(
+        "--total_timesteps", "128", "--run_dir", run_dir, "--save_freq", "64", "--keep_checkpoints", "5", "--normalize", "True"
+    )
     first = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "checkpoint_*.pt")))[0]  # at 64 steps
     cli("--resume", first, "--total_timesteps", "192", "--run_dir", os.path.join(tmp_path, "resumed"))
     resumed = load_model_state(sorted(glob.glob(os.path.join(tmp_path, "resumed", "checkpoints", "checkpoint_*.pt")))[-1])
@@ -112,6 +144,9 @@ def test_a_ppo_dict_checkpoint_continues_as_resume_does(tmp_path) -> None:
     assert_same_value(resumed["policy"], model.policy.state_dict(), "parameters")
     assert_same_value(resumed["optimizer"]["state"], model.policy.optimizer.state_dict()["state"], "Adam's state")
     saved = resumed["normalizer"]["obs_rms"]["obs"]
-    assert_same_value((saved["mean"].numpy(), saved["var"].numpy(), float(saved["count"])),
-                      (env.obs_rms.mean, env.obs_rms.var, env.obs_rms.count), "the VecNormalize's statistics")
+    assert_same_value(
+        (saved["mean"].numpy(), saved["var"].numpy(), float(saved["count"])),
+        (env.obs_rms.mean, env.obs_rms.var, env.obs_rms.count),
+        "the VecNormalize's statistics",
+    )
     model.close()

@@ -5,6 +5,7 @@
 run's ``best_model.pt`` loaded without env; ``rollout_buffer.compute_returns_and_advantage`` in a callback. Under sb3's
 import and ppo_dict's, compared with ``==``.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,23 +20,36 @@ from tests.parity.sides import assert_same_value
 CASES = {
     "PPO": ("MlpPolicy", "CartPole-v1", dict(n_steps=64, batch_size=64, n_epochs=2)),
     "MaskablePPO": ("MlpPolicy", "PPODictMaskedJump-v0", dict(n_steps=64, batch_size=64, n_epochs=2)),
-    "RecurrentPPO": ("MlpLstmPolicy", "CartPole-v1",
-                     dict(n_steps=32, batch_size=64, n_epochs=2, policy_kwargs=dict(lstm_hidden_size=8))),
+    "RecurrentPPO": (
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        dict(n_steps=32, batch_size=64, n_epochs=2, policy_kwargs=dict(lstm_hidden_size=8)),
+    ),
 }
 
 
 def counters(model) -> dict:
-    return {"num_timesteps": model.num_timesteps, "_n_updates": model._n_updates, "_episode_num": model._episode_num,
-            "_current_progress_remaining": model._current_progress_remaining, "_stats_window_size": model._stats_window_size,
-            "episodes": [untimed(e) for e in model.ep_info_buffer], "started": model.start_time > 0}
+    return {
+        "num_timesteps": model.num_timesteps,
+        "_n_updates": model._n_updates,
+        "_episode_num": model._episode_num,
+        "_current_progress_remaining": model._current_progress_remaining,
+        "_stats_window_size": model._stats_window_size,
+        "episodes": [untimed(e) for e in model.ep_info_buffer],
+        "started": model.start_time > 0,
+    }
 
 
 def saved(path: str) -> dict:
     data = load_from_zip_file(path, device="cpu")[0]
     buffer_class = data.get("rollout_buffer_class")
-    return {"_n_updates": data["_n_updates"], "num_timesteps": data["num_timesteps"], "started": data["start_time"] > 0,
-            "episodes": [untimed(e) for e in data["ep_info_buffer"]],
-            "rollout_buffer_class": getattr(buffer_class, "__name__", buffer_class)}
+    return {
+        "_n_updates": data["_n_updates"],
+        "num_timesteps": data["num_timesteps"],
+        "started": data["start_time"] > 0,
+        "episodes": [untimed(e) for e in data["ep_info_buffer"]],
+        "rollout_buffer_class": getattr(buffer_class, "__name__", buffer_class),
+    }
 
 
 def loaded_record(which: str, name: str, tmp_path) -> dict:
@@ -63,9 +77,9 @@ def test_a_loaded_model_has_sb3s_counters_and_episodes_with_or_without_env(name:
     sb3 = loaded_record("sb3", name, tmp_path / "sb3")
     ours = loaded_record("ppo_dict", name, tmp_path / "ours")
     assert sb3["loaded without env"]["_n_updates"] > 0 and sb3["loaded without env"]["episodes"]
-    assert sb3["zip"]["rollout_buffer_class"] == (None if name == "RecurrentPPO" else "MaskableRolloutBuffer"
-                                                  if name == "MaskablePPO"
-                                                  else "RolloutBuffer")
+    assert sb3["zip"]["rollout_buffer_class"] == (
+        None if name == "RecurrentPPO" else "MaskableRolloutBuffer" if name == "MaskablePPO" else "RolloutBuffer"
+    )
     for key in sb3:
         assert_same_value(sb3[key], ours[key], key)
 
@@ -81,17 +95,40 @@ def test_a_command_line_runs_best_model_loads_without_env(tmp_path) -> None:
     from ppo_dict.core.files import load_model_state
     from tests.cli_here import run_here
 
-    proc = run_here("--env", "CartPole-v1", "--n_steps", "32", "--batch_size", "32", "--n_epochs", "1", "-n", "128",
-                    "--eval_freq", "64", "--eval_episodes", "1", "--seed", "0", "--run_dir", str(tmp_path / "run"),
-                    "--progress", "none", "--plot", "False")
+    proc = run_here(
+        "--env",
+        "CartPole-v1",
+        "--n_steps",
+        "32",
+        "--batch_size",
+        "32",
+        "--n_epochs",
+        "1",
+        "-n",
+        "128",
+        "--eval_freq",
+        "64",
+        "--eval_episodes",
+        "1",
+        "--seed",
+        "0",
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--progress",
+        "none",
+        "--plot",
+        "False",
+    )
     assert proc.returncode == 0, proc.stderr
     observations = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
     for path in (tmp_path / "run" / "best_model.pt", tmp_path / "run" / "checkpoints" / "checkpoint_000000000128.pt"):
         model, state = ppo_dict.PPO.load(path), load_model_state(str(path))
         assert model.env is None and str(model.observation_space) == state["observation_space"]
         assert (model.num_timesteps, model._n_updates) == (state["num_timesteps"], state["n_updates"]) and model._n_updates > 0
-        assert np.array_equal(model.predict(observations, deterministic=True)[0],
-                              Model.from_file(str(path)).predict(observations, deterministic=True)[0])
+        assert np.array_equal(
+            model.predict(observations, deterministic=True)[0],
+            Model.from_file(str(path)).predict(observations, deterministic=True)[0],
+        )
         assert all(torch.equal(a, b) for a, b in zip(model.policy.state_dict().values(), state["policy"].values()))
 
 

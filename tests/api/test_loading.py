@@ -10,6 +10,7 @@ Each script runs under sb3's import and ppo_dict's (with sb3's ``make_vec_env``,
 ppo_dict's), and what its callbacks saw, its rollout buffers, log dumps, parameters and Adam state
 are compared with ``==``.
 """
+
 from __future__ import annotations
 
 import functools

@@ -6,6 +6,7 @@ sb3-contrib's ``MaskableActorCriticPolicy``. Each is built as sb3 builds it and 
 methods (``ppo_dict.algo.networks.own_policy``), saved, loaded with the class named in ``custom_objects``, and trained
 on, under sb3's import and ppo_dict's; what the callbacks saw, the parameters and Adam's state are ``==``.
 """
+
 from __future__ import annotations
 
 import os
@@ -86,10 +87,12 @@ def train(api: SimpleNamespace, tmp: str, record: Record, algorithm: str, policy
 
 SCRIPTS = {
     "advanced_example": lambda api, tmp, record: train(api, tmp, record, "PPO", CustomActorCriticPolicy, "CartPole-v1"),
-    "overridden_method": lambda api, tmp, record: train(api, tmp, record, "PPO", Tempered, "CartPole-v1",
-                                                        policy_kwargs=dict(net_arch=[8])),
-    "gsde": lambda api, tmp, record: train(api, tmp, record, "PPO", CustomActorCriticPolicy, "Pendulum-v1", use_sde=True,
-                                           sde_sample_freq=4),
+    "overridden_method": lambda api, tmp, record: train(
+        api, tmp, record, "PPO", Tempered, "CartPole-v1", policy_kwargs=dict(net_arch=[8])
+    ),
+    "gsde": lambda api, tmp, record: train(
+        api, tmp, record, "PPO", CustomActorCriticPolicy, "Pendulum-v1", use_sde=True, sde_sample_freq=4
+    ),
     "maskable": lambda api, tmp, record: train(api, tmp, record, "MaskablePPO", MaskableCustom, "PPODictMaskedJump-v0"),
 }
 
@@ -109,9 +112,12 @@ def test_its_zip_names_the_class_to_pass_and_recurrent_classes_are_refused(tmp_p
     assert isinstance(model.policy, CustomActorCriticPolicy) and isinstance(model.policy.mlp_extractor, CustomNetwork)
     model.save(os.path.join(tmp_path, "own"))
     model.close()
-    with pytest.raises(CheckpointError, match=r"a class of a script's own, which ppo_dict does not unpickle from a file: "
-                                              r"pass the class, PPO.load\(path, custom_objects=\{'policy_class': "
-                                              r"CustomActorCriticPolicy\}\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"a class of a script's own, which ppo_dict does not unpickle from a file: "
+        r"pass the class, PPO.load\(path, custom_objects=\{'policy_class': "
+        r"CustomActorCriticPolicy\}\)",
+    ):
         ppo_dict.PPO.load(os.path.join(tmp_path, "own"))
     for cls, policy in ((ppo_dict.RecurrentPPO, RecurrentActorCriticPolicy), (ppo_dict.PPO, nn.Module)):
         with pytest.raises(ConfigError, match="not a policy ppo_dict trains"):

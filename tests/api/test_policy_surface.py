@@ -11,6 +11,7 @@ script trains briefly, then reads all of them on a batch and on one observation,
 * MaskablePPO with masks; RecurrentPPO with its states, ``lstm_kwargs=dict(dropout=...)`` over two layers (dropout
   draws while training) and ``stats_window_size``.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,31 +49,51 @@ def read_policy(policy, obs, record: Record, **masks) -> None:
     """What a script reads of sb3's policy: predictions (deterministic, sampled after a seed, of one observation),
     the tensors, the distribution, the passes, the features, the mode switch, the action scaling."""
     torch.manual_seed(7)
-    out = {"predicted": policy.predict(obs, deterministic=True, **masks), "sampled": policy.predict(obs, **masks),
-           "one": policy.predict(one(obs), deterministic=True,
-                                 **({"action_masks": masks["action_masks"][:1]} if masks else {}))}
+    out = {
+        "predicted": policy.predict(obs, deterministic=True, **masks),
+        "sampled": policy.predict(obs, **masks),
+        "one": policy.predict(one(obs), deterministic=True, **({"action_masks": masks["action_masks"][:1]} if masks else {})),
+    }
     tensor, vectorized = policy.obs_to_tensor(obs)
     distribution = policy.get_distribution(tensor, **masks)
     actions = distribution.get_actions(deterministic=True)
     entropy = distribution.entropy()
-    out.update(tensor=(tensor, vectorized, policy.is_vectorized_observation(one(obs))), actions=actions,
-               log_prob=distribution.log_prob(actions), entropy=entropy,
-               evaluated=policy.evaluate_actions(tensor, actions, **masks), values=policy.predict_values(tensor),
-               features=policy.extract_features(tensor), squashed=policy.squash_output, device=str(policy.device))
+    out.update(
+        tensor=(tensor, vectorized, policy.is_vectorized_observation(one(obs))),
+        actions=actions,
+        log_prob=distribution.log_prob(actions),
+        entropy=entropy,
+        evaluated=policy.evaluate_actions(tensor, actions, **masks),
+        values=policy.predict_values(tensor),
+        features=policy.extract_features(tensor),
+        squashed=policy.squash_output,
+        device=str(policy.device),
+    )
     policy.set_training_mode(True)
     out["training"] = (policy.training, policy.mlp_extractor.training)
     policy.set_training_mode(False)
     if hasattr(policy.action_space, "low"):
-        out["scaled"] = (policy.scale_action(np.asarray(out["predicted"][0])),
-                         policy.unscale_action(np.zeros(policy.action_space.shape)))
+        out["scaled"] = (
+            policy.scale_action(np.asarray(out["predicted"][0])),
+            policy.unscale_action(np.zeros(policy.action_space.shape)),
+        )
     record.results["policy"] = detached(out)
 
 
 def squashed_softplus(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=3)
-    model = api.PPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, use_sde=True, sde_sample_freq=8, seed=0,
-                    verbose=0, policy_kwargs=dict(squash_output=True, activation_fn=nn.Softplus,
-                                                  share_features_extractor=False, net_arch=[16]))
+    model = api.PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        use_sde=True,
+        sde_sample_freq=8,
+        seed=0,
+        verbose=0,
+        policy_kwargs=dict(squash_output=True, activation_fn=nn.Softplus, share_features_extractor=False, net_arch=[16]),
+    )
     record.attach(model)
     model.learn(128, callback=Watch(record))
     record.keep("trained", model)
@@ -101,9 +122,17 @@ def masked(api: SimpleNamespace, tmp: str, record: Record) -> None:
 
 def recurrent_dropout(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env = api.make_vec_env("CartPole-v1", n_envs=2, seed=13)
-    model = api.RecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=0, verbose=0,
-                             stats_window_size=3,
-                             policy_kwargs=dict(lstm_hidden_size=8, n_lstm_layers=2, lstm_kwargs=dict(dropout=0.3)))
+    model = api.RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        seed=0,
+        verbose=0,
+        stats_window_size=3,
+        policy_kwargs=dict(lstm_hidden_size=8, n_lstm_layers=2, lstm_kwargs=dict(dropout=0.3)),
+    )
     record.attach(model)
     model.learn(192, callback=Watch(record))
     record.keep("trained", model)
@@ -115,14 +144,27 @@ def recurrent_dropout(api: SimpleNamespace, tmp: str, record: Record) -> None:
     tensor, _ = policy.obs_to_tensor(obs)
     h = tuple(torch.as_tensor(s) for s in states)
     distribution, after = policy.get_distribution(tensor, h, torch.zeros(2))
-    record.results["policy"] = detached((actions, states, again, distribution.get_actions(True),
-                                         distribution.log_prob(distribution.mode()), after,
-                                         policy.predict_values(tensor, h, torch.zeros(2)), policy.extract_features(tensor)))
+    record.results["policy"] = detached(
+        (
+            actions,
+            states,
+            again,
+            distribution.get_actions(True),
+            distribution.log_prob(distribution.mode()),
+            after,
+            policy.predict_values(tensor, h, torch.zeros(2)),
+            policy.extract_features(tensor),
+        )
+    )
     env.close()
 
 
-SCRIPTS = {"squashed_softplus": squashed_softplus, "cnn_channel_last": cnn_channel_last, "masked": masked,
-           "recurrent_dropout": recurrent_dropout}
+SCRIPTS = {
+    "squashed_softplus": squashed_softplus,
+    "cnn_channel_last": cnn_channel_last,
+    "masked": masked,
+    "recurrent_dropout": recurrent_dropout,
+}
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))
@@ -140,21 +182,26 @@ def test_the_policys_methods_and_arguments_give_sb3s_numbers(name: str, tmp_path
 
 def test_an_activation_class_is_built_and_a_zip_naming_one_outside_the_allow_list_is_refused_by_name(tmp_path) -> None:
     """Any torch.nn.Module class given in code is built; a zip that names one is read only from the narrow allow-list."""
+
     class Square(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * x
 
-    model = ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=0,
-                         policy_kwargs=dict(activation_fn=Square, net_arch=[8]))
+    model = ppo_dict.PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=0, policy_kwargs=dict(activation_fn=Square, net_arch=[8])
+    )
     assert isinstance(model.policy.mlp_extractor.policy_net[1], Square) and model.cfg.activation_fn == "tanh"
     model.save(os.path.join(tmp_path, "square"))
-    with pytest.raises(CheckpointError,
-                       match=r"'policy_kwargs' \(a pickled dict: activation_fn: <class '[\w.<>]+Square'> is not a value"):
+    with pytest.raises(
+        CheckpointError, match=r"'policy_kwargs' \(a pickled dict: activation_fn: <class '[\w.<>]+Square'> is not a value"
+    ):
         ppo_dict.PPO.load(os.path.join(tmp_path, "square"))
     loaded = ppo_dict.PPO.load(os.path.join(tmp_path, "square"), policy_kwargs=dict(activation_fn=Square, net_arch=[8]))
     assert isinstance(loaded.policy.mlp_extractor.policy_net[1], Square)
     with pytest.raises(ConfigError) as refused:
         ppo_dict.PPO("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(activation_fn="softplus", squash_output=True))
-    assert [p.split(":")[0] for p in refused.value.problems] == \
-        ["policy_kwargs activation_fn='softplus'", "squash_output=True"]
+    assert [p.split(":")[0] for p in refused.value.problems] == [
+        "policy_kwargs activation_fn='softplus'",
+        "squash_output=True",
+    ]
     model.close()

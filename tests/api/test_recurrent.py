@@ -7,6 +7,7 @@ are compared as ``tests/api/test_scripts.py`` compares PPO's: every step the cal
 LSTM states after each step's forward), every rollout buffer (with its stored states), every log
 dump, the parameters and Adam's state.
 """
+
 from __future__ import annotations
 
 import glob
@@ -69,24 +70,67 @@ def test_the_signature_and_defaults_are_sb3_contribs_and_the_config_the_command_
     ours = list(ALGORITHMS["RecurrentPPO"].signature().parameters.values())
     contrib = list(inspect.signature(ContribRecurrentPPO.__init__).parameters.values())[1:]
     assert ours[: len(contrib)] == contrib
-    model = ppo_dict.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", policy_kwargs=dict(lstm_hidden_size=32, n_lstm_layers=2,
-                                  shared_lstm=True, enable_critic_lstm=False), _init_setup_model=False)
+    model = ppo_dict.RecurrentPPO(
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        policy_kwargs=dict(lstm_hidden_size=32, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False),
+        _init_setup_model=False,
+    )
     cfg = model.cfg
     assert (cfg.model, cfg.n_steps, cfg.batch_size, cfg.n_envs) == ("mlp_lstm", 128, 128, 1)
-    assert cfg.lstm_settings == \
-        dict(lstm_hidden_size=32, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False, lstm_kwargs={})
-    dict_env = ppo_dict.RecurrentPPO("MultiInputLstmPolicy", "PPODictMaskedJump-v0", env_kwargs=dict(observation="dict"),
-                                     gym_packages=("ppo_dict.envs.masked",), _init_setup_model=False)
+    assert cfg.lstm_settings == dict(
+        lstm_hidden_size=32, n_lstm_layers=2, shared_lstm=True, enable_critic_lstm=False, lstm_kwargs={}
+    )
+    dict_env = ppo_dict.RecurrentPPO(
+        "MultiInputLstmPolicy",
+        "PPODictMaskedJump-v0",
+        env_kwargs=dict(observation="dict"),
+        gym_packages=("ppo_dict.envs.masked",),
+        _init_setup_model=False,
+    )
     assert dict_env.cfg.model == "mlp_lstm" and dict_env.cfg.lstm_settings["lstm_hidden_size"] == 256
 
 
 def cli(*args: str) -> str:
     """A recurrent CartPole run of the command line; its stdout."""
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--model", "mlp_lstm",
-                           "--n_envs", "2", "--num_workers", "0", "--n_steps", "16", "--batch_size", "16", "--n_epochs", "2",
-                           "--lstm_hidden_size", "8", "--seed", "5", "--update_threads", "1", "--verbose", "0", "--plot",
-                           "False", "--progress", "none", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--env",
+            "gym_CartPole-v1",
+            "--model",
+            "mlp_lstm",
+            "--n_envs",
+            "2",
+            "--num_workers",
+            "0",
+            "--n_steps",
+            "16",
+            "--batch_size",
+            "16",
+            "--n_epochs",
+            "2",
+            "--lstm_hidden_size",
+            "8",
+            "--seed",
+            "5",
+            "--update_threads",
+            "1",
+            "--verbose",
+            "0",
+            "--plot",
+            "False",
+            "--progress",
+            "none",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -106,25 +150,29 @@ def test_a_recurrent_checkpoint_continues_as_resume_does(tmp_path) -> None:
     out = cli("--resume", without_envs, "--total_timesteps", "96", "--run_dir", os.path.join(tmp_path, "resumed"))
     assert "the checkpoint holds no env states" in out, out
     resumed = load_model_state(sorted(glob.glob(os.path.join(tmp_path, "resumed", "checkpoints", "checkpoint_*.pt")))[-1])
-    with pytest.raises(CheckpointError,
-                       match=r"a recurrent model \(model='mlp_lstm'\): RecurrentPPO.load reads it, not PPO.load"):
+    with pytest.raises(
+        CheckpointError, match=r"a recurrent model \(model='mlp_lstm'\): RecurrentPPO.load reads it, not PPO.load"
+    ):
         ppo_dict.PPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
     model = ppo_dict.RecurrentPPO.load(first, env=ppo_dict.make_vec_env("CartPole-v1", n_envs=2))
     assert model.num_timesteps == 32
     first_rows = []  # the states stored at the first step of each rollout: the first rollout's are the checkpoint's
+
     def keep_first_row(local: dict, _: dict) -> bool:
         if local["n_steps"] == 1:  # row 0 is stored by then (sb3-contrib stores it after the step's callback)
             first_rows.append({name: getattr(local["self"].rollout_buffer, name)[0].copy() for name in STATES})
         return True
 
     model.learn(64, reset_num_timesteps=False, callback=keep_first_row)
-    assert_same_value(first_rows[0], {k: v.numpy() for k, v in saved["lstm_states"][0].items()},
-                      "the first rollout's stored states")
+    assert_same_value(
+        first_rows[0], {k: v.numpy() for k, v in saved["lstm_states"][0].items()}, "the first rollout's stored states"
+    )
     assert model.num_timesteps == resumed["num_timesteps"] == 96
     assert_same_value(resumed["policy"], model.policy.state_dict(), "parameters")
     assert_same_value(resumed["optimizer"]["state"], model.policy.optimizer.state_dict()["state"], "Adam's state")
-    assert_same_value([{k: v.numpy() for k, v in g.items()} for g in resumed["lstm_states"]], model.trainer.lstm_states(),
-                      "LSTM states")
+    assert_same_value(
+        [{k: v.numpy() for k, v in g.items()} for g in resumed["lstm_states"]], model.trainer.lstm_states(), "LSTM states"
+    )
     model.close()
 
 
@@ -132,24 +180,42 @@ def test_bad_recurrent_arguments_are_refused_together_before_any_process_starts(
     from stable_baselines3.common.torch_layers import NatureCNN
 
     with pytest.raises(ConfigError) as raised:
-        ppo_dict.RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_envs=2, num_workers=2, n_epochs=0,
-                              policy_kwargs=dict(shared_lstm=True, lstm_kwargs=dict(bidirectional=True),
-                                                 features_extractor_class=NatureCNN))
+        ppo_dict.RecurrentPPO(
+            "MlpLstmPolicy",
+            "CartPole-v1",
+            n_envs=2,
+            num_workers=2,
+            n_epochs=0,
+            policy_kwargs=dict(shared_lstm=True, lstm_kwargs=dict(bidirectional=True), features_extractor_class=NatureCNN),
+        )
     problems = raised.value.problems
-    for start in ("lstm_kwargs={'bidirectional': True}: ppo_dict takes dropout and bias",
-                  "policy_kwargs features_extractor_class=", "n_epochs=0", "shared_lstm=True: the critic either"):
+    for start in (
+        "lstm_kwargs={'bidirectional': True}: ppo_dict takes dropout and bias",
+        "policy_kwargs features_extractor_class=",
+        "n_epochs=0",
+        "shared_lstm=True: the critic either",
+    ):
         assert any(p.startswith(start) for p in problems), (start, problems)
     assert multiprocessing.active_children() == []
-    with pytest.raises(ConfigError,
-                       match=r"policy_kwargs lstm_hidden_size=64: not supported \(PPO's policies take no such argument\)"):
+    with pytest.raises(
+        ConfigError, match=r"policy_kwargs lstm_hidden_size=64: not supported \(PPO's policies take no such argument\)"
+    ):
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(lstm_hidden_size=64))
-    with pytest.raises(ConfigError, match="You must use `MultiInputLstmPolicy` when working with dict observation space, "
-                                          "not MlpLstmPolicy"):
-        ppo_dict.RecurrentPPO("MlpLstmPolicy", "PPODictMaskedJump-v0", env_kwargs=dict(observation="dict"),
-                              gym_packages=("ppo_dict.envs.masked",))
+    with pytest.raises(
+        ConfigError, match="You must use `MultiInputLstmPolicy` when working with dict observation space, not MlpLstmPolicy"
+    ):
+        ppo_dict.RecurrentPPO(
+            "MlpLstmPolicy",
+            "PPODictMaskedJump-v0",
+            env_kwargs=dict(observation="dict"),
+            gym_packages=("ppo_dict.envs.masked",),
+        )
     with pytest.raises(ConfigError, match=r"policy='CnnLstmPolicy': the observation holds no image; use MlpLstmPolicy"):
         ppo_dict.RecurrentPPO("CnnLstmPolicy", "CartPole-v1")
-    with pytest.raises(ConfigError, match=r"policy='MlpPolicy': Policy MlpPolicy unknown \(MlpLstmPolicy, CnnLstmPolicy, "
-                                          r"MultiInputLstmPolicy\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"policy='MlpPolicy': Policy MlpPolicy unknown \(MlpLstmPolicy, CnnLstmPolicy, "
+        r"MultiInputLstmPolicy\)",
+    ):
         ppo_dict.RecurrentPPO("MlpPolicy", "CartPole-v1")
     assert multiprocessing.active_children() == []

@@ -2,6 +2,7 @@
 the command line's ``run_episodes``): the states and the masks carried together, the episodes of a hand-written loop
 of ``predict(obs, state, episode_start, action_masks=...)``; sb3-contrib 2.9.2's masked ``evaluate_policy`` drops the
 states."""
+
 from __future__ import annotations
 
 import warnings
@@ -57,9 +58,18 @@ def eval_env() -> DummyVecEnv:
 def model():
     """A masked LSTM barely trained on the walled room (the masks vary from step to step), its actions made decisive (the
     action net's weights x100: sb3's init gives logits near 0, where a change of states seldom changes a sampled action)."""
-    m = MaskableRecurrentPPO("MlpLstmPolicy", "PPODictKeyDoor-v0", n_envs=2, gym_packages=("ppo_dict.envs.key_door",),
-                             num_workers=0, n_steps=16, batch_size=32, n_epochs=1, seed=0,
-                             policy_kwargs=dict(lstm_hidden_size=16)).learn(32)
+    m = MaskableRecurrentPPO(
+        "MlpLstmPolicy",
+        "PPODictKeyDoor-v0",
+        n_envs=2,
+        gym_packages=("ppo_dict.envs.key_door",),
+        num_workers=0,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        policy_kwargs=dict(lstm_hidden_size=16),
+    ).learn(32)
     with torch.no_grad():
         m.policy.action_net.weight.mul_(100.0)
     yield m
@@ -74,10 +84,13 @@ def test_evaluation_with_states_gives_a_hand_written_loop_s_episodes(model, tmp_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no Monitor: rewards summed as stepped, as the hand loop does
         torch.manual_seed(SEED)
-        assert evaluate_policy(model, eval_env(), EPISODES, deterministic=False, return_episode_rewards=True) == \
-            (expected, lengths)
-        callback = MaskableEvalCallback(eval_env(), n_eval_episodes=EPISODES, eval_freq=1, log_path=str(tmp_path),
-                                        deterministic=False)
+        assert evaluate_policy(model, eval_env(), EPISODES, deterministic=False, return_episode_rewards=True) == (
+            expected,
+            lengths,
+        )
+        callback = MaskableEvalCallback(
+            eval_env(), n_eval_episodes=EPISODES, eval_freq=1, log_path=str(tmp_path), deterministic=False
+        )
         callback.init_callback(model)
         torch.manual_seed(SEED)
         callback.on_step()

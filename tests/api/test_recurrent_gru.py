@@ -2,6 +2,7 @@
 (the command line's ``--rnn_type gru``; no sb3-contrib class has it). ``learn`` is the command line's GRU run of the same
 config, bit for bit; ``predict`` carries the GRU's one state per layer; ``save`` writes ppo_dict's checkpoint (no
 sb3-contrib class reads a GRU), which ``load`` reads back; a value other than lstm or gru is one message."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -15,8 +16,9 @@ from ppo_dict.api.files import is_sb3_zip
 from ppo_dict.core.errors import CheckpointError, ConfigError
 from tests.parity.sides import assert_same_value, run_ours
 
-KEY_DOOR = dict(n_envs=2, gym_packages=("ppo_dict.envs.key_door",), num_workers=0, n_steps=16, batch_size=24, n_epochs=2,
-                seed=0)
+KEY_DOOR = dict(
+    n_envs=2, gym_packages=("ppo_dict.envs.key_door",), num_workers=0, n_steps=16, batch_size=24, n_epochs=2, seed=0
+)
 GRU = dict(lstm_hidden_size=16, rnn_type="gru")
 CLASSES = [ppo_dict.RecurrentPPO, ppo_dict.MaskableRecurrentPPO]
 
@@ -92,8 +94,9 @@ def test_an_lstm_named_so_is_sb3_contribs(tmp_path) -> None:
     ``RecurrentPPO.load`` opens."""
     from sb3_contrib import RecurrentPPO as ContribRecurrentPPO
 
-    model = ppo_dict.RecurrentPPO("MlpLstmPolicy", "PPODictKeyDoor-v0",
-                                  policy_kwargs=dict(lstm_hidden_size=16, rnn_type="lstm"), **KEY_DOOR)
+    model = ppo_dict.RecurrentPPO(
+        "MlpLstmPolicy", "PPODictKeyDoor-v0", policy_kwargs=dict(lstm_hidden_size=16, rnn_type="lstm"), **KEY_DOOR
+    )
     try:
         assert isinstance(model.policy.lstm_actor, nn.LSTM)
         model.save(tmp_path / "lstm")
@@ -107,9 +110,12 @@ def test_an_unknown_cell_is_one_message_before_anything_starts() -> None:
     for cls in CLASSES:
         with pytest.raises(ConfigError) as raised:
             cls("MlpLstmPolicy", "CartPole-v1", policy_kwargs=dict(rnn_type="rnn"))
-        assert raised.value.problems == ["policy_kwargs rnn_type='rnn': the recurrent cell, one of 'lstm', 'gru' ('lstm': "
-                                         "sb3-contrib's LSTM; 'gru': torch's nn.GRU in its place, one state per layer)"]
-    with pytest.raises(ConfigError,
-                       match=r"policy_kwargs rnn_type='gru': not supported \(PPO's policies take no such argument\)"):
+        assert raised.value.problems == [
+            "policy_kwargs rnn_type='rnn': the recurrent cell, one of 'lstm', 'gru' ('lstm': "
+            "sb3-contrib's LSTM; 'gru': torch's nn.GRU in its place, one state per layer)"
+        ]
+    with pytest.raises(
+        ConfigError, match=r"policy_kwargs rnn_type='gru': not supported \(PPO's policies take no such argument\)"
+    ):
         ppo_dict.PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(rnn_type="gru"))
     assert multiprocessing.active_children() == []

@@ -2,6 +2,7 @@
 env's last reset info, an auto-reset's too): what a callback reads at every step and a script reads after ``learn``,
 with and without a callback, for sb3's ``make_vec_env`` and ppo_dict's (its envs in this process, and in two worker
 processes that sample their envs' actions), compared with ``==``."""
+
 from __future__ import annotations
 
 import warnings

@@ -6,6 +6,7 @@
 The scripts run under sb3's import and ppo_dict's (sb3's ``make_vec_env``, its ``SubprocVecEnv``, and
 ppo_dict's ``make_vec_env``), and what they saw is compared with ``==``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,18 @@ from tests.api.scripts import Record, Watch, imports, run
 from tests.api.test_scripts import assert_same_run
 
 #: sb3's rollout buffer's attributes a callback reads, besides its arrays
-ATTRIBUTES = ("pos", "full", "buffer_size", "n_envs", "gamma", "gae_lambda", "obs_shape", "action_dim", "observation_space",
-              "action_space")
+ATTRIBUTES = (
+    "pos",
+    "full",
+    "buffer_size",
+    "n_envs",
+    "gamma",
+    "gae_lambda",
+    "obs_shape",
+    "action_dim",
+    "observation_space",
+    "action_space",
+)
 ARRAYS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages", "returns")
 
 
@@ -42,8 +53,13 @@ class ReadBuffer(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         if getattr(self.model, "use_sde", False):
-            self.record.events.append(("noise", self.model.policy.action_dist.exploration_mat.clone(),
-                                       self.model.policy.action_dist.exploration_matrices.clone()))
+            self.record.events.append(
+                (
+                    "noise",
+                    self.model.policy.action_dist.exploration_mat.clone(),
+                    self.model.policy.action_dist.exploration_matrices.clone(),
+                )
+            )
 
     def _on_step(self) -> bool:
         b = self.model.rollout_buffer
@@ -66,8 +82,9 @@ def read_buffer(api: SimpleNamespace, tmp: str, record: Record, subproc: bool = 
     ``set_env`` with a new env (the policy and optimizer objects a script holds keep training)."""
     kwargs = {"vec_env_cls": SubprocVecEnv} if subproc else {}
     env = api.make_vec_env("Pendulum-v1", n_envs=2, seed=0, **kwargs)
-    model = api.PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, gamma=0.95, gae_lambda=0.9, use_sde=True, seed=1,
-                    verbose=0)
+    model = api.PPO(
+        "MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=2, gamma=0.95, gae_lambda=0.9, use_sde=True, seed=1, verbose=0
+    )
     record.attach(model)
     model.learn(512, callback=[ReadBuffer(record), Watch(record)])
     policy, optimizer = model.policy, model.policy.optimizer
@@ -92,12 +109,22 @@ def read_masked_buffer(api: SimpleNamespace, tmp: str, record: Record) -> None:
     env.close()
 
 
-SCRIPTS = {"read_buffer": read_buffer, "read_buffer_subproc": functools.partial(read_buffer, subproc=True),
-           "read_masked_buffer": read_masked_buffer}
+SCRIPTS = {
+    "read_buffer": read_buffer,
+    "read_buffer_subproc": functools.partial(read_buffer, subproc=True),
+    "read_masked_buffer": read_masked_buffer,
+}
 
 
-@pytest.mark.parametrize("name,which", [("read_buffer", "ppo_dict"), ("read_buffer", "ppo_dict_envs"),
-                                        ("read_buffer_subproc", "ppo_dict"), ("read_masked_buffer", "ppo_dict_envs")])
+@pytest.mark.parametrize(
+    "name,which",
+    [
+        ("read_buffer", "ppo_dict"),
+        ("read_buffer", "ppo_dict_envs"),
+        ("read_buffer_subproc", "ppo_dict"),
+        ("read_masked_buffer", "ppo_dict_envs"),
+    ],
+)
 def test_callbacks_see_sb3s_rollout_buffer_and_locals(name: str, which: str, tmp_path) -> None:
     sb3 = run(name, "sb3", os.path.join(tmp_path, "sb3"), SCRIPTS)
     ours = run(name, which, os.path.join(tmp_path, "ours"), SCRIPTS)
@@ -116,8 +143,10 @@ def test_the_rollout_buffers_arrays_are_the_storage_itself_during_a_rollout() ->
 
     def at_the_end(locals_: dict, globals_: dict) -> bool:
         b, s = locals_["self"].rollout_buffer, locals_["self"].trainer.storage
-        seen.extend(np.shares_memory(getattr(b, name), getattr(s, name))
-                    for name in ("actions", "rewards", "values", "log_probs", "advantages", "returns", "episode_starts"))
+        seen.extend(
+            np.shares_memory(getattr(b, name), getattr(s, name))
+            for name in ("actions", "rewards", "values", "log_probs", "advantages", "returns", "episode_starts")
+        )
         seen.append(np.shares_memory(b.observations, s.obs["obs"]) and b.observations.shape == (32, 1, 4))
         return True
 
@@ -139,12 +168,16 @@ def construction_lines(cls: type, env) -> list[str]:
 def test_verbose_lines_are_sb3s(env: str) -> None:
     from stable_baselines3.common.monitor import Monitor
 
-    make = {"CartPole-v1": lambda: "CartPole-v1", "instance": lambda: gym.make("CartPole-v1"),
-            "monitored": lambda: Monitor(gym.make("CartPole-v1"))}[env]
+    make = {
+        "CartPole-v1": lambda: "CartPole-v1",
+        "instance": lambda: gym.make("CartPole-v1"),
+        "monitored": lambda: Monitor(gym.make("CartPole-v1")),
+    }[env]
     sb3 = construction_lines(imports("sb3").PPO, make())
     assert "Wrapping the env in a DummyVecEnv." in sb3
     # sb3's lines, but the pool where sb3 says DummyVecEnv: a user reading "DummyVecEnv" would think the pool unused
     from ppo_dict.api.envs import POOL_LINE
 
-    assert construction_lines(ppo_dict.PPO, make()) == \
-        [POOL_LINE if line == "Wrapping the env in a DummyVecEnv." else line for line in sb3]
+    assert construction_lines(ppo_dict.PPO, make()) == [
+        POOL_LINE if line == "Wrapping the env in a DummyVecEnv." else line for line in sb3
+    ]

@@ -3,6 +3,7 @@ MaskablePPO and RecurrentPPO; ``parameters_to_vector`` / ``load_from_vector``; `
 ``ActorCriticPolicy.load`` (sb3-contrib's classes too) into sb3's own policy, which acts as ours does;
 ``torch.save(model.policy)`` and back; ``get_distribution`` giving sb3's ``Distribution`` objects whose values are
 those of sb3's policy of the same seed (masks, gSDE). Compared with sb3's models built beside, with ``==``."""
+
 from __future__ import annotations
 
 import io
@@ -27,11 +28,23 @@ from tests.parity.sides import assert_same_value
 CASES = {
     "ppo_box": (ppo_dict.PPO, PPO, ActorCriticPolicy, "MlpPolicy", "Pendulum-v1", {}),
     "ppo_gsde": (ppo_dict.PPO, PPO, ActorCriticPolicy, "MlpPolicy", "Pendulum-v1", dict(use_sde=True)),
-    "ppo_discrete_relu": (ppo_dict.PPO, PPO, ActorCriticPolicy, "MlpPolicy", "CartPole-v1",
-                          dict(policy_kwargs=dict(net_arch=[16], activation_fn=torch.nn.ReLU))),
+    "ppo_discrete_relu": (
+        ppo_dict.PPO,
+        PPO,
+        ActorCriticPolicy,
+        "MlpPolicy",
+        "CartPole-v1",
+        dict(policy_kwargs=dict(net_arch=[16], activation_fn=torch.nn.ReLU)),
+    ),
     "maskable": (ppo_dict.MaskablePPO, MaskablePPO, MaskableActorCriticPolicy, "MlpPolicy", "PPODictMaskedJump-v0", {}),
-    "recurrent": (ppo_dict.RecurrentPPO, RecurrentPPO, RecurrentActorCriticPolicy, "MlpLstmPolicy", "CartPole-v1",
-                  dict(policy_kwargs=dict(lstm_hidden_size=8))),
+    "recurrent": (
+        ppo_dict.RecurrentPPO,
+        RecurrentPPO,
+        RecurrentActorCriticPolicy,
+        "MlpLstmPolicy",
+        "CartPole-v1",
+        dict(policy_kwargs=dict(lstm_hidden_size=8)),
+    ),
 }
 
 
@@ -39,16 +52,22 @@ def models(name: str):
     ours_cls, sb3_cls, base, policy, env, settings = CASES[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return (ours_cls(policy, env, seed=0, n_steps=64, batch_size=64, **settings),
-                sb3_cls(policy, env, seed=0, n_steps=64, batch_size=64, **settings), base)
+        return (
+            ours_cls(policy, env, seed=0, n_steps=64, batch_size=64, **settings),
+            sb3_cls(policy, env, seed=0, n_steps=64, batch_size=64, **settings),
+            base,
+        )
 
 
 def same_actions(policy, other, obs: np.ndarray, **kwargs) -> None:
     state = {}
     if isinstance(policy, RecurrentActorCriticPolicy):
         state = dict(state=None, episode_start=np.ones(len(obs), dtype=bool))
-    assert_same_value(policy.predict(obs, deterministic=True, **state, **kwargs)[0],
-                      other.predict(obs, deterministic=True, **state, **kwargs)[0], "actions")
+    assert_same_value(
+        policy.predict(obs, deterministic=True, **state, **kwargs)[0],
+        other.predict(obs, deterministic=True, **state, **kwargs)[0],
+        "actions",
+    )
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -83,16 +102,19 @@ def test_get_distribution_is_sb3s_distribution_with_sb3s_values(name: str) -> No
     if name == "ppo_gsde":  # the same exploration matrices on both sides (ours are drawn by ppo_dict's noise)
         ours.policy.reset_noise(6)
         noise = ours.policy.action_spec.gsde
-        sb3.policy.action_dist.exploration_mat, sb3.policy.action_dist.exploration_matrices = (noise.exploration_mat,
-                                                                                               noise.exploration_matrices)
+        sb3.policy.action_dist.exploration_mat, sb3.policy.action_dist.exploration_matrices = (
+            noise.exploration_mat,
+            noise.exploration_matrices,
+        )
     masks = {}
     if name == "maskable":
         masks = {"action_masks": np.arange(6 * 12).reshape(6, 12) % 3 != 0}
     with torch.no_grad():
         if name == "recurrent":  # (distribution, states) from zero states at an episode start
             hidden = torch.zeros(1, 6, 8)
-            (a, ours_states), (b, sb3_states) = (policy.get_distribution(obs, (hidden, hidden), torch.ones(6))
-                                                 for policy in (ours.policy, sb3.policy))
+            (a, ours_states), (b, sb3_states) = (
+                policy.get_distribution(obs, (hidden, hidden), torch.ones(6)) for policy in (ours.policy, sb3.policy)
+            )
             assert_same_value(ours_states, sb3_states, "the actor's states")
         else:
             a, b = ours.policy.get_distribution(obs, **masks), sb3.policy.get_distribution(obs, **masks)
@@ -133,12 +155,17 @@ def test_a_policy_file_sb3_saved_loads_as_data_into_ours(name: str, tmp_path) ->
     masks = {"action_masks": np.arange(5 * 12).reshape(5, 12) % 2 == 0} if name == "maskable" else {}
     same_actions(loaded, sb3.policy, obs, **masks)
     loaded.save(str(tmp_path / "again.pth"))
-    assert_same_value(base.load(str(tmp_path / "again.pth"), device="cpu").state_dict(), sb3.policy.state_dict(),
-                      "saved again")
+    assert_same_value(
+        base.load(str(tmp_path / "again.pth"), device="cpu").state_dict(), sb3.policy.state_dict(), "saved again"
+    )
     marker = tmp_path / "ran"
-    torch.save({"state_dict": sb3.policy.state_dict(), "data": {"observation_space": Hostile(str(marker))}},
-               str(tmp_path / "hostile.pth"))
-    with pytest.raises(ppo_dict.core.errors.CheckpointError,
-                       match="not read as an sb3 policy file .nothing it names is run.: it names posix.system, which"):
+    torch.save(
+        {"state_dict": sb3.policy.state_dict(), "data": {"observation_space": Hostile(str(marker))}},
+        str(tmp_path / "hostile.pth"),
+    )
+    with pytest.raises(
+        ppo_dict.core.errors.CheckpointError,
+        match="not read as an sb3 policy file .nothing it names is run.: it names posix.system, which",
+    ):
         type(ours.policy).load(str(tmp_path / "hostile.pth"))
     assert not marker.exists()

@@ -6,6 +6,7 @@ with ppo_dict's ``make_vec_env`` too (its envs in ppo_dict's pool, a worker proc
 process's share for two envs). What the callbacks saw at every step, every log dump, every rollout
 buffer, the parameters and Adam state, and what the scripts evaluated must be equal (``==``).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,11 @@ FAST = ["pendulum_eval", "stop_early", "save_load_continue", "vec_normalize", "m
 def assert_exercised(name: str, record) -> None:
     """What a script is for happened (else its comparison could not fail where it matters)."""
     if name == "callbacks":  # the threshold stopped training at the first evaluation, after checkpoints
-        assert 0 < record.results["stopped_at"] < 2000 and len(record.results["checkpoints"]) >= 2 and \
-            record.results["statistics"]
+        assert (
+            0 < record.results["stopped_at"] < 2000
+            and len(record.results["checkpoints"]) >= 2
+            and record.results["statistics"]
+        )
         assert [e[0] for e in record.events].count("training_start") == 1 and record.results["seen"]
     if name == "stop_early":
         assert record.results["stopped_at"] == 150 and len(record.rollouts) > 0
@@ -58,8 +62,16 @@ def test_script_with_ppo_dict_make_vec_env_gives_sb3s_numbers(name: str, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,which", [("cnn", "ppo_dict"), ("cnn", "ppo_dict_envs"), ("multi_input", "ppo_dict"),
-                                        ("maskable", "ppo_dict_envs"), ("pendulum_eval", "ppo_dict_envs")])
+@pytest.mark.parametrize(
+    "name,which",
+    [
+        ("cnn", "ppo_dict"),
+        ("cnn", "ppo_dict_envs"),
+        ("multi_input", "ppo_dict"),
+        ("maskable", "ppo_dict_envs"),
+        ("pendulum_eval", "ppo_dict_envs"),
+    ],
+)
 def test_more_scripts_give_sb3s_numbers(name: str, which: str, tmp_path) -> None:
     sb3 = run(name, "sb3", os.path.join(tmp_path, "sb3"))
     ours = run(name, which, os.path.join(tmp_path, "ours"))

@@ -1,6 +1,7 @@
 """Settings assigned between ``learn`` calls, as a curriculum or fine-tuning script assigns them: the next
 rollout and update use them where sb3's do, the zip records them, and a model loaded from it builds with
 them; under sb3's import and ppo_dict's, compared with ``==`` (``ppo_dict.api.settings``)."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,18 @@ from tests.api.scripts import Record, Watch, run
 from tests.api.test_scripts import assert_same_run
 
 #: what a loaded model holds of the settings assigned before its save
-SETTINGS = ("ent_coef", "vf_coef", "max_grad_norm", "n_epochs", "batch_size", "gamma", "gae_lambda", "target_kl",
-            "learning_rate", "seed")
+SETTINGS = (
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "n_epochs",
+    "batch_size",
+    "gamma",
+    "gae_lambda",
+    "target_kl",
+    "learning_rate",
+    "seed",
+)
 
 
 def curriculum(api: SimpleNamespace, tmp: str, record: Record) -> None:
@@ -91,8 +102,9 @@ def test_normaliser_settings_assigned_between_learn_calls_reach_the_workers(tmp_
 
 def test_a_setting_fixed_once_built_or_a_bad_value_is_refused_and_changes_nothing() -> None:
     model = ppo_dict.PPO("MlpPolicy", "CartPole-v1", n_steps=64, ent_coef=0.01, _init_setup_model=False)
-    with pytest.raises(AttributeError,
-                       match=r"PPO.n_steps is fixed once the model is built .*give n_steps= to the constructor"):
+    with pytest.raises(
+        AttributeError, match=r"PPO.n_steps is fixed once the model is built .*give n_steps= to the constructor"
+    ):
         model.n_steps = 128
     with pytest.raises(ConfigError) as refused:
         model.ent_coef = -1.0

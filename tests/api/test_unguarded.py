@@ -7,6 +7,7 @@ this process, an evaluation env of two in workers of its own, loaded by ``VecNor
 top level must run once (no worker imports the main module again), and what it trained and
 evaluated must equal sb3's (``==``).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_script(which: str, out: str) -> dict:
     os.makedirs(out)
-    proc = subprocess.run([sys.executable, os.path.join("tests", "api", "unguarded_script.py"), which, out],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join("tests", "api", "unguarded_script.py"), which, out],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(out, "runs")) as f:
         runs = f.read().split()

@@ -5,6 +5,7 @@ again. Every rollout buffer (its masks included), every log dump, the final para
 each env was asked for its mask, under sb3-contrib's import and ppo_dict's (sb3's ``make_vec_env``, and ppo_dict's,
 whose envs run in worker processes), compared with ``==``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -56,8 +57,9 @@ def record(which: str, n_envs: int) -> dict:
     # the policy step where the envs are
     workers = {} if which != "ppo_dict_envs" else dict(vec_env_kwargs=dict(num_workers=2))
     env = api.make_vec_env("PPODictMaskedJump-v0", n_envs=n_envs, seed=0, wrapper_class=CountedMasks, **workers)
-    model = api.MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, ent_coef=0.01, seed=0, device="cpu",
-                            verbose=0)
+    model = api.MaskablePPO(
+        "MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, ent_coef=0.01, seed=0, device="cpu", verbose=0
+    )
     rec: dict = {"dumps": []}
     model.set_logger(Logger(None, [Capture(rec["dumps"])]))
     with warnings.catch_warnings():

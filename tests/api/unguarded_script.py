@@ -5,6 +5,7 @@ names). Every run of its top level appends a line to ``OUT_DIR/runs``, so a work
 imported the main module again would show there; what it trained and evaluated goes to
 ``OUT_DIR/record.pt``. A custom wrapper defined here travels to the workers by value.
 """
+
 import os
 import sys
 import warnings
@@ -36,18 +37,28 @@ workers = {"vec_env_kwargs": {"num_workers": 2}} if which == "ppo_dict_envs" els
 env = VecNormalize(api.make_vec_env("CartPole-v1", n_envs=2, seed=0, wrapper_class=ScaledReward, **workers), norm_reward=False)
 eval_env = api.make_vec_env("CartPole-v1", n_envs=1, seed=1, wrapper_class=ScaledReward)
 model = api.PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=2, seed=0, verbose=0)
-evaluation = EvalCallback(VecNormalize(eval_env, training=False, norm_reward=False), eval_freq=64, n_eval_episodes=2,
-                          log_path=out, verbose=0)
+evaluation = EvalCallback(
+    VecNormalize(eval_env, training=False, norm_reward=False), eval_freq=64, n_eval_episodes=2, log_path=out, verbose=0
+)
 model.learn(256, callback=evaluation)
 env.save(os.path.join(out, "vec_normalize.pkl"))
-loaded = VecNormalize.load(os.path.join(out, "vec_normalize.pkl"),
-                           api.make_vec_env("CartPole-v1", n_envs=2, seed=2, wrapper_class=ScaledReward, **workers))
+loaded = VecNormalize.load(
+    os.path.join(out, "vec_normalize.pkl"),
+    api.make_vec_env("CartPole-v1", n_envs=2, seed=2, wrapper_class=ScaledReward, **workers),
+)
 loaded.training = False
 evaluated = evaluate_policy(model, loaded, n_eval_episodes=4)
-torch.save({"params": model.policy.state_dict(), "adam": model.policy.optimizer.state_dict()["state"],
-            "best": evaluation.best_mean_reward, "evaluations": dict(np.load(os.path.join(out, "evaluations.npz"))),
-            "evaluated": evaluated, "obs_rms": (env.obs_rms.mean, env.obs_rms.var),
-            "processes": [len(getattr(vec_env.unwrapped, "pids", ())) for vec_env in (env, eval_env, loaded)]},
-           os.path.join(out, "record.pt"))
+torch.save(
+    {
+        "params": model.policy.state_dict(),
+        "adam": model.policy.optimizer.state_dict()["state"],
+        "best": evaluation.best_mean_reward,
+        "evaluations": dict(np.load(os.path.join(out, "evaluations.npz"))),
+        "evaluated": evaluated,
+        "obs_rms": (env.obs_rms.mean, env.obs_rms.var),
+        "processes": [len(getattr(vec_env.unwrapped, "pids", ())) for vec_env in (env, eval_env, loaded)],
+    },
+    os.path.join(out, "record.pt"),
+)
 for vec_env in (env, eval_env, loaded):
     vec_env.close()

@@ -1,6 +1,7 @@
 """Custom envs registered the ways gymnasium's docs show: a class, a ``"module:Class"`` string and a
 function as entry point. Imported through ``--gym_packages tests.envs.custom_envs`` (also by each
 worker process, which registers them again in its own registry)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -39,8 +40,11 @@ def make_goal_env(**kwargs: Any) -> GoalEnv:
     return GoalEnv(**kwargs)
 
 
-for env_id, entry_point in (("PPODictCustomClass-v0", GoalEnv), ("PPODictCustomString-v0", "tests.envs.custom_envs:GoalEnv"),
-                            ("PPODictCustomFunction-v0", make_goal_env)):
+for env_id, entry_point in (
+    ("PPODictCustomClass-v0", GoalEnv),
+    ("PPODictCustomString-v0", "tests.envs.custom_envs:GoalEnv"),
+    ("PPODictCustomFunction-v0", make_goal_env),
+):
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=entry_point)
 

@@ -1,5 +1,6 @@
 """Envs whose ``action_masks()`` goes wrong, for ``tests/test_masking.py``: imported through
 ``--gym_packages tests.envs.mask_fault_envs`` (also by each worker process)."""
+
 from __future__ import annotations
 
 from typing import Any

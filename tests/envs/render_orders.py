@@ -8,6 +8,7 @@ other renderers come and go around them. The watched envs' frames are compared, 
 of each watched env run alone, first, in this process. ``tests/envs/test_render_teardown.py`` runs
 this on every backend the host has.
 """
+
 from __future__ import annotations
 
 import gc
@@ -34,8 +35,9 @@ class Watched:
 
     def __init__(self, kind: str, seed: int):
         self.kind, self.seed, self.t = kind, seed, 0
-        self.env = (make_env(SPEC) if kind == "pixel"
-                    else gym.make("Reacher-v5", render_mode="rgb_array", width=SIZE, height=SIZE))
+        self.env = (
+            make_env(SPEC) if kind == "pixel" else gym.make("Reacher-v5", render_mode="rgb_array", width=SIZE, height=SIZE)
+        )
         obs, _ = self.env.reset(seed=seed)
         self.frames = [self._frame(obs)]
 

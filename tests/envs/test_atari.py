@@ -1,5 +1,6 @@
 """Atari games: each of our wrappers against sb3's own, the whole AtariWrapper + frame stack against
 sb3's ``make_atari_env`` + ``VecFrameStack`` (real ROMs), and what a missing ale-py or ROM says."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -90,11 +91,18 @@ def test_each_wrapper_steps_as_sb3s(name: str) -> None:
 #: name: (game, AtariOptions, frame_stack, env kwargs)
 OPTIONS = {
     "defaults": (BREAKOUT, AtariOptions(), 4, {"max_num_frames_per_episode": 700}),
-    "no_fire_unclipped_full_games": (ASTERIX, AtariOptions(terminal_on_life_loss=False, clip_reward=False), 4,
-                                     {"max_num_frames_per_episode": 900}),
-    "sticky_no_noop_no_skip_small": (BREAKOUT,
-                                     AtariOptions(noop_max=0, frame_skip=1, screen_size=64, action_repeat_probability=0.25),
-                                     2, {"max_num_frames_per_episode": 120}),
+    "no_fire_unclipped_full_games": (
+        ASTERIX,
+        AtariOptions(terminal_on_life_loss=False, clip_reward=False),
+        4,
+        {"max_num_frames_per_episode": 900},
+    ),
+    "sticky_no_noop_no_skip_small": (
+        BREAKOUT,
+        AtariOptions(noop_max=0, frame_skip=1, screen_size=64, action_repeat_probability=0.25),
+        2,
+        {"max_num_frames_per_episode": 120},
+    ),
     "skip_3_no_stack": (ASTERIX, AtariOptions(frame_skip=3, noop_max=5), 1, {"max_num_frames_per_episode": 500}),
 }
 
@@ -122,8 +130,9 @@ def test_atari_env_is_sb3s_make_atari_env_with_vec_frame_stack(name: str) -> Non
             assert np.float32(reward) == rewards[i] and (terminated or truncated) == dones[i], f"step {t} env {i}"
             if dones[i]:
                 assert np.array_equal(mine, infos[i]["terminal_observation"]), f"terminal obs, step {t} env {i}"
-                assert {k: v for k, v in info.get("episode", {}).items() if k != "t"} == \
-                    {k: v for k, v in infos[i].get("episode", {}).items() if k != "t"}, f"episode, step {t} env {i}"
+                assert {k: v for k, v in info.get("episode", {}).items() if k != "t"} == {
+                    k: v for k, v in infos[i].get("episode", {}).items() if k != "t"
+                }, f"episode, step {t} env {i}"
                 seen["game over" if "episode" in info else "life lost"] += 1
                 mine, _ = env.reset()
             assert np.array_equal(mine, obs[i]), f"obs, step {t} env {i}"
@@ -135,38 +144,71 @@ def test_atari_env_is_sb3s_make_atari_env_with_vec_frame_stack(name: str) -> Non
 
 def _main_ppo(code_before: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``python -m ppo_dict.main_ppo ARGS`` after ``code_before``, in its own process."""
-    code = (f"{code_before}\nimport runpy, sys\nsys.argv = ['main_ppo', *{list(args)!r}]\n"
-            "runpy.run_module('ppo_dict.main_ppo', run_name='__main__')\n")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT, **env})
+    code = (
+        f"{code_before}\nimport runpy, sys\nsys.argv = ['main_ppo', *{list(args)!r}]\n"
+        "runpy.run_module('ppo_dict.main_ppo', run_name='__main__')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, **env},
+    )
 
 
-ARGS = ("--env", "gym_BreakoutNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn",
-        "--n_envs", "2", "--num_workers", "2", "--total_timesteps", "64", "--n_steps", "32", "--batch_size", "32")
+ARGS = (
+    "--env",
+    "gym_BreakoutNoFrameskip-v4",
+    "--atari_wrapper",
+    "True",
+    "--frame_stack",
+    "4",
+    "--model",
+    "cnn",
+    "--n_envs",
+    "2",
+    "--num_workers",
+    "2",
+    "--total_timesteps",
+    "64",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "32",
+)
 
 
 def test_missing_ale_py_names_the_package_before_anything_starts() -> None:
     proc = _main_ppo("import sys; sys.modules['ale_py'] = None  # as if not installed", {}, *ARGS)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert ("env='gym_BreakoutNoFrameskip-v4': Atari games need ale-py, which cannot be imported (import of ale_py halted; "
-            "None in sys.modules); install ale-py: pip install ale-py (or pip install -e '.[atari]')") in proc.stderr
+    assert (
+        "env='gym_BreakoutNoFrameskip-v4': Atari games need ale-py, which cannot be imported (import of ale_py halted; "
+        "None in sys.modules); install ale-py: pip install ale-py (or pip install -e '.[atari]')"
+    ) in proc.stderr
 
 
 def test_missing_rom_names_the_package_before_anything_starts(tmp_path) -> None:
     proc = _main_ppo("", {"ALE_ROMS_DIR": str(tmp_path)}, *ARGS)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert ("env='gym_BreakoutNoFrameskip-v4': the ROM of BreakoutNoFrameskip-v4 cannot be loaded "
-            "(FileNotFoundError: ") in proc.stderr
-    assert (f"put the ROM into ALE_ROMS_DIR={tmp_path}, or unset it to use the ROMs of ale-py: "
-            "pip install ale-py") in proc.stderr
+    assert (
+        "env='gym_BreakoutNoFrameskip-v4': the ROM of BreakoutNoFrameskip-v4 cannot be loaded (FileNotFoundError: "
+    ) in proc.stderr
+    assert (
+        f"put the ROM into ALE_ROMS_DIR={tmp_path}, or unset it to use the ROMs of ale-py: pip install ale-py"
+    ) in proc.stderr
 
 
 def test_names_and_options_are_checked() -> None:
     assert resolve_env_name("gym_ALE/Pong-v5").is_atari and not resolve_env_name("gym_CartPole-v1").is_atari
     spec = resolve_env_name("gym_ALE/Pong-v5", atari=AtariOptions())
     assert spec.notice.startswith("note: ALE/Pong-v5 already skips 4 frames per step; the AtariWrapper's frame skip 4 repeats")
-    with pytest.raises(ValueError, match=r"--atari_wrapper applies sb3's AtariWrapper to Atari games from ale-py \(e.g. "
-                                         r"gym_BreakoutNoFrameskip-v4\); CartPole-v1 is not one"):
+    with pytest.raises(
+        ValueError,
+        match=r"--atari_wrapper applies sb3's AtariWrapper to Atari games from ale-py \(e.g. "
+        r"gym_BreakoutNoFrameskip-v4\); CartPole-v1 is not one",
+    ):
         resolve_env_name("gym_CartPole-v1", atari=AtariOptions())
     with pytest.raises(gym.error.NameNotFound, match="Did you mean: `Breakout`"):
         resolve_env_name("gym_Breakot-v4")

@@ -1,6 +1,7 @@
 """Custom envs, registered as gymnasium's docs register them (class, string or function entry
 point), loaded with ``--gym_packages``, with env kwargs, trained in worker processes under
 forkserver and spawn; gymnasium's mujoco-py stubs are still recognised as stubs."""
+
 from __future__ import annotations
 
 import warnings
@@ -36,8 +37,10 @@ def test_module_colon_id_imports_the_module_and_each_worker_imports_it() -> None
     assert resolve_env_name(f"gym_tests.envs.custom_envs:{IDS[0]}", PACKAGE).gym_packages == PACKAGE
     with pytest.raises(ValueError) as raised:
         resolve_env_name("tests.envs.no_such_module:Foo-v0")
-    assert str(raised.value) == ("the module of tests.envs.no_such_module:Foo-v0 (gymnasium's <module>:<id>) cannot be "
-                                 "imported: ModuleNotFoundError: No module named 'tests.envs.no_such_module'")
+    assert str(raised.value) == (
+        "the module of tests.envs.no_such_module:Foo-v0 (gymnasium's <module>:<id>) cannot be "
+        "imported: ModuleNotFoundError: No module named 'tests.envs.no_such_module'"
+    )
 
 
 def test_mujoco_py_stubs_are_recognised_by_what_they_are() -> None:
@@ -46,13 +49,26 @@ def test_mujoco_py_stubs_are_recognised_by_what_they_are() -> None:
     assert spec.gym_id == "Hopper-v5" and "needs mujoco-py" in spec.notice
 
 
-@pytest.mark.parametrize("env_id, mp_method",
-                         [(IDS[0], "forkserver"), (IDS[0], "spawn"), (IDS[1], "spawn"), (IDS[2], "forkserver")])
+@pytest.mark.parametrize(
+    "env_id, mp_method", [(IDS[0], "forkserver"), (IDS[0], "spawn"), (IDS[1], "spawn"), (IDS[2], "forkserver")]
+)
 def test_custom_env_trains_in_worker_processes(env_id: str, mp_method: str) -> None:
     """Each worker imports the package (which registers the env in its own registry) and passes
     the kwargs: the goal at 2 is reached within the first rollout."""
-    cfg = Config(env=f"gym_{env_id}", gym_packages=PACKAGE, env_kwargs=dict(goal=2, max_steps=8), n_envs=2, num_workers=2,
-                 mp_method=mp_method, n_steps=16, batch_size=32, n_epochs=1, seed=0, total_timesteps=64, verbose=0)
+    cfg = Config(
+        env=f"gym_{env_id}",
+        gym_packages=PACKAGE,
+        env_kwargs=dict(goal=2, max_steps=8),
+        n_envs=2,
+        num_workers=2,
+        mp_method=mp_method,
+        n_steps=16,
+        batch_size=32,
+        n_epochs=1,
+        seed=0,
+        total_timesteps=64,
+        verbose=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         backend = validate(cfg)
@@ -64,9 +80,31 @@ def test_custom_env_trains_in_worker_processes(env_id: str, mp_method: str) -> N
 
 
 def test_custom_env_trains_from_the_command_line(tmp_path) -> None:
-    proc = run_here("--env", "gym_PPODictCustomClass-v0", "--gym_packages", "tests.envs.custom_envs", "--env_kwargs",
-                    "dict(goal=2)", "--n_envs", "2", "--num_workers", "2", "--n_steps", "32", "--batch_size", "32",
-                    "--n_epochs", "1", "--total_timesteps", "128", "--seed", "0", "--plot", "False", "--run_dir",
-                    str(tmp_path / "run"))
+    proc = run_here(
+        "--env",
+        "gym_PPODictCustomClass-v0",
+        "--gym_packages",
+        "tests.envs.custom_envs",
+        "--env_kwargs",
+        "dict(goal=2)",
+        "--n_envs",
+        "2",
+        "--num_workers",
+        "2",
+        "--n_steps",
+        "32",
+        "--batch_size",
+        "32",
+        "--n_epochs",
+        "1",
+        "--total_timesteps",
+        "128",
+        "--seed",
+        "0",
+        "--plot",
+        "False",
+        "--run_dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert summary_line(proc.stdout)["env_steps"] == 128

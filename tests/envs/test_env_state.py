@@ -4,6 +4,7 @@ resets included; every gymnasium v5 MuJoCo env one by one, classic control, toy 
 frame stacking, rendered pixels, the project's own envs, and an env of a user's own with the documented pair. An env
 whose state is not plain data (a Box2D world) is named as such; a state that no env wrote is refused in one message.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,12 +23,38 @@ import ppo_dict.envs.goal  # noqa: F401,E402  (each registers its gymnasium id)
 import ppo_dict.envs.masked  # noqa: F401,E402
 import ppo_dict.envs.toy  # noqa: F401,E402
 
-MUJOCO_V5 = ["Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5", "InvertedDoublePendulum-v5",
-             "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5", "Walker2d-v5"]
-CLASSIC_AND_TOY_TEXT = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-                        "FrozenLake-v1", "Taxi-v4", "CliffWalking-v1", "Blackjack-v1"]
-OWN = ["test_dummy", "PPODictToy-v0", "PPODictGoal-v0", "PPODictMaskedJump-v0", "PPODictMaskedJumpMasker-v0",
-       "CartPoleNoVel-v1"]
+MUJOCO_V5 = [
+    "Ant-v5",
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "Humanoid-v5",
+    "HumanoidStandup-v5",
+    "InvertedDoublePendulum-v5",
+    "InvertedPendulum-v5",
+    "Pusher-v5",
+    "Reacher-v5",
+    "Swimmer-v5",
+    "Walker2d-v5",
+]
+CLASSIC_AND_TOY_TEXT = [
+    "CartPole-v1",
+    "Pendulum-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "FrozenLake-v1",
+    "Taxi-v4",
+    "CliffWalking-v1",
+    "Blackjack-v1",
+]
+OWN = [
+    "test_dummy",
+    "PPODictToy-v0",
+    "PPODictGoal-v0",
+    "PPODictMaskedJump-v0",
+    "PPODictMaskedJumpMasker-v0",
+    "CartPoleNoVel-v1",
+]
 
 
 def same(a, b) -> bool:
@@ -167,17 +194,28 @@ def saved_cartpole() -> tuple[gym.Env, list]:
     return env, env_state(env)
 
 
-@pytest.mark.parametrize("corrupt, message", [
-    (lambda s: s[:-1],
-     "the saved wrapper stack has 3 layers, this env 4 (TimeLimit > OrderEnforcing > PassiveEnvChecker > CartPoleEnv)"),
-    (lambda s: [{**s[0], "class": "os.system"}, *s[1:]],
-     "the saved layer 'os.system' is a gymnasium.wrappers.common.TimeLimit in this env"),
-    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "step": 1}}],
-     "CartPoleEnv: the saved attributes ['step'] are not state of this env"),
-    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "state": np.zeros(7)}}],
-     "CartPoleEnv.state: saved with the shape (7,), this env has (4,)"),
-    (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "_np_random": 5}}], None),
-])
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (
+            lambda s: s[:-1],
+            "the saved wrapper stack has 3 layers, this env 4 (TimeLimit > OrderEnforcing > PassiveEnvChecker > CartPoleEnv)",
+        ),
+        (
+            lambda s: [{**s[0], "class": "os.system"}, *s[1:]],
+            "the saved layer 'os.system' is a gymnasium.wrappers.common.TimeLimit in this env",
+        ),
+        (
+            lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "step": 1}}],
+            "CartPoleEnv: the saved attributes ['step'] are not state of this env",
+        ),
+        (
+            lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "state": np.zeros(7)}}],
+            "CartPoleEnv.state: saved with the shape (7,), this env has (4,)",
+        ),
+        (lambda s: [*s[:3], {**s[3], "attrs": {**s[3]["attrs"], "_np_random": 5}}], None),
+    ],
+)
 def test_a_state_no_env_wrote_is_refused_in_one_message(corrupt, message) -> None:
     env, state = saved_cartpole()
     bad = corrupt(copy.deepcopy(state))

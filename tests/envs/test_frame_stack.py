@@ -1,5 +1,6 @@
 """Frame stacking in the env against sb3's VecFrameStack: the stacking axis sb3 picks (channel-first
 images, channel-last images, vectors, Dicts), the stacked space, terminal observations, resets."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -55,8 +56,11 @@ def test_frame_stack_in_the_env_is_sb3s_vec_frame_stack(name: str) -> None:
     assert all(_equal(env.reset(seed=5 + i)[0], row(obs, i)) for i, env in enumerate(ours))
     rng, ends = np.random.default_rng(1), 0
     for t in range(30):
-        actions = np.array([ours[0].action_space.sample()
-                            for _ in range(n_envs)]) if name.startswith("channel") else rng.integers(2, size=n_envs)
+        actions = (
+            np.array([ours[0].action_space.sample() for _ in range(n_envs)])
+            if name.startswith("channel")
+            else rng.integers(2, size=n_envs)
+        )
         obs, rewards, dones, infos = sb3.step(actions)
         for i, env in enumerate(ours):
             mine, reward, terminated, truncated, _ = env.step(actions[i])
@@ -73,8 +77,9 @@ def test_frame_stack_in_the_env_is_sb3s_vec_frame_stack(name: str) -> None:
 def test_pixels_stack_their_frames_not_the_state() -> None:
     from ppo_dict.envs import PixelOptions
 
-    spec = resolve_env_name("gym_Reacher-v5", pixel=PixelOptions(image_size=36, grayscale=True, keep_state=True),
-                            frame_stack=2)
+    spec = resolve_env_name(
+        "gym_Reacher-v5", pixel=PixelOptions(image_size=36, grayscale=True, keep_state=True), frame_stack=2
+    )
     env = make_env(spec)
     try:
         assert env.observation_space["pixels"].shape == (2, 36, 36) and env.observation_space["state"].shape == (10,)

@@ -1,4 +1,5 @@
 """GodotGame: one headless Godot process: spaces, auto-reset, seeds, crashes, hangs, no orphans, plugin-style games."""
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ from tests.godot_helpers import PLUGIN_STYLE_GAME, needs_godot, process_state, t
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
+
 def test_missing_binary_names_the_package(no_leftover_godot):
     with pytest.raises(GodotNotFoundError) as err:
         GodotGame(binary="godot3-server-not-installed")
@@ -27,8 +29,9 @@ def test_missing_binary_names_the_package(no_leftover_godot):
         "Godot binary 'godot3-server-not-installed' not found on PATH: install Godot 3's headless engine, the Debian "
         "package godot3-server (apt-get install godot3-server), or pass an exported game with --env_path"
     )
-    with pytest.raises(GodotNotFoundError,
-                       match="exported Godot game '/nonexistent/game.x86_64' does not exist or is not executable"):
+    with pytest.raises(
+        GodotNotFoundError, match="exported Godot game '/nonexistent/game.x86_64' does not exist or is not executable"
+    ):
         GodotGame(env_path="/nonexistent/game.x86_64")
 
 
@@ -123,8 +126,11 @@ def test_killed_godot_gives_a_clear_error(no_leftover_godot):
     game = GodotGame()
     game.reset(seed=0)
     os.kill(game.pid, signal.SIGKILL)
-    with pytest.raises(GodotCrashedError, match=r"Godot game '.*godot3-server --path .*demo' \(pid \d+, "
-                                                r"port \d+\) failed during step \(killed by SIGKILL\)"):
+    with pytest.raises(
+        GodotCrashedError,
+        match=r"Godot game '.*godot3-server --path .*demo' \(pid \d+, "
+        r"port \d+\) failed during step \(killed by SIGKILL\)",
+    ):
         game.step(np.zeros((4, 2), np.float32))
     assert game.closed and process_state(game.pid) is None
 
@@ -142,8 +148,9 @@ def test_game_that_never_connects_times_out(tmp_path, no_leftover_godot):
     (tmp_path / "project.godot").write_text('config_version=4\n[application]\nrun/main_scene="res://idle.tscn"\n')
     (tmp_path / "idle.tscn").write_text('[gd_scene format=2]\n\n[node name="Idle" type="Node"]\n')
     start = time.monotonic()
-    with pytest.raises(GodotTimeoutError,
-                       match=r"did not connect to 127\.0\.0\.1:\d+ within 1\.5 s: does the game have a sync node"):
+    with pytest.raises(
+        GodotTimeoutError, match=r"did not connect to 127\.0\.0\.1:\d+ within 1\.5 s: does the game have a sync node"
+    ):
         GodotGame(project=tmp_path, connect_timeout=1.5)
     assert time.monotonic() - start < 10
 
@@ -170,8 +177,9 @@ def test_owner_death_kills_godot(no_leftover_godot):
         time.sleep(60)
         """
     )
-    owner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     try:
         godot_pid = int(Lines(owner).wait_for("", timeout=120))  # its first line, with a deadline (a game that never starts)
         assert process_state(godot_pid) not in (None, "Z")

@@ -1,4 +1,5 @@
 """The episode monitor against sb3's Monitor: the same ``info["episode"]`` (return, length), the same refusal."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -8,8 +9,10 @@ from ppo_dict.envs.monitor import EpisodeMonitor, is_monitored
 
 
 def test_episode_monitor_reports_what_sb3s_monitor_reports() -> None:
-    ours, theirs = (EpisodeMonitor(gym.make("Pendulum-v1", max_episode_steps=13)),
-                    Monitor(gym.make("Pendulum-v1", max_episode_steps=13)))
+    ours, theirs = (
+        EpisodeMonitor(gym.make("Pendulum-v1", max_episode_steps=13)),
+        Monitor(gym.make("Pendulum-v1", max_episode_steps=13)),
+    )
     ours.reset(seed=0), theirs.reset(seed=0)
     rng, episodes = np.random.default_rng(0), 0
     for _ in range(40):

@@ -1,4 +1,5 @@
 """Image-space predicates with sb3's definitions, and the channel-first view the CNN gets."""
+
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space as sb3_is_image_space
@@ -8,9 +9,12 @@ from stable_baselines3.common.vec_env.vec_transpose import VecTransposeImage
 from ppo_dict.envs import channel_first_space, contains_image, is_channel_last, is_image_space
 
 SPACES = [
-    spaces.Box(0, 255, (84, 84, 3), np.uint8), spaces.Box(0, 255, (3, 84, 84), np.uint8),
-    spaces.Box(0, 255, (84, 84, 3), np.float32), spaces.Box(0, 1, (84, 84, 3), np.uint8),
-    spaces.Box(0, 255, (84, 84), np.uint8), spaces.Box(-1, 1, (4,), np.float32),
+    spaces.Box(0, 255, (84, 84, 3), np.uint8),
+    spaces.Box(0, 255, (3, 84, 84), np.uint8),
+    spaces.Box(0, 255, (84, 84, 3), np.float32),
+    spaces.Box(0, 1, (84, 84, 3), np.uint8),
+    spaces.Box(0, 255, (84, 84), np.uint8),
+    spaces.Box(-1, 1, (4,), np.float32),
 ]
 
 

@@ -1,6 +1,7 @@
 """``PPODictZeroWork-v0``, the env that does no work (benchmarks/bench_pipeline.py): its spaces, its
 fixed observation, its truncations, its argument checks, and the same steps through ppo_dict's
 worker pool as through sb3's DummyVecEnv."""
+
 import time
 
 import numpy as np
@@ -23,8 +24,11 @@ def test_fixed_observation_no_reward_truncated_by_length() -> None:
 
 
 def test_bad_arguments_are_all_named() -> None:
-    with pytest.raises(ValueError, match=r"obs_dim=0: must be an int >= 1; episode_length=1.5: must be an int >= 1; "
-                                         r"step_us=-1: must be a number of microseconds in \[0, 1e6\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"obs_dim=0: must be an int >= 1; episode_length=1.5: must be an int >= 1; "
+        r"step_us=-1: must be a number of microseconds in \[0, 1e6\]",
+    ):
         zero_work.ZeroWorkEnv(obs_dim=0, episode_length=1.5, step_us=-1)
 
 
@@ -42,8 +46,17 @@ def test_step_us_takes_wall_time_asleep() -> None:
 
 def test_pool_with_workers_steps_it_as_sb3_does() -> None:
     n_envs, steps = 6, 5
-    cfg = Config(env=f"gym_{zero_work.GYM_ID}", gym_packages=(zero_work.MODULE,), env_kwargs=dict(episode_length=3),
-                 n_envs=n_envs, num_workers=2, n_steps=steps, seed=0, verbose=0, main_steps_envs=False)
+    cfg = Config(
+        env=f"gym_{zero_work.GYM_ID}",
+        gym_packages=(zero_work.MODULE,),
+        env_kwargs=dict(episode_length=3),
+        n_envs=n_envs,
+        num_workers=2,
+        n_steps=steps,
+        seed=0,
+        verbose=0,
+        main_steps_envs=False,
+    )
     pool = build_env_pool(cfg)
     venv = make_vec_env(zero_work.GYM_ID, n_envs=n_envs, seed=0, vec_env_cls=DummyVecEnv, env_kwargs=dict(episode_length=3))
     try:

@@ -4,6 +4,7 @@ can build them (``EnvSpec.gym_packages = ("tests.faults.fault_envs",)``).
 An env learns which env index it is from its first reset seed (env i is reset with seed + i),
 so a fault can be aimed at one env in one worker while its siblings behave.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -24,8 +25,23 @@ from ppo_dict.envs import EnvSpec, resolve_env_name
 ENV_ID = "FaultEnv-v0"
 PACKAGE = __name__
 #: modes: what the aimed env does at its ``at_step``-th step (counted over all its episodes)
-MODES = ("none", "step_raise", "reset_raise", "autoreset_raise", "init_raise", "build_raise", "build_hang", "hang", "hang_c",
-         "hang_gil", "hang_swallow", "reset_hang", "nan_obs", "nan_reward", "segfault")
+MODES = (
+    "none",
+    "step_raise",
+    "reset_raise",
+    "autoreset_raise",
+    "init_raise",
+    "build_raise",
+    "build_hang",
+    "hang",
+    "hang_c",
+    "hang_gil",
+    "hang_swallow",
+    "reset_hang",
+    "nan_obs",
+    "nan_reward",
+    "segfault",
+)
 #: printed (flushed, on stdout) by the aimed env just before it hangs, so a test knows the hang began
 HANG_MARKER = "FAULTENV HANGING"
 #: printed (flushed, on stdout) by the aimed env just before it crashes its process
@@ -53,9 +69,18 @@ class FaultEnv(gym.Env):
     #: envs built in this process so far
     built = 0
 
-    def __init__(self, mode: str = "none", bad_seed: int = 0, at_step: int = 3, episode_len: int = 5,
-                 hang_s: float = 3600.0, bad_process: str = "ppo_dict-env-worker-1", step_s: float = 0.0,
-                 crash_marker: str = "", only_rank: int = -1):
+    def __init__(
+        self,
+        mode: str = "none",
+        bad_seed: int = 0,
+        at_step: int = 3,
+        episode_len: int = 5,
+        hang_s: float = 3600.0,
+        bad_process: str = "ppo_dict-env-worker-1",
+        step_s: float = 0.0,
+        crash_marker: str = "",
+        only_rank: int = -1,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: one of {MODES}")
         if only_rank >= 0 and os.environ.get("RANK") != str(only_rank):
@@ -89,8 +114,9 @@ class FaultEnv(gym.Env):
         if self.first_seed is None and seed is not None:
             self.first_seed = seed
         self.resets += 1
-        if self.aimed and \
-            (self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2):
+        if self.aimed and (
+            self.mode == "reset_raise" and self.resets == 1 or self.mode == "autoreset_raise" and self.resets == 2
+        ):
             raise RuntimeError(f"reset boom (seed={seed})")
         if self.aimed and self.mode == "reset_hang" and self.resets == 1:
             self._hang()

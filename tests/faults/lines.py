@@ -4,6 +4,7 @@ The one way the tests read a child's lines with a deadline: ``select()`` on ``pr
 ``readline()`` misses a line that came in the same read (it waits in Python's buffer, not in the pipe),
 and a bare ``readline()`` has no deadline at all.
 """
+
 from __future__ import annotations
 
 import queue

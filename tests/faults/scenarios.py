@@ -5,6 +5,7 @@ A scenario prints one JSON line: what was raised (type, message), how long the f
 and ``close()`` took, and which processes of this session outlived ``close()``. Scenarios that
 the test kills from outside print their worker pids first and then block.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ def strays(seconds: float = 0.0, exclude: tuple[int, ...] = ()) -> list[int]:
     client's connection broke does on reading the end of its pipe, is not one left running)."""
     deadline = time.monotonic() + seconds
     while True:
-        left = [pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude
-                and not is_helper(pid)]
+        left = [
+            pid for pid in session_processes(os.getsid(0)) if pid != os.getpid() and pid not in exclude and not is_helper(pid)
+        ]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
@@ -105,8 +107,9 @@ def alive(pid: int) -> bool:
 
 def fault_pool(mode: str, mp_method: str = "forkserver", step_timeout: float = 60.0, **kwargs: Any) -> ShmEnvPool:
     spec = fault_spec(mode=mode, bad_seed=SEED + AIMED_ENV, **kwargs)
-    return ShmEnvPool(probe_env(spec), num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method,
-                      step_timeout=step_timeout)
+    return ShmEnvPool(
+        probe_env(spec), num_workers=2, envs_per_worker=2, n_steps=8, mp_method=mp_method, step_timeout=step_timeout
+    )
 
 
 def capture(call: Callable[[], Any]) -> dict[str, Any]:
@@ -231,16 +234,31 @@ def non_finite(mode: str) -> dict[str, Any]:
     from ppo_dict.core.config import Config
 
     torch.set_num_threads(1)
-    cfg = Config(env="gym_FaultEnv-v0", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2, envs_per_worker=2,
-                 n_steps=8, batch_size=16, seed=SEED, normalize=True, verbose=0, total_timesteps=64)
+    cfg = Config(
+        env="gym_FaultEnv-v0",
+        gym_packages=("tests.faults.fault_envs",),
+        n_envs=4,
+        num_workers=2,
+        envs_per_worker=2,
+        n_steps=8,
+        batch_size=16,
+        seed=SEED,
+        normalize=True,
+        verbose=0,
+        total_timesteps=64,
+    )
     pool = fault_pool(mode, at_step=4)
     model = PPO(cfg, pool)
     result = capture(model.learn)
     obs_rms = model.normalizer.obs_rms["obs"]
-    result["obs_count"], result["obs_mean_finite"] = (float(obs_rms.count),
-                                                      bool(np.isfinite(obs_rms.mean).all() and np.isfinite(obs_rms.var).all()))
-    result["ret_count"], result["ret_finite"] = (float(model.normalizer.ret_rms.count),
-                                                 bool(np.isfinite(model.normalizer.ret_rms.var).all()))
+    result["obs_count"], result["obs_mean_finite"] = (
+        float(obs_rms.count),
+        bool(np.isfinite(obs_rms.mean).all() and np.isfinite(obs_rms.var).all()),
+    )
+    result["ret_count"], result["ret_finite"] = (
+        float(model.normalizer.ret_rms.count),
+        bool(np.isfinite(model.normalizer.ret_rms.var).all()),
+    )
     return close_twice(pool, result)
 
 
@@ -265,8 +283,13 @@ def cycles(mp_method: str, count: str) -> dict[str, Any]:
         cycle()
     # /dev/shm looked at while this process (and its resource tracker, which would unlink a leak at its exit) lives
     left = sorted(shm_left(shm_before, prefixes=("",)))
-    return {"before": before, "after": resource_counts(), "shm_left": left, "strays": strays(),
-            "seconds": time.monotonic() - start}
+    return {
+        "before": before,
+        "after": resource_counts(),
+        "shm_left": left,
+        "strays": strays(),
+        "seconds": time.monotonic() - start,
+    }
 
 
 def vec_env_misuse() -> dict[str, Any]:
@@ -318,8 +341,12 @@ def main_process_envs() -> dict[str, Any]:
 
     watchdog.start(default_timeout=1.0)
     result: dict[str, Any] = {}
-    cases = (("raise", "step_raise", 1), ("hang", "hang", 1), ("swallowed", "hang_swallow", 1),
-             ("reset_hang", "reset_hang", SEED + 1))
+    cases = (
+        ("raise", "step_raise", 1),
+        ("hang", "hang", 1),
+        ("swallowed", "hang_swallow", 1),
+        ("reset_hang", "reset_hang", SEED + 1),
+    )
     for name, mode, bad in cases:
         pool = InProcessEnvPool(probe_env(fault_spec(mode=mode, bad_seed=bad, at_step=2)), 2, 8, step_timeout=1.0)
         if name == "reset_hang":
@@ -327,8 +354,15 @@ def main_process_envs() -> dict[str, Any]:
         else:
             result[name] = capture(lambda: (pool.reset(0), [pool.step(t) for t in range(4)]))
         result[name]["closed"] = pool.closed
-    pool = ShmEnvPool(probe_env(fault_spec(mode="hang", bad_seed=SEED + 1, at_step=1)), num_workers=2, envs_per_worker=2,
-                      n_steps=8, step_timeout=1.0, main_steps_envs=True, main_envs=2)
+    pool = ShmEnvPool(
+        probe_env(fault_spec(mode="hang", bad_seed=SEED + 1, at_step=1)),
+        num_workers=2,
+        envs_per_worker=2,
+        n_steps=8,
+        step_timeout=1.0,
+        main_steps_envs=True,
+        main_envs=2,
+    )
     pool.reset(SEED)
     result["shared"] = close_twice(pool, capture(lambda: pool.step(0)))
     # constructors: the probe is this process's first env built, the pool's env 1 the third
@@ -338,8 +372,11 @@ def main_process_envs() -> dict[str, Any]:
         result[name] = capture(lambda: InProcessEnvPool(backend, 2, 8, start_timeout=1.0))
         FaultEnv.built = 0
         backend = probe_env(fault_spec(mode=mode, at_step=3))
-        result[f"shared_{name}"] = capture(lambda: ShmEnvPool(backend, num_workers=2, envs_per_worker=2, n_steps=8,
-                                                              start_timeout=1.0, main_steps_envs=True, main_envs=2))
+        result[f"shared_{name}"] = capture(
+            lambda: ShmEnvPool(
+                backend, num_workers=2, envs_per_worker=2, n_steps=8, start_timeout=1.0, main_steps_envs=True, main_envs=2
+            )
+        )
     result["strays"] = strays()
     return result
 
@@ -380,11 +417,26 @@ def policy_fault(mode: str, step_timeout: str) -> dict[str, Any]:
     from ppo_dict.run.run_plan import build_env_pool
     from tests.faults.fault_envs import FaultyExtractor
 
-    cfg = Config(env=f"gym_{fault_spec().gym_id}", gym_packages=("tests.faults.fault_envs",), n_envs=4, num_workers=2,
-                 n_steps=8, batch_size=16, n_epochs=1, seed=SEED, step_timeout=float(step_timeout), device="cpu", verbose=0)
+    cfg = Config(
+        env=f"gym_{fault_spec().gym_id}",
+        gym_packages=("tests.faults.fault_envs",),
+        n_envs=4,
+        num_workers=2,
+        n_steps=8,
+        batch_size=16,
+        n_epochs=1,
+        seed=SEED,
+        step_timeout=float(step_timeout),
+        device="cpu",
+        verbose=0,
+    )
     pool = build_env_pool(cfg)
-    policy = ActorCritic(pool.observation_space, pool.action_space, features_extractor_class=FaultyExtractor,
-                         features_extractor_kwargs=dict(mode=mode, at_call=3))
+    policy = ActorCritic(
+        pool.observation_space,
+        pool.action_space,
+        features_extractor_class=FaultyExtractor,
+        features_extractor_kwargs=dict(mode=mode, at_call=3),
+    )
     model = PPO(cfg, pool, policy=policy)
     result = capture(lambda: model.learn(64))
     result["policy_line"] = model.collector.policy_line
@@ -402,9 +454,19 @@ def api_hang(mode: str, num_workers: str) -> dict[str, Any]:
     steps (in-process, or the default share of two workers), hanging in its first reset or its second step."""
     import ppo_dict
 
-    model = ppo_dict.PPO("MlpPolicy", "FaultEnv-v0", n_steps=8, batch_size=16, n_epochs=1, seed=SEED, step_timeout=1.0,
-                         n_envs=4, num_workers=int(num_workers), gym_packages=("tests.faults.fault_envs",),
-                         env_kwargs=dict(mode=mode, bad_seed=SEED + 1, at_step=2))
+    model = ppo_dict.PPO(
+        "MlpPolicy",
+        "FaultEnv-v0",
+        n_steps=8,
+        batch_size=16,
+        n_epochs=1,
+        seed=SEED,
+        step_timeout=1.0,
+        n_envs=4,
+        num_workers=int(num_workers),
+        gym_packages=("tests.faults.fault_envs",),
+        env_kwargs=dict(mode=mode, bad_seed=SEED + 1, at_step=2),
+    )
     result = capture(lambda: model.learn(64))
     model.env.close()
     result["strays"] = strays()
@@ -423,12 +485,22 @@ def api_own_alarm() -> dict[str, Any]:
     signal.signal(signal.SIGALRM, mine)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = ppo_dict.PPO("MlpPolicy", "FaultEnv-v0", n_steps=8, batch_size=16, n_envs=2, num_workers=0, seed=SEED,
-                             gym_packages=("tests.faults.fault_envs",))
+        model = ppo_dict.PPO(
+            "MlpPolicy",
+            "FaultEnv-v0",
+            n_steps=8,
+            batch_size=16,
+            n_envs=2,
+            num_workers=0,
+            seed=SEED,
+            gym_packages=("tests.faults.fault_envs",),
+        )
     model.learn(16)
     model.env.close()
-    return {"warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
-            "handler_kept": signal.getsignal(signal.SIGALRM) is mine}
+    return {
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+        "handler_kept": signal.getsignal(signal.SIGALRM) is mine,
+    }
 
 
 def start_failure(how: str, mp_method: str) -> dict[str, Any]:

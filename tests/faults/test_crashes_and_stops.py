@@ -6,6 +6,7 @@ Each case runs ``python -m ppo_dict.main_ppo`` (or another command line) in its 
 (``tests/faults/test_layouts.py``'s ``start_run``), and checks that nothing of the session and no /dev/shm
 entry is left and that every checkpoint left loads.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,9 +45,12 @@ def test_a_segfault_in_the_main_process_share_ends_the_run_and_resume_auto_conti
     layout, shm_before = crash_layout(True, str(tmp_path / "crashed")), shm_entries()
     flags = ("--resume", "auto", "--total_timesteps", str(2 * STEPS))
     run = start_run(layout, "segfault", tmp_path, *flags)
-    run.wait_for("the main process steps envs 0..1 of 4 itself: a crash in one of them (a segfault in native code) ends the "
-                 "run, and --resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a "
-                 "worker process instead, where a crash is a WorkerDiedError", timeout=120)
+    run.wait_for(
+        "the main process steps envs 0..1 of 4 itself: a crash in one of them (a segfault in native code) ends the "
+        "run, and --resume auto continues it from its last checkpoint; --main_steps_envs False steps every env in a "
+        "worker process instead, where a crash is a WorkerDiedError",
+        timeout=120,
+    )
     line = run.wait_for(CRASH_MARKER, timeout=120)
     assert int(line.split("pid=")[1]) == run.proc.pid, line  # env 1 is the main process's
     code, err = run.finish(timeout=GUARD)
@@ -85,8 +89,15 @@ def caught_signals(pid: int) -> int:
 
 def start_cli(tmp_path, *args: str, module: str = "ppo_dict.main_ppo", env_extra: Optional[dict[str, str]] = None) -> Run:
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     return Run(proc, str(tmp_path / "run"), Lines(proc))
 
 
@@ -114,11 +125,17 @@ def test_the_start_up_handlers_take_the_run_handlers_signals() -> None:
     assert startup.STOP_SIGNALS == guard.STOP_SIGNALS
 
 
-@pytest.mark.parametrize("ignored, taken", [
-    ((), (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),
-    ((signal.SIGHUP,), (signal.SIGINT, signal.SIGTERM)),  # nohup's
-    ((signal.SIGINT,), (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),  # a background job's, by a shell without job control
-])
+@pytest.mark.parametrize(
+    "ignored, taken",
+    [
+        ((), (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),
+        ((signal.SIGHUP,), (signal.SIGINT, signal.SIGTERM)),  # nohup's
+        (
+            (signal.SIGINT,),
+            (signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
+        ),  # a background job's, by a shell without job control
+    ],
+)
 def test_an_ignored_sighup_stays_ignored_an_ignored_sigint_does_not(ignored: tuple[int, ...], taken: tuple[int, ...]) -> None:
     before = {signum: signal.getsignal(signum) for signum in startup.STOP_SIGNALS}
     try:
@@ -131,8 +148,11 @@ def test_an_ignored_sighup_stays_ignored_an_ignored_sigint_does_not(ignored: tup
 
 
 def checkpoints_of(run: Run) -> list[str]:
-    return (list_checkpoints(os.path.join(run.run_dir, "checkpoints"))
-            if os.path.isdir(os.path.join(run.run_dir, "checkpoints")) else [])
+    return (
+        list_checkpoints(os.path.join(run.run_dir, "checkpoints"))
+        if os.path.isdir(os.path.join(run.run_dir, "checkpoints"))
+        else []
+    )
 
 
 def await_more_checkpoints(run: Run, than: int) -> int:
@@ -162,8 +182,11 @@ def test_under_nohup_a_hangup_changes_nothing_and_sigterm_still_stops_the_run(tm
     run.proc.send_signal(signal.SIGTERM)
     code, err = run.finish(timeout=GUARD)
     assert code == 128 + signal.SIGTERM, err
-    assert "SIGTERM received: saving the state from before the current rollout" in err and "SIGHUP" not in err and \
-        "Traceback" not in err, err
+    assert (
+        "SIGTERM received: saving the state from before the current rollout" in err
+        and "SIGHUP" not in err
+        and "Traceback" not in err
+    ), err
     assert_nothing_left(run, shm_before)
 
 
@@ -173,8 +196,19 @@ def test_a_stop_signal_while_starting_ends_it_cleanly(when: str, signum: int, tm
     """Sent once the start-up handlers are in (``imports``: torch and the trainer are still being imported), or
     while the env is probed (``probe``: its constructor, the first env built, sleeps): exit 128 + signal, one line,
     no traceback, nothing written."""
-    run = start_cli(tmp_path, "--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "0",
-                    "--env_kwargs", "dict(mode='build_hang', at_step=1)", "--run_dir", str(tmp_path / "run"))
+    run = start_cli(
+        tmp_path,
+        "--env",
+        "gym_FaultEnv-v0",
+        "--gym_packages",
+        "tests.faults.fault_envs",
+        "--num_workers",
+        "0",
+        "--env_kwargs",
+        "dict(mode='build_hang', at_step=1)",
+        "--run_dir",
+        str(tmp_path / "run"),
+    )
     if when == "imports":
         await_start_up_handlers(run)
     else:
@@ -242,12 +276,20 @@ def test_a_stop_signal_while_main_ppo_godot_waits_for_its_game_ends_both(signum:
     game, pid_file = tmp_path / "silent_game.x86_64", tmp_path / "game.pid"
     game.write_text(SILENT_GAME.format(python=sys.executable))
     game.chmod(0o755)
-    run = start_cli(tmp_path, "--env_path", str(game), "--run_dir", str(tmp_path / "run"), module="ppo_dict.main_ppo_godot",
-                    env_extra={"SILENT_GAME_PID": str(pid_file)})
+    run = start_cli(
+        tmp_path,
+        "--env_path",
+        str(game),
+        "--run_dir",
+        str(tmp_path / "run"),
+        module="ppo_dict.main_ppo_godot",
+        env_extra={"SILENT_GAME_PID": str(pid_file)},
+    )
     deadline = time.monotonic() + 120
     while not pid_file.exists() or not pid_file.read_text():
-        assert time.monotonic() < deadline and \
-            run.proc.poll() is None, f"the game was not launched; stderr: {run.proc.stderr.read()}"
+        assert time.monotonic() < deadline and run.proc.poll() is None, (
+            f"the game was not launched; stderr: {run.proc.stderr.read()}"
+        )
         time.sleep(0.01)
     run.proc.send_signal(signum)
     assert_stopped_cleanly(run, signum, startup.TRAINING)
@@ -277,11 +319,41 @@ sys.exit(mp.main(sys.argv[1:]))
 def test_a_second_ctrl_c_after_the_final_checkpoint_says_it_was_saved(tmp_path) -> None:
     run_dir, model_dir, shm_before = tmp_path / "run", tmp_path / "model", shm_entries()
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "0", "--n_envs", "2",
-            "--n_steps", "8", "--batch_size", "16", "--total_timesteps", "16", "--plot", "False", "--verbose", "0",
-            "--progress", "none", "--run_dir", str(run_dir), "--save_path", str(model_dir)]
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    args = [
+        "--env",
+        "gym_FaultEnv-v0",
+        "--gym_packages",
+        "tests.faults.fault_envs",
+        "--num_workers",
+        "0",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "8",
+        "--batch_size",
+        "16",
+        "--total_timesteps",
+        "16",
+        "--plot",
+        "False",
+        "--verbose",
+        "0",
+        "--progress",
+        "none",
+        "--run_dir",
+        str(run_dir),
+        "--save_path",
+        str(model_dir),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SAVE, *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     run = Run(proc, str(run_dir), Lines(proc))
     checkpoint = run.wait_for("checkpoint ", timeout=120).strip().removeprefix("checkpoint ")
     run.wait_for("SAVING MODEL", timeout=60)
@@ -325,11 +397,45 @@ def test_a_second_ctrl_c_while_the_run_closes_lets_it_close(tmp_path) -> None:
     (before, a KeyboardInterrupt there escaped the run: a traceback and death by SIGINT, status -2)."""
     run_dir, shm_before = tmp_path / "run", shm_entries()
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--num_workers", "1", "--n_envs", "2",
-            "--n_steps", "8", "--batch_size", "16", "--total_timesteps", "100000", "--plot", "False", "--verbose", "0",
-            "--progress", "none", "--save_freq", "1", "--seed", "0", "--run_dir", str(run_dir), "--mp_method", "fork"]
-    proc = subprocess.Popen([sys.executable, "-c", WHILE_CLOSING, *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    args = [
+        "--env",
+        "gym_FaultEnv-v0",
+        "--gym_packages",
+        "tests.faults.fault_envs",
+        "--num_workers",
+        "1",
+        "--n_envs",
+        "2",
+        "--n_steps",
+        "8",
+        "--batch_size",
+        "16",
+        "--total_timesteps",
+        "100000",
+        "--plot",
+        "False",
+        "--verbose",
+        "0",
+        "--progress",
+        "none",
+        "--save_freq",
+        "1",
+        "--seed",
+        "0",
+        "--run_dir",
+        str(run_dir),
+        "--mp_method",
+        "fork",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WHILE_CLOSING, *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     run = Run(proc, str(run_dir), Lines(proc))
     await_more_checkpoints(run, 0)  # training runs
     proc.send_signal(signal.SIGINT)
@@ -339,8 +445,10 @@ def test_a_second_ctrl_c_while_the_run_closes_lets_it_close(tmp_path) -> None:
     proc.send_signal(signal.SIGINT)
     code, err = run.finish(timeout=GUARD)
     assert code == 130, err
-    assert err.endswith(f"SIGINT received twice: stopped at once after saving {checkpoint} (as printed); nothing after it "
-                        "was written; the run is closing its workers\n"), err
+    assert err.endswith(
+        f"SIGINT received twice: stopped at once after saving {checkpoint} (as printed); nothing after it "
+        "was written; the run is closing its workers\n"
+    ), err
     assert "Traceback" not in err and "interrupted twice" not in err, err
     assert '"interrupted": true' in run.lines.rest()[-1], run.lines.seen[-3:]
     assert list_checkpoints(str(run_dir / "checkpoints"))[-1] == checkpoint
@@ -364,6 +472,12 @@ sys.exit(130)
 def test_a_stop_signal_in_the_last_moments_of_the_exit_is_ignored() -> None:
     """Python gives SIGINT its default action back after the exit callbacks: without ``startup.ignore_while_exiting`` a
     second Ctrl-C in the last tenths of a second of a stopped run ended it by SIGINT (status -2), not with status 130."""
-    proc = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_FREED], cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNAL_WHILE_FREED],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "SENT", "")

@@ -9,6 +9,7 @@ env's state), every progress.csv value but the wall times (time/*) and every mon
 Also: SIGTERM in the middle of a rollout and in the middle of an update writes the state from before that rollout
 within 5 s, and the run resumed from it is, again, the uninterrupted run.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,10 +32,44 @@ from ppo_dict.run.env_states import read_saved
 from tests.cli_here import run_here
 from tests.test_main_ppo import run_cli, summary_line
 
-CARTPOLE = ["--env", "gym_CartPole-v1", "--n_envs", "2", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "4",
-            "--seed", "1", "--verbose", "0", "--plot", "False"]
-PENDULUM = ["--env", "gym_Pendulum-v1", "--n_envs", "4", "--n_steps", "64", "--batch_size", "64", "--n_epochs", "4",
-            "--seed", "2", "--normalize", "True", "--verbose", "0", "--plot", "False"]
+CARTPOLE = [
+    "--env",
+    "gym_CartPole-v1",
+    "--n_envs",
+    "2",
+    "--n_steps",
+    "64",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "4",
+    "--seed",
+    "1",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
+PENDULUM = [
+    "--env",
+    "gym_Pendulum-v1",
+    "--n_envs",
+    "4",
+    "--n_steps",
+    "64",
+    "--batch_size",
+    "64",
+    "--n_epochs",
+    "4",
+    "--seed",
+    "2",
+    "--normalize",
+    "True",
+    "--verbose",
+    "0",
+    "--plot",
+    "False",
+]
 
 
 def rows(path, drop: tuple[str, ...] = ()) -> list[dict]:
@@ -66,8 +101,15 @@ def without_wall_times(value):
 
 def start(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.main_ppo", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def killed_and_resumed(root, flags: list[str], total: int, save_freq: int, kills: int, layouts: list[list[str]]) -> None:
@@ -103,28 +145,109 @@ def test_cartpole_killed_three_times_at_random_moments_is_the_uninterrupted_run(
 
 
 def test_pendulum_with_vecnormalize_on_workers_killed_at_random_moments_is_the_uninterrupted_run(tmp_path) -> None:
-    killed_and_resumed(tmp_path, PENDULUM, 1024, 128, 2,
-                       [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]])
+    killed_and_resumed(
+        tmp_path, PENDULUM, 1024, 128, 2, [["--num_workers", "2"], ["--num_workers", "1"], ["--num_workers", "0"]]
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [
-    ["--env", "gym_Reacher-v5", "--n_envs", "8", "--n_steps", "64", "--batch_size", "128", "--seed", "3", "--normalize",
-     "True"],
-    ["--env", "gym_Hopper-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "4"],
-    ["--env", "gym_Ant-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "5"],
-    ["--env", "gym_Reacher-v5", "--pixel_obs_wrapper", "True", "--image_size", "36", "--model", "cnn", "--n_envs", "4",
-     "--n_steps", "32", "--batch_size", "64", "--seed", "6"],
-    ["--env", "gym_PongNoFrameskip-v4", "--atari_wrapper", "True", "--frame_stack", "4", "--model", "cnn", "--n_envs", "4",
-     "--n_steps", "32", "--batch_size", "64", "--seed", "7"],
-    ["--env", "gym_CartPole-v1", "--model", "mlp_lstm", "--n_envs", "4", "--n_steps", "32", "--batch_size", "64", "--seed",
-     "8"],
-    ["--env", "PPODictMaskedJump-v0", "--gym_packages", "ppo_dict.envs.masked", "--action_masks", "True", "--n_envs", "4",
-     "--n_steps", "32", "--batch_size", "64", "--seed", "9"],
-], ids=["reacher-vecnormalize", "hopper", "ant", "pixels", "pong", "recurrent", "maskable"])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [
+            "--env",
+            "gym_Reacher-v5",
+            "--n_envs",
+            "8",
+            "--n_steps",
+            "64",
+            "--batch_size",
+            "128",
+            "--seed",
+            "3",
+            "--normalize",
+            "True",
+        ],
+        ["--env", "gym_Hopper-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "4"],
+        ["--env", "gym_Ant-v5", "--n_envs", "4", "--n_steps", "128", "--batch_size", "128", "--seed", "5"],
+        [
+            "--env",
+            "gym_Reacher-v5",
+            "--pixel_obs_wrapper",
+            "True",
+            "--image_size",
+            "36",
+            "--model",
+            "cnn",
+            "--n_envs",
+            "4",
+            "--n_steps",
+            "32",
+            "--batch_size",
+            "64",
+            "--seed",
+            "6",
+        ],
+        [
+            "--env",
+            "gym_PongNoFrameskip-v4",
+            "--atari_wrapper",
+            "True",
+            "--frame_stack",
+            "4",
+            "--model",
+            "cnn",
+            "--n_envs",
+            "4",
+            "--n_steps",
+            "32",
+            "--batch_size",
+            "64",
+            "--seed",
+            "7",
+        ],
+        [
+            "--env",
+            "gym_CartPole-v1",
+            "--model",
+            "mlp_lstm",
+            "--n_envs",
+            "4",
+            "--n_steps",
+            "32",
+            "--batch_size",
+            "64",
+            "--seed",
+            "8",
+        ],
+        [
+            "--env",
+            "PPODictMaskedJump-v0",
+            "--gym_packages",
+            "ppo_dict.envs.masked",
+            "--action_masks",
+            "True",
+            "--n_envs",
+            "4",
+            "--n_steps",
+            "32",
+            "--batch_size",
+            "64",
+            "--seed",
+            "9",
+        ],
+    ],
+    ids=["reacher-vecnormalize", "hopper", "ant", "pixels", "pong", "recurrent", "maskable"],
+)
 def test_envs_killed_at_random_moments_are_the_uninterrupted_run(flags, tmp_path) -> None:
-    killed_and_resumed(tmp_path, [*flags, "--n_epochs", "3", "--verbose", "0", "--plot", "False"], 1024, 128, 3,
-                       [["--num_workers", "2"], ["--num_workers", "1"]])
+    killed_and_resumed(
+        tmp_path,
+        [*flags, "--n_epochs", "3", "--verbose", "0", "--plot", "False"],
+        1024,
+        128,
+        3,
+        [["--num_workers", "2"], ["--num_workers", "1"]],
+    )
 
 
 SIGNALLED = """
@@ -175,8 +298,14 @@ def test_sigterm_in_a_rollout_or_an_update_saves_the_state_from_before_it_within
     common = SIGNALLED_RUN
     run_dir = tmp_path / "b"
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, mode, *common, "--run_dir", str(run_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED, mode, *common, "--run_dir", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     try:
         Lines(proc).wait_for(f"IN {mode.upper()}", timeout=120)
         time.sleep(0.5)

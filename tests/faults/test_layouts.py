@@ -8,6 +8,7 @@ bounds are guards far above what the run needs. Each case asserts the exit statu
 the time from the hang to the exit, that no process of the session and no /dev/shm entry is left,
 and that the checkpoint saved before the hang is intact.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,17 @@ from ppo_dict.vec.guard import MARGIN
 from ppo_dict.vec.watchdog import HARD_GRACE, SECOND_STUCK, STOP_GRACE
 from tests.faults.fault_envs import HANG_MARKER
 from tests.faults.lines import Lines
-from tests.faults.test_worker_faults import (START_GUARD, ROOT, assert_closed_cleanly, assert_no_shm_left, assert_session_gone,
-                                             dump_and_kill, run_scenario, shm_entries, start)
+from tests.faults.test_worker_faults import (
+    START_GUARD,
+    ROOT,
+    assert_closed_cleanly,
+    assert_no_shm_left,
+    assert_session_gone,
+    dump_and_kill,
+    run_scenario,
+    shm_entries,
+    start,
+)
 
 STEP_TIMEOUT = 1.0
 #: the aimed env's step that hangs: rollout step 3 of the second iteration (8 steps each), after a checkpoint
@@ -85,16 +95,57 @@ class Run:
 def start_run(layout: Layout, mode: str, tmp_path, *extra: str, launcher: tuple[str, ...] = ()) -> Run:
     """``python -m ppo_dict.main_ppo`` on ``layout``'s FaultEnv in its own session (``launcher``: a command
     it runs under, such as ``nohup``)."""
-    kwargs = (f"dict(mode={mode!r}, bad_seed={layout.env}, "
-              f"at_step={AT_STEP}{', ' + layout.env_kwargs if layout.env_kwargs else ''})")
+    kwargs = (
+        f"dict(mode={mode!r}, bad_seed={layout.env}, at_step={AT_STEP}{', ' + layout.env_kwargs if layout.env_kwargs else ''})"
+    )
     run_dir = str(tmp_path / "run")
-    args = ["--env", "gym_FaultEnv-v0", "--gym_packages", "tests.faults.fault_envs", "--env_kwargs", kwargs, *layout.flags,
-            "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--update_threads", "1", "--total_timesteps", "100000",
-            "--step_timeout", str(STEP_TIMEOUT), "--save_freq", "1", "--seed", "0", "--run_dir", run_dir,
-            "--plot", "False", "--verbose", "0", "--progress", "none", "--mp_method", MP_METHOD, *extra]
+    args = [
+        "--env",
+        "gym_FaultEnv-v0",
+        "--gym_packages",
+        "tests.faults.fault_envs",
+        "--env_kwargs",
+        kwargs,
+        *layout.flags,
+        "--n_steps",
+        "8",
+        "--batch_size",
+        "16",
+        "--n_epochs",
+        "1",
+        "--update_threads",
+        "1",
+        "--total_timesteps",
+        "100000",
+        "--step_timeout",
+        str(STEP_TIMEOUT),
+        "--save_freq",
+        "1",
+        "--seed",
+        "0",
+        "--run_dir",
+        run_dir,
+        "--plot",
+        "False",
+        "--verbose",
+        "0",
+        "--progress",
+        "none",
+        "--mp_method",
+        MP_METHOD,
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*launcher, sys.executable, "-m", "ppo_dict.main_ppo", *args], cwd=ROOT, env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [*launcher, sys.executable, "-m", "ppo_dict.main_ppo", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     return Run(proc, run_dir, Lines(proc))
 
 
@@ -119,11 +170,15 @@ def assert_nothing_left(run: Run, shm_before: set[str]) -> None:
 
 def timeout_message(layout: Layout) -> str:
     if layout.in_main:
-        return (f"error: EnvTimeoutError: the main process's env {layout.env} (gym_FaultEnv-v0) did not return from step at "
-                f"rollout step 3 within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
-                "every env and worker was stopped")
-    return (f"did not answer 'step' at rollout step 3 within {STEP_TIMEOUT:g} s "
-            "(gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); all workers were stopped")
+        return (
+            f"error: EnvTimeoutError: the main process's env {layout.env} (gym_FaultEnv-v0) did not return from step at "
+            f"rollout step 3 within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
+            "every env and worker was stopped"
+        )
+    return (
+        f"did not answer 'step' at rollout step 3 within {STEP_TIMEOUT:g} s "
+        "(gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); all workers were stopped"
+    )
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
@@ -140,8 +195,9 @@ def test_a_hang_ends_the_run_within_step_timeout(name: str, tmp_path) -> None:
     assert STEP_TIMEOUT <= elapsed < STEP_TIMEOUT + GUARD
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
-        [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [
+        f"checkpoint_{steps:012d}.pt"
+    ]
     if name == "in_process":
         again = start_run(layout, "none", tmp_path, "--resume", "auto", "--total_timesteps", str(2 * steps))
         again.wait_for(f"resumed from {run.run_dir}/checkpoints/checkpoint_{steps:012d}.pt at {steps} steps", timeout=120)
@@ -151,8 +207,9 @@ def test_a_hang_ends_the_run_within_step_timeout(name: str, tmp_path) -> None:
 
 
 #: the evaluation env (its own, in the main process), aimed by its seed: the run's seed + EVAL_SEED_OFFSET
-EVAL_LAYOUT = Layout(("--num_workers", "2", "--n_envs", "4", "--eval_freq", "64", "--eval_episodes", "5"), EVAL_SEED_OFFSET,
-                     True)
+EVAL_LAYOUT = Layout(
+    ("--num_workers", "2", "--n_envs", "4", "--eval_freq", "64", "--eval_episodes", "5"), EVAL_SEED_OFFSET, True
+)
 
 
 @pytest.mark.parametrize("mode", ["hang", "step_raise"])
@@ -171,13 +228,15 @@ def test_a_fault_in_the_evaluation_env_ends_the_run_naming_it(mode: str, tmp_pat
         expected = f"error: EnvTimeoutError: the main process's env 0 {where} within {STEP_TIMEOUT:g} s"
     else:
         code, err = run.finish(timeout=120)
-        expected = ("error: EnvWorkerError: the main process, env 0 (gym_FaultEnv-v0, evaluation) raised in step: "
-                    "RuntimeError: boom")
+        expected = (
+            "error: EnvWorkerError: the main process, env 0 (gym_FaultEnv-v0, evaluation) raised in step: RuntimeError: boom"
+        )
     assert code == 1, err
     assert expected in err, err
     assert_nothing_left(run, shm_before)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
-        ["checkpoint_000000000032.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [
+        "checkpoint_000000000032.pt"
+    ]
 
 
 def game_children(pid: int, game: str) -> list[int]:
@@ -197,8 +256,9 @@ def game_children(pid: int, game: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("flags", [("--num_workers", "0", "--n_envs", "2"), ("--num_workers", "2", "--n_envs", "4")],
-                         ids=["in_process", "share"])
+@pytest.mark.parametrize(
+    "flags", [("--num_workers", "0", "--n_envs", "2"), ("--num_workers", "2", "--n_envs", "4")], ids=["in_process", "share"]
+)
 def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flags: tuple[str, ...], tmp_path) -> None:
     """A Godot-protocol game the main process owns stops answering (SIGSTOP: alive, its socket open):
     the game's reply timeout (0.9 x step_timeout) ends the run naming the game; nothing is left behind."""
@@ -208,12 +268,44 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
     game.write_text(PLUGIN_STYLE_GAME.format(python=sys.executable))
     game.chmod(0o755)
     run_dir, shm_before = str(tmp_path / "run"), shm_entries()
-    args = ["--env_path", str(game), *flags, "--n_steps", "8", "--batch_size", "16", "--n_epochs", "1", "--total_timesteps",
-            "100000", "--step_timeout", "2", "--save_freq", "1", "--seed", "0", "--run_dir", run_dir, "--plot", "False",
-            "--verbose", "0", "--progress", "none", "--mp_method", MP_METHOD]
-    proc = subprocess.Popen([sys.executable, "-m", "ppo_dict.main_ppo_godot", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+    args = [
+        "--env_path",
+        str(game),
+        *flags,
+        "--n_steps",
+        "8",
+        "--batch_size",
+        "16",
+        "--n_epochs",
+        "1",
+        "--total_timesteps",
+        "100000",
+        "--step_timeout",
+        "2",
+        "--save_freq",
+        "1",
+        "--seed",
+        "0",
+        "--run_dir",
+        run_dir,
+        "--plot",
+        "False",
+        "--verbose",
+        "0",
+        "--progress",
+        "none",
+        "--mp_method",
+        MP_METHOD,
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ppo_dict.main_ppo_godot", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     run = Run(proc, run_dir, Lines(proc))
     deadline = time.monotonic() + 120
     while not list_checkpoints(os.path.join(run_dir, "checkpoints")):  # an update done: the games are stepping
@@ -226,8 +318,9 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
     code, err = run.finish(timeout=2 + GUARD)
     assert code == 1, err
     assert f"error: EnvWorkerError: the main process, env 0 (godot ({game})) raised in step" in err, err
-    assert f"GodotTimeoutError: Godot game '{game}' (pid {games[0]}, port " in err and \
-        "did not answer step within 1.8 s" in err, err
+    assert (
+        f"GodotTimeoutError: Godot game '{game}' (pid {games[0]}, port " in err and "did not answer step within 1.8 s" in err
+    ), err
     assert 1.8 <= time.monotonic() - frozen < 2 + GUARD
     assert_nothing_left(run, shm_before)
 
@@ -236,11 +329,19 @@ def test_a_frozen_game_in_the_main_process_ends_the_run_within_step_timeout(flag
 FAST_SIGNAL_CASES = {("share", signal.SIGINT), ("main_envs_0", signal.SIGINT), ("in_process", signal.SIGINT)}
 
 
-@pytest.mark.parametrize("name, sig", [
-    pytest.param(name, sig, marks=() if (name, sig) in FAST_SIGNAL_CASES else pytest.mark.slow,
-                 id=f"{name}-{signal.Signals(sig).name}")
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) for name in LAYOUTS
-])
+@pytest.mark.parametrize(
+    "name, sig",
+    [
+        pytest.param(
+            name,
+            sig,
+            marks=() if (name, sig) in FAST_SIGNAL_CASES else pytest.mark.slow,
+            id=f"{name}-{signal.Signals(sig).name}",
+        )
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        for name in LAYOUTS
+    ],
+)
 def test_a_signal_during_a_hang_saves_the_last_update_and_exits(name: str, sig: int, tmp_path) -> None:
     """The env call is interrupted STOP_GRACE after the signal; the rollout is dropped, the state after
     the last update saved (its checkpoint rewritten as it was) and the run exits 128 + signal."""
@@ -257,8 +358,9 @@ def test_a_signal_during_a_hang_saves_the_last_update_and_exits(name: str, sig: 
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
     # the state after the first update, saved again under its own step count
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
-        [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [
+        f"checkpoint_{steps:012d}.pt"
+    ]
     assert f'"env_steps": {steps}, "iterations": 1,' in run.lines.rest()[-1]
 
 
@@ -277,15 +379,17 @@ def test_a_hang_in_c_code_ends_the_process_after_the_grace(name: str, tmp_path) 
 
 
 #: what the guard process adds to the error it prints before it SIGKILLs a run stuck holding the GIL
-GUARD_ENDED = ("The call holds Python's lock and never returns (C code?): no thread of the main process can run, "
-               "so its guard process ended it")
+GUARD_ENDED = (
+    "The call holds Python's lock and never returns (C code?): no thread of the main process can run, "
+    "so its guard process ended it"
+)
 
 
 def assert_ended_by_the_guard(code: int, err: str) -> None:
     """SIGKILLed by its guard (the shell's 137), after the main thread's traceback (faulthandler) and the error."""
     assert code == -signal.SIGKILL, err
     assert GUARD_ENDED in err and "(exit status 137), without saving" in err, err
-    assert 'in _hang\n' in err and err.index('in _hang\n') < err.index("error: "), err  # where it hangs, from the main thread
+    assert "in _hang\n" in err and err.index("in _hang\n") < err.index("error: "), err  # where it hangs, from the main thread
 
 
 @pytest.mark.parametrize("name", ["share", "in_process", pytest.param("main_envs", marks=pytest.mark.slow)])
@@ -303,8 +407,9 @@ def test_a_hang_holding_the_gil_is_ended_by_the_guard_process(name: str, tmp_pat
     assert STEP_TIMEOUT + HARD_GRACE + MARGIN <= elapsed < STEP_TIMEOUT + HARD_GRACE + MARGIN + GUARD
     assert_nothing_left(run, shm_before)
     steps = 8 * (4 if layout.flags[1] == "2" else 2)
-    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == \
-        [f"checkpoint_{steps:012d}.pt"]
+    assert [os.path.basename(p) for p in list_checkpoints(os.path.join(run.run_dir, "checkpoints"))] == [
+        f"checkpoint_{steps:012d}.pt"
+    ]
 
 
 @pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
@@ -349,12 +454,23 @@ def test_ctrl_c_twice_during_a_hang_stops_at_once(mode: str, tmp_path) -> None:
         # second signal (a busy host can delay the test's 0.2 s), after saving its checkpoint: the second signal then cut
         # what came after it, or found the run closing (it lets it close), or came in the last moments of its exit
         saved = [line.split()[-1] for line in run.lines.rest() if line.startswith("checkpoint ")]
-        late = [f"interrupted twice: stopped after saving {saved[-1]} (as printed)",
+        late = (
+            [
+                f"interrupted twice: stopped after saving {saved[-1]} (as printed)",
                 f"SIGINT received twice: stopped at once after saving {saved[-1]} (as printed); nothing after it was written; "
-                "the run is closing its workers\n"] if saved else []
-        assert any(text in err for text in ["interrupted twice: stopped without saving",
-                                            "SIGINT received twice: stopped at once without saving", *late]) or (
-            saved and err.endswith("is saved\n") and '"interrupted": true' in run.lines.seen[-1]), (err, run.lines.seen[-3:])
+                "the run is closing its workers\n",
+            ]
+            if saved
+            else []
+        )
+        assert any(
+            text in err
+            for text in [
+                "interrupted twice: stopped without saving",
+                "SIGINT received twice: stopped at once without saving",
+                *late,
+            ]
+        ) or (saved and err.endswith("is saved\n") and '"interrupted": true' in run.lines.seen[-1]), (err, run.lines.seen[-3:])
     else:  # no handler can run in the main thread: the watchdog ends the process, 1 s after the second signal
         assert "SIGINT received twice: stopped at once without saving" in err, err
         assert time.monotonic() - sent < SECOND_STUCK + GUARD
@@ -365,10 +481,14 @@ def test_ctrl_c_twice_during_a_hang_stops_at_once(mode: str, tmp_path) -> None:
 def test_main_process_envs_from_python_are_reported_like_workers() -> None:
     r = run_scenario("main_process_envs")
     assert r["raise"]["error"] == "EnvWorkerError" and r["raise"]["closed"]
-    assert r["raise"]["message"].startswith("the main process, env 1 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"
-                                            "--- the main process traceback ---\nTraceback (most recent call last):\n")
-    tail = (f"within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
-            "every env and worker was stopped")
+    assert r["raise"]["message"].startswith(
+        "the main process, env 1 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"
+        "--- the main process traceback ---\nTraceback (most recent call last):\n"
+    )
+    tail = (
+        f"within {STEP_TIMEOUT:g} s; an env is probably hung (raise step_timeout if it is only slow); "
+        "every env and worker was stopped"
+    )
     expected = {
         "hang": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
         "swallowed": f"the main process's env 1 (gym_FaultEnv-v0) did not return from step at rollout step 1 {tail}",
@@ -384,11 +504,14 @@ def test_main_process_envs_from_python_are_reported_like_workers() -> None:
     for prefix in ("", "shared_"):
         raised, hung = r[f"{prefix}build_raise"], r[f"{prefix}build_hang"]
         assert raised["error"] == "EnvWorkerError", raised
-        assert raised["message"].startswith("the main process, env 1 (gym_FaultEnv-v0) raised in constructor: RuntimeError: "
-                                            "constructor boom (env 3 built in this process)\n"), raised
-        assert (hung["error"], hung["message"]) == ("EnvTimeoutError",
-                                                    "the main process's env 1 (gym_FaultEnv-v0) did not return from "
-                                                    f"constructor while the envs were built {tail}"), hung
+        assert raised["message"].startswith(
+            "the main process, env 1 (gym_FaultEnv-v0) raised in constructor: RuntimeError: "
+            "constructor boom (env 3 built in this process)\n"
+        ), raised
+        assert (hung["error"], hung["message"]) == (
+            "EnvTimeoutError",
+            f"the main process's env 1 (gym_FaultEnv-v0) did not return from constructor while the envs were built {tail}",
+        ), hung
         assert STEP_TIMEOUT <= hung["call_s"] < STEP_TIMEOUT + GUARD
     assert r["strays"] == [], r["strays"]  # every worker of the pools whose main envs failed to build is gone
 
@@ -403,8 +526,9 @@ def test_shm_vec_env_hang_times_out_and_ctrl_c_ends_a_hung_step() -> None:
         lines.wait_for(HANG_MARKER, GUARD)  # the second ShmVecEnv's step is hung now
     except AssertionError as exc:
         pytest.fail(f"{exc}; stderr:\n{dump_and_kill(proc)}")
-    assert first["error"] == "WorkerTimeoutError" and \
-        "did not answer 'step' within 1 s (FaultEnv-v0)" in first["message"], first
+    assert first["error"] == "WorkerTimeoutError" and "did not answer 'step' within 1 s (FaultEnv-v0)" in first["message"], (
+        first
+    )
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=GUARD)

@@ -2,6 +2,7 @@
 (the API starts the watchdog, as the command line does), in-process and in the default share of a
 worker pool; a program with its own SIGALRM handler keeps it, with a warning. Each case runs in its
 own process and session with a hard timeout (``run_scenario``)."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,10 @@ TAIL = "within 1 s; an env is probably hung (raise step_timeout if it is only sl
 @pytest.mark.parametrize("mode, call", [("hang", "step at rollout step 1"), ("reset_hang", "reset (seed=11)")])
 def test_a_hung_env_in_the_main_process_ends_learn_after_step_timeout(mode: str, call: str, num_workers: str) -> None:
     r = run_scenario("api_hang", mode, num_workers)
-    assert (r["error"], r["message"]) == \
-        ("EnvTimeoutError", f"the main process's env 1 (FaultEnv-v0) did not return from {call} {TAIL}")
+    assert (r["error"], r["message"]) == (
+        "EnvTimeoutError",
+        f"the main process's env 1 (FaultEnv-v0) did not return from {call} {TAIL}",
+    )
     assert 1.0 <= r["call_s"] < 1.0 + 20.0  # the timeout, then closing the pool (a guard far above it on a loaded host)
     assert r["strays"] == []
 

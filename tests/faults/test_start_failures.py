@@ -1,6 +1,7 @@
 """Workers that cannot be started: one error naming the worker, the OS error and what to change; every
 worker already started stopped; nothing left in /dev/shm; the next pool starts. And the check that
 refuses such a layout before anything starts (a low ``ulimit -n`` in a real command)."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,8 @@ def test_a_limit_reached_while_starting_names_the_worker_and_stops_the_others(mp
     w = worker[1]
     assert r["message"].startswith(
         f"worker {w} (envs {w}..{w}, gym_CartPole-v1) could not be started ({mp_method}): "
-        "OSError: [Errno 24] Too many open files; too many open files: this process may open ")
+        "OSError: [Errno 24] Too many open files; too many open files: this process may open "
+    )
     assert "raise ulimit -n, or use fewer --num_workers; the workers already started were stopped" in r["message"]
     assert r["strays_after_failure"] == [] and r["strays"] == []
 
@@ -48,18 +50,40 @@ def test_the_forkserver_gone_while_starting_is_named_and_a_new_one_serves_the_ne
 
 def test_a_low_open_file_limit_is_refused_before_anything_starts() -> None:
     """``ulimit -n 64`` in a real command: the check refuses 8 workers, naming the limit; no process started."""
+
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     shm = shm_entries()
-    proc = subprocess.run([sys.executable, "-m", "ppo_dict.main_ppo", "--env", "gym_CartPole-v1", "--num_workers", "8",
-                           "--n_envs", "8", "--oversubscribe", "True", "--run_dir", "/nonexistent/never_made"],
-                          preexec_fn=low_limit, capture_output=True, text=True, timeout=180, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ppo_dict.main_ppo",
+            "--env",
+            "gym_CartPole-v1",
+            "--num_workers",
+            "8",
+            "--n_envs",
+            "8",
+            "--oversubscribe",
+            "True",
+            "--run_dir",
+            "/nonexistent/never_made",
+        ],
+        preexec_fn=low_limit,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0] == "error: 1 invalid setting(s):"
-    assert lines[1].startswith("  - num_workers=8: 7 workers need about ") and \
-        "open files, ulimit -n allows 64; raise it (ulimit -n 128)" in lines[1]
+    assert (
+        lines[1].startswith("  - num_workers=8: 7 workers need about ")
+        and "open files, ulimit -n allows 64; raise it (ulimit -n 128)" in lines[1]
+    )
     assert_no_shm_left(shm)

@@ -1,6 +1,7 @@
 """docs/faults.md cases 1-9, 13-16 for the worker pool: each scenario runs in its own process and
 session with a hard timeout; every test also asserts that the session leaves no process behind
 and that /dev/shm gains no entry."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,13 @@ def start(*args: str) -> subprocess.Popen:
     # a hung scenario's threads are dumped (:func:`dump_and_kill`)
     env = dict(os.environ, PYTHONPATH=ROOT, PYTHONFAULTHANDLER="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.faults.scenarios", *args], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [sys.executable, "-m", "tests.faults.scenarios", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -136,9 +142,12 @@ def test_constructor_error_in_a_worker_is_an_env_worker_error() -> None:
     "name, error, message",
     [
         ("gym_Hoper-v5", "NameNotFound", "Environment `Hoper` doesn't exist. Did you mean: `Hopper`?"),
-        ("gym_Hopper-v9", "VersionNotFound",
-         "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, "
-         "`v3`, `v4`, `v5` ]."),
+        (
+            "gym_Hopper-v9",
+            "VersionNotFound",
+            "Environment version `v9` for environment `Hopper` doesn't exist. It provides versioned environments: [ `v2`, "
+            "`v3`, `v4`, `v5` ].",
+        ),
     ],
 )
 def test_unknown_env_id_is_refused_before_any_process_starts(name: str, error: str, message: str) -> None:
@@ -275,8 +284,10 @@ def test_shared_memory_too_small_is_refused_before_any_process_starts() -> None:
 def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what: str) -> None:
     r = run_scenario("non_finite", mode)
     assert r["error"] == "NonFiniteError"
-    assert r["message"] == (f"non-finite {what} from env 3 (gym_FaultEnv-v0) at rollout step 3 (total steps 16); "
-                            "statistics were not updated with it")
+    assert r["message"] == (
+        f"non-finite {what} from env 3 (gym_FaultEnv-v0) at rollout step 3 (total steps 16); "
+        "statistics were not updated with it"
+    )
     # count = 1e-4 + 4 envs x (reset + 3 good steps): the bad step never reached the statistics
     assert r["obs_count"] == pytest.approx(1e-4 + 16, abs=1e-9) and r["obs_mean_finite"]
     assert r["ret_count"] == pytest.approx(1e-4 + 12, abs=1e-9) and r["ret_finite"]
@@ -286,20 +297,28 @@ def test_non_finite_obs_or_reward_is_named_before_the_normaliser(mode: str, what
 # ------------------------------------------------------------------------------ cases 19-20
 def test_vec_env_refuses_bad_action_batches_before_any_worker_steps() -> None:
     r = run_scenario("vec_env_misuse")
-    expected = ("ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or values that cast to it unchanged), "
-                "got shape {} and dtype {}; nothing was sent to the envs")
+    expected = (
+        "ShmVecEnv.step: expected actions of shape (4, 1) and dtype float32 (or values that cast to it unchanged), "
+        "got shape {} and dtype {}; nothing was sent to the envs"
+    )
     assert (r["rows"]["error"], r["rows"]["message"]) == ("ValueError", expected.format("(3, 1)", "float32"))
     assert (r["dim"]["error"], r["dim"]["message"]) == ("ValueError", expected.format("(4, 2)", "float32"))
     assert (r["dtype"]["error"], r["dtype"]["message"]) == ("ValueError", expected.format("(4, 1)", "complex128"))
-    assert (r["nan"]["error"], r["nan"]["message"]) == \
-        ("ValueError", "ShmVecEnv.step: non-finite action for env 2; nothing was sent to the envs")
+    assert (r["nan"]["error"], r["nan"]["message"]) == (
+        "ValueError",
+        "ShmVecEnv.step: non-finite action for env 2; nothing was sent to the envs",
+    )
     assert r["steps_taken"] == [0, 0, 0, 0]
-    assert (r["wait_without_async"]["error"], r["wait_without_async"]["message"]) == \
-        ("NoAsyncCallError", "step_wait() called without a pending step_async()")
+    assert (r["wait_without_async"]["error"], r["wait_without_async"]["message"]) == (
+        "NoAsyncCallError",
+        "step_wait() called without a pending step_async()",
+    )
     assert r["step0_equal"] and r["step1_equal"], "the next good steps must match DummyVecEnv (no stale reply)"
     assert r["steps_after"] == [2, 2, 2, 2]
-    assert (r["after_close"]["error"], r["after_close"]["message"]) == \
-        ("PoolClosedError", "this ShmVecEnv (FaultEnv-v0) is closed")
+    assert (r["after_close"]["error"], r["after_close"]["message"]) == (
+        "PoolClosedError",
+        "this ShmVecEnv (FaultEnv-v0) is closed",
+    )
     assert r["alive_workers"] == [] and r["strays"] == []
 
 
@@ -314,17 +333,23 @@ def test_a_worker_failing_in_its_policy_step_ends_the_run_naming_it(mode: str) -
     worker = f"worker 0 (envs 2..3, gym_FaultEnv-v0, pid {r['workers'][0]})"
     if mode == "raise":
         assert r["error"] == "EnvWorkerError"
-        assert r["message"].startswith("worker 0, outside env code (gym_FaultEnv-v0) raised in policy: "
-                                       "RuntimeError: boom in the policy's forward\n--- worker 0 traceback ---\n")
+        assert r["message"].startswith(
+            "worker 0, outside env code (gym_FaultEnv-v0) raised in policy: "
+            "RuntimeError: boom in the policy's forward\n--- worker 0 traceback ---\n"
+        )
         assert 'raise RuntimeError("boom in the policy\'s forward")' in r["message"]
     elif mode == "hang":
         assert r["error"] == "WorkerTimeoutError"
-        assert r["message"] == (f"worker 0 (envs 2..3, pid {r['workers'][0]}) did not answer 'step' at rollout step 2 within "
-                                "1 s (gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); "
-                                "all workers were stopped")
+        assert r["message"] == (
+            f"worker 0 (envs 2..3, pid {r['workers'][0]}) did not answer 'step' at rollout step 2 within "
+            "1 s (gym_FaultEnv-v0); an env is probably hung (raise step_timeout if it is only slow); "
+            "all workers were stopped"
+        )
     else:
         assert r["error"] == "WorkerDiedError"
-        assert r["message"] == \
-            f"{worker} died with exit code -9 (SIGKILL) during 'step' without reporting an error; all workers were stopped"
+        assert (
+            r["message"]
+            == f"{worker} died with exit code -9 (SIGKILL) during 'step' without reporting an error; all workers were stopped"
+        )
     assert r["close_s"] < 0.1
     assert r["alive_workers"] == [] and r["strays"] == []

@@ -4,6 +4,7 @@ Each side returns a :class:`Record`: per rollout, the buffer arrays ``[n_steps, 
 (captured after GAE, before training flattens them); per log dump, the logged values; and the
 final parameters, Adam state and RNG states.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +97,14 @@ def make_sb3_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
     if spec.pixel is not None:
         return make_vec_env(lambda: make_env(spec), n_envs=cfg.num_envs, seed=cfg.seed, vec_env_cls=vec_env_cls)
     if spec.atari is not None:
-        venv = make_atari_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed, wrapper_kwargs=dataclasses.asdict(spec.atari),
-                              env_kwargs=spec.kwargs, vec_env_cls=vec_env_cls)
+        venv = make_atari_env(
+            spec.gym_id,
+            n_envs=cfg.num_envs,
+            seed=cfg.seed,
+            wrapper_kwargs=dataclasses.asdict(spec.atari),
+            env_kwargs=spec.kwargs,
+            vec_env_cls=vec_env_cls,
+        )
     else:
         venv = make_vec_env(spec.gym_id, n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=spec.kwargs, vec_env_cls=vec_env_cls)
     return VecFrameStack(venv, spec.frame_stack) if spec.frame_stack > 1 else venv
@@ -132,12 +139,20 @@ def make_normalized_venv(cfg: Config, vec_env_cls: Any = None) -> VecEnv:
     if cfg.normalize:
         space = venv.observation_space
         # ppo_dict normalises the Box vector keys and leaves uint8 images and integer spaces alone
-        keys = ([k for k, sub in space.spaces.items() if isinstance(sub, gym_spaces.Box) and sub.dtype != np.uint8]
-                if isinstance(space, gym_spaces.Dict) else None)
+        keys = (
+            [k for k, sub in space.spaces.items() if isinstance(sub, gym_spaces.Box) and sub.dtype != np.uint8]
+            if isinstance(space, gym_spaces.Dict)
+            else None
+        )
         norm_obs = cfg.norm_obs and (isinstance(space, gym_spaces.Box) or bool(keys))
         venv = VecNormalize(
-            venv, norm_obs=norm_obs, norm_reward=cfg.norm_reward, clip_obs=cfg.clip_obs, clip_reward=cfg.clip_reward,
-            gamma=cfg.vecnorm_gamma, norm_obs_keys=keys,
+            venv,
+            norm_obs=norm_obs,
+            norm_reward=cfg.norm_reward,
+            clip_obs=cfg.clip_obs,
+            clip_reward=cfg.clip_reward,
+            gamma=cfg.vecnorm_gamma,
+            norm_obs_keys=keys,
         )
     return venv
 
@@ -160,9 +175,13 @@ def learn_sb3(model: SB3PPO, total_timesteps: int, log_interval: int = 1) -> Rec
         venv = model.get_env()
         obs_rms = getattr(venv, "obs_rms", {})
         obs_rms = obs_rms if isinstance(obs_rms, dict) else {"obs": obs_rms}
-        rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in obs_rms.items()},
-                          "ret_mean": venv.ret_rms.mean, "ret_var": venv.ret_rms.var, "ret_count": venv.ret_rms.count,
-                          "returns": venv.returns}
+        rec.normalizer = {
+            "obs": {k: (r.mean, r.var, r.count) for k, r in obs_rms.items()},
+            "ret_mean": venv.ret_rms.mean,
+            "ret_var": venv.ret_rms.var,
+            "ret_count": venv.ret_rms.count,
+            "returns": venv.returns,
+        }
     model.get_env().close()
     return rec
 
@@ -175,11 +194,18 @@ class RecordingPPO(PPO):
     def record_rollout(self, model: PPO) -> None:
         s = self.storage
         obs = s.as_policy_input({k: v[: s.n_steps].copy() for k, v in s.obs.items()})
-        self.rollouts.append({
-            "observations": obs, "actions": s.actions.copy(), "rewards": s.rewards.copy(),
-            "episode_starts": s.episode_starts.copy(), "values": s.values.copy(), "log_probs": s.log_probs.copy(),
-            "advantages": s.advantages.copy(), "returns": s.returns.copy(),
-        })
+        self.rollouts.append(
+            {
+                "observations": obs,
+                "actions": s.actions.copy(),
+                "rewards": s.rewards.copy(),
+                "episode_starts": s.episode_starts.copy(),
+                "values": s.values.copy(),
+                "log_probs": s.log_probs.copy(),
+                "advantages": s.advantages.copy(),
+                "returns": s.returns.copy(),
+            }
+        )
         if s.lstm_states is not None:  # RecurrentPPO's buffer: the states before each step
             self.rollouts[-1].update({name: s.lstm_states.rollout(name) for name in s.lstm_states.names})  # a GRU: its two
         if s.action_masks is not None:  # MaskablePPO's buffer holds them as float32
@@ -216,9 +242,13 @@ def run_ours(cfg: Config, pool=None, prepare: Optional[Callable[[PPO], None]] = 
     rec.torch_rng, rec.numpy_rng = torch.get_rng_state(), np.random.get_state()
     if model.normalizer is not None:
         n = model.normalizer
-        rec.normalizer = {"obs": {k: (r.mean, r.var, r.count) for k, r in n.obs_rms.items()},
-                          "ret_mean": n.ret_rms.mean, "ret_var": n.ret_rms.var, "ret_count": n.ret_rms.count,
-                          "returns": n.returns}
+        rec.normalizer = {
+            "obs": {k: (r.mean, r.var, r.count) for k, r in n.obs_rms.items()},
+            "ret_mean": n.ret_rms.mean,
+            "ret_var": n.ret_rms.var,
+            "ret_count": n.ret_rms.count,
+            "returns": n.returns,
+        }
     return rec
 
 
@@ -257,8 +287,9 @@ def assert_same_value(a: Any, b: Any, what: str) -> None:
     elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         a, b = np.asarray(a), np.asarray(b)
         assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
-        assert np.array_equal(a, b,
-                              equal_nan=True), f"{what}: max abs diff {np.nanmax(np.abs(a.astype(float) - b.astype(float)))}"
+        assert np.array_equal(a, b, equal_nan=True), (
+            f"{what}: max abs diff {np.nanmax(np.abs(a.astype(float) - b.astype(float)))}"
+        )
     elif isinstance(a, float) and np.isnan(a):
         assert isinstance(b, float) and np.isnan(b), f"{what}: {a!r} != {b!r}"
     else:

@@ -11,6 +11,7 @@ be dense: C-contiguous, or the channel-last image view sb3's ``VecTransposeImage
 permutation of a C-contiguous array). They fail on a host where a misaligned row happens to round
 the same, which is every host CI has.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,9 @@ CASES = {
     **SPACES,
     "masked": MASKED,
     "masked_image": dict(**MASKED, model="cnn", env_kwargs=dict(action="multi_discrete", observation="image", size=5)),
-    "masked_dict_image": dict(**MASKED, model="cnn", normalize=True,
-                              env_kwargs=dict(action="multi_binary", observation="dict_image", size=5)),
+    "masked_dict_image": dict(
+        **MASKED, model="cnn", normalize=True, env_kwargs=dict(action="multi_binary", observation="dict_image", size=5)
+    ),
 }
 BATCH_SIZES = (1, 2, 3, 5, 7, 8, 13)
 #: the rollout, bootstrap and update settings every case shares: a rollout of 4 steps, minibatches that do not divide it
@@ -58,10 +60,12 @@ def dense(t: torch.Tensor) -> bool:
 
 def misplaced(where: str, value: Any) -> Iterator[str]:
     """Every tensor in ``value`` (a tensor or a dict of them) that is not laid out as a fresh allocation."""
-    for key, t in (value.items() if isinstance(value, dict) else [(None, value)]):
+    for key, t in value.items() if isinstance(value, dict) else [(None, value)]:
         if t.numel() > 1 and (t.data_ptr() % 64 or not dense(t)):
-            yield (f"{where}[{key}]: {t.dtype}{tuple(t.shape)} strides {t.stride()} at {t.data_ptr() % 64} bytes past a "
-                   "64-byte boundary")
+            yield (
+                f"{where}[{key}]: {t.dtype}{tuple(t.shape)} strides {t.stride()} at {t.data_ptr() % 64} bytes past a "
+                "64-byte boundary"
+            )
 
 
 @pytest.fixture
@@ -107,8 +111,14 @@ def train_and_evaluate(cfg: Config) -> None:
 @pytest.mark.parametrize("n_envs", BATCH_SIZES)
 @pytest.mark.parametrize("space", list(CASES))
 def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_in_process(recorded: dict, space: str, n_envs: int) -> None:
-    cfg = Config(**CASES[space], **RUN, n_envs=n_envs, num_workers=0, batch_size=max(2, (4 * n_envs) // 3 + 1),
-                 total_timesteps=4 * n_envs)
+    cfg = Config(
+        **CASES[space],
+        **RUN,
+        n_envs=n_envs,
+        num_workers=0,
+        batch_size=max(2, (4 * n_envs) // 3 + 1),
+        total_timesteps=4 * n_envs,
+    )
     train_and_evaluate(cfg)
     assert len(recorded["inputs"]) > 4, "the policy was not called on every step"
     assert recorded["problems"] == []
@@ -119,8 +129,15 @@ def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_in_process(recorde
 def test_every_kernel_input_is_laid_out_as_a_fresh_allocation_with_workers(recorded: dict, n_envs: int, main_envs) -> None:
     """Worker processes write the rows in shared memory (one worker, as the odd counts divide no more; default layout:
     the main process steps a share of the envs itself; ``main_envs=0``: the workers step them all)."""
-    cfg = Config(**SPACES["dict_normalized"], **RUN, n_envs=n_envs, num_workers=1, batch_size=n_envs + 1,
-                 main_envs=main_envs, total_timesteps=4 * n_envs)
+    cfg = Config(
+        **SPACES["dict_normalized"],
+        **RUN,
+        n_envs=n_envs,
+        num_workers=1,
+        batch_size=n_envs + 1,
+        main_envs=main_envs,
+        total_timesteps=4 * n_envs,
+    )
     train_and_evaluate(cfg)
     assert len(recorded["inputs"]) > 4
     assert recorded["problems"] == []

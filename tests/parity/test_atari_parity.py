@@ -18,14 +18,30 @@ ATARI = dict(atari_wrapper=True, frame_stack=4, model="cnn", ent_coef=0.01, lear
 CONFIGS = {
     # FIRE on reset, 5 lives; the envs stepped in this process
     "breakout_in_process": Config(
-        env="gym_BreakoutNoFrameskip-v4", env_kwargs=dict(max_num_frames_per_episode=600), n_envs=2, n_steps=64, batch_size=64,
-        n_epochs=2, seed=0, total_timesteps=3 * 128, num_workers=0, **ATARI,
+        env="gym_BreakoutNoFrameskip-v4",
+        env_kwargs=dict(max_num_frames_per_episode=600),
+        n_envs=2,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+        seed=0,
+        total_timesteps=3 * 128,
+        num_workers=0,
+        **ATARI,
     ),
     # no FIRE, scores of 50 and more (clipped for training, not in ep_rew_mean); two worker processes
     # writing uint8 frames into shared memory, the main process stepping worker 0's env itself
     "asterix_worker_processes": Config(
-        env="gym_AsterixNoFrameskip-v4", env_kwargs=dict(max_num_frames_per_episode=500), n_envs=2, n_steps=64, batch_size=32,
-        n_epochs=2, seed=1, total_timesteps=3 * 128, num_workers=2, **ATARI,
+        env="gym_AsterixNoFrameskip-v4",
+        env_kwargs=dict(max_num_frames_per_episode=500),
+        n_envs=2,
+        n_steps=64,
+        batch_size=32,
+        n_epochs=2,
+        seed=1,
+        total_timesteps=3 * 128,
+        num_workers=2,
+        **ATARI,
     ),
 }
 
@@ -46,5 +62,6 @@ def test_atari_bit_exact_with_sb3(name: str) -> None:
     assert starts >= 2, starts
     if name.startswith("asterix"):
         assert logged["rollout/ep_rew_mean"] >= 50, "the logged return is the unclipped score"
-        assert max(float(r["rewards"].max())
-                   for r in ours.rollouts) <= 1.0 + 1.0, "training rewards are clipped (plus a bootstrap)"
+        assert max(float(r["rewards"].max()) for r in ours.rollouts) <= 1.0 + 1.0, (
+            "training rewards are clipped (plus a bootstrap)"
+        )

@@ -27,23 +27,37 @@ SPACES = {
     "multi_discrete": dict(**TOY, env_kwargs=dict(observation="multi_discrete", action="multi_discrete", episode_length=3)),
     "multi_binary": dict(**TOY, env_kwargs=dict(observation="multi_binary", action="multi_binary", episode_length=3)),
     "gsde": dict(**TOY, env_kwargs=dict(observation="box", action="box", episode_length=3), use_sde=True, sde_sample_freq=3),
-    "dict_normalized": dict(**TOY, env_kwargs=dict(observation="dict", action="multi_discrete", episode_length=3),
-                            normalize=True),
+    "dict_normalized": dict(
+        **TOY, env_kwargs=dict(observation="dict", action="multi_discrete", episode_length=3), normalize=True
+    ),
     "image": dict(env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, channels=1, episode_length=5)),
-    "image_channel_last": dict(env="test_dummy", model="cnn",
-                               env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5)),
+    "image_channel_last": dict(
+        env="test_dummy", model="cnn", env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5)
+    ),
     # an image beside 5 float32 (rows of 20 bytes per env), MultiInputPolicy, the vector normalised
-    "dict_image_and_vector": dict(env="test_dummy", model="cnn",
-                                  env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
-                                  normalize=True),
+    "dict_image_and_vector": dict(
+        env="test_dummy",
+        model="cnn",
+        env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
+        normalize=True,
+    ),
 }
 N_STEPS = 8
 
 
 def config(space: str, n_envs: int, **overrides) -> Config:
     """Two rollouts of ``N_STEPS`` x ``n_envs``, minibatches of ``4 n + 1`` (never a divisor of ``8 n``)."""
-    settings = dict(SPACES[space], n_envs=n_envs, n_steps=N_STEPS, batch_size=4 * n_envs + 1, n_epochs=2, seed=n_envs,
-                    total_timesteps=2 * N_STEPS * n_envs, num_workers=0, device="cpu")
+    settings = dict(
+        SPACES[space],
+        n_envs=n_envs,
+        n_steps=N_STEPS,
+        batch_size=4 * n_envs + 1,
+        n_epochs=2,
+        seed=n_envs,
+        total_timesteps=2 * N_STEPS * n_envs,
+        num_workers=0,
+        device="cpu",
+    )
     return Config(**{**settings, **overrides})
 
 
@@ -69,10 +83,16 @@ def test_odd_env_counts_through_a_worker_pool(space: str, n_envs: int, main_envs
     assert_parity(cfg, pool=build_env_pool(cfg), sharded=True)
 
 
-@pytest.mark.parametrize("space,n_envs,num_workers", [
-    ("discrete", 5, 3), ("multi_discrete", 6, 2), ("gsde", 5, 3), ("image_channel_last", 5, 2),
-    ("dict_image_and_vector", 4, 2),
-])
+@pytest.mark.parametrize(
+    "space,n_envs,num_workers",
+    [
+        ("discrete", 5, 3),
+        ("multi_discrete", 6, 2),
+        ("gsde", 5, 3),
+        ("image_channel_last", 5, 2),
+        ("dict_image_and_vector", 4, 2),
+    ],
+)
 def test_every_kind_of_space_through_the_policy_where_the_envs_are(space: str, n_envs: int, num_workers: int) -> None:
     """The main process draws each step's random numbers in sb3's order (gSDE: its exploration matrices) and hands
     them out by rows; each process samples its envs' actions from a window of the batch, keeps their books (the
@@ -93,23 +113,41 @@ def test_a_failing_probe_keeps_the_central_step_and_sb3s_numbers(monkeypatch) ->
         lines.append(model.collector.policy_line)
 
     assert_same_record(*run_both(cfg, build_env_pool(cfg), central))
-    assert lines == [f"policy step: in the main process for every env (start probe: windows of {GRANULES[-1]} rows gave other "
-                     "actions, values, log-probs, env actions than the whole batch)"]
+    assert lines == [
+        f"policy step: in the main process for every env (start probe: windows of {GRANULES[-1]} rows gave other "
+        "actions, values, log-probs, env actions than the whole batch)"
+    ]
 
 
 def test_acrobot_three_envs_as_a_new_user_ran_it() -> None:
     """The settings that showed the misaligned rows on an AVX-512 host (values 1e-7 off in the first rollout)."""
-    cfg = Config(env="gym_Acrobot-v1", n_envs=3, n_steps=64, batch_size=40, n_epochs=3, ent_coef=0.01,
-                 learning_rate="lin_1e-3", clip_range=0.25, gae_lambda=0.9, gamma=0.97, seed=7, total_timesteps=960,
-                 num_workers=0, device="cpu")
+    cfg = Config(
+        env="gym_Acrobot-v1",
+        n_envs=3,
+        n_steps=64,
+        batch_size=40,
+        n_epochs=3,
+        ent_coef=0.01,
+        learning_rate="lin_1e-3",
+        clip_range=0.25,
+        gae_lambda=0.9,
+        gamma=0.97,
+        seed=7,
+        total_timesteps=960,
+        num_workers=0,
+        device="cpu",
+    )
     assert_parity(cfg)
 
 
-@pytest.mark.parametrize("space,n_envs,num_workers,shares", [
-    ("box", 7, 3, (2, [3, 2])),  # 2 worker processes of 3 and 2 envs, 2 in this process
-    ("dict_normalized", 5, 2, (2, [3])),
-    ("multi_discrete", 9, None, (1, [3, 3, 2])),  # the default on 4 usable CPUs: 3 workers of 3/2, 1 env here
-])
+@pytest.mark.parametrize(
+    "space,n_envs,num_workers,shares",
+    [
+        ("box", 7, 3, (2, [3, 2])),  # 2 worker processes of 3 and 2 envs, 2 in this process
+        ("dict_normalized", 5, 2, (2, [3])),
+        ("multi_discrete", 9, None, (1, [3, 3, 2])),  # the default on 4 usable CPUs: 3 workers of 3/2, 1 env here
+    ],
+)
 def test_uneven_splits_keep_sb3s_numbers(monkeypatch, space: str, n_envs: int, num_workers, shares) -> None:
     """n_envs that do not divide over the processes: env i is env i (its seed, its storage column) whichever
     process steps it, so the run is sb3's bit for bit."""

@@ -15,22 +15,44 @@ DICT_OBS = spaces.Dict({"vec": spaces.Box(-1, 1, (5,), np.float32), "img": IMAGE
 
 CASES = {
     "mlp_discrete": (ActorCriticPolicy, BOX_OBS, spaces.Discrete(3), {}, {}),
-    "mlp_box_log_std": (ActorCriticPolicy, BOX_OBS, spaces.Box(-1, 1, (6,), np.float32), dict(log_std_init=-0.5),
-                        dict(log_std_init=-0.5)),
+    "mlp_box_log_std": (
+        ActorCriticPolicy,
+        BOX_OBS,
+        spaces.Box(-1, 1, (6,), np.float32),
+        dict(log_std_init=-0.5),
+        dict(log_std_init=-0.5),
+    ),
     "mlp_custom_arch": (
-        ActorCriticPolicy, BOX_OBS, spaces.Box(-1, 1, (2,), np.float32),
+        ActorCriticPolicy,
+        BOX_OBS,
+        spaces.Box(-1, 1, (2,), np.float32),
         dict(net_arch=dict(pi=[32, 16], vf=[48]), activation_fn=nn.ReLU, ortho_init=True),
         dict(net_arch=dict(pi=[32, 16], vf=[48]), activation_fn="relu"),
     ),
-    "mlp_list_arch_no_ortho": (ActorCriticPolicy, BOX_OBS, spaces.Discrete(4), dict(net_arch=[20, 20], ortho_init=False),
-                               dict(net_arch=[20, 20], ortho_init=False)),
+    "mlp_list_arch_no_ortho": (
+        ActorCriticPolicy,
+        BOX_OBS,
+        spaces.Discrete(4),
+        dict(net_arch=[20, 20], ortho_init=False),
+        dict(net_arch=[20, 20], ortho_init=False),
+    ),
     "mlp_discrete_obs": (ActorCriticPolicy, spaces.Discrete(7), spaces.Discrete(2), {}, {}),
     "cnn_shared": (ActorCriticCnnPolicy, IMAGE, spaces.Discrete(4), {}, dict(model="cnn")),
-    "cnn_separate": (ActorCriticCnnPolicy, IMAGE, spaces.Box(-1, 1, (2,), np.float32), dict(share_features_extractor=False),
-                     dict(model="cnn", share_features_extractor=False)),
+    "cnn_separate": (
+        ActorCriticCnnPolicy,
+        IMAGE,
+        spaces.Box(-1, 1, (2,), np.float32),
+        dict(share_features_extractor=False),
+        dict(model="cnn", share_features_extractor=False),
+    ),
     "multi_input": (MultiInputActorCriticPolicy, DICT_OBS, spaces.Discrete(3), {}, dict(model="cnn")),
-    "multi_input_separate": (MultiInputActorCriticPolicy, DICT_OBS, spaces.Box(-1, 1, (3,), np.float32),
-                             dict(share_features_extractor=False), dict(model="mlp", share_features_extractor=False)),
+    "multi_input_separate": (
+        MultiInputActorCriticPolicy,
+        DICT_OBS,
+        spaces.Box(-1, 1, (3,), np.float32),
+        dict(share_features_extractor=False),
+        dict(model="mlp", share_features_extractor=False),
+    ),
 }
 
 
@@ -85,7 +107,8 @@ def test_forward_sampling_and_evaluation_exact(name: str, n_envs: int) -> None:
         assert_same_value(x, y, what)
     assert torch.equal(rng1, rng2)
     actions = a1.float() if isinstance(CASES[name][2], spaces.Box) else a1.long().flatten()
-    for what, x, y in zip(("values", "log_prob", "entropy"), sb3.evaluate_actions(obs, actions),
-                          ours.evaluate_actions(obs, actions)):
+    for what, x, y in zip(
+        ("values", "log_prob", "entropy"), sb3.evaluate_actions(obs, actions), ours.evaluate_actions(obs, actions)
+    ):
         assert_same_value(x.detach(), y.detach(), f"evaluate_actions {what}")
     assert_same_value(sb3.predict_values(obs).detach(), ours.predict_values(obs).detach(), "predict_values")

@@ -9,6 +9,7 @@ and without VecNormalize, minibatches that do not divide the rollout (a short la
 by time limits (the bootstrap from each env's critic state), in this process and through worker
 pools (with and without the main process's share of the envs).
 """
+
 import warnings
 
 import numpy as np
@@ -16,8 +17,15 @@ import pytest
 
 from ppo_dict.core.config import Config
 from ppo_dict.run.run_plan import build_env_pool
-from tests.parity.sides import (BUFFER_FIELDS, Record, assert_same_record, assert_same_value, learn_sb3, make_recurrent,
-                                run_ours)
+from tests.parity.sides import (
+    BUFFER_FIELDS,
+    Record,
+    assert_same_record,
+    assert_same_value,
+    learn_sb3,
+    make_recurrent,
+    run_ours,
+)
 from ppo_dict.data.recurrent import STATE_NAMES
 
 TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",))
@@ -25,52 +33,151 @@ TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",))
 BASE = dict(model="mlp_lstm", lstm_hidden_size=16, n_epochs=2, num_workers=0)
 CONFIGS = {
     # Discrete: CartPole, 3 envs, 144 % 40 = 24: a short last minibatch
-    "discrete_3_envs": Config(**BASE, env="gym_CartPole-v1", n_envs=3, n_steps=16, batch_size=40, seed=0,
-                              total_timesteps=3 * 48),
+    "discrete_3_envs": Config(
+        **BASE, env="gym_CartPole-v1", n_envs=3, n_steps=16, batch_size=40, seed=0, total_timesteps=3 * 48
+    ),
     # Box Gaussian: Pendulum cut at 30 steps (time-limit bootstrap from each env's critic state), VecNormalize, 5 envs,
     # 160 % 96 = 64
-    "box_timeouts_normalized_5_envs": Config(**BASE, env="gym_Pendulum-v1", env_kwargs=dict(max_episode_steps=30), n_envs=5,
-                                             n_steps=32, batch_size=96, normalize=True, ent_coef=0.01, log_std_init=-0.5,
-                                             seed=1, total_timesteps=3 * 160),
+    "box_timeouts_normalized_5_envs": Config(
+        **BASE,
+        env="gym_Pendulum-v1",
+        env_kwargs=dict(max_episode_steps=30),
+        n_envs=5,
+        n_steps=32,
+        batch_size=96,
+        normalize=True,
+        ent_coef=0.01,
+        log_std_init=-0.5,
+        seed=1,
+        total_timesteps=3 * 160,
+    ),
     # gSDE: new exploration matrices every 4 steps, one env (episodes cut at 50 steps), value clipping, schedules
-    "gsde_1_env": Config(**BASE, env="gym_Pendulum-v1", env_kwargs=dict(max_episode_steps=50), n_envs=1, n_steps=64,
-                         batch_size=48, use_sde=True, sde_sample_freq=4, clip_range_vf="lin_0.3", learning_rate="lin_1e-3",
-                         clip_range="lin_0.2", seed=2, total_timesteps=4 * 64),
-    "multi_discrete_3_envs": Config(**BASE, **TOY,
-                                    env_kwargs=dict(observation="box", action="multi_discrete", episode_length=5),
-                                    n_envs=3, n_steps=16, batch_size=20, seed=3, total_timesteps=3 * 48),
+    "gsde_1_env": Config(
+        **BASE,
+        env="gym_Pendulum-v1",
+        env_kwargs=dict(max_episode_steps=50),
+        n_envs=1,
+        n_steps=64,
+        batch_size=48,
+        use_sde=True,
+        sde_sample_freq=4,
+        clip_range_vf="lin_0.3",
+        learning_rate="lin_1e-3",
+        clip_range="lin_0.2",
+        seed=2,
+        total_timesteps=4 * 64,
+    ),
+    "multi_discrete_3_envs": Config(
+        **BASE,
+        **TOY,
+        env_kwargs=dict(observation="box", action="multi_discrete", episode_length=5),
+        n_envs=3,
+        n_steps=16,
+        batch_size=20,
+        seed=3,
+        total_timesteps=3 * 48,
+    ),
     # MultiInputLstmPolicy over two vectors, normalised, separate features extractors, 5 envs (RecurrentPPO 2.9.2 cannot build
     # an LSTM over a MultiDiscrete observation: torch 2.13's nn.LSTM refuses its numpy-int input size)
-    "dict_5_envs": Config(**BASE, env="gym_PPODictMaskedJump-v0", gym_packages=("ppo_dict.envs.masked",),
-                          env_kwargs=dict(observation="dict"), n_envs=5, n_steps=12, batch_size=25, normalize=True,
-                          share_features_extractor=False, seed=5, total_timesteps=3 * 60),
+    "dict_5_envs": Config(
+        **BASE,
+        env="gym_PPODictMaskedJump-v0",
+        gym_packages=("ppo_dict.envs.masked",),
+        env_kwargs=dict(observation="dict"),
+        n_envs=5,
+        n_steps=12,
+        batch_size=25,
+        normalize=True,
+        share_features_extractor=False,
+        seed=5,
+        total_timesteps=3 * 60,
+    ),
     # the critic reads the actor's LSTM (detached); target_kl stops epochs early
-    "shared_lstm": Config(**{**BASE, "n_epochs": 6}, env="gym_CartPole-v1", n_envs=3, n_steps=32, batch_size=32,
-                          shared_lstm=True, enable_critic_lstm=False, learning_rate=0.02, target_kl=0.002, seed=6,
-                          total_timesteps=3 * 96),
+    "shared_lstm": Config(
+        **{**BASE, "n_epochs": 6},
+        env="gym_CartPole-v1",
+        n_envs=3,
+        n_steps=32,
+        batch_size=32,
+        shared_lstm=True,
+        enable_critic_lstm=False,
+        learning_rate=0.02,
+        target_kl=0.002,
+        seed=6,
+        total_timesteps=3 * 96,
+    ),
     # no LSTM for the critic: its Linear(features, hidden); a Discrete observation (one-hot), Box actions
-    "plain_critic": Config(**BASE, **TOY, env_kwargs=dict(observation="discrete", action="box", episode_length=5), n_envs=3,
-                           n_steps=16, batch_size=20, enable_critic_lstm=False, seed=7, total_timesteps=3 * 48),
+    "plain_critic": Config(
+        **BASE,
+        **TOY,
+        env_kwargs=dict(observation="discrete", action="box", episode_length=5),
+        n_envs=3,
+        n_steps=16,
+        batch_size=20,
+        enable_critic_lstm=False,
+        seed=7,
+        total_timesteps=3 * 48,
+    ),
     # two stacked LSTM layers, no advantage normalisation; 200-step episodes: the updates after the first see no episode
     # start, and sb3-contrib's LSTMs take their one-call branch (the first update's minibatches hold the start of learn)
-    "two_layers": Config(**BASE, env="gym_Pendulum-v1", n_envs=1, n_steps=32, batch_size=24, n_lstm_layers=2,
-                         normalize_advantage=False, seed=8, total_timesteps=3 * 32),
+    "two_layers": Config(
+        **BASE,
+        env="gym_Pendulum-v1",
+        n_envs=1,
+        n_steps=32,
+        batch_size=24,
+        n_lstm_layers=2,
+        normalize_advantage=False,
+        seed=8,
+        total_timesteps=3 * 32,
+    ),
     # CnnLstmPolicy: NatureCNN -> LSTM, episodes cut at 5 steps
-    "cnn_3_envs": Config(**{**BASE, "model": "cnn_lstm"}, env="test_dummy",
-                         env_kwargs=dict(image_size=36, channels=1, episode_length=5),
-                         n_envs=3, n_steps=8, batch_size=10, seed=9, total_timesteps=2 * 24),
+    "cnn_3_envs": Config(
+        **{**BASE, "model": "cnn_lstm"},
+        env="test_dummy",
+        env_kwargs=dict(image_size=36, channels=1, episode_length=5),
+        n_envs=3,
+        n_steps=8,
+        batch_size=10,
+        seed=9,
+        total_timesteps=2 * 24,
+    ),
     # CnnLstmPolicy on channel-last images (sb3's VecTransposeImage), Box actions
-    "cnn_channel_last": Config(**{**BASE, "model": "cnn_lstm"}, env="test_dummy",
-                               env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5), n_envs=1,
-                               n_steps=12, batch_size=7, seed=10, total_timesteps=2 * 12),
+    "cnn_channel_last": Config(
+        **{**BASE, "model": "cnn_lstm"},
+        env="test_dummy",
+        env_kwargs=dict(image_size=36, continuous=True, channel_last=True, episode_length=5),
+        n_envs=1,
+        n_steps=12,
+        batch_size=7,
+        seed=10,
+        total_timesteps=2 * 12,
+    ),
     # MultiInputLstmPolicy with an image beside a normalised vector
-    "dict_image_normalized": Config(**{**BASE, "model": "cnn_lstm"}, env="test_dummy",
-                                    env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5), normalize=True,
-                                    n_envs=3, n_steps=8, batch_size=10, seed=11, total_timesteps=2 * 24),
+    "dict_image_normalized": Config(
+        **{**BASE, "model": "cnn_lstm"},
+        env="test_dummy",
+        env_kwargs=dict(image_size=36, channels=1, state_dim=5, episode_length=5),
+        normalize=True,
+        n_envs=3,
+        n_steps=8,
+        batch_size=10,
+        seed=11,
+        total_timesteps=2 * 24,
+    ),
 }
 #: MultiBinary both ways, rewards normalised (integer observations are not): a rollout, as RecurrentPPO cannot train it
-MULTI_BINARY = Config(**BASE, **TOY, env_kwargs=dict(observation="multi_binary", action="multi_binary", episode_length=4),
-                      n_envs=3, n_steps=16, batch_size=24, normalize=True, seed=4, total_timesteps=3 * 48)
+MULTI_BINARY = Config(
+    **BASE,
+    **TOY,
+    env_kwargs=dict(observation="multi_binary", action="multi_binary", episode_length=4),
+    n_envs=3,
+    n_steps=16,
+    batch_size=24,
+    normalize=True,
+    seed=4,
+    total_timesteps=3 * 48,
+)
 #: worker layouts: (num_workers, envs_per_worker, main_steps_envs)
 POOLS = {
     "discrete_3_envs": (3, 1, True),  # two workers and the main process's share
@@ -91,8 +198,9 @@ def run_both(cfg: Config, pool_layout=None) -> tuple[Record, Record]:
         if pool_layout is None:
             return sb3, run_ours(cfg)
         workers, per_worker, main_steps = pool_layout
-        cfg = cfg.replace(num_workers=workers, envs_per_worker=per_worker, main_steps_envs=main_steps,
-                          main_envs=1 if main_steps else None)
+        cfg = cfg.replace(
+            num_workers=workers, envs_per_worker=per_worker, main_steps_envs=main_steps, main_envs=1 if main_steps else None
+        )
         return sb3, run_ours(cfg, build_env_pool(cfg))
 
 
@@ -126,8 +234,9 @@ def test_multi_binary_actions_first_rollout_bit_exact(pool_layout) -> None:
         pool = None
         if pool_layout is not None:
             workers, per_worker, main_steps = pool_layout
-            ours_cfg = ours_cfg.replace(num_workers=workers, envs_per_worker=per_worker, main_steps_envs=main_steps,
-                                        main_envs=1)
+            ours_cfg = ours_cfg.replace(
+                num_workers=workers, envs_per_worker=per_worker, main_steps_envs=main_steps, main_envs=1
+            )
             pool = build_env_pool(ours_cfg)
         ours = run_ours(ours_cfg, pool, prepare=lambda m: assert_same_value(initial, m.policy.state_dict(), "init"))
     assert len(sb3.rollouts) == 1 and sb3.rollouts[0]["actions"].dtype == np.int8

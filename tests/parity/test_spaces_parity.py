@@ -1,6 +1,7 @@
 """The rest of sb3's PPO against sb3, exact: gSDE, MultiDiscrete and MultiBinary actions, and every
 observation space sb3 takes (Discrete, MultiDiscrete, MultiBinary, Dict of them), for network
 construction, sampling (with the lean rollout step), evaluation, and whole short runs."""
+
 import warnings
 
 import numpy as np
@@ -43,8 +44,9 @@ def test_init_exact(name: str) -> None:
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in sb3.named_parameters()]
     assert ours.features_dim == sb3.features_dim
     if ours.use_sde:
-        assert_same_value(sb3.action_dist.exploration_mat.detach(), ours.action_spec.gsde.exploration_mat,
-                          "first exploration matrix")
+        assert_same_value(
+            sb3.action_dist.exploration_mat.detach(), ours.action_spec.gsde.exploration_mat, "first exploration matrix"
+        )
 
 
 def random_batch(space: spaces.Space, n: int, rng: np.random.Generator):
@@ -72,8 +74,9 @@ def test_sampling_lean_step_and_evaluation_exact(name: str, n_envs: int) -> None
         for policy in (sb3, ours):
             torch.manual_seed(5)
             policy.reset_noise(n_envs)
-        assert_same_value(sb3.action_dist.exploration_matrices.detach(), ours.action_spec.gsde.exploration_matrices,
-                          "exploration matrices")
+        assert_same_value(
+            sb3.action_dist.exploration_matrices.detach(), ours.action_spec.gsde.exploration_matrices, "exploration matrices"
+        )
     outputs, rng_states = [], []
     for forward in (sb3, ours, PolicyStep(ours, n_envs)):
         torch.manual_seed(11)
@@ -85,8 +88,9 @@ def test_sampling_lean_step_and_evaluation_exact(name: str, n_envs: int) -> None
             assert_same_value(x, y, what)
         assert torch.equal(rng_states[0], rng)
     actions = outputs[0][0].float()
-    for what, x, y in zip(("values", "log_prob", "entropy"), sb3.evaluate_actions(obs, actions),
-                          ours.evaluate_actions(obs, actions)):
+    for what, x, y in zip(
+        ("values", "log_prob", "entropy"), sb3.evaluate_actions(obs, actions), ours.evaluate_actions(obs, actions)
+    ):
         assert_same_value(x.detach(), y.detach(), f"evaluate_actions {what}")
     assert_same_value(sb3.predict_values(obs).detach(), ours.predict_values(obs).detach(), "predict_values")
     torch.manual_seed(11)
@@ -97,24 +101,78 @@ def test_sampling_lean_step_and_evaluation_exact(name: str, n_envs: int) -> None
 TOY = dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",), num_workers=0)
 RUNS = {
     # gSDE: matrices drawn at rollout start, every 4 steps (twice at step 0), one per env (bmm); timeouts bootstrapped
-    "gsde_sample_freq_4": Config(env="gym_Pendulum-v1", n_envs=2, n_steps=64, batch_size=32, n_epochs=2, use_sde=True,
-                                 sde_sample_freq=4, seed=1, total_timesteps=4 * 128, num_workers=0),
+    "gsde_sample_freq_4": Config(
+        env="gym_Pendulum-v1",
+        n_envs=2,
+        n_steps=64,
+        batch_size=32,
+        n_epochs=2,
+        use_sde=True,
+        sde_sample_freq=4,
+        seed=1,
+        total_timesteps=4 * 128,
+        num_workers=0,
+    ),
     # gSDE once per rollout, one env (mm path), one std per latent feature, expln
-    "gsde_diagonal_expln_one_env": Config(env="gym_Pendulum-v1", n_envs=1, n_steps=64, batch_size=32, n_epochs=2, use_sde=True,
-                                          full_std=False, use_expln=True, log_std_init=-1.0, seed=2, total_timesteps=3 * 64,
-                                          num_workers=0),
-    "multi_discrete": Config(**TOY, env_kwargs=dict(observation="multi_discrete", action="multi_discrete"), n_envs=2,
-                             n_steps=32, batch_size=32, n_epochs=2, seed=3, total_timesteps=3 * 64),
+    "gsde_diagonal_expln_one_env": Config(
+        env="gym_Pendulum-v1",
+        n_envs=1,
+        n_steps=64,
+        batch_size=32,
+        n_epochs=2,
+        use_sde=True,
+        full_std=False,
+        use_expln=True,
+        log_std_init=-1.0,
+        seed=2,
+        total_timesteps=3 * 64,
+        num_workers=0,
+    ),
+    "multi_discrete": Config(
+        **TOY,
+        env_kwargs=dict(observation="multi_discrete", action="multi_discrete"),
+        n_envs=2,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        seed=3,
+        total_timesteps=3 * 64,
+    ),
     # MultiBinary both ways, with reward normalisation (an integer observation is not normalised, as sb3's norm_obs_keys)
-    "multi_binary_normalized_reward": Config(**TOY, env_kwargs=dict(observation="multi_binary", action="multi_binary"),
-                                             n_envs=2, n_steps=32, batch_size=32, n_epochs=2, normalize=True, seed=4,
-                                             total_timesteps=3 * 64),
+    "multi_binary_normalized_reward": Config(
+        **TOY,
+        env_kwargs=dict(observation="multi_binary", action="multi_binary"),
+        n_envs=2,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        normalize=True,
+        seed=4,
+        total_timesteps=3 * 64,
+    ),
     # every leaf in a Dict, the Box key normalised, separate extractors
-    "dict_of_every_leaf_normalized": Config(**TOY, env_kwargs=dict(observation="dict", action="discrete"), n_envs=3,
-                                            n_steps=32, batch_size=48, n_epochs=2, normalize=True,
-                                            share_features_extractor=False, seed=5, total_timesteps=3 * 96),
-    "discrete_obs_box_actions": Config(**TOY, env_kwargs=dict(observation="discrete", action="box"), n_envs=2, n_steps=32,
-                                       batch_size=32, n_epochs=2, seed=6, total_timesteps=3 * 64),
+    "dict_of_every_leaf_normalized": Config(
+        **TOY,
+        env_kwargs=dict(observation="dict", action="discrete"),
+        n_envs=3,
+        n_steps=32,
+        batch_size=48,
+        n_epochs=2,
+        normalize=True,
+        share_features_extractor=False,
+        seed=5,
+        total_timesteps=3 * 96,
+    ),
+    "discrete_obs_box_actions": Config(
+        **TOY,
+        env_kwargs=dict(observation="discrete", action="box"),
+        n_envs=2,
+        n_steps=32,
+        batch_size=32,
+        n_epochs=2,
+        seed=6,
+        total_timesteps=3 * 64,
+    ),
 }
 
 
@@ -145,9 +203,14 @@ def test_runs_exercise_what_they_claim() -> None:
     assert starts.sum() > 3 * 3 * 1  # truncations every 20 steps plus random terminations
 
 
-@pytest.mark.parametrize("name, mp_method", [("dict_of_every_leaf_normalized", "forkserver"),
-                                             ("multi_binary_normalized_reward", "spawn"),
-                                             ("gsde_sample_freq_4", "forkserver")])
+@pytest.mark.parametrize(
+    "name, mp_method",
+    [
+        ("dict_of_every_leaf_normalized", "forkserver"),
+        ("multi_binary_normalized_reward", "spawn"),
+        ("gsde_sample_freq_4", "forkserver"),
+    ],
+)
 def test_worker_pool_is_bit_exact(name: str, mp_method: str) -> None:
     """The same runs through worker processes (the main process steps some envs itself): every
     leaf of the observation and the actions travel through shared memory."""

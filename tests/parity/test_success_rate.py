@@ -7,6 +7,7 @@ reports ``is_success`` as numpy float32 (gymnasium-robotics' type: its mean is t
 as bool, or as a mix of Python and numpy types, at every step or only at episode ends. The runs are
 long enough (over 100 episodes) for the window to drop its oldest values.
 """
+
 import warnings
 
 import pytest
@@ -19,8 +20,19 @@ GOAL = dict(env="gym_PPODictGoal-v0", gym_packages=("ppo_dict.envs.goal",))
 
 
 def config(success_type: str, every_step: bool = True, **overrides) -> Config:
-    settings = dict(GOAL, env_kwargs=dict(success_type=success_type, success_every_step=every_step), n_envs=4, n_steps=32,
-                    batch_size=64, n_epochs=2, net_arch=[16], seed=11, total_timesteps=10 * 128, num_workers=0, device="cpu")
+    settings = dict(
+        GOAL,
+        env_kwargs=dict(success_type=success_type, success_every_step=every_step),
+        n_envs=4,
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        net_arch=[16],
+        seed=11,
+        total_timesteps=10 * 128,
+        num_workers=0,
+        device="cpu",
+    )
     return Config(**{**settings, **overrides})
 
 
@@ -48,8 +60,9 @@ def test_success_rate_through_a_worker_pool(main_envs) -> None:
 
 def test_no_success_rate_without_is_success() -> None:
     """An env whose info has no ``is_success`` logs no ``rollout/success_rate`` (sb3 neither)."""
-    cfg = Config(env="gym_CartPole-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0, total_timesteps=256,
-                 num_workers=0)
+    cfg = Config(
+        env="gym_CartPole-v1", n_envs=2, n_steps=64, batch_size=64, n_epochs=1, seed=0, total_timesteps=256, num_workers=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ours = run_ours(cfg)
@@ -70,8 +83,13 @@ def test_info_keywords_are_what_sb3_monitor_records() -> None:
 
     keywords = ("distance", "is_success")
     cfg = config("mixed", False, info_keywords=keywords, num_workers=2, total_timesteps=4 * 128)
-    venv = make_vec_env("PPODictGoal-v0", n_envs=cfg.num_envs, seed=cfg.seed, env_kwargs=cfg.env_kwargs,
-                        monitor_kwargs=dict(info_keywords=keywords))
+    venv = make_vec_env(
+        "PPODictGoal-v0",
+        n_envs=cfg.num_envs,
+        seed=cfg.seed,
+        env_kwargs=cfg.env_kwargs,
+        monitor_kwargs=dict(info_keywords=keywords),
+    )
     sb3_model = SB3PPO("MlpPolicy", venv, verbose=0, **sb3_ppo_kwargs(cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -80,8 +98,9 @@ def test_info_keywords_are_what_sb3_monitor_records() -> None:
         ours = run_ours(cfg, pool=build_env_pool(cfg), prepare=models.append)
     expected = [{k: v for k, v in e.items() if k != "t"} for e in sb3_model.ep_info_buffer]
     got = list(models[0].ep_info_buffer)
-    assert got == expected and \
-        [[type(v) for v in e.values()] for e in got] == [[type(v) for v in e.values()] for e in expected]
+    assert got == expected and [[type(v) for v in e.values()] for e in got] == [
+        [type(v) for v in e.values()] for e in expected
+    ]
     assert len(expected) > 20 and {type(e["is_success"]) for e in expected} > {bool}  # several types came
     for key in keywords:
         assert ours.dumps[-1][f"rollout/{key}"] == safe_mean([e[key] for e in expected])

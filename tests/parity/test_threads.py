@@ -7,6 +7,7 @@ NatureCNN's gradient reductions differently, on this AVX2 host they do not), so 
 the contract, never the CPU's answer: the run equals sb3 whichever count was kept, and where the
 trial is made to differ, one thread is kept and the run is still sb3's.
 """
+
 import warnings
 
 import pytest
@@ -20,11 +21,31 @@ from tests.parity.sides import assert_same_record, run_ours, run_sb3
 
 CONFIGS = {
     # rl-zoo's MuJoCo size: 256x256, a 2048-sample minibatch
-    "mlp-256": Config(env="gym_Reacher-v5", n_envs=8, num_workers=0, n_steps=256, batch_size=512, n_epochs=3, seed=1,
-                      net_arch="256,256", total_timesteps=2 * 8 * 256, max_grad_norm=0.05),
+    "mlp-256": Config(
+        env="gym_Reacher-v5",
+        n_envs=8,
+        num_workers=0,
+        n_steps=256,
+        batch_size=512,
+        n_epochs=3,
+        seed=1,
+        net_arch="256,256",
+        total_timesteps=2 * 8 * 256,
+        max_grad_norm=0.05,
+    ),
     # NatureCNN: a 1.6M-parameter linear layer, its gradient norm clipped
-    "cnn": Config(env="test_dummy", model="cnn", n_envs=4, num_workers=0, n_steps=64, batch_size=128, n_epochs=2, seed=2,
-                  total_timesteps=2 * 4 * 64, max_grad_norm=0.05),
+    "cnn": Config(
+        env="test_dummy",
+        model="cnn",
+        n_envs=4,
+        num_workers=0,
+        n_steps=64,
+        batch_size=128,
+        n_epochs=2,
+        seed=2,
+        total_timesteps=2 * 4 * 64,
+        max_grad_norm=0.05,
+    ),
 }
 
 

@@ -1,4 +1,5 @@
 """GAE and one PPO update, teacher-forced from identical state (docs/sb3_parity.md tests 3, 9-14)."""
+
 import warnings
 
 import numpy as np
@@ -27,13 +28,21 @@ def test_gae_exact_and_close_to_float64() -> None:
     adv, ret = compute_gae(rewards, values, starts, last_values.flatten(), last_dones, 0.97, 0.9)
     assert_same_value(buf.advantages, adv, "advantages")
     assert_same_value(buf.returns, ret, "returns")
-    adv64, _ = compute_gae(rewards.astype(np.float64), values.astype(np.float64), starts.astype(np.float64),
-                           last_values.flatten().astype(np.float64), last_dones, 0.97, 0.9)
+    adv64, _ = compute_gae(
+        rewards.astype(np.float64),
+        values.astype(np.float64),
+        starts.astype(np.float64),
+        last_values.flatten().astype(np.float64),
+        last_dones,
+        0.97,
+        0.9,
+    )
     np.testing.assert_allclose(adv, adv64, rtol=1e-5, atol=1e-5)
 
 
-BASE = dict(env="gym_CartPole-v1", n_envs=4, n_steps=50, batch_size=64, n_epochs=4, seed=9, total_timesteps=1000,
-            num_workers=0)
+BASE = dict(
+    env="gym_CartPole-v1", n_envs=4, n_steps=50, batch_size=64, n_epochs=4, seed=9, total_timesteps=1000, num_workers=0
+)
 VARIANTS = {
     "default": {},
     "no_adv_norm_truncated_batch_of_one": dict(normalize_advantage=False, batch_size=199),  # 200 % 199 = 1
@@ -42,10 +51,18 @@ VARIANTS = {
     "continuous": dict(env="gym_Pendulum-v1", ent_coef=0.01, log_std_init=-0.3),
     # gSDE: the state-dependent scale in the loss; sb3 2.9.2's train() draws no new noise (the numpy RNG check sees it)
     "gsde": dict(env="gym_Pendulum-v1", use_sde=True, sde_sample_freq=4, ent_coef=0.01),
-    "multi_discrete": dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
-                           env_kwargs=dict(observation="multi_discrete", action="multi_discrete"), ent_coef=0.01),
-    "multi_binary": dict(env="gym_PPODictToy-v0", gym_packages=("ppo_dict.envs.toy",),
-                         env_kwargs=dict(observation="box", action="multi_binary"), clip_range_vf=0.1),
+    "multi_discrete": dict(
+        env="gym_PPODictToy-v0",
+        gym_packages=("ppo_dict.envs.toy",),
+        env_kwargs=dict(observation="multi_discrete", action="multi_discrete"),
+        ent_coef=0.01,
+    ),
+    "multi_binary": dict(
+        env="gym_PPODictToy-v0",
+        gym_packages=("ppo_dict.envs.toy",),
+        env_kwargs=dict(observation="box", action="multi_binary"),
+        clip_range_vf=0.1,
+    ),
 }
 
 
@@ -73,13 +90,15 @@ def test_one_train_teacher_forced(variant: str) -> None:
     np.random.set_state(np_state)
     torch.set_rng_state(torch_state)
     logs = ours.train(sb3._current_progress_remaining)
-    assert torch.equal(sb3_torch_after,
-                       torch.get_rng_state()), "train() draws from the torch RNG as sb3's does (gSDE: not at all)"
+    assert torch.equal(sb3_torch_after, torch.get_rng_state()), (
+        "train() draws from the torch RNG as sb3's does (gSDE: not at all)"
+    )
 
     assert_same_value(sb3.policy.state_dict(), ours.policy.state_dict(), "parameters after train()")
     assert_same_value(sb3.policy.optimizer.state_dict(), ours.optimizer.state_dict(), "Adam state after train()")
-    assert_same_value(list(sb3_rng_after), list(np.random.get_state()),
-                      "numpy RNG after train() (one permutation per started epoch)")
+    assert_same_value(
+        list(sb3_rng_after), list(np.random.get_state()), "numpy RNG after train() (one permutation per started epoch)"
+    )
     sb3_logs = {k: v for k, v in sb3.logger.name_to_value.items() if k.startswith("train/")}
     assert_same_value(dict(sorted(sb3_logs.items())), dict(sorted(ours.logger.current.items())), "train/* logs")
     assert logs["train/n_updates"] == sb3._n_updates

@@ -1,5 +1,6 @@
 """The env backends' table: a spec names its backend, ``probe_env`` finds it there, and a new kind
 of env is a backend class and its line in ``ppo_dict.vec.BACKENDS``."""
+
 import dataclasses
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The worker line (``ppo_dict.vec.channel``): ``Connection``'s framing, one system call a message,
 and bytes read ahead kept for the next message, against a real ``Connection`` on the other end."""
+
 from __future__ import annotations
 
 import multiprocessing

@@ -1,5 +1,6 @@
 """The Godot backend: runners write storage as the games reply, blocks own whole games, the worker pool equals the
 in-process pool, PPO learns the demo."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,16 @@ from ppo_dict.vec.godot import GodotBackend, GodotRunner
 from ppo_dict.vec.in_process import InProcessEnvPool
 from ppo_dict.vec.runner import env_seeds
 from ppo_dict.vec.shm_pool import ShmEnvPool
-from tests.godot_helpers import (assert_learns_the_demo, demo_config, godot_pool, needs_godot, process_state, small_config,
-                                 train, wait_gone)
+from tests.godot_helpers import (
+    assert_learns_the_demo,
+    demo_config,
+    godot_pool,
+    needs_godot,
+    process_state,
+    small_config,
+    train,
+    wait_gone,
+)
 
 
 @needs_godot
@@ -34,8 +43,11 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
     spec = godot_spec(game_args={"max_steps": 12})
     pool = godot_pool(spec, n_envs=8, n_steps=30)
     s = pool.storage
-    assert pool.num_envs == 8 and len(pool.runner.games) == 2 and \
-        pool.observation_space == spaces.Dict({"obs": spaces.Box(-1, 1, (4,), np.float32)})
+    assert (
+        pool.num_envs == 8
+        and len(pool.runner.games) == 2
+        and pool.observation_space == spaces.Dict({"obs": spaces.Box(-1, 1, (4,), np.float32)})
+    )
     references = [GodotGame(game_args={"max_steps": 12}), GodotGame(game_args={"max_steps": 12})]
     try:
         pool.reset(seed=10)
@@ -71,9 +83,12 @@ def test_pool_writes_storage_like_the_games(no_leftover_godot):
 def test_pool_rejects_n_envs_that_split_a_game(no_leftover_godot):
     """Found once the first game says how many agents it runs: reported as a worker's constructor error
     is (the main process builds these envs), the games launched so far closed."""
-    with pytest.raises(EnvWorkerError, match=r"^the main process, env 0 \(godot_demo\) raised in constructor: ValueError: "
-                                             r"6 envs for godot_demo: each Godot process runs 4 agents, so the envs of a pool "
-                                             r"\(or of one worker\) must be a positive multiple of 4"):
+    with pytest.raises(
+        EnvWorkerError,
+        match=r"^the main process, env 0 \(godot_demo\) raised in constructor: ValueError: "
+        r"6 envs for godot_demo: each Godot process runs 4 agents, so the envs of a pool "
+        r"\(or of one worker\) must be a positive multiple of 4",
+    ):
         godot_pool(godot_spec(), n_envs=6, n_steps=8)
 
 
@@ -134,8 +149,13 @@ def test_runner_writes_only_its_block_of_columns(no_leftover_godot):
 
 @needs_godot
 def test_validate_names_agents_per_process_and_timeouts():
-    cfg = Config(env="godot_demo", env_kwargs={"step_timeout": 60.0, "game_args": {"n_agents": 3}}, n_envs=8, num_workers=2,
-                 eval_freq=1000)
+    cfg = Config(
+        env="godot_demo",
+        env_kwargs={"step_timeout": 60.0, "game_args": {"n_agents": 3}},
+        n_envs=8,
+        num_workers=2,
+        eval_freq=1000,
+    )
     with pytest.raises(ConfigError) as err:
         validate(cfg)
     problems = str(err.value).splitlines()[1:]
@@ -150,8 +170,11 @@ def test_validate_names_agents_per_process_and_timeouts():
     # as the pools run it: one game per block, of its size
     pooled = validate(Config(env="godot_demo", n_envs=12, num_workers=2))
     assert pooled.block_games and pooled.unit == 1 and pooled.spec.kwargs["step_timeout"] == 54.0  # 0.9 x the worker's 60 s
-    spec = GodotBackend.probe(env_spec(Config(env="godot_demo"))).for_blocks(envs_per_block=6, step_timeout=10.0,
-                                                                             in_workers=True).spec
+    spec = (
+        GodotBackend.probe(env_spec(Config(env="godot_demo")))
+        .for_blocks(envs_per_block=6, step_timeout=10.0, in_workers=True)
+        .spec
+    )
     assert spec.kwargs["game_args"] == {"n_agents": 6} and spec.kwargs["step_timeout"] == 9.0
     # the demo observes an image only when its game_args ask for one: the model check follows the probed space
     with pytest.raises(ConfigError, match="model='mlp': the observation holds images; use --model cnn"):
@@ -166,8 +189,9 @@ def test_worker_pool_equals_in_process_pool_bit_for_bit(tag):
     # a game per block
     assert isinstance(workers, ShmEnvPool) and workers.main_envs == 4 and workers._main_runner.n_agents == 4
     pooled, pooled_params = train(cfg, workers)
-    two_games = InProcessEnvPool(GodotBackend.probe(env_spec(cfg)).for_blocks(4, cfg.step_timeout, in_workers=False),
-                                 cfg.n_envs, cfg.n_steps)
+    two_games = InProcessEnvPool(
+        GodotBackend.probe(env_spec(cfg)).for_blocks(4, cfg.step_timeout, in_workers=False), cfg.n_envs, cfg.n_steps
+    )
     assert len(two_games.runner.games) == 2
     here, here_params = train(cfg.replace(num_workers=0), two_games)
     one_game_pool = make_env_pool(cfg.replace(num_workers=0))
@@ -204,8 +228,10 @@ def game_pids_of(worker_pid: int) -> list[int]:
                 stat = f.read()
         except (OSError, ValueError):
             continue
-        if stat[stat.index("(") + 1 : stat.rindex(")")].startswith("godot") and \
-            int(stat.rsplit(")", 1)[1].split()[1]) == worker_pid:
+        if (
+            stat[stat.index("(") + 1 : stat.rindex(")")].startswith("godot")
+            and int(stat.rsplit(")", 1)[1].split()[1]) == worker_pid
+        ):
             pids.append(int(entry))
     return pids
 
@@ -220,8 +246,11 @@ def test_sigkilled_worker_gives_worker_died_error_and_kills_its_game(tag):
         games = [game_pids_of(pid) for pid in pool.pids]
         assert [len(g) for g in games] == [1, 1]  # one Godot process per worker
         os.kill(pool.pids[1], signal.SIGKILL)
-        with pytest.raises(WorkerDiedError, match=r"^worker 1 \(envs 4..7, godot_demo, "
-                                                  r"pid \d+\) died with exit code -9 \(SIGKILL\) during 'step'"):
+        with pytest.raises(
+            WorkerDiedError,
+            match=r"^worker 1 \(envs 4..7, godot_demo, "
+            r"pid \d+\) died with exit code -9 \(SIGKILL\) during 'step'",
+        ):
             pool.step(1)
     finally:
         pool.close()
@@ -235,8 +264,15 @@ def test_sigkilled_worker_gives_worker_died_error_and_kills_its_game(tag):
 def test_demo_learns_through_the_worker_pool(tag):
     """150k agent steps through 2 workers x 4 agents (the demo's settings): deterministic return from ~0 to
     > 10 (the greedy optimum is ~12), within 150 s on 2 cores."""
-    cfg = demo_config(tag, env_kwargs={"game_args": {"pool_test_tag": tag}}, seed=0, total_timesteps=150_000, n_steps=128,
-                      batch_size=256, n_epochs=10)
+    cfg = demo_config(
+        tag,
+        env_kwargs={"game_args": {"pool_test_tag": tag}},
+        seed=0,
+        total_timesteps=150_000,
+        n_steps=128,
+        batch_size=256,
+        n_epochs=10,
+    )
     start = time.perf_counter()
     assert_learns_the_demo(cfg, make_env_pool(cfg))
     assert time.perf_counter() - start < 150

@@ -1,4 +1,5 @@
 """The in-process pool: every env in this process, in env order, seeded as sb3 seeds them."""
+
 import gymnasium as gym
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
 """The gymnasium runner: sb3's DummyVecEnv + Monitor semantics into storage, and the env it names when one fails."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -89,8 +90,18 @@ def test_episode_statistics_come_from_beneath_the_training_wrappers() -> None:
     sb3.close()
 
 
-REWARDS = [1, 2**60 + 12345, np.float64(0.1), np.float32(0.3), 0.7, True, np.int64(2**55 + 3), np.float16(0.25), -7,
-           np.uint8(7)]
+REWARDS = [
+    1,
+    2**60 + 12345,
+    np.float64(0.1),
+    np.float32(0.3),
+    0.7,
+    True,
+    np.int64(2**55 + 3),
+    np.float16(0.25),
+    -7,
+    np.uint8(7),
+]
 
 
 class TypedRewards(gym.Env):

@@ -2,6 +2,7 @@
 the CPU): PPO with CnnPolicy on channel-last images (sb3 adds its VecTransposeImage), A2C, SAC,
 DQN, and DQN with HER on dict goals (MultiBinary observations, ``compute_reward`` through
 ``env_method``); sb3's wrappers see the env's own layout; actions cast as sb3's classes take them."""
+
 from __future__ import annotations
 
 import warnings
@@ -18,9 +19,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecNorm
 
 from ppo_dict import ShmVecEnv
 
+
 def small() -> dict:
     """Small networks; a new dict each time (sb3's off-policy algorithms write into their policy_kwargs)."""
     return dict(net_arch=[32, 32])
+
+
 CHANNEL_LAST = dict(image_size=36, channel_last=True, episode_length=20)
 
 
@@ -30,17 +34,43 @@ def bit_flipping() -> gym.Env:
 
 #: name: (algorithm, its kwargs, env steps, env id or env_fn, env kwargs)
 ALGORITHMS: dict[str, tuple[Any, dict, int, Any, Optional[dict]]] = {
-    "ppo_cnn_channel_last": (PPO, dict(policy="CnnPolicy", n_steps=16, batch_size=32, n_epochs=1), 64,
-                             "ppo_dict.envs.dummy:PPODictTestDummy-v0", CHANNEL_LAST),
+    "ppo_cnn_channel_last": (
+        PPO,
+        dict(policy="CnnPolicy", n_steps=16, batch_size=32, n_epochs=1),
+        64,
+        "ppo_dict.envs.dummy:PPODictTestDummy-v0",
+        CHANNEL_LAST,
+    ),
     "a2c": (A2C, dict(policy="MlpPolicy", n_steps=8, policy_kwargs=small()), 128, "CartPole-v1", None),
-    "sac": (SAC, dict(policy="MlpPolicy", learning_starts=40, batch_size=16, buffer_size=500, policy_kwargs=small()), 80,
-            "Pendulum-v1", None),
-    "dqn": (DQN, dict(policy="MlpPolicy", learning_starts=40, batch_size=16, buffer_size=500, train_freq=2,
-                      policy_kwargs=small()), 120, "CartPole-v1", None),
-    "her_dqn_dict_goals": (DQN, dict(policy="MultiInputPolicy", learning_starts=40, batch_size=16, buffer_size=500,
-                                     policy_kwargs=small(), replay_buffer_class=HerReplayBuffer,
-                                     replay_buffer_kwargs=dict(n_sampled_goal=2, goal_selection_strategy="future")),
-                           120, bit_flipping, None),
+    "sac": (
+        SAC,
+        dict(policy="MlpPolicy", learning_starts=40, batch_size=16, buffer_size=500, policy_kwargs=small()),
+        80,
+        "Pendulum-v1",
+        None,
+    ),
+    "dqn": (
+        DQN,
+        dict(policy="MlpPolicy", learning_starts=40, batch_size=16, buffer_size=500, train_freq=2, policy_kwargs=small()),
+        120,
+        "CartPole-v1",
+        None,
+    ),
+    "her_dqn_dict_goals": (
+        DQN,
+        dict(
+            policy="MultiInputPolicy",
+            learning_starts=40,
+            batch_size=16,
+            buffer_size=500,
+            policy_kwargs=small(),
+            replay_buffer_class=HerReplayBuffer,
+            replay_buffer_kwargs=dict(n_sampled_goal=2, goal_selection_strategy="future"),
+        ),
+        120,
+        bit_flipping,
+        None,
+    ),
 }
 
 
@@ -50,8 +80,9 @@ def train(name: str, vec_env_cls: Callable, **vec_env_kwargs: Any) -> dict[str, 
     if callable(env):
         venv = vec_env_cls([env, env], **vec_env_kwargs)
     else:
-        venv = make_vec_env(env, n_envs=2, seed=0, vec_env_cls=vec_env_cls, vec_env_kwargs=vec_env_kwargs,
-                            env_kwargs=env_kwargs)
+        venv = make_vec_env(
+            env, n_envs=2, seed=0, vec_env_cls=vec_env_cls, vec_env_kwargs=vec_env_kwargs, env_kwargs=env_kwargs
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -59,8 +90,9 @@ def train(name: str, vec_env_cls: Callable, **vec_env_kwargs: Any) -> dict[str, 
             before = {k: v.clone() for k, v in model.policy.state_dict().items()}
             model.learn(steps)
         if name == "ppo_cnn_channel_last":
-            assert isinstance(model.get_env(),
-                              VecTransposeImage), "sb3 must see the channel-last layout and transpose it itself"
+            assert isinstance(model.get_env(), VecTransposeImage), (
+                "sb3 must see the channel-last layout and transpose it itself"
+            )
     finally:
         venv.close()
     after = model.policy.state_dict()
@@ -79,9 +111,17 @@ def test_sb3_algorithm_on_shm_vec_env_equals_dummy_vec_env(name: str) -> None:
 def test_channel_last_images_keep_the_env_layout_through_sb3_wrappers() -> None:
     """Observations, terminal observations, VecFrameStack (stacks on the last axis) and VecNormalize
     (statistics of the env's shape) as over DummyVecEnv."""
-    venvs = [make_vec_env("ppo_dict.envs.dummy:PPODictTestDummy-v0", n_envs=2, seed=1, vec_env_cls=cls,
-                          env_kwargs=dict(CHANNEL_LAST, episode_length=3), vec_env_kwargs=kwargs) for cls,
-             kwargs in ((DummyVecEnv, {}), (ShmVecEnv, dict(num_workers=2)))]
+    venvs = [
+        make_vec_env(
+            "ppo_dict.envs.dummy:PPODictTestDummy-v0",
+            n_envs=2,
+            seed=1,
+            vec_env_cls=cls,
+            env_kwargs=dict(CHANNEL_LAST, episode_length=3),
+            vec_env_kwargs=kwargs,
+        )
+        for cls, kwargs in ((DummyVecEnv, {}), (ShmVecEnv, dict(num_workers=2)))
+    ]
     try:
         stacked = [VecFrameStack(v, n_stack=2) for v in venvs]
         first = [v.reset() for v in stacked]
@@ -90,8 +130,9 @@ def test_channel_last_images_keep_the_env_layout_through_sb3_wrappers() -> None:
             steps = [v.step(np.array([1, 2])) for v in stacked]
             assert np.array_equal(steps[0][0], steps[1][0]) and steps[1][0].flags.c_contiguous
         terminal = [info["terminal_observation"] for info in steps[1][3]]
-        assert all(t.shape == (36, 36, 6) for t in terminal) and \
-            np.array_equal(terminal[0], steps[0][3][0]["terminal_observation"])
+        assert all(t.shape == (36, 36, 6) for t in terminal) and np.array_equal(
+            terminal[0], steps[0][3][0]["terminal_observation"]
+        )
         normalized = VecNormalize(venvs[1], norm_reward=False)
         assert normalized.obs_rms.mean.shape == (36, 36, 3) and normalized.reset().shape == (2, 36, 36, 3)
     finally:
@@ -118,8 +159,11 @@ def test_actions_cast_as_sb3s_classes_take_them() -> None:
             venv.reset()
         bits = np.array([[1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 0, 1]], np.float32)
         assert np.array_equal(shm.step(bits)[1], dummy.step(bits)[1])
-        with pytest.raises(ValueError, match=r"expected actions of shape \(2, 6\) and dtype int8 \(or values that cast to it "
-                                             r"unchanged\), got shape \(2, 6\) and dtype float32"):
+        with pytest.raises(
+            ValueError,
+            match=r"expected actions of shape \(2, 6\) and dtype int8 \(or values that cast to it "
+            r"unchanged\), got shape \(2, 6\) and dtype float32",
+        ):
             shm.step(bits * 0.5)
     finally:
         shm.close()

@@ -1,4 +1,5 @@
 """The shared-memory layout: measured from the storage itself, aligned, and checked against free space."""
+
 from __future__ import annotations
 
 
@@ -23,9 +24,22 @@ def test_layout_covers_every_env_written_field() -> None:
     env = gym.make("Pendulum-v1")
     layout = plan_layout(env.observation_space, env.action_space, n_steps=5, n_envs=2)
     shapes = [(shape, dtype) for _, shape, dtype in layout.fields]
-    assert shapes == [((6, 16), "<f4"), ((2, 16), "<f4"), ((5, 2), "<f4"), ((5, 2), "|b1"), ((5, 2), "|b1"), ((2, 4), "<f8"),
-                      ((2, 4), "|u1"), ((2, 1), "<f4"), ((5, 16), "<f4"), ((5, 16), "<f4"), ((5, 16), "<f4"), ((5, 2), "<f4"),
-                      ((5, 2), "<f4"), ((2,), "|b1")]
+    assert shapes == [
+        ((6, 16), "<f4"),
+        ((2, 16), "<f4"),
+        ((5, 2), "<f4"),
+        ((5, 2), "|b1"),
+        ((5, 2), "|b1"),
+        ((2, 4), "<f8"),
+        ((2, 4), "|u1"),
+        ((2, 1), "<f4"),
+        ((5, 16), "<f4"),
+        ((5, 16), "<f4"),
+        ((5, 16), "<f4"),
+        ((5, 2), "<f4"),
+        ((5, 2), "<f4"),
+        ((2,), "|b1"),
+    ]
     assert all(offset % 64 == 0 for offset, _, _ in layout.fields)
     # the last 64: room to find the first aligned byte
     assert layout.nbytes == 6 * 64 + 2 * 64 + 6 * 64 + 3 * 5 * 64 + 3 * 64 + 64
@@ -60,19 +74,22 @@ def test_every_step_row_is_aligned_in_every_process_that_maps_the_buffer(n_envs:
     for t in range(4):
         for arr in storage.env_obs.values():
             assert arr[t].ctypes.data % 64 == 0 and arr[t].flags.c_contiguous
-        np.testing.assert_array_equal(storage.env_obs["state"][t],
-                                      t + np.arange(n_envs * 3, dtype=np.float32).reshape(n_envs, 3))
+        np.testing.assert_array_equal(
+            storage.env_obs["state"][t], t + np.arange(n_envs * 3, dtype=np.float32).reshape(n_envs, 3)
+        )
 
 
 def test_shared_memory_check_names_sizes_and_the_fix(monkeypatch) -> None:
     import ppo_dict.vec.shared_memory as shared_memory
 
     monkeypatch.setattr(shared_memory, "free_bytes", lambda path: 10 * 2**20 if path == "/dev/shm" else 2**40)
-    with pytest.warns(RuntimeWarning,
-                      match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free; .* use docker run --shm-size=1g"):
+    with pytest.warns(
+        RuntimeWarning, match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free; .* use docker run --shm-size=1g"
+    ):
         check_shared_memory(100 * 2**20)
     monkeypatch.setattr(shared_memory, "free_bytes", lambda path: 10 * 2**20)
-    with pytest.raises(RuntimeError,
-                       match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free and .* has 10\.0 MB"):
+    with pytest.raises(
+        RuntimeError, match=r"needs 100\.0 MB of shared memory, /dev/shm has 10\.0 MB free and .* has 10\.0 MB"
+    ):
         check_shared_memory(100 * 2**20)
     check_shared_memory(5 * 2**20)

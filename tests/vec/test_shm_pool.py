@@ -1,6 +1,7 @@
 """ShmEnvPool: bit-exact parity with the in-process pool and with sb3 in every layout, storage in
 shared memory, the main process's own block, no resource growth over many create/close cycles.
 Fault cases live in ``tests/faults/``."""
+
 from __future__ import annotations
 
 import os
@@ -21,17 +22,31 @@ from tests.faults.scenarios import shm_entries, shm_left
 
 
 def shm_pool(cfg: Config, mp_method: str = "forkserver") -> ShmEnvPool:
-    return ShmEnvPool(probe_env(resolve_env_name(cfg.env)), cfg.num_workers, cfg.envs_per_worker, cfg.n_steps,
-                      mp_method=mp_method, main_steps_envs=cfg.main_steps_envs, spin_wait_us=cfg.spin_wait_us,
-                      n_envs=cfg.n_envs)
+    return ShmEnvPool(
+        probe_env(resolve_env_name(cfg.env)),
+        cfg.num_workers,
+        cfg.envs_per_worker,
+        cfg.n_steps,
+        mp_method=mp_method,
+        main_steps_envs=cfg.main_steps_envs,
+        spin_wait_us=cfg.spin_wait_us,
+        n_envs=cfg.n_envs,
+    )
 
 
 def discrete(num_workers: int, envs_per_worker: int) -> Config:
     """docs/sb3_parity.md test 8 on CartPole (terminations only)."""
     return Config(
-        env="gym_CartPole-v1", n_envs=num_workers * envs_per_worker, num_workers=num_workers, envs_per_worker=envs_per_worker,
+        env="gym_CartPole-v1",
+        n_envs=num_workers * envs_per_worker,
+        num_workers=num_workers,
+        envs_per_worker=envs_per_worker,
         main_steps_envs=False,
-        n_steps=32, batch_size=64, n_epochs=2, seed=0, total_timesteps=3 * 32 * num_workers * envs_per_worker,
+        n_steps=32,
+        batch_size=64,
+        n_epochs=2,
+        seed=0,
+        total_timesteps=3 * 32 * num_workers * envs_per_worker,
     )
 
 
@@ -39,8 +54,18 @@ def continuous(num_workers: int, envs_per_worker: int) -> Config:
     """docs/sb3_parity.md test 16 on Pendulum: every episode ends by a 200-step time limit."""
     n_envs = num_workers * envs_per_worker
     return Config(
-        env="gym_Pendulum-v1", n_envs=n_envs, num_workers=num_workers, envs_per_worker=envs_per_worker, main_steps_envs=False,
-        n_steps=128, batch_size=64, n_epochs=2, ent_coef=0.01, log_std_init=-0.3, seed=1, total_timesteps=3 * 128 * n_envs,
+        env="gym_Pendulum-v1",
+        n_envs=n_envs,
+        num_workers=num_workers,
+        envs_per_worker=envs_per_worker,
+        main_steps_envs=False,
+        n_steps=128,
+        batch_size=64,
+        n_epochs=2,
+        ent_coef=0.01,
+        log_std_init=-0.3,
+        seed=1,
+        total_timesteps=3 * 128 * n_envs,
     )
 
 
@@ -179,14 +204,21 @@ def test_waits_look_only_where_every_process_has_a_core(monkeypatch: pytest.Monk
     assert group.layout_problems([[0]], "forkserver", 1.0, 0.0) == group.layout_problems([[0]], "forkserver", 1.0, 250.0) == []
     for bad in (-1.0, 2e6, "1000"):
         assert group.layout_problems([[0]], "forkserver", 1.0, bad) == [
-            f"spin_wait_us={bad!r}: must be None or in [0, 1000000] microseconds"]
+            f"spin_wait_us={bad!r}: must be None or in [0, 1000000] microseconds"
+        ]
     assert "spin_wait_us=-5.0: must be in [0.0, 1000000.0]" in "; ".join(Config(spin_wait_us=-5.0).problems())
 
 
-@pytest.mark.parametrize("mode, head", [
-    ("step_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"),
-    ("reset_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in reset (seed=0): RuntimeError: reset boom (seed=0)\n"),
-])
+@pytest.mark.parametrize(
+    "mode, head",
+    [
+        ("step_raise", "the main process, env 0 (gym_FaultEnv-v0) raised in step: RuntimeError: boom\n"),
+        (
+            "reset_raise",
+            "the main process, env 0 (gym_FaultEnv-v0) raised in reset (seed=0): RuntimeError: reset boom (seed=0)\n",
+        ),
+    ],
+)
 def test_env_error_in_the_main_process_envs_is_reported_like_a_workers(mode: str, head: str) -> None:
     from ppo_dict.core.errors import EnvWorkerError
     from tests.faults.fault_envs import fault_spec

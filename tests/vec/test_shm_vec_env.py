@@ -1,15 +1,12 @@
 """ShmVecEnv as sb3 uses a vec env: sb3's PPO on it equals DummyVecEnv, every return value and env call as DummyVecEnv
 gives it."""
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
-
-
-
-
 
 
 # ------------------------------------------------------------------------------ ShmVecEnv
@@ -42,8 +39,10 @@ def sb3_ppo_run(vec_env_cls, env_id: str, n_steps: int, **vec_env_kwargs) -> dic
     buf = model.rollout_buffer
     return {
         "params": {k: v.numpy().copy() for k, v in model.policy.state_dict().items()},
-        "buffer": {name: getattr(buf, name).copy()
-                   for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages")},
+        "buffer": {
+            name: getattr(buf, name).copy()
+            for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs", "advantages")
+        },
         "logs": {k: v for k, v in model.logger.name_to_value.items() if not k.startswith("time/")},
         "episodes": [(e["r"], e["l"]) for e in model.ep_info_buffer],
         "rng": torch.get_rng_state().numpy(),
@@ -77,8 +76,9 @@ def test_shm_vec_env_steps_like_dummy_vec_env_across_time_limits(n_envs: int, nu
 
     from ppo_dict import ShmVecEnv
 
-    shm = make_vec_env("Pendulum-v1", n_envs=n_envs, seed=5, vec_env_cls=ShmVecEnv,
-                       vec_env_kwargs=dict(num_workers=num_workers))
+    shm = make_vec_env(
+        "Pendulum-v1", n_envs=n_envs, seed=5, vec_env_cls=ShmVecEnv, vec_env_kwargs=dict(num_workers=num_workers)
+    )
     dummy = make_vec_env("Pendulum-v1", n_envs=n_envs, seed=5, vec_env_cls=DummyVecEnv)
     blocks = [len(block) for block in shm.pool._group.blocks]
     assert sum(blocks) == n_envs and max(blocks) - min(blocks) <= 1 and (num_workers is None or len(blocks) == num_workers)
@@ -135,6 +135,8 @@ def test_importing_ppo_dict_does_not_import_sb3() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, ppo_dict, ppo_dict.vec; assert 'stable_baselines3' not in sys.modules; ppo_dict.ShmVecEnv; "
-            "assert 'stable_baselines3' in sys.modules")
+    code = (
+        "import sys, ppo_dict, ppo_dict.vec; assert 'stable_baselines3' not in sys.modules; ppo_dict.ShmVecEnv; "
+        "assert 'stable_baselines3' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,6 +1,7 @@
 """ShmVecEnv tested the way sb3 tests its own vec envs (sb3's ``tests/test_vec_envs.py``): the same
 calls over DummyVecEnv, SubprocVecEnv and ShmVecEnv side by side, each call's result compared
 with DummyVecEnv's where the envs are deterministic."""
+
 from __future__ import annotations
 
 import collections
@@ -19,19 +20,26 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFram
 from ppo_dict import ShmVecEnv
 
 N_ENVS = 3
-VEC_ENV_CLASSES = {"dummy": DummyVecEnv, "subproc": SubprocVecEnv, "shm": functools.partial(ShmVecEnv, num_workers=N_ENVS),
-                   "shm-one-worker": functools.partial(ShmVecEnv, num_workers=1)}
+VEC_ENV_CLASSES = {
+    "dummy": DummyVecEnv,
+    "subproc": SubprocVecEnv,
+    "shm": functools.partial(ShmVecEnv, num_workers=N_ENVS),
+    "shm-one-worker": functools.partial(ShmVecEnv, num_workers=1),
+}
 VEC_ENV_WRAPPERS = [None, VecNormalize, VecFrameStack]
 #: every class bare, and every wrapper over DummyVecEnv and ShmVecEnv (one worker: each process start costs seconds on 2
 #: busy cores)
-CLASS_AND_WRAPPER = [(name, None) for name in VEC_ENV_CLASSES] + \
-    [(name, w) for name in ("dummy", "shm-one-worker") for w in VEC_ENV_WRAPPERS[1:]]
-SPACES = collections.OrderedDict([
-    ("discrete", spaces.Discrete(2)),
-    ("multidiscrete", spaces.MultiDiscrete([2, 3])),
-    ("multibinary", spaces.MultiBinary(3)),
-    ("continuous", spaces.Box(low=np.zeros(2, np.float32), high=np.ones(2, np.float32))),
-])
+CLASS_AND_WRAPPER = [(name, None) for name in VEC_ENV_CLASSES] + [
+    (name, w) for name in ("dummy", "shm-one-worker") for w in VEC_ENV_WRAPPERS[1:]
+]
+SPACES = collections.OrderedDict(
+    [
+        ("discrete", spaces.Discrete(2)),
+        ("multidiscrete", spaces.MultiDiscrete([2, 3])),
+        ("multibinary", spaces.MultiBinary(3)),
+        ("continuous", spaces.Box(low=np.zeros(2, np.float32), high=np.ones(2, np.float32))),
+    ]
+)
 
 
 class CustomGymEnv(gym.Env):
@@ -187,8 +195,9 @@ def check_obs(obs: Any, space: spaces.Space) -> None:
         assert obs.shape[0] == N_ENVS and all(space.contains(value) for value in obs)
 
 
-@pytest.mark.parametrize("space", [*SPACES.values(), spaces.Dict(SPACES), spaces.Tuple(tuple(SPACES.values()))],
-                         ids=[*SPACES, "dict", "tuple"])
+@pytest.mark.parametrize(
+    "space", [*SPACES.values(), spaces.Dict(SPACES), spaces.Tuple(tuple(SPACES.values()))], ids=[*SPACES, "dict", "tuple"]
+)
 def test_vecenv_spaces_side_by_side(space: spaces.Space) -> None:
     """sb3's ``test_vecenv_single_space``, ``test_vecenv_dict_spaces`` and ``test_vecenv_tuple_spaces``:
     observations of the space (an OrderedDict, a tuple), and every value equal to DummyVecEnv's."""
@@ -200,8 +209,9 @@ def test_vecenv_spaces_side_by_side(space: spaces.Space) -> None:
             check_obs(obs, space)
         # SubprocVecEnv: float64 rewards (it stacks Python floats) and plain dicts; the rest is DummyVecEnv's
         if name == "subproc":
-            record = [ordered(record[0])] + [(ordered(obs), rewards.astype(np.float32), *rest) for obs, rewards,
-                                             *rest in record[1:]]
+            record = [ordered(record[0])] + [
+                (ordered(obs), rewards.astype(np.float32), *rest) for obs, rewards, *rest in record[1:]
+            ]
         assert same(reference, record), name
 
 
@@ -238,8 +248,9 @@ def test_vec_env_is_wrapped_and_seeding(cls_name: str) -> None:
 @pytest.mark.parametrize("cls_name", list(VEC_ENV_CLASSES))
 def test_get_images_warns_without_rgb_array(cls_name: str) -> None:
     vec_env = VEC_ENV_CLASSES[cls_name]([functools.partial(CustomGymEnv, SPACES["discrete"], None) for _ in range(N_ENVS)])
-    with pytest.warns(UserWarning,
-                      match="The render mode is None, but this method assumes it is `rgb_array` to obtain images."):
+    with pytest.warns(
+        UserWarning, match="The render mode is None, but this method assumes it is `rgb_array` to obtain images."
+    ):
         assert list(vec_env.get_images()) == [None] * N_ENVS
     vec_env.close()
     vec_env = VEC_ENV_CLASSES[cls_name]([make_box_env for _ in range(N_ENVS)])

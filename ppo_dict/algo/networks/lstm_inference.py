@@ -10,6 +10,7 @@ moves values, it computes nothing). ``tests/test_recurrent.py`` compares it with
 :meth:`PackedLstm.refresh` compares the two on the current weights before each rollout, falling back
 to ``torch.lstm`` for good if they ever differ, or where torch would not take oneDNN's path.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,10 +27,18 @@ rnn_layer = torch.ops.aten.mkldnn_rnn_layer
 def takes_onednn_path(lstm: nn.LSTM) -> bool:
     """Whether ``torch.lstm`` runs ``lstm`` through oneDNN here (ATen's ``use_mkldnn``), in a shape this class handles."""
     weight = lstm.weight_ih_l0
-    return (isinstance(lstm, nn.LSTM) and torch.backends.mkldnn.is_available() and torch._C._get_mkldnn_enabled()
-            and weight.device.type == "cpu"
-            and weight.dtype == torch.float32 and lstm.bias and not lstm.bidirectional and not lstm.batch_first
-            and lstm.proj_size == 0 and weight.layout == torch.strided)
+    return (
+        isinstance(lstm, nn.LSTM)
+        and torch.backends.mkldnn.is_available()
+        and torch._C._get_mkldnn_enabled()
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and lstm.bias
+        and not lstm.bidirectional
+        and not lstm.batch_first
+        and lstm.proj_size == 0
+        and weight.layout == torch.strided
+    )
 
 
 class PackedLstm:
@@ -49,9 +58,17 @@ class PackedLstm:
         self.packed = []
         for layer in range(lstm.num_layers):
             input_size = lstm.input_size if layer == 0 else lstm.hidden_size
-            self.packed.append(torch.ops.mkldnn._reorder_mkldnn_rnn_layer_weight(
-                weights[4 * layer], weights[4 * layer + 1], lstm.hidden_size, False, True, False,
-                [1, self.n_envs, input_size]))
+            self.packed.append(
+                torch.ops.mkldnn._reorder_mkldnn_rnn_layer_weight(
+                    weights[4 * layer],
+                    weights[4 * layer + 1],
+                    lstm.hidden_size,
+                    False,
+                    True,
+                    False,
+                    [1, self.n_envs, input_size],
+                )
+            )
         self.enabled = self._agrees()
 
     def _agrees(self) -> bool:
@@ -82,8 +99,24 @@ class PackedLstm:
         x, h, c = x.contiguous(), hx[0].contiguous(), hx[1].contiguous()
         hs, cs = [], []
         for layer, (w_ih, w_hh) in enumerate(self.packed):
-            x, hy, cy, _ = rnn_layer(x, w_ih, w_hh, weights[4 * layer + 2], weights[4 * layer + 3], h[layer], c[layer], False,
-                                     [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False, lstm.training)
+            x, hy, cy, _ = rnn_layer(
+                x,
+                w_ih,
+                w_hh,
+                weights[4 * layer + 2],
+                weights[4 * layer + 3],
+                h[layer],
+                c[layer],
+                False,
+                [],
+                LSTM_MODE,
+                lstm.hidden_size,
+                lstm.num_layers,
+                True,
+                False,
+                False,
+                lstm.training,
+            )
             hs.append(hy)
             cs.append(cy)
         return x, (torch.stack(hs, 0), torch.stack(cs, 0))
@@ -104,8 +137,9 @@ def step_loop(lstm: nn.LSTM):
     if not takes_onednn_path(lstm) or (lstm.dropout and lstm.num_layers > 1):
         return None
 
-    def loop(features_sequence: torch.Tensor, keep: torch.Tensor, zeroing: list[bool],
-             states: HiddenCell) -> tuple[torch.Tensor, HiddenCell]:
+    def loop(
+        features_sequence: torch.Tensor, keep: torch.Tensor, zeroing: list[bool], states: HiddenCell
+    ) -> tuple[torch.Tensor, HiddenCell]:
         weights, n_seq, layers = lstm._flat_weights, keep.shape[1], range(lstm.num_layers)
         hs, cs = list(states[0].unbind(0)), list(states[1].unbind(0))
         outputs = []
@@ -115,8 +149,23 @@ def step_loop(lstm: nn.LSTM):
             for layer in layers:
                 h, c = (step_keep * hs[layer], step_keep * cs[layer]) if zeroes else (hs[layer], cs[layer])
                 x, hs[layer], cs[layer], _ = rnn_layer(
-                    x, weights[4 * layer], weights[4 * layer + 1], weights[4 * layer + 2], weights[4 * layer + 3],
-                    h, c, False, [], LSTM_MODE, lstm.hidden_size, lstm.num_layers, True, False, False, lstm.training)
+                    x,
+                    weights[4 * layer],
+                    weights[4 * layer + 1],
+                    weights[4 * layer + 2],
+                    weights[4 * layer + 3],
+                    h,
+                    c,
+                    False,
+                    [],
+                    LSTM_MODE,
+                    lstm.hidden_size,
+                    lstm.num_layers,
+                    True,
+                    False,
+                    False,
+                    lstm.training,
+                )
             outputs.append(x)
         return torch.cat(outputs), (torch.stack(hs, 0), torch.stack(cs, 0))
 

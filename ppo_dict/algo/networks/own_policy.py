@@ -15,6 +15,7 @@ the rest of ppo_dict (the worker pool, the shared-memory storage, GAE, the updat
 state dict and attributes, which it forwards) with what the trainer asks of an
 :class:`~ppo_dict.algo.networks.policy.ActorCritic` (its action space's spec, the passes' signatures).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -36,8 +37,9 @@ class OwnMethodsPolicy:
     def __init__(self, module: nn.Module, use_sde: bool = False, masked: bool = False):
         self.module, self.use_sde, self.masked = module, use_sde, masked
         # the env-side conversion (Box: clipped, or rescaled when squashed) and the training-side cast: the space's
-        self.action_spec: ActionSpec = action_spec(module.action_space, use_sde, masked,
-                                                   squash_output=bool(getattr(module, "squash_output", False)))
+        self.action_spec: ActionSpec = action_spec(
+            module.action_space, use_sde, masked, squash_output=bool(getattr(module, "squash_output", False))
+        )
 
     def __getattr__(self, name: str) -> Any:
         module = self.__dict__.get("module")
@@ -45,8 +47,9 @@ class OwnMethodsPolicy:
             raise AttributeError(name)
         return getattr(module, name)  # parameters(), state_dict(), value_net, log_std, observation_space...
 
-    def __call__(self, obs: TensorObs, deterministic: bool = False,
-                 action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, obs: TensorObs, deterministic: bool = False, action_masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """sb3's ``self.policy(obs_tensor)`` of ``collect_rollouts`` (sb3-contrib's with ``action_masks``)."""
         if self.masked:
             return self.module(obs, deterministic=deterministic, action_masks=action_masks)
@@ -54,8 +57,9 @@ class OwnMethodsPolicy:
 
     forward = __call__
 
-    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor, action_masks: Optional[torch.Tensor] = None
-                         ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    def evaluate_actions(
+        self, obs: TensorObs, actions: torch.Tensor, action_masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         if self.masked:
             return self.module.evaluate_actions(obs, actions, action_masks=action_masks)
         return self.module.evaluate_actions(obs, actions)

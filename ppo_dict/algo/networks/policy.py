@@ -5,6 +5,7 @@ modules are created in sb3's order (each creation draws from the torch RNG), the
 re-initialisation visits modules in sb3's order, and ``parameters()`` yields ``log_std`` first.
 Submodule names are sb3's too, so a ``state_dict`` loads into an sb3 policy unchanged.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -64,8 +65,10 @@ class Preprocessor:
             return obs.float()
         if self.kind == "one_hot":
             return F.one_hot(obs.long(), num_classes=self.nvec[0]).float()
-        parts = [F.one_hot(column.long(), num_classes=self.nvec[i]).float()
-                 for i, column in enumerate(torch.split(obs.long(), 1, dim=1))]
+        parts = [
+            F.one_hot(column.long(), num_classes=self.nvec[i]).float()
+            for i, column in enumerate(torch.split(obs.long(), 1, dim=1))
+        ]
         return torch.cat(parts, dim=-1).view(obs.shape[0], sum(self.nvec))
 
 
@@ -147,8 +150,9 @@ class MlpExtractor(nn.Module):
 
     def __init__(self, feature_dim: int, net_arch: NetArch, activation_fn: type[nn.Module]):
         super().__init__()
-        pi_dims, vf_dims = ((net_arch.get("pi", []), net_arch.get("vf", [])) if isinstance(net_arch, dict)
-                            else (net_arch, net_arch))
+        pi_dims, vf_dims = (
+            (net_arch.get("pi", []), net_arch.get("vf", [])) if isinstance(net_arch, dict) else (net_arch, net_arch)
+        )
         self.policy_net, self.latent_dim_pi = self._mlp(feature_dim, pi_dims, activation_fn)
         self.value_net, self.latent_dim_vf = self._mlp(feature_dim, vf_dims, activation_fn)
 
@@ -167,8 +171,9 @@ class MlpExtractor(nn.Module):
         return self.value_net(features)
 
 
-def features_extractor(model: str, observation_space: spaces.Space, cls: Optional[type[nn.Module]],
-                       kwargs: Optional[dict[str, Any]]) -> tuple[type[nn.Module], dict[str, Any]]:
+def features_extractor(
+    model: str, observation_space: spaces.Space, cls: Optional[type[nn.Module]], kwargs: Optional[dict[str, Any]]
+) -> tuple[type[nn.Module], dict[str, Any]]:
     """``(class, kwargs)`` of a policy's features extractor: ``cls`` as given (sb3's own classes as
     this module's, which build the same modules), else the model's (``cnn``: NatureCNN; Dict: CombinedExtractor)."""
     kwargs = dict(kwargs or {})
@@ -182,8 +187,11 @@ def features_extractor(model: str, observation_space: spaces.Space, cls: Optiona
 
 
 #: sb3's features extractors, by name, and the classes here that build the same modules
-SB3_EXTRACTORS: dict[str, type[nn.Module]] = {"FlattenExtractor": FlattenExtractor, "NatureCNN": NatureCNN,
-                                              "CombinedExtractor": CombinedExtractor}
+SB3_EXTRACTORS: dict[str, type[nn.Module]] = {
+    "FlattenExtractor": FlattenExtractor,
+    "NatureCNN": NatureCNN,
+    "CombinedExtractor": CombinedExtractor,
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,8 +249,9 @@ class ActorCritic(PolicySurface, nn.Module):
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {None: observation_space}
         self._preprocessors = {key: preprocessor(sub, normalize_images) for key, sub in subspaces.items()}
         self.share_features_extractor = share_features_extractor
-        extractor_class, extractor_kwargs = features_extractor(model, observation_space, features_extractor_class,
-                                                               features_extractor_kwargs)
+        extractor_class, extractor_kwargs = features_extractor(
+            model, observation_space, features_extractor_class, features_extractor_kwargs
+        )
         if extractor_class in (NatureCNN, CombinedExtractor) and not normalize_images:  # sb3's ActorCriticPolicy.__init__
             extractor_kwargs["normalized_image"] = True
         if net_arch is None:  # sb3 policies.py: [] for NatureCNN, else pi/vf [64, 64]
@@ -310,8 +319,9 @@ class ActorCritic(PolicySurface, nn.Module):
     def distribution(self, latent_pi: torch.Tensor, action_masks: Optional[torch.Tensor] = None) -> Distribution:
         """The action distribution of the actor's last hidden layer (sb3 ``_get_action_dist_from_latent``),
         masked by ``action_masks`` (bool ``[B, mask_dim]``) for a policy built with ``action_masks``."""
-        return self.action_spec.distribution(self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi,
-                                             action_masks)
+        return self.action_spec.distribution(
+            self.action_net(latent_pi), getattr(self, "log_std", None), latent_pi, action_masks
+        )
 
     @property
     def masked(self) -> bool:
@@ -342,8 +352,9 @@ class ActorCritic(PolicySurface, nn.Module):
         # not getattr: ~1 us per step for a miss
         self.action_spec.explore(self._parameters.get("log_std"), n_envs, t, sample_freq)
 
-    def forward(self, obs: TensorObs, deterministic: bool = False,
-                action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: TensorObs, deterministic: bool = False, action_masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: ``(actions [B, *action_shape], values [B, 1], log_probs [B])``.
 
         The one torch-RNG draw per step is the distribution's sample over the whole batch, as in sb3
@@ -356,8 +367,9 @@ class ActorCritic(PolicySurface, nn.Module):
         log_prob = dist.log_prob(actions)
         return actions.reshape((-1, *self.action_space.shape)), values, log_prob
 
-    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor,
-                         action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self, obs: TensorObs, actions: torch.Tensor, action_masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(values [B, 1], log_prob [B], entropy [B])`` of given actions (sb3 ``evaluate_actions``)."""
         latent_pi, latent_vf = self._latents(obs)
         dist = self.distribution(latent_pi, action_masks)

@@ -9,6 +9,7 @@ sb3's numbers; ``evaluate_actions`` and ``predict_values`` are the policies' own
 The observation checks (``is_vectorized_observation``, ``maybe_transpose``) are sb3's own functions,
 imported where they are called: this surface is for scripts written for sb3, which have it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,10 +25,12 @@ from ppo_dict.data.storage import TensorObs, obs_to_tensor
 from ppo_dict.envs import is_image_space
 
 #: sb3's words for a reset's ``(obs, info)`` given to ``predict`` (its BasePolicy.predict)
-GYM_TUPLE = ("You have passed a tuple to the predict() function instead of a Numpy array or a Dict. You are probably mixing "
-             "Gym API with SB3 VecEnv API: `obs, info = env.reset()` (Gym) vs `obs = vec_env.reset()` (SB3 VecEnv). See "
-             "related issue https://github.com/DLR-RM/stable-baselines3/issues/1694 and documentation for more information: "
-             "https://stable-baselines3.readthedocs.io/en/master/guide/vec_envs.html#vecenv-api-vs-gym-api")
+GYM_TUPLE = (
+    "You have passed a tuple to the predict() function instead of a Numpy array or a Dict. You are probably mixing "
+    "Gym API with SB3 VecEnv API: `obs, info = env.reset()` (Gym) vs `obs = vec_env.reset()` (SB3 VecEnv). See "
+    "related issue https://github.com/DLR-RM/stable-baselines3/issues/1694 and documentation for more information: "
+    "https://stable-baselines3.readthedocs.io/en/master/guide/vec_envs.html#vecenv-api-vs-gym-api"
+)
 
 
 class PolicySurface:
@@ -63,9 +66,10 @@ class PolicySurface:
         from stable_baselines3.common.utils import is_vectorized_observation
 
         if isinstance(observation, dict):
-            return any(is_vectorized_observation(maybe_transpose(obs, self.observation_space[key]),
-                                                 self.observation_space[key])
-                       for key, obs in observation.items())
+            return any(
+                is_vectorized_observation(maybe_transpose(obs, self.observation_space[key]), self.observation_space[key])
+                for key, obs in observation.items()
+            )
         return is_vectorized_observation(maybe_transpose(observation, self.observation_space), self.observation_space)
 
     def obs_to_tensor(self, observation: Union[np.ndarray, dict[str, np.ndarray]]) -> tuple[TensorObs, bool]:
@@ -85,21 +89,26 @@ class PolicySurface:
                 vectorized = vectorized or is_vectorized_observation(obs_, space)
                 observation[key] = obs_.reshape((-1, *space.shape))
         else:
-            observation = (maybe_transpose(observation, self.observation_space) if is_image_space(self.observation_space)
-                           else np.array(observation))
+            observation = (
+                maybe_transpose(observation, self.observation_space)
+                if is_image_space(self.observation_space)
+                else np.array(observation)
+            )
             vectorized = is_vectorized_observation(observation, self.observation_space)
             observation = observation.reshape((-1, *self.observation_space.shape))
         return obs_to_tensor(observation, self.device), vectorized
 
-    def extract_features(self, obs: TensorObs, features_extractor: Optional[nn.Module] = None
-                         ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def extract_features(
+        self, obs: TensorObs, features_extractor: Optional[nn.Module] = None
+    ) -> Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """sb3's: the preprocessed observation through the features extractor, ``(actor's, critic's)`` when not shared."""
         preprocessed = self._preprocess(obs)  # type: ignore[attr-defined]
         if self.share_features_extractor:
             return (self.features_extractor if features_extractor is None else features_extractor)(preprocessed)
         if features_extractor is not None:
-            warnings.warn("Provided features_extractor will be ignored because the features extractor is not shared.",
-                          UserWarning)
+            warnings.warn(
+                "Provided features_extractor will be ignored because the features extractor is not shared.", UserWarning
+            )
         return self.pi_features_extractor(preprocessed), self.vf_features_extractor(preprocessed)
 
     def get_distribution(self, obs: TensorObs, action_masks: Optional[Any] = None) -> Any:
@@ -108,12 +117,19 @@ class PolicySurface:
         latent_pi = self.mlp_extractor.forward_actor(features)  # type: ignore[attr-defined]
         return self.distribution(latent_pi, action_masks)  # type: ignore[attr-defined]
 
-    def _predict(self, observation: TensorObs, deterministic: bool = False,
-                 action_masks: Optional[Any] = None) -> torch.Tensor:
+    def _predict(
+        self, observation: TensorObs, deterministic: bool = False, action_masks: Optional[Any] = None
+    ) -> torch.Tensor:
         return self.get_distribution(observation, action_masks).get_actions(deterministic=deterministic)
 
-    def predict(self, observation: Union[np.ndarray, dict[str, np.ndarray]], state: Any = None, episode_start: Any = None,
-                deterministic: bool = False, action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, Any]:
+    def predict(
+        self,
+        observation: Union[np.ndarray, dict[str, np.ndarray]],
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, Any]:
         """sb3's ``policy.predict``: ``(actions, state)`` for one observation or a batch (sb3-contrib's ``action_masks``)."""
         self.set_training_mode(False)
         if isinstance(observation, tuple) and len(observation) == 2 and isinstance(observation[1], dict):
@@ -127,8 +143,11 @@ class PolicySurface:
         """sb3's end of ``predict``: reshaped to the space, a Box's rescaled (squashed) or clipped, one env's unbatched."""
         actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))
         if isinstance(self.action_space, spaces.Box):
-            actions = (self.unscale_action(actions) if self.squash_output
-                       else np.clip(actions, self.action_space.low, self.action_space.high))
+            actions = (
+                self.unscale_action(actions)
+                if self.squash_output
+                else np.clip(actions, self.action_space.low, self.action_space.high)
+            )
         return actions if vectorized else actions.squeeze(axis=0)
 
     def scale_action(self, action: np.ndarray) -> np.ndarray:

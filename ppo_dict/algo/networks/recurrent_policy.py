@@ -17,6 +17,7 @@ the module call around each time step (:func:`lstm_call`). :func:`process_sequen
 with the states zeroed where an episode starts. The two give the same outputs but different
 gradients, so the update takes the branch sb3-contrib takes, minibatch by minibatch.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -46,11 +47,29 @@ def run_lstm(lstm: nn.RNNBase, x: torch.Tensor, hx: HiddenCell) -> tuple[torch.T
     """``lstm(x, (h, c))`` (a GRU's ``gru(x, h)``) for a time-major 3-d ``x`` and given states: the ``_VF.lstm``
     (``_VF.gru``) call of the module's ``forward`` with its own arguments, without its per-call checks and hooks."""
     if isinstance(lstm, nn.GRU):
-        out, h = _VF.gru(x, hx[0], lstm._flat_weights, lstm.bias, lstm.num_layers, float(lstm.dropout), lstm.training,
-                         lstm.bidirectional, lstm.batch_first)
+        out, h = _VF.gru(
+            x,
+            hx[0],
+            lstm._flat_weights,
+            lstm.bias,
+            lstm.num_layers,
+            float(lstm.dropout),
+            lstm.training,
+            lstm.bidirectional,
+            lstm.batch_first,
+        )
         return out, (h,)
-    out, h, c = _VF.lstm(x, hx, lstm._flat_weights, lstm.bias, lstm.num_layers, float(lstm.dropout), lstm.training,
-                         lstm.bidirectional, lstm.batch_first)
+    out, h, c = _VF.lstm(
+        x,
+        hx,
+        lstm._flat_weights,
+        lstm.bias,
+        lstm.num_layers,
+        float(lstm.dropout),
+        lstm.training,
+        lstm.bidirectional,
+        lstm.batch_first,
+    )
     return out, (h, c)
 
 
@@ -59,9 +78,16 @@ def lstm_call(lstm: nn.LSTM) -> LstmCall:
     return lambda x, hx: run_lstm(lstm, x, hx)
 
 
-def process_sequence(features: torch.Tensor, states: HiddenCell, episode_starts: torch.Tensor, call: LstmCall,
-                     input_size: int, resets: Optional[bool] = None, loop: Optional[StepLoop] = None,
-                     zeroing: Optional[list[bool]] = None) -> tuple[torch.Tensor, HiddenCell]:
+def process_sequence(
+    features: torch.Tensor,
+    states: HiddenCell,
+    episode_starts: torch.Tensor,
+    call: LstmCall,
+    input_size: int,
+    resets: Optional[bool] = None,
+    loop: Optional[StepLoop] = None,
+    zeroing: Optional[list[bool]] = None,
+) -> tuple[torch.Tensor, HiddenCell]:
     """sb3-contrib's ``_process_sequence``: ``features [n_seq * len, input_size]`` (sequence-major),
     ``states`` ``[n_layers, n_seq, hidden]`` at each sequence's start, ``episode_starts [n_seq * len]``.
     Returns ``(output [n_seq * len, hidden], states after the last step)``.
@@ -118,10 +144,19 @@ class RecurrentActorCritic(ActorCritic):
     with the same arguments; no library has it).
     """
 
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, model: str = "mlp",
-                 lstm_hidden_size: int = 256, n_lstm_layers: int = 1, shared_lstm: bool = False,
-                 enable_critic_lstm: bool = True, lstm_kwargs: Optional[dict[str, Any]] = None, rnn_type: str = "lstm",
-                 **kwargs: Any):
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        model: str = "mlp",
+        lstm_hidden_size: int = 256,
+        n_lstm_layers: int = 1,
+        shared_lstm: bool = False,
+        enable_critic_lstm: bool = True,
+        lstm_kwargs: Optional[dict[str, Any]] = None,
+        rnn_type: str = "lstm",
+        **kwargs: Any,
+    ):
         if shared_lstm and enable_critic_lstm:
             raise ValueError("You must choose between shared LSTM, seperate or no LSTM for the critic.")  # sb3-contrib's words
         if shared_lstm and not kwargs.get("share_features_extractor", True):
@@ -158,25 +193,37 @@ class RecurrentActorCritic(ActorCritic):
         pi_features = self.pi_features_extractor(features)
         return pi_features, (pi_features if self.share_features_extractor else self.vf_features_extractor(features))
 
-    def lstm_latents(self, pi_features: torch.Tensor, vf_features: torch.Tensor, states: LstmStates,
-                     episode_starts: torch.Tensor,
-                     resets: Optional[bool] = None) -> tuple[torch.Tensor, torch.Tensor, LstmStates]:
+    def lstm_latents(
+        self,
+        pi_features: torch.Tensor,
+        vf_features: torch.Tensor,
+        states: LstmStates,
+        episode_starts: torch.Tensor,
+        resets: Optional[bool] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, LstmStates]:
         """The LSTMs' outputs for the actor and the critic, and the states after them (sb3-contrib ``forward``'s first
         half)."""
-        latent_pi, states_pi = process_sequence(pi_features, states.pi, episode_starts, lstm_call(self.lstm_actor),
-                                                self.lstm_actor.input_size, resets)
+        latent_pi, states_pi = process_sequence(
+            pi_features, states.pi, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size, resets
+        )
         if self.lstm_critic is not None:
-            latent_vf, states_vf = process_sequence(vf_features, states.vf, episode_starts, lstm_call(self.lstm_critic),
-                                                    self.lstm_critic.input_size, resets)
+            latent_vf, states_vf = process_sequence(
+                vf_features, states.vf, episode_starts, lstm_call(self.lstm_critic), self.lstm_critic.input_size, resets
+            )
         elif self.shared_lstm:
             latent_vf, states_vf = latent_pi.detach(), tuple(state.detach() for state in states_pi)
         else:
             latent_vf, states_vf = self.critic(vf_features), states_pi
         return latent_pi, latent_vf, LstmStates(states_pi, states_vf)
 
-    def forward(self, obs: TensorObs, states: LstmStates, episode_starts: torch.Tensor,  # type: ignore[override]
-                deterministic: bool = False,
-                action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
+    def forward(
+        self,
+        obs: TensorObs,
+        states: LstmStates,
+        episode_starts: torch.Tensor,  # type: ignore[override]
+        deterministic: bool = False,
+        action_masks: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
         """``(actions, values [B, 1], log_probs [B], states after the step)`` (sb3-contrib ``forward``;
         ``action_masks`` bool ``[B, mask_dim]``: a policy built with masks samples among the valid actions)."""
         latent_pi, latent_vf, states = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
@@ -188,9 +235,14 @@ class RecurrentActorCritic(ActorCritic):
         log_prob = dist.log_prob(actions)
         return actions.reshape((-1, *self.action_space.shape)), values, log_prob, states
 
-    def evaluate_actions(self, obs: TensorObs, actions: torch.Tensor, states: LstmStates,  # type: ignore[override]
-                         episode_starts: torch.Tensor,
-                         action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self,
+        obs: TensorObs,
+        actions: torch.Tensor,
+        states: LstmStates,  # type: ignore[override]
+        episode_starts: torch.Tensor,
+        action_masks: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(values [B, 1], log_prob [B], entropy [B])`` of padded sequences (sb3-contrib ``evaluate_actions``;
         ``action_masks``: the padded masks of a masked policy)."""
         latent_pi, latent_vf, _ = self.lstm_latents(*self.features_pair(obs), states, episode_starts)
@@ -199,55 +251,84 @@ class RecurrentActorCritic(ActorCritic):
         values = self.value_net(self.mlp_extractor.forward_critic(latent_vf))
         return values, log_prob, dist.entropy()
 
-    def predict_values(self, obs: TensorObs, states: HiddenCell,  # type: ignore[override]
-                       episode_starts: torch.Tensor) -> torch.Tensor:
+    def predict_values(
+        self,
+        obs: TensorObs,
+        states: HiddenCell,  # type: ignore[override]
+        episode_starts: torch.Tensor,
+    ) -> torch.Tensor:
         """Critic only, from the critic's states (sb3-contrib ``predict_values``): ``values [B, 1]``."""
         features = self.vf_features_extractor(self._preprocess(obs))
         if self.lstm_critic is not None:
-            latent_vf, _ = process_sequence(features, states, episode_starts, lstm_call(self.lstm_critic),
-                                            self.lstm_critic.input_size)
+            latent_vf, _ = process_sequence(
+                features, states, episode_starts, lstm_call(self.lstm_critic), self.lstm_critic.input_size
+            )
         elif self.shared_lstm:
-            latent_vf = process_sequence(features, states, episode_starts, lstm_call(self.lstm_actor),
-                                         self.lstm_actor.input_size)[0].detach()
+            latent_vf = process_sequence(
+                features, states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size
+            )[0].detach()
         else:
             latent_vf = self.critic(features)
         return self.value_net(self.mlp_extractor.forward_critic(latent_vf))
 
-    def act(self, obs: TensorObs, states: HiddenCell, episode_starts: torch.Tensor, deterministic: bool = False,
-            action_masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, HiddenCell]:
+    def act(
+        self,
+        obs: TensorObs,
+        states: HiddenCell,
+        episode_starts: torch.Tensor,
+        deterministic: bool = False,
+        action_masks: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, HiddenCell]:
         """The actor alone (sb3-contrib ``_predict``, what ``predict`` runs): ``(actions [B, *action_shape],
         the actor's states after the step)`` from its states ``[n_layers, B, hidden]`` before it, zeroed where
         ``episode_starts [B]`` is set; ``action_masks`` (masked policies): only valid actions."""
         features = self.pi_features_extractor(self._preprocess(obs))
-        latent_pi, states = process_sequence(features, states, episode_starts, lstm_call(self.lstm_actor),
-                                             self.lstm_actor.input_size)
+        latent_pi, states = process_sequence(
+            features, states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size
+        )
         dist = self.distribution(self.mlp_extractor.forward_actor(latent_pi), action_masks)
         actions = dist.mode() if deterministic else dist.sample()
         return actions.reshape((-1, *self.action_space.shape)), states
 
     # ------------------------------------------------------------------ sb3-contrib's methods for scripts
     # (ppo_dict.algo.networks.policy_surface)
-    def get_distribution(self, obs: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                         episode_starts: torch.Tensor,
-                         action_masks: Optional[Any] = None) -> tuple[Any, tuple[torch.Tensor, ...]]:
+    def get_distribution(
+        self,
+        obs: TensorObs,
+        lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+        episode_starts: torch.Tensor,
+        action_masks: Optional[Any] = None,
+    ) -> tuple[Any, tuple[torch.Tensor, ...]]:
         """sb3-contrib's: ``(distribution, the actor's states after the step)`` (masked by ``action_masks``, a masked
         policy)."""
         features = self.pi_features_extractor(self._preprocess(obs))
-        latent_pi, lstm_states = process_sequence(features, lstm_states, episode_starts, lstm_call(self.lstm_actor),
-                                                  self.lstm_actor.input_size)
-        masks = (None if action_masks is None
-                 else torch.as_tensor(np.asarray(action_masks), dtype=torch.bool, device=self.device))
+        latent_pi, lstm_states = process_sequence(
+            features, lstm_states, episode_starts, lstm_call(self.lstm_actor), self.lstm_actor.input_size
+        )
+        masks = (
+            None if action_masks is None else torch.as_tensor(np.asarray(action_masks), dtype=torch.bool, device=self.device)
+        )
         return self.distribution(self.mlp_extractor.forward_actor(latent_pi), masks), lstm_states
 
-    def _predict(self, observation: TensorObs, lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
-                 episode_starts: torch.Tensor, deterministic: bool = False,
-                 action_masks: Optional[Any] = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _predict(
+        self,
+        observation: TensorObs,
+        lstm_states: tuple[torch.Tensor, torch.Tensor],  # type: ignore[override]
+        episode_starts: torch.Tensor,
+        deterministic: bool = False,
+        action_masks: Optional[Any] = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         distribution, lstm_states = self.get_distribution(observation, lstm_states, episode_starts, action_masks)
         return distribution.get_actions(deterministic=deterministic), lstm_states
 
-    def predict(self, observation: Union[np.ndarray, dict[str, np.ndarray]], state: Any = None,  # type: ignore[override]
-                episode_start: Any = None, deterministic: bool = False,
-                action_masks: Optional[np.ndarray] = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    def predict(
+        self,
+        observation: Union[np.ndarray, dict[str, np.ndarray]],
+        state: Any = None,  # type: ignore[override]
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Optional[np.ndarray] = None,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """sb3-contrib's ``policy.predict``: ``(actions, (h, c))`` (a GRU's ``(h,)``), the actor's states after the step
         (None: zeros before it); ``action_masks`` (a masked policy): only the valid actions, as
         ``MaskableActorCriticPolicy.predict``."""
@@ -263,8 +344,9 @@ class RecurrentActorCritic(ActorCritic):
             states = tuple(torch.tensor(s, dtype=torch.float32, device=self.device) for s in state)
             episode_starts = torch.tensor(episode_start, dtype=torch.float32, device=self.device)
             masks = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(n_envs, -1)
-            actions, states = self._predict(observation, lstm_states=states, episode_starts=episode_starts,
-                                            deterministic=deterministic, action_masks=masks)
+            actions, states = self._predict(
+                observation, lstm_states=states, episode_starts=episode_starts, deterministic=deterministic, action_masks=masks
+            )
             states = tuple(s.cpu().numpy() for s in states)
         return self._actions_out(actions, vectorized), states
 
@@ -272,8 +354,9 @@ class RecurrentActorCritic(ActorCritic):
         """Zero states for ``n_envs`` envs (sb3-contrib's first rollout, and ``predict`` without a state)."""
         shape = (self.lstm_actor.num_layers, n_envs, self.lstm_actor.hidden_size)
         cell = CELL_STATES[self.rnn_type]
-        return LstmStates(tuple(torch.zeros(shape, device=device) for _ in cell),
-                          tuple(torch.zeros(shape, device=device) for _ in cell))
+        return LstmStates(
+            tuple(torch.zeros(shape, device=device) for _ in cell), tuple(torch.zeros(shape, device=device) for _ in cell)
+        )
 
 
 def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, **classes: Any) -> ActorCritic:
@@ -284,9 +367,21 @@ def build_policy(cfg: Config, observation_space: spaces.Space, action_space: spa
     ``features_extractor_kwargs``, an ``activation_fn`` class (sb3's Python API; the config names no class)."""
     settings = {**policy_settings(cfg), **classes}
     if cfg.recurrent:
-        return RecurrentActorCritic(channel_first_space(observation_space), action_space,
-                                    model=cfg.model.removesuffix("_lstm"), use_sde=cfg.use_sde,
-                                    action_masks=cfg.action_masks, rnn_type=cfg.rnn_type or "lstm", **settings,
-                                    **cfg.lstm_settings)
-    return ActorCritic(channel_first_space(observation_space), action_space, model=cfg.model, use_sde=cfg.use_sde,
-                       action_masks=cfg.action_masks, **settings)
+        return RecurrentActorCritic(
+            channel_first_space(observation_space),
+            action_space,
+            model=cfg.model.removesuffix("_lstm"),
+            use_sde=cfg.use_sde,
+            action_masks=cfg.action_masks,
+            rnn_type=cfg.rnn_type or "lstm",
+            **settings,
+            **cfg.lstm_settings,
+        )
+    return ActorCritic(
+        channel_first_space(observation_space),
+        action_space,
+        model=cfg.model,
+        use_sde=cfg.use_sde,
+        action_masks=cfg.action_masks,
+        **settings,
+    )

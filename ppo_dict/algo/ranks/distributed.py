@@ -21,6 +21,7 @@ What is not sb3's bits: each rank's forward and backward run on its rows (a matr
 and the sums are added across ranks; the update equals the single process's to float32 rounding (the tests
 compare within ``rtol 1e-5 + atol 1e-7``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -142,8 +143,15 @@ def rank_rows(indices: torch.Tensor, first: int, count: int) -> torch.Tensor:
     return mine - first
 
 
-def ranked_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
-                  n_updates: int, device: torch.device, ranks: Ranks) -> tuple[dict[str, float], int]:
+def ranked_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    storage: RolloutStorage,
+    settings: UpdateSettings,
+    n_updates: int,
+    device: torch.device,
+    ranks: Ranks,
+) -> tuple[dict[str, float], int]:
     """sb3 ``PPO.train`` on the global buffer, this rank holding ``storage`` (its envs' columns): see the module doc.
     Returns the ``train/*`` logs (global figures, the same on every rank) and the epoch counter."""
     data, rollout, evaluate = prepare_update(policy, optimizer, storage, settings, device)
@@ -160,8 +168,9 @@ def ranked_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage
         if settings.normalize_advantage and len(indices) > 1:  # sb3's per-minibatch mean and (unbiased) std
             chosen = all_advantages[indices]
             stats = (chosen.mean(), chosen.std())
-        terms = loss_terms(policy, rollout.take(rank_rows(indices, first, count)), settings, evaluate,
-                           Share(len(indices), stats))
+        terms = loss_terms(
+            policy, rollout.take(rank_rows(indices, first, count)), settings, evaluate, Share(len(indices), stats)
+        )
         figures = torch.stack([getattr(terms, name).detach() for name in FIGURES]).to("cpu", torch.float64)
         figures = ranks.sum_(figures, "the update's minibatch figures").tolist()
         log.pg_losses.append(figures[0])
@@ -172,7 +181,12 @@ def ranked_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage
         return terms.loss, np.float64(figures[4])  # the global approx_kl: every rank judges target_kl alike
 
     n_updates = run_epochs(
-        ReducedGradientStep(policy, optimizer, ranks), settings, buffer_size, n_updates, log,
-        lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device), loss_of)
+        ReducedGradientStep(policy, optimizer, ranks),
+        settings,
+        buffer_size,
+        n_updates,
+        log,
+        lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),
+        loss_of,
+    )
     return update_logs(policy, log, every, settings, n_updates), n_updates
-

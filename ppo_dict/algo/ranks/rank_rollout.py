@@ -15,6 +15,7 @@ what needs the whole batch as the single process keeps it:
 * :class:`RankEpisodes`: the episodes every rank ended, merged at the rollout's end in sb3's order (by step, then
   env), so ``rollout/*`` and the episode buffers are the single process's on every rank.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -69,8 +70,9 @@ class RankNormalizer:
         """This rank's rows (all of them: ``rows`` covers the rank's batch) into the global batch's statistics."""
         base = self.base
         keys = list(base.obs_rms) if base.training and base.norm_obs else []
-        *whole, whole_rewards, whole_dones = self.ranks.gather_rows([*(obs[key] for key in keys), rewards, dones],
-                                                                     what="the normaliser's step")
+        *whole, whole_rewards, whole_dones = self.ranks.gather_rows(
+            [*(obs[key] for key in keys), rewards, dones], what="the normaliser's step"
+        )
         base.observe(dict(zip(keys, whole)), whole_rewards, whole_dones)
         self.observed += 1
 
@@ -104,16 +106,20 @@ class RankEpisodes(EpisodeLog):
         :class:`RolloutDropped` (the rollout is dropped everywhere) instead."""
         ended_at = np.flatnonzero(dones.any(axis=1)) if dones.size else np.zeros(0, dtype=np.int64)
         if dropped is None and len(ended_at) != len(self.pending):
-            raise RankError(f"{self.ranks.info.name}: {len(self.pending)} steps of ended episodes were read, but the rollout "
-                            f"has {len(ended_at)} steps with an episode end")
+            raise RankError(
+                f"{self.ranks.info.name}: {len(self.pending)} steps of ended episodes were read, but the rollout "
+                f"has {len(ended_at)} steps with an episode end"
+            )
         mine = [] if dropped is not None else [(int(t), v, k, keywords) for t, (v, k, keywords) in zip(ended_at, self.pending)]
         self.pending = []
         everyone = self.ranks.gather_objects((dropped, mine), what="the rollout's episodes")
         for rank, (why, _) in enumerate(everyone):
             if why is not None:
                 raise RolloutDropped(f"rank {rank}: {why[0]}", why[1])
-        merged = sorted(((item, rank) for rank, (_, items) in enumerate(everyone) for item in items),
-                        key=lambda pair: (pair[0][0], pair[1]))
+        merged = sorted(
+            ((item, rank) for rank, (_, items) in enumerate(everyone) for item in items),
+            key=lambda pair: (pair[0][0], pair[1]),
+        )
         for (_, values, kinds, keywords), _ in merged:
             super().read_rows(values, kinds, keywords)
 

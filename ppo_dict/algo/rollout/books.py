@@ -9,6 +9,7 @@ step, ``ppo_dict.algo.rollout.shard``). Each rule is written here once, so that 
 * :func:`add_bootstrap`: the time-limit bootstrap's arithmetic, ``r += gamma * V(terminal obs)``;
 * :func:`start_episodes`: the episode starts stored, the step's ends kept for the next.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -33,8 +34,11 @@ def check_finite(storage: RolloutStorage, t: int, columns: range, label: str, st
     dones = s.terminated[t, span] | s.truncated[t, span]
     if dones.any():
         rows = np.flatnonzero(dones) + columns.start
-        checks += [(f"terminal observation[{key!r}]", arr[rows], rows) for key, arr in s.env_terminal_obs.items()
-                   if arr.dtype.kind == "f"]
+        checks += [
+            (f"terminal observation[{key!r}]", arr[rows], rows)
+            for key, arr in s.env_terminal_obs.items()
+            if arr.dtype.kind == "f"
+        ]
     for what, arr, rows in checks:
         if np.isfinite(arr).all():
             continue
@@ -59,8 +63,9 @@ def learner_rows(storage: RolloutStorage, normalizer: Optional[Normalizer], t: i
         s.obs[key][t + 1, rows] = values
     done = np.flatnonzero(s.terminated[t, rows] | s.truncated[t, rows]) + rows.start
     if len(done):
-        for key, values in normalizer.normalize_obs({key: s.env_terminal_obs[key][done]
-                                                     for key in normalizer.obs_rms}).items():
+        for key, values in normalizer.normalize_obs(
+            {key: s.env_terminal_obs[key][done] for key in normalizer.obs_rms}
+        ).items():
             s.terminal_obs[key][done] = values
     s.rewards[t, rows] = normalizer.normalize_reward(s.env_rewards[t, rows])
 

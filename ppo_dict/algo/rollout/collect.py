@@ -11,6 +11,7 @@ env, as sb3's ``collect_rollouts`` fills its buffer (before its GAE, which ``PPO
   sb3's numbers: the policy evaluates half batches (a matrix product rounds by its batch size),
   each half draws its own noise, and the normaliser's statistics take each half as its own batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,6 +29,7 @@ from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
 from ppo_dict.algo.rollout.plan import DOUBLE_BUFFERED, Plan
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout
+
 # TIMING_KEYS: the time/* keys, asked of this module
 from ppo_dict.algo.rollout.timing import TIMING_KEYS, OwedWork, Timing  # noqa: F401
 from ppo_dict.core.config import Config
@@ -59,9 +61,18 @@ class Collector:
     stopped the last rollout, else None.
     """
 
-    def __init__(self, cfg: Config, pool: EnvPool, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 device: torch.device, episodes: EpisodeLog, timing: Timing, plan: Plan,
-                 shard: Optional[ShardedRollout] = None):
+    def __init__(
+        self,
+        cfg: Config,
+        pool: EnvPool,
+        policy: ActorCritic,
+        normalizer: Optional[Normalizer],
+        device: torch.device,
+        episodes: EpisodeLog,
+        timing: Timing,
+        plan: Plan,
+        shard: Optional[ShardedRollout] = None,
+    ):
         self.cfg, self.pool, self.policy, self.normalizer, self.plan = cfg, pool, policy, normalizer, plan
         self.storage, self.n_envs, self.device = pool.storage, pool.num_envs, device
         self.episodes, self.timing = episodes, timing
@@ -79,8 +90,9 @@ class Collector:
         step_class = RecurrentStep if plan.recurrent else PolicyStep
         # --cuda_graphs: replayed as CUDA graphs (feed-forward only)
         graphed = GraphedStep if plan.graphed else (lambda step: step)
-        self.policy_steps = {len(columns): graphed(step_class(policy, len(columns), plan.ranks))
-                             for columns in (*self.halves, everything)}
+        self.policy_steps = {
+            len(columns): graphed(step_class(policy, len(columns), plan.ranks)) for columns in (*self.halves, everything)
+        }
         self.states = s.lstm_states = self._lstm_states() if plan.recurrent else None
         # where a step writes its actions, values and log-probs: the storage's rows on the CPU, else pinned buffers
         self.out, self.pinned = step_outputs(s, device, self.policy_steps)
@@ -104,8 +116,14 @@ class Collector:
         """A recurrent policy's LSTM states: each env's, over the rollout, one set per half (sb3-contrib's
         ``_last_lstm_states``)."""
         p = self.policy
-        return StateStore(self.storage.n_steps, self.halves, p.lstm_actor.num_layers, p.lstm_actor.hidden_size,
-                          p.critic_has_states, p.rnn_type)
+        return StateStore(
+            self.storage.n_steps,
+            self.halves,
+            p.lstm_actor.num_layers,
+            p.lstm_actor.hidden_size,
+            p.critic_has_states,
+            p.rnn_type,
+        )
 
     @property
     def policy_line(self) -> str:
@@ -177,8 +195,11 @@ class Collector:
                 self.pool.step(t)
             stepped = clock()
             going = self._after_env_step(t, everything)
-            timing.policy, timing.envs, timing.bookkeeping = (timing.policy + acted - started, timing.envs + stepped - acted,
-                                                              timing.bookkeeping + clock() - stepped)
+            timing.policy, timing.envs, timing.bookkeeping = (
+                timing.policy + acted - started,
+                timing.envs + stepped - acted,
+                timing.bookkeeping + clock() - stepped,
+            )
             if not going:
                 return t + 1
         return self.storage.n_steps
@@ -236,8 +257,9 @@ class Collector:
         else:  # the states before step t, reset where an episode starts; the states after it stored as row t+1
             group = self.halves.index(columns)
             keep = RecurrentStep.keep(self.last_dones[span], self.device)
-            actions, values, log_probs, states = self.policy_steps[len(columns)](obs, self.states.at(t, group, self.device),
-                                                                                 keep, out=out, rows=rows, masks=masks)
+            actions, values, log_probs, states = self.policy_steps[len(columns)](
+                obs, self.states.at(t, group, self.device), keep, out=out, rows=rows, masks=masks
+            )
             self.states.write(t + 1, states, group)
         if out is None:  # on an accelerator: three copies into pinned memory, one wait for them
             host = self.pinned[len(columns)]
@@ -259,8 +281,9 @@ class Collector:
         dones = s.terminated[t, span] | s.truncated[t, span]
         check_finite(s, t, columns, self.pool.backend.label, self.steps_before, self.n_envs)
         if self.normalizer is not None:  # VecNormalize's statistics from these envs' step (a half's, double-buffered)
-            self.normalizer.observe({key: s.env_obs[key][t + 1, span] for key in self.normalizer.obs_rms},
-                                    s.env_rewards[t, span], dones, rows=span)
+            self.normalizer.observe(
+                {key: s.env_obs[key][t + 1, span] for key in self.normalizer.obs_rms}, s.env_rewards[t, span], dones, rows=span
+            )
         learner_rows(s, self.normalizer, t, span)
         if self.hooks is not None and columns.stop == self.n_envs:
             self.owed.settle()  # a callback sees the statistics and rewards of the steps before
@@ -301,10 +324,12 @@ class Collector:
         if len(self.halves) > 1 and len(rows) > 1 and self.states is None:
             # aligned: a fancy-indexed copy starts wherever numpy's allocator put it, and a misaligned
             # batch could round differently from one run to the next on an AVX-512 CPU
-            batch = self.storage.as_policy_input(aligned({k: arr[first + rows]
-                                                          for k, arr in self.storage.terminal_obs.items()}))
-            add_bootstrap(rewards, rows, self.cfg.gamma,
-                          step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1))
+            batch = self.storage.as_policy_input(
+                aligned({k: arr[first + rows] for k, arr in self.storage.terminal_obs.items()})
+            )
+            add_bootstrap(
+                rewards, rows, self.cfg.gamma, step.value(obs_to_tensor(batch, self.device)).cpu().numpy().reshape(-1)
+            )
             return
         # overlapped: copied now, each row laid out as a fresh allocation (a worker may overwrite its env's row
         # at the next step); settled before the next step: read in place, as before
@@ -312,8 +337,9 @@ class Collector:
         gamma = np.float32(self.cfg.gamma)
 
         def bootstrap(j: int, idx: int) -> None:
-            obs = (self.storage.terminal_input(j, terminal) if terminal is not None
-                   else self.storage.terminal_input(first + idx))
+            obs = (
+                self.storage.terminal_input(j, terminal) if terminal is not None else self.storage.terminal_input(first + idx)
+            )
             with torch.inference_mode():
                 add_bootstrap(rewards, idx, gamma, value(idx, obs_to_tensor(obs, self.device)))
 

@@ -9,6 +9,7 @@ one non-blocking copy; the addition to the rewards is handed back as a unit of o
 for the copy (or, at the rollout's end, after one wait). Not sb3's bits (a batch rounds by its size,
 1.2e-7); the CPU keeps sb3's per-env order (``Collector._bootstrap_truncated``).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
@@ -28,16 +29,22 @@ def host_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     return torch.empty(shape, dtype=dtype, pin_memory=device.type == "cuda")
 
 
-def step_outputs(storage: RolloutStorage, device: torch.device,
-                 batch_sizes: Iterable[int]) -> tuple[Optional[tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]]]:
+def step_outputs(
+    storage: RolloutStorage, device: torch.device, batch_sizes: Iterable[int]
+) -> tuple[Optional[tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]]]:
     """``(out, pinned)``: where a rollout step writes its actions, values and log-probs. On the CPU straight into the
     storage's rows (``out``); on an accelerator they come back through pinned buffers, one set per batch size
     (``pinned``), with one synchronisation per step."""
     s = storage
     if device.type == "cpu":
         return tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)), {}
-    return None, {n: tuple(torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory() for a, shape in (
-        (s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,)))) for n in batch_sizes}
+    return None, {
+        n: tuple(
+            torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory()
+            for a, shape in ((s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,)))
+        )
+        for n in batch_sizes
+    }
 
 
 def terminal_batch(storage: RolloutStorage, envs: np.ndarray, device: torch.device) -> TensorObs:
@@ -72,8 +79,15 @@ def device_values(step: PolicyStep, obs: TensorObs) -> tuple[torch.Tensor, Optio
     return host, done
 
 
-def batched_bootstrap(step: PolicyStep, storage: RolloutStorage, rewards: np.ndarray, rows: np.ndarray, envs: np.ndarray,
-                      device: torch.device, gamma: float) -> Callable[[], None]:
+def batched_bootstrap(
+    step: PolicyStep,
+    storage: RolloutStorage,
+    rewards: np.ndarray,
+    rows: np.ndarray,
+    envs: np.ndarray,
+    device: torch.device,
+    gamma: float,
+) -> Callable[[], None]:
     """Start valuing envs ``envs``' terminal observations on ``device`` (nothing waits); returns the unit that
     adds ``gamma * value`` to ``rewards[rows]`` (float32, as sb3's addition), waiting for the values if need be.
     rows: indices into ``rewards`` (one step's row of the envs stepped); envs: those envs' indices."""

@@ -21,6 +21,7 @@ before the next replay.
   exploration matrices are new tensors at sb3's cadence); the config refuses the rest
   (``Config.check``). On a CPU device the step runs eagerly, and says so once.
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,8 +38,11 @@ WARMUP_CALLS = 3
 
 def _clone(obs: TensorObs) -> TensorObs:
     """A contiguous copy on the same device: the graph's static input."""
-    return {k: v.clone(memory_format=torch.contiguous_format) for k, v in obs.items()} if isinstance(obs, dict) else obs.clone(
-        memory_format=torch.contiguous_format)
+    return (
+        {k: v.clone(memory_format=torch.contiguous_format) for k, v in obs.items()}
+        if isinstance(obs, dict)
+        else obs.clone(memory_format=torch.contiguous_format)
+    )
 
 
 def _copy_into(static: TensorObs, obs: TensorObs) -> None:
@@ -66,11 +70,15 @@ class GraphedStep:
         device = step.policy.value_net.weight.device
         self.eager_reason: Optional[str] = None
         if device.type != "cuda":
-            self.eager_reason = (f"note: --cuda_graphs: the policy runs on {device}, and CUDA graphs need a CUDA device: "
-                                 f"policy steps run eagerly")
+            self.eager_reason = (
+                f"note: --cuda_graphs: the policy runs on {device}, and CUDA graphs need a CUDA device: "
+                f"policy steps run eagerly"
+            )
         elif step.sampler is None:  # ActorCritic.forward's distribution objects (unmasked MultiBinary): not captured
-            self.eager_reason = ("note: --cuda_graphs: this action space is sampled through the distribution objects, not "
-                                 "captured: policy steps run eagerly")
+            self.eager_reason = (
+                "note: --cuda_graphs: this action space is sampled through the distribution objects, not "
+                "captured: policy steps run eagerly"
+            )
         self.graph: Optional[Any] = None  # torch.cuda.CUDAGraph, once captured
         self.static_obs: Optional[TensorObs] = None
         self.static_masks: Optional[torch.Tensor] = None
@@ -84,8 +92,9 @@ class GraphedStep:
         self.step.refresh()
         self.graph = None
 
-    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
-                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None, masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.eager_reason is not None or out is not None:  # rows: gSDE's alone, which --cuda_graphs refuses
             if self.eager_reason is not None and not GraphedStep.said_why:
                 GraphedStep.said_why = True

@@ -4,6 +4,7 @@ The arithmetic is sb3's expression for expression (``running_mean_std.py``, ``ve
 statistics in float64, batch moments in the data's dtype, outputs cast to float32. It returns
 normalised arrays; the caller keeps them apart from what the env wrote (``RolloutStorage.obs``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -93,7 +94,11 @@ class Normalizer:
         return self.normalize_obs(obs)
 
     def step(
-        self, obs: dict[str, np.ndarray], rewards: np.ndarray, dones: np.ndarray, terminal_obs: dict[str, np.ndarray],
+        self,
+        obs: dict[str, np.ndarray],
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        terminal_obs: dict[str, np.ndarray],
         rows: slice = slice(None),
     ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, np.ndarray]]:
         """After ``env.step()``, in sb3's order: ``(obs, rewards, terminal_obs)`` normalised.
@@ -126,8 +131,9 @@ class Normalizer:
     def normalize_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """float32 ``{key: clip((obs - mean) / sqrt(var + eps))}`` for the normalised keys of ``obs``."""
         return {
-            key: np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs,
-                         self.clip_obs).astype(np.float32)
+            key: np.clip((obs[key] - rms.mean) / np.sqrt(rms.var + self.epsilon), -self.clip_obs, self.clip_obs).astype(
+                np.float32
+            )
             for key, rms in self.obs_rms.items()
             if self.norm_obs
         }

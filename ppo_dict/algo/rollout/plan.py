@@ -13,6 +13,7 @@ what the same probe found on that stand-in. :meth:`Plan.lines` is what both prin
 None of it changes a number of the run but ``--double_buffer`` and a device other than the CPU (their lines say so):
 the sharded step runs only where the probe found each process's rows to be the whole batch's, bit for bit.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -90,12 +91,20 @@ class Plan:
     def step_line(self) -> str:
         """The ``policy step:`` line: where the step runs, and why."""
         where = "in each process for the envs it steps" if self.step == SHARDED else "in the main process for every env"
-        kinds = [what for what, on in ((", recurrent", self.recurrent), (f", on {self.device}", self.device != "cpu"),
-                                       (", replayed as a CUDA graph", self.graphed)) if on]
+        kinds = [
+            what
+            for what, on in (
+                (", recurrent", self.recurrent),
+                (f", on {self.device}", self.device != "cpu"),
+                (", replayed as a CUDA graph", self.graphed),
+            )
+            if on
+        ]
         line = f"{where}{''.join(kinds)} ({self.step_why})"
         if self.at_start and self.probed:  # a dry run: no env started, the probe ran on storage laid out as the run's
-            return (f"policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: "
-                    f"{line}")
+            return (
+                f"policy step: the start probe decides, on the run's own storage; here, on rows laid out as the run's: {line}"
+            )
         return f"policy step: {line}"
 
     @property
@@ -113,49 +122,109 @@ def central_line(why: str) -> str:
     return f"policy step: in the main process for every env ({why})"
 
 
-def plan_rollout(cfg: Config, pool: Any, policy: Any, normalizer: Optional[Normalizer], device: torch.device,
-                 ranks: Optional[RankRows] = None, layout: Optional[Layout] = None) -> tuple[Plan, Optional[ShardedRollout]]:
+def plan_rollout(
+    cfg: Config,
+    pool: Any,
+    policy: Any,
+    normalizer: Optional[Normalizer],
+    device: torch.device,
+    ranks: Optional[RankRows] = None,
+    layout: Optional[Layout] = None,
+) -> tuple[Plan, Optional[ShardedRollout]]:
     """The plan for a run on ``pool`` with ``policy`` and ``normalizer`` (``ranks``: this rank's envs of a run over ranks;
     ``layout``: the run plan's), and the sharded step where it is chosen: built, probed on the pool's own storage and
     given to every process."""
     workers = bool(hasattr(pool, "attach") and pool.blocks)
     processes = processes_of(pool.main_envs, pool.blocks) if workers else []
-    return decide(cfg, pool.storage, pool.backend.label, processes, policy, normalizer, device, ranks, layout, pool.waits,
-                  attach=pool.attach if workers else None)
+    return decide(
+        cfg,
+        pool.storage,
+        pool.backend.label,
+        processes,
+        policy,
+        normalizer,
+        device,
+        ranks,
+        layout,
+        pool.waits,
+        attach=pool.attach if workers else None,
+    )
 
 
-def preview_plan(cfg: Config, storage: RolloutStorage, label: str, layout: Layout, policy: Any,
-                 normalizer: Optional[Normalizer], device: torch.device, ranks: Optional[RankRows] = None) -> Plan:
+def preview_plan(
+    cfg: Config,
+    storage: RolloutStorage,
+    label: str,
+    layout: Layout,
+    policy: Any,
+    normalizer: Optional[Normalizer],
+    device: torch.device,
+    ranks: Optional[RankRows] = None,
+) -> Plan:
     """``--dry_run``'s plan: :func:`decide` on ``storage`` laid out as the run's (no env started, nothing handed to a
     process)."""
     processes = processes_of(layout.main, list(layout.blocks)) if layout.processes else []
-    return decide(cfg, storage, label, processes, policy, normalizer, device, ranks, layout, bool(layout.processes),
-                  at_start=True)[0]
+    return decide(
+        cfg, storage, label, processes, policy, normalizer, device, ranks, layout, bool(layout.processes), at_start=True
+    )[0]
 
 
-def decide(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: Any,
-           normalizer: Optional[Normalizer], device: torch.device, ranks: Optional[RankRows], layout: Optional[Layout],
-           waits: bool, attach: Optional[Callable[..., dict[int, Optional[str]]]] = None,
-           at_start: bool = False) -> tuple[Plan, Optional[ShardedRollout]]:
+def decide(
+    cfg: Config,
+    storage: RolloutStorage,
+    label: str,
+    processes: list[tuple[range, bool]],
+    policy: Any,
+    normalizer: Optional[Normalizer],
+    device: torch.device,
+    ranks: Optional[RankRows],
+    layout: Optional[Layout],
+    waits: bool,
+    attach: Optional[Callable[..., dict[int, Optional[str]]]] = None,
+    at_start: bool = False,
+) -> tuple[Plan, Optional[ShardedRollout]]:
     """The plan, and the sharded step where chosen (``attach``: gives it to the pool's processes; None: a preview)."""
     if ranks is not None and PolicyStep(policy, 1).sampler is None:
-        raise RankError(f"{ranks.name}: the policy samples through its own forward, which cannot take the global batch's "
-                        f"draws")
+        raise RankError(
+            f"{ranks.name}: the policy samples through its own forward, which cannot take the global batch's draws"
+        )
     sharded, granule, probed, why = sharded_step(cfg, storage, label, processes, policy, normalizer, device, ranks, attach)
     recurrent = isinstance(policy, RecurrentActorCritic)
     step = DOUBLE_BUFFERED if cfg.double_buffer else SHARDED if granule is not None else CENTRAL
     overlap = step != DOUBLE_BUFFERED and waits
     device_bootstrap = device.type != "cpu" and not recurrent
     update, update_why = update_choice(cfg, device, recurrent, ranks)
-    plan = Plan(step, why, granule, probed, at_start, bool(processes), recurrent, cfg.cuda_graphs, str(device), overlap,
-                device_bootstrap, update, update_why, ranks, layout)
+    plan = Plan(
+        step,
+        why,
+        granule,
+        probed,
+        at_start,
+        bool(processes),
+        recurrent,
+        cfg.cuda_graphs,
+        str(device),
+        overlap,
+        device_bootstrap,
+        update,
+        update_why,
+        ranks,
+        layout,
+    )
     return plan, sharded
 
 
-def sharded_step(cfg: Config, storage: RolloutStorage, label: str, processes: list[tuple[range, bool]], policy: Any,
-                 normalizer: Optional[Normalizer], device: torch.device, ranks: Optional[RankRows],
-                 attach: Optional[Callable[..., dict[int, Optional[str]]]]
-                 ) -> tuple[Optional[ShardedRollout], Optional[int], bool, str]:
+def sharded_step(
+    cfg: Config,
+    storage: RolloutStorage,
+    label: str,
+    processes: list[tuple[range, bool]],
+    policy: Any,
+    normalizer: Optional[Normalizer],
+    device: torch.device,
+    ranks: Optional[RankRows],
+    attach: Optional[Callable[..., dict[int, Optional[str]]]],
+) -> tuple[Optional[ShardedRollout], Optional[int], bool, str]:
     """``(sharded step or None, its granule, whether the probe ran, why)``: the sharded step where the run allows it,
     it can be built (its policy pickled, its shared block made) and the start probe passes; given to every process
     (``attach``) where one is given. A policy that cannot be pickled or a block that cannot be made is said, and the
@@ -170,8 +239,12 @@ def sharded_step(cfg: Config, storage: RolloutStorage, label: str, processes: li
     try:
         payload = cloudpickle.dumps(policy)
     except (pickle.PicklingError, TypeError) as exc:  # an attribute pickle cannot carry (a lock, an open file)
-        return (None, None, False, f"{NOT_BUILT}its policy cannot be pickled for the other processes ({type(exc).__name__}: "
-                                   f"{exc})")
+        return (
+            None,
+            None,
+            False,
+            f"{NOT_BUILT}its policy cannot be pickled for the other processes ({type(exc).__name__}: {exc})",
+        )
     try:
         sharded = ShardedRollout(cfg, storage, label, policy, normalizer, central, payload)
     except OSError as exc:  # memfd_create, ftruncate or mmap refused (no memory, no descriptor left)
@@ -191,11 +264,15 @@ def sharded_step(cfg: Config, storage: RolloutStorage, label: str, processes: li
 
 def books_words(step: str) -> str:
     if step == SHARDED:
-        return ("each process its own envs' (finite checks, normalised rows, rewards, bootstrap, episode starts); the main "
-                "process the whole batch's (VecNormalize's statistics, the episodes in sb3's order)")
+        return (
+            "each process its own envs' (finite checks, normalised rows, rewards, bootstrap, episode starts); the main "
+            "process the whole batch's (VecNormalize's statistics, the episodes in sb3's order)"
+        )
     if step == DOUBLE_BUFFERED:
-        return ("the main process, each half's after its step (VecNormalize's statistics take each half as its own batch: not "
-                "sb3's numbers)")
+        return (
+            "the main process, each half's after its step (VecNormalize's statistics take each half as its own batch: not "
+            "sb3's numbers)"
+        )
     return "the main process, every env's after each step, in sb3's order"
 
 
@@ -216,13 +293,16 @@ def update_choice(cfg: Config, device: torch.device, recurrent: bool, ranks: Opt
     """``(the update, its words)``: the device's loop for a feed-forward policy off the CPU, else the global batch's over
     ranks, else sb3-contrib's sequence minibatches for a recurrent policy, else sb3's loop."""
     if device.type != "cpu" and not recurrent:
-        return DEVICE, (f"on {device}: the minibatch indices drawn on the device, no host work per minibatch (a feed-forward "
-                        "policy off the CPU; not bit-exact with sb3)")
+        return DEVICE, (
+            f"on {device}: the minibatch indices drawn on the device, no host work per minibatch (a feed-forward "
+            "policy off the CPU; not bit-exact with sb3)"
+        )
     if ranks is not None:
-        return (RANKS, f"over ranks: each rank's rows of the global minibatch ({ranks.n_envs} envs), gradients all-reduced "
-                       f"(torchrun)")
+        return (
+            RANKS,
+            f"over ranks: each rank's rows of the global minibatch ({ranks.n_envs} envs), gradients all-reduced (torchrun)",
+        )
     if recurrent:
         whole = "; whole sequences per LSTM call (--lstm_fast_path)" if cfg.lstm_fast_path else ""
         return RECURRENT, f"sb3-contrib's sequence minibatches, masked means (a recurrent policy{whole})"
     return EXACT, f"sb3's loop: numpy's permutation, the minibatches in order, Adam (on {device})"
-

@@ -10,6 +10,7 @@ the step are returned for the caller to store. Values, the sampler and the RNG d
 weights laid out for oneDNN once per rollout (:class:`~ppo_dict.algo.networks.lstm_inference.PackedLstm`:
 the same kernel on the same values).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -61,16 +62,23 @@ class RecurrentStep(PolicyStep):
             return None
         return (1.0 - torch.as_tensor(episode_starts, dtype=torch.float32, device=device)).view(1, len(episode_starts), 1)
 
-    def _one_step(self, call, features: torch.Tensor, states: HiddenCell,
-                  keep: Optional[torch.Tensor]) -> tuple[torch.Tensor, HiddenCell]:
+    def _one_step(
+        self, call, features: torch.Tensor, states: HiddenCell, keep: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, HiddenCell]:
         hx = states if keep is None else tuple(keep * state for state in states)
         output, states = call(features.unsqueeze(0), hx)
         return output[0], states
 
     @torch.inference_mode()
-    def __call__(self, obs: TensorObs, states: LstmStates, keep: Optional[torch.Tensor],  # type: ignore[override]
-                 out: Optional[Out] = None, rows: Optional[slice] = None,
-                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
+    def __call__(
+        self,
+        obs: TensorObs,
+        states: LstmStates,
+        keep: Optional[torch.Tensor],  # type: ignore[override]
+        out: Optional[Out] = None,
+        rows: Optional[slice] = None,
+        masks: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LstmStates]:
         """One step; ``states``: each env's before it; ``keep``: :meth:`keep` of the episode starts;
         ``out``, ``rows`` and ``masks`` (bool ``[n_envs, mask_dim]``, a masked policy's) as :class:`PolicyStep`'s."""
         pi_features, vf_features = self.features(obs)

@@ -24,6 +24,7 @@ A spec without a sampler (unmasked MultiBinary: one ``bernoulli``) takes ``Actor
 outputs are copied into the rows: the same floats by construction, with the distribution objects'
 overhead.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,13 +95,21 @@ class GlobalDraws(LeanSampler):
         for target, rows in zip(into, self._draw()):
             target.copy_(rows)
 
-    def __call__(self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice],
-                 masks: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, head: torch.Tensor, latent_pi: torch.Tensor, out: Pair, rows: Optional[slice], masks: Optional[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         actions, log_probs = self.sampler.sample(head, latent_pi, self._draw(), ALL, masks)
         return into(out, actions, log_probs)
 
-    def sample(self, head: torch.Tensor, latent_pi: torch.Tensor, draws: Sequence[torch.Tensor], span: slice,
-               masks: Optional[torch.Tensor], matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self,
+        head: torch.Tensor,
+        latent_pi: torch.Tensor,
+        draws: Sequence[torch.Tensor],
+        span: slice,
+        masks: Optional[torch.Tensor],
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.sampler.sample(head, latent_pi, draws, span, masks, matrices)
 
 
@@ -150,9 +159,15 @@ class PolicyStep:
         return run(self._pi, features), run(self._vf, features)
 
     @torch.inference_mode()
-    def __call__(self, obs: TensorObs, out: Optional[Out] = None, rows: Optional[slice] = None,
-                 masks: Optional[torch.Tensor] = None, draws: Optional[Sequence[torch.Tensor]] = None,
-                 matrices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self,
+        obs: TensorObs,
+        out: Optional[Out] = None,
+        rows: Optional[slice] = None,
+        masks: Optional[torch.Tensor] = None,
+        draws: Optional[Sequence[torch.Tensor]] = None,
+        matrices: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step. ``out``: ``(actions, values, log_probs)`` tensors to write into (the storage's rows).
         ``rows``: which rows of the whole batch these are: the envs of a double-buffered half (gSDE gives each its own
         exploration matrix), or a sharded step's window. ``masks``: bool ``[n_envs, mask_dim]``, the valid actions
@@ -174,8 +189,9 @@ class PolicyStep:
             actions, log_probs = self.sampler(head, latent_pi, None if out is None else (out[0], out[2]), rows, masks)
         return actions, values, log_probs
 
-    def _forward(self, obs: TensorObs, out: Optional[Out],
-                 masks: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(
+        self, obs: TensorObs, out: Optional[Out], masks: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``ActorCritic.forward`` (unmasked MultiBinary), its outputs copied into ``out``."""
         actions, values, log_probs = self.policy(obs, action_masks=masks)
         if out is None:

@@ -19,6 +19,7 @@ is; row-wise ones (softmax, logsumexp, a sum over dim 1) depend on the row alone
 This module is each process's side (:class:`ShardWork`, made by :class:`ShardProgram` in every process);
 ``ppo_dict.algo.rollout.sharded_rollout`` is the main process's.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,9 +84,10 @@ class SharedBlock:
             fd = self.fd = os.memfd_create("ppo_dict-policy", os.MFD_CLOEXEC)
             os.ftruncate(fd, layout.nbytes)
         self.memory = mmap.mmap(fd, layout.nbytes)
-        self.tensors = {name: torch.frombuffer(self.memory, dtype=getattr(torch, dtype), count=math.prod(shape),
-                                               offset=offset).view(shape)
-                        for name, offset, shape, dtype in layout.entries}
+        self.tensors = {
+            name: torch.frombuffer(self.memory, dtype=getattr(torch, dtype), count=math.prod(shape), offset=offset).view(shape)
+            for name, offset, shape, dtype in layout.entries
+        }
 
     def release_fd(self) -> None:
         """Close the kept descriptor (the mapping stays)."""
@@ -96,8 +98,10 @@ class SharedBlock:
 
 def shared_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The module's parameters and buffers, by block name."""
-    return [*((f"param/{n}", p) for n, p in module.named_parameters()),
-            *((f"buffer/{n}", b) for n, b in module.named_buffers())]
+    return [
+        *((f"param/{n}", p) for n, p in module.named_parameters()),
+        *((f"buffer/{n}", b) for n, b in module.named_buffers()),
+    ]
 
 
 def bind(module: nn.Module, block: SharedBlock) -> None:
@@ -172,8 +176,15 @@ class ShardWork:
         self.norm = None
         if program.norm is not None:
             settings = program.norm
-            self.norm = Normalizer(dict(zip(settings.keys, settings.shapes)), n, settings.norm_obs, settings.norm_reward,
-                                   settings.clip_obs, settings.clip_reward, epsilon=settings.epsilon)
+            self.norm = Normalizer(
+                dict(zip(settings.keys, settings.shapes)),
+                n,
+                settings.norm_obs,
+                settings.norm_reward,
+                settings.clip_obs,
+                settings.clip_reward,
+                epsilon=settings.epsilon,
+            )
             for key, rms in self.norm.obs_rms.items():  # the main process's statistics, as it last wrote them
                 rms.mean, rms.var = tensors[f"stats/{key}/mean"].numpy(), tensors[f"stats/{key}/var"].numpy()
             self.norm.ret_rms.var = tensors["stats/ret_var"].numpy()
@@ -219,8 +230,9 @@ class ShardWork:
         masks = None if self.masks is None or not self.masking else self.masks[t, span]
         matrices = None if self.matrices[mslot] is None else self.matrices[mslot][span]
         # the central step's own call on the window's rows, with the main process's draws of them
-        actions, values, log_probs = self.step(obs, rows=span, masks=masks, draws=[d[span] for d in self.draws[slot]],
-                                               matrices=matrices)
+        actions, values, log_probs = self.step(
+            obs, rows=span, masks=masks, draws=[d[span] for d in self.draws[slot]], matrices=matrices
+        )
         rows = self.rows
         s.actions[t, rows] = actions[mine].reshape(len(self.own), -1).numpy()
         s.values[t, rows] = values[mine, 0].numpy()

@@ -12,6 +12,7 @@ draws, and the critic on a batch of one (the bootstrap's) with the shared parame
 granule of :data:`~ppo_dict.algo.rollout.shard.GRANULES` whose windows all agree is taken; none: the central step.
 The global generator is left as it was (the probe runs on a fork of it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,9 @@ from ppo_dict.data.storage import RolloutStorage, obs_to_tensor, storage_keys
 DRAWS = 3
 
 
-def random_rows(storage: RolloutStorage, t: int, rng: np.random.Generator, scale: float,
-                mask_sizes: Optional[list[int]]) -> None:
+def random_rows(
+    storage: RolloutStorage, t: int, rng: np.random.Generator, scale: float, mask_sizes: Optional[list[int]]
+) -> None:
     """Random observations (the learner's, as the policy reads them) and action masks into rollout row ``t``,
     and random terminal observations; each leaf's values as its space allows."""
     leaves = storage_keys(storage.observation_space)
@@ -61,9 +63,17 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
-def probe(program: ShardProgram, block: SharedBlock, policy: ActorCritic, central: PolicyStep, step_obs: Callable[[int], Any],
-          storage: RolloutStorage, processes: Sequence[tuple[range, bool]], sync_matrices: Callable[[int], None],
-          seed: int = 12345) -> tuple[Optional[int], str]:
+def probe(
+    program: ShardProgram,
+    block: SharedBlock,
+    policy: ActorCritic,
+    central: PolicyStep,
+    step_obs: Callable[[int], Any],
+    storage: RolloutStorage,
+    processes: Sequence[tuple[range, bool]],
+    sync_matrices: Callable[[int], None],
+    seed: int = 12345,
+) -> tuple[Optional[int], str]:
     """``(granule, why)``: the smallest granule whose windows agree, else ``(None, what differed)``.
 
     ``central``: the whole batch's step on ``policy`` (refreshed); ``step_obs(t)``: its input of row ``t``;
@@ -79,8 +89,11 @@ def probe(program: ShardProgram, block: SharedBlock, policy: ActorCritic, centra
     outputs = (s.actions, s.values, s.log_probs)
     why = ""
     for granule in GRANULES:
-        works = [(ShardWork(dataclasses.replace(program, granule=granule), bound, block, storage, own), worker)
-                 for own, worker in processes if len(own)]
+        works = [
+            (ShardWork(dataclasses.replace(program, granule=granule), bound, block, storage, own), worker)
+            for own, worker in processes
+            if len(own)
+        ]
         for draw in range(DRAWS):
             t = draw % s.n_steps
             random_rows(storage, t, rng, (1.0, 5.0, 0.1)[draw % 3], mask_sizes)
@@ -94,13 +107,19 @@ def probe(program: ShardProgram, block: SharedBlock, policy: ActorCritic, centra
                     work.before((2, t, 0, 0, 0, 0, work.version if work.version >= 0 else 0))
             got = [arr[t].copy() for arr in outputs] + [s.env_actions.copy()]
             if not all(same_bits(a, b) for a, b in zip(expected, got)):
-                names = [name for name, a, b in zip(("actions", "values", "log-probs", "env actions"), expected, got)
-                         if not same_bits(a, b)]
+                names = [
+                    name
+                    for name, a, b in zip(("actions", "values", "log-probs", "env actions"), expected, got)
+                    if not same_bits(a, b)
+                ]
                 why = f"windows of {granule} row{'s' * (granule > 1)} gave other {', '.join(names)} than the whole batch"
                 break
         else:
-            return (granule, f"each process's rows equal the whole batch's (windows of {granule} row{'s' * (granule > 1)}, "
-                             f"{DRAWS} random batches)")
+            return (
+                granule,
+                f"each process's rows equal the whole batch's (windows of {granule} row{'s' * (granule > 1)}, "
+                f"{DRAWS} random batches)",
+            )
     return None, why
 
 
@@ -125,9 +144,17 @@ def _same_critic(policy: ActorCritic, bound: ActorCritic, storage: RolloutStorag
     return True
 
 
-def _central(policy: ActorCritic, central: PolicyStep, step_obs: Callable[[int], Any], storage: RolloutStorage, t: int,
-             seed: int, program: ShardProgram, block: SharedBlock,
-             sync_matrices: Callable[[int], None]) -> tuple[Optional[list[np.ndarray]], str]:
+def _central(
+    policy: ActorCritic,
+    central: PolicyStep,
+    step_obs: Callable[[int], Any],
+    storage: RolloutStorage,
+    t: int,
+    seed: int,
+    program: ShardProgram,
+    block: SharedBlock,
+    sync_matrices: Callable[[int], None],
+) -> tuple[Optional[list[np.ndarray]], str]:
     """The central step of row ``t`` from ``seed`` (its outputs), and the sharded draws from the same seed into
     the block's slot 0 (the generator must end where the central step left it); the global generator is restored."""
     s, gsde = storage, policy.action_spec.gsde

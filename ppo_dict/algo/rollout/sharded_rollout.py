@@ -14,6 +14,7 @@ normalises the step's rows before the callback sees them, and the draws wait for
 ``time/serial_us`` is this process's time per step when no process has work: from the last worker's
 answer to the next hand-over.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,14 +29,22 @@ import torch
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.rollout.rollout_step import PolicyStep
-from ppo_dict.algo.rollout.shard import (ACT, BOOKS, NORM, NORM_SETTINGS, NormSettings, ShardProgram, SharedBlock,
-                                         block_layout, shared_tensors)
+from ppo_dict.algo.rollout.shard import (
+    ACT,
+    BOOKS,
+    NORM,
+    NORM_SETTINGS,
+    NormSettings,
+    ShardProgram,
+    SharedBlock,
+    block_layout,
+    shared_tensors,
+)
 from ppo_dict.algo.rollout.shard_probe import probe
 from ppo_dict.algo.rollout.timing import Timing
 from ppo_dict.core.config import Config
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.vec.work import STEP
-
 
 
 class Rollout(Protocol):
@@ -50,8 +59,9 @@ class Rollout(Protocol):
     episodes: Any
 
 
-def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer],
-                     device: torch.device) -> str:
+def sharding_problem(
+    cfg: Config, storage: RolloutStorage, policy: ActorCritic, normalizer: Optional[Normalizer], device: torch.device
+) -> str:
     """Why this run's policy step stays in the main process ("": it may go where the envs are, probe permitting)."""
     if not cfg.shard_policy:
         return "as asked (--shard_policy False)"
@@ -63,8 +73,11 @@ def sharding_problem(cfg: Config, storage: RolloutStorage, policy: ActorCritic, 
         return f"a policy class of the script's own ({type(policy.module).__name__}) runs its own forward here"
     # the API's sb3 class (ppo_dict.api.sb3_policy): the same passes
     if getattr(type(policy), "surface_of", type(policy)) is not ActorCritic:
-        return (f"{type(policy).__name__} keeps its LSTM states here" if hasattr(policy, "lstm_actor")
-                else f"{type(policy).__name__} runs here")
+        return (
+            f"{type(policy).__name__} keeps its LSTM states here"
+            if hasattr(policy, "lstm_actor")
+            else f"{type(policy).__name__} runs here"
+        )
     if PolicyStep(policy, 1).sampler is None:
         return f"{policy.action_space} samples through the policy's forward"
     if normalizer is not None and not set(normalizer.normalized_keys) <= set(storage.stage_keys):
@@ -86,14 +99,23 @@ class ShardedRollout:
     ``central``: the whole batch's step, whose sampler makes the step's draws; ``payload``: ``policy`` pickled (pickled
     here when not given)."""
 
-    def __init__(self, cfg: Config, storage: RolloutStorage, label: str, policy: ActorCritic, normalizer: Optional[Normalizer],
-                 central: PolicyStep, payload: Optional[bytes] = None):
+    def __init__(
+        self,
+        cfg: Config,
+        storage: RolloutStorage,
+        label: str,
+        policy: ActorCritic,
+        normalizer: Optional[Normalizer],
+        central: PolicyStep,
+        payload: Optional[bytes] = None,
+    ):
         self.storage, self.policy, self.normalizer, self.central = storage, policy, normalizer, central
         n = self.n_envs = storage.n_envs
         self.draw_shapes = central.sampler.draw_shapes(n)
         gsde = policy.action_spec.gsde
-        named = [(name, tensor.shape, tensor.dtype)
-                 for name, tensor in shared_tensors(policy)] + [("settings/gamma", (), torch.float64)]
+        named = [(name, tensor.shape, tensor.dtype) for name, tensor in shared_tensors(policy)] + [
+            ("settings/gamma", (), torch.float64)
+        ]
         named += [("settings/masking", (), torch.float64)] if storage.action_masks is not None else []
         named += [(f"draw/{slot}/{i}", shape, torch.float32) for slot in (0, 1) for i, shape in enumerate(self.draw_shapes)]
         if gsde is not None:
@@ -102,15 +124,24 @@ class ShardedRollout:
         if normalizer is not None:
             keys = tuple(normalizer.obs_rms)
             shapes = tuple(tuple(normalizer.obs_rms[k].mean.shape) for k in keys)
-            named += [(f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes)
-                      for part in ("mean", "var")]
+            named += [
+                (f"stats/{k}/{part}", shape, torch.float64) for k, shape in zip(keys, shapes) for part in ("mean", "var")
+            ]
             named += [("stats/ret_var", (), torch.float64), ("settings/norm", (len(NORM_SETTINGS),), torch.float64)]
-            norm = NormSettings(keys, shapes, normalizer.norm_obs, normalizer.norm_reward, normalizer.clip_obs,
-                                normalizer.clip_reward, normalizer.epsilon)
+            norm = NormSettings(
+                keys,
+                shapes,
+                normalizer.norm_obs,
+                normalizer.norm_reward,
+                normalizer.clip_obs,
+                normalizer.clip_reward,
+                normalizer.epsilon,
+            )
         self.block = SharedBlock(block_layout(named))
         payload = cloudpickle.dumps(policy) if payload is None else payload  # the policy pickled for the other processes
-        self.program = ShardProgram(payload, self.block.layout, n, 1, cfg.gamma, label,
-                                    tuple(range(len(self.draw_shapes))), norm)
+        self.program = ShardProgram(
+            payload, self.block.layout, n, 1, cfg.gamma, label, tuple(range(len(self.draw_shapes))), norm
+        )
         self.version, self.mslot, self._matrices = 0, 0, None
         self.masking = True  # the collector's (sb3-contrib's use_masking)
         self.refresh(cfg.gamma)
@@ -126,8 +157,9 @@ class ShardedRollout:
         if "settings/masking" in self.block.tensors:
             self.block.tensors["settings/masking"].fill_(float(self.masking))
         if self.normalizer is not None:  # what a script may assign to sb3's VecNormalize between learn calls
-            self.block.tensors["settings/norm"].copy_(torch.tensor([float(getattr(self.normalizer, name))
-                                                                    for name in NORM_SETTINGS]))
+            self.block.tensors["settings/norm"].copy_(
+                torch.tensor([float(getattr(self.normalizer, name)) for name in NORM_SETTINGS])
+            )
         self.version += 1
 
     def sync_matrices(self, slot: Optional[int] = None) -> None:
@@ -188,8 +220,9 @@ class ShardedRollout:
                 idle()
             dones = s.terminated[t] | s.truncated[t]
             if self.normalizer is not None:
-                self.normalizer.observe({key: s.env_obs[key][t + 1] for key in self.normalizer.obs_rms}, s.env_rewards[t],
-                                        dones)
+                self.normalizer.observe(
+                    {key: s.env_obs[key][t + 1] for key in self.normalizer.obs_rms}, s.env_rewards[t], dones
+                )
                 self.publish_stats()
             if hooks is not None:
                 timing.serial += clock() - started
@@ -209,12 +242,12 @@ class ShardedRollout:
             idle()
         return s.n_steps, None
 
-
     def probe(self, step_obs: Callable[[int], Any], processes: list[tuple[range, bool]]) -> tuple[Optional[int], str]:
         """:func:`~ppo_dict.algo.rollout.shard_probe.probe` of these processes' columns on this storage; the granule
         found is the program's."""
-        granule, why = probe(self.program, self.block, self.policy, self.central, step_obs, self.storage, processes,
-                             self.sync_matrices)
+        granule, why = probe(
+            self.program, self.block, self.policy, self.central, step_obs, self.storage, processes, self.sync_matrices
+        )
         if granule is not None:
             self.program = dataclasses.replace(self.program, granule=granule)
         return granule, why

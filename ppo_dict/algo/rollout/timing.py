@@ -1,4 +1,5 @@
 """Where a run's time goes per rollout step, and the bookkeeping a step owes that can wait for the envs."""
+
 from __future__ import annotations
 
 import time

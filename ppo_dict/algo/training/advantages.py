@@ -1,6 +1,7 @@
 """GAE(lambda) advantages and TD(lambda) returns of a rollout, and the explained variance of its values, as sb3
 computes them (``RolloutBuffer.compute_returns_and_advantage``, ``explained_variance``), expression for expression.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -8,6 +8,7 @@ non-finite step) runs with the indices drawn on the device, the figures summed t
 per update, and torch's fused Adam. Not sb3's bits (no GPU run is), so never on the CPU's exact path;
 ``tests/test_cuda_path.py`` runs it on the CPU against the exact loop.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,16 @@ from torch import nn
 from torch.optim.adam import adam as adam_functional
 
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.training.update import (GradientStep, LossTerms, UpdateLog, UpdateSettings, loss_terms, ppo_update,
-                                           prepare_update, update_logs)
+from ppo_dict.algo.training.update import (
+    GradientStep,
+    LossTerms,
+    UpdateLog,
+    UpdateSettings,
+    loss_terms,
+    ppo_update,
+    prepare_update,
+    update_logs,
+)
 from ppo_dict.core.errors import NonFiniteError
 from ppo_dict.data.storage import RolloutStorage
 
@@ -54,18 +63,30 @@ class FusedAdamStep(GradientStep):
                 params = [p for p in group["params"] if p.grad is not None]  # as torch's Adam: no gradient, no step
                 for p in params:
                     if len(state[p]) == 0:  # torch's Adam._init_group for fused: the count on the parameter's device
-                        state[p].update(step=torch.zeros((), dtype=torch.float32, device=p.device),
-                                        exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
-                                        exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
+                        state[p].update(
+                            step=torch.zeros((), dtype=torch.float32, device=p.device),
+                            exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
+                            exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format),
+                        )
                     elif state[p]["step"].device != p.device:
                         state[p]["step"] = state[p]["step"].to(p.device, torch.float32, non_blocking=True)
                 beta1, beta2 = group["betas"]
                 adam_functional(
-                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params],
+                    params,
+                    [p.grad for p in params],
+                    [state[p]["exp_avg"] for p in params],
                     [state[p]["exp_avg_sq"] for p in params],
-                    [], [state[p]["step"] for p in params], fused=True, found_inf=skip, amsgrad=False, beta1=beta1,
+                    [],
+                    [state[p]["step"] for p in params],
+                    fused=True,
+                    found_inf=skip,
+                    amsgrad=False,
+                    beta1=beta1,
                     beta2=beta2,
-                    lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=group["maximize"],
                 )
 
     def finish(self) -> None:
@@ -76,8 +97,14 @@ class FusedAdamStep(GradientStep):
                 state["step"] = count.clone()  # a 0-d tensor of its own, as Adam makes it
 
 
-def run_device_epochs(step: FusedAdamStep, settings: UpdateSettings, size: int, n_updates: int, generator: torch.Generator,
-                      loss_of: Callable[[torch.Tensor], LossTerms]) -> tuple[UpdateLog, int]:
+def run_device_epochs(
+    step: FusedAdamStep,
+    settings: UpdateSettings,
+    size: int,
+    n_updates: int,
+    generator: torch.Generator,
+    loss_of: Callable[[torch.Tensor], LossTerms],
+) -> tuple[UpdateLog, int]:
     """:func:`run_epochs`' algorithm with no host work per minibatch, for an accelerator: indices drawn on
     the device (``torch.randperm`` with ``generator``, not sb3's numpy permutation), the logged figures
     summed on the device and read once at the end, the target_kl stop and the refusal of a non-finite
@@ -143,8 +170,15 @@ def log_from_read(read: list[float], n_updates: int, per_epoch: int) -> UpdateLo
     return UpdateLog([read[0]], [read[1]], [read[2]], [read[3]], [np.float32(read[4])], torch.tensor(read[5]))
 
 
-def device_ppo_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
-                      n_updates: int, device: torch.device, generator: torch.Generator) -> tuple[dict[str, float], int]:
+def device_ppo_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    storage: RolloutStorage,
+    settings: UpdateSettings,
+    n_updates: int,
+    device: torch.device,
+    generator: torch.Generator,
+) -> tuple[dict[str, float], int]:
     """:func:`~ppo_dict.algo.training.update.ppo_update` with :func:`run_device_epochs`: its permutations drawn with
     ``generator`` (on ``device``), seeded per update from one draw of the numpy RNG (a seed reproduces a
     run, and a resumed run continues as the numpy RNG does). Where fused Adam does not apply, sb3's loop."""
@@ -153,6 +187,12 @@ def device_ppo_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, sto
         return ppo_update(policy, optimizer, storage, settings, n_updates, device)
     data, rollout, evaluate = prepare_update(policy, optimizer, storage, settings, device)
     generator.manual_seed(int(np.random.randint(2**31)))
-    log, n_updates = run_device_epochs(step, settings, storage.n_steps * storage.n_envs, n_updates, generator,
-                                       lambda indices: loss_terms(policy, rollout.take(indices), settings, evaluate))
+    log, n_updates = run_device_epochs(
+        step,
+        settings,
+        storage.n_steps * storage.n_envs,
+        n_updates,
+        generator,
+        lambda indices: loss_terms(policy, rollout.take(indices), settings, evaluate),
+    )
     return update_logs(policy, log, data, settings, n_updates), n_updates

@@ -1,5 +1,6 @@
 """sb3's ``zero_grad``, ``clip_grad_norm_`` and ``Adam.step`` of one minibatch, without their per-call overhead; the
 check of a loaded optimizer's state."""
+
 from __future__ import annotations
 
 import math
@@ -65,10 +66,20 @@ class GradientStep:
             for group, params in lists:
                 beta1, beta2 = group["betas"]
                 adam_functional(
-                    params, [p.grad for p in params], [state[p]["exp_avg"] for p in params],
+                    params,
+                    [p.grad for p in params],
+                    [state[p]["exp_avg"] for p in params],
                     [state[p]["exp_avg_sq"] for p in params],
-                    [], [state[p]["step"] for p in params], foreach=True, amsgrad=False, beta1=beta1, beta2=beta2,
-                    lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                    [],
+                    [state[p]["step"] for p in params],
+                    foreach=True,
+                    amsgrad=False,
+                    beta1=beta1,
+                    beta2=beta2,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    eps=group["eps"],
+                    maximize=group["maximize"],
                 )
 
 
@@ -77,8 +88,12 @@ def _plain_adam_group(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -
     Adam, float hyper-parameters, no amsgrad, capturable, differentiable, fused or complex parameters."""
     return (
         type(optimizer) is torch.optim.Adam
-        and group.get("foreach") in (None, True) and not group.get("fused") and not group.get("amsgrad")
-        and not group.get("capturable") and not group.get("differentiable") and not group.get("decoupled_weight_decay")
+        and group.get("foreach") in (None, True)
+        and not group.get("fused")
+        and not group.get("amsgrad")
+        and not group.get("capturable")
+        and not group.get("differentiable")
+        and not group.get("decoupled_weight_decay")
         and not any(isinstance(group[k], torch.Tensor) for k in ("lr", "eps", "weight_decay"))
         and not any(isinstance(b, torch.Tensor) for b in group["betas"])
         and not any(torch.is_complex(p) or type(p) is not nn.Parameter for p in group["params"])
@@ -96,6 +111,8 @@ def optimizer_state_problem(optimizer: torch.optim.Optimizer) -> str:
         for i, parameter in enumerate(group["params"]):
             for name, value in optimizer.state.get(parameter, {}).items():
                 if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != parameter.shape:
-                    return (f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter "
-                            f"{tuple(parameter.shape)}")
+                    return (
+                        f"the {name} of parameter {i} has the shape {tuple(value.shape)}, the parameter "
+                        f"{tuple(parameter.shape)}"
+                    )
     return ""

@@ -4,6 +4,7 @@
 It is sb3's arithmetic expression for expression (``PPO.train``); the comments name the details that
 bit-exactness depends on.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,8 +79,9 @@ class RolloutTensors:
         self.cast, self.device = cast, device  # the action spec's to_training (Discrete: int64 [B])
         self.obs = obs_to_tensor(data["observations"], device)
         self.actions = torch.as_tensor(data["actions"].astype(np.float32, copy=False), device=device)
-        self.columns = [torch.as_tensor(data[name].reshape(-1), device=device)
-                        for name in ("values", "log_probs", "advantages", "returns")]
+        self.columns = [
+            torch.as_tensor(data[name].reshape(-1), device=device) for name in ("values", "log_probs", "advantages", "returns")
+        ]
         self.masks = torch.as_tensor(data["action_masks"], device=device) if "action_masks" in data else None
 
     def take(self, rows: torch.Tensor) -> Minibatch:
@@ -206,8 +208,13 @@ class Masked(Mean):
 PLAIN = Mean()
 
 
-def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, evaluate: Optional[GaussianEvaluate] = None,
-               share: Optional[Share] = None) -> LossTerms:
+def loss_terms(
+    policy: ActorCritic,
+    batch: Minibatch,
+    settings: UpdateSettings,
+    evaluate: Optional[GaussianEvaluate] = None,
+    share: Optional[Share] = None,
+) -> LossTerms:
     """sb3 ``PPO.train``'s loss of one minibatch (:func:`evaluated_loss`). ``evaluate``: the lean ``evaluate_actions``
     where it applies (:meth:`GaussianEvaluate.of`); ``share``: these rows are one rank's share of a global minibatch
     (each term its part of the global mean), None: sb3's own."""
@@ -218,8 +225,9 @@ def loss_terms(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, 
     return evaluated_loss(evaluated, batch, settings, PLAIN if share is None else share)
 
 
-def evaluated_loss(evaluated: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], batch: Any, settings: UpdateSettings,
-                   over: Mean) -> LossTerms:
+def evaluated_loss(
+    evaluated: tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]], batch: Any, settings: UpdateSettings, over: Mean
+) -> LossTerms:
     """The PPO loss of one minibatch from the policy's ``(values, log_prob, entropy)`` of its actions, expression for
     expression as sb3's ``PPO.train`` and sb3-contrib's ``RecurrentPPO.train`` (``over``: how its terms are averaged:
     :data:`PLAIN`, :class:`Share`, :class:`Masked`), and the parts they log."""
@@ -238,8 +246,9 @@ def evaluated_loss(evaluated: tuple[torch.Tensor, torch.Tensor, Optional[torch.T
     if settings.clip_range_vf is None:
         values_pred = values
     else:  # sb3 uses only the clipped term (not baselines' max of clipped and unclipped)
-        values_pred = batch.old_values + torch.clamp(values - batch.old_values, -settings.clip_range_vf,
-                                                     settings.clip_range_vf)
+        values_pred = batch.old_values + torch.clamp(
+            values - batch.old_values, -settings.clip_range_vf, settings.clip_range_vf
+        )
     value_loss = over.value_loss(batch.returns, values_pred)
     entropy_loss = -mean(-log_prob) if entropy is None else -mean(entropy)  # None: squashed gSDE (sb3's estimate)
     loss = policy_loss + settings.ent_coef * entropy_loss + settings.vf_coef * value_loss
@@ -260,14 +269,24 @@ def logged_loss(terms: LossTerms, log: UpdateLog) -> tuple[torch.Tensor, np.ndar
     return terms.loss, terms.approx_kl.cpu().numpy()
 
 
-def minibatch_loss(policy: ActorCritic, batch: Minibatch, settings: UpdateSettings, log: UpdateLog,
-                   evaluate: Optional[GaussianEvaluate] = None) -> tuple[torch.Tensor, np.ndarray]:
+def minibatch_loss(
+    policy: ActorCritic,
+    batch: Minibatch,
+    settings: UpdateSettings,
+    log: UpdateLog,
+    evaluate: Optional[GaussianEvaluate] = None,
+) -> tuple[torch.Tensor, np.ndarray]:
     """:func:`loss_terms`, its parts read into ``log`` as sb3 logs them. Returns ``(loss, approx_kl)``."""
     return logged_loss(loss_terms(policy, batch, settings, evaluate), log)
 
 
-def prepare_update(policy: ActorCritic, optimizer: torch.optim.Optimizer, storage: RolloutStorage, settings: UpdateSettings,
-                   device: torch.device) -> tuple[dict[str, Any], RolloutTensors, Optional[GaussianEvaluate]]:
+def prepare_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    storage: RolloutStorage,
+    settings: UpdateSettings,
+    device: torch.device,
+) -> tuple[dict[str, Any], RolloutTensors, Optional[GaussianEvaluate]]:
     """What every update starts with: training mode, the learning rate into Adam, the flattened rollout
     (``data``, sb3's ``RolloutBuffer.get``) and its tensors on ``device``, the lean evaluation where it applies."""
     policy.train()
@@ -295,14 +314,26 @@ def ppo_update(
     data, rollout, evaluate = prepare_update(policy, optimizer, storage, settings, device)
     buffer_size, log = storage.n_steps * storage.n_envs, UpdateLog()
     n_updates = run_epochs(
-        GradientStep(policy, optimizer), settings, buffer_size, n_updates, log,
+        GradientStep(policy, optimizer),
+        settings,
+        buffer_size,
+        n_updates,
+        log,
         lambda epoch: torch.from_numpy(np.random.permutation(buffer_size)).to(device),  # one per epoch, sliced per minibatch
-        lambda indices: minibatch_loss(policy, rollout.take(indices), settings, log, evaluate))
+        lambda indices: minibatch_loss(policy, rollout.take(indices), settings, log, evaluate),
+    )
     return update_logs(policy, log, data, settings, n_updates), n_updates
 
 
-def run_epochs(step: "GradientStep", settings: UpdateSettings, size: int, n_updates: int, log: UpdateLog,
-               epoch_indices: Callable[[int], Any], loss_of: Callable[[Any], tuple[torch.Tensor, np.ndarray]]) -> int:
+def run_epochs(
+    step: "GradientStep",
+    settings: UpdateSettings,
+    size: int,
+    n_updates: int,
+    log: UpdateLog,
+    epoch_indices: Callable[[int], Any],
+    loss_of: Callable[[Any], tuple[torch.Tensor, np.ndarray]],
+) -> int:
     """sb3's epoch loop, for PPO and RecurrentPPO alike: per epoch, ``epoch_indices(epoch)`` (the RNG draw
     of that epoch, made only when the epoch starts), then minibatches of ``batch_size`` of them, each
     ``loss_of(indices)`` -> ``(loss, approx_kl)``; a minibatch past ``1.5 * target_kl`` is logged, not
@@ -329,8 +360,9 @@ def run_epochs(step: "GradientStep", settings: UpdateSettings, size: int, n_upda
     return n_updates
 
 
-def update_logs(policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings,
-                n_updates: int) -> dict[str, float]:
+def update_logs(
+    policy: ActorCritic, log: UpdateLog, data: dict[str, Any], settings: UpdateSettings, n_updates: int
+) -> dict[str, float]:
     """sb3's ``train/*`` record, in its order."""
     logs = {
         "train/entropy_loss": np.mean(log.entropy_losses),

@@ -4,6 +4,7 @@ cores where one epoch with them gives the same bits as with ``torch_threads``, e
 Threads split GEMMs and large reductions by the tensors' shapes, which stay the same for a run; where a split changes
 the rounding, the run keeps ``torch_threads``. ``ppo_dict.algo.ppo.PPO`` asks these at its first update.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,8 +26,14 @@ from ppo_dict.data.storage import RolloutStorage
 MIN_TRIAL_EPOCHS = 10
 
 
-def update_threads(cfg: Config, device: torch.device, over_ranks: bool, settings: UpdateSettings, busy: bool,
-                   keep_the_bits: Callable[[int, int], bool]) -> int:
+def update_threads(
+    cfg: Config,
+    device: torch.device,
+    over_ranks: bool,
+    settings: UpdateSettings,
+    busy: bool,
+    keep_the_bits: Callable[[int, int], bool],
+) -> int:
     """The threads for every update: ``cfg.update_threads``, else the physical cores if one epoch with them gives the
     same bits as with ``torch_threads`` (``keep_the_bits(torch_threads, cores)``: :func:`cores_keep_the_bits`), else
     ``torch_threads``.
@@ -39,21 +46,39 @@ def update_threads(cfg: Config, device: torch.device, over_ranks: bool, settings
     base, cores = cfg.torch_threads, physical_cores()
     chosen = cfg.update_threads or base
     # over ranks, every rank's update keeps torch_threads: a thread count chosen per rank could round the norms apart
-    if (cfg.update_threads is None and device.type == "cpu" and cores > base and not cfg.recurrent
-            and not over_ranks and settings.n_epochs >= MIN_TRIAL_EPOCHS):
+    if (
+        cfg.update_threads is None
+        and device.type == "cpu"
+        and cores > base
+        and not cfg.recurrent
+        and not over_ranks
+        and settings.n_epochs >= MIN_TRIAL_EPOCHS
+    ):
         if busy:
             if cfg.verbose:
-                print(f"note: other processes keep this run's CPUs busy: the update runs on {base} "
-                      f"thread{'s' * (base != 1)} (torch_threads), not the {cores} cores (--update_threads {cores} to ask "
-                      f"for them)", file=sys.stderr, flush=True)
+                print(
+                    f"note: other processes keep this run's CPUs busy: the update runs on {base} "
+                    f"thread{'s' * (base != 1)} (torch_threads), not the {cores} cores (--update_threads {cores} to ask "
+                    f"for them)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         elif keep_the_bits(base, cores):
             chosen = cores
     return chosen
 
 
-def cores_keep_the_bits(update: Callable[..., Any], policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                        storage: RolloutStorage, settings: UpdateSettings, n_updates: int, device: torch.device,
-                        base: int, cores: int) -> bool:
+def cores_keep_the_bits(
+    update: Callable[..., Any],
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    storage: RolloutStorage,
+    settings: UpdateSettings,
+    n_updates: int,
+    device: torch.device,
+    base: int,
+    cores: int,
+) -> bool:
     """Whether one epoch of ``update`` gives the same parameters and Adam state with ``cores`` threads as with
     ``base``: run from the same snapshot (parameters, Adam, the numpy RNG) with each, the snapshot put back
     after. Two epochs' work, once per run: at most ``2 / MIN_TRIAL_EPOCHS`` of the first update."""
