@@ -47,9 +47,10 @@ test: install
 test-orders: install
 	$(PYTHON) -m pytest tests/parity -m "not slow" --order random:$(ORDER_SEED) --gc-between-tests $(PYTEST_ARGS)
 
-# pyflakes' and pycodestyle's rules at sb3's line length (ruff.toml); CI runs it.
+# pyflakes' and pycodestyle's rules at sb3's line length, and the formatter's check (black's style: ruff.toml); CI runs it.
 lint: install
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 test-all: install
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
