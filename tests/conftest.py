@@ -41,6 +41,24 @@ def cpu_description() -> list[str]:
     ]
 
 
+def _gymnasium_as_shipped() -> None:
+    """rl_zoo3's import replaces gymnasium's TimeLimit process-wide (``rl_zoo3.gym_patches``: its PatchedTimeLimit
+    writes ``info["TimeLimit.truncated"]`` in the env's step, ahead of Monitor's ``episode`` key). Env worker processes
+    never have it, so a test comparing sb3's envs in this process with ppo_dict's workers passed or failed by whether
+    an earlier test had imported rl_zoo3. It is imported here, once, under the guard ppo_dict reads rl-zoo's zips with
+    (``gymnasium_unpatched``): every test sees gymnasium as shipped, whatever ran before it."""
+    from ppo_dict.interop.sb3_zip import gymnasium_unpatched
+
+    with gymnasium_unpatched():
+        try:
+            import rl_zoo3.gym_patches  # noqa: F401
+        except ImportError:  # not installed: nothing replaces it
+            pass
+
+
+_gymnasium_as_shipped()
+
+
 @pytest.fixture(autouse=True)
 def _a_quiet_machine(monkeypatch):
     """Layouts and waits are planned for a machine where no other process keeps the CPUs busy (ppo_dict.core.load
