@@ -104,8 +104,8 @@ def test_the_threads_kept_give_sb3s_bits_over_twenty_updates(name: str, seed: in
 def test_threads_that_round_differently_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     """The trial with the cores told apart from the real update (as on a CPU where they round
     differently): the run keeps ``torch_threads`` and its every bit is still sb3's."""
-    monkeypatch.setattr(ppo_dict.algo.ppo, "physical_cores", lambda: 2)
-    monkeypatch.setattr(ppo_dict.algo.ppo, "same_values", lambda a, b: False)
+    monkeypatch.setattr(ppo_dict.algo.training.update_threads, "physical_cores", lambda: 2)
+    monkeypatch.setattr(ppo_dict.algo.training.update_threads, "same_values", lambda a, b: False)
     cfg = CONFIGS["cnn"].replace(n_steps=32, batch_size=64, total_timesteps=2 * 4 * 32)
     ours, kept = run_recording_threads(cfg)
     assert kept == cfg.torch_threads == 1
