@@ -30,12 +30,11 @@ import torch
 from benchmarks.bench import ours_config, ours_contender, raw_env
 from benchmarks.harness import Contender, Table, interleave
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep, StepObsToDevice
 from ppo_dict.algo.rollout.shard import ACT, BOOKS, NORM, ShardWork
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout
 from ppo_dict.core.machine import usable_cpus
 from ppo_dict.core.seeding import thread_count
-from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import RolloutStorage
 from ppo_dict.envs import resolve_env_name
 from ppo_dict.vec import probe_env

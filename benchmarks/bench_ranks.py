@@ -1,8 +1,8 @@
 """What training over ranks costs on one host: 2 ranks (gloo, this host) against one process with the same workers.
 
 For each env count, the same run twice: one process with ``--workers`` worker processes, and two ranks
-(``ppo_dict.algo.ranks.distributed``) with half of them each, each rank pinned to its half of the CPUs as torchrun's ranks
-pin themselves (``ppo_dict.run.ranks.join``). Both train ``--iterations`` iterations after one warm-up iteration;
+(``ppo_dict.algo.ranks``) with half of them each, each rank pinned to its half of the CPUs as torchrun's ranks
+pin themselves (``ppo_dict.run.ranks.join_ranks``). Both train ``--iterations`` iterations after one warm-up iteration;
 the rows give the rollout's time per vectorised step and the update's time per update, and, for the ranks, the
 time spent inside the collectives (rank 0's clock; it includes waiting for the other rank): the per-step gather of
 ``VecNormalize``'s batch and the rollout's episodes (per rollout step), the update's gather and per-minibatch sums (per
@@ -29,11 +29,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.harness import Table, add_log_flags, log_path, machine_times  # noqa: E402
-from ppo_dict.algo.ranks.distributed import Ranks  # noqa: E402
+from ppo_dict.algo.ranks import Ranks  # noqa: E402
 from ppo_dict.algo.ppo import PPO  # noqa: E402
 from ppo_dict.core.config import Config  # noqa: E402
 from ppo_dict.core.logger import Logger  # noqa: E402
-from ppo_dict.run.ranks import join, local_layout  # noqa: E402
+from ppo_dict.run.ranks import join_ranks  # noqa: E402
 from ppo_dict.vec import make_env_pool  # noqa: E402
 
 #: what a collective's ``what`` names, by phase
@@ -96,10 +96,10 @@ def _rank(rank: int, n_envs: int, workers: int, iterations: int, port: int, out:
         "MASTER_PORT": str(port),
     }
     os.environ.update(environ)
-    info = join(environ)
+    info = join_ranks(environ)
     cfg = config(n_envs, workers // 2, iterations)
     ranks = TimedRanks(info, cfg.num_envs)
-    pool = make_env_pool(cfg, None, local_layout(cfg, info))
+    pool = make_env_pool(cfg, None, cfg.layout(rank=info))
     with PPO(cfg, pool, Logger(verbose=0), ranks=ranks) as ppo:
         times = train(ppo, iterations)
     if rank == 0:

@@ -21,7 +21,6 @@ directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -55,7 +54,7 @@ from ppo_dict.run.cli import read_config
 from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
-from ppo_dict.run.ranks import RankRun, check_everywhere, join, local_layout, rank_rows, ranks_of, settle_everywhere
+from ppo_dict.run.ranks import RankRun, check_everywhere, join_ranks, rank_rows, settle_everywhere
 from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, default_run_dir, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
 from ppo_dict.run.sources import RESUMED, sources
@@ -169,11 +168,11 @@ def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
 
 def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any:
     """The run plan (a rank's: its envs on its CPUs), and the lines that say what it is."""
-    plan = plan_run(cfg, backend)  # the envs' recipe, the main process's share, the device: worked out once
+    # the envs' recipe, the main process's share (a rank's: its envs on its CPUs), the device: worked out once
+    plan = plan_run(cfg, backend, None if rank is None else rank.info)
     who = ""
     if rank is not None:
-        plan = dataclasses.replace(plan, layout=local_layout(cfg, rank.info, plan.backend.unit))
-        rank.ranks, who = ranks_of(rank.info, cfg), f"{rank.info.name}, envs {rank.envs_text(cfg)}: "
+        rank.ranks, who = plan.ranks, f"{rank.info.name}, envs {rank.envs_text(cfg)}: "
     if plan.spec.notice and (rank is None or rank.writes):
         print(plan.spec.notice, flush=True)
     if plan.backend.state_problem and (rank is None or rank.writes):  # said once: what a resume will do with the envs
@@ -196,7 +195,7 @@ def build_trainer(
     rank: Optional[RankRun],
 ) -> PPO:
     """PPO on the plan's pool (one rank's share of the run's over ranks), resumed or started from a trained agent."""
-    ppo = PPO(cfg, pool, logger, device=plan.device, ranks=None if rank is None else rank.ranks, layout=plan.layout)
+    ppo = PPO(cfg, pool, logger, device=plan.device, ranks=plan.ranks, layout=plan.layout)
     writes = rank is None or rank.writes
     if cfg.verbose >= 1:  # the plan's lines, as --dry_run says them
         print("\n".join(f"{'' if rank is None else rank.info.name + ': '}{line}" for line in ppo.plan.lines()), flush=True)
@@ -332,7 +331,7 @@ def failed(exc: Exception, rank: Optional[RankRun]) -> int:
 def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -> int:
     """The command line ``argv`` (None: ``sys.argv``), or ``line``, already read from it; returns the exit status."""
     startup.imported()
-    info = join()  # started by torchrun: this process is one rank of the run (ppo_dict.run.ranks); None: a plain run
+    info = join_ranks()  # started by torchrun: this process is one rank of the run (ppo_dict.run.ranks); None: a plain run
     rank = None if info is None else RankRun(info)
     writes = rank is None or rank.writes
     if line is None:  # the one parse of the command line: argparse exits 2 on unknown flags
@@ -361,7 +360,7 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
     )
     applied = "\n".join(filter(None, [hyperparams_text(cfg, base, read_file=resumed is None), line.algo_note]))
     if dry_run:
-        local = None if rank is None else local_layout(cfg, rank.info, check.backend.unit)  # the plan is this rank's
+        local = None if rank is None else cfg.layout(check.backend.unit, rank=rank.info)  # the plan is this rank's
         ranks = "" if rank is None else "\n" + rank.layouts_text(cfg, local)
         if writes:
             print(

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from ppo_dict.algo.device_choice import choose_device, forced_cuda_line, measured_device, measured_step_us
+from ppo_dict.run.run_plan import choose_device, forced_cuda_line, measured_device, measured_step_us
 from ppo_dict.algo.training.device_update import device_ppo_update
 from ppo_dict.algo.rollout.graph_step import GraphedStep
 from ppo_dict.algo.networks.policy import ActorCritic

@@ -1,10 +1,10 @@
 """One PPO over two ranks (gloo, this host) against the single process on the same global batch.
 
-The update (``ppo_dict.algo.ranks.distributed.ranked_update``): a fixed global buffer loaded into both ranks' storage
+The update (``ppo_dict.algo.ranks.ranked_update``): a fixed global buffer loaded into both ranks' storage
 (each rank its envs' columns) gives, after one update, the single process's parameters, Adam moments and
 ``train/*`` logs within ``rtol 1e-5 + atol 1e-7``, with and without an early ``target_kl`` stop, with a
 truncated last minibatch, with an uneven env split, and with minibatches where a rank has no rows. The
-normaliser (``ppo_dict.algo.ranks.rank_rollout.RankNormalizer``): its statistics from the gathered batch are the single
+normaliser (``ppo_dict.algo.ranks.RankNormalizer``): its statistics from the gathered batch are the single
 process's, ``==``. Both ranks run in one ``torch.multiprocessing`` spawn (a few seconds).
 """
 
@@ -21,11 +21,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from gymnasium import spaces
 
-from ppo_dict.algo.ranks.distributed import Ranks, rank_rows, ranked_update
+from ppo_dict.algo.ranks import RankNormalizer, Ranks, rank_rows, ranked_update
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.ppo import PPO
-from ppo_dict.algo.ranks.rank_rollout import RankNormalizer
 from ppo_dict.algo.training.update import UpdateSettings, ppo_update
 from ppo_dict.core.config import Config
 from ppo_dict.core.layout import plan_layout

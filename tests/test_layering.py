@@ -169,8 +169,10 @@ def test_the_top_of_the_package_holds_the_command_lines_only() -> None:
     assert len(top) > 1 and not_commands == []
     packages = {p.parent.name for p in (ROOT / "ppo_dict").glob("*/__init__.py")}
     assert packages == {name.split(".")[1] for name in LAYERS[1:-1]}  # every package is a layer
-    algo = {p.parent.name for p in (ROOT / "ppo_dict" / "algo").glob("*/__init__.py")}
-    assert algo == {name.split(".")[2] for name in LAYERS if name.startswith("ppo_dict.algo.")}  # and every concept of algo
+    # and every concept of algo, a folder or (``ranks``) one module
+    folders = {p.parent.name for p in (ROOT / "ppo_dict" / "algo").glob("*/__init__.py")}
+    concepts = {name.split(".")[2] for name in LAYERS if name.startswith("ppo_dict.algo.")}
+    assert folders <= concepts and all((ROOT / "ppo_dict" / "algo" / f"{c}.py").is_file() for c in concepts - folders)
 
 
 def test_every_package_is_installed() -> None:
@@ -195,6 +197,7 @@ def test_config_is_a_leaf_of_the_trainer() -> None:
         "ppo_dict.core.fields",
         "ppo_dict.core.machine",
         "ppo_dict.core.layout",
+        "ppo_dict.core.ranks",
     }
     # the fields, declared in two halves (what is learned, how the run runs): the same leaves
     settings = {"ppo_dict.core.learning_settings", "ppo_dict.core.run_settings"}
@@ -207,6 +210,7 @@ def test_config_is_a_leaf_of_the_trainer() -> None:
     assert graph()["ppo_dict.core.load"] <= {"ppo_dict.core.machine"}
     assert graph()["ppo_dict.core.fields"] <= {"ppo_dict.core.parse"}
     assert graph()["ppo_dict.core.machine"] == set()  # what the machine has: read from the system alone
+    assert graph()["ppo_dict.core.ranks"] == set()  # which envs a rank steps (a rank's layout): arithmetic alone
 
 
 def test_no_module_over_400_lines_no_function_over_60() -> None:

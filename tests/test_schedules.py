@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ppo_dict.algo.ppo import PPO
-from ppo_dict.algo.ranks.distributed import Ranks
+from ppo_dict.algo.ranks import Ranks
 from ppo_dict.algo.rollout import sharded_rollout
 from ppo_dict.core.config import Config
 from ppo_dict.core.ranks import RankInfo

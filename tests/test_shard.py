@@ -8,12 +8,11 @@ from gymnasium import spaces
 
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep, StepObsToDevice
 from ppo_dict.algo.rollout.shard import GRANULES, ShardWork, window
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout, sharding_problem
 from ppo_dict.core.config import Config
 from ppo_dict.data.masking import with_action_masks
-from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import RolloutStorage, vector_obs_shapes
 from tests.test_rollout_step import CASES, MASKED
 

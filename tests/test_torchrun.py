@@ -228,8 +228,8 @@ def test_one_rank_under_torchrun_is_the_plain_run_bit_for_bit(plain, tmp_path) -
 #: interpreter's end, can abort it: ppo_dict.run.ranks.leave)
 LEAVES = """
 import os, sys, torch
-from ppo_dict.run.ranks import join, leave
-info = join()
+from ppo_dict.run.ranks import join_ranks, leave
+info = join_ranks()
 with torch.device("meta"):
     torch.tanh(torch.nn.Linear(4, 2)(torch.zeros(1, 4)))
 leave()

@@ -18,10 +18,9 @@ import torch
 from ppo_dict.algo.rollout.collect import Collector, Timing
 from ppo_dict.algo.training.device_update import device_ppo_update
 from ppo_dict.algo.training.gradient_step import optimizer_state_problem
-from ppo_dict.algo.ranks.distributed import Ranks, ranked_update
+from ppo_dict.algo.ranks import RankEpisodes, RankNormalizer, Ranks, rank_collect, ranked_update
 from ppo_dict.algo.model import Model, build_normalizer, resolve_device
 from ppo_dict.algo.networks.policy import ActorCritic
-from ppo_dict.algo.ranks.rank_rollout import RankEpisodes, RankNormalizer, rank_collect
 from ppo_dict.algo.rollout.plan import DEVICE, RANKS, RECURRENT, plan_rollout
 from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.algo.networks.recurrent_policy import build_policy
@@ -50,7 +49,7 @@ class PPO:
     (as in sb3); the command line always passes a seed. A config with a bad setting is refused
     here (:meth:`Config.check`), however it was built. ``device``: the run plan's
     (``ppo_dict.run.run_plan.RunPlan.device``); by default resolved from ``cfg.device`` as the plan does.
-    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.ranks.distributed``): ``pool``
+    ``ranks``: this process is one rank of a run over several (``torchrun``; ``ppo_dict.algo.ranks``): ``pool``
     steps its envs ``ranks.envs`` of the global ``cfg.n_envs``, and the ranks train one PPO on the global batch.
     What runs (the rollout step, its books, the update) is decided once, once the model exists, by the run's plan
     (``plan``: ``ppo_dict.algo.rollout.plan``; ``layout``: the run plan's, which it records), and built from it.
@@ -123,7 +122,7 @@ class PPO:
             cfg, self.pool, self.policy, self.normalizer, self.device, self.episodes, self.timing, self.plan, shard
         )
         # sb3-contrib's sequence minibatches (whole sequences per LSTM call with --lstm_fast_path), the global batch's over
-        # ranks (ppo_dict.algo.ranks.distributed), or sb3's
+        # ranks (ppo_dict.algo.ranks), or sb3's
         self.update = {
             RECURRENT: functools.partial(recurrent_update, whole_sequences=cfg.lstm_fast_path),
             RANKS: functools.partial(ranked_update, ranks=ranks),

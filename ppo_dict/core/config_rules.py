@@ -15,6 +15,7 @@ from typing import Any, Optional
 from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.fields import field_problem
 from ppo_dict.core.layout import Layout, layout_problems, plan_layout
+from ppo_dict.core.ranks import RankInfo, env_range
 
 #: the recurrent models (sb3-contrib's RecurrentPPO: MlpLstmPolicy, CnnLstmPolicy; MultiInputLstmPolicy for Dict
 #: observations)
@@ -44,14 +45,16 @@ class ConfigRules:
             lstm_kwargs=dict(self.lstm_kwargs),
         )
 
-    def layout(self, unit: int = 1, cpus: Optional[tuple[int, str]] = None) -> Layout:
+    def layout(self, unit: int = 1, cpus: Optional[tuple[int, str]] = None, rank: Optional[RankInfo] = None) -> Layout:
         """Which process steps which env column (:func:`ppo_dict.core.layout.plan_layout`: every usable CPU by default, any
         ``n_envs`` split over them), for envs in whole ``unit``s (a Godot game's agents); ``cpus``: planned on these
-        instead."""
-        if unit == 1 and cpus is None:
+        instead; ``rank``: one rank's share of the envs over ``torchrun`` (:func:`~ppo_dict.core.ranks.env_range`), the
+        layout settings counting per rank, on the CPUs its affinity gives it."""
+        if unit == 1 and cpus is None and rank is None:
             return self._layout
+        n_envs = self.n_envs if rank is None else len(env_range(self.num_envs, rank.rank, rank.world))
         return plan_layout(
-            self.n_envs,
+            n_envs,
             self.num_workers,
             self.envs_per_worker,
             self.main_envs,

@@ -1,6 +1,6 @@
 """One run over several processes (ranks) that ``torchrun`` started: who this rank is, which envs it steps, which CPUs it uses.
 
-Pure bookkeeping, no communication (``ppo_dict.run.ranks`` joins the process group, ``ppo_dict.algo.ranks.distributed``
+Pure bookkeeping, no communication (``ppo_dict.run.ranks`` joins the process group, ``ppo_dict.algo.ranks``
 holds the collectives). ``torchrun`` tells each process its place through the environment: ``RANK`` and
 ``WORLD_SIZE`` (global), ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` (on this host). ``n_envs`` stays the run's
 global count: rank r steps the contiguous envs :func:`env_range` gives it (env i is env i wherever it steps: its

@@ -6,7 +6,7 @@ flags. Each rank joins the default process group (gloo, through torchrun's rende
 this host's CPUs (its affinity pinned to them, so its layout, its workers and their threads stay there), checks
 the config like a single process and refuses it on every rank if one rank refuses it, before any env starts.
 Rank 0 decides what is drawn or timed (a seed not given, the default run directory) and writes the run's
-outputs; every rank trains (``ppo_dict.algo.ranks.distributed``).
+outputs; every rank trains (``ppo_dict.algo.ranks``).
 
 Faults: a rank that raises prints one ``error: rank r (host): ...`` line and leaves its message in torchrun's store
 before it exits; the others, whose next collective fails, end without a word of their own, except where no rank
@@ -34,12 +34,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ppo_dict.algo.ranks.distributed import Ranks
+from ppo_dict.algo.ranks import Ranks
 from ppo_dict.algo.rollout.rollout_step import RankRows
 from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import ConfigError, PPODictError, RankError, RankLostError, RenderBackendError
-from ppo_dict.core.layout import Layout, layout_problems, plan_layout
+from ppo_dict.core.layout import Layout, layout_problems
 from ppo_dict.core.machine import cpu_budget
 from ppo_dict.core.reading import one_line
 from ppo_dict.core.ranks import RankInfo, cpu_share, env_range, ranks_text
@@ -61,7 +61,7 @@ ROLL_CALL = 2.0
 RESUME_HINT = "--resume auto with the same command continues from the last checkpoint"
 
 
-def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
+def join_ranks(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
     """Join the run torchrun started (None: no torchrun, or one rank: a plain run): pin this process to its share of
     the host's CPUs, reach the store within its own timeout (``ppo_dict.run.rendezvous``), join the default process
     group (gloo) on it unless the program joined it already. An environment that places no rank, or a store not
@@ -101,10 +101,10 @@ def join(environ: Optional[dict[str, str]] = None) -> Optional[RankInfo]:
 
 
 def leave() -> None:
-    """Leave the process group :func:`join` made, at exit while the interpreter is whole: the group is released and
+    """Leave the process group :func:`join_ranks` made, at exit while the interpreter is whole: the group is released and
     its gloo threads joined. A gloo thread still alive when the interpreter ends aborts the process (SIGABRT,
     "terminate called without an active exception") if it then frees a collective's tensors, which takes the GIL.
-    Hence :func:`join` imports ``torch._dynamo`` before it makes the group: imported after (the run's check builds
+    Hence :func:`join_ranks` imports ``torch._dynamo`` before it makes the group: imported after (the run's check builds
     the policy on the meta device, which imports it), it keeps the group alive past ``destroy_process_group``
     (torch 2.13), and with it the threads (tests/test_torchrun.py checks they are gone)."""
     if dist.is_initialized():
@@ -121,24 +121,10 @@ def _store() -> Any:
         return None
 
 
-def ranks_of(info: RankInfo, cfg: Config) -> Ranks:
-    """This rank's collectives for ``cfg``'s global envs."""
-    return Ranks(info, cfg.num_envs)
-
-
 def rank_rows(cfg: Config, info: RankInfo) -> RankRows:
     """This rank's envs of ``cfg``'s global ones, as the run's plan names them (its policy steps sample with their draws)."""
     envs = env_range(cfg.num_envs, info.rank, info.world)
     return RankRows(info.name, envs.start, envs.stop, cfg.num_envs)
-
-
-def local_layout(cfg: Config, info: RankInfo, unit: int = 1) -> Layout:
-    """Which of this rank's processes steps which of its envs: ``cfg``'s layout settings (``--num_workers`` and the
-    rest count per rank) on its share of the envs and its share of this host's CPUs (its affinity, pinned by :func:`join`)."""
-    envs = env_range(cfg.num_envs, info.rank, info.world)
-    return plan_layout(
-        len(envs), cfg.num_workers, cfg.envs_per_worker, cfg.main_envs, cfg.main_steps_envs, cfg.double_buffer, unit
-    )
 
 
 def rank_problems(cfg: Config, info: RankInfo, unit: int = 1) -> list[str]:

@@ -3,23 +3,43 @@ the device the policy runs on; the pool, ``PPO`` and the evaluation take them fr
 run is the plan ``PPO`` decides once its model exists (``ppo_dict.algo.rollout.plan``); ``--dry_run`` previews it here.
 
 None of it changes a number of the run: which process steps which env leaves every float as it is.
+
+The device: ``--device auto`` from a measured policy step, where a CUDA device exists (without one: the CPU, as always).
+
+Whether a GPU pays depends on the network and the batch: a small MLP's rollout step is launch- and
+synchronisation-bound on a GPU and faster on the CPU; a CNN's is the other way round. Where a CUDA
+device exists, :func:`measured_step_us` times a few eager rollout policy steps (observations to the
+device, the step, its outputs back to the host: what a rollout step pays) at the run's batch on each
+device, and :func:`choose_device` decides:
+
+* image policies (today's rule sends them to CUDA): the faster device;
+* MLP policies: the CPU, whatever the numbers say, because ``auto`` keeps sb3's bits where it can
+  (nothing chosen automatically may change a bit); the line says what ``--device cuda`` would cost;
+* a user who forces CUDA for an MLP policy is told the measured cost (:func:`forced_cuda_line`).
+
+Each decision is one printed line. Measuring builds the policy on each device inside
+``torch.random.fork_rng``: the run's seeded streams are as they were.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+from gymnasium import spaces
 
-from ppo_dict.algo.device_choice import measured_device
 from ppo_dict.algo.model import build_normalizer, resolve_device
+from ppo_dict.algo.ranks import Ranks
 from ppo_dict.algo.networks.recurrent_policy import build_policy
 from ppo_dict.algo.rollout.plan import Plan, preview_plan
-from ppo_dict.algo.rollout.rollout_step import RankRows
+from ppo_dict.algo.rollout.rollout_step import PolicyStep, RankRows, StepObsToDevice
 from ppo_dict.core.config import Config
 from ppo_dict.core.file_effects import written_paths
 from ppo_dict.core.layout import Layout
+from ppo_dict.core.ranks import RankInfo
 from ppo_dict.core.seeding import thread_count
 from ppo_dict.run.checks import RunCheck
 from ppo_dict.run.resources import MB
@@ -34,7 +54,8 @@ from ppo_dict.vec.group import columns_text
 @dataclass(frozen=True)
 class RunPlan:
     """``cfg`` (checked), its envs' ``spec`` and probed ``backend``, the ``device`` the policy runs on,
-    the ``layout`` of its envs over the processes (:meth:`Config.layout`)."""
+    the ``layout`` of its envs over the processes (:meth:`Config.layout`; a rank's own envs over ``torchrun``), and
+    there the rank's collectives (``ranks``)."""
 
     cfg: Config
     spec: EnvSpec
@@ -42,10 +63,78 @@ class RunPlan:
     device: torch.device
     layout: Layout
     device_line: str = ""  # where a CUDA device exists: why this device, from a measured policy step ("" elsewhere)
+    ranks: Optional[Ranks] = None
 
     def env_pool(self) -> EnvPool:
         """The env pool PPO trains with (:func:`ppo_dict.vec.make_env_pool` on this plan)."""
         return make_env_pool(self.cfg, self.backend, self.layout)
+
+
+#: Eager policy steps timed per device (after as many warm-up calls): a few milliseconds for an MLP.
+MEASURED_CALLS = 10
+
+
+def measured_step_us(
+    cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, device: torch.device
+) -> float:
+    """Median microseconds of one eager rollout policy step of ``n_envs`` envs on ``device``: the
+    observations (zeros) to the device as a rollout sends them, the step, its outputs read on the host
+    (on CUDA: the step's synchronisation)."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        policy = build_policy(cfg, observation_space, action_space).to(device)
+        storage = RolloutStorage(observation_space, action_space, n_steps=1, n_envs=n_envs)
+        step, to_device = PolicyStep(policy, n_envs), StepObsToDevice(storage, device)
+        masks = None
+        if storage.action_masks is not None:
+            storage.action_masks[...] = True
+            masks = torch.from_numpy(storage.action_masks[0]).to(device)
+        times = []
+        for call in range(2 * MEASURED_CALLS):
+            started = time.perf_counter()
+            outputs = step(to_device(0), masks=masks)
+            for output in outputs:
+                output.cpu()
+            if call >= MEASURED_CALLS:  # the first calls warm caches, allocators and kernels up
+                times.append(time.perf_counter() - started)
+    return 1e6 * statistics.median(times)
+
+
+def choose_device(images: bool, n_envs: int, cpu_us: float, cuda_us: float, cuda: torch.device) -> tuple[torch.device, str]:
+    """``--device auto``'s device from measured policy steps (microseconds at ``n_envs`` envs), and the line that says why."""
+    measured = f"a policy step of {n_envs} envs took {cuda_us:.0f} us on {cuda}, {cpu_us:.0f} us on the cpu (measured)"
+    if not images:
+        faster = "; --device cuda would be faster per step, not bit-exact" if cuda_us < cpu_us else ""
+        return torch.device("cpu"), f"device: auto keeps the cpu for an MLP policy (bit-exact with sb3): {measured}{faster}"
+    if cuda_us < cpu_us:
+        return cuda, f"device: auto picked {cuda} for this image policy: {measured}"
+    return torch.device("cpu"), f"device: auto picked the cpu for this image policy: {measured}"
+
+
+def forced_cuda_line(n_envs: int, cpu_us: float, cuda_us: float, cuda: torch.device) -> str:
+    """What ``--device cuda`` costs an MLP policy per rollout step, measured (one line)."""
+    ratio = cuda_us / max(cpu_us, 1e-9)
+    verdict = f"{ratio:.1f}x the cpu's time" if ratio >= 1 else f"{1 / ratio:.1f}x faster than the cpu"
+    return (
+        f"note: device {cuda} for an MLP policy: a policy step of {n_envs} envs took {cuda_us:.0f} us there, {cpu_us:.0f} "
+        f"us on the cpu (measured): {verdict}"
+    )
+
+
+def measured_device(
+    cfg: Config, observation_space: spaces.Space, action_space: spaces.Space, n_envs: int, images: bool, resolved: torch.device
+) -> tuple[torch.device, str]:
+    """``(device, line)`` where measuring applies (a CUDA device here, a feed-forward policy, ``--device auto``
+    or CUDA forced for an MLP policy), else ``(resolved, "")``: ``resolved`` is
+    :func:`~ppo_dict.algo.model.resolve_device`'s."""
+    forced_mlp = cfg.device != "auto" and resolved.type == "cuda" and not images
+    if cfg.recurrent or not torch.cuda.is_available() or not (cfg.device == "auto" or forced_mlp):
+        return resolved, ""
+    cuda = resolved if resolved.type == "cuda" else torch.device("cuda")
+    cpu_us, cuda_us = (measured_step_us(cfg, observation_space, action_space, n_envs, d) for d in (torch.device("cpu"), cuda))
+    if forced_mlp:
+        return resolved, forced_cuda_line(n_envs, cpu_us, cuda_us, cuda)
+    return choose_device(images, n_envs, cpu_us, cuda_us, cuda)
 
 
 def device_notice(device: torch.device, how: str = "--device cpu") -> str:
@@ -59,18 +148,21 @@ def device_notice(device: torch.device, how: str = "--device cpu") -> str:
     )
 
 
-def plan_run(cfg: Config, backend: Optional[EnvBackend] = None) -> RunPlan:
+def plan_run(cfg: Config, backend: Optional[EnvBackend] = None, rank: Optional[RankInfo] = None) -> RunPlan:
     """Work the run out once: check ``cfg`` (:meth:`Config.check`), its env recipe, the backend
-    (``backend``: as ``checks.validate`` probed it; probed here when not given), the device
-    (:func:`~ppo_dict.algo.model.resolve_device`)."""
+    (``backend``: as ``checks.validate`` probed it; probed here when not given), the layout (``rank``: one rank's
+    envs on its CPUs over ``torchrun``, with the rank's collectives), the device
+    (:func:`~ppo_dict.algo.model.resolve_device`, measured where a CUDA device exists)."""
     cfg.check()
     spec = env_spec(cfg)
     backend = pool_backend(cfg, backend)
+    layout = cfg.layout(backend.unit, rank=rank)
     images = contains_image(backend.observation_space)
     device, line = measured_device(
-        cfg, backend.observation_space, backend.action_space, cfg.num_envs, images, resolve_device(cfg.device, images)
+        cfg, backend.observation_space, backend.action_space, layout.n_envs, images, resolve_device(cfg.device, images)
     )
-    return RunPlan(cfg, spec, backend, device, cfg.layout(backend.unit), line)
+    ranks = None if rank is None else Ranks(rank, cfg.num_envs)
+    return RunPlan(cfg, spec, backend, device, layout, line, ranks)
 
 
 def build_env_pool(cfg: Config, backend: Optional[EnvBackend] = None) -> EnvPool:

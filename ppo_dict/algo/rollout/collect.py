@@ -20,13 +20,12 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 import torch
 
-from ppo_dict.algo.rollout.books import add_bootstrap, check_finite, learner_rows, start_episodes
-from ppo_dict.algo.rollout.device_rollout import batched_bootstrap, step_outputs
+from ppo_dict.algo.rollout.books import add_bootstrap, batched_bootstrap, check_finite, learner_rows, start_episodes
 from ppo_dict.algo.rollout.graph_step import GraphedStep
 from ppo_dict.algo.rollout.normalize import Normalizer
 from ppo_dict.algo.networks.policy import ActorCritic
 from ppo_dict.algo.rollout.recurrent_step import RecurrentStep
-from ppo_dict.algo.rollout.rollout_step import PolicyStep
+from ppo_dict.algo.rollout.rollout_step import PolicyStep, StepObsToDevice, step_outputs
 from ppo_dict.algo.rollout.plan import DOUBLE_BUFFERED, Plan
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout
 
@@ -36,7 +35,6 @@ from ppo_dict.core.config import Config
 from ppo_dict.data.episodes import EpisodeLog
 from ppo_dict.data.masking import ASK_MASKS
 from ppo_dict.data.recurrent import StateStore
-from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import aligned, obs_to_tensor
 from ppo_dict.vec import EnvPool
 
@@ -100,7 +98,7 @@ class Collector:
         self.masks = None if s.action_masks is None else torch.from_numpy(s.action_masks)  # the envs write it
         self.masking = True  # sb3-contrib's use_masking: the policy samples among the masks' actions (set_masking)
         # off the CPU, a feed-forward policy's cut episodes are valued in one batch
-        # (ppo_dict.algo.rollout.device_rollout); the CPU keeps sb3's order
+        # (ppo_dict.algo.rollout.books.batched_bootstrap); the CPU keeps sb3's order
         self.device_bootstrap = plan.device_bootstrap
         self.to_env = policy.action_spec.to_env  # what the envs get of the sampled actions
         self.hooks: Optional[RolloutHooks] = None
@@ -317,7 +315,7 @@ class Collector:
         step, rows, first = self.policy_steps[self.n_envs], np.flatnonzero(truncated), columns.start
         if not len(rows):
             return
-        # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.rollout.device_rollout)
+        # one batch on the device, owed until the next step's synchronisation (ppo_dict.algo.rollout.books.batched_bootstrap)
         if self.device_bootstrap:
             self.owed.owe(batched_bootstrap(step, self.storage, rewards, rows, first + rows, self.device, self.cfg.gamma))
             return

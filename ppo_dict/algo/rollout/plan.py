@@ -25,12 +25,11 @@ import torch
 
 from ppo_dict.algo.networks.recurrent_policy import RecurrentActorCritic
 from ppo_dict.algo.rollout.normalize import Normalizer
-from ppo_dict.algo.rollout.rollout_step import PolicyStep, RankRows
+from ppo_dict.algo.rollout.rollout_step import PolicyStep, RankRows, StepObsToDevice
 from ppo_dict.algo.rollout.sharded_rollout import ShardedRollout, processes_of, sharding_problem
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import RankError
 from ppo_dict.core.layout import Layout
-from ppo_dict.data.step_obs import StepObsToDevice
 from ppo_dict.data.storage import RolloutStorage
 
 #: The rollout step: the main process samples every env's actions (sb3's order), each process its own envs',

@@ -20,6 +20,9 @@ MultiBinary under sb3-contrib's masking: ``n`` two-way categoricals); gSDE draws
 exploration matrices are drawn at sb3's cadence by ``ActionSpec.explore``, which the collector calls), and its
 state-dependent scale is computed per step as sb3 does, with ``std**2`` (parameters only) once per rollout.
 
+Its input is :class:`StepObsToDevice`'s (views of the storage on the CPU, a pinned copy for CUDA); its outputs land
+where :func:`step_outputs` says (the storage's rows on the CPU, pinned buffers elsewhere).
+
 A spec without a sampler (unmasked MultiBinary: one ``bernoulli``) takes ``ActorCritic.forward`` itself, then the
 outputs are copied into the rows: the same floats by construction, with the distribution objects'
 overhead.
@@ -28,8 +31,9 @@ overhead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
+import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
@@ -37,7 +41,7 @@ from torch.nn import functional as F
 
 from ppo_dict.algo.networks.policy import ActorCritic, FlattenExtractor
 from ppo_dict.data.lean_sampling import ALL, LeanSampler, Pair, into
-from ppo_dict.data.storage import TensorObs
+from ppo_dict.data.storage import OBS_KEY, RolloutStorage, TensorObs, channel_first, obs_to_tensor
 
 #: ``(actions, values, log_probs)`` to write a step's outputs into.
 Out = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -74,7 +78,7 @@ class RankRows:
 class GlobalDraws(LeanSampler):
     """``sampler`` (a rank's, for its ``rows``' count) fed with its rows of the global batch's draws: every rank draws the
     global batch's random numbers (``[n_envs, ...]``, the single process's calls in its order, the generators seeded alike)
-    and samples its rows with them (``ppo_dict.algo.ranks.rank_rollout``)."""
+    and samples its rows with them (``ppo_dict.algo.ranks``)."""
 
     def __init__(self, sampler: LeanSampler, rows: RankRows, device: torch.device):
         self.sampler, self.rows = sampler, slice(rows.start, rows.stop)
@@ -210,3 +214,77 @@ class PolicyStep:
         if self._features is None:
             return self.policy.predict_values(obs)
         return self._value_head(run(self._vf, self._features(self.policy._preprocess(obs))))
+
+
+class StepObsToDevice:
+    """The observations of one rollout step as policy input on ``device``.
+
+    CPU: views of the storage itself, no copy (tensors of the whole arrays are made once; a step
+    indexes them); an sb3 vec env's arrays as it returned them, where its pool kept them
+    (:meth:`~ppo_dict.data.storage.RolloutStorage.step_input`). CUDA: one pinned staging buffer per key, one copy into
+    it and one non-blocking host-to-device copy per step; uint8 images travel as uint8 and are scaled on the GPU.
+    Reusing the staging buffer is safe because every step synchronises on the actions' copy back before the next copy.
+    """
+
+    def __init__(self, storage: RolloutStorage, device: torch.device):
+        self.storage, self.device = storage, device
+        self.pinned: dict[str, torch.Tensor] = {}
+        self.mask_staging: Optional[torch.Tensor] = None  # CUDA: the action masks' staging buffer, made at first use
+        if device.type == "cuda":
+            for key, (shape, dtype) in storage.obs_layout.items():
+                torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+                self.pinned[key] = torch.empty((storage.n_envs, *shape), dtype=torch_dtype).pin_memory()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Tensors of the storage's current observation arrays (call again after ``own_obs_stage``)."""
+        self.views = self.storage.obs_views()
+
+    def __call__(self, t: int) -> TensorObs:
+        if not self.pinned:
+            returned = self.storage.step_input(t)  # an sb3 vec env's arrays: read as it returned them, as sb3 reads them
+            if returned is not None:
+                return obs_to_tensor(returned, self.device)
+            if not self.storage.is_dict_obs:
+                return self.views[OBS_KEY][t]
+            return {key: view[t] for key, view in self.views.items()}
+        on_device = {}
+        for key, arr in self.storage.obs_at(t).items():
+            staging = self.pinned[key]
+            staging.copy_(torch.from_numpy(arr))
+            on_device[key] = staging.to(self.device, non_blocking=True)
+            if key in self.storage.channel_last_keys:
+                on_device[key] = channel_first(on_device[key])
+        return on_device if self.storage.is_dict_obs else on_device[OBS_KEY]
+
+    def masks(self, masks: torch.Tensor, t: int, span: slice) -> torch.Tensor:
+        """The action masks of step ``t``'s envs ``span`` on the device, bool ``[len(span), mask_dim]``.
+        masks: the storage's ``action_masks`` as a tensor. CPU: the rows themselves. CUDA: through a
+        pinned staging buffer and one non-blocking copy, as the observations (a plain ``.to(device)``
+        from pageable memory waits for the copy)."""
+        if not self.pinned:
+            return masks[t, span].to(self.device)
+        rows = masks[t, span]
+        if self.mask_staging is None:
+            self.mask_staging = torch.empty((self.storage.n_envs, rows.shape[1]), dtype=torch.bool).pin_memory()
+        staging = self.mask_staging[: len(rows)]
+        staging.copy_(rows)
+        return staging.to(self.device, non_blocking=True)
+
+
+def step_outputs(
+    storage: RolloutStorage, device: torch.device, batch_sizes: Iterable[int]
+) -> tuple[Optional[tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]]]:
+    """``(out, pinned)``: where a rollout step writes its actions, values and log-probs. On the CPU straight into the
+    storage's rows (``out``); on an accelerator they come back through pinned buffers, one set per batch size
+    (``pinned``), with one synchronisation per step."""
+    s = storage
+    if device.type == "cpu":
+        return tuple(torch.from_numpy(a) for a in (s.actions, s.values, s.log_probs)), {}
+    return None, {
+        n: tuple(
+            torch.empty(shape, dtype=torch.from_numpy(a[0, :0]).dtype).pin_memory()
+            for a, shape in ((s.actions, (n, s.action_dim)), (s.values, (n,)), (s.log_probs, (n,)))
+        )
+        for n in batch_sizes
+    }

@@ -165,7 +165,7 @@ class Mean:
 
 @dataclass(frozen=True)
 class Share(Mean):
-    """This process's share of a minibatch split over ranks (``ppo_dict.algo.ranks.distributed``): its rows of a global
+    """This process's share of a minibatch split over ranks (``ppo_dict.algo.ranks``): its rows of a global
     minibatch of ``size`` rows, whose advantage ``(mean, std)`` (sb3's, over the global minibatch) are given
     (None: not normalised). Each mean becomes this share's part of the global mean (its sum over ``size``), so the
     ranks' parts add up to sb3's figures and their gradients to sb3's gradient."""
