@@ -49,15 +49,24 @@ from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
-from ppo_dict.run.checkpoint import CHECKPOINT_DIR, CheckpointManager, Every, SaveDue, restore, save_model, write_config
+from ppo_dict.run.checkpoint import (
+    CHECKPOINT_DIR,
+    CheckpointManager,
+    Every,
+    Resumed,
+    SaveDue,
+    restore,
+    save_model,
+    write_config,
+)
 from ppo_dict.run.cli import read_config
 from ppo_dict.run.env_states import resume_envs
 from ppo_dict.run.monitor_csv import MonitorFile
 from ppo_dict.run.progress import Progress
 from ppo_dict.run.ranks import RankRun, check_everywhere, join_ranks, rank_rows, settle_everywhere
-from ppo_dict.run.run_dir import BRANCHES, PROGRESS, checkpoint_run_dir, claim, default_run_dir, keep_progress_after
+from ppo_dict.run.run_dir import BRANCHES, PROGRESS, claim, default_run_dir, keep_progress_after
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
-from ppo_dict.run.sources import RESUMED, sources
+from ppo_dict.run.sources import sources
 from ppo_dict.run.stopping import StopFlag, learn_until_stopped
 from ppo_dict.run.summary import summary
 from ppo_dict.run.tracking import CSVWriter
@@ -66,7 +75,7 @@ from ppo_dict.vec.backend import EnvBackend
 
 
 def open_outputs(
-    cfg: Config, resumed: Optional[RESUMED], logger: Logger, spec: EnvSpec
+    cfg: Config, resumed: Optional[Resumed], logger: Logger, spec: EnvSpec
 ) -> tuple[Any, list[Callable[[], None]]]:
     """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
     ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
@@ -74,8 +83,7 @@ def open_outputs(
     """
     run_dir = cfg.run_dir
     write_config(cfg, os.path.join(run_dir, "config.json"), env_id=spec.gym_id)
-    resume_step = None if resumed is None else int(resumed[1]["num_timesteps"])
-    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    resume_step, home = (None, None) if resumed is None else (resumed.steps, resumed.home)
     source = None if home is None else os.path.join(home, PROGRESS)  # the rows a resumed run continues: its run's
     if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
         keep_progress_after(run_dir, resume_step)
@@ -102,12 +110,12 @@ def after_update_services(
     spec: EnvSpec,
     tracker: Any,
     closers: list[Callable[[], None]],
-    resumed: Optional[RESUMED],
+    resumed: Optional[Resumed],
     save_due: SaveDue,
 ) -> tuple[CheckpointManager, Callable[[PPO], None]]:
     """The episodes' ``monitor.csv``, checkpoints (when ``save_due``), evaluation and progress, run after each update:
     ``(checkpoints, after_update)``."""
-    resume = None if resumed is None else (int(resumed[1]["num_timesteps"]), checkpoint_run_dir(resumed[0]))
+    resume = None if resumed is None else (resumed.steps, resumed.home)
     monitor = MonitorFile(cfg.run_dir, spec.gym_id, cfg.info_keywords, ppo.episodes, resume)
     closers.append(monitor.close)
     checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
@@ -190,7 +198,7 @@ def build_trainer(
     plan: Any,
     pool: EnvPool,
     logger: Logger,
-    resumed: Optional[RESUMED],
+    resumed: Optional[Resumed],
     agent: Optional[TrainedAgent],
     rank: Optional[RankRun],
 ) -> PPO:
@@ -204,12 +212,12 @@ def build_trainer(
     if device_notice(ppo.device) and writes:
         print(device_notice(ppo.device), flush=True)
     if resumed is not None:
-        restore(ppo, resumed[1], resumed[0])
-        home = checkpoint_run_dir(resumed[0])  # ALE's emulator bytes only from this run's own checkpoints
+        restore(ppo, resumed.state, resumed.file)
+        home = resumed.home  # ALE's emulator bytes only from this run's own checkpoints
         trusted = home is not None and os.path.realpath(cfg.run_dir).startswith(os.path.realpath(home))
-        envs = resume_envs(ppo, resumed[1], resumed[0], trusted)
+        envs = resume_envs(ppo, resumed.state, resumed.file, trusted)
         if writes:
-            print(f"resumed from {resumed[0]} at {ppo.num_timesteps} steps ({envs})", flush=True)
+            print(f"resumed from {resumed.file} at {ppo.num_timesteps} steps ({envs})", flush=True)
     elif agent is not None:
         apply_trained_agent(ppo, agent)
         stats = f" and {agent.vecnormalize}" if agent.vecnormalize else ""
@@ -237,7 +245,7 @@ def close_run(pool: EnvPool, closers: list[Callable[[], None]], tracker: Any, ow
 def run(
     cfg: Config,
     backend: EnvBackend,
-    resumed: Optional[RESUMED] = None,
+    resumed: Optional[Resumed] = None,
     agent: Optional[TrainedAgent] = None,
     fresh_dir: bool = False,
     rank: Optional[RankRun] = None,
@@ -285,7 +293,7 @@ def run(
     finally:
         stop.closing = True  # a signal from here on lets the workers, outputs and lock close (ppo_dict.run.stopping)
         close_run(pool, closers, tracker, owned, exit_code)
-    resume_step = 0 if resumed is None else int(resumed[1]["num_timesteps"])
+    resume_step = 0 if resumed is None else resumed.steps
     if writes:
         print(
             json.dumps(summary(ppo, cfg, time.time() - start, stop.signum is not None, last_checkpoint, resume_step)),
@@ -294,10 +302,10 @@ def run(
     return exit_code
 
 
-def say_where_a_resume_writes(cfg: Config, source: str, run_dir_typed: bool) -> None:
-    """Where a run resumed from ``source`` writes, where it is not the checkpoint's run directory: a branch of it, or
+def say_where_a_resume_writes(cfg: Config, resumed: Resumed, run_dir_typed: bool) -> None:
+    """Where a run resumed from ``resumed`` writes, where it is not the checkpoint's run directory: a branch of it, or
     a new one for a checkpoint outside any (``run_dir_typed``: the user chose it)."""
-    home = checkpoint_run_dir(source)
+    source, home = resumed.file, resumed.home
     if home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
         print(
             f"{source} is older than the run's newest checkpoint, which is kept: this run is a branch, "
@@ -344,7 +352,7 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
     base = None if agent is None else agent.saved
     # a checkpoint's config proposes values; where the run writes and what it trusts are the command line's
     if resumed is not None:
-        base = file_effects.file_values(resumed[1]["config"], flags, resumed[0])
+        base = file_effects.file_values(resumed.state["config"], flags, resumed.file)
     cfg, more = read_config(flags, base=base, pinned=None if agent is None else agent.pinned, algo=line.algo)
     check, refused = check_everywhere(cfg, agent, {**more, **unreadable}, resumed, flags, dry_run, rank)
     if refused is not None:
@@ -373,7 +381,7 @@ def main(argv: Optional[list[str]] = None, line: Optional[CommandLine] = None) -
         print(applied, flush=True)
     cfg, fresh_dir = settle_everywhere(cfg, flags, rank, default_run_dir)
     if writes and resumed is not None:
-        say_where_a_resume_writes(cfg, resumed[0], "run_dir" in flags)
+        say_where_a_resume_writes(cfg, resumed, "run_dir" in flags)
     try:
         return run(cfg, check.backend, resumed, agent, fresh_dir=fresh_dir, rank=rank)
     except Exception as exc:  # noqa: BLE001 (over ranks, anything one rank raises ends the run with its one message)

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, TextIO
 
 import numpy as np
@@ -146,6 +147,18 @@ def remove_stale_temp_files(directory: str, log: TextIO = STDERR) -> list[str]:
         os.unlink(path)
         print(f"removed {path}: a partial checkpoint from an interrupted write", file=log, flush=True)
     return stale
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The checkpoint a run resumes from, read once (``ppo_dict.run.sources``): its ``file``, its ``state``, its
+    step count, and ``home``: the run directory it belongs to (``ppo_dict.run.run_dir.checkpoint_run_dir``; None for
+    a file in none, a download or a copy)."""
+
+    file: str
+    state: dict[str, Any]
+    steps: int
+    home: Optional[str]
 
 
 class Every:

@@ -26,6 +26,7 @@ from ppo_dict.core.machine import Machine
 from ppo_dict.envs import contains_image
 from ppo_dict.interop.hyperparams import zoo_values
 from ppo_dict.interop.trained_agent import TrainedAgent, agent_problems
+from ppo_dict.run.checkpoint import Resumed
 from ppo_dict.run.env_checks import env_problems
 from ppo_dict.run.run_dir import run_dir_problems
 from ppo_dict.run.resources import Needs, core_problems, policy_size, resource_problems, run_needs
@@ -67,7 +68,7 @@ def sb3_file_problems(cfg: Config) -> list[str]:
     return problems
 
 
-def output_problems(cfg: Config, resumed: Optional[tuple[str, dict[str, Any]]], parameters: Optional[int]) -> list[str]:
+def output_problems(cfg: Config, resumed: Optional[Resumed], parameters: Optional[int]) -> list[str]:
     """Where the run would write and cannot (judged without writing): its run directory (owned by one
     run: ``ppo_dict.run.run_dir``), ``--save_path``, ``--export_sb3`` and ``--tensorboard_log``; each
     with room for a checkpoint of a policy of ``parameters`` (None: not measured, room not judged)."""
@@ -122,7 +123,7 @@ def validate(
     agent: Optional[TrainedAgent] = None,
     unreadable: Optional[dict[str, str]] = None,
     machine: Optional[Machine] = None,
-    resumed: Optional[tuple[str, dict[str, Any]]] = None,
+    resumed: Optional[Resumed] = None,
 ) -> EnvBackend:
     """Raise one :class:`ConfigError` listing every invalid setting, or return the probed env backend
     (:func:`check_run`, which also says what the run needs of the machine)."""
@@ -134,7 +135,7 @@ def check_run(
     agent: Optional[TrainedAgent] = None,
     unreadable: Optional[dict[str, str]] = None,
     machine: Optional[Machine] = None,
-    resumed: Optional[tuple[str, dict[str, Any]]] = None,
+    resumed: Optional[Resumed] = None,
 ) -> RunCheck:
     """The whole check: raise one :class:`ConfigError` listing every problem, or return the :class:`RunCheck`.
 
@@ -142,7 +143,7 @@ def check_run(
     read (:meth:`Config.read`), listed first, in place of what ``cfg`` holds for them (their defaults).
     ``agent``: the ``--trained_agent`` zip read for this run, checked against the env and the flags.
     ``machine``: what to judge the resources against (default: this machine, probed now).
-    ``resumed``: the ``--resume`` checkpoint ``(file, state)``, whose model the flags must not change.
+    ``resumed``: the ``--resume`` checkpoint (``Resumed``), whose model the flags must not change.
 
     Warns where sb3 warns (a minibatch that does not divide the rollout). Uses no ``assert``
     (safe under ``python -O``).
@@ -155,7 +156,7 @@ def check_run(
         + path_problems(cfg, read_file=resumed is None)
         + core_problems(cfg, machine)
     )
-    problems += [] if resumed is None else resume_problems(cfg, resumed[1], resumed[0])
+    problems += [] if resumed is None else resume_problems(cfg, resumed.state, resumed.file)
     backend = probe_backend(cfg, unreadable, problems)
     result = None
     if backend is not None and not any(p.startswith(("n_envs=", "num_workers=", "envs_per_worker=")) for p in problems):

@@ -47,7 +47,7 @@ from ppo_dict.interop.trained_agent import TrainedAgent
 from ppo_dict.run import rendezvous
 from ppo_dict.run.checks import check_run
 from ppo_dict.run.env_states import entries_of, local_entries
-from ppo_dict.run.sources import RESUMED
+from ppo_dict.run.checkpoint import Resumed
 
 #: Seconds a collective waits for the other ranks before it gives up: torch's default (a rank may spend long in its
 #: part of a step: an evaluation or checkpoint on rank 0). A rank that dies ends the others at once, one that hangs
@@ -334,7 +334,7 @@ def check_everywhere(
     cfg: Config,
     agent: Optional[TrainedAgent],
     unreadable: dict[str, str],
-    resumed: Optional[RESUMED],
+    resumed: Optional[Resumed],
     flags: dict[str, Any],
     dry_run: bool,
     rank: Optional[RankRun],
@@ -345,7 +345,7 @@ def check_everywhere(
     try:
         with contextlib.nullcontext() if rank is None else rank.quiet():
             if resumed is not None:  # its config may import a module or launch a program: said first, refused by --dry_run
-                file_effects.announce(resumed[0], cfg, flags, dry_run)
+                file_effects.announce(resumed.file, cfg, flags, dry_run)
             if cfg.video:
                 from ppo_dict.envs.make import prepare_video
 

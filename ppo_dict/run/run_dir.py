@@ -36,7 +36,7 @@ from ppo_dict.core.errors import ConfigError
 from ppo_dict.core.files import atomic_write, output_problem
 from ppo_dict.core.logger import STDERR
 from ppo_dict.core.reading import entry_kind, kind_of, open_regular
-from ppo_dict.run.checkpoint import BEST_MODEL, CHECKPOINT_DIR, list_checkpoints
+from ppo_dict.run.checkpoint import BEST_MODEL, CHECKPOINT_DIR, Resumed, list_checkpoints
 from ppo_dict.run.monitor_csv import MONITOR
 from ppo_dict.run.run_files import read_progress, resumed_file_problems
 from ppo_dict.run.tracking import STEP
@@ -79,9 +79,8 @@ def checkpoint_step(file: str) -> Optional[int]:
     return None if found is None else int(found.group(1))
 
 
-def newer_checkpoints(file: str, steps: int) -> list[str]:
-    """The checkpoints of ``file``'s run directory written after ``steps``, oldest first (none outside a run directory)."""
-    run_dir = checkpoint_run_dir(file)
+def newer_checkpoints(run_dir: Optional[str], steps: int) -> list[str]:
+    """The checkpoints of ``run_dir`` written after ``steps``, oldest first (none without a run directory)."""
     if run_dir is None:
         return []
     directory = os.path.join(run_dir, CHECKPOINT_DIR)
@@ -185,9 +184,9 @@ def earlier_run(run_dir: str) -> list[str]:
     return sorted(name for name in os.listdir(run_dir) if name != LOCK_FILE)
 
 
-def resumed_home(run_dir: str, resumed: Optional[tuple[str, dict[str, Any]]]) -> tuple[Optional[str], bool]:
+def resumed_home(run_dir: str, resumed: Optional[Resumed]) -> tuple[Optional[str], bool]:
     """``(the run directory the resumed checkpoint belongs to, or None; whether the run continues in it as run_dir)``."""
-    home = None if resumed is None else checkpoint_run_dir(resumed[0])
+    home = None if resumed is None else resumed.home
     return home, home is not None and os.path.realpath(run_dir) == os.path.realpath(home)
 
 
@@ -200,7 +199,7 @@ def branch_problems(run_dir: str, home: str) -> list[str]:
     return [f"run_dir={run_dir!r}: {branches} is {entry_kind(branches)}, where the run writes a folder of its own; remove it"]
 
 
-def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], need_bytes: int) -> list[str]:
+def run_dir_problems(cfg: Any, resumed: Optional[Resumed], need_bytes: int) -> list[str]:
     """What keeps the run from owning ``cfg.run_dir`` (``runs/`` when it is not set yet): the path, its
     free space (``need_bytes``: a checkpoint), another run holding it, an earlier run in it."""
     run_dir = cfg.run_dir or "runs"
@@ -223,12 +222,12 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
             return entries
     found = earlier_run(run_dir)
     if in_place:
-        newer = newer_checkpoints(resumed[0], int(resumed[1]["num_timesteps"]))
+        newer = newer_checkpoints(home, resumed.steps)  # type: ignore[union-attr]
         if newer and os.path.isfile(cfg.resume):
             return [
                 f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed "
                 f"({', '.join(map(os.path.basename, newer))}), which continuing in it would rotate away: leave --run_dir "
-                f"out to branch into {branch_dir(run_dir, int(resumed[1]['num_timesteps']))}, or choose another --run_dir"
+                f"out to branch into {branch_dir(run_dir, resumed.steps)}, or choose another --run_dir"
             ]
         return []
     if found and not cfg.overwrite and cfg.resume is None:
@@ -239,7 +238,7 @@ def run_dir_problems(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], ne
         ]
     if found and not cfg.overwrite and cfg.resume is not None and resumed is not None:
         return [
-            f"run_dir={run_dir!r}: holds another run than the one resumed ({home or resumed[0]}); "
+            f"run_dir={run_dir!r}: holds another run than the one resumed ({home or resumed.file}); "
             "choose a new --run_dir for the resumed run, or --overwrite True to replace this one"
         ]
     return []
@@ -320,7 +319,7 @@ def lock(run_dir: str, fresh: bool) -> RunDirLock:
     return RunDirLock(run_dir, fd)
 
 
-def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, log: TextIO = STDERR) -> RunDirLock:
+def claim(cfg: Any, resumed: Optional[Resumed], fresh: bool, log: TextIO = STDERR) -> RunDirLock:
     """Take ``cfg.run_dir`` for this run (its checks passed, its model built): lock it, then make it
     what the run continues from. ``--overwrite True`` removes an earlier run's files (:data:`RUN_ENTRIES`,
     nothing else); a run resumed in place renames the checkpoints newer than the one it resumed (they
@@ -349,8 +348,7 @@ def claim(cfg: Any, resumed: Optional[tuple[str, dict[str, Any]]], fresh: bool, 
                 ]
             )
         if in_place:
-            steps = int(resumed[1]["num_timesteps"])  # type: ignore[index]
-            for path in newer_checkpoints(resumed[0], steps):  # type: ignore[index]
+            for path in newer_checkpoints(resumed.home, resumed.steps):  # type: ignore[union-attr]
                 os.replace(path, path + ".corrupt")
                 print(
                     f"renamed {os.path.basename(path)} to {os.path.basename(path)}.corrupt: it cannot be loaded "

@@ -12,10 +12,8 @@ from typing import Any, Optional
 from ppo_dict.core.config import FIELDS, RESUME_AUTO
 from ppo_dict.core.errors import CheckpointError
 from ppo_dict.interop.trained_agent import TrainedAgent, read_trained_agent
-from ppo_dict.run.checkpoint import CHECKPOINT_DIR, list_checkpoints, load_for_resume
+from ppo_dict.run.checkpoint import CHECKPOINT_DIR, Resumed, list_checkpoints, load_for_resume
 from ppo_dict.run.run_dir import branch_dir, checkpoint_run_dir, newer_checkpoints
-
-RESUMED = tuple[str, dict[str, Any]]  # (checkpoint file, its state)
 
 
 def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
@@ -41,7 +39,7 @@ def auto_resume_dir(run_dir: Optional[str]) -> Optional[str]:
     return None
 
 
-def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
+def resume_source(flags: dict[str, Any]) -> Optional[Resumed]:
     """The checkpoint ``--resume`` names (raises :class:`CheckpointError`), or None without it.
 
     The run directory is the one the checkpoint belongs to, so the resumed run continues its
@@ -60,9 +58,9 @@ def resume_source(flags: dict[str, Any]) -> Optional[RESUMED]:
     if home is None:  # a checkpoint outside a run directory (a download, a copy): its folder is no run's to take
         state["config"]["run_dir"] = None
     else:
-        continues = os.path.isdir(path) or not newer_checkpoints(file, steps)  # else: an older checkpoint, whose run went on
+        continues = os.path.isdir(path) or not newer_checkpoints(home, steps)  # else: an older checkpoint, whose run went on
         state["config"]["run_dir"] = home if continues else branch_dir(home, steps)
-    return file, state
+    return Resumed(file, state, steps, home)
 
 
 def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
@@ -77,7 +75,7 @@ def trained_agent_source(flags: dict[str, Any]) -> Optional[TrainedAgent]:
     return agent
 
 
-def sources(flags: dict[str, Any], unreadable: dict[str, str]) -> tuple[Optional[RESUMED], Optional[TrainedAgent]]:
+def sources(flags: dict[str, Any], unreadable: dict[str, str]) -> tuple[Optional[Resumed], Optional[TrainedAgent]]:
     """``(resumed, agent)``: the checkpoint ``--resume`` names, else the zip ``--trained_agent`` names
     (a resumed run continues its checkpoint, which already started from the zip). One that cannot be
     read is a problem of its setting, added to ``unreadable``: the config built on it cannot be judged."""
