@@ -187,7 +187,7 @@ def start_plan(cfg: Config, backend: EnvBackend, rank: Optional[RankRun]) -> Any
         print(f"note: {resume_line(plan.backend)}", flush=True)
     if cfg.verbose >= 1:
         print(f"{who}layout: {plan.layout.text(cfg.mp_method)}", flush=True)
-    notice = main_share_notice(cfg, plan.layout)
+    notice = main_share_notice(plan.layout)
     if notice:
         print(f"{who}{notice}", flush=True)
     return plan

@@ -191,7 +191,7 @@ def dry_run_plan(
         return preview_plan(cfg, storage, backend.label, layout, policy, normalizer, device, ranks)
 
 
-def main_share_notice(cfg: Config, layout: Layout) -> str:
+def main_share_notice(layout: Layout) -> str:
     """The start line naming the envs the main process steps itself beside worker processes ("" where it steps
     none, and where there is no worker process: every env in this process is sb3's own DummyVecEnv layout,
     which the layout line says). A crash there (a segfault in an env's native code) ends the whole run,
