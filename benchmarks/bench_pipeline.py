@@ -74,6 +74,8 @@ def ours(name: str, n_envs: int, num_workers: Optional[int], steps: int, **chang
     )
     pool = build_env_pool(cfg)
     pool.reset(0)
+    if num_workers is None:  # the layout the machine's CPUs gave (in this process alone, where the load left one CPU)
+        name += f" ({cfg.layout().text().split(';')[0]})"
     pool.storage.env_actions[...] = 0.1
 
     def run() -> int:
@@ -109,7 +111,6 @@ def pipeline(table: Table, n_envs: int, workers: int, rounds: int, steps: int) -
     looks, sleeps = (pool, other) if default_us else (other, pool)
     in_process = ours("ppo_dict in-process (--num_workers 0)", n_envs, 0, steps)
     default = ours("ppo_dict pool, default layout", n_envs, None, steps)
-    default.name += f" ({default.pool.layout.text().split(';')[0]})"
     contenders = [sb3, pool, other, in_process, default]
     try:
         interleave(contenders, rounds)
