@@ -13,10 +13,9 @@ A run writes into its run directory (``--run_dir``, default ``runs/<env>__<seed>
 ``config.json`` (resolved), ``progress.csv`` (every logged value), ``monitor.csv`` (the training episodes, as
 sb3's ``Monitor`` writes them), ``checkpoints/``,
 ``evaluations.npz`` and ``best_model.pt`` (with ``--eval_freq``), ``videos/`` (``--video``) and
-``learning_curve.png``. ``--resume RUN_DIR|FILE`` continues from a checkpoint. The run owns its
-directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten without
-``--overwrite True``, untouched by a refused run; resuming from an older checkpoint branches into
-``RUN_DIR/branches/from_<steps>``.
+``learning_curve.png`` (``ppo_dict.run.outputs``). ``--resume RUN_DIR|FILE`` continues from a checkpoint. The run
+owns its directory (``ppo_dict.run.run_dir``): locked while it writes, never overwritten without ``--overwrite True``,
+untouched by a refused run; resuming from an older checkpoint branches into ``RUN_DIR/branches/from_<steps>``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ppo_dict.run import startup
 
@@ -45,102 +44,20 @@ from ppo_dict.core import file_effects
 from ppo_dict.core.config import Config
 from ppo_dict.core.errors import CheckpointError, ConfigError, PPODictError
 from ppo_dict.core.logger import Logger
-from ppo_dict.envs import EnvSpec
 from ppo_dict.interop.hyperparams import hyperparams_text
 from ppo_dict.interop.sb3 import export_sb3
 from ppo_dict.interop.trained_agent import TrainedAgent, apply_trained_agent
-from ppo_dict.run.checkpoint import (
-    CHECKPOINT_DIR,
-    CheckpointManager,
-    Every,
-    Resumed,
-    SaveDue,
-    restore,
-    save_model,
-    write_config,
-)
+from ppo_dict.run.checkpoint import CheckpointManager, Resumed, SaveDue, restore, save_model
 from ppo_dict.run.cli import read_config
 from ppo_dict.run.env_states import resume_envs
-from ppo_dict.run.monitor_csv import MonitorFile
-from ppo_dict.run.progress import Progress
+from ppo_dict.run.outputs import Outputs, say_where_a_resume_writes, summary
 from ppo_dict.run.ranks import RankRun, check_everywhere, join_ranks, rank_rows, settle_everywhere
-from ppo_dict.run.run_dir import BRANCHES, PROGRESS, claim, default_run_dir, keep_progress_after
+from ppo_dict.run.run_dir import default_run_dir
 from ppo_dict.run.run_plan import device_notice, dry_run_text, main_share_notice, plan_run, resume_line
 from ppo_dict.run.sources import sources
 from ppo_dict.run.stopping import StopFlag, learn_until_stopped
-from ppo_dict.run.summary import summary
-from ppo_dict.run.tracking import CSVWriter
 from ppo_dict.vec import EnvPool, watchdog
 from ppo_dict.vec.backend import EnvBackend
-
-
-def open_outputs(
-    cfg: Config, resumed: Optional[Resumed], logger: Logger, spec: EnvSpec
-) -> tuple[Any, list[Callable[[], None]]]:
-    """The run directory ``cfg.run_dir`` (settled by ``main``, claimed by ``run``): its ``config.json`` (with
-    ``env_id``, the gymnasium id ``spec`` made: ``Reacher-v5`` for ``--env gym_Reacher-v2``), and the logger's
-    writers (CSV, wandb, TensorBoard). Returns ``(wandb tracker or None, closers)``.
-    """
-    run_dir = cfg.run_dir
-    write_config(cfg, os.path.join(run_dir, "config.json"), env_id=spec.gym_id)
-    resume_step, home = (None, None) if resumed is None else (resumed.steps, resumed.home)
-    source = None if home is None else os.path.join(home, PROGRESS)  # the rows a resumed run continues: its run's
-    if resume_step is not None and source == os.path.join(run_dir, PROGRESS):
-        keep_progress_after(run_dir, resume_step)
-    logger.writers.append(CSVWriter(os.path.join(run_dir, PROGRESS), resume_step, source))
-    closers: list[Callable[[], None]] = []
-    tracker = None
-    if cfg.project is not None:
-        from ppo_dict.run.tracking import WandbTracker
-
-        tracker = WandbTracker(cfg, run_dir, resuming=resumed is not None)
-        logger.writers.append(tracker)
-    if cfg.tensorboard_log is not None:
-        from ppo_dict.run.tracking import TensorBoardWriter
-
-        board = TensorBoardWriter(cfg.tensorboard_log, resuming=resumed is not None)
-        logger.writers.append(board)
-        closers.append(board.close)
-    return tracker, closers
-
-
-def after_update_services(
-    ppo: PPO,
-    cfg: Config,
-    spec: EnvSpec,
-    tracker: Any,
-    closers: list[Callable[[], None]],
-    resumed: Optional[Resumed],
-    save_due: SaveDue,
-) -> tuple[CheckpointManager, Callable[[PPO], None]]:
-    """The episodes' ``monitor.csv``, checkpoints (when ``save_due``), evaluation and progress, run after each update:
-    ``(checkpoints, after_update)``."""
-    resume = None if resumed is None else (resumed.steps, resumed.home)
-    monitor = MonitorFile(cfg.run_dir, spec.gym_id, cfg.info_keywords, ppo.episodes, resume)
-    closers.append(monitor.close)
-    checkpoints = CheckpointManager(os.path.join(cfg.run_dir, CHECKPOINT_DIR), cfg.keep_checkpoints)
-    eval_due = Every(cfg.eval_freq, ppo.num_timesteps)
-    evaluator = None
-    if cfg.eval_freq > 0:
-        from ppo_dict.run.evaluation import Evaluator
-
-        evaluator = Evaluator(cfg, spec, cfg.run_dir)
-        evaluator.load_history(ppo.num_timesteps)
-        if tracker is not None:
-            evaluator.on_video.append(tracker.log_video)
-        closers.append(evaluator.close)
-    progress = Progress(cfg.total_timesteps, ppo.num_timesteps, cfg.progress)
-    closers.append(progress.close)
-
-    def after_update(m: PPO) -> None:
-        monitor.flush()  # before this update's checkpoint, which counts the episodes written
-        progress.update(m.num_timesteps, m.ep_rew_mean)
-        if evaluator is not None and eval_due(m.num_timesteps):
-            evaluator.evaluate(m)
-        if save_due(m.num_timesteps):
-            checkpoints.save(m)
-
-    return checkpoints, after_update
 
 
 def write_outputs(ppo: PPO, cfg: Config, checkpoints: CheckpointManager) -> str:
@@ -230,18 +147,6 @@ def build_trainer(
     return ppo
 
 
-def close_run(pool: EnvPool, closers: list[Callable[[], None]], tracker: Any, owned: Any, exit_code: int) -> None:
-    """What a run opened, closed: the workers, the outputs (newest first), the tracker with the exit status, the run
-    directory's lock."""
-    pool.close()
-    for close in reversed(closers):
-        close()
-    if tracker is not None:
-        tracker.finish(exit_code)
-    if owned is not None:
-        owned.release()
-
-
 def run(
     cfg: Config,
     backend: EnvBackend,
@@ -263,8 +168,8 @@ def run(
         watchdog.WATCHDOG.stop_grace = float("inf")
     torch.set_num_threads(cfg.torch_threads)
     plan, writes = start_plan(cfg, backend, rank), rank is None or rank.writes
-    logger, tracker, closers, owned = Logger(verbose=cfg.verbose if writes else 0), None, [], None
-    start, exit_code, last_checkpoint, checkpoints, after_update = time.time(), 1, None, None, (lambda m: None)
+    logger, outputs = Logger(verbose=cfg.verbose if writes else 0), None
+    start, exit_code, last_checkpoint = time.time(), 1, None
     pool = plan.env_pool()
     try:
         ppo = build_trainer(cfg, plan, pool, logger, resumed, agent, rank)
@@ -275,16 +180,15 @@ def run(
             cfg.save_freq, cfg.save_every_minutes, ppo.num_timesteps, None if rank is None else rank.from_rank_0
         )
         if writes:
-            owned = claim(cfg, resumed, fresh_dir)
-            tracker, closers = open_outputs(cfg, resumed, logger, plan.spec)
-            checkpoints, after_update = after_update_services(ppo, cfg, plan.spec, tracker, closers, resumed, save_due)
+            outputs = Outputs(cfg, ppo, plan.spec, logger, resumed, fresh_dir, save_due)
+        after_update = (lambda m: None) if outputs is None else outputs.after_update
         if rank is None:
             learn_until_stopped(ppo, pool, stop, after_update)
         else:  # the checkpoints and the stop, every rank together
             after_update = rank.before_checkpoints(after_update, save_due)
             learn_until_stopped(ppo, pool, stop, after_update, lambda: rank.any_stop(stop.signum) is not None, say=writes)
             stop.signum = rank.stopped(ppo, stop.signum)
-        last_checkpoint = write_outputs(ppo, cfg, checkpoints) if writes else None
+        last_checkpoint = None if outputs is None else write_outputs(ppo, cfg, outputs.checkpoints)
         exit_code = stop.exit_code
     except KeyboardInterrupt:
         print(f"interrupted twice: stopped {watchdog.stopped_text(watchdog.WATCHDOG.written)}", file=sys.stderr, flush=True)
@@ -292,7 +196,9 @@ def run(
         return exit_code
     finally:
         stop.closing = True  # a signal from here on lets the workers, outputs and lock close (ppo_dict.run.stopping)
-        close_run(pool, closers, tracker, owned, exit_code)
+        pool.close()
+        if outputs is not None:
+            outputs.close(exit_code)
     resume_step = 0 if resumed is None else resumed.steps
     if writes:
         print(
@@ -300,23 +206,6 @@ def run(
             flush=True,
         )
     return exit_code
-
-
-def say_where_a_resume_writes(cfg: Config, resumed: Resumed, run_dir_typed: bool) -> None:
-    """Where a run resumed from ``resumed`` writes, where it is not the checkpoint's run directory: a branch of it, or
-    a new one for a checkpoint outside any (``run_dir_typed``: the user chose it)."""
-    source, home = resumed.file, resumed.home
-    if home is not None and os.path.dirname(cfg.run_dir) == os.path.join(home, BRANCHES):
-        print(
-            f"{source} is older than the run's newest checkpoint, which is kept: this run is a branch, "
-            f"written to {cfg.run_dir}",
-            flush=True,
-        )
-    elif home is None and not run_dir_typed:
-        print(
-            f"{source} is in no run directory (its config.json and checkpoints/): this run writes a new one, {cfg.run_dir}",
-            flush=True,
-        )
 
 
 def failed(exc: Exception, rank: Optional[RankRun]) -> int:
