@@ -21,7 +21,6 @@ untouched by a refused run; resuming from an older checkpoint branches into ``RU
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -130,9 +129,8 @@ def build_trainer(
         print(device_notice(ppo.device), flush=True)
     if resumed is not None:
         restore(ppo, resumed.state, resumed.file)
-        home = resumed.home  # ALE's emulator bytes only from this run's own checkpoints
-        trusted = home is not None and os.path.realpath(cfg.run_dir).startswith(os.path.realpath(home))
-        envs = resume_envs(ppo, resumed.state, resumed.file, trusted)
+        # ALE's emulator bytes only from this run's own checkpoints
+        envs = resume_envs(ppo, resumed.state, resumed.file, resumed.continues_in(cfg.run_dir))
         if writes:
             print(f"resumed from {resumed.file} at {ppo.num_timesteps} steps ({envs})", flush=True)
     elif agent is not None:

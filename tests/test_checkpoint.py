@@ -17,7 +17,7 @@ import torch
 from ppo_dict.algo.ppo import PPO
 from ppo_dict.core.config import Config
 from ppo_dict.core.files import load_model_state
-from ppo_dict.run.checkpoint import CheckpointManager, list_checkpoints, model_state, restore
+from ppo_dict.run.checkpoint import CheckpointManager, Resumed, list_checkpoints, model_state, restore
 from ppo_dict.run.env_states import read_saved, resume_envs
 from ppo_dict.vec import env_spec, probe_env
 from ppo_dict.vec.in_process import InProcessEnvPool
@@ -471,3 +471,19 @@ def test_dry_run_says_what_a_resume_does_with_the_envs() -> None:
         "resume: the envs restart from a reset on a resume (episodes in flight are cut): their state cannot be saved "
         "(LunarLander.world is a Box2D.Box2D.b2World, not plain data)"
     ) in restarted.stdout
+
+
+def test_a_resumed_run_continues_in_its_checkpoints_run_directory_or_a_folder_inside_it_only(tmp_path) -> None:
+    """What decides whether a checkpoint's env bytes are the run's own (ALE's are only given back then): the run
+    directory is the checkpoint's home, or inside it; a sibling whose name starts with the home's is not."""
+    home = tmp_path / "runs" / "a"
+    (home / "branches" / "from_8").mkdir(parents=True)
+    (tmp_path / "runs" / "a2").mkdir()
+    (tmp_path / "into_a").symlink_to(home)
+    resumed = Resumed(str(home / "checkpoints" / "checkpoint_8.pt"), {}, 8, str(home))
+    assert resumed.continues_in(str(home))
+    assert resumed.continues_in(str(home / "branches" / "from_8"))
+    assert resumed.continues_in(str(tmp_path / "into_a"))  # the same folder through a link
+    assert not resumed.continues_in(str(tmp_path / "runs" / "a2"))
+    assert not resumed.continues_in(str(tmp_path / "runs"))
+    assert not Resumed(resumed.file, {}, 8, None).continues_in(str(home))

@@ -160,6 +160,15 @@ class Resumed:
     steps: int
     home: Optional[str]
 
+    def continues_in(self, run_dir: str) -> bool:
+        """Whether ``run_dir`` is the checkpoint's own run directory or a folder inside it (a branch): the run goes on
+        from its own checkpoints. A sibling whose name merely starts with the home's (``runs/a2`` beside ``runs/a``) is
+        not."""
+        if self.home is None:
+            return False
+        home = os.path.realpath(self.home)
+        return os.path.commonpath([os.path.realpath(run_dir), home]) == home
+
 
 class Every:
     """True once each time ``num_timesteps`` crosses a multiple of ``freq`` (never for freq 0)."""

@@ -222,7 +222,7 @@ def run_dir_problems(cfg: Any, resumed: Optional[Resumed], need_bytes: int) -> l
             return entries
     found = earlier_run(run_dir)
     if in_place:
-        newer = newer_checkpoints(home, resumed.steps)  # type: ignore[union-attr]
+        newer = newer_checkpoints(home, resumed.steps)  # type: ignore[union-attr]  (in place: resumed is set)
         if newer and os.path.isfile(cfg.resume):
             return [
                 f"run_dir={run_dir!r}: holds checkpoints newer than the one resumed "
@@ -330,7 +330,7 @@ def claim(cfg: Any, resumed: Optional[Resumed], fresh: bool, log: TextIO = STDER
     held = lock(run_dir, fresh)
     try:
         found = earlier_run(run_dir)
-        _, in_place = resumed_home(run_dir, resumed)
+        home, in_place = resumed_home(run_dir, resumed)
         changed = entry_problems(run_dir, whole=in_place)  # as checked, unless changed since: then nothing is written
         if changed:
             raise ConfigError(changed)
@@ -348,7 +348,7 @@ def claim(cfg: Any, resumed: Optional[Resumed], fresh: bool, log: TextIO = STDER
                 ]
             )
         if in_place:
-            for path in newer_checkpoints(resumed.home, resumed.steps):  # type: ignore[union-attr]
+            for path in newer_checkpoints(home, resumed.steps):  # type: ignore[union-attr]  (in place: resumed is set)
                 os.replace(path, path + ".corrupt")
                 print(
                     f"renamed {os.path.basename(path)} to {os.path.basename(path)}.corrupt: it cannot be loaded "
